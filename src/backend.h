@@ -1,0 +1,70 @@
+/*
+ * The interface every backend implements: one Redis master today, Redlock
+ * over N masters next.  The public layer talks only to this.
+ *
+ * Every call returns 0 or EIO.  EIO means the backend did not answer or
+ * answered an error; the detail goes to the log.  `maybe_done` tells the
+ * caller that the request may have been applied all the same (it was sent,
+ * the reply was lost), so the caller must not assume nothing happened.
+ */
+#ifndef DMUTEX_BACKEND_H
+#define DMUTEX_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dmutex_client;
+struct dmutex__node;
+
+enum {
+	DMUTEX__ACQ_OK = 0,
+	DMUTEX__ACQ_BUSY = 1,
+	DMUTEX__ACQ_NOTREC = 2
+};
+
+struct dmutex__acq {
+	/* in */
+	const char *name;
+	const char *token;
+	unsigned lease_ms;
+	long tid;
+	/* out */
+	int status;
+	uint64_t fence;
+	int died;
+	long long pttl_ms;      /* BUSY: the holder's remaining lease; < 0 unknown */
+	int maybe_done;
+};
+
+struct dmutex__renewal {
+	const char *name;
+	const char *token;
+	unsigned lease_ms;
+	int result;             /* out: 1 renewed, 0 not ours any more, -1 failed */
+};
+
+struct dmutex__backend;
+
+struct dmutex__backend_ops {
+	int (*acquire)(struct dmutex__backend *be, struct dmutex__acq *a);
+	int (*release)(struct dmutex__backend *be, const char *name, const char *token,
+			int mode, int *released, int *maybe_done);
+	/* Batched: few round trips for many leases.  Fills each result. */
+	void (*renew)(struct dmutex__backend *be, struct dmutex__renewal *r, size_t n);
+	/* The channel a release publishes on. Caller frees. */
+	char *(*channel)(struct dmutex__backend *be, const char *name);
+	/* In a fork child: drop inherited connections without talking on them. */
+	void (*atfork_child)(struct dmutex__backend *be);
+	void (*destroy)(struct dmutex__backend *be);
+};
+
+struct dmutex__backend {
+	const struct dmutex__backend_ops *ops;
+	struct dmutex_client *client;
+	struct dmutex__node *nodes;     /* the waiter subscribes on each */
+	size_t nnodes;
+};
+
+int dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **out);
+
+#endif

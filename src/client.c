@@ -1,0 +1,248 @@
+/* Client lifetime, the default client, and what fork and exit do to holds. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "internal.h"
+#include "node.h"
+#include "waiter.h"
+
+static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dmutex_client *clients;   /* every open client, clients_mu */
+static struct dmutex_client *default_client;
+static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+static void
+atfork_prepare(void)
+{
+	/* Take every leaf lock so the child inherits consistent tables. */
+	pthread_mutex_lock(&clients_mu);
+	for (struct dmutex_client *c = clients; c; c = c->next_all) {
+		pthread_mutex_lock(&c->mu);
+		pthread_mutex_lock(&c->renewer.mu);
+		dmutex__waiter_lock(c);
+		for (size_t i = 0; i < c->be->nnodes; i++)
+			pthread_mutex_lock(&c->be->nodes[i].mu);
+	}
+}
+
+static void
+atfork_parent(void)
+{
+	for (struct dmutex_client *c = clients; c; c = c->next_all) {
+		for (size_t i = 0; i < c->be->nnodes; i++)
+			pthread_mutex_unlock(&c->be->nodes[i].mu);
+		dmutex__waiter_unlock(c);
+		pthread_mutex_unlock(&c->renewer.mu);
+		pthread_mutex_unlock(&c->mu);
+	}
+	pthread_mutex_unlock(&clients_mu);
+}
+
+/*
+ * The child holds none of its parent's locks and shares none of its
+ * connections; the parent's threads do not exist here.  Entry mutexes may
+ * have been held by parent threads at fork time: make them anew.
+ */
+static void
+atfork_child(void)
+{
+	for (struct dmutex_client *c = clients; c; c = c->next_all) {
+		for (size_t i = 0; i < c->tab_size; i++)
+			for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
+				dmutex__entry_init_sync(e);
+				e->held = 0;
+				e->acquiring = 0;
+				dmutex__entry_forget(e);
+				e->registered = 0;
+			}
+		c->held = 0;
+		c->pid = getpid();
+		c->be->ops->atfork_child(c->be);
+		dmutex__waiter_atfork_child(c);
+		dmutex__renewer_atfork_child(&c->renewer);
+		pthread_mutex_unlock(&c->mu);
+	}
+	pthread_mutex_unlock(&clients_mu);
+}
+
+/*
+ * A process that exits normally gives its locks up at once, marked
+ * owner-died: robust lockers elsewhere still learn the holder went away
+ * mid-critical-section.
+ */
+static void
+at_exit(void)
+{
+	if (pthread_mutex_trylock(&clients_mu))
+		return;
+	for (struct dmutex_client *c = clients; c; c = c->next_all) {
+		if (c->pid != getpid() || pthread_mutex_trylock(&c->mu))
+			continue;
+		for (size_t i = 0; i < c->tab_size; i++)
+			for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
+				char token[DMUTEX__TOKEN_HEX + 1];
+				if (pthread_mutex_trylock(&e->mu))
+					continue;
+				int held = e->held && !e->releasing && !e->lost;
+				memcpy(token, e->token, sizeof token);
+				pthread_mutex_unlock(&e->mu);
+				if (held) {
+					dmutex__log(DMUTEX_LOG_INFO, "exit while holding '%s': releasing it as owner-died", e->name);
+					dmutex__release(c, e->name, token, DMUTEX__REL_DIED);
+				}
+			}
+		pthread_mutex_unlock(&c->mu);
+	}
+	pthread_mutex_unlock(&clients_mu);
+}
+
+static void
+install_hooks(void)
+{
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	atexit(at_exit);
+}
+
+static int
+verify(struct dmutex_client *c)
+{
+	/* Connect, authenticate and PING each node once so that a wrong
+	 * address or password shows at open, not at the first lock. */
+	for (size_t i = 0; i < c->be->nnodes; i++) {
+		struct dmutex__node *n = &c->be->nodes[i];
+		redisContext *ctx = dmutex__node_get(n);
+		redisReply *r;
+		if (!ctx)
+			return EIO;
+		r = redisCommand(ctx, "PING");
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: PING failed: %s", n->addr->display,
+					r ? r->str : ctx->errstr);
+			if (r)
+				freeReplyObject(r);
+			redisFree(ctx);
+			return EIO;
+		}
+		freeReplyObject(r);
+		dmutex__node_put(n, ctx);
+	}
+	return 0;
+}
+
+static void
+free_client(struct dmutex_client *c)
+{
+	if (c->be)
+		c->be->ops->destroy(c->be);
+	dmutex__config_free(&c->cfg);
+	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->renewer.mu);
+	pthread_cond_destroy(&c->renewer.cv);
+	free(c->tab);
+	free(c);
+}
+
+int
+dmutex_client_open(dmutex_client_t **out, const char *url)
+{
+	struct dmutex_client *c;
+	pthread_condattr_t ca;
+	int err;
+
+	if (!out)
+		return EINVAL;
+	if (!url || !*url)
+		url = getenv("DMUTEX_URL");
+	if (!url || !*url)
+		url = "redis://127.0.0.1:6379";
+	pthread_once(&hooks_once, install_hooks);
+	if (!(c = calloc(1, sizeof *c)))
+		return ENOMEM;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->renewer.mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->renewer.cv, &ca);
+	pthread_condattr_destroy(&ca);
+	c->pid = getpid();
+	if (gethostname(c->host, sizeof c->host - 1))
+		strcpy(c->host, "unknown");
+	if ((err = dmutex__url_parse(url, &c->cfg)))
+		goto fail;
+	if (c->cfg.nnodes > 1) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%zu URLs given: Redlock over several masters is not in this build yet",
+				c->cfg.nnodes);
+		err = ENOTSUP;
+		goto fail;
+	}
+	if ((err = dmutex__backend_redis_create(c, &c->be)) || (err = verify(c)))
+		goto fail;
+	pthread_mutex_lock(&clients_mu);
+	c->next_all = clients;
+	clients = c;
+	pthread_mutex_unlock(&clients_mu);
+	*out = c;
+	return 0;
+fail:
+	free_client(c);
+	return err;
+}
+
+int
+dmutex_client_close(dmutex_client_t *c)
+{
+	struct dmutex_client **pp;
+	size_t entries;
+
+	if (!c)
+		return EINVAL;
+	if (__atomic_load_n(&c->held, __ATOMIC_ACQUIRE))
+		return EBUSY;
+	pthread_mutex_lock(&c->mu);
+	entries = c->n_entries;
+	pthread_mutex_unlock(&c->mu);
+	if (entries) {
+		/* Their dmutex_t objects point into this client. */
+		dmutex__log(DMUTEX_LOG_ERROR, "client close: %zu mutexes still initialized on it; destroy them first",
+				entries);
+		return EBUSY;
+	}
+	pthread_mutex_lock(&clients_mu);
+	if (c == default_client) {
+		pthread_mutex_unlock(&clients_mu);
+		return EINVAL;
+	}
+	for (pp = &clients; *pp && *pp != c; pp = &(*pp)->next_all)
+		;
+	if (*pp)
+		*pp = c->next_all;
+	pthread_mutex_unlock(&clients_mu);
+	dmutex__renewer_stop(c);
+	dmutex__waiter_stop(c);
+	free_client(c);
+	return 0;
+}
+
+int
+dmutex__client_default(struct dmutex_client **out)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	int err = 0;
+
+	pthread_mutex_lock(&mu);
+	if (!default_client) {
+		struct dmutex_client *c;
+		/* Not cached on failure: the next use tries again. */
+		if (!(err = dmutex_client_open(&c, NULL))) {
+			pthread_mutex_lock(&clients_mu);
+			default_client = c;
+			pthread_mutex_unlock(&clients_mu);
+		}
+	}
+	*out = default_client;
+	pthread_mutex_unlock(&mu);
+	return err;
+}

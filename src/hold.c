@@ -1,0 +1,224 @@
+/* Per-process lock records: one entry per (client, name), shared by every
+ * dmutex_t of that name, holding the current hold's token, depth, fence,
+ * deadline and lost flag. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int
+dmutex__name_ok(const char *name, size_t *len)
+{
+	size_t n;
+
+	if (!name) {
+		dmutex__log(DMUTEX_LOG_ERROR, "lock name is NULL");
+		return EINVAL;
+	}
+	n = strnlen(name, DMUTEX_NAME_MAX + 1);
+	if (n == 0 || n > DMUTEX_NAME_MAX) {
+		dmutex__log(DMUTEX_LOG_ERROR, "lock name must be 1 to %d bytes (got %s)",
+				DMUTEX_NAME_MAX, n ? "more" : "an empty one");
+		return EINVAL;
+	}
+	*len = n;
+	return 0;
+}
+
+static size_t
+hash(const char *s)
+{
+	size_t h = 1469598103934665603ULL & (size_t)-1;
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * (size_t)1099511628211ULL;
+	return h;
+}
+
+static int
+grow(struct dmutex_client *c)
+{
+	size_t ns = c->tab_size ? c->tab_size * 2 : 64;
+	struct dmutex__entry **nt = calloc(ns, sizeof *nt);
+
+	if (!nt)
+		return ENOMEM;
+	for (size_t i = 0; i < c->tab_size; i++) {
+		struct dmutex__entry *e = c->tab[i], *next;
+		for (; e; e = next) {
+			next = e->next;
+			e->next = nt[hash(e->name) & (ns - 1)];
+			nt[hash(e->name) & (ns - 1)] = e;
+		}
+	}
+	free(c->tab);
+	c->tab = nt;
+	c->tab_size = ns;
+	return 0;
+}
+
+void
+dmutex__entry_init_sync(struct dmutex__entry *e)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&e->cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+int
+dmutex__entry_get(struct dmutex_client *c, const char *name, struct dmutex__entry **out)
+{
+	struct dmutex__entry *e;
+	size_t len = strlen(name);
+
+	pthread_mutex_lock(&c->mu);
+	if (c->tab_size) {
+		for (e = c->tab[hash(name) & (c->tab_size - 1)]; e; e = e->next)
+			if (e->name_len == len && !memcmp(e->name, name, len)) {
+				__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+				pthread_mutex_unlock(&c->mu);
+				*out = e;
+				return 0;
+			}
+	}
+	if ((c->n_entries + 1) * 2 > c->tab_size && grow(c)) {
+		pthread_mutex_unlock(&c->mu);
+		return ENOMEM;
+	}
+	if (!(e = calloc(1, sizeof *e + len + 1))) {
+		pthread_mutex_unlock(&c->mu);
+		return ENOMEM;
+	}
+	e->client = c;
+	e->refs = 1;
+	e->name_len = len;
+	memcpy(e->name, name, len + 1);
+	dmutex__entry_init_sync(e);
+	e->next = c->tab[hash(name) & (c->tab_size - 1)];
+	c->tab[hash(name) & (c->tab_size - 1)] = e;
+	c->n_entries++;
+	pthread_mutex_unlock(&c->mu);
+	*out = e;
+	return 0;
+}
+
+void
+dmutex__entry_put(struct dmutex__entry *e)
+{
+	struct dmutex_client *c = e->client;
+	struct dmutex__entry **pp;
+
+	pthread_mutex_lock(&c->mu);
+	/* Atomic: the renewer takes refs under its own lock, not ours. */
+	if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL)) {
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	for (pp = &c->tab[hash(e->name) & (c->tab_size - 1)]; *pp != e; pp = &(*pp)->next)
+		;
+	*pp = e->next;
+	c->n_entries--;
+	pthread_mutex_unlock(&c->mu);
+	pthread_mutex_destroy(&e->mu);
+	pthread_cond_destroy(&e->cv);
+	free(e);
+}
+
+void
+dmutex__entry_mark_lost(struct dmutex__entry *e)
+{
+	if (!e->lost) {
+		e->lost = 1;
+		dmutex__log(DMUTEX_LOG_WARN, "lost the hold of '%s' (fence %llu)", e->name,
+				(unsigned long long)e->fence);
+	}
+}
+
+void (*dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now))(const char *, void *)
+{
+	if (!e->held)
+		return NULL;
+	if (now >= e->deadline_ns)
+		dmutex__entry_mark_lost(e);
+	if (!e->lost || e->lost_reported)
+		return NULL;
+	e->lost_reported = 1;
+	return e->onlost;
+}
+
+void
+dmutex__entry_forget(struct dmutex__entry *e)
+{
+	if (e->held)
+		__atomic_fetch_sub(&e->client->held, 1, __ATOMIC_ACQ_REL);
+	e->held = 0;
+	e->depth = 0;
+	e->releasing = 0;
+	e->lost = 0;
+	e->lost_reported = 0;
+	e->inconsistent = 0;
+	e->gen++;
+	memset(e->token, 0, sizeof e->token);
+	pthread_cond_broadcast(&e->cv);
+}
+
+/* Bind a statically initialized mutex to the default client on first use. */
+static int
+bind_static(dmutex_t *m, struct dmutex__mutex **out)
+{
+	struct dmutex__mutex *mx, *expected = NULL;
+	struct dmutex_client *c;
+	size_t len;
+	int err;
+
+	if ((err = dmutex__name_ok(m->__static_name, &len)))
+		return err;
+	if ((err = dmutex__client_default(&c)))
+		return err;
+	if (!(mx = calloc(1, sizeof *mx)))
+		return ENOMEM;
+	mx->type = DMUTEX_DEFAULT;
+	mx->robust = DMUTEX_STALLED;
+	mx->lease_ms = c->cfg.lease_ms;
+	if ((err = dmutex__entry_get(c, m->__static_name, &mx->entry))) {
+		free(mx);
+		return err;
+	}
+	if (!__atomic_compare_exchange_n(&m->__impl, (void **)&expected, mx, 0,
+			__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/* Another thread bound it first. */
+		dmutex__entry_put(mx->entry);
+		free(mx);
+		mx = expected;
+	}
+	*out = mx;
+	return 0;
+}
+
+int
+dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out)
+{
+	unsigned long magic;
+	struct dmutex__mutex *mx;
+
+	if (!m)
+		return EINVAL;
+	magic = __atomic_load_n(&m->__magic, __ATOMIC_ACQUIRE);
+	if (magic != DMUTEX__MAGIC_INIT && magic != DMUTEX__MAGIC_STATIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "mutex %p is %s", (void *)m,
+				magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
+		return EINVAL;
+	}
+	mx = __atomic_load_n((struct dmutex__mutex **)&m->__impl, __ATOMIC_ACQUIRE);
+	if (mx) {
+		*out = mx;
+		return 0;
+	}
+	if (magic == DMUTEX__MAGIC_INIT)
+		return EINVAL;
+	return bind_static(m, out);
+}

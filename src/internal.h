@@ -1,0 +1,171 @@
+/*
+ * Internal types shared by the public calls, the renewer and the waiter.
+ *
+ * Data flows one way: a public call -> entry (hold record) -> backend ->
+ * (renewer, waiter).  The backend never calls back into the public layer,
+ * and only the renewer (or the holder itself, on noticing its deadline has
+ * passed) marks a hold lost.
+ *
+ * Lock order: entry.mu -> client.mu / renewer.mu / waiter.mu / node.mu.
+ * The last four are leaves: nothing else is taken while one is held, and
+ * none is held across network I/O, so fork's prepare handler can take them.
+ */
+#ifndef DMUTEX_INTERNAL_H
+#define DMUTEX_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "dmutex.h"
+#include "log.h"
+#include "url.h"
+
+#define DMUTEX__MAGIC_INIT      0x444d5458UL /* "DMTX" */
+#define DMUTEX__MAGIC_DESTROYED 0x64656164UL /* "dead" */
+#define DMUTEX__ATTR_MAGIC      0x61747472UL /* "attr" */
+
+/* 128 random bits as hex: an unguessable token, new for every acquisition. */
+#define DMUTEX__TOKEN_HEX 32
+
+struct dmutex__backend;
+struct dmutex__waiter;
+
+/* ---- time ---- */
+int64_t dmutex__now_ns(void);                     /* CLOCK_MONOTONIC */
+int64_t dmutex__wall_ms(void);                    /* CLOCK_REALTIME, for operators */
+void dmutex__ns_to_ts(int64_t ns, struct timespec *ts);
+void dmutex__sleep_until(int64_t until_ns);
+#define DMUTEX__MS 1000000LL
+/* Safety margin for clock drift between us and Redis: 1 % + 2 ms. */
+#define DMUTEX__DRIFT_NS(lease_ms) ((int64_t)(lease_ms) * DMUTEX__MS / 100 + 2 * DMUTEX__MS)
+
+/* ---- tokens ---- */
+int dmutex__token(char out[DMUTEX__TOKEN_HEX + 1]);
+long dmutex__tid(void);
+
+/*
+ * Everything a process knows about one lock name on one client.  Shared by
+ * every dmutex_t with that name on that client, so threads of a process wait
+ * for each other locally and only one talks to the backend.
+ */
+struct dmutex__entry {
+	struct dmutex_client *client;
+	struct dmutex__entry *next;     /* hash chain, client->mu */
+	unsigned refs;                  /* client->mu */
+	size_t name_len;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;              /* CLOCK_MONOTONIC; local waiters */
+	/* under mu */
+	int held;                       /* a thread of this process holds it */
+	pthread_t owner;
+	int depth;                      /* recursion count of the owner */
+	int acquiring;                  /* a thread is asking the backend */
+	int releasing;                  /* the owner is telling the backend */
+	char token[DMUTEX__TOKEN_HEX + 1];
+	uint64_t fence;
+	uint64_t gen;                   /* bumped per hold: stale renewals are ignored */
+	int64_t deadline_ns;            /* the hold is valid until then */
+	unsigned lease_ms;
+	int lost;
+	int lost_reported;
+	int inconsistent;               /* robust: EOWNERDEAD given, no consistent yet */
+	void (*onlost)(const char *, void *);
+	void *onlost_arg;
+
+	/* under client->renewer.mu */
+	int registered;
+	int64_t due_ns;
+
+	char name[];                    /* NUL-terminated */
+};
+
+/* The private state behind a dmutex_t. */
+struct dmutex__mutex {
+	struct dmutex__entry *entry;
+	int type;
+	int robust;
+	unsigned lease_ms;
+	void (*onlost)(const char *, void *);
+	void *onlost_arg;
+};
+
+struct dmutex__orphan {
+	char *name;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int mode;
+	int64_t until_ns;               /* give up: the lease has run out anyway */
+	int64_t next_ns;
+};
+
+struct dmutex__renewer {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pthread_t thread;
+	int running;
+	int stop;
+	struct dmutex__entry **items;
+	size_t n, cap;
+	struct dmutex__orphan *orphans;
+	size_t norphans, orphans_cap;
+};
+
+struct dmutex_client {
+	struct dmutex__config cfg;
+	struct dmutex__backend *be;
+	struct dmutex__waiter *waiter;
+	struct dmutex__renewer renewer;
+
+	pthread_mutex_t mu;             /* entry table */
+	struct dmutex__entry **tab;
+	size_t tab_size, n_entries;
+	unsigned held;                  /* atomic: entries held through this client */
+	pid_t pid;                      /* the process that owns the threads */
+
+	char host[256];
+	struct dmutex_client *next_all; /* dmutex__clients list */
+};
+
+/* ---- client.c ---- */
+int dmutex__client_default(struct dmutex_client **out);
+
+/* ---- hold.c ---- */
+void dmutex__entry_init_sync(struct dmutex__entry *e);
+int dmutex__entry_get(struct dmutex_client *c, const char *name,
+		struct dmutex__entry **out);
+void dmutex__entry_put(struct dmutex__entry *e);
+/* Under e->mu: mark lost if the deadline passed; return the handler to call
+ * (once per lost hold, after dropping e->mu) or NULL. */
+void (*dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now))(const char *, void *);
+void dmutex__entry_mark_lost(struct dmutex__entry *e);
+/* Under e->mu: forget the hold and wake local waiters. */
+void dmutex__entry_forget(struct dmutex__entry *e);
+int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
+int dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out);
+int dmutex__name_ok(const char *name, size_t *len);
+
+/* ---- renewer.c ---- */
+int dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e);
+void dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e);
+/* Keep trying to release `token` in the background until until_ns. */
+void dmutex__renewer_orphan(struct dmutex_client *c, const char *name,
+		const char *token, int mode, int64_t until_ns);
+void dmutex__renewer_stop(struct dmutex_client *c);
+void dmutex__renewer_atfork_child(struct dmutex__renewer *r);
+
+/* Release modes, as release.lua reads them. */
+enum {
+	DMUTEX__REL_CLEAN = 0,
+	DMUTEX__REL_NOTREC = 1,
+	DMUTEX__REL_DIED = 2,
+	DMUTEX__REL_ABANDON = 3
+};
+
+/* The release with retries shared by unlock, exit and the orphan list:
+ * 0 released; ENOLCK not ours; EIO unconfirmed. */
+int dmutex__release(struct dmutex_client *c, const char *name,
+		const char *token, int mode);
+
+#endif

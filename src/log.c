@@ -1,0 +1,80 @@
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static void (*log_fn)(int, const char *, void *);
+static void *log_arg;
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
+static int env_level = DMUTEX_LOG_WARN;
+
+static void
+read_env_level(void)
+{
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+	const char *v = getenv("DMUTEX_LOG");
+	if (!v || !*v)
+		return;
+	if (!strcmp(v, "off")) {
+		env_level = -1;
+		return;
+	}
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(v, names[i])) {
+			env_level = i;
+			return;
+		}
+	fprintf(stderr, "dmutex: DMUTEX_LOG=%s is not off|error|warn|info|debug; using warn\n", v);
+}
+
+void
+dmutex_set_logger(void (*log)(int level, const char *msg, void *arg), void *arg)
+{
+	pthread_mutex_lock(&log_mu);
+	log_fn = log;
+	log_arg = arg;
+	pthread_mutex_unlock(&log_mu);
+}
+
+int
+dmutex__log_enabled(int level)
+{
+	int custom;
+	pthread_mutex_lock(&log_mu);
+	custom = log_fn != NULL;
+	pthread_mutex_unlock(&log_mu);
+	if (custom)
+		return 1;
+	pthread_once(&level_once, read_env_level);
+	return level <= env_level;
+}
+
+void
+dmutex__log(int level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	void (*fn)(int, const char *, void *);
+	void *arg;
+
+	pthread_mutex_lock(&log_mu);
+	fn = log_fn;
+	arg = log_arg;
+	pthread_mutex_unlock(&log_mu);
+	if (!fn) {
+		pthread_once(&level_once, read_env_level);
+		if (level > env_level)
+			return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (fn)
+		fn(level, msg, arg);
+	else
+		fprintf(stderr, "dmutex: %s\n", msg);
+}

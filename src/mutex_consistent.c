@@ -1,0 +1,24 @@
+#include <errno.h>
+
+#include "internal.h"
+
+int
+dmutex_consistent(dmutex_t *m)
+{
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	int err;
+
+	if ((err = dmutex__resolve(m, &mx)))
+		return err;
+	e = mx->entry;
+	pthread_mutex_lock(&e->mu);
+	if (!e->held || !pthread_equal(e->owner, pthread_self()))
+		err = EPERM;
+	else if (mx->robust != DMUTEX_ROBUST || !e->inconsistent)
+		err = EINVAL;
+	else
+		e->inconsistent = 0;
+	pthread_mutex_unlock(&e->mu);
+	return err;
+}

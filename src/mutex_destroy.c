@@ -1,0 +1,33 @@
+#include <errno.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+int
+dmutex_destroy(dmutex_t *m)
+{
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	unsigned long magic;
+	int busy;
+
+	if (!m)
+		return EINVAL;
+	magic = __atomic_load_n(&m->__magic, __ATOMIC_ACQUIRE);
+	if (magic != DMUTEX__MAGIC_INIT && magic != DMUTEX__MAGIC_STATIC)
+		return EINVAL;
+	mx = __atomic_load_n((struct dmutex__mutex **)&m->__impl, __ATOMIC_ACQUIRE);
+	if (mx) {
+		e = mx->entry;
+		pthread_mutex_lock(&e->mu);
+		busy = e->held || e->acquiring;
+		pthread_mutex_unlock(&e->mu);
+		if (busy)
+			return EBUSY;
+		dmutex__entry_put(e);
+		free(mx);
+	}
+	__atomic_store_n(&m->__impl, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&m->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
+	return 0;
+}

@@ -1,0 +1,35 @@
+#include <errno.h>
+
+#include "internal.h"
+
+int
+dmutex_fence(dmutex_t *m, uint64_t *token)
+{
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	void (*cb)(const char *, void *);
+	void *arg;
+	int err;
+
+	if ((err = dmutex__resolve(m, &mx)))
+		return err;
+	if (!token)
+		return EINVAL;
+	e = mx->entry;
+	pthread_mutex_lock(&e->mu);
+	if (!e->held || !pthread_equal(e->owner, pthread_self())) {
+		pthread_mutex_unlock(&e->mu);
+		return EPERM;
+	}
+	/* The holder's own clock decides, not the renewer's last word. */
+	cb = dmutex__entry_check_lost(e, dmutex__now_ns());
+	arg = e->onlost_arg;
+	if (e->lost)
+		err = ENOLCK;
+	else
+		*token = e->fence;
+	pthread_mutex_unlock(&e->mu);
+	if (cb)
+		cb(e->name, arg);
+	return err;
+}

@@ -1,0 +1,40 @@
+#include <errno.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+int
+dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
+{
+	struct dmutex__mutex *mx;
+	struct dmutex_client *c;
+	size_t len;
+	int err;
+
+	if (!m)
+		return EINVAL;
+	if ((err = dmutex__name_ok(name, &len)))
+		return err;
+	if (attr && attr->__magic != DMUTEX__ATTR_MAGIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "dmutex_init('%s'): attributes not initialized", name);
+		return EINVAL;
+	}
+	c = attr ? attr->__client : NULL;
+	if (!c && (err = dmutex__client_default(&c)))
+		return err;
+	if (!(mx = calloc(1, sizeof *mx)))
+		return ENOMEM;
+	mx->type = attr ? attr->__type : DMUTEX_DEFAULT;
+	mx->robust = attr ? attr->__robust : DMUTEX_STALLED;
+	mx->lease_ms = attr && attr->__lease_ms ? attr->__lease_ms : c->cfg.lease_ms;
+	mx->onlost = attr ? attr->__onlost : NULL;
+	mx->onlost_arg = attr ? attr->__onlost_arg : NULL;
+	if ((err = dmutex__entry_get(c, name, &mx->entry))) {
+		free(mx);
+		return err;
+	}
+	m->__static_name = NULL;
+	__atomic_store_n(&m->__impl, mx, __ATOMIC_RELEASE);
+	__atomic_store_n(&m->__magic, DMUTEX__MAGIC_INIT, __ATOMIC_RELEASE);
+	return 0;
+}

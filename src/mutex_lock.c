@@ -1,0 +1,251 @@
+/*
+ * lock, trylock, timedlock and clocklock are one function with different
+ * deadlines.  Threads of a process queue on the entry locally; the one at
+ * the head (the "acquirer") talks to the backend, waits for wake-ups from
+ * it, and hands the entry on when it gives up.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "internal.h"
+#include "waiter.h"
+
+#define NO_DEADLINE INT64_MAX
+
+enum { BLOCK, TRY };
+
+/* Retry on backend failure for this many command timeouts before EIO. */
+#define IO_RETRY_FACTOR 3
+
+static int64_t
+backoff_ns(int attempt)
+{
+	/* 25 ms, 50, 100, then 200 ms, jittered so that a crowd that lost its
+	 * server does not come back in step. */
+	int64_t base = 25 * DMUTEX__MS << (attempt < 3 ? attempt : 3);
+	return base / 2 + (int64_t)(rand() % 1000) * (base / 2) / 1000;
+}
+
+/* A lost reply may have given us the lock: take it back, or make sure it
+ * is taken back in the background, so that nobody waits for a lock that
+ * nobody knows it holds. */
+static void
+abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms)
+{
+	int err = dmutex__release(c, e->name, token, DMUTEX__REL_ABANDON);
+	if (err == EIO)
+		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_ABANDON,
+				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+}
+
+/* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD. */
+static int
+acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline)
+{
+	struct dmutex__entry *e = mx->entry;
+	struct dmutex_client *c = e->client;
+	struct dmutex__backend *be = c->be;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__wsub *sub = NULL;
+	char *channel = NULL;
+	int64_t io_budget = (int64_t)IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
+	int64_t io_until = dmutex__now_ns() + io_budget;
+	int maybe_done = 0, io_attempt = 0, err;
+	uint64_t seq = 0;
+
+	if ((err = dmutex__token(token)))
+		return err;
+	for (;;) {
+		struct dmutex__acq a = { .name = e->name, .token = token,
+			.lease_ms = mx->lease_ms, .tid = dmutex__tid() };
+		int64_t sent, now;
+
+		if (sub)
+			seq = dmutex__wsub_seq(c, sub);
+		sent = dmutex__now_ns();
+		err = be->ops->acquire(be, &a);
+		now = dmutex__now_ns();
+		if (!err && a.status == DMUTEX__ACQ_OK) {
+			pthread_mutex_lock(&e->mu);
+			memcpy(e->token, token, sizeof e->token);
+			e->held = 1;
+			e->owner = pthread_self();
+			e->depth = 1;
+			e->fence = a.fence;
+			e->lease_ms = mx->lease_ms;
+			/* Our deadline counts from before the request was sent. */
+			e->deadline_ns = sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms);
+			e->lost = e->lost_reported = 0;
+			e->inconsistent = a.died && mx->robust == DMUTEX_ROBUST;
+			e->onlost = mx->onlost;
+			e->onlost_arg = mx->onlost_arg;
+			__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
+			err = dmutex__renewer_add(c, e);
+			if (err) {
+				dmutex__entry_forget(e);
+				pthread_mutex_unlock(&e->mu);
+				abandon(c, e, token, mx->lease_ms);
+				break;
+			}
+			err = e->inconsistent ? EOWNERDEAD : 0;
+			if (a.died)
+				dmutex__log(DMUTEX_LOG_INFO, "'%s': previous owner died holding it%s", e->name,
+						e->inconsistent ? "" : " (not robust: acquired as usual)");
+			pthread_mutex_unlock(&e->mu);
+			break;
+		}
+		if (!err && a.status == DMUTEX__ACQ_NOTREC) {
+			err = ENOTRECOVERABLE;
+			break;
+		}
+		if (err) {
+			maybe_done |= a.maybe_done;
+			if (mode == TRY || now >= io_until || now >= until) {
+				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': backend failing, giving up", e->name);
+				err = EIO;
+				break;
+			}
+			int64_t wake = now + backoff_ns(io_attempt++);
+			dmutex__sleep_until(wake < until ? wake : until);
+			continue;
+		}
+		/* Held by someone else.  The backend answered: fresh I/O budget. */
+		io_until = now + io_budget;
+		io_attempt = 0;
+		if (mode == TRY) {
+			err = EBUSY;
+			break;
+		}
+		if (bad_deadline) {
+			err = EINVAL;
+			break;
+		}
+		if (now >= until) {
+			err = ETIMEDOUT;
+			break;
+		}
+		if (!sub && !channel) {
+			/* Subscribe, then ask again at once: a release between our
+			 * attempt and the subscription would otherwise be missed. */
+			channel = be->ops->channel(be, e->name);
+			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+			if (channel)
+				sub = dmutex__waiter_sub(c, channel, sub_until < until ? sub_until : until);
+			continue;
+		}
+		/* Sleep until woken, or at most until the holder's lease ends
+		 * (so a lost wake-up costs at most one lease). */
+		int64_t bound = a.pttl_ms >= 0 ? now + (a.pttl_ms + 1) * DMUTEX__MS
+				: now + (int64_t)mx->lease_ms * DMUTEX__MS;
+		if (bound > until)
+			bound = until;
+		if (sub)
+			dmutex__wsub_wait(c, sub, seq, bound);
+		else
+			dmutex__sleep_until(bound);
+	}
+	if (sub)
+		dmutex__waiter_unsub(c, sub);
+	free(channel);
+	if (err && err != EOWNERDEAD && maybe_done)
+		abandon(c, e, token, mx->lease_ms);
+	return err;
+}
+
+int
+dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
+{
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	pthread_t self = pthread_self();
+	struct timespec ts;
+	int err;
+
+	if ((err = dmutex__resolve(m, &mx)))
+		return err;
+	e = mx->entry;
+	pthread_mutex_lock(&e->mu);
+	if (e->held && pthread_equal(e->owner, self)) {
+		if (mx->type == DMUTEX_RECURSIVE) {
+			if (e->depth == INT_MAX)
+				err = EAGAIN;
+			else
+				e->depth++;
+		} else {
+			/* POSIX lets NORMAL hang here; a distributed lock must not. */
+			err = mode == TRY ? EBUSY : EDEADLK;
+		}
+		pthread_mutex_unlock(&e->mu);
+		return err;
+	}
+	dmutex__ns_to_ts(until, &ts);
+	while (e->held || e->acquiring) {
+		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
+			pthread_mutex_unlock(&e->mu);
+			return mode == TRY ? EBUSY : bad_deadline ? EINVAL : ETIMEDOUT;
+		}
+		if (until == NO_DEADLINE)
+			pthread_cond_wait(&e->cv, &e->mu);
+		else
+			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+	}
+	e->acquiring = 1;
+	pthread_mutex_unlock(&e->mu);
+
+	err = acquire_remote(mx, mode, until, bad_deadline);
+
+	pthread_mutex_lock(&e->mu);
+	e->acquiring = 0;
+	/* Whether we got it or gave up, the next local waiter looks again. */
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+	return err;
+}
+
+int
+dmutex_lock(dmutex_t *m)
+{
+	return dmutex__lock(m, BLOCK, NO_DEADLINE, 0);
+}
+
+int
+dmutex_trylock(dmutex_t *m)
+{
+	return dmutex__lock(m, TRY, NO_DEADLINE, 0);
+}
+
+int
+dmutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec *at)
+{
+	struct timespec now;
+	int64_t until, left;
+	int bad;
+
+	if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "clocklock: clock %d is neither CLOCK_REALTIME nor CLOCK_MONOTONIC",
+				(int)clock);
+		return EINVAL;
+	}
+	if (!at)
+		return EINVAL;
+	/* POSIX: a bad deadline is an error only if we would block. */
+	bad = at->tv_nsec < 0 || at->tv_nsec >= 1000000000L;
+	if (bad)
+		return dmutex__lock(m, BLOCK, dmutex__now_ns(), 1);
+	clock_gettime(clock, &now);
+	/* Waits run on CLOCK_MONOTONIC; a realtime deadline is converted once. */
+	left = ((int64_t)at->tv_sec - now.tv_sec) * 1000000000 + (at->tv_nsec - now.tv_nsec);
+	until = dmutex__now_ns() + (left > 0 ? left : 0);
+	if (left > 0 && until < 0)
+		until = NO_DEADLINE;
+	return dmutex__lock(m, BLOCK, until, 0);
+}
+
+int
+dmutex_timedlock(dmutex_t *m, const struct timespec *abs_realtime)
+{
+	return dmutex_clocklock(m, CLOCK_REALTIME, abs_realtime);
+}

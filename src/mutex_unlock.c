@@ -1,0 +1,71 @@
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+int
+dmutex_unlock(dmutex_t *m)
+{
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	struct dmutex_client *c;
+	void (*cb)(const char *, void *);
+	void *arg;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err, lost, mode;
+	unsigned lease_ms;
+
+	if ((err = dmutex__resolve(m, &mx)))
+		return err;
+	e = mx->entry;
+	c = e->client;
+	pthread_mutex_lock(&e->mu);
+	if (!e->held || !pthread_equal(e->owner, pthread_self()) || e->releasing) {
+		pthread_mutex_unlock(&e->mu);
+		return EPERM;
+	}
+	cb = dmutex__entry_check_lost(e, dmutex__now_ns());
+	arg = e->onlost_arg;
+	lost = e->lost;
+	if (!lost && e->depth > 1) {
+		/* Only the outermost unlock talks to the backend. */
+		e->depth--;
+		pthread_mutex_unlock(&e->mu);
+		return 0;
+	}
+	/* A lost hold is forgotten whole, however deep: the caller was told. */
+	mode = lost ? DMUTEX__REL_DIED : e->inconsistent ? DMUTEX__REL_NOTREC : DMUTEX__REL_CLEAN;
+	memcpy(token, e->token, sizeof token);
+	lease_ms = e->lease_ms;
+	e->releasing = 1;
+	pthread_mutex_unlock(&e->mu);
+	if (cb)
+		cb(e->name, arg);
+
+	/* No renewal may outlive the unlock; the release below is compare-and-
+	 * delete by token, so one already in flight cannot resurrect it. */
+	dmutex__renewer_remove(c, e);
+	err = dmutex__release(c, e->name, token, mode);
+	if (mode == DMUTEX__REL_NOTREC && !err)
+		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
+				"it is not recoverable until reset", e->name);
+	if (err == EIO)
+		dmutex__renewer_orphan(c, e->name, token, mode,
+				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+
+	pthread_mutex_lock(&e->mu);
+	if (err == ENOLCK && !lost) {
+		/* Taken from us without our noticing: report it as lost. */
+		dmutex__entry_mark_lost(e);
+		cb = dmutex__entry_check_lost(e, dmutex__now_ns());
+	} else {
+		cb = NULL;
+	}
+	dmutex__entry_forget(e);
+	pthread_mutex_unlock(&e->mu);
+	if (cb)
+		cb(e->name, arg);
+	if (lost)
+		return ENOLCK;
+	return err;
+}

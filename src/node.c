@@ -1,0 +1,239 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "internal.h"
+#include "node.h"
+#include "scripts.h"
+
+void
+dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
+		unsigned connect_ms, unsigned command_ms)
+{
+	memset(n, 0, sizeof *n);
+	n->addr = addr;
+	n->connect_ms = connect_ms;
+	n->command_ms = command_ms;
+	pthread_mutex_init(&n->mu, NULL);
+}
+
+void
+dmutex__node_fini(struct dmutex__node *n)
+{
+	for (int i = 0; i < n->nidle; i++)
+		redisFree(n->idle[i]);
+	n->nidle = 0;
+	pthread_mutex_destroy(&n->mu);
+}
+
+void
+dmutex__node_atfork_child(struct dmutex__node *n)
+{
+	/* The parent still uses these sockets: close our copies, say nothing. */
+	for (int i = 0; i < n->nidle; i++)
+		redisFree(n->idle[i]);
+	n->nidle = 0;
+	pthread_mutex_init(&n->mu, NULL);
+}
+
+static struct timeval
+tv_ms(unsigned ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+	return tv;
+}
+
+/* Log once per outage, not once per attempt. */
+static void
+note_down(struct dmutex__node *n, const char *what, const char *why)
+{
+	int first;
+	pthread_mutex_lock(&n->mu);
+	first = !n->down_logged;
+	n->down_logged = 1;
+	pthread_mutex_unlock(&n->mu);
+	dmutex__log(first ? DMUTEX_LOG_WARN : DMUTEX_LOG_DEBUG, "%s: %s: %s",
+			n->addr->display, what, why);
+}
+
+static int
+handshake(struct dmutex__node *n, redisContext *c)
+{
+	const struct dmutex__node_addr *a = n->addr;
+	redisReply *r;
+
+	if (a->password) {
+		if (a->user)
+			r = redisCommand(c, "AUTH %s %s", a->user, a->password);
+		else
+			r = redisCommand(c, "AUTH %s", a->password);
+		if (!r) {
+			note_down(n, "AUTH", c->errstr);
+			return -1;
+		}
+		if (r->type == REDIS_REPLY_ERROR) {
+			/* Redis's message names no password; ours neither. */
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: authentication failed: %s",
+					a->display, r->str);
+			freeReplyObject(r);
+			return -1;
+		}
+		freeReplyObject(r);
+	}
+	if (a->db) {
+		r = redisCommand(c, "SELECT %d", a->db);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: SELECT %d failed: %s", a->display,
+					a->db, r ? r->str : c->errstr);
+			if (r)
+				freeReplyObject(r);
+			return -1;
+		}
+		freeReplyObject(r);
+	}
+	return 0;
+}
+
+redisContext *
+dmutex__node_connect(struct dmutex__node *n)
+{
+	const struct dmutex__node_addr *a = n->addr;
+	struct timeval ct = tv_ms(n->connect_ms), cmd = tv_ms(n->command_ms);
+	redisContext *c;
+
+	if (a->path)
+		c = redisConnectUnixWithTimeout(a->path, ct);
+	else
+		c = redisConnectWithTimeout(a->host, a->port, ct);
+	if (!c) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: out of memory connecting", a->display);
+		return NULL;
+	}
+	if (c->err) {
+		note_down(n, "cannot connect", c->errstr);
+		redisFree(c);
+		return NULL;
+	}
+	if (redisSetTimeout(c, cmd) != REDIS_OK || (!a->path && redisEnableKeepAlive(c) != REDIS_OK)) {
+		note_down(n, "cannot set socket options", c->errstr);
+		redisFree(c);
+		return NULL;
+	}
+	if (handshake(n, c)) {
+		redisFree(c);
+		return NULL;
+	}
+	pthread_mutex_lock(&n->mu);
+	if (n->down_logged)
+		dmutex__log(DMUTEX_LOG_INFO, "%s: reachable again", a->display);
+	n->down_logged = 0;
+	pthread_mutex_unlock(&n->mu);
+	return c;
+}
+
+redisContext *
+dmutex__node_get(struct dmutex__node *n)
+{
+	redisContext *c = NULL;
+
+	pthread_mutex_lock(&n->mu);
+	if (n->nidle)
+		c = n->idle[--n->nidle];
+	pthread_mutex_unlock(&n->mu);
+	return c ? c : dmutex__node_connect(n);
+}
+
+void
+dmutex__node_put(struct dmutex__node *n, redisContext *c)
+{
+	if (!c)
+		return;
+	/* hiredis: a context is not to be reused after an I/O error. */
+	if (c->err) {
+		redisFree(c);
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	if (n->nidle < DMUTEX__POOL_MAX) {
+		n->idle[n->nidle++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (c)
+		redisFree(c);
+}
+
+static int
+append_script(redisContext *c, int script, int by_sha, int nkeys, int argc,
+		const char **argv, const size_t *lens)
+{
+	const struct dmutex__script *s = &dmutex__scripts[script];
+	const char *av[argc + 3];
+	size_t al[argc + 3];
+	char nk[16];
+	int rc;
+
+	av[0] = by_sha ? "EVALSHA" : "EVAL";
+	al[0] = strlen(av[0]);
+	av[1] = by_sha ? s->sha : s->src;
+	al[1] = strlen(av[1]);
+	snprintf(nk, sizeof nk, "%d", nkeys);
+	av[2] = nk;
+	al[2] = strlen(nk);
+	for (int i = 0; i < argc; i++) {
+		av[i + 3] = argv[i];
+		al[i + 3] = lens ? lens[i] : strlen(argv[i]);
+	}
+	rc = redisAppendCommandArgv(c, argc + 3, av, al);
+	return rc == REDIS_OK ? 0 : -1;
+}
+
+int
+dmutex__node_script_append(redisContext *c, int script, int nkeys, int argc,
+		const char **argv, const size_t *lens)
+{
+	return append_script(c, script, 1, nkeys, argc, argv, lens);
+}
+
+static int
+is_noscript(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR && r->len >= 8 && !memcmp(r->str, "NOSCRIPT", 8);
+}
+
+redisReply *
+dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
+		int nkeys, int argc, const char **argv, const size_t *lens, int *maybe_done)
+{
+	void *v = NULL;
+
+	*maybe_done = 0;
+	for (int by_sha = 1; by_sha >= 0; by_sha--) {
+		if (append_script(c, script, by_sha, nkeys, argc, argv, lens)) {
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot queue command: %s",
+					n->addr->display, c->errstr);
+			return NULL;
+		}
+		if (redisGetReply(c, &v) != REDIS_OK) {
+			/* Sent, but no reply: it may have run. */
+			*maybe_done = 1;
+			note_down(n, dmutex__scripts[script].name, c->errstr);
+			return NULL;
+		}
+		if (!is_noscript(v))
+			break;
+		freeReplyObject(v);
+		v = NULL;
+	}
+	if (!v)
+		return NULL;
+	if (((redisReply *)v)->type == REDIS_REPLY_ERROR) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: %s script failed: %s", n->addr->display,
+				dmutex__scripts[script].name, ((redisReply *)v)->str);
+		freeReplyObject(v);
+		return NULL;
+	}
+	return v;
+}

@@ -1,0 +1,49 @@
+/* One Redis master: address, connection pool, scripts by SHA. */
+#ifndef DMUTEX_NODE_H
+#define DMUTEX_NODE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <hiredis/hiredis.h>
+
+#include "url.h"
+
+#define DMUTEX__POOL_MAX 16
+
+struct dmutex__node {
+	const struct dmutex__node_addr *addr;
+	unsigned connect_ms;
+	unsigned command_ms;
+	pthread_mutex_t mu;             /* leaf */
+	redisContext *idle[DMUTEX__POOL_MAX];
+	int nidle;
+	int down_logged;                /* rate-limits "unreachable" warnings */
+};
+
+void dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
+		unsigned connect_ms, unsigned command_ms);
+void dmutex__node_fini(struct dmutex__node *n);
+void dmutex__node_atfork_child(struct dmutex__node *n);
+
+/* A new authenticated connection with the command timeout set; NULL on
+ * failure (logged). */
+redisContext *dmutex__node_connect(struct dmutex__node *n);
+/* From the pool, or new. */
+redisContext *dmutex__node_get(struct dmutex__node *n);
+/* Back to the pool; a broken context (c->err) is freed instead. */
+void dmutex__node_put(struct dmutex__node *n, redisContext *c);
+
+/*
+ * Run an embedded script by SHA, falling back to EVAL on NOSCRIPT (a server
+ * restart flushes the script cache).  argv holds the keys then the args.
+ * Returns the reply (never an error reply: those are logged and turned into
+ * NULL) or NULL, with *maybe_done set when the script may have run.
+ */
+redisReply *dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
+		int nkeys, int argc, const char **argv, const size_t *lens, int *maybe_done);
+
+/* Pipelined: append one script call; pair with dmutex__node_script_reply. */
+int dmutex__node_script_append(redisContext *c, int script, int nkeys, int argc,
+		const char **argv, const size_t *lens);
+
+#endif

@@ -1,0 +1,337 @@
+/*
+ * The one renewal thread of a client.  Every held lease is renewed at about
+ * a third of its lease; all renewals due in a tick go to the backend in one
+ * batch.  A hold whose renewal is not confirmed before its own monotonic
+ * deadline is lost: flagged, and its onlost handler called once.
+ *
+ * The thread also retries releases that could not be confirmed (orphans),
+ * until their lease would have run out anyway.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "internal.h"
+
+/* Renewals due within this much of the first are sent in the same batch. */
+#define BATCH_SLACK_NS (50 * DMUTEX__MS)
+#define RETRY_NS       (50 * DMUTEX__MS)
+
+static int64_t
+renew_interval(unsigned lease_ms)
+{
+	return (int64_t)lease_ms * DMUTEX__MS / 3;
+}
+
+static void *renewer_main(void *arg);
+
+static int
+ensure_running(struct dmutex_client *c)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	sigset_t all, old;
+	int err;
+
+	if (r->running)
+		return 0;
+	/* Signals are for the application's threads, not ours. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&r->thread, NULL, renewer_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		dmutex__log(DMUTEX_LOG_ERROR, "cannot start the renewal thread: %s", strerror(err));
+		return err;
+	}
+	r->running = 1;
+	r->stop = 0;
+	return 0;
+}
+
+int
+dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	int err;
+
+	pthread_mutex_lock(&r->mu);
+	if ((err = ensure_running(c)))
+		goto out;
+	if (r->n == r->cap) {
+		size_t ncap = r->cap ? r->cap * 2 : 16;
+		struct dmutex__entry **ni = realloc(r->items, ncap * sizeof *ni);
+		if (!ni) {
+			err = ENOMEM;
+			goto out;
+		}
+		r->items = ni;
+		r->cap = ncap;
+	}
+	r->items[r->n++] = e;
+	e->registered = 1;
+	e->due_ns = dmutex__now_ns() + renew_interval(e->lease_ms);
+	pthread_cond_signal(&r->cv);
+out:
+	pthread_mutex_unlock(&r->mu);
+	return err;
+}
+
+void
+dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e)
+{
+	struct dmutex__renewer *r = &c->renewer;
+
+	pthread_mutex_lock(&r->mu);
+	if (e->registered) {
+		for (size_t i = 0; i < r->n; i++)
+			if (r->items[i] == e) {
+				r->items[i] = r->items[--r->n];
+				break;
+			}
+		e->registered = 0;
+	}
+	pthread_mutex_unlock(&r->mu);
+}
+
+void
+dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *token,
+		int mode, int64_t until_ns)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	struct dmutex__orphan *o;
+	char *copy = strdup(name);
+
+	pthread_mutex_lock(&r->mu);
+	if (!copy || ensure_running(c))
+		goto fail;
+	if (r->norphans == r->orphans_cap) {
+		size_t ncap = r->orphans_cap ? r->orphans_cap * 2 : 8;
+		struct dmutex__orphan *no = realloc(r->orphans, ncap * sizeof *no);
+		if (!no)
+			goto fail;
+		r->orphans = no;
+		r->orphans_cap = ncap;
+	}
+	o = &r->orphans[r->norphans++];
+	o->name = copy;
+	memcpy(o->token, token, sizeof o->token);
+	o->mode = mode;
+	o->until_ns = until_ns;
+	o->next_ns = dmutex__now_ns() + RETRY_NS;
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	return;
+fail:
+	pthread_mutex_unlock(&r->mu);
+	dmutex__log(DMUTEX_LOG_WARN, "'%s' stays locked until its lease ends: cannot queue its release", name);
+	free(copy);
+}
+
+/* One batch of renewals: snapshot under each entry's lock, one backend
+ * call, then apply the answers to the holds that are still the same. */
+static void
+renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n)
+{
+	struct dmutex__renewal *rn = calloc(n, sizeof *rn);
+	struct dmutex__entry **live = malloc(n * sizeof *live);
+	char (*tokens)[DMUTEX__TOKEN_HEX + 1] = malloc(n * sizeof *tokens);
+	uint64_t *gens = malloc(n * sizeof *gens);
+	size_t k = 0;
+	int64_t t0;
+
+	if (!rn || !live || !tokens || !gens)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		struct dmutex__entry *e = es[i];
+		pthread_mutex_lock(&e->mu);
+		if (e->held && !e->lost && !e->releasing) {
+			memcpy(tokens[k], e->token, sizeof tokens[k]);
+			rn[k].name = e->name;
+			rn[k].token = tokens[k];
+			rn[k].lease_ms = e->lease_ms;
+			gens[k] = e->gen;
+			live[k++] = e;
+		}
+		pthread_mutex_unlock(&e->mu);
+	}
+	/* Validity counts from before the request went out. */
+	t0 = dmutex__now_ns();
+	c->be->ops->renew(c->be, rn, k);
+	for (size_t i = 0; i < k; i++) {
+		struct dmutex__entry *e = live[i];
+		void (*cb)(const char *, void *) = NULL;
+		void *arg;
+		int64_t now = dmutex__now_ns(), due;
+		int lost;
+
+		pthread_mutex_lock(&e->mu);
+		if (!e->held || e->gen != gens[i] || e->releasing) {
+			pthread_mutex_unlock(&e->mu);
+			continue;
+		}
+		if (rn[i].result == 1) {
+			e->deadline_ns = t0 + (int64_t)e->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(e->lease_ms);
+			due = t0 + renew_interval(e->lease_ms);
+		} else {
+			if (rn[i].result == 0) {
+				dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the lock is no longer ours", e->name);
+				dmutex__entry_mark_lost(e);
+			}
+			/* Keep trying until the holder's own deadline. */
+			due = now + RETRY_NS;
+		}
+		cb = dmutex__entry_check_lost(e, now);
+		arg = e->onlost_arg;
+		lost = e->lost;
+		pthread_mutex_unlock(&e->mu);
+		if (cb)
+			cb(e->name, arg);
+		if (lost) {
+			/* Nothing left to renew; the holder's unlock reports it. */
+			dmutex__renewer_remove(c, e);
+			continue;
+		}
+		pthread_mutex_lock(&c->renewer.mu);
+		e->due_ns = due;
+		pthread_mutex_unlock(&c->renewer.mu);
+	}
+out:
+	free(rn);
+	free(live);
+	free(tokens);
+	free(gens);
+}
+
+static void
+retry_orphans(struct dmutex_client *c)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	int64_t now = dmutex__now_ns();
+
+	pthread_mutex_lock(&r->mu);
+	for (size_t i = 0; i < r->norphans;) {
+		struct dmutex__orphan o = r->orphans[i];
+		int err;
+		if (o.next_ns > now) {
+			i++;
+			continue;
+		}
+		pthread_mutex_unlock(&r->mu);
+		err = dmutex__release(c, o.name, o.token, o.mode);
+		pthread_mutex_lock(&r->mu);
+		/* The array may have moved, but only this thread removes. */
+		if (err == EIO && now < o.until_ns) {
+			r->orphans[i].next_ns = dmutex__now_ns() + 4 * RETRY_NS;
+			i++;
+			continue;
+		}
+		if (err == EIO)
+			dmutex__log(DMUTEX_LOG_WARN, "gave up releasing '%s': its lease has ended anyway", o.name);
+		free(r->orphans[i].name);
+		r->orphans[i] = r->orphans[--r->norphans];
+	}
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void *
+renewer_main(void *arg)
+{
+	struct dmutex_client *c = arg;
+	struct dmutex__renewer *r = &c->renewer;
+	struct dmutex__entry **batch = NULL;
+	size_t cap = 0;
+
+	pthread_mutex_lock(&r->mu);
+	while (!r->stop) {
+		int64_t now = dmutex__now_ns(), first = INT64_MAX;
+		size_t n = 0;
+
+		for (size_t i = 0; i < r->n; i++)
+			if (r->items[i]->due_ns < first)
+				first = r->items[i]->due_ns;
+		for (size_t i = 0; i < r->norphans; i++)
+			if (r->orphans[i].next_ns < first)
+				first = r->orphans[i].next_ns;
+		if (first > now) {
+			if (first == INT64_MAX) {
+				pthread_cond_wait(&r->cv, &r->mu);
+			} else {
+				struct timespec ts;
+				dmutex__ns_to_ts(first, &ts);
+				pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+			}
+			continue;
+		}
+		/* Everything due soon rides in this batch: fewer round trips. */
+		if (cap < r->n) {
+			struct dmutex__entry **nb = realloc(batch, r->n * sizeof *nb);
+			if (nb) {
+				batch = nb;
+				cap = r->n;
+			}
+		}
+		for (size_t i = 0; i < r->n && n < cap; i++)
+			if (r->items[i]->due_ns <= now + BATCH_SLACK_NS) {
+				struct dmutex__entry *e = r->items[i];
+				/* Keep the entry alive while we use it unlocked. */
+				__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+				e->due_ns = now + renew_interval(e->lease_ms);
+				batch[n++] = e;
+			}
+		pthread_mutex_unlock(&r->mu);
+		if (n) {
+			renew_batch(c, batch, n);
+			for (size_t i = 0; i < n; i++)
+				dmutex__entry_put(batch[i]);
+		}
+		retry_orphans(c);
+		pthread_mutex_lock(&r->mu);
+	}
+	pthread_mutex_unlock(&r->mu);
+	free(batch);
+	return NULL;
+}
+
+void
+dmutex__renewer_stop(struct dmutex_client *c)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	int running;
+
+	pthread_mutex_lock(&r->mu);
+	running = r->running;
+	r->stop = 1;
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	if (running)
+		pthread_join(r->thread, NULL);
+	r->running = 0;
+	for (size_t i = 0; i < r->norphans; i++)
+		free(r->orphans[i].name);
+	free(r->orphans);
+	free(r->items);
+	r->orphans = NULL;
+	r->items = NULL;
+	r->n = r->cap = r->norphans = r->orphans_cap = 0;
+}
+
+void
+dmutex__renewer_atfork_child(struct dmutex__renewer *r)
+{
+	pthread_condattr_t ca;
+
+	/* The thread did not come along; its queues were the parent's. */
+	for (size_t i = 0; i < r->norphans; i++)
+		free(r->orphans[i].name);
+	r->norphans = 0;
+	r->n = 0;
+	r->running = 0;
+	r->stop = 0;
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&r->cv, &ca);
+	pthread_condattr_destroy(&ca);
+}

@@ -1,0 +1,33 @@
+-- Release a lock we hold, and wake the waiters.
+--
+-- KEYS[1]  lock hash, KEYS[2] meta hash
+-- ARGV     token, mode, wake channel
+--          mode 0: clean unlock
+--          mode 1: unlocked after EOWNERDEAD without dmutex_consistent:
+--                  the lock becomes not recoverable
+--          mode 2: the holder exited or lost its lease: owner died
+--          mode 3: abandon an acquire whose reply was lost: put the robust
+--                  state back as the acquire found it
+--
+-- Returns 1 released, 0 not ours (expired, or another holder's now).
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+	return 0
+end
+local mode = ARGV[2]
+if mode == '3' then
+	if redis.call('HGET', KEYS[1], 'died') == '1' then
+		mode = '2'
+	else
+		mode = '0'
+	end
+end
+redis.call('DEL', KEYS[1])
+if mode == '0' then
+	redis.call('HDEL', KEYS[2], 'state')
+elseif mode == '1' then
+	redis.call('HSET', KEYS[2], 'state', 'notrec')
+else
+	redis.call('HSET', KEYS[2], 'state', 'died')
+end
+redis.call('PUBLISH', ARGV[3], 'r')
+return 1

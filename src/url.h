@@ -1,0 +1,41 @@
+/* URL grammar of API.md: parsed into a client configuration. */
+#ifndef DMUTEX_URL_H
+#define DMUTEX_URL_H
+
+#include <stddef.h>
+
+/* One Redis master. */
+struct dmutex__node_addr {
+	char *host;      /* TCP host (brackets stripped from IPv6); NULL for unix */
+	int port;        /* TCP port, default 6379 */
+	char *path;      /* unix socket path; NULL for TCP */
+	char *user;      /* ACL user, percent-decoded; NULL: none */
+	char *password;  /* percent-decoded; NULL: none.  Never logged. */
+	int db;          /* default 0 */
+	int tls;         /* rediss:// */
+	char *display;   /* the URL with the password replaced by "***", for logs */
+};
+
+struct dmutex__config {
+	struct dmutex__node_addr *nodes;
+	size_t nnodes;                /* 1, or N for Redlock */
+	unsigned connect_timeout_ms;  /* default 2000, 1 .. 600000 */
+	unsigned command_timeout_ms;  /* default 1000, 1 .. 600000 */
+	unsigned lease_ms;            /* default 10000, 100 .. 86400000 */
+	char *prefix;                 /* default "dmutex:", 0 .. 128 bytes */
+};
+
+#define DMUTEX__CONNECT_TIMEOUT_DEFAULT 2000u
+#define DMUTEX__COMMAND_TIMEOUT_DEFAULT 1000u
+#define DMUTEX__PREFIX_MAX 128u
+
+/*
+ * Parse `url` (never NULL here) into *cfg.  Returns 0; EINVAL with a log line
+ * naming the problem (and never the password); ENOTSUP for rediss:// when
+ * built without TLS (DMUTEX_HAVE_TLS undefined); ENOMEM.  On error *cfg is
+ * left empty (nothing to free, though freeing is harmless).
+ */
+int dmutex__url_parse(const char *url, struct dmutex__config *cfg);
+void dmutex__config_free(struct dmutex__config *cfg);
+
+#endif

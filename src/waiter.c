@@ -1,0 +1,465 @@
+/*
+ * The subscriber thread of a client: one pub/sub connection per node,
+ * driven with poll(2) so that subscriptions can be added while it waits.
+ * A release publishes on the lock's channel; the message bumps the
+ * subscription's sequence and wakes the thread waiting on it.
+ *
+ * When a connection breaks, every sequence is bumped too: a release may
+ * have been missed, so waiters look again (a spurious wake-up, never a
+ * lost one).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "internal.h"
+#include "node.h"
+#include "waiter.h"
+
+enum { ST_NONE, ST_SUB_SENT, ST_SUBSCRIBED, ST_UNSUB_SENT };
+
+struct dmutex__wsub {
+	struct dmutex__wsub *next;
+	char *channel;
+	unsigned refs;
+	uint64_t seq;
+	int confirmed;
+	unsigned char state[];          /* per node */
+};
+
+struct wnode {
+	struct dmutex__node *node;
+	redisContext *ctx;
+	int64_t retry_ns;
+	int64_t backoff_ns;
+};
+
+struct dmutex__waiter {
+	pthread_mutex_t mu;             /* leaf */
+	pthread_cond_t cv;              /* CLOCK_MONOTONIC */
+	pthread_t thread;
+	int running, stop;
+	int pipe[2];
+	struct dmutex__wsub *subs;
+	size_t nnodes;
+	struct wnode *nodes;
+};
+
+static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+init_sync(struct dmutex__waiter *w)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+static struct dmutex__waiter *
+get_waiter(struct dmutex_client *c)
+{
+	struct dmutex__waiter *w;
+
+	pthread_mutex_lock(&create_mu);
+	if (!(w = c->waiter) && (w = calloc(1, sizeof *w))) {
+		w->nnodes = c->be->nnodes;
+		if (!(w->nodes = calloc(w->nnodes, sizeof *w->nodes))) {
+			free(w);
+			w = NULL;
+		} else {
+			for (size_t i = 0; i < w->nnodes; i++)
+				w->nodes[i].node = &c->be->nodes[i];
+			w->pipe[0] = w->pipe[1] = -1;
+			init_sync(w);
+			c->waiter = w;
+		}
+	}
+	pthread_mutex_unlock(&create_mu);
+	return w;
+}
+
+static void
+poke(struct dmutex__waiter *w)
+{
+	char b = 1;
+	if (w->pipe[1] >= 0 && write(w->pipe[1], &b, 1) < 0 && errno != EAGAIN)
+		dmutex__log(DMUTEX_LOG_DEBUG, "waiter: cannot poke: %s", strerror(errno));
+}
+
+static struct dmutex__wsub *
+find(struct dmutex__waiter *w, const char *ch, size_t len)
+{
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next)
+		if (strlen(s->channel) == len && !memcmp(s->channel, ch, len))
+			return s;
+	return NULL;
+}
+
+static void
+drop_node(struct dmutex__waiter *w, size_t i, const char *why)
+{
+	struct wnode *wn = &w->nodes[i];
+
+	dmutex__log(DMUTEX_LOG_DEBUG, "%s: wake-up connection lost: %s", wn->node->addr->display, why);
+	redisFree(wn->ctx);
+	wn->ctx = NULL;
+	pthread_mutex_lock(&w->mu);
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
+		s->state[i] = ST_NONE;
+		s->seq++;
+	}
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Under w->mu: queue SUBSCRIBE/UNSUBSCRIBE for what changed, free what
+ * nobody wants any more. */
+static void
+sync_subs(struct dmutex__waiter *w)
+{
+	struct dmutex__wsub **pp = &w->subs, *s;
+
+	while ((s = *pp)) {
+		int any = 0;
+		for (size_t i = 0; i < w->nnodes; i++) {
+			redisContext *ctx = w->nodes[i].ctx;
+			if (ctx && s->refs && s->state[i] == ST_NONE) {
+				redisAppendCommand(ctx, "SUBSCRIBE %s", s->channel);
+				s->state[i] = ST_SUB_SENT;
+			} else if (ctx && !s->refs && (s->state[i] == ST_SUB_SENT || s->state[i] == ST_SUBSCRIBED)) {
+				redisAppendCommand(ctx, "UNSUBSCRIBE %s", s->channel);
+				s->state[i] = ST_UNSUB_SENT;
+			}
+			any |= s->state[i] != ST_NONE;
+		}
+		if (!s->refs && !any) {
+			*pp = s->next;
+			free(s->channel);
+			free(s);
+			continue;
+		}
+		pp = &s->next;
+	}
+}
+
+static void
+on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
+{
+	struct dmutex__wsub *s;
+	const char *kind;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+			r->element[0]->type != REDIS_REPLY_STRING ||
+			r->element[1]->type != REDIS_REPLY_STRING) {
+		if (r->type == REDIS_REPLY_ERROR)
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: subscribe failed: %s",
+					w->nodes[node].node->addr->display, r->str);
+		return;
+	}
+	kind = r->element[0]->str;
+	pthread_mutex_lock(&w->mu);
+	if ((s = find(w, r->element[1]->str, r->element[1]->len))) {
+		if (!strcmp(kind, "message")) {
+			s->seq++;
+		} else if (!strcmp(kind, "subscribe")) {
+			if (s->state[node] == ST_SUB_SENT)
+				s->state[node] = ST_SUBSCRIBED;
+			s->confirmed = 1;
+		} else if (!strcmp(kind, "unsubscribe")) {
+			if (s->state[node] == ST_UNSUB_SENT)
+				s->state[node] = ST_NONE;
+		}
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void
+read_node(struct dmutex__waiter *w, size_t i)
+{
+	redisContext *ctx = w->nodes[i].ctx;
+	void *v;
+
+	if (redisBufferRead(ctx) != REDIS_OK) {
+		drop_node(w, i, ctx->errstr);
+		return;
+	}
+	for (;;) {
+		if (redisGetReplyFromReader(ctx, &v) != REDIS_OK) {
+			drop_node(w, i, ctx->errstr);
+			return;
+		}
+		if (!v)
+			return;
+		on_reply(w, i, v);
+		freeReplyObject(v);
+	}
+}
+
+static void
+flush_node(struct dmutex__waiter *w, size_t i)
+{
+	redisContext *ctx = w->nodes[i].ctx;
+	int done = 0;
+
+	while (ctx && !done)
+		if (redisBufferWrite(ctx, &done) != REDIS_OK) {
+			drop_node(w, i, ctx->errstr);
+			return;
+		}
+}
+
+static void *
+waiter_main(void *arg)
+{
+	struct dmutex__waiter *w = arg;
+	struct pollfd *pf = calloc(w->nnodes + 1, sizeof *pf);
+
+	if (!pf)
+		return NULL;
+	pthread_mutex_lock(&w->mu);
+	while (!w->stop) {
+		int64_t now = dmutex__now_ns(), next = INT64_MAX;
+		int timeout;
+
+		pthread_mutex_unlock(&w->mu);
+		/* Connect what is down, with backoff; outside the lock. */
+		for (size_t i = 0; i < w->nnodes; i++) {
+			struct wnode *wn = &w->nodes[i];
+			if (wn->ctx)
+				continue;
+			if (now >= wn->retry_ns) {
+				wn->ctx = dmutex__node_connect(wn->node);
+				if (wn->ctx) {
+					wn->backoff_ns = 0;
+				} else {
+					wn->backoff_ns = wn->backoff_ns ? wn->backoff_ns * 2 : 50 * DMUTEX__MS;
+					if (wn->backoff_ns > 1000 * DMUTEX__MS)
+						wn->backoff_ns = 1000 * DMUTEX__MS;
+					wn->retry_ns = dmutex__now_ns() + wn->backoff_ns;
+				}
+			}
+			if (!wn->ctx && wn->retry_ns < next)
+				next = wn->retry_ns;
+		}
+		pthread_mutex_lock(&w->mu);
+		sync_subs(w);
+		pthread_mutex_unlock(&w->mu);
+		for (size_t i = 0; i < w->nnodes; i++)
+			flush_node(w, i);
+
+		pf[0].fd = w->pipe[0];
+		pf[0].events = POLLIN;
+		for (size_t i = 0; i < w->nnodes; i++) {
+			pf[i + 1].fd = w->nodes[i].ctx ? w->nodes[i].ctx->fd : -1;
+			pf[i + 1].events = POLLIN;
+			pf[i + 1].revents = 0;
+		}
+		now = dmutex__now_ns();
+		timeout = next == INT64_MAX ? -1 : next <= now ? 0 : (int)((next - now) / DMUTEX__MS + 1);
+		if (poll(pf, w->nnodes + 1, timeout) > 0) {
+			if (pf[0].revents) {
+				char buf[64];
+				while (read(w->pipe[0], buf, sizeof buf) > 0)
+					;
+			}
+			for (size_t i = 0; i < w->nnodes; i++)
+				if (pf[i + 1].revents && w->nodes[i].ctx)
+					read_node(w, i);
+		}
+		pthread_mutex_lock(&w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+	free(pf);
+	return NULL;
+}
+
+/* Under w->mu. */
+static int
+ensure_running(struct dmutex__waiter *w)
+{
+	sigset_t all, old;
+	int err;
+
+	if (w->running)
+		return 0;
+	if (pipe2(w->pipe, O_NONBLOCK | O_CLOEXEC)) {
+		dmutex__log(DMUTEX_LOG_ERROR, "waiter: pipe: %s", strerror(errno));
+		w->pipe[0] = w->pipe[1] = -1;
+		return errno;
+	}
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&w->thread, NULL, waiter_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		dmutex__log(DMUTEX_LOG_ERROR, "cannot start the wake-up thread: %s", strerror(err));
+		close(w->pipe[0]);
+		close(w->pipe[1]);
+		w->pipe[0] = w->pipe[1] = -1;
+		return err;
+	}
+	w->running = 1;
+	return 0;
+}
+
+struct dmutex__wsub *
+dmutex__waiter_sub(struct dmutex_client *c, const char *channel, int64_t until_ns)
+{
+	struct dmutex__waiter *w = get_waiter(c);
+	struct dmutex__wsub *s;
+	size_t len = strlen(channel);
+	struct timespec ts;
+
+	if (!w)
+		return NULL;
+	pthread_mutex_lock(&w->mu);
+	if (ensure_running(w)) {
+		pthread_mutex_unlock(&w->mu);
+		return NULL;
+	}
+	if (!(s = find(w, channel, len))) {
+		if (!(s = calloc(1, sizeof *s + w->nnodes)) || !(s->channel = strdup(channel))) {
+			free(s);
+			pthread_mutex_unlock(&w->mu);
+			return NULL;
+		}
+		s->next = w->subs;
+		w->subs = s;
+	}
+	s->refs++;
+	poke(w);
+	dmutex__ns_to_ts(until_ns, &ts);
+	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&w->mu);
+	return s;
+}
+
+uint64_t
+dmutex__wsub_seq(struct dmutex_client *c, struct dmutex__wsub *s)
+{
+	struct dmutex__waiter *w = c->waiter;
+	uint64_t seq;
+
+	pthread_mutex_lock(&w->mu);
+	seq = s->seq;
+	pthread_mutex_unlock(&w->mu);
+	return seq;
+}
+
+int
+dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
+{
+	struct dmutex__waiter *w = c->waiter;
+	struct timespec ts;
+	int woke;
+
+	dmutex__ns_to_ts(until_ns, &ts);
+	pthread_mutex_lock(&w->mu);
+	while (s->seq == seq && !w->stop)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+			break;
+	woke = s->seq != seq;
+	pthread_mutex_unlock(&w->mu);
+	return woke;
+}
+
+void
+dmutex__waiter_unsub(struct dmutex_client *c, struct dmutex__wsub *s)
+{
+	struct dmutex__waiter *w = c->waiter;
+
+	pthread_mutex_lock(&w->mu);
+	if (!--s->refs)
+		poke(w);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void
+free_state(struct dmutex__waiter *w)
+{
+	struct dmutex__wsub *s, *next;
+
+	for (s = w->subs; s; s = next) {
+		next = s->next;
+		free(s->channel);
+		free(s);
+	}
+	w->subs = NULL;
+	for (size_t i = 0; i < w->nnodes; i++) {
+		if (w->nodes[i].ctx)
+			redisFree(w->nodes[i].ctx);
+		w->nodes[i].ctx = NULL;
+		w->nodes[i].retry_ns = 0;
+		w->nodes[i].backoff_ns = 0;
+	}
+	if (w->pipe[0] >= 0) {
+		close(w->pipe[0]);
+		close(w->pipe[1]);
+	}
+	w->pipe[0] = w->pipe[1] = -1;
+	w->running = 0;
+	w->stop = 0;
+}
+
+void
+dmutex__waiter_stop(struct dmutex_client *c)
+{
+	struct dmutex__waiter *w = c->waiter;
+	int running;
+
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	running = w->running;
+	w->stop = 1;
+	poke(w);
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	if (running)
+		pthread_join(w->thread, NULL);
+	free_state(w);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w->nodes);
+	free(w);
+	c->waiter = NULL;
+}
+
+void
+dmutex__waiter_lock(struct dmutex_client *c)
+{
+	if (c->waiter)
+		pthread_mutex_lock(&c->waiter->mu);
+}
+
+void
+dmutex__waiter_unlock(struct dmutex_client *c)
+{
+	if (c->waiter)
+		pthread_mutex_unlock(&c->waiter->mu);
+}
+
+void
+dmutex__waiter_atfork_child(struct dmutex_client *c)
+{
+	struct dmutex__waiter *w = c->waiter;
+
+	if (!w)
+		return;
+	/* No thread here, and the pipe is shared with the parent: make our
+	 * own on first use. */
+	free_state(w);
+	init_sync(w);
+}

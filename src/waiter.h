@@ -1,0 +1,35 @@
+/*
+ * Wake-ups: one subscriber thread per client, with one pub/sub connection
+ * per node, delivers release notifications to the (at most one per lock)
+ * thread of this process that waits on the backend for that lock.
+ */
+#ifndef DMUTEX_WAITER_H
+#define DMUTEX_WAITER_H
+
+#include <stdint.h>
+
+struct dmutex_client;
+struct dmutex__waiter;
+struct dmutex__wsub;
+
+/*
+ * Subscribe to a lock's wake channel, starting the thread on first use.
+ * Waits until a node confirms the subscription or until_ns.  Returns the
+ * subscription (confirmed or not: an unconfirmed one still wakes when the
+ * subscription lands) or NULL on ENOMEM.
+ */
+struct dmutex__wsub *dmutex__waiter_sub(struct dmutex_client *c, const char *channel,
+		int64_t until_ns);
+/* The wake sequence: read it before asking the backend, wait on it after. */
+uint64_t dmutex__wsub_seq(struct dmutex_client *c, struct dmutex__wsub *s);
+/* Wait until the sequence moves past `seq` (1) or until_ns (0). */
+int dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq,
+		int64_t until_ns);
+void dmutex__waiter_unsub(struct dmutex_client *c, struct dmutex__wsub *s);
+
+void dmutex__waiter_stop(struct dmutex_client *c);
+void dmutex__waiter_lock(struct dmutex_client *c);      /* fork prepare */
+void dmutex__waiter_unlock(struct dmutex_client *c);    /* fork parent */
+void dmutex__waiter_atfork_child(struct dmutex_client *c);
+
+#endif
