@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""Sum individual test cases across the meson run: criterion binaries count
+each Test(), other tests count once.  Prints 'N passed, N failed'."""
+import json, re, sys
+
+synth = re.compile(r'Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)')
+passed = failed = 0
+with open(sys.argv[1]) as f:
+    for line in f:
+        t = json.loads(line)
+        out = (t.get('stdout') or '') + (t.get('stderr') or '')
+        m = synth.findall(re.sub(r'\x1b\[[0-9;]*m', '', out))
+        ok = t.get('result') in ('OK', 'EXPECTEDFAIL')
+        if m:
+            _, p, fl, cr = map(int, m[-1])
+            passed += p
+            failed += fl + cr
+            if not ok and fl + cr == 0:
+                failed += 1        # the binary failed outside any test (timeout, crash)
+        elif t.get('result') == 'SKIP':
+            continue
+        elif ok:
+            passed += 1
+        else:
+            failed += 1
+print(f'{passed} passed, {failed} failed')

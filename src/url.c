@@ -1,0 +1,643 @@
+/*
+ * The client URL grammar of API.md.  Every rejection logs exactly one line,
+ * and no log line ever carries a password: a node is named by its display
+ * string (password replaced by "***") once its user information has been
+ * cut out unambiguously, and only by its position before that.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+
+#include "dmutex_config.h"
+#include "log.h"
+#include "url.h"
+
+#define NODES_MAX 64
+#define PORT_DEFAULT 6379
+#define PORT_MAX 65535ul
+#define DB_MAX 1000000ul
+#define TIMEOUT_MAX 600000ul
+#define HOST_MAX 255
+#define PREFIX_DEFAULT "dmutex:"
+
+/* meson defines DMUTEX_HAVE_TLS as 0 while hiredis_ssl is not wired in. */
+#if defined(DMUTEX_HAVE_TLS) && DMUTEX_HAVE_TLS
+#define TLS_SUPPORTED 1
+#else
+#define TLS_SUPPORTED 0
+#endif
+
+enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_PREFIX, OPT_COUNT };
+
+static const struct {
+	const char *name;
+	unsigned long min, max;
+} options[OPT_COUNT] = {
+	[OPT_DB] = { "db", 0, DB_MAX },
+	[OPT_CONNECT] = { "connect_timeout_ms", 1, TIMEOUT_MAX },
+	[OPT_COMMAND] = { "command_timeout_ms", 1, TIMEOUT_MAX },
+	[OPT_LEASE] = { "lease_ms", DMUTEX_LEASE_MIN, DMUTEX_LEASE_MAX },
+	[OPT_PREFIX] = { "prefix", 0, 0 },  /* not a number: see set_prefix */
+};
+
+struct parse {
+	struct dmutex__config *cfg;
+	size_t index, count;   /* the node being parsed, for log lines */
+	const char *display;   /* NULL until the password is known to be cut out */
+	unsigned seen;         /* client-wide options given so far, bit per OPT_ */
+	int db_seen;           /* this node's db was given */
+};
+
+static void
+bad(const struct parse *p, const char *fmt, ...) DMUTEX__PRINTF(2, 3);
+
+static void
+bad(const struct parse *p, const char *fmt, ...)
+{
+	char what[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	if (p->display)
+		dmutex__log(DMUTEX_LOG_ERROR, "bad URL %s: %s", p->display, what);
+	else if (p->count > 1)
+		dmutex__log(DMUTEX_LOG_ERROR, "bad URL (node %zu of %zu): %s",
+				p->index + 1, p->count, what);
+	else
+		dmutex__log(DMUTEX_LOG_ERROR, "bad URL: %s", what);
+}
+
+static char *
+dupn(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+	if (!d)
+		return NULL;
+	memcpy(d, s, n);
+	d[n] = 0;
+	return d;
+}
+
+/* strcspn within s[0..n), which is not NUL-terminated there. */
+static size_t
+strcspn_n(const char *s, size_t n, const char *reject)
+{
+	size_t i = 0;
+
+	while (i < n && !strchr(reject, s[i]))
+		i++;
+	return i;
+}
+
+/* Plain decimal only: strtoul would take signs, spaces and hex. */
+static int
+parse_num(const char *s, size_t n, unsigned long min, unsigned long max,
+		unsigned long *out)
+{
+	unsigned long v = 0;
+
+	if (!n)
+		return EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		unsigned d = (unsigned char)s[i] - '0';
+		if (d > 9)
+			return EINVAL;
+		if (v > (max - d) / 10)
+			return EINVAL;
+		v = v * 10 + d;
+	}
+	if (v < min)
+		return EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int
+hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* EINVAL for a malformed escape or %00, which a C string cannot carry. */
+static int
+pct_decode(const char *s, size_t n, char **out, size_t *outlen)
+{
+	char *d = malloc(n + 1);
+	size_t j = 0;
+
+	if (!d)
+		return ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		int hi, lo;
+		if (s[i] != '%') {
+			d[j++] = s[i];
+			continue;
+		}
+		if (n - i < 3 || (hi = hexval(s[i + 1])) < 0 || (lo = hexval(s[i + 2])) < 0
+				|| (hi | lo) == 0) {
+			free(d);
+			return EINVAL;
+		}
+		d[j++] = (char)(hi << 4 | lo);
+		i += 2;
+	}
+	d[j] = 0;
+	*out = d;
+	if (outlen)
+		*outlen = j;
+	return 0;
+}
+
+/* An empty user or password is no user or password. */
+static int
+userinfo_part(struct parse *p, const char *s, size_t n, const char *what, char **out)
+{
+	int err;
+
+	if (!n)
+		return 0;
+	err = pct_decode(s, n, out, NULL);
+	if (err == EINVAL)
+		bad(p, "malformed percent escape (or %%00) in the %s", what);
+	return err;
+}
+
+static int
+parse_userinfo(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+{
+	const char *colon = memchr(s, ':', n);
+	size_t ulen = colon ? (size_t)(colon - s) : n;
+	int err;
+
+	err = userinfo_part(p, s, ulen, "user name", &node->user);
+	if (err || !colon)
+		return err;
+	return userinfo_part(p, colon + 1, n - ulen - 1, "password", &node->password);
+}
+
+/* Cut the password out: scheme://user:***@rest. */
+static int
+make_display(const char *elem, size_t len, const char *ui, const char *at,
+		struct dmutex__node_addr *node)
+{
+	const char *colon = at ? memchr(ui, ':', (size_t)(at - ui)) : NULL;
+	size_t head, tail;
+
+	if (!colon) {
+		node->display = dupn(elem, len);
+		return node->display ? 0 : ENOMEM;
+	}
+	head = (size_t)(colon + 1 - elem);
+	tail = len - (size_t)(at - elem);
+	node->display = malloc(head + 3 + tail + 1);
+	if (!node->display)
+		return ENOMEM;
+	memcpy(node->display, elem, head);
+	memcpy(node->display + head, "***", 3);
+	memcpy(node->display + head + 3, at, tail);
+	node->display[head + 3 + tail] = 0;
+	return 0;
+}
+
+static int
+valid_hostname(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+				|| (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_'))
+			return 0;
+	}
+	return 1;
+}
+
+/* An IPv6 literal with an optional zone, "%25" + name in a URL (RFC 6874). */
+static int
+valid_ipv6(const char *s, size_t n)
+{
+	size_t i, colons = 0;
+
+	for (i = 0; i < n && s[i] != '%'; i++) {
+		if (s[i] == ':')
+			colons++;
+		else if (s[i] != '.' && hexval(s[i]) < 0)
+			return 0;
+	}
+	if (colons < 2)
+		return 0;
+	if (i == n)
+		return 1;
+	if (n - i < 4 || strncmp(s + i, "%25", 3))
+		return 0;
+	return valid_hostname(s + i + 3, n - i - 3);
+}
+
+/* getaddrinfo wants the zone after a bare '%'; a URL writes it "%25". */
+static char *
+dup_ipv6(const char *s, size_t n)
+{
+	const char *pct = memchr(s, '%', n);
+	size_t head;
+	char *d;
+
+	if (!pct)
+		return dupn(s, n);
+	head = (size_t)(pct + 1 - s);
+	if (!(d = dupn(s, n - 2)))
+		return NULL;
+	memcpy(d + head, pct + 3, n - head - 2);
+	return d;
+}
+
+static int
+parse_hostport(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+{
+	const char *host = s, *rest, *end = s + n;
+	size_t hlen;
+	unsigned long port = PORT_DEFAULT;
+
+	if (n && s[0] == '[') {
+		const char *close = memchr(s, ']', n);
+		if (!close) {
+			bad(p, "IPv6 address without its closing ']'");
+			return EINVAL;
+		}
+		host = s + 1;
+		hlen = (size_t)(close - host);
+		rest = close + 1;
+		if (!valid_ipv6(host, hlen)) {
+			bad(p, "bad IPv6 address '%.*s'", (int)hlen, host);
+			return EINVAL;
+		}
+	} else {
+		hlen = strcspn_n(s, n, ":");
+		rest = s + hlen;
+		if (!hlen) {
+			bad(p, "empty host");
+			return EINVAL;
+		}
+		if (rest < end && memchr(rest + 1, ':', (size_t)(end - rest - 1))) {
+			bad(p, "an IPv6 address must be in brackets, like [::1]");
+			return EINVAL;
+		}
+		if (hlen > HOST_MAX) {
+			bad(p, "host name longer than %d bytes", HOST_MAX);
+			return EINVAL;
+		}
+		if (!valid_hostname(host, hlen)) {
+			bad(p, "bad host '%.*s'", (int)hlen, host);
+			return EINVAL;
+		}
+	}
+	if (rest < end) {
+		size_t plen = (size_t)(end - rest) - 1;
+		if (*rest != ':') {
+			bad(p, "unexpected '%.*s' after the host", (int)(plen + 1), rest);
+			return EINVAL;
+		}
+		if (parse_num(rest + 1, plen, 1, PORT_MAX, &port)) {
+			bad(p, "bad port '%.*s' (1..65535)", (int)plen, rest + 1);
+			return EINVAL;
+		}
+	}
+	node->host = host == s ? dupn(host, hlen) : dup_ipv6(host, hlen);
+	if (!node->host)
+		return ENOMEM;
+	node->port = (int)port;
+	return 0;
+}
+
+static int
+set_db(struct parse *p, unsigned long db, struct dmutex__node_addr *node)
+{
+	if (p->db_seen && (unsigned long)node->db != db) {
+		bad(p, "db given twice with different values (%d and %lu)", node->db, db);
+		return EINVAL;
+	}
+	p->db_seen = 1;
+	node->db = (int)db;
+	return 0;
+}
+
+static int
+set_prefix(struct parse *p, const char *v, size_t n)
+{
+	struct dmutex__config *cfg = p->cfg;
+	char *prefix;
+	size_t len;
+	int err = pct_decode(v, n, &prefix, &len);
+
+	if (err == EINVAL)
+		bad(p, "malformed percent escape (or %%00) in prefix");
+	if (err)
+		return err;
+	if (len > DMUTEX__PREFIX_MAX) {
+		bad(p, "prefix longer than %u bytes", DMUTEX__PREFIX_MAX);
+		free(prefix);
+		return EINVAL;
+	}
+	if (p->seen & 1u << OPT_PREFIX) {
+		err = strcmp(prefix, cfg->prefix) ? EINVAL : 0;
+		if (err)
+			bad(p, "prefix given twice with different values");
+		free(prefix);
+		return err;
+	}
+	p->seen |= 1u << OPT_PREFIX;
+	cfg->prefix = prefix;
+	return 0;
+}
+
+static int
+set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr *node)
+{
+	size_t nlen = strcspn_n(opt, n, "=");
+	const char *v;
+	size_t vlen;
+	unsigned long num;
+	unsigned *field;
+	int o;
+
+	if (!n) {
+		bad(p, "empty option (a stray '?' or '&')");
+		return EINVAL;
+	}
+	for (o = 0; o < OPT_COUNT; o++)
+		if (strlen(options[o].name) == nlen && !memcmp(options[o].name, opt, nlen))
+			break;
+	if (o == OPT_COUNT) {
+		bad(p, "unknown option '%.*s'", (int)nlen, opt);
+		return EINVAL;
+	}
+	if (nlen == n) {
+		bad(p, "option '%s' without '=value'", options[o].name);
+		return EINVAL;
+	}
+	v = opt + nlen + 1;
+	vlen = n - nlen - 1;
+	if (o == OPT_PREFIX)
+		return set_prefix(p, v, vlen);
+	if (parse_num(v, vlen, options[o].min, options[o].max, &num)) {
+		bad(p, "bad %s '%.*s' (%lu..%lu)", options[o].name, (int)vlen, v,
+				options[o].min, options[o].max);
+		return EINVAL;
+	}
+	if (o == OPT_DB)
+		return set_db(p, num, node);
+	field = o == OPT_CONNECT ? &p->cfg->connect_timeout_ms
+		: o == OPT_COMMAND ? &p->cfg->command_timeout_ms
+		: &p->cfg->lease_ms;
+	if (p->seen & 1u << o && *field != num) {
+		bad(p, "%s given twice with different values (%u and %lu)",
+				options[o].name, *field, num);
+		return EINVAL;
+	}
+	p->seen |= 1u << o;
+	*field = (unsigned)num;
+	return 0;
+}
+
+static int
+parse_query(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+{
+	const char *end = s + n;
+
+	for (;;) {
+		const char *amp = memchr(s, '&', (size_t)(end - s));
+		const char *stop = amp ? amp : end;
+		int err = set_option(p, s, (size_t)(stop - s), node);
+		if (err)
+			return err;
+		if (!amp)
+			return 0;
+		s = amp + 1;
+	}
+}
+
+static int
+parse_unix_path(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+{
+	size_t len;
+	int err;
+
+	if (!n) {
+		bad(p, "empty unix socket path");
+		return EINVAL;
+	}
+	err = pct_decode(s, n, &node->path, &len);
+	if (err == EINVAL)
+		bad(p, "malformed percent escape (or %%00) in the socket path");
+	if (err)
+		return err;
+	/* hiredis would truncate it silently into sun_path. */
+	if (len >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+		bad(p, "unix socket path longer than %zu bytes",
+				sizeof ((struct sockaddr_un *)0)->sun_path - 1);
+		return EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * The authority ends at the first '/' or '?' and the user information at
+ * its last '@'.  A raw '@' anywhere else means a password with a raw '/' or
+ * '?' was cut apart, so nothing of this node may be echoed then.
+ */
+static int
+parse_node(struct parse *p, const char *elem, size_t len, size_t slen,
+		struct dmutex__node_addr *node)
+{
+	const char *rest = elem + slen + 3, *end = elem + len;
+	const char *auth_end = rest + strcspn_n(rest, (size_t)(end - rest), "/?");
+	const char *at = NULL, *host, *q;
+	int is_unix = slen == sizeof "unix" - 1;
+	int err;
+
+	for (const char *c = rest; c < auth_end; c++)
+		if (*c == '@')
+			at = c;
+	if (memchr(auth_end, '@', (size_t)(end - auth_end))) {
+		bad(p, "'@' outside the user information (write it as %%40)");
+		return EINVAL;
+	}
+	err = make_display(elem, len, rest, at, node);
+	if (err)
+		return err;
+	p->display = node->display;
+	node->tls = slen == sizeof "rediss" - 1;
+	if (at && (err = parse_userinfo(p, rest, (size_t)(at - rest), node)))
+		return err;
+	host = at ? at + 1 : rest;
+	q = memchr(auth_end, '?', (size_t)(end - auth_end));
+	if (!q)
+		q = end;
+	if (is_unix) {
+		if (host < auth_end) {
+			bad(p, "unix socket path is not absolute");
+			return EINVAL;
+		}
+		err = parse_unix_path(p, auth_end, (size_t)(q - auth_end), node);
+	} else {
+		err = parse_hostport(p, host, (size_t)(auth_end - host), node);
+		if (!err && auth_end < q) {
+			unsigned long db;
+			const char *d = auth_end + 1;
+			if (q > d && parse_num(d, (size_t)(q - d), 0, DB_MAX, &db)) {
+				bad(p, "bad db '%.*s' (0..%lu)", (int)(q - d), d, DB_MAX);
+				return EINVAL;
+			}
+			if (q > d)
+				err = set_db(p, db, node);
+		}
+	}
+	if (err)
+		return err;
+	if (q < end)
+		return parse_query(p, q + 1, (size_t)(end - q - 1), node);
+	return 0;
+}
+
+/* Length of the scheme (redis 5, rediss 6, unix 4), 0 if unknown. */
+static size_t
+scheme_len(struct parse *p, const char *elem, size_t len)
+{
+	static const char *const known[] = { "redis", "rediss", "unix" };
+	size_t n = 0;
+
+	while (n < len && (elem[n] == '+' || elem[n] == '-' || elem[n] == '.'
+			|| (elem[n] >= '0' && elem[n] <= '9')
+			|| ((elem[n] | 0x20) >= 'a' && (elem[n] | 0x20) <= 'z')))
+		n++;
+	if (!n || len - n < 3 || memcmp(elem + n, "://", 3)) {
+		bad(p, "no scheme (redis://, rediss:// or unix://)%s",
+				p->count > 1 ? "; a ',' inside a URL must be written %2C" : "");
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+		if (strlen(known[i]) == n && !strncasecmp(known[i], elem, n))
+			return n;
+	bad(p, "unknown scheme '%.*s'", n > 16 ? 16 : (int)n, elem);
+	return 0;
+}
+
+/*
+ * Every element is checked for shape before any is parsed: a password with
+ * a raw ',' splits into pieces, and only the later pieces look wrong.
+ */
+static int
+check_list(struct parse *p, const char *url)
+{
+	const char *s = url;
+
+	p->count = 1;
+	for (const char *c = url; *c; c++)
+		p->count += *c == ',';
+	if (p->count > NODES_MAX) {
+		dmutex__log(DMUTEX_LOG_ERROR, "bad URL: %zu nodes, at most %d",
+				p->count, NODES_MAX);
+		return EINVAL;
+	}
+	for (p->index = 0; p->index < p->count; p->index++) {
+		size_t len = strcspn(s, ",");
+		if (!len) {
+			bad(p, p->count > 1 ? "empty element in the node list" : "empty URL");
+			return EINVAL;
+		}
+		for (size_t i = 0; i < len; i++)
+			if ((unsigned char)s[i] <= ' ' || s[i] == 0x7f) {
+				bad(p, "space or control character (percent-encode it)");
+				return EINVAL;
+			}
+		if (!scheme_len(p, s, len))
+			return EINVAL;
+		s += len + 1;
+	}
+	return 0;
+}
+
+int
+dmutex__url_parse(const char *url, struct dmutex__config *cfg)
+{
+	struct parse p = { .cfg = cfg };
+	const char *s = url;
+	int err, tls = 0;
+
+	if (!cfg)
+		return EINVAL;
+	memset(cfg, 0, sizeof *cfg);
+	if (!url)
+		return EINVAL;
+	if ((err = check_list(&p, url)))
+		return err;
+	cfg->nodes = calloc(p.count, sizeof *cfg->nodes);
+	if (!cfg->nodes)
+		return ENOMEM;
+	cfg->nnodes = p.count;
+	cfg->connect_timeout_ms = DMUTEX__CONNECT_TIMEOUT_DEFAULT;
+	cfg->command_timeout_ms = DMUTEX__COMMAND_TIMEOUT_DEFAULT;
+	cfg->lease_ms = DMUTEX_LEASE_DEFAULT;
+	for (p.index = 0; p.index < p.count; p.index++) {
+		size_t len = strcspn(s, ",");
+
+		p.display = NULL;
+		p.db_seen = 0;
+		/* scheme_len cannot fail here: check_list passed. */
+		err = parse_node(&p, s, len, scheme_len(&p, s, len), &cfg->nodes[p.index]);
+		if (err)
+			goto fail;
+		tls |= cfg->nodes[p.index].tls;
+		s += len + 1;
+	}
+	if (!cfg->prefix && !(cfg->prefix = dupn(PREFIX_DEFAULT, strlen(PREFIX_DEFAULT)))) {
+		err = ENOMEM;
+		goto fail;
+	}
+	/* Checked last, so whether a URL is well-formed does not depend on the build. */
+	if (tls && !TLS_SUPPORTED) {
+		for (p.index = 0; !cfg->nodes[p.index].tls; p.index++)
+			;
+		dmutex__log(DMUTEX_LOG_ERROR, "cannot use %s: rediss:// (TLS) is not "
+				"supported by this build of dmutex",
+				cfg->nodes[p.index].display);
+		err = ENOTSUP;
+		goto fail;
+	}
+	return 0;
+fail:
+	dmutex__config_free(cfg);
+	return err;
+}
+
+void
+dmutex__config_free(struct dmutex__config *cfg)
+{
+	if (!cfg)
+		return;
+	for (size_t i = 0; i < cfg->nnodes; i++) {
+		struct dmutex__node_addr *n = &cfg->nodes[i];
+		free(n->host);
+		free(n->path);
+		free(n->user);
+		if (n->password) {
+			/* Do not leave it lying in freed heap memory. */
+			explicit_bzero(n->password, strlen(n->password));
+			free(n->password);
+		}
+		free(n->display);
+	}
+	free(cfg->nodes);
+	free(cfg->prefix);
+	memset(cfg, 0, sizeof *cfg);
+}
