@@ -50,7 +50,6 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX];
 	char lease[16], pid[24], tid[24], since[24];
 	const char *argv[8];
-	redisContext *ctx;
 	redisReply *r;
 	long long st, v1 = 0, v2 = 0;
 
@@ -70,11 +69,7 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	argv[6] = tid;
 	argv[7] = since;
 
-	if (!(ctx = dmutex__node_get(n)))
-		return EIO;
-	r = dmutex__node_script(n, ctx, DMUTEX__SCRIPT_ACQUIRE, 2, 8, argv, NULL, &a->maybe_done);
-	dmutex__node_put(n, ctx);
-	if (!r)
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, 8, argv, &a->maybe_done)))
 		return EIO;
 	if (int_elem(r, 0, &st) || (st == DMUTEX__ACQ_OK && (int_elem(r, 1, &v1) || int_elem(r, 2, &v2) || v1 <= 0)) ||
 			(st == DMUTEX__ACQ_BUSY && int_elem(r, 1, &v1)) || st < 0 || st > 2) {
@@ -103,7 +98,6 @@ redis_release(struct dmutex__backend *be, const char *name, const char *token,
 	struct dmutex__node *n = node_of(be);
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], m[4];
 	const char *argv[5] = { lk, mk, token, m, ch };
-	redisContext *ctx;
 	redisReply *r;
 
 	*maybe_done = 0;
@@ -111,11 +105,7 @@ redis_release(struct dmutex__backend *be, const char *name, const char *token,
 	dmutex__key(mk, prefix_of(be), "meta", name);
 	dmutex__key(ch, prefix_of(be), "wake", name);
 	snprintf(m, sizeof m, "%d", mode);
-	if (!(ctx = dmutex__node_get(n)))
-		return EIO;
-	r = dmutex__node_script(n, ctx, DMUTEX__SCRIPT_RELEASE, 2, 5, argv, NULL, maybe_done);
-	dmutex__node_put(n, ctx);
-	if (!r)
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_RELEASE, 2, 5, argv, maybe_done)))
 		return EIO;
 	if (r->type != REDIS_REPLY_INTEGER) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: release of '%s': unexpected reply shape",
@@ -195,6 +185,7 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n)
 		redisReply *r;
 		if (redisGetReply(ctx, &v) != REDIS_OK) {
 			dmutex__log(DMUTEX_LOG_WARN, "%s: renew: %s", node->addr->display, ctx->errstr);
+			dmutex__node_drop_idle(node);
 			goto out;
 		}
 		r = v;

@@ -133,8 +133,8 @@ dmutex__node_connect(struct dmutex__node *n)
 	return c;
 }
 
-redisContext *
-dmutex__node_get(struct dmutex__node *n)
+static redisContext *
+pooled(struct dmutex__node *n)
 {
 	redisContext *c = NULL;
 
@@ -142,7 +142,57 @@ dmutex__node_get(struct dmutex__node *n)
 	if (n->nidle)
 		c = n->idle[--n->nidle];
 	pthread_mutex_unlock(&n->mu);
+	return c;
+}
+
+redisContext *
+dmutex__node_get(struct dmutex__node *n)
+{
+	redisContext *c = pooled(n);
 	return c ? c : dmutex__node_connect(n);
+}
+
+void
+dmutex__node_drop_idle(struct dmutex__node *n)
+{
+	redisContext *idle[DMUTEX__POOL_MAX];
+	int k;
+
+	pthread_mutex_lock(&n->mu);
+	k = n->nidle;
+	memcpy(idle, n->idle, sizeof idle);
+	n->nidle = 0;
+	pthread_mutex_unlock(&n->mu);
+	for (int i = 0; i < k; i++)
+		redisFree(idle[i]);
+}
+
+redisReply *
+dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done)
+{
+	redisContext *c = pooled(n);
+	redisReply *r;
+	int md = 0;
+
+	if (c) {
+		r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, &md);
+		if (r || !c->err) {
+			*maybe_done = md;
+			dmutex__node_put(n, c);
+			return r;
+		}
+		dmutex__node_put(n, c);
+		dmutex__node_drop_idle(n);
+	}
+	if (!(c = dmutex__node_connect(n))) {
+		*maybe_done = md;
+		return NULL;
+	}
+	r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, maybe_done);
+	*maybe_done |= md;
+	dmutex__node_put(n, c);
+	return r;
 }
 
 void

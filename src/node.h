@@ -30,6 +30,8 @@ void dmutex__node_atfork_child(struct dmutex__node *n);
 redisContext *dmutex__node_connect(struct dmutex__node *n);
 /* From the pool, or new. */
 redisContext *dmutex__node_get(struct dmutex__node *n);
+/* Close every idle connection: after one failed, the rest are suspect. */
+void dmutex__node_drop_idle(struct dmutex__node *n);
 /* Back to the pool; a broken context (c->err) is freed instead. */
 void dmutex__node_put(struct dmutex__node *n, redisContext *c);
 
@@ -41,6 +43,15 @@ void dmutex__node_put(struct dmutex__node *n, redisContext *c);
  */
 redisReply *dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
 		int nkeys, int argc, const char **argv, const size_t *lens, int *maybe_done);
+
+/*
+ * get + script + put, for one call.  A pooled connection that fails is
+ * probably stale (server restarted, idle timeout): the pool is emptied and
+ * the call made once more on a fresh connection.  Safe because every script
+ * is idempotent by token.  NULL when both fail (logged).
+ */
+redisReply *dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done);
 
 /* Pipelined: append one script call; pair with dmutex__node_script_reply. */
 int dmutex__node_script_append(redisContext *c, int script, int nkeys, int argc,
