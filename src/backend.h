@@ -34,6 +34,7 @@ struct dmutex__acq {
 	int died;
 	long long pttl_ms;      /* BUSY: the holder's remaining lease; < 0 unknown */
 	int maybe_done;
+	int refused;            /* on EIO: the backend answered no (NOPERM, WRONGTYPE...) */
 };
 
 struct dmutex__renewal {

@@ -53,7 +53,7 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	redisReply *r;
 	long long st, v1 = 0, v2 = 0;
 
-	a->maybe_done = 0;
+	a->maybe_done = a->refused = 0;
 	dmutex__key(lk, prefix_of(be), "lock", a->name);
 	dmutex__key(mk, prefix_of(be), "meta", a->name);
 	snprintf(lease, sizeof lease, "%u", a->lease_ms);
@@ -69,8 +69,11 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	argv[6] = tid;
 	argv[7] = since;
 
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, 8, argv, &a->maybe_done)))
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, 8, argv, &a->maybe_done))) {
+		a->refused = a->maybe_done == DMUTEX__REFUSED;
+		a->maybe_done = a->maybe_done == 1;
 		return EIO;
+	}
 	if (int_elem(r, 0, &st) || (st == DMUTEX__ACQ_OK && (int_elem(r, 1, &v1) || int_elem(r, 2, &v2) || v1 <= 0)) ||
 			(st == DMUTEX__ACQ_BUSY && int_elem(r, 1, &v1)) || st < 0 || st > 2) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply shape",
@@ -105,8 +108,10 @@ redis_release(struct dmutex__backend *be, const char *name, const char *token,
 	dmutex__key(mk, prefix_of(be), "meta", name);
 	dmutex__key(ch, prefix_of(be), "wake", name);
 	snprintf(m, sizeof m, "%d", mode);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_RELEASE, 2, 5, argv, maybe_done)))
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_RELEASE, 2, 5, argv, maybe_done))) {
+		*maybe_done = *maybe_done == 1;
 		return EIO;
+	}
 	if (r->type != REDIS_REPLY_INTEGER) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: release of '%s': unexpected reply shape",
 				n->addr->display, name);

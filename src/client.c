@@ -195,19 +195,18 @@ int
 dmutex_client_close(dmutex_client_t *c)
 {
 	struct dmutex_client **pp;
-	size_t entries;
+	unsigned mutexes;
 
 	if (!c)
 		return EINVAL;
 	if (__atomic_load_n(&c->held, __ATOMIC_ACQUIRE))
 		return EBUSY;
-	pthread_mutex_lock(&c->mu);
-	entries = c->n_entries;
-	pthread_mutex_unlock(&c->mu);
-	if (entries) {
+	/* Not the entry count: the renewal thread may hold a passing
+	 * reference to an entry whose last mutex was just destroyed. */
+	if ((mutexes = __atomic_load_n(&c->mutexes, __ATOMIC_ACQUIRE))) {
 		/* Their dmutex_t objects point into this client. */
-		dmutex__log(DMUTEX_LOG_ERROR, "client close: %zu mutexes still initialized on it; destroy them first",
-				entries);
+		dmutex__log(DMUTEX_LOG_ERROR, "client close: %u mutexes still initialized on it; destroy them first",
+				mutexes);
 		return EBUSY;
 	}
 	pthread_mutex_lock(&clients_mu);

@@ -194,6 +194,8 @@ bind_static(dmutex_t *m, struct dmutex__mutex **out)
 		dmutex__entry_put(mx->entry);
 		free(mx);
 		mx = expected;
+	} else {
+		__atomic_fetch_add(&c->mutexes, 1, __ATOMIC_ACQ_REL);
 	}
 	*out = mx;
 	return 0;

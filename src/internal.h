@@ -122,6 +122,7 @@ struct dmutex_client {
 	struct dmutex__entry **tab;
 	size_t tab_size, n_entries;
 	unsigned held;                  /* atomic: entries held through this client */
+	unsigned mutexes;               /* atomic: dmutex_t objects bound to it */
 	pid_t pid;                      /* the process that owns the threads */
 
 	char host[256];

@@ -24,6 +24,7 @@ dmutex_destroy(dmutex_t *m)
 		pthread_mutex_unlock(&e->mu);
 		if (busy)
 			return EBUSY;
+		__atomic_fetch_sub(&e->client->mutexes, 1, __ATOMIC_ACQ_REL);
 		dmutex__entry_put(e);
 		free(mx);
 	}

@@ -33,6 +33,7 @@ dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
 		free(mx);
 		return err;
 	}
+	__atomic_fetch_add(&c->mutexes, 1, __ATOMIC_ACQ_REL);
 	m->__static_name = NULL;
 	__atomic_store_n(&m->__impl, mx, __ATOMIC_RELEASE);
 	__atomic_store_n(&m->__magic, DMUTEX__MAGIC_INIT, __ATOMIC_RELEASE);

@@ -103,7 +103,8 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		}
 		if (err) {
 			maybe_done |= a.maybe_done;
-			if (mode == TRY || now >= io_until || now >= until) {
+			/* An answer of "no" from Redis will not change by asking again. */
+			if (mode == TRY || a.refused || now >= io_until || now >= until) {
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': backend failing, giving up", e->name);
 				err = EIO;
 				break;

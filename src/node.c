@@ -190,7 +190,8 @@ dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		return NULL;
 	}
 	r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, maybe_done);
-	*maybe_done |= md;
+	if (md == 1 && *maybe_done == 0)
+		*maybe_done = 1;
 	dmutex__node_put(n, c);
 	return r;
 }
@@ -283,6 +284,7 @@ dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: %s script failed: %s", n->addr->display,
 				dmutex__scripts[script].name, ((redisReply *)v)->str);
 		freeReplyObject(v);
+		*maybe_done = DMUTEX__REFUSED;
 		return NULL;
 	}
 	return v;

@@ -44,6 +44,10 @@ void dmutex__node_put(struct dmutex__node *n, redisContext *c);
 redisReply *dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
 		int nkeys, int argc, const char **argv, const size_t *lens, int *maybe_done);
 
+/* maybe_done values besides 0/1: Redis answered with an error (WRONGTYPE,
+ * NOPERM, OOM...): the script did not apply, and asking again will not help. */
+#define DMUTEX__REFUSED 2
+
 /*
  * get + script + put, for one call.  A pooled connection that fails is
  * probably stale (server restarted, idle timeout): the pool is emptied and
