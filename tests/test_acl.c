@@ -1,0 +1,316 @@
+/*
+ * Authentication against a real Redis 7 with ACLs: an ACL user with a
+ * password (TCP and unix socket), the legacy password-only form, refused
+ * credentials (EIO), a user lacking the script commands (NOPERM -> EIO,
+ * never a grant), and no password in any log message.
+ *
+ * The passwords are distinctive strings so that finding one in a log
+ * message cannot be a coincidence.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+#define ALICE_PW  "s3cretAlice"
+#define BOB_PW    "b0bPassw0rd"
+#define LEGACY_PW "leg4cyPassw0rd"
+#define WRONG_PW  "Wr0ngPassw0rd"
+#define URL_PW    "Ur1Passw0rd"
+
+/* Each criterion test runs in its own worker process: these are per test. */
+static struct th_redis srv;
+
+static void srv_down(void)
+{
+	dmutex_set_logger(NULL, NULL);
+	th_redis_stop(&srv);
+}
+
+TestSuite(acl, .fini = srv_down, .timeout = 20);
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+static void start(const char *extra)
+{
+	cr_assert_eq(th_redis_start(&srv, extra), 0, "redis-server did not start with: %s", extra);
+}
+
+/* Every log message the library produces, at every level. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[256 * 1024];
+static size_t log_len;
+static int log_count;
+
+static void capture(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	pthread_mutex_lock(&log_mu);
+	log_len += (size_t)snprintf(log_text + log_len, sizeof log_text - log_len, "%s\n", msg);
+	if (log_len >= sizeof log_text)
+		log_len = sizeof log_text - 1;
+	log_count++;
+	pthread_mutex_unlock(&log_mu);
+}
+
+static void log_start(void)
+{
+	pthread_mutex_lock(&log_mu);
+	log_len = 0;
+	log_text[0] = '\0';
+	log_count = 0;
+	pthread_mutex_unlock(&log_mu);
+	dmutex_set_logger(capture, NULL);
+}
+
+static int log_has(const char *s)
+{
+	int found;
+	pthread_mutex_lock(&log_mu);
+	found = strstr(log_text, s) != NULL;
+	pthread_mutex_unlock(&log_mu);
+	return found;
+}
+
+static int logged(void)
+{
+	int n;
+	pthread_mutex_lock(&log_mu);
+	n = log_count;
+	pthread_mutex_unlock(&log_mu);
+	return n;
+}
+
+/* No password, right or wrong, in anything logged so far. */
+static void assert_no_password_logged(void)
+{
+	static const char *const pws[] = { ALICE_PW, BOB_PW, LEGACY_PW, WRONG_PW, URL_PW };
+	for (size_t i = 0; i < sizeof pws / sizeof pws[0]; i++)
+		cr_assert_not(log_has(pws[i]), "the password %s was logged:\n%s", pws[i], log_text);
+}
+
+static int init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c)
+{
+	dmutex_attr_t a;
+	int rc;
+
+	if ((rc = dmutex_attr_init(&a)))
+		return rc;
+	if ((rc = dmutex_attr_setclient(&a, c))) {
+		dmutex_attr_destroy(&a);
+		return rc;
+	}
+	rc = dmutex_init(m, name, &a);
+	dmutex_attr_destroy(&a);
+	return rc;
+}
+
+static void tcp_url(char *buf, size_t len, const char *userinfo, const char *opts)
+{
+	snprintf(buf, len, "redis://%s%s127.0.0.1:%d%s%s", userinfo ? userinfo : "", userinfo ? "@" : "",
+			srv.port, opts ? "?" : "", opts ? opts : "");
+}
+
+/* Lock, check the key in Redis (as user/pass), unlock, check it is gone. */
+static void lock_cycle(dmutex_client_t *c, const char *name, const char *user, const char *pass)
+{
+	char key[600], want_pid[32];
+	dmutex_t m;
+	redisReply *rep;
+	int rc;
+
+	snprintf(key, sizeof key, "dmutex:lock:{%s}", name);
+	snprintf(want_pid, sizeof want_pid, "%ld", (long)getpid());
+	cr_assert_eq(init_mutex(&m, name, c), 0);
+	rc = dmutex_lock(&m);
+	cr_assert_eq(rc, 0, "lock: %s", dmutex_strerror(rc));
+	rep = th_redis_cmd_as(&srv, user, pass, 0, "HGET %s pid", key);
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING, "no lock key in Redis while held");
+	cr_assert_str_eq(rep->str, want_pid);
+	freeReplyObject(rep);
+	rc = dmutex_unlock(&m);
+	cr_assert_eq(rc, 0, "unlock: %s", dmutex_strerror(rc));
+	rep = th_redis_cmd_as(&srv, user, pass, 0, "EXISTS %s", key);
+	cr_assert(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0, "lock key left after unlock");
+	freeReplyObject(rep);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+}
+
+/* open must fail with EIO, log why, and log no password. */
+static void assert_open_refused(const char *url, const char *what)
+{
+	dmutex_client_t *c = NULL;
+	int before = logged(), rc;
+
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, EIO, "%s: open gave %s", what, dmutex_strerror(rc));
+	cr_assert_gt(logged(), before, "%s: refused without a log line", what);
+	assert_no_password_logged();
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. ACL user with a password                                         */
+/* ------------------------------------------------------------------ */
+
+/* The default user is off: only a client that really authenticates as
+ * alice gets in. */
+#define ALICE_ONLY "user default off\nuser alice on >" ALICE_PW " ~* &* +@all\n"
+
+Test(acl, acl_user_with_password_locks)
+{
+	char url[700];
+	dmutex_client_t *c;
+
+	start(ALICE_ONLY);
+	log_start();
+	tcp_url(url, sizeof url, "alice:" ALICE_PW, NULL);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	lock_cycle(c, "acl-alice", "alice", ALICE_PW);
+	cr_assert_eq(dmutex_client_close(c), 0);
+
+	tcp_url(url, sizeof url, "alice:" WRONG_PW, NULL);
+	assert_open_refused(url, "alice with a wrong password");
+	tcp_url(url, sizeof url, "mallory:" ALICE_PW, NULL);
+	assert_open_refused(url, "unknown user");
+	tcp_url(url, sizeof url, NULL, NULL);
+	assert_open_refused(url, "no credentials, default user off");
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. legacy password-only form                                        */
+/* ------------------------------------------------------------------ */
+
+Test(acl, legacy_requirepass)
+{
+	char url[700];
+	dmutex_client_t *c;
+
+	start("requirepass " LEGACY_PW "\n");
+	log_start();
+	tcp_url(url, sizeof url, ":" LEGACY_PW, NULL);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	lock_cycle(c, "acl-legacy", NULL, LEGACY_PW);
+	cr_assert_eq(dmutex_client_close(c), 0);
+
+	tcp_url(url, sizeof url, ":" WRONG_PW, NULL);
+	assert_open_refused(url, "wrong password");
+	tcp_url(url, sizeof url, NULL, NULL);
+	assert_open_refused(url, "no password");
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. a user without the script commands: NOPERM -> EIO               */
+/* ------------------------------------------------------------------ */
+
+Test(acl, user_without_script_commands_gets_eio)
+{
+	char url[700], meta[600];
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct timespec dl;
+	int rc;
+
+	start("user bob on >" BOB_PW " ~* &* +@all -evalsha -eval\n");
+	log_start();
+	tcp_url(url, sizeof url, "bob:" BOB_PW, "command_timeout_ms=200");
+	/* PING is allowed: the open succeeds. */
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, 0, "open as bob: %s", dmutex_strerror(rc));
+	cr_assert_eq(init_mutex(&m, "acl-bob", c), 0);
+
+	rc = dmutex_lock(&m);
+	cr_assert_eq(rc, EIO, "lock without EVALSHA/EVAL: %s", dmutex_strerror(rc));
+	rc = dmutex_trylock(&m);
+	cr_assert_eq(rc, EIO, "trylock without EVALSHA/EVAL: %s", dmutex_strerror(rc));
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 5;
+	rc = dmutex_timedlock(&m, &dl);
+	cr_assert_eq(rc, EIO, "timedlock without EVALSHA/EVAL: %s", dmutex_strerror(rc));
+	cr_assert_eq(dmutex_unlock(&m), EPERM, "an EIO left a hold behind");
+	cr_assert(log_has("NOPERM"), "no log line names the NOPERM error:\n%s", log_text);
+	assert_no_password_logged();
+
+	/* Nothing was written in Redis (the default user is on, as admin). */
+	snprintf(meta, sizeof meta, "dmutex:meta:{%s}", "acl-bob");
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:lock:{acl-bob}"), 0);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS %s", meta), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. passwords are never logged                                       */
+/* ------------------------------------------------------------------ */
+
+Test(acl, passwords_never_logged)
+{
+	char url[700];
+	dmutex_client_t *c = NULL;
+	dmutex_t m;
+	int rc;
+
+	start(ALICE_ONLY "user bob on >" BOB_PW " ~* &* +@all -evalsha -eval\n");
+	log_start();
+
+	/* Refused logins, with a user and in the legacy form. */
+	tcp_url(url, sizeof url, "alice:" WRONG_PW, NULL);
+	assert_open_refused(url, "alice with a wrong password");
+	tcp_url(url, sizeof url, ":" WRONG_PW, NULL);
+	assert_open_refused(url, "legacy form, wrong password");
+	tcp_url(url, sizeof url, "bob:" ALICE_PW, NULL);
+	assert_open_refused(url, "bob with alice's password");
+
+	/* A bad URL that carries a password: EINVAL, logged without it. */
+	snprintf(url, sizeof url, "redis://alice:" URL_PW "@127.0.0.1:%d?no_such_option=1", srv.port);
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, EINVAL, "bad option: %s", dmutex_strerror(rc));
+	snprintf(url, sizeof url, "redis://alice:" URL_PW "@127.0.0.1:%d?command_timeout_ms=0", srv.port);
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, EINVAL, "out-of-range option: %s", dmutex_strerror(rc));
+	assert_no_password_logged();
+
+	/* NOPERM at lock time. */
+	tcp_url(url, sizeof url, "bob:" BOB_PW, "command_timeout_ms=200");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(init_mutex(&m, "acl-nolog", c), 0);
+	cr_assert_eq(dmutex_lock(&m), EIO);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+
+	cr_assert(log_has("NOPERM"));
+	cr_assert_gt(logged(), 5, "too few log lines to prove anything:\n%s", log_text);
+	assert_no_password_logged();
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. unix socket URL with an ACL user                                 */
+/* ------------------------------------------------------------------ */
+
+Test(acl, unix_socket_with_acl_user)
+{
+	char url[700];
+	dmutex_client_t *c;
+
+	start(ALICE_ONLY);
+	log_start();
+	snprintf(url, sizeof url, "unix://alice:" ALICE_PW "@%s", srv.sock);
+	cr_assert_eq(dmutex_client_open(&c, url), 0, "open %s", srv.unix_url);
+	lock_cycle(c, "acl-unix", "alice", ALICE_PW);
+	cr_assert_eq(dmutex_client_close(c), 0);
+
+	snprintf(url, sizeof url, "unix://alice:" WRONG_PW "@%s", srv.sock);
+	assert_open_refused(url, "unix socket, wrong password");
+	snprintf(url, sizeof url, "unix://%s", srv.sock);
+	assert_open_refused(url, "unix socket, no credentials");
+}

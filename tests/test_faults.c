@@ -1,0 +1,678 @@
+/*
+ * Backend faults against a real redis-server (RELIABILITY #7, #8, #14, #15,
+ * #18): lost replies never strand a lock nor double a recursive count,
+ * Redis down means EIO in bounded time and never a false grant, a server
+ * restart is survived, connections and fds stay flat, and a proxy that
+ * drops replies or swallows everything is handled.
+ */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+/* Each criterion test runs in its own worker process: these are per test. */
+static struct th_redis srv;
+static struct th_proxy *proxy;
+static int port_guard = -1;
+
+static void srv_up(void)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+}
+
+/* Persistence that keeps every acknowledged write across a restart. */
+static void srv_up_aof(void)
+{
+	/* Criterion may run the suite's .init first: replace that server. */
+	th_redis_stop(&srv);
+	cr_assert_eq(th_redis_start(&srv, "appendonly yes\nappendfsync always\n"), 0,
+			"redis-server did not start");
+}
+
+static void srv_down(void)
+{
+	th_proxy_stop(proxy);
+	proxy = NULL;
+	if (port_guard >= 0)
+		close(port_guard);
+	port_guard = -1;
+	th_redis_stop(&srv);
+}
+
+TestSuite(faults, .init = srv_up, .fini = srv_down, .timeout = 20);
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Let time pass.  Used ONLY where the passage of time is the thing under
+ * test (keeping the server stopped past several command timeouts), never
+ * to wait for another party.
+ */
+static void pass_time_ms(long long ms)
+{
+	long long until = th_now_ms() + ms;
+	for (long long left; (left = until - th_now_ms()) > 0;) {
+		struct timespec ts = { (time_t)(left / 1000), (long)(left % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void url_opts(char *buf, size_t len, int port, const char *opts)
+{
+	snprintf(buf, len, "redis://127.0.0.1:%d%s%s", port, opts ? "?" : "", opts ? opts : "");
+}
+
+static int init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, int type, unsigned lease_ms,
+		void (*onlost)(const char *, void *), void *arg)
+{
+	dmutex_attr_t a;
+	int rc;
+
+	if ((rc = dmutex_attr_init(&a)))
+		return rc;
+	if ((rc = dmutex_attr_setclient(&a, c)) || (rc = dmutex_attr_settype(&a, type)) ||
+			(lease_ms && (rc = dmutex_attr_setlease(&a, lease_ms))) ||
+			(onlost && (rc = dmutex_attr_setonlost(&a, onlost, arg)))) {
+		dmutex_attr_destroy(&a);
+		return rc;
+	}
+	rc = dmutex_init(m, name, &a);
+	dmutex_attr_destroy(&a);
+	return rc;
+}
+
+static void lock_key(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "dmutex:lock:{%s}", name);
+}
+
+static void meta_key(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "dmutex:meta:{%s}", name);
+}
+
+/* HGET into out; 1 if the field exists, 0 if not (or on error). */
+static int hget(const char *key, const char *field, char *out, size_t len)
+{
+	redisReply *rep = th_redis_cmd(&srv, "HGET %s %s", key, field);
+	int ok = rep && rep->type == REDIS_REPLY_STRING;
+	if (ok)
+		snprintf(out, len, "%s", rep->str);
+	if (rep)
+		freeReplyObject(rep);
+	return ok;
+}
+
+static long long key_exists(const char *name)
+{
+	char k[600];
+	lock_key(k, sizeof k, name);
+	return th_redis_int(&srv, "EXISTS %s", k);
+}
+
+/* Number of keys matching a pattern, -1 on error. */
+static long long count_keys(const char *pattern)
+{
+	redisReply *rep = th_redis_cmd(&srv, "KEYS %s", pattern);
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+static int no_lock_keys(void *arg)
+{
+	(void)arg;
+	return count_keys("dmutex:lock:*") == 0;
+}
+
+/* The fencing counter in the meta hash: how many acquisitions ran in Redis
+ * (0 if none). */
+static long long meta_fence(const char *name)
+{
+	char k[600];
+	long long v;
+	meta_key(k, sizeof k, name);
+	v = th_redis_int(&srv, "HGET %s fence", k);
+	return v == LLONG_MIN ? 0 : v;
+}
+
+static int meta_state_absent(const char *name)
+{
+	char k[600], state[64];
+	meta_key(k, sizeof k, name);
+	return !hget(k, "state", state, sizeof state);
+}
+
+static void count_lost(const char *name, void *arg)
+{
+	(void)name;
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static int lost_once(void *arg)
+{
+	return atomic_load((atomic_int *)arg) >= 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. lost reply of an acquire (RELIABILITY #7, #8)                    */
+/* ------------------------------------------------------------------ */
+
+struct lost_reply_arg {
+	dmutex_t m;
+	sem_t resumed;          /* main -> locker: the server runs again */
+	int lock_rc, unlock1, unlock2;
+	long long lock_ms;
+};
+
+static void *recursive_locker(void *p)
+{
+	struct lost_reply_arg *a = p;
+	long long t0 = th_now_ms();
+
+	a->lock_rc = dmutex_lock(&a->m);
+	a->lock_ms = th_now_ms() - t0;
+	while (sem_wait(&a->resumed) && errno == EINTR)
+		;
+	/* Ownership is per thread: the unlocks must come from this thread. */
+	if (a->lock_rc == 0) {
+		a->unlock1 = dmutex_unlock(&a->m);
+		a->unlock2 = dmutex_unlock(&a->m);
+	}
+	return NULL;
+}
+
+/* Stop the server for stop_ms while a recursive lock is being acquired. */
+static void lost_reply(const char *name, long long stop_ms)
+{
+	static struct lost_reply_arg a;
+	char url[700];
+	dmutex_client_t *c;
+	pthread_t th;
+
+	url_opts(url, sizeof url, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(init_mutex(&a.m, name, c, DMUTEX_RECURSIVE, 3000, NULL, NULL), 0);
+	cr_assert_eq(sem_init(&a.resumed, 0, 0), 0);
+	/* One hold first, so that Redis has the scripts cached and runs the
+	 * acquires queued while it is stopped (not NOSCRIPT). */
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	cr_assert_eq(pthread_create(&th, NULL, recursive_locker, &a), 0);
+	/* Stopped past one or more 200 ms command timeouts, so the acquire is
+	 * sent, times out and is retried.  The time is under test. */
+	pass_time_ms(stop_ms);
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	sem_post(&a.resumed);
+	pthread_join(th, NULL);
+
+	if (a.lock_rc == 0) {
+		/* Exactly one hold: one unlock frees it, the count never doubled. */
+		cr_assert_eq(a.unlock1, 0, "first unlock: %s", dmutex_strerror(a.unlock1));
+		cr_assert_eq(a.unlock2, EPERM, "second unlock: %s (recursive count doubled?)",
+				dmutex_strerror(a.unlock2));
+		cr_assert_eq(count_keys("dmutex:lock:*"), 0, "a lock key is left after the unlock");
+		cr_assert_eq(meta_fence(name), 2, "the retried acquire was counted twice");
+	} else {
+		cr_assert_eq(a.lock_rc, EIO, "lock returned %s after a lost reply", dmutex_strerror(a.lock_rc));
+		/* Whatever the retried acquires did once the server ran again is
+		 * undone: no lock that nobody knows it holds, within the lease. */
+		cr_assert(th_wait_until(no_lock_keys, NULL, 3000 + 500),
+				"a lock key with an unknown token is left (lock gave EIO after %lld ms)", a.lock_ms);
+		cr_assert_leq(meta_fence(name), 2);
+	}
+	cr_assert(meta_state_absent(name), "the abandoned acquire left a robust state");
+
+	/* The lock works normally afterwards. */
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert_eq(dmutex_destroy(&a.m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	sem_destroy(&a.resumed);
+}
+
+/* 700 ms: longer than lock's retry budget (3 x 200 ms), so mostly EIO. */
+Test(faults, lost_acquire_reply_leaves_one_hold_or_none)
+{
+	lost_reply("faults-lost-reply", 700);
+}
+
+/* 400 ms: resumed while lock still retries, so mostly a hold whose retry
+ * found its own first attempt already applied. */
+Test(faults, lost_acquire_reply_retried_in_budget_counts_once)
+{
+	lost_reply("faults-lost-reply-short", 400);
+}
+
+Test(faults, acquire_given_up_while_server_stopped_is_cleaned_up_in_background)
+{
+	const char *name = "faults-given-up";
+	char url[700];
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long t0, took, resumed_at;
+	int rc;
+
+	url_opts(url, sizeof url, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	/* A long lease: the key must go long before it would expire. */
+	cr_assert_eq(init_mutex(&m, name, c, DMUTEX_RECURSIVE, 10000, NULL, NULL), 0);
+	/* Scripts cached in Redis: the queued acquires will really run. */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	t0 = th_now_ms();
+	rc = dmutex_lock(&m);
+	took = th_now_ms() - t0;
+	/* The server was stopped all along: it cannot have granted anything. */
+	cr_assert_eq(rc, EIO, "lock with the server stopped: %s", dmutex_strerror(rc));
+	cr_assert_lt(took, 3 * 200 + 200 + 1000, "EIO only after %lld ms", took);
+	cr_assert_eq(dmutex_unlock(&m), EPERM);
+
+	/* Only now does the server run the acquires it was sent. */
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	resumed_at = th_now_ms();
+	cr_assert(th_wait_until(no_lock_keys, NULL, 2000),
+			"an abandoned acquisition is still held %lld ms after the resume (lease 10 s)",
+			th_now_ms() - resumed_at);
+	cr_assert_leq(meta_fence(name), 2);
+	cr_assert(meta_state_absent(name), "the abandoned acquire left a robust state");
+	rc = dmutex_lock(&m);
+	cr_assert_eq(rc, 0, "lock after the resume: %s", dmutex_strerror(rc));
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. Redis down at acquire time (RELIABILITY #15)                     */
+/* ------------------------------------------------------------------ */
+
+/* Keep a dead server's port refusing connections (bound, not listening)
+ * so that no other test's server can take it while we aim at it. */
+static int guard_port(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+		.sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Every way to lock fails with EIO within the bound; never a grant. */
+static void assert_eio_bounded(dmutex_t *m, const char *how)
+{
+	/* 3 x command timeout (200) + connect timeout (200) + margin. */
+	const long long bound = 3 * 200 + 200 + 500;
+	struct timespec dl;
+	long long t0 = th_now_ms(), took;
+	int rc;
+
+	rc = dmutex_lock(m);
+	took = th_now_ms() - t0;
+	cr_assert_eq(rc, EIO, "%s: lock: %s", how, dmutex_strerror(rc));
+	cr_assert_lt(took, bound, "%s: lock took %lld ms", how, took);
+
+	t0 = th_now_ms();
+	rc = dmutex_trylock(m);
+	took = th_now_ms() - t0;
+	cr_assert_eq(rc, EIO, "%s: trylock: %s", how, dmutex_strerror(rc));
+	cr_assert_lt(took, bound, "%s: trylock took %lld ms", how, took);
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 30;
+	t0 = th_now_ms();
+	rc = dmutex_timedlock(m, &dl);
+	took = th_now_ms() - t0;
+	cr_assert_eq(rc, EIO, "%s: timedlock: %s", how, dmutex_strerror(rc));
+	cr_assert_lt(took, bound, "%s: timedlock took %lld ms", how, took);
+	cr_assert_eq(dmutex_unlock(m), EPERM, "%s: EIO left a hold behind", how);
+}
+
+Test(faults, server_killed_lock_is_eio_in_bounded_time)
+{
+	char url[700];
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	url_opts(url, sizeof url, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(init_mutex(&m, "faults-down", c, DMUTEX_NORMAL, 0, NULL, NULL), 0);
+	th_redis_stop(&srv);
+	port_guard = guard_port(srv.port);
+	cr_assert_geq(port_guard, 0, "cannot hold the dead server's port %d", srv.port);
+	cr_assert_not(th_port_is_open(srv.port));
+	assert_eio_bounded(&m, "server killed");
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(faults, server_stopped_lock_is_eio_in_bounded_time)
+{
+	char url[700];
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	url_opts(url, sizeof url, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(init_mutex(&m, "faults-stopped", c, DMUTEX_NORMAL, 0, NULL, NULL), 0);
+	/* A stopped server accepts connections (kernel backlog) but never
+	 * answers: every command times out. */
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	assert_eio_bounded(&m, "server stopped");
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	/* Nothing it was sent while stopped may stay locked. */
+	cr_assert(th_wait_until(no_lock_keys, NULL, 3000), "a lock key is left after EIO");
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. server restart                                                   */
+/* ------------------------------------------------------------------ */
+
+Test(faults, restart_reconnects_and_reloads_scripts)
+{
+	const char *name = "faults-restart";
+	char key[600], pid_s[32], want_pid[32];
+	dmutex_client_t *c;
+	dmutex_t m;
+	int rc;
+
+	lock_key(key, sizeof key, name);
+	snprintf(want_pid, sizeof want_pid, "%ld", (long)getpid());
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(init_mutex(&m, name, c, DMUTEX_NORMAL, 0, NULL, NULL), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+
+	/* New process: connections broken, script cache empty. */
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	for (int i = 0; i < 2; i++) {
+		rc = dmutex_lock(&m);
+		cr_assert_eq(rc, 0, "lock %d after restart: %s", i, dmutex_strerror(rc));
+		cr_assert(hget(key, "pid", pid_s, sizeof pid_s), "no lock key after lock");
+		cr_assert_str_eq(pid_s, want_pid);
+		rc = dmutex_unlock(&m);
+		cr_assert_eq(rc, 0, "unlock %d after restart: %s", i, dmutex_strerror(rc));
+		cr_assert_eq(key_exists(name), 0);
+	}
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+struct waiter_arg {
+	dmutex_t m;
+	atomic_int done;
+	int rc;
+	long long at;           /* monotonic ms when lock returned */
+};
+
+static void *restart_waiter(void *p)
+{
+	struct waiter_arg *a = p;
+
+	a->rc = dmutex_lock(&a->m);
+	a->at = th_now_ms();
+	atomic_store(&a->done, 1);
+	if (a->rc == 0)
+		dmutex_unlock(&a->m);
+	return NULL;
+}
+
+struct numsub_arg {
+	const char *channel;
+	long long want;
+};
+
+static int numsub_is(void *p)
+{
+	struct numsub_arg *a = p;
+	redisReply *rep = th_redis_cmd(&srv, "PUBSUB NUMSUB %s", a->channel);
+	int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+		rep->element[1]->type == REDIS_REPLY_INTEGER && rep->element[1]->integer == a->want;
+	if (rep)
+		freeReplyObject(rep);
+	return ok;
+}
+
+static int flag_set(void *p)
+{
+	return atomic_load((atomic_int *)p) != 0;
+}
+
+Test(faults, waiter_across_restart_acquires_when_holder_unlocks, .init = srv_up_aof)
+{
+	static struct waiter_arg w;
+	const char *name = "faults-restart-wait";
+	char channel[600];
+	struct numsub_arg ns = { channel, 1 };
+	dmutex_client_t *ch, *cw;
+	dmutex_t hm;
+	pthread_t th;
+	long long unlocked_at;
+	int rc;
+
+	snprintf(channel, sizeof channel, "dmutex:wake:{%s}", name);
+	cr_assert_eq(dmutex_client_open(&ch, srv.url), 0);
+	cr_assert_eq(dmutex_client_open(&cw, srv.url), 0);
+	/* Lease 4 s: renewed across the restart (every 1.3 s). */
+	cr_assert_eq(init_mutex(&hm, name, ch, DMUTEX_NORMAL, 4000, NULL, NULL), 0);
+	cr_assert_eq(init_mutex(&w.m, name, cw, DMUTEX_NORMAL, 4000, NULL, NULL), 0);
+	cr_assert_eq(dmutex_lock(&hm), 0);
+
+	cr_assert_eq(pthread_create(&th, NULL, restart_waiter, &w), 0);
+	cr_assert(th_wait_until(numsub_is, &ns, 5000), "the waiter never subscribed to %s", channel);
+	cr_assert_eq(atomic_load(&w.done), 0, "the waiter got past a held lock: %s", dmutex_strerror(w.rc));
+
+	/* The AOF keeps the hold; connections and scripts are gone. */
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	cr_assert_eq(key_exists(name), 1, "the hold did not survive the restart (AOF)");
+	/* The waiter is wakeable again once it re-subscribed. */
+	cr_assert(th_wait_until(numsub_is, &ns, 5000), "the waiter did not re-subscribe after the restart");
+	cr_assert_eq(atomic_load(&w.done), 0, "the waiter got past a held lock: %s", dmutex_strerror(w.rc));
+
+	unlocked_at = th_now_ms();
+	rc = dmutex_unlock(&hm);
+	cr_assert_eq(rc, 0, "holder's unlock after the restart: %s", dmutex_strerror(rc));
+	/* Woken by the release, not by the end of the 4 s lease bound. */
+	cr_assert(th_wait_until(flag_set, &w.done, 1500), "the waiter was not woken by the unlock");
+	pthread_join(th, NULL);
+	cr_assert_eq(w.rc, 0, "waiter: %s", dmutex_strerror(w.rc));
+	cr_assert_geq(w.at, unlocked_at);
+	cr_assert_eq(dmutex_destroy(&hm), 0);
+	cr_assert_eq(dmutex_destroy(&w.m), 0);
+	cr_assert_eq(dmutex_client_close(ch), 0);
+	cr_assert_eq(dmutex_client_close(cw), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. resource hygiene (short form of RELIABILITY #18)                 */
+/* ------------------------------------------------------------------ */
+
+/* The library's connection pool per node (src/node.h DMUTEX__POOL_MAX). */
+#define POOL_MAX 16
+#define CYCLES 2000
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+struct cycle_arg {
+	dmutex_t m;
+	int bad_rc, bad_at;
+};
+
+static void *cycle_loop(void *p)
+{
+	struct cycle_arg *a = p;
+
+	for (int i = 0; i < CYCLES / 2; i++) {
+		int rc = dmutex_lock(&a->m);
+		if (!rc)
+			rc = dmutex_unlock(&a->m);
+		if (rc) {
+			a->bad_rc = rc;
+			a->bad_at = i;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+Test(faults, lock_cycles_keep_connections_and_fds_flat)
+{
+	static struct cycle_arg args[2];
+	const char *names[2] = { "faults-cycle-a", "faults-cycle-b" };
+	dmutex_client_t *c;
+	pthread_t th[2];
+	int fd0, fd1, fd2, fd3, clients;
+
+	fd0 = count_fds();
+	cr_assert_gt(fd0, 0);
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(init_mutex(&args[i].m, names[i], c, DMUTEX_NORMAL, 0, NULL, NULL), 0);
+		/* Warm up: the renewal thread and a pooled connection exist. */
+		cr_assert_eq(dmutex_lock(&args[i].m), 0);
+		cr_assert_eq(dmutex_unlock(&args[i].m), 0);
+	}
+	fd1 = count_fds();
+
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, cycle_loop, &args[i]), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(args[i].bad_rc, 0, "%s: cycle %d: %s", names[i], args[i].bad_at,
+				dmutex_strerror(args[i].bad_rc));
+
+	fd2 = count_fds();
+	cr_assert(fd2 - fd1 <= POOL_MAX && fd1 - fd2 <= POOL_MAX, "fds %d before, %d after %d cycles", fd1,
+			fd2, CYCLES);
+	/* Pool + renewer + waiter + the harness's own probe connection. */
+	clients = th_redis_clients(&srv);
+	cr_assert(clients >= 2 && clients <= POOL_MAX + 3, "%d clients connected after %d cycles", clients,
+			CYCLES);
+	cr_assert_eq(count_keys("dmutex:lock:*"), 0);
+
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(dmutex_destroy(&args[i].m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	/* Closing the client gives everything back. */
+	fd3 = count_fds();
+	cr_assert_eq(fd3, fd0, "fds: %d before the client, %d after closing it", fd0, fd3);
+	cr_assert(th_redis_wait_clients(&srv, 1, 2000), "%d clients still connected after close",
+			th_redis_clients(&srv) - 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. faults injected by a proxy                                       */
+/* ------------------------------------------------------------------ */
+
+static void proxy_client(dmutex_client_t **c)
+{
+	char url[700];
+
+	proxy = th_proxy_start(srv.port);
+	cr_assert_not_null(proxy);
+	url_opts(url, sizeof url, th_proxy_port(proxy), "command_timeout_ms=200&connect_timeout_ms=200");
+	cr_assert_eq(dmutex_client_open(c, url), 0);
+}
+
+Test(faults, dropped_acquire_reply_is_eio_and_strands_nothing)
+{
+	const char *name = "faults-drop";
+	dmutex_client_t *c;
+	dmutex_t m;
+	int rc;
+
+	proxy_client(&c);
+	cr_assert_eq(init_mutex(&m, name, c, DMUTEX_NORMAL, 3000, NULL, NULL), 0);
+	/* Scripts cached in Redis: the acquire sent next really runs there. */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+
+	th_proxy_set_mode(proxy, TH_PROXY_DROP_REPLIES);
+	rc = dmutex_trylock(&m);
+	cr_assert_eq(rc, EIO, "trylock with its reply dropped: %s", dmutex_strerror(rc));
+	cr_assert_eq(dmutex_unlock(&m), EPERM);
+	th_proxy_set_mode(proxy, TH_PROXY_PASS);
+
+	/* The acquire did run in Redis; the lock it took is given back well
+	 * within its 3 s lease. */
+	cr_assert(th_wait_until(no_lock_keys, NULL, 3000 + 500), "the acquire whose reply was lost is stranded");
+	cr_assert_eq(meta_fence(name), 2, "the acquire never ran in Redis: the test proves nothing");
+	cr_assert(meta_state_absent(name));
+	rc = dmutex_trylock(&m);
+	cr_assert_eq(rc, 0, "trylock through the proxy again: %s", dmutex_strerror(rc));
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(faults, blackholed_backend_during_hold_calls_onlost)
+{
+	static atomic_int lost;
+	const char *name = "faults-blackhole";
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t tok;
+	long long t0;
+
+	proxy_client(&c);
+	cr_assert_eq(init_mutex(&m, name, c, DMUTEX_NORMAL, 600, count_lost, &lost), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+
+	th_proxy_set_mode(proxy, TH_PROXY_BLACKHOLE);
+	t0 = th_now_ms();
+	cr_assert(th_wait_until(lost_once, &lost, 600 + 200 + 500), "onlost not called %lld ms into the blackhole",
+			th_now_ms() - t0);
+	cr_assert_eq(dmutex_fence(&m, &tok), ENOLCK);
+	th_proxy_set_mode(proxy, TH_PROXY_PASS);
+	cr_assert_eq(dmutex_unlock(&m), ENOLCK);
+	cr_assert_eq(atomic_load(&lost), 1, "onlost called %d times", atomic_load(&lost));
+	cr_assert(th_wait_until(no_lock_keys, NULL, 1000), "the lost hold's key outlived its lease");
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}

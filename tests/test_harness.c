@@ -1,0 +1,737 @@
+/*
+ * Tests of the shared test harness (tests/lib/harness.[ch]) against real
+ * redis-server processes.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* Each criterion test runs in its own worker process: these are per test. */
+static struct th_redis srv;
+static struct th_proxy *proxy;
+
+static void srv_up(void)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+}
+
+static void srv_down(void)
+{
+	th_proxy_stop(proxy);
+	proxy = NULL;
+	th_redis_stop(&srv);
+}
+
+static int reply_is_status(redisReply *rep, const char *want)
+{
+	return rep && rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, want) == 0;
+}
+
+static int ping_ok(redisContext *c)
+{
+	redisReply *rep = redisCommand(c, "PING");
+	int ok = reply_is_status(rep, "PONG");
+	if (rep)
+		freeReplyObject(rep);
+	return ok;
+}
+
+static int path_exists(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* redis-server lifecycle                                              */
+/* ------------------------------------------------------------------ */
+
+Test(redis, start_ping_stop, .fini = srv_down, .timeout = 30)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0);
+	cr_assert_gt(srv.pid, 0);
+	cr_assert_gt(srv.port, 0);
+	char url[64];
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d", srv.port);
+	cr_assert_str_eq(srv.url, url);
+	cr_assert(path_exists(srv.dir));
+	cr_assert(path_exists(srv.sock));
+
+	redisReply *rep = th_redis_cmd(&srv, "PING");
+	cr_assert(reply_is_status(rep, "PONG"));
+	freeReplyObject(rep);
+	cr_assert_eq(th_redis_int(&srv, "INCRBY counter %d", 41), 41);
+	cr_assert_eq(th_redis_int(&srv, "INCR counter"), 42);
+	cr_assert_eq(th_redis_int(&srv, "GET counter"), 42);     /* numeric bulk string */
+	cr_assert_eq(th_redis_int(&srv, "GET missing"), LLONG_MIN); /* nil */
+	cr_assert_eq(th_redis_int(&srv, "NOSUCHCOMMAND"), LLONG_MIN); /* error */
+
+	int port = srv.port;
+	char dir[sizeof srv.dir];
+	snprintf(dir, sizeof dir, "%s", srv.dir);
+	pid_t pid = srv.pid;
+	th_redis_stop(&srv);
+	cr_assert_eq(srv.pid, 0);
+	cr_assert(!th_port_is_open(port), "port %d still accepts connections after stop", port);
+	cr_assert_null(th_tcp_connect(port, 500));
+	cr_assert(!path_exists(dir), "temp dir %s not removed", dir);
+	cr_assert_eq(th_proc_state(pid), -1, "server process still exists");
+	th_redis_stop(&srv); /* idempotent */
+}
+
+Test(redis, config_applied, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	redisReply *rep = th_redis_cmd(&srv, "CONFIG GET save");
+	cr_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2);
+	cr_assert_str_eq(rep->element[1]->str, "");
+	freeReplyObject(rep);
+	rep = th_redis_cmd(&srv, "CONFIG GET appendonly");
+	cr_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2);
+	cr_assert_str_eq(rep->element[1]->str, "no");
+	freeReplyObject(rep);
+	/* enable-debug-command local: DEBUG works from 127.0.0.1 */
+	rep = th_redis_cmd(&srv, "DEBUG SLEEP 0");
+	cr_assert(reply_is_status(rep, "OK"), "DEBUG: %s", rep ? rep->str : "no reply");
+	freeReplyObject(rep);
+}
+
+Test(redis, unix_socket, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	char want[sizeof srv.unix_url];
+	snprintf(want, sizeof want, "unix://%s", srv.sock);
+	cr_assert_str_eq(srv.unix_url, want);
+
+	redisContext *c = redisConnectUnix(srv.sock);
+	cr_assert(c && !c->err);
+	cr_assert(ping_ok(c));
+	redisFree(c);
+
+	c = th_redis_connect_unix(&srv, NULL, NULL);
+	cr_assert_not_null(c);
+	cr_assert(ping_ok(c));
+	redisFree(c);
+}
+
+Test(redis, requirepass, .fini = srv_down, .timeout = 30)
+{
+	cr_assert_eq(th_redis_start(&srv, "requirepass s3cret\n"), 0);
+	redisReply *rep = th_redis_cmd(&srv, "PING");
+	cr_assert(rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOAUTH", 6) == 0);
+	freeReplyObject(rep);
+
+	cr_assert_null(th_redis_connect(&srv, NULL, "wrong"));
+	redisContext *c = th_redis_connect(&srv, NULL, "s3cret");
+	cr_assert_not_null(c);
+	cr_assert(ping_ok(c));
+	redisFree(c);
+
+	c = th_redis_connect_unix(&srv, NULL, "s3cret");
+	cr_assert_not_null(c);
+	cr_assert(ping_ok(c));
+	redisFree(c);
+
+	rep = th_redis_cmd_as(&srv, NULL, "s3cret", 1000, "PING");
+	cr_assert(reply_is_status(rep, "PONG"));
+	freeReplyObject(rep);
+
+	/* extra is kept for restart */
+	cr_assert_str_eq(srv.extra, "requirepass s3cret\n");
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	cr_assert_null(th_redis_connect(&srv, NULL, "wrong"));
+	c = th_redis_connect(&srv, NULL, "s3cret");
+	cr_assert_not_null(c);
+	redisFree(c);
+}
+
+Test(redis, acl_user, .fini = srv_down, .timeout = 30)
+{
+	cr_assert_eq(th_redis_start(&srv, "user alice on >pw ~* +@all\n"), 0);
+	cr_assert_null(th_redis_connect(&srv, "alice", "nope"));
+	redisContext *c = th_redis_connect(&srv, "alice", "pw");
+	cr_assert_not_null(c);
+	redisReply *rep = redisCommand(c, "ACL WHOAMI");
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING);
+	cr_assert_str_eq(rep->str, "alice");
+	freeReplyObject(rep);
+	redisFree(c);
+}
+
+Test(redis, bad_extra_config_fails_cleanly, .fini = srv_down, .timeout = 30)
+{
+	cr_assert_eq(th_redis_start(&srv, "no-such-directive 1\n"), -1);
+	cr_assert_eq(srv.pid, 0);
+	cr_assert_eq(srv.dir[0], '\0');
+	th_redis_stop(&srv); /* safe */
+}
+
+Test(redis, pause_resume, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	redisContext *c = th_tcp_connect(srv.port, 200);
+	cr_assert_not_null(c);
+	cr_assert(ping_ok(c));
+
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	cr_assert_eq(th_proc_state(srv.pid), 'T');
+	long long t0 = th_now_ms();
+	redisReply *rep = redisCommand(c, "PING");
+	long long dt = th_now_ms() - t0;
+	cr_assert_null(rep, "a paused server answered");
+	cr_assert_neq(c->err, 0);
+	cr_assert_geq(dt, 150, "timed out too early (%lld ms)", dt);
+	cr_assert_lt(dt, 3000, "timeout took %lld ms", dt);
+	redisFree(c);
+
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	cr_assert_neq(th_proc_state(srv.pid), 'T');
+	c = th_tcp_connect(srv.port, 200);
+	cr_assert_not_null(c);
+	cr_assert(ping_ok(c));
+	redisFree(c);
+}
+
+Test(redis, restart_keeps_port, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	int port = srv.port;
+	pid_t pid = srv.pid;
+	char url[sizeof srv.url], dir[sizeof srv.dir];
+	snprintf(url, sizeof url, "%s", srv.url);
+	snprintf(dir, sizeof dir, "%s", srv.dir);
+	redisReply *rep = th_redis_cmd(&srv, "SET k v");
+	cr_assert(reply_is_status(rep, "OK"));
+	freeReplyObject(rep);
+	redisContext *held = th_tcp_connect(port, 1000); /* a client during the restart */
+	cr_assert_not_null(held);
+
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	cr_assert_eq(srv.port, port);
+	cr_assert_neq(srv.pid, pid);
+	cr_assert_str_eq(srv.url, url);
+	cr_assert_str_eq(srv.dir, dir);
+	cr_assert_eq(th_proc_state(pid), -1, "old server still exists");
+	rep = th_redis_cmd(&srv, "PING");
+	cr_assert(reply_is_status(rep, "PONG"));
+	freeReplyObject(rep);
+	rep = th_redis_cmd(&srv, "GET k"); /* no persistence: gone */
+	cr_assert(rep && rep->type == REDIS_REPLY_NIL);
+	freeReplyObject(rep);
+	/* the old connection died with the old server */
+	cr_assert_null(redisCommand(held, "PING"));
+	redisFree(held);
+}
+
+Test(redis, restart_keeps_aof, .fini = srv_down, .timeout = 30)
+{
+	cr_assert_eq(th_redis_start(&srv, "appendonly yes\n"), 0);
+	redisReply *rep = th_redis_cmd(&srv, "SET durable yes");
+	cr_assert(reply_is_status(rep, "OK"));
+	freeReplyObject(rep);
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	rep = th_redis_cmd(&srv, "GET durable");
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING);
+	cr_assert_str_eq(rep->str, "yes");
+	freeReplyObject(rep);
+}
+
+Test(redis, kill_then_restart, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	int port = srv.port;
+	pid_t old = srv.pid;
+	cr_assert_eq(th_redis_kill(&srv), 0);
+	cr_assert_eq(srv.pid, 0);
+	cr_assert_eq(th_proc_state(old), -1);
+	cr_assert(!th_port_is_open(port));
+	cr_assert(path_exists(srv.dir));
+	cr_assert_eq(th_redis_kill(&srv), -1); /* not running */
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	cr_assert_eq(srv.port, port);
+	cr_assert(th_port_is_open(port));
+}
+
+/* the test kills (and reaps) the server itself, then restarts it */
+Test(redis, external_kill_then_restart, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	pid_t old = srv.pid;
+	cr_assert_eq(kill(old, SIGKILL), 0);
+	cr_assert_eq(th_wait_child(old, 5000), 128 + SIGKILL);
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	cr_assert_neq(srv.pid, old);
+	redisReply *rep = th_redis_cmd(&srv, "PING");
+	cr_assert(reply_is_status(rep, "PONG"));
+	freeReplyObject(rep);
+}
+
+Test(redis, restart_while_paused, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	redisReply *rep = th_redis_cmd(&srv, "PING");
+	cr_assert(reply_is_status(rep, "PONG"));
+	freeReplyObject(rep);
+}
+
+Test(redis, stop_while_paused, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	int port = srv.port;
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	th_redis_stop(&srv);
+	cr_assert(!th_port_is_open(port));
+}
+
+Test(redis, clients, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	int base = th_redis_clients(&srv);
+	cr_assert_eq(base, 1, "fresh server: only the probe connection, got %d", base);
+	redisContext *c[3];
+	for (int i = 0; i < 3; i++) {
+		c[i] = th_redis_connect(&srv, NULL, NULL);
+		cr_assert_not_null(c[i]);
+	}
+	cr_assert(th_redis_wait_clients(&srv, base + 3, 5000), "have %d", th_redis_clients(&srv));
+	for (int i = 0; i < 3; i++)
+		redisFree(c[i]);
+	cr_assert(th_redis_wait_clients(&srv, base, 5000), "have %d", th_redis_clients(&srv));
+}
+
+Test(redis, two_servers_distinct, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	struct th_redis b;
+	cr_assert_eq(th_redis_start(&b, NULL), 0);
+	cr_assert_neq(b.port, srv.port);
+	cr_assert_str_neq(b.dir, srv.dir);
+	th_redis_int(&srv, "SET where a");
+	redisReply *rep = th_redis_cmd(&b, "GET where");
+	int nil = rep && rep->type == REDIS_REPLY_NIL;
+	freeReplyObject(rep);
+	th_redis_stop(&b);
+	cr_assert(nil);
+}
+
+/* a th_spawn child must not be able to clean up the parent's servers */
+static int child_stop_all(void *arg)
+{
+	(void)arg;
+	th_redis_stop_all();
+	return 0;
+}
+
+Test(redis, child_does_not_own_parent_servers, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	pid_t pid = th_spawn(child_stop_all, NULL);
+	cr_assert_gt(pid, 0);
+	cr_assert_eq(th_wait_child(pid, 10000), 0);
+	cr_assert_neq(th_proc_state(srv.pid), -1);
+	redisReply *rep = th_redis_cmd(&srv, "PING");
+	cr_assert(reply_is_status(rep, "PONG"));
+	freeReplyObject(rep);
+	cr_assert(path_exists(srv.dir));
+}
+
+/* A child that starts its own server and reports pid + dir on a pipe. */
+struct owner_arg {
+	int fd[2];
+	struct th_sync done;   /* parent -> child: go on */
+	int die_hard;          /* 1: get SIGKILLed, 0: on `done`, stop_all and return */
+};
+struct owner_report { pid_t pid; char dir[256]; };
+
+static int child_owner(void *arg)
+{
+	struct owner_arg *a = arg;
+	struct th_redis mine;
+	struct owner_report rep = { 0 };
+	if (th_redis_start(&mine, NULL) == 0) {
+		rep.pid = mine.pid;
+		snprintf(rep.dir, sizeof rep.dir, "%s", mine.dir);
+	}
+	if (write(a->fd[1], &rep, sizeof rep) != (ssize_t)sizeof rep)
+		return 2;
+	if (rep.pid == 0)
+		return 3;
+	if (th_sync_wait(&a->done, 60000) != 0 || a->die_hard)
+		return 4; /* die_hard: the parent SIGKILLs us before that */
+	th_redis_stop_all(); /* what the atexit handler runs */
+	return 0;
+}
+
+static int gone_or_zombie(void *arg)
+{
+	int st = th_proc_state(*(pid_t *)arg);
+	return st == -1 || st == 'Z' || st == 'X';
+}
+
+static void run_owner(int die_hard, struct owner_report *rep, int *status)
+{
+	struct owner_arg a = { .die_hard = die_hard };
+	cr_assert_eq(pipe(a.fd), 0);
+	cr_assert_eq(th_sync_init(&a.done), 0);
+	pid_t pid = th_spawn(child_owner, &a);
+	cr_assert_gt(pid, 0);
+	cr_assert_eq(read(a.fd[0], rep, sizeof *rep), (ssize_t)sizeof *rep);
+	cr_assert_gt(rep->pid, 0, "child could not start its server");
+	cr_assert_neq(th_proc_state(rep->pid), -1);
+	if (die_hard)
+		kill(pid, SIGKILL);
+	else
+		th_sync_post(&a.done);
+	*status = th_wait_child(pid, 10000);
+	close(a.fd[0]);
+	close(a.fd[1]);
+	th_sync_close(&a.done);
+}
+
+Test(redis, stop_all_cleans_own_servers, .timeout = 30)
+{
+	struct owner_report rep;
+	int status;
+	run_owner(0, &rep, &status);
+	cr_assert_eq(status, 0);
+	cr_assert(gone_or_zombie(&rep.pid));
+	cr_assert(!path_exists(rep.dir), "dir %s left behind", rep.dir);
+}
+
+Test(redis, server_dies_with_killed_owner, .timeout = 30)
+{
+	struct owner_report rep;
+	int status;
+	run_owner(1, &rep, &status);
+	cr_assert_eq(status, 128 + SIGKILL);
+	cr_assert(th_wait_until(gone_or_zombie, &rep.pid, 5000),
+	          "server %d survived its owner", (int)rep.pid);
+	/* no atexit ran: only the dir is left, remove it */
+	cr_assert(path_exists(rep.dir));
+	th_rm_rf(rep.dir);
+	cr_assert(!path_exists(rep.dir));
+}
+
+/* ------------------------------------------------------------------ */
+/* processes, time, sync                                               */
+/* ------------------------------------------------------------------ */
+
+static int child_return(void *arg)
+{
+	return *(int *)arg;
+}
+
+static int child_block(void *arg)
+{
+	struct th_sync *s = arg;
+	if (s)
+		th_sync_post(s);
+	for (;;)
+		pause();
+	return 0;
+}
+
+static int child_raise_term(void *arg)
+{
+	(void)arg;
+	raise(SIGTERM);
+	return 0;
+}
+
+Test(proc, spawn_exit_codes, .timeout = 30)
+{
+	int codes[] = { 0, 7, 255 };
+	for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+		pid_t pid = th_spawn(child_return, &codes[i]);
+		cr_assert_gt(pid, 0);
+		cr_assert_eq(th_wait_child(pid, 5000), codes[i]);
+	}
+	pid_t pid = th_spawn(child_raise_term, NULL);
+	cr_assert_eq(th_wait_child(pid, 5000), 128 + SIGTERM);
+}
+
+Test(proc, killed_child, .timeout = 30)
+{
+	struct th_sync s;
+	cr_assert_eq(th_sync_init(&s), 0);
+	pid_t pid = th_spawn(child_block, &s);
+	cr_assert_gt(pid, 0);
+	cr_assert_eq(th_sync_wait(&s, 5000), 0);
+	kill(pid, SIGKILL);
+	cr_assert_eq(th_wait_child(pid, 5000), 128 + 9);
+	th_sync_close(&s);
+}
+
+Test(proc, wait_child_timeout_kills, .timeout = 30)
+{
+	pid_t pid = th_spawn(child_block, NULL);
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_wait_child(pid, 100), -1);
+	cr_assert_geq(th_now_ms() - t0, 100);
+	/* it was SIGKILLed and reaped */
+	cr_assert_eq(waitpid(pid, NULL, WNOHANG), -1);
+	cr_assert_eq(errno, ECHILD);
+}
+
+Test(proc, wait_stopped, .timeout = 30)
+{
+	struct th_sync s;
+	cr_assert_eq(th_sync_init(&s), 0);
+	pid_t pid = th_spawn(child_block, &s);
+	cr_assert_eq(th_sync_wait(&s, 5000), 0);
+	cr_assert_neq(th_proc_state(pid), 'T');
+	kill(pid, SIGSTOP);
+	cr_assert_eq(th_wait_stopped(pid), 0);
+	cr_assert_eq(th_proc_state(pid), 'T');
+	kill(pid, SIGCONT);
+	kill(pid, SIGKILL);
+	cr_assert_eq(th_wait_child(pid, 5000), 128 + SIGKILL);
+	/* a process that is gone is never "stopped": fails at once */
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_wait_stopped(pid), -1);
+	cr_assert_lt(th_now_ms() - t0, 1000);
+	th_sync_close(&s);
+}
+
+static int child_post(void *arg)
+{
+	th_sync_post(arg);
+	return 0;
+}
+
+Test(sync, post_and_wait, .timeout = 30)
+{
+	struct th_sync s;
+	cr_assert_eq(th_sync_init(&s), 0);
+	pid_t pid = th_spawn(child_post, &s);
+	cr_assert_eq(th_sync_wait(&s, 5000), 0);
+	cr_assert_eq(th_wait_child(pid, 5000), 0);
+	/* one post releases one wait: the next one times out */
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_sync_wait(&s, 50), -1);
+	cr_assert_geq(th_now_ms() - t0, 50);
+	th_sync_close(&s);
+	cr_assert_eq(s.fd[0], -1);
+	cr_assert_eq(s.fd[1], -1);
+}
+
+static int count_to_five(void *arg)
+{
+	return ++*(int *)arg >= 5;
+}
+
+static int never(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+Test(time, wait_until, .timeout = 30)
+{
+	int n = 0;
+	cr_assert_eq(th_wait_until(count_to_five, &n, 5000), 1);
+	cr_assert_eq(n, 5);
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_wait_until(never, NULL, 50), 0);
+	long long dt = th_now_ms() - t0;
+	cr_assert_geq(dt, 50);
+	cr_assert_lt(dt, 1000);
+}
+
+/* ------------------------------------------------------------------ */
+/* proxy                                                               */
+/* ------------------------------------------------------------------ */
+
+static int key_exists(const char *key)
+{
+	return th_redis_int(&srv, "EXISTS %s", key) == 1;
+}
+
+static int key_exists_cond(void *key)
+{
+	return key_exists(key);
+}
+
+Test(proxy, modes, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	proxy = th_proxy_start(srv.port);
+	cr_assert_not_null(proxy);
+	int pport = th_proxy_port(proxy);
+	cr_assert_gt(pport, 0);
+	cr_assert_neq(pport, srv.port);
+
+	/* PASS */
+	redisContext *c = th_tcp_connect(pport, 2000);
+	cr_assert_not_null(c);
+	cr_assert(ping_ok(c));
+	redisFree(c);
+
+	/* DROP_REPLIES: the command reaches the server, the reply never comes */
+	th_proxy_set_mode(proxy, TH_PROXY_DROP_REPLIES);
+	cr_assert_eq(th_proxy_mode(proxy), TH_PROXY_DROP_REPLIES);
+	c = th_tcp_connect(pport, 200);
+	cr_assert_not_null(c);
+	cr_assert_null(redisCommand(c, "SET dropped 1"));
+	cr_assert_neq(c->err, 0);
+	redisFree(c);
+	cr_assert(th_wait_until(key_exists_cond, "dropped", 5000));
+
+	/* BLACKHOLE: nothing reaches the server, nothing comes back */
+	th_proxy_set_mode(proxy, TH_PROXY_BLACKHOLE);
+	c = th_tcp_connect(pport, 200);
+	cr_assert_not_null(c);
+	cr_assert_null(redisCommand(c, "SET holed 1"));
+	cr_assert_neq(c->err, 0);
+	redisFree(c);
+	cr_assert(!key_exists("holed"));
+
+	/* back to PASS: a new connection works */
+	th_proxy_set_mode(proxy, TH_PROXY_PASS);
+	c = th_tcp_connect(pport, 2000);
+	cr_assert_not_null(c);
+	cr_assert(ping_ok(c));
+	redisFree(c);
+
+	th_proxy_stop(proxy);
+	proxy = NULL;
+	cr_assert(!th_port_is_open(pport));
+}
+
+static int proxy_has_conns(void *arg)
+{
+	return th_proxy_conns(proxy) == *(int *)arg;
+}
+
+Test(proxy, close_all, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	proxy = th_proxy_start(srv.port);
+	cr_assert_not_null(proxy);
+	int base = th_redis_clients(&srv);
+	redisContext *c1 = th_tcp_connect(th_proxy_port(proxy), 2000);
+	redisContext *c2 = th_tcp_connect(th_proxy_port(proxy), 2000);
+	cr_assert(c1 && c2);
+	cr_assert(ping_ok(c1));
+	cr_assert(ping_ok(c2));
+	cr_assert_eq(th_proxy_conns(proxy), 2);
+	cr_assert(th_redis_wait_clients(&srv, base + 2, 5000));
+
+	long long t0 = th_now_ms();
+	th_proxy_close_all(proxy);
+	cr_assert_eq(th_proxy_conns(proxy), 0); /* synchronous */
+	cr_assert_null(redisCommand(c1, "PING"));
+	cr_assert_lt(th_now_ms() - t0, 1500, "EOF expected, not a timeout");
+	redisFree(c1);
+	redisFree(c2);
+	/* the server side was closed too */
+	cr_assert(th_redis_wait_clients(&srv, base, 5000));
+	/* and the proxy still accepts */
+	c1 = th_tcp_connect(th_proxy_port(proxy), 2000);
+	cr_assert(ping_ok(c1));
+	redisFree(c1);
+	int zero = 0;
+	cr_assert(th_wait_until(proxy_has_conns, &zero, 5000));
+}
+
+Test(proxy, large_values, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	proxy = th_proxy_start(srv.port);
+	cr_assert_not_null(proxy);
+	size_t len = 3u << 20; /* several times the proxy buffer */
+	char *big = malloc(len);
+	cr_assert_not_null(big);
+	for (size_t i = 0; i < len; i++)
+		big[i] = (char)('a' + i % 26);
+	redisContext *c = th_tcp_connect(th_proxy_port(proxy), 5000);
+	cr_assert_not_null(c);
+	redisReply *rep = redisCommand(c, "SET big %b", big, len);
+	cr_assert(reply_is_status(rep, "OK"));
+	freeReplyObject(rep);
+	rep = redisCommand(c, "GET big");
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING && rep->len == len);
+	cr_assert_eq(memcmp(rep->str, big, len), 0);
+	freeReplyObject(rep);
+	redisFree(c);
+	free(big);
+}
+
+Test(proxy, target_down, .fini = srv_down, .timeout = 30)
+{
+	int dead = th_free_port();
+	proxy = th_proxy_start(dead);
+	cr_assert_not_null(proxy);
+	redisContext *c = th_tcp_connect(th_proxy_port(proxy), 2000);
+	cr_assert_not_null(c); /* the proxy accepts... */
+	long long t0 = th_now_ms();
+	cr_assert_null(redisCommand(c, "PING")); /* ...and hangs up */
+	cr_assert_lt(th_now_ms() - t0, 1500, "EOF expected, not a timeout");
+	redisFree(c);
+	th_proxy_stop(proxy);
+	proxy = NULL;
+}
+
+/* a forked child holding copies of the proxy's sockets must not keep
+ * connections alive after th_proxy_close_all */
+static int child_wait(void *arg)
+{
+	return th_sync_wait(arg, 20000) == 0 ? 0 : 1;
+}
+
+Test(proxy, close_all_with_forked_child, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	proxy = th_proxy_start(srv.port);
+	cr_assert_not_null(proxy);
+	redisContext *c = th_tcp_connect(th_proxy_port(proxy), 2000);
+	cr_assert(ping_ok(c));
+	struct th_sync go;
+	cr_assert_eq(th_sync_init(&go), 0);
+	pid_t pid = th_spawn(child_wait, &go);
+	cr_assert_gt(pid, 0);
+
+	long long t0 = th_now_ms();
+	th_proxy_close_all(proxy);
+	cr_assert_null(redisCommand(c, "PING"));
+	cr_assert_lt(th_now_ms() - t0, 1500, "EOF expected, not a timeout");
+	redisFree(c);
+
+	th_sync_post(&go);
+	cr_assert_eq(th_wait_child(pid, 5000), 0);
+	th_sync_close(&go);
+}
+
+Test(proxy, server_paused_then_resumed, .init = srv_up, .fini = srv_down, .timeout = 30)
+{
+	proxy = th_proxy_start(srv.port);
+	cr_assert_not_null(proxy);
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	redisContext *c = th_tcp_connect(th_proxy_port(proxy), 200);
+	cr_assert_not_null(c);
+	cr_assert_null(redisCommand(c, "PING"));
+	redisFree(c);
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	c = th_tcp_connect(th_proxy_port(proxy), 2000);
+	cr_assert(ping_ok(c));
+	redisFree(c);
+}
+
+Test(proxy, blackholed_connection_never_reaches_server, .init = srv_up, .fini = srv_down,
+     .timeout = 30)
+{
+	proxy = th_proxy_start(srv.port);
+	cr_assert_not_null(proxy);
+	int base = th_redis_clients(&srv);
+	th_proxy_set_mode(proxy, TH_PROXY_BLACKHOLE);
+	redisContext *c = th_tcp_connect(th_proxy_port(proxy), 2000);
+	cr_assert_not_null(c);
+	int one = 1;
+	cr_assert(th_wait_until(proxy_has_conns, &one, 5000));
+	cr_assert_eq(th_redis_clients(&srv), base);
+
+	/* the "network" heals: that connection is found dead, at once */
+	th_proxy_set_mode(proxy, TH_PROXY_PASS);
+	cr_assert_eq(th_proxy_conns(proxy), 0);
+	long long t0 = th_now_ms();
+	cr_assert_null(redisCommand(c, "PING"));
+	cr_assert_lt(th_now_ms() - t0, 1500, "EOF expected, not a timeout");
+	redisFree(c);
+}

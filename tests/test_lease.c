@@ -1,0 +1,544 @@
+/*
+ * Leases and renewal against a real redis-server (RELIABILITY #9-#14):
+ * a holder stalled past its lease is told it lost the lock while the new
+ * holder is undisturbed; renewal keeps a hold alive across many leases, is
+ * batched, survives short stalls, never outlives an unlock; a Redis stopped
+ * longer than the lease makes the holder lose the lock.
+ *
+ * Not tested here: RELIABILITY #12's "a wall-clock jump of the client
+ * changes nothing".  It needs faketime (or CAP_SYS_TIME) for the client
+ * only, which these tests do not have; the library computes every deadline
+ * on CLOCK_MONOTONIC, which the code review has to vouch for instead.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+/* Each criterion test runs in its own worker process: these are per test. */
+static struct th_redis srv;
+static pid_t child_pid;
+
+static void srv_up(void)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+}
+
+static void srv_down(void)
+{
+	/* A failed assertion may leave a child stopped: never leave it behind. */
+	if (child_pid > 0) {
+		kill(child_pid, SIGKILL);
+		kill(child_pid, SIGCONT);
+		waitpid(child_pid, NULL, 0);
+		child_pid = 0;
+	}
+	th_redis_stop(&srv);
+}
+
+TestSuite(lease, .init = srv_up, .fini = srv_down, .timeout = 20);
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Let time pass.  Used ONLY where the passage of time is the thing under
+ * test (holding across several lease periods, keeping a process or the
+ * server stopped for a given time), never to wait for another party.
+ */
+static void pass_time_ms(long long ms)
+{
+	long long until = th_now_ms() + ms;
+	for (long long left; (left = until - th_now_ms()) > 0;) {
+		struct timespec ts = { (time_t)(left / 1000), (long)(left % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void pass_time_until_ms(long long until)
+{
+	long long left = until - th_now_ms();
+	if (left > 0)
+		pass_time_ms(left);
+}
+
+static void url_opts(char *buf, size_t len, const char *opts)
+{
+	snprintf(buf, len, "%s%s%s", srv.url, opts ? "?" : "", opts ? opts : "");
+}
+
+static int init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, unsigned lease_ms,
+		void (*onlost)(const char *, void *), void *arg)
+{
+	dmutex_attr_t a;
+	int rc;
+
+	if ((rc = dmutex_attr_init(&a)))
+		return rc;
+	if ((rc = dmutex_attr_setclient(&a, c)) || (lease_ms && (rc = dmutex_attr_setlease(&a, lease_ms))) ||
+			(onlost && (rc = dmutex_attr_setonlost(&a, onlost, arg)))) {
+		dmutex_attr_destroy(&a);
+		return rc;
+	}
+	rc = dmutex_init(m, name, &a);
+	dmutex_attr_destroy(&a);
+	return rc;
+}
+
+static void lock_key(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "dmutex:lock:{%s}", name);
+}
+
+static void meta_key(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "dmutex:meta:{%s}", name);
+}
+
+/* HGET into out; 1 if the field exists, 0 if not (or on error). */
+static int hget(const char *key, const char *field, char *out, size_t len)
+{
+	redisReply *rep = th_redis_cmd(&srv, "HGET %s %s", key, field);
+	int ok = rep && rep->type == REDIS_REPLY_STRING;
+	if (ok)
+		snprintf(out, len, "%s", rep->str);
+	if (rep)
+		freeReplyObject(rep);
+	return ok;
+}
+
+static long long key_exists(const char *name)
+{
+	char k[600];
+	lock_key(k, sizeof k, name);
+	return th_redis_int(&srv, "EXISTS %s", k);
+}
+
+/* Number of keys matching a pattern, -1 on error. */
+static long long count_keys(const char *pattern)
+{
+	redisReply *rep = th_redis_cmd(&srv, "KEYS %s", pattern);
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+/* cmdstat_evalsha calls from INFO commandstats (0 if never called). */
+static long long evalsha_calls(void)
+{
+	redisReply *rep = th_redis_cmd(&srv, "INFO commandstats");
+	long long n = -1;
+	if (rep && rep->type == REDIS_REPLY_STRING) {
+		const char *p = strstr(rep->str, "cmdstat_evalsha:calls=");
+		n = p ? strtoll(p + strlen("cmdstat_evalsha:calls="), NULL, 10) : 0;
+	}
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+static void count_lost(const char *name, void *arg)
+{
+	(void)name;
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static int lost_once(void *arg)
+{
+	return atomic_load((atomic_int *)arg) >= 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. the holder stalled past its lease (the issue's scenario)         */
+/* ------------------------------------------------------------------ */
+
+struct stalled_arg {
+	char url[700];
+	const char *name;
+	struct th_sync ready;   /* child -> parent: I hold it */
+	struct th_sync go;      /* parent -> child: you were resumed, look now */
+};
+
+static atomic_int child_lost;
+
+/* Exit codes: 0 as expected; 10.. set-up failed; 14 fence, 15 unlock,
+ * 16 second unlock gave the wrong code; 20 + n: onlost ran n times. */
+static int stalled_holder(void *p)
+{
+	struct stalled_arg *a = p;
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t tok;
+	int n;
+
+	if (dmutex_client_open(&c, a->url))
+		return 10;
+	if (init_mutex(&m, a->name, c, 500, count_lost, &child_lost))
+		return 11;
+	if (dmutex_lock(&m))
+		return 12;
+	th_sync_post(&a->ready);
+	/* The parent stops us here, takes the lock, resumes us, says go. */
+	if (th_sync_wait(&a->go, 15000))
+		return 13;
+	if (dmutex_fence(&m, &tok) != ENOLCK)
+		return 14;
+	if (dmutex_unlock(&m) != ENOLCK)
+		return 15;
+	n = atomic_load(&child_lost);
+	if (n != 1)
+		return 20 + (n > 9 ? 9 : n);
+	/* The lost hold is forgotten: a second unlock is not ours. */
+	if (dmutex_unlock(&m) != EPERM)
+		return 16;
+	if (dmutex_destroy(&m))
+		return 17;
+	n = dmutex_client_close(c);
+	if (n)
+		return n == EBUSY ? 18 : 19;
+	return 0;
+}
+
+Test(lease, stalled_holder_loses_lock_and_new_holder_is_undisturbed)
+{
+	static struct stalled_arg a = { .name = "lease-stall" };
+	char key[600], tok[64], tok_after[64], fence_s[32], pid_s[32], want_pid[32];
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct timespec dl;
+	uint64_t fence, fence_after;
+	long long stopped_at;
+	int rc;
+
+	url_opts(a.url, sizeof a.url, NULL);
+	lock_key(key, sizeof key, a.name);
+	cr_assert_eq(th_sync_init(&a.ready), 0);
+	cr_assert_eq(th_sync_init(&a.go), 0);
+	child_pid = th_spawn(stalled_holder, &a);
+	cr_assert_gt(child_pid, 0);
+	cr_assert_eq(th_sync_wait(&a.ready, 5000), 0, "the child did not take the lock");
+	cr_assert_eq(key_exists(a.name), 1);
+
+	cr_assert_eq(kill(child_pid, SIGSTOP), 0);
+	cr_assert_eq(th_wait_stopped(child_pid), 0);
+	stopped_at = th_now_ms();
+
+	/* Another process acquires once the stalled holder's lease is over. */
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(init_mutex(&m, a.name, c, 0, NULL, NULL), 0);
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 3;
+	rc = dmutex_timedlock(&m, &dl);
+	cr_assert_eq(rc, 0, "parent's timedlock: %s", dmutex_strerror(rc));
+	cr_assert_lt(th_now_ms() - stopped_at, 1500, "acquired %lld ms after the stop (lease 500)",
+			th_now_ms() - stopped_at);
+	cr_assert(hget(key, "token", tok, sizeof tok));
+	cr_assert(hget(key, "fence", fence_s, sizeof fence_s));
+	cr_assert(hget(key, "pid", pid_s, sizeof pid_s));
+	snprintf(want_pid, sizeof want_pid, "%ld", (long)getpid());
+	cr_assert_str_eq(pid_s, want_pid, "the lock key names pid %s, not the parent", pid_s);
+	cr_assert_eq(dmutex_fence(&m, &fence), 0);
+	cr_assert_eq(fence, strtoull(fence_s, NULL, 10));
+
+	/* The scenario: the child stays stopped for 2 s, four of its leases. */
+	pass_time_until_ms(stopped_at + 2000);
+	cr_assert_eq(kill(child_pid, SIGCONT), 0);
+	th_sync_post(&a.go);
+	rc = th_wait_child(child_pid, 10000);
+	child_pid = 0;
+	cr_assert_eq(rc, 0, "child exit code %d (14 fence, 15 unlock, 16 2nd unlock, 17 destroy, 18 close EBUSY, 19 close, 20+n onlost n times)",
+			rc);
+
+	/* The parent's hold is undisturbed by the child's late renewal/unlock. */
+	cr_assert(hget(key, "token", tok_after, sizeof tok_after), "the parent's lock key is gone");
+	cr_assert_str_eq(tok_after, tok, "the lock key's token changed under the parent");
+	cr_assert_eq(dmutex_fence(&m, &fence_after), 0);
+	cr_assert_eq(fence_after, fence);
+	rc = dmutex_unlock(&m);
+	cr_assert_eq(rc, 0, "parent's unlock: %s", dmutex_strerror(rc));
+	cr_assert_eq(key_exists(a.name), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	th_sync_close(&a.ready);
+	th_sync_close(&a.go);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. renewal keeps a hold alive across many leases                    */
+/* ------------------------------------------------------------------ */
+
+Test(lease, renewal_keeps_hold_across_many_leases)
+{
+	static atomic_int lost;
+	const char *name = "lease-renew";
+	char key[600], tok[64], tok_after[64];
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t f0, f1;
+	long long pttl;
+
+	lock_key(key, sizeof key, name);
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(init_mutex(&m, name, c, 300, count_lost, &lost), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &f0), 0);
+	cr_assert(hget(key, "token", tok, sizeof tok));
+	pttl = th_redis_int(&srv, "PTTL %s", key);
+	cr_assert(pttl > 0 && pttl <= 300, "PTTL %lld, lease 300", pttl);
+
+	/* Time is what is under test: 1.5 s is five leases of 300 ms. */
+	pass_time_ms(1500);
+
+	cr_assert_eq(dmutex_fence(&m, &f1), 0, "the hold was lost although renewal should keep it");
+	cr_assert_eq(f1, f0);
+	cr_assert(hget(key, "token", tok_after, sizeof tok_after), "the lock key expired");
+	cr_assert_str_eq(tok_after, tok);
+	pttl = th_redis_int(&srv, "PTTL %s", key);
+	cr_assert(pttl > 0 && pttl <= 300, "PTTL %lld, lease 300", pttl);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(atomic_load(&lost), 0, "onlost called %d times", atomic_load(&lost));
+	cr_assert_eq(key_exists(name), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. renewal is batched                                               */
+/* ------------------------------------------------------------------ */
+
+#define BATCH_N 200
+
+Test(lease, renewal_of_many_locks_is_batched)
+{
+	static dmutex_t ms[BATCH_N];
+	static atomic_int lost;
+	dmutex_client_t *c;
+	long long before, after;
+	char name[32];
+	uint64_t tok;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	for (int i = 0; i < BATCH_N; i++) {
+		snprintf(name, sizeof name, "batch-%d", i);
+		cr_assert_eq(init_mutex(&ms[i], name, c, 600, count_lost, &lost), 0);
+		cr_assert_eq(dmutex_lock(&ms[i]), 0, "lock %d", i);
+	}
+	before = evalsha_calls();
+	cr_assert_geq(before, BATCH_N, "the acquires went through EVALSHA (%lld calls)", before);
+
+	/* Time is under test: 1.2 s is two leases, ~6 renewal ticks of 200 ms. */
+	pass_time_ms(1200);
+
+	after = evalsha_calls();
+	cr_assert_eq(count_keys("dmutex:lock:{batch-*}"), BATCH_N, "leases ran out: renewal did not happen");
+	cr_assert_geq(after - before, 3, "only %lld EVALSHA in 1.2 s: no renewal?", after - before);
+	cr_assert_lt(after - before, 30, "%lld EVALSHA for %d locks in 1.2 s: renewal is not batched",
+			after - before, BATCH_N);
+	for (int i = 0; i < BATCH_N; i++) {
+		cr_assert_eq(dmutex_fence(&ms[i], &tok), 0, "hold %d lost", i);
+		cr_assert_eq(dmutex_unlock(&ms[i]), 0, "unlock %d", i);
+		cr_assert_eq(dmutex_destroy(&ms[i]), 0);
+	}
+	cr_assert_eq(atomic_load(&lost), 0);
+	cr_assert_eq(count_keys("dmutex:lock:*"), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. renewal survives a transient stall shorter than the lease        */
+/* ------------------------------------------------------------------ */
+
+enum { STALL_SIGSTOP, STALL_CLIENT_PAUSE };
+
+static void hold_through_stall(const char *name, int how)
+{
+	static atomic_int lost;
+	char url[700], key[600], tok[64], tok_after[64];
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t f0, f1;
+	long long pttl;
+
+	/* A short command timeout: the stalled renewal fails and is retried. */
+	url_opts(url, sizeof url, "command_timeout_ms=200&connect_timeout_ms=200");
+	lock_key(key, sizeof key, name);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(init_mutex(&m, name, c, 1500, count_lost, &lost), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &f0), 0);
+	cr_assert(hget(key, "token", tok, sizeof tok));
+
+	/* The stall is 500 ms, one renewal interval of a 1500 ms lease, and
+	 * starts 250 ms into the hold so that the renewal due at 500 ms falls
+	 * in its middle (and fails: command timeout 200 ms).  The stall's
+	 * length and place are what is under test. */
+	pass_time_ms(250);
+	if (how == STALL_SIGSTOP) {
+		cr_assert_eq(th_redis_pause(&srv), 0);
+		pass_time_ms(500);
+		cr_assert_eq(th_redis_resume(&srv), 0);
+	} else {
+		redisReply *rep = th_redis_cmd(&srv, "CLIENT PAUSE 500 ALL");
+		cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "CLIENT PAUSE: %s",
+				rep && rep->str ? rep->str : "no reply");
+		freeReplyObject(rep);
+		pass_time_ms(500);
+	}
+
+	cr_assert_eq(dmutex_fence(&m, &f1), 0, "the hold did not survive a 500 ms stall (lease 1500)");
+	cr_assert_eq(f1, f0);
+	cr_assert_eq(atomic_load(&lost), 0);
+
+	/* Later renewals work too: hold past a whole lease after the stall. */
+	pass_time_ms(2000);
+	cr_assert_eq(dmutex_fence(&m, &f1), 0, "the hold was lost after the stall");
+	cr_assert_eq(f1, f0);
+	cr_assert(hget(key, "token", tok_after, sizeof tok_after), "the lock key expired");
+	cr_assert_str_eq(tok_after, tok);
+	pttl = th_redis_int(&srv, "PTTL %s", key);
+	cr_assert(pttl > 0 && pttl <= 1500, "PTTL %lld", pttl);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(atomic_load(&lost), 0, "onlost called %d times", atomic_load(&lost));
+	cr_assert_eq(key_exists(name), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(lease, renewal_survives_server_sigstop_shorter_than_lease)
+{
+	hold_through_stall("lease-stall-sigstop", STALL_SIGSTOP);
+}
+
+Test(lease, renewal_survives_client_pause_shorter_than_lease)
+{
+	hold_through_stall("lease-stall-pause", STALL_CLIENT_PAUSE);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. renewal racing unlock                                            */
+/* ------------------------------------------------------------------ */
+
+#define RACE_LOOPS 300
+
+struct race_arg {
+	dmutex_t m;
+	int bad_rc;             /* first unexpected return code, 0 if none */
+	int bad_at;
+};
+
+static void *race_loop(void *p)
+{
+	struct race_arg *a = p;
+
+	for (int i = 0; i < RACE_LOOPS; i++) {
+		int rc = dmutex_lock(&a->m);
+		if (rc) {
+			a->bad_rc = rc;
+			a->bad_at = i;
+			return NULL;
+		}
+		/* Every 10th hold lasts one renewal interval (50 ms of a 150 ms
+		 * lease) so a renewal falls due right around the unlock: here
+		 * the length of the hold is what is under test. */
+		if (i % 10 == 9)
+			pass_time_ms(50);
+		if ((rc = dmutex_unlock(&a->m))) {
+			a->bad_rc = rc;
+			a->bad_at = i;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+Test(lease, renewal_never_outlives_unlock)
+{
+	static struct race_arg args[2];
+	const char *names[2] = { "race-a", "race-b" };
+	pthread_t th[2];
+	dmutex_client_t *c;
+	char meta[600], state[32];
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(init_mutex(&args[i].m, names[i], c, 150, NULL, NULL), 0);
+		cr_assert_eq(pthread_create(&th[i], NULL, race_loop, &args[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(args[i].bad_rc, 0, "%s: iteration %d returned %s", names[i], args[i].bad_at,
+				dmutex_strerror(args[i].bad_rc));
+
+	cr_assert_eq(count_keys("dmutex:lock:*"), 0, "a lock key is left after the last unlock");
+	/* Time is under test: a stale renewal would re-create or extend a key
+	 * in the next 500 ms (10 renewal intervals). */
+	pass_time_ms(500);
+	cr_assert_eq(count_keys("dmutex:lock:*"), 0, "a lock key re-appeared after the last unlock");
+	for (int i = 0; i < 2; i++) {
+		meta_key(meta, sizeof meta, names[i]);
+		/* Every acquisition bumped the fence exactly once, every release
+		 * was clean. */
+		cr_assert_eq(th_redis_int(&srv, "HGET %s fence", meta), RACE_LOOPS);
+		cr_assert_not(hget(meta, "state", state, sizeof state), "%s: meta state '%s' after clean unlocks",
+				names[i], state);
+		cr_assert_eq(dmutex_destroy(&args[i].m), 0);
+	}
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. Redis stopped longer than the lease                              */
+/* ------------------------------------------------------------------ */
+
+Test(lease, server_stopped_longer_than_lease_loses_hold)
+{
+	static atomic_int lost;
+	const char *name = "lease-server-down";
+	char url[700], meta[600], state[32];
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t tok;
+	long long paused_at, lost_after;
+
+	url_opts(url, sizeof url, "command_timeout_ms=200&connect_timeout_ms=200");
+	meta_key(meta, sizeof meta, name);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(init_mutex(&m, name, c, 500, count_lost, &lost), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	paused_at = th_now_ms();
+	/* Lost within lease + command timeout + margin of the stop. */
+	cr_assert(th_wait_until(lost_once, &lost, 500 + 200 + 300), "onlost not called %lld ms after the stop",
+			th_now_ms() - paused_at);
+	lost_after = th_now_ms() - paused_at;
+	cr_assert_eq(dmutex_fence(&m, &tok), ENOLCK, "fence after the loss (%lld ms)", lost_after);
+
+	/* The server stays stopped for 1.5 s, three leases: time under test. */
+	pass_time_until_ms(paused_at + 1500);
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	cr_assert_eq(dmutex_unlock(&m), ENOLCK);
+	cr_assert_eq(atomic_load(&lost), 1, "onlost called %d times", atomic_load(&lost));
+	cr_assert_eq(dmutex_unlock(&m), EPERM, "the lost hold was not forgotten");
+	cr_assert_eq(key_exists(name), 0);
+	/* Nobody released it: the next robust locker must learn the owner died. */
+	cr_assert(hget(meta, "state", state, sizeof state));
+	cr_assert_str_eq(state, "held");
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
