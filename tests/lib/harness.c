@@ -141,6 +141,30 @@ int th_proc_state(pid_t pid)
 	return (unsigned char)rp[2];
 }
 
+int th_proc_gone(pid_t pid)
+{
+	int st = th_proc_state(pid);
+	if (st < 0)
+		return 1;
+	if (st != 'Z' && st != 'X')
+		return 0;
+	/* A zombie leader can still have threads exiting, and the process's
+	 * files (sockets, ports) are only closed when the last one is gone:
+	 * exited non-leader threads vanish from /proc/PID/task. */
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return 1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n <= 1;
+}
+
 static int wait_state(pid_t pid, int want_stopped, int timeout_ms)
 {
 	long long deadline = th_now_ms() + timeout_ms;
@@ -689,8 +713,7 @@ static void kill_server(pid_t pid, const char *dir)
 	/* not our child (or auto-reaped): wait for it to vanish */
 	long long deadline = th_now_ms() + TH_STATE_DEADLINE_MS;
 	while (th_now_ms() < deadline) {
-		int s = th_proc_state(pid);
-		if (s < 0 || s == 'Z' || s == 'X')
+		if (th_proc_gone(pid))
 			return;
 		th_nap_ms(1);
 	}

@@ -10,7 +10,15 @@
  *    atexit handler of the process that started it.  If that process dies
  *    without running atexit handlers (SIGKILL, criterion timeout), the server
  *    still dies (PR_SET_PDEATHSIG), only its temp dir (th-redis-XXXXXX under
- *    $TMPDIR or /tmp) is left behind.
+ *    $TMPDIR or /tmp) is left behind; the next th_redis_start() (in any
+ *    process) removes such dirs once their owner process (recorded in
+ *    DIR/owner) is gone and their server does not answer.
+ *  - Each server's files: DIR/redis.conf, redis.log, redis.stderr, owner,
+ *    redis.sock, plus appendonlydir/ or dump.rdb when extra enables them.
+ *    Set TH_REDIS_SERVER to use another redis-server binary.
+ *  - The fork handlers (pthread_atfork) close the proxies' sockets in every
+ *    forked child, and forked children (th_spawn or plain fork) never clean
+ *    up the parent's servers (ownership is by pid).
  *  - PR_SET_PDEATHSIG fires when the *thread* that started the server exits:
  *    call th_redis_start()/th_redis_restart() from a thread that outlives the
  *    server (normally the test's main thread).
@@ -81,7 +89,7 @@ int th_redis_pause(struct th_redis *r);
 int th_redis_resume(struct th_redis *r);
 /* Kill and clean up every server registered by the calling process (servers
  * inherited from a parent across fork are left alone).  Also installed with
- * atexit() on the first th_redis_start(). */
+ * atexit() on the first call of th_redis_start/th_spawn/th_proxy_start. */
 void th_redis_stop_all(void);
 
 /* Admin connection over TCP (5 s connect/read timeout), authenticated as
@@ -145,6 +153,10 @@ int th_wait_child(pid_t pid, int timeout_ms);
 /* Wait until process pid is in state 'T' (stopped), deadline 5 s.  0 or -1
  * (-1 also as soon as the process is gone or a zombie). */
 int th_wait_stopped(pid_t pid);
+/* 1 if process pid no longer exists or is a zombie all of whose threads have
+ * exited (so its sockets/ports are closed), else 0.  For processes that are
+ * not your children (you cannot waitpid them), e.g. an orphaned server. */
+int th_proc_gone(pid_t pid);
 /* Scheduler state letter of pid from /proc/PID/stat ('R','S','T','Z',...),
  * or -1 if there is no such process. */
 int th_proc_state(pid_t pid);
@@ -179,8 +191,9 @@ void th_sync_close(struct th_sync *s);
  * to the client either; a client connection without a server side (accepted
  * while blackholed, or whose server side died unseen) is closed when the mode
  * goes back to one that forwards client->server.  Switching mode discards
- * bytes buffered for a direction that no longer forwards.  th_proxy_set_mode and th_proxy_close_all are synchronous: when
- * they return the proxy thread has applied them.  A connection whose stream
+ * bytes buffered for a direction that no longer forwards.
+ * th_proxy_set_mode and th_proxy_close_all are synchronous: when they return
+ * the proxy thread has applied them.  A connection whose stream
  * was cut by DROP_REPLIES/BLACKHOLE is desynchronised: use a new one after
  * going back to PASS.
  */
