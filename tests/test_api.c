@@ -66,6 +66,15 @@ open_client(const char *opts)
 	return cli;
 }
 
+/* A test's last step: close the client open_client opened.  Every mutex
+ * initialized on it must have been destroyed first (else EBUSY). */
+static void
+close_client(void)
+{
+	cr_assert_eq(dmutex_client_close(cli), 0);
+	cli = NULL;
+}
+
 /* Initialize m on client c with the given type, robustness and lease (0:
  * the client's) and an optional onlost handler. */
 static void
@@ -387,6 +396,7 @@ acquire_ok(int op)
 	cr_assert_gt(fence2, fence);
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, lock_acquires_free_lock)
@@ -430,6 +440,8 @@ Test(api, trylock_ebusy_while_other_thread_holds)
 	/* Free again: trylock succeeds. */
 	cr_assert_eq(dmutex_trylock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, trylock_ebusy_while_other_process_holds)
@@ -448,6 +460,8 @@ Test(api, trylock_ebusy_while_other_process_holds)
 	child_finish();
 	cr_assert_eq(dmutex_trylock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, same_name_two_objects_are_one_lock)
@@ -468,6 +482,7 @@ Test(api, same_name_two_objects_are_one_lock)
 	cr_assert_eq(dmutex_unlock(&m2), 0);
 	cr_assert_eq(dmutex_destroy(&m1), 0);
 	cr_assert_eq(dmutex_destroy(&m2), 0);
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
@@ -505,6 +520,8 @@ Test(api, timedlock_etimedout_while_other_process_holds)
 	child_start("to-proc");
 	times_out(&m, CLOCK_REALTIME, 1);
 	child_finish();
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, clocklock_monotonic_etimedout_while_other_process_holds)
@@ -516,6 +533,8 @@ Test(api, clocklock_monotonic_etimedout_while_other_process_holds)
 	child_start("to-mono");
 	times_out(&m, CLOCK_MONOTONIC, 0);
 	child_finish();
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, clocklock_realtime_etimedout_while_other_thread_holds)
@@ -528,6 +547,8 @@ Test(api, clocklock_realtime_etimedout_while_other_thread_holds)
 	holder_start(&h, &m);
 	times_out(&m, CLOCK_REALTIME, 0);
 	cr_assert_eq(holder_finish(&h), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, past_deadline_on_free_lock_acquires)
@@ -550,6 +571,8 @@ Test(api, past_deadline_on_free_lock_acquires)
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(dmutex_clocklock(&m, CLOCK_REALTIME, &ts), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 static const long bad_nsec[] = { -1, 1000000000L };
@@ -572,6 +595,8 @@ Test(api, bad_tv_nsec_on_free_lock_acquires)
 		cr_assert_eq(dmutex_clocklock(&m, CLOCK_MONOTONIC, &ts), 0, "tv_nsec %ld", bad_nsec[i]);
 		cr_assert_eq(dmutex_unlock(&m), 0);
 	}
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 /* Bad tv_nsec where it would block: EINVAL at once, not after a wait. */
@@ -602,6 +627,8 @@ Test(api, bad_tv_nsec_on_lock_held_by_other_process_einval)
 	child_start("nsec-proc");
 	bad_nsec_einval(&m);
 	child_finish();
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, bad_tv_nsec_on_lock_held_by_other_thread_einval)
@@ -614,6 +641,8 @@ Test(api, bad_tv_nsec_on_lock_held_by_other_thread_einval)
 	holder_start(&h, &m);
 	bad_nsec_einval(&m);
 	cr_assert_eq(holder_finish(&h), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
@@ -633,6 +662,8 @@ Test(api, clocklock_other_clock_einval)
 	cr_assert_not(key_exists("clk"), "an EINVAL clocklock took the lock");
 	/* Not held: unlock says so. */
 	cr_assert_eq(dmutex_unlock(&m), EPERM);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
@@ -662,6 +693,8 @@ owner_again(int type, int op, int want)
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_not(key_exists("again"), "one unlock did not free it: the relock was counted");
 	cr_assert_eq(dmutex_unlock(&m), EPERM);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, normal_owner_lock_again_edeadlk)
@@ -729,6 +762,8 @@ Test(api, recursive_k_locks_need_k_unlocks)
 	}
 	cr_assert_not(key_exists("rec"), "key left after the outermost unlock");
 	cr_assert_eq(dmutex_unlock(&m), EPERM, "unlock #%d", K + 1);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, recursive_only_outermost_reach_redis)
@@ -758,6 +793,8 @@ Test(api, recursive_only_outermost_reach_redis)
 	n = evalsha_calls();
 	cr_assert_eq(n, base + 2, "outermost unlock: %lld EVALSHA calls", n - base - 1);
 	cr_assert_not(key_exists("rec-io"));
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, recursive_count_past_int_max_eagain)
@@ -782,6 +819,8 @@ Test(api, recursive_count_past_int_max_eagain)
 	pthread_mutex_unlock(&mx->entry->mu);
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_not(key_exists("rec-max"));
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
@@ -804,6 +843,8 @@ unlock_by_other_thread(int type)
 	cr_assert_str_eq(before, after, "a non-owner's unlock changed the lock");
 	cr_assert_eq(holder_finish(&h), 0, "the owner's unlock failed after a foreign one");
 	cr_assert_not(key_exists("eperm"));
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, unlock_by_non_owner_thread_eperm_normal)
@@ -832,6 +873,8 @@ Test(api, unlock_of_unlocked_mutex_eperm)
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), EPERM);
 	cr_assert_not(key_exists("never"));
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 static dmutex_t fork_m;
@@ -890,6 +933,8 @@ Test(api, unlock_from_other_process_eperm)
 	cr_assert_str_eq(meta_before, meta_after);
 	cr_assert_eq(dmutex_unlock(&fork_m), 0);
 	cr_assert_not(key_exists("xproc"));
+	cr_assert_eq(dmutex_destroy(&fork_m), 0);
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
@@ -908,6 +953,7 @@ Test(api, destroy_while_held_by_this_thread_ebusy)
 	cr_assert(key_exists("dbusy"));
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, destroy_while_held_by_other_thread_ebusy)
@@ -921,6 +967,7 @@ Test(api, destroy_while_held_by_other_thread_ebusy)
 	cr_assert_eq(dmutex_destroy(&m), EBUSY);
 	cr_assert_eq(holder_finish(&h), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, any_call_after_destroy_einval)
@@ -944,6 +991,7 @@ Test(api, any_call_after_destroy_einval)
 	cr_assert_eq(dmutex_consistent(&m), EINVAL);
 	cr_assert_eq(dmutex_destroy(&m), EINVAL);
 	cr_assert_not(key_exists("gone"));
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
@@ -969,6 +1017,8 @@ Test(api, null_mutex_einval)
 	cr_assert_eq(dmutex_attr_init(&a), 0);
 	cr_assert_eq(dmutex_attr_setclient(&a, cli), 0);
 	cr_assert_eq(dmutex_init(NULL, "x", &a), EINVAL);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	close_client();
 }
 
 Test(api, null_deadline_and_fence_out_einval)
@@ -986,6 +1036,8 @@ Test(api, null_deadline_and_fence_out_einval)
 	cr_assert_eq(dmutex_fence(&m, &fence), 0);
 	cr_assert_gt(fence, 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, null_attr_and_client_einval)
@@ -1034,6 +1086,7 @@ uninit_einval(int fill)
 	cr_assert_eq(dmutex_consistent(&m), EINVAL);
 	cr_assert_eq(dmutex_destroy(&m), EINVAL);
 	cr_assert_eq(th_redis_int(&srv, "DBSIZE"), 0, "an uninitialized mutex wrote to Redis");
+	close_client();
 }
 
 Test(api, uninitialized_mutex_zero_filled_einval)
@@ -1075,6 +1128,8 @@ Test(api, bad_names_einval_and_512_bytes_ok)
 	cr_assert(key_exists(n512), "no lock key for the 512-byte name");
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	close_client();
 }
 
 Test(api, uninitialized_attr_einval)
@@ -1097,6 +1152,7 @@ Test(api, uninitialized_attr_einval)
 	cr_assert_eq(dmutex_attr_destroy(&a), 0);
 	cr_assert_eq(dmutex_init(&m, "attr", &a), EINVAL);
 	cr_assert_eq(dmutex_attr_setlease(&a, 1000), EINVAL);
+	close_client();
 }
 
 Test(api, attr_setters_out_of_range_einval)
@@ -1153,6 +1209,9 @@ Test(api, consistent_on_non_robust_held_einval_and_not_held_eperm)
 	 * the lock is unrecoverable. */
 	cr_assert_eq(dmutex_lock(&r), 0);
 	cr_assert_eq(dmutex_unlock(&r), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_destroy(&r), 0);
+	close_client();
 }
 
 Test(api, fence_when_not_held_eperm)
@@ -1167,6 +1226,8 @@ Test(api, fence_when_not_held_eperm)
 	holder_start(&h, &m);
 	cr_assert_eq(dmutex_fence(&m, &fence), EPERM, "fence of another thread's hold");
 	cr_assert_eq(holder_finish(&h), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
@@ -1190,6 +1251,8 @@ Test(api, lock_eio_when_server_stopped)
 	cr_assert_geq(el, 200, "blocking lock gave up after %lld ms without retrying", el);
 	cr_assert_lt(el, 2500, "EIO took %lld ms", el);
 	cr_assert_eq(dmutex_unlock(&m), EPERM, "EIO left a hold behind");
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, trylock_eio_fast_when_server_stopped)
@@ -1205,6 +1268,8 @@ Test(api, trylock_eio_fast_when_server_stopped)
 	el = th_now_ms() - t0;
 	cr_assert_lt(el, 600, "trylock took %lld ms: more than one attempt", el);
 	cr_assert_eq(dmutex_unlock(&m), EPERM);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, client_open_nobody_listening_eio)
@@ -1244,6 +1309,8 @@ Test(api, wrong_type_key_lock_eio_and_logged)
 	cr_assert_str_eq(r->str, "not-a-lock");
 	freeReplyObject(r);
 	cr_assert_eq(dmutex_unlock(&m), EPERM);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, out_of_memory_lock_eio)
@@ -1273,6 +1340,8 @@ Test(api, out_of_memory_lock_eio)
 	freeReplyObject(r);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 Test(api, noscript_after_script_flush_recovers)
@@ -1291,6 +1360,8 @@ Test(api, noscript_after_script_flush_recovers)
 	cr_assert(key_exists("flush"));
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_not(key_exists("flush"));
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
@@ -1344,6 +1415,8 @@ Test(api, key_deleted_under_holder_enolck)
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
 }
 
 /* ------------------------------------------------------------------ */
