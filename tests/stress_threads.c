@@ -102,7 +102,7 @@ worker(void *arg)
 static void *
 renewing_holder(void *arg)
 {
-	uint64_t t1, t2;
+	uint64_t t1 = 0, t2 = 0;
 	(void)arg;
 	for (int i = 0; i < 3; i++) {
 		CHECK(dmutex_lock(&shortlease), 0);
