@@ -138,6 +138,9 @@ sync_subs(struct dmutex__waiter *w)
 			} else if (ctx && !s->refs && (s->state[i] == ST_SUB_SENT || s->state[i] == ST_SUBSCRIBED)) {
 				redisAppendCommand(ctx, "UNSUBSCRIBE %s", s->channel);
 				s->state[i] = ST_UNSUB_SENT;
+				/* A thread that reuses this record must wait for its
+				 * own SUBSCRIBE to land, not trust the old one. */
+				s->confirmed = 0;
 			}
 			any |= s->state[i] != ST_NONE;
 		}
@@ -174,6 +177,9 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 			if (s->state[node] == ST_SUB_SENT)
 				s->state[node] = ST_SUBSCRIBED;
 			s->confirmed = 1;
+			/* A release published before this moment reached nobody:
+			 * make the waiter ask again (one spurious wake at most). */
+			s->seq++;
 		} else if (!strcmp(kind, "unsubscribe")) {
 			if (s->state[node] == ST_UNSUB_SENT)
 				s->state[node] = ST_NONE;

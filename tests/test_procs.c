@@ -1,0 +1,601 @@
+/*
+ * Several processes, one lock: mutual exclusion across processes and
+ * threads, fencing tokens across processes, fork, and exit while holding.
+ * Every test runs against its own redis-server; the children talk to it
+ * through their own dmutex client and their own hiredis connections.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+static struct th_redis srv;
+static pid_t test_pid;         /* the test process, parent of its children */
+
+static void srv_up(void)
+{
+	test_pid = getpid();
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+}
+
+static void srv_down(void)
+{
+	th_redis_stop(&srv);
+}
+
+TestSuite(procs, .init = srv_up, .fini = srv_down, .timeout = 30);
+
+/* A child must not outlive a test that failed (and so never released it):
+ * it dies with the test's process. */
+static void die_with_parent(pid_t parent)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(99);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Open a client and a default mutex `name` on it (in a child: no cr_assert). */
+static int open_mutex(dmutex_client_t **c, dmutex_t *m, const char *name)
+{
+	dmutex_attr_t a;
+	int rc;
+
+	if ((rc = dmutex_client_open(c, srv.url)))
+		return rc;
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, *c);
+	rc = dmutex_init(m, name, &a);
+	dmutex_attr_destroy(&a);
+	if (rc)
+		dmutex_client_close(*c);
+	return rc;
+}
+
+static void close_mutex(dmutex_client_t *c, dmutex_t *m)
+{
+	dmutex_destroy(m);
+	dmutex_client_close(c);
+}
+
+/* Integer reply of a command on an own connection, LLONG_MIN on error/nil
+ * (a bulk string holding a number counts, as GET returns). */
+static long long conn_int(redisContext *c, const char *fmt, ...)
+{
+	va_list ap;
+	redisReply *r;
+	long long v = LLONG_MIN;
+
+	va_start(ap, fmt);
+	r = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	if (!r)
+		return LLONG_MIN;
+	if (r->type == REDIS_REPLY_INTEGER) {
+		v = r->integer;
+	} else if (r->type == REDIS_REPLY_STRING) {
+		char *end;
+		long long x = strtoll(r->str, &end, 10);
+		if (end != r->str && *end == '\0')
+			v = x;
+	}
+	freeReplyObject(r);
+	return v;
+}
+
+/* ------------------------------------------------------------------ */
+/* mutual exclusion: 4 processes x 4 threads x 500 read-modify-writes  */
+/* ------------------------------------------------------------------ */
+
+#define MX_PROCS 4
+#define MX_THREADS 4
+#define MX_ITERS 500
+#define MX_TOTAL (MX_PROCS * MX_THREADS * MX_ITERS)
+
+static struct th_sync mx_ready, mx_go;
+
+struct mx_thread {
+	dmutex_t *m;
+	pthread_barrier_t *start;
+	redisContext *conn;
+	int err;                /* 0, or a distinct code of the first failure */
+};
+
+static void *mx_worker(void *arg)
+{
+	struct mx_thread *t = arg;
+
+	pthread_barrier_wait(t->start);
+	for (int i = 0; i < MX_ITERS && !t->err; i++) {
+		uint64_t fence = 0;
+		long long v;
+		int64_t acq, rel;
+		redisReply *r;
+
+		if (dmutex_lock(t->m)) {
+			t->err = 20;
+			break;
+		}
+		acq = now_ns();
+		/* The unprotected read-modify-write the lock must serialise. */
+		v = conn_int(t->conn, "GET counter");
+		if (v == LLONG_MIN)
+			v = 0;
+		r = redisCommand(t->conn, "SET counter %lld", v + 1);
+		if (!r || r->type != REDIS_REPLY_STATUS)
+			t->err = 21;
+		if (r)
+			freeReplyObject(r);
+		if (dmutex_fence(t->m, &fence))
+			t->err = 22;
+		rel = now_ns();
+		/* Pushed while holding: the list order is the order of the holds. */
+		if (conn_int(t->conn, "RPUSH history %" PRIu64 ":%" PRId64 ":%" PRId64 ":%ld",
+				fence, acq, rel, (long)getpid()) <= 0)
+			t->err = 23;
+		if (dmutex_unlock(t->m))
+			t->err = 24;
+	}
+	return NULL;
+}
+
+static int mx_child(void *arg)
+{
+	struct mx_thread th[MX_THREADS];
+	pthread_t tid[MX_THREADS];
+	pthread_barrier_t start;
+	dmutex_client_t *c;
+	dmutex_t m;
+	int rc = 0;
+
+	(void)arg;
+	die_with_parent(test_pid);
+	if (open_mutex(&c, &m, "mx"))
+		return 10;
+	pthread_barrier_init(&start, NULL, MX_THREADS + 1);
+	for (int i = 0; i < MX_THREADS; i++) {
+		th[i] = (struct mx_thread){ .m = &m, .start = &start };
+		if (!(th[i].conn = th_tcp_connect(srv.port, 5000)))
+			return 11;
+		if (pthread_create(&tid[i], NULL, mx_worker, &th[i]))
+			return 12;
+	}
+	/* Everybody connected: start all processes at once. */
+	th_sync_post(&mx_ready);
+	if (th_sync_wait(&mx_go, 10000))
+		rc = 13;
+	pthread_barrier_wait(&start);
+	for (int i = 0; i < MX_THREADS; i++) {
+		pthread_join(tid[i], NULL);
+		if (th[i].err && !rc)
+			rc = th[i].err;
+		redisFree(th[i].conn);
+	}
+	pthread_barrier_destroy(&start);
+	close_mutex(c, &m);
+	return rc;
+}
+
+struct hold_rec {
+	unsigned long long fence;
+	long long acq, rel;
+	long pid;
+};
+
+/* LRANGE key into recs (at most max); returns the count or -1. */
+static long fetch_history(const char *key, struct hold_rec *recs, long max)
+{
+	redisReply *r = th_redis_cmd(&srv, "LRANGE %s 0 -1", key);
+	long n = -1;
+
+	if (!r)
+		return -1;
+	if (r->type == REDIS_REPLY_ARRAY && (long)r->elements <= max) {
+		n = (long)r->elements;
+		for (long i = 0; i < n; i++) {
+			struct hold_rec *h = &recs[i];
+			if (r->element[i]->type != REDIS_REPLY_STRING ||
+			    sscanf(r->element[i]->str, "%llu:%lld:%lld:%ld", &h->fence, &h->acq, &h->rel, &h->pid) != 4) {
+				n = -1;
+				break;
+			}
+		}
+	}
+	freeReplyObject(r);
+	return n;
+}
+
+Test(procs, four_procs_four_threads_exact_counter_no_overlap, .timeout = 40)
+{
+	pid_t pids[MX_PROCS];
+	static struct hold_rec recs[MX_TOTAL + 1];
+	long long t0, elapsed;
+	long n, handovers = 0;
+
+	cr_assert_eq(th_sync_init(&mx_ready), 0);
+	cr_assert_eq(th_sync_init(&mx_go), 0);
+	for (int i = 0; i < MX_PROCS; i++)
+		cr_assert_gt(pids[i] = th_spawn(mx_child, NULL), 0);
+	for (int i = 0; i < MX_PROCS; i++)
+		cr_assert_eq(th_sync_wait(&mx_ready, 10000), 0, "child %d not ready", i);
+	t0 = th_now_ms();
+	for (int i = 0; i < MX_PROCS; i++)
+		th_sync_post(&mx_go);
+	for (int i = 0; i < MX_PROCS; i++)
+		cr_assert_eq(th_wait_child(pids[i], 35000), 0, "child %d failed", i);
+	elapsed = th_now_ms() - t0;
+	fprintf(stderr, "procs: %d lock/RMW/unlock cycles by %d processes x %d threads took %lld ms\n",
+			MX_TOTAL, MX_PROCS, MX_THREADS, elapsed);
+
+	/* No lost update. */
+	cr_assert_eq(th_redis_int(&srv, "GET counter"), MX_TOTAL);
+
+	/* The history: one record per hold, in hold order. */
+	n = fetch_history("history", recs, MX_TOTAL + 1);
+	cr_assert_eq(n, MX_TOTAL);
+	for (long i = 0; i < n; i++) {
+		cr_assert_leq(recs[i].acq, recs[i].rel, "record %ld: acquire after release", i);
+		if (!i)
+			continue;
+		handovers += recs[i].pid != recs[i - 1].pid;
+		cr_assert_gt(recs[i].fence, recs[i - 1].fence, "fence not increasing at record %ld: %llu after %llu",
+				i, recs[i].fence, recs[i - 1].fence);
+		/* CLOCK_MONOTONIC is one clock for all processes of the host: the
+		 * next hold began after the previous one ended.  With acquire
+		 * times increasing along the list, no two intervals overlap. */
+		cr_assert_gt(recs[i].acq, recs[i - 1].rel, "holds %ld and %ld overlap", i - 1, i);
+	}
+	/* Informative: how often the lock went from one process to another. */
+	fprintf(stderr, "procs: %ld hand-overs between processes\n", handovers);
+	cr_assert_geq(handovers, MX_PROCS - 1);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:meta:{mx} fence"), (long long)recs[n - 1].fence);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:lock:{mx}"), 0);
+	th_sync_close(&mx_ready);
+	th_sync_close(&mx_go);
+}
+
+/* ------------------------------------------------------------------ */
+/* fencing tokens over 1,000 holds by 4 processes                      */
+/* ------------------------------------------------------------------ */
+
+#define FN_PROCS 4
+#define FN_HOLDS 250
+
+static struct th_sync fn_ready, fn_go;
+
+static int fn_child(void *arg)
+{
+	dmutex_client_t *c;
+	redisContext *conn;
+	dmutex_t m;
+	int rc = 0;
+
+	(void)arg;
+	die_with_parent(test_pid);
+	if (open_mutex(&c, &m, "fenced"))
+		return 10;
+	if (!(conn = th_tcp_connect(srv.port, 5000)))
+		return 11;
+	th_sync_post(&fn_ready);
+	if (th_sync_wait(&fn_go, 10000))
+		return 12;
+	for (int i = 0; i < FN_HOLDS && !rc; i++) {
+		uint64_t fence = 0;
+		if (dmutex_lock(&m))
+			return 13;
+		if (dmutex_fence(&m, &fence))
+			rc = 14;
+		else if (conn_int(conn, "RPUSH fences %" PRIu64, fence) <= 0)
+			rc = 15;
+		if (dmutex_unlock(&m))
+			rc = 16;
+	}
+	redisFree(conn);
+	close_mutex(c, &m);
+	return rc;
+}
+
+Test(procs, fencing_tokens_strictly_increase_across_processes, .timeout = 30)
+{
+	pid_t pids[FN_PROCS];
+	redisReply *r;
+	unsigned long long prev = 0;
+
+	cr_assert_eq(th_sync_init(&fn_ready), 0);
+	cr_assert_eq(th_sync_init(&fn_go), 0);
+	for (int i = 0; i < FN_PROCS; i++)
+		cr_assert_gt(pids[i] = th_spawn(fn_child, NULL), 0);
+	for (int i = 0; i < FN_PROCS; i++)
+		cr_assert_eq(th_sync_wait(&fn_ready, 10000), 0);
+	for (int i = 0; i < FN_PROCS; i++)
+		th_sync_post(&fn_go);
+	for (int i = 0; i < FN_PROCS; i++)
+		cr_assert_eq(th_wait_child(pids[i], 25000), 0, "child %d failed", i);
+
+	r = th_redis_cmd(&srv, "LRANGE fences 0 -1");
+	cr_assert_not_null(r);
+	cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+	cr_assert_eq(r->elements, (size_t)(FN_PROCS * FN_HOLDS));
+	for (size_t i = 0; i < r->elements; i++) {
+		unsigned long long f = strtoull(r->element[i]->str, NULL, 10);
+		cr_assert_gt(f, prev, "token %zu is %llu after %llu", i, f, prev);
+		prev = f;
+	}
+	freeReplyObject(r);
+	/* The counter in meta is the last token handed out. */
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:meta:{fenced} fence"), (long long)prev);
+	th_sync_close(&fn_ready);
+	th_sync_close(&fn_go);
+}
+
+/* ------------------------------------------------------------------ */
+/* fork                                                                */
+/* ------------------------------------------------------------------ */
+
+static struct th_sync fk_checked, fk_unlocked;
+static dmutex_t fk_m;
+static uint64_t fk_parent_fence;
+
+/* Runs in the child of a parent that holds fk_m, with the parent's client. */
+static int fork_child(void *arg)
+{
+	uint64_t fence = 0;
+	redisContext *conn;
+	long long pid;
+
+	(void)arg;
+	die_with_parent(test_pid);
+	/* None of the parent's holds came along. */
+	if (dmutex_unlock(&fk_m) != EPERM)
+		return 10;
+	if (dmutex_fence(&fk_m, &fence) != EPERM)
+		return 11;
+	/* The parent still holds it, in Redis. */
+	if (dmutex_trylock(&fk_m) != EBUSY)
+		return 12;
+	th_sync_post(&fk_checked);
+	if (th_sync_wait(&fk_unlocked, 10000))
+		return 13;
+	if (dmutex_lock(&fk_m))
+		return 14;
+	/* Our own identity: the lock records this process, and the hold got a
+	 * new token. */
+	if (!(conn = th_tcp_connect(srv.port, 5000)))
+		return 15;
+	pid = conn_int(conn, "HGET dmutex:lock:{fk} pid");
+	redisFree(conn);
+	if (pid != (long long)getpid())
+		return 16;
+	if (dmutex_fence(&fk_m, &fence) || fence <= fk_parent_fence)
+		return 17;
+	if (dmutex_unlock(&fk_m))
+		return 18;
+	return 0;
+}
+
+static int fk_clients_before;
+
+static int more_clients(void *arg)
+{
+	(void)arg;
+	return th_redis_clients(&srv) > fk_clients_before;
+}
+
+Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
+{
+	dmutex_client_t *c;
+	redisReply *r;
+	char token[64];
+	uint64_t fence = 0;
+	int clients_before;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &fk_m, "fk"), 0);
+	cr_assert_eq(dmutex_lock(&fk_m), 0);
+	cr_assert_eq(dmutex_fence(&fk_m, &fk_parent_fence), 0);
+	r = th_redis_cmd(&srv, "HGET dmutex:lock:{fk} token");
+	cr_assert(r && r->type == REDIS_REPLY_STRING && r->len < sizeof token);
+	strcpy(token, r->str);
+	freeReplyObject(r);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:lock:{fk} pid"), (long long)getpid());
+	clients_before = th_redis_clients(&srv);
+	cr_assert_gt(clients_before, 0);
+
+	cr_assert_eq(th_sync_init(&fk_checked), 0);
+	cr_assert_eq(th_sync_init(&fk_unlocked), 0);
+	cr_assert_gt(pid = th_spawn(fork_child, NULL), 0);
+	if (th_sync_wait(&fk_checked, 10000))
+		cr_assert_fail("child failed its checks: exit %d", th_wait_child(pid, 1000));
+
+	/* The child talked to Redis on a connection of its own (its trylock
+	 * left one in its pool), not on the parent's. */
+	fk_clients_before = clients_before;
+	cr_assert(th_wait_until(more_clients, NULL, 2000),
+			"expected more than %d clients, have %d", clients_before, th_redis_clients(&srv));
+	/* The parent's hold is undisturbed: same token, same owner. */
+	r = th_redis_cmd(&srv, "HGET dmutex:lock:{fk} token");
+	cr_assert(r && r->type == REDIS_REPLY_STRING);
+	cr_assert_str_eq(r->str, token);
+	freeReplyObject(r);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:lock:{fk} pid"), (long long)getpid());
+	cr_assert_eq(dmutex_fence(&fk_m, &fence), 0);
+	cr_assert_eq(fence, fk_parent_fence);
+	cr_assert_eq(dmutex_unlock(&fk_m), 0);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:lock:{fk}"), 0);
+
+	th_sync_post(&fk_unlocked);
+	cr_assert_eq(th_wait_child(pid, 10000), 0);
+	/* The parent's connections survived the child's use and exit. */
+	cr_assert_eq(dmutex_lock(&fk_m), 0);
+	cr_assert_eq(dmutex_fence(&fk_m, &fence), 0);
+	cr_assert_gt(fence, fk_parent_fence + 1);
+	cr_assert_eq(dmutex_unlock(&fk_m), 0);
+	close_mutex(c, &fk_m);
+	th_sync_close(&fk_checked);
+	th_sync_close(&fk_unlocked);
+}
+
+/* A fork while threads of the parent wait for a lock, one on the backend
+ * (subscribed to wake-ups) and one locally behind it. */
+static dmutex_t fw_busy, fw_free;
+
+struct fw_waiter {
+	dmutex_t *m;
+	int rc;
+	int done;               /* atomic */
+};
+
+static void *fw_wait(void *arg)
+{
+	struct fw_waiter *w = arg;
+
+	w->rc = dmutex_lock(w->m);
+	if (!w->rc)
+		w->rc = dmutex_unlock(w->m);
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static int fw_subscribed(void *arg)
+{
+	(void)arg;
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{busy}");
+	int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer == 1;
+	if (r)
+		freeReplyObject(r);
+	return ok;
+}
+
+static int fw_child(void *arg)
+{
+	struct timespec ts;
+
+	(void)arg;
+	die_with_parent(test_pid);
+	/* The inherited client works: a free lock, a held one, a timed wait. */
+	if (dmutex_lock(&fw_free))
+		return 10;
+	if (dmutex_unlock(&fw_free))
+		return 11;
+	if (dmutex_trylock(&fw_busy) != EBUSY)
+		return 12;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 300 * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	if (dmutex_timedlock(&fw_busy, &ts) != ETIMEDOUT)
+		return 13;
+	return 0;
+}
+
+Test(procs, fork_while_threads_wait_does_not_deadlock, .timeout = 20)
+{
+	dmutex_client_t *c, *other;
+	dmutex_t holder;
+	dmutex_attr_t a;
+	struct fw_waiter w[2];
+	pthread_t tid[2];
+	long long t0;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &fw_busy, "busy"), 0);
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, c);
+	cr_assert_eq(dmutex_init(&fw_free, "free", &a), 0);
+	dmutex_attr_destroy(&a);
+	/* Held through a second client, so that the waiters on the first
+	 * must wait on the backend. */
+	cr_assert_eq(open_mutex(&other, &holder, "busy"), 0);
+	cr_assert_eq(dmutex_lock(&holder), 0);
+
+	for (int i = 0; i < 2; i++) {
+		w[i] = (struct fw_waiter){ .m = &fw_busy };
+		cr_assert_eq(pthread_create(&tid[i], NULL, fw_wait, &w[i]), 0);
+		if (!i)
+			cr_assert(th_wait_until(fw_subscribed, NULL, 5000), "the first waiter never subscribed");
+	}
+
+	t0 = th_now_ms();
+	cr_assert_gt(pid = th_spawn(fw_child, NULL), 0);
+	cr_assert_eq(th_wait_child(pid, 5000), 0, "child failed or hung");
+	fprintf(stderr, "procs: fork child finished in %lld ms\n", th_now_ms() - t0);
+
+	/* The parent's waiters are unharmed and get the lock once it is free. */
+	cr_assert_eq(__atomic_load_n(&w[0].done, __ATOMIC_ACQUIRE), 0);
+	cr_assert_eq(__atomic_load_n(&w[1].done, __ATOMIC_ACQUIRE), 0);
+	cr_assert_eq(dmutex_unlock(&holder), 0);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(tid[i], NULL);
+		cr_assert_eq(w[i].rc, 0, "waiter %d: %d", i, w[i].rc);
+	}
+	close_mutex(other, &holder);
+	dmutex_destroy(&fw_free);
+	close_mutex(c, &fw_busy);
+}
+
+/* ------------------------------------------------------------------ */
+/* exit while holding                                                  */
+/* ------------------------------------------------------------------ */
+
+static int exit_child(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	(void)arg;
+	die_with_parent(test_pid);
+	if (open_mutex(&c, &m, "quitter"))
+		return 10;
+	if (dmutex_lock(&m))
+		return 11;
+	/* exit(), not the harness's _exit(): atexit handlers run. */
+	exit(0);
+}
+
+static int lock_key_gone(void *arg)
+{
+	(void)arg;
+	return th_redis_int(&srv, "EXISTS dmutex:lock:{quitter}") == 0;
+}
+
+Test(procs, exit_while_holding_releases_at_once, .timeout = 20)
+{
+	redisReply *r;
+	pid_t pid;
+	long long t0;
+
+	cr_assert_gt(pid = th_spawn(exit_child, NULL), 0);
+	cr_assert_eq(th_wait_child(pid, 10000), 0);
+	t0 = th_now_ms();
+	/* Far less than the 10 s lease: the exit gave it up. */
+	cr_assert(th_wait_until(lock_key_gone, NULL, 500), "lock key still there %lld ms after the exit",
+			th_now_ms() - t0);
+	/* The release says the owner died, for robust lockers. */
+	r = th_redis_cmd(&srv, "HGET dmutex:meta:{quitter} state");
+	cr_assert(r && r->type == REDIS_REPLY_STRING);
+	cr_assert_str_eq(r->str, "died");
+	freeReplyObject(r);
+}

@@ -1,0 +1,603 @@
+/*
+ * Waiting for a lock another process holds: no hot polling, wake-ups come
+ * through the backend, a lost wake-up costs at most the holder's lease, the
+ * threads of one process wait locally, and timed waiters leave the local
+ * queue in order.
+ *
+ * Script calls are counted with INFO commandstats (EVALSHA + EVAL).  Each
+ * test warms the server's script cache first (one lock/unlock), so that no
+ * NOSCRIPT fallback inflates the counts.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+/* Script calls a single waiter may make while it waits, before the holder
+ * releases: its first attempt, one more after subscribing (so a release in
+ * between is not missed), and one spare. */
+#define WAIT_CALLS_MAX 3
+
+static struct th_redis srv;
+static pid_t test_pid;         /* the test process, parent of its children */
+
+static void srv_up(void)
+{
+	test_pid = getpid();
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+}
+
+static void srv_down(void)
+{
+	th_redis_stop(&srv);
+}
+
+TestSuite(wait, .init = srv_up, .fini = srv_down, .timeout = 20);
+
+/* A child must not outlive a test that failed (and so never released it):
+ * it dies with the test's process. */
+static void die_with_parent(pid_t parent)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(99);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#define MS 1000000LL
+
+/* Only where the passage of time itself is under test (see the callers). */
+static void let_time_pass_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/* Open a client and mutex `name` on it; lease_ms 0 = the default lease. */
+static int open_mutex(dmutex_client_t **c, dmutex_t *m, const char *name, unsigned lease_ms)
+{
+	dmutex_attr_t a;
+	int rc;
+
+	if ((rc = dmutex_client_open(c, srv.url)))
+		return rc;
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, *c);
+	if (lease_ms)
+		dmutex_attr_setlease(&a, lease_ms);
+	rc = dmutex_init(m, name, &a);
+	dmutex_attr_destroy(&a);
+	if (rc)
+		dmutex_client_close(*c);
+	return rc;
+}
+
+static void close_mutex(dmutex_client_t *c, dmutex_t *m)
+{
+	dmutex_destroy(m);
+	dmutex_client_close(c);
+}
+
+/* calls= of one INFO commandstats line, 0 when the command never ran. */
+static long long stat_calls(const char *info, const char *cmd)
+{
+	char key[64];
+	const char *p;
+
+	snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+	if (!(p = strstr(info, key)))
+		return 0;
+	return strtoll(p + strlen(key), NULL, 10);
+}
+
+/* EVALSHA + EVAL calls the server has run so far, or -1. */
+static long long script_calls(void)
+{
+	redisReply *r = th_redis_cmd(&srv, "INFO commandstats");
+	long long n = -1;
+
+	if (r && r->type == REDIS_REPLY_STRING)
+		n = stat_calls(r->str, "evalsha") + stat_calls(r->str, "eval");
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+/* One lock/unlock loads the acquire and release scripts into the server. */
+static void warm_up(dmutex_t *m)
+{
+	cr_assert_eq(dmutex_lock(m), 0);
+	cr_assert_eq(dmutex_unlock(m), 0);
+}
+
+/* Subscribers of the lock's wake channel. */
+static long long numsub(const char *name)
+{
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", name);
+	long long n = -1;
+
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	    r->element[1]->type == REDIS_REPLY_INTEGER)
+		n = r->element[1]->integer;
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+/* The waiter is waiting on the backend: subscribed, and it has asked at
+ * least `calls` times since `base` (first attempt + the one after
+ * subscribing). */
+struct backend_wait {
+	const char *name;
+	long long base, calls;
+};
+
+static int waiting_on_backend(void *arg)
+{
+	struct backend_wait *b = arg;
+	return numsub(b->name) == 1 && script_calls() >= b->base + b->calls;
+}
+
+/* ------------------------------------------------------------------ */
+/* the holder: another process                                         */
+/* ------------------------------------------------------------------ */
+
+static struct {
+	const char *name;
+	unsigned lease_ms;
+	int rounds;                 /* lock/unlock this many times */
+	int expect_unlock;          /* what its dmutex_unlock must return */
+	struct th_sync ready;       /* child -> parent: locked */
+	struct th_sync go;          /* parent -> child: unlock now (between rounds: lock again) */
+	int tpipe[2];               /* child -> parent: monotonic ns just before unlock */
+} hold;
+
+static int holder_child(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	int64_t t;
+	int rc;
+
+	(void)arg;
+	die_with_parent(test_pid);
+	if (open_mutex(&c, &m, hold.name, hold.lease_ms))
+		return 10;
+	for (int i = 0; i < hold.rounds; i++) {
+		/* Lock again only when told: the parent's waiters go first. */
+		if (i && th_sync_wait(&hold.go, 15000))
+			return 15;
+		if (dmutex_lock(&m))
+			return 11;
+		th_sync_post(&hold.ready);
+		if (th_sync_wait(&hold.go, 15000))
+			return 12;
+		t = now_ns();
+		rc = dmutex_unlock(&m);
+		if (write(hold.tpipe[1], &t, sizeof t) != (ssize_t)sizeof t)
+			return 13;
+		if (rc != hold.expect_unlock)
+			return 14;
+	}
+	close_mutex(c, &m);
+	return 0;
+}
+
+/* Start the holder and wait until it holds `name` (the first of `rounds`
+ * holds; each later one is asked for on hold.go and announced on
+ * hold.ready). */
+static pid_t start_holder_rounds(const char *name, unsigned lease_ms, int expect_unlock, int rounds)
+{
+	pid_t pid;
+
+	hold.name = name;
+	hold.lease_ms = lease_ms;
+	hold.rounds = rounds;
+	hold.expect_unlock = expect_unlock;
+	cr_assert_eq(th_sync_init(&hold.ready), 0);
+	cr_assert_eq(th_sync_init(&hold.go), 0);
+	cr_assert_eq(pipe(hold.tpipe), 0);
+	cr_assert_gt(pid = th_spawn(holder_child, NULL), 0);
+	if (th_sync_wait(&hold.ready, 10000))
+		cr_assert_fail("holder did not lock: exit %d", th_wait_child(pid, 1000));
+	return pid;
+}
+
+/* Tell the holder to unlock; returns the monotonic ns it took just before. */
+static int64_t release_holder(void)
+{
+	struct pollfd pfd = { .fd = hold.tpipe[0], .events = POLLIN };
+	int64_t t = 0;
+
+	th_sync_post(&hold.go);
+	cr_assert_eq(poll(&pfd, 1, 10000), 1, "holder did not unlock");
+	cr_assert_eq(read(hold.tpipe[0], &t, sizeof t), (ssize_t)sizeof t);
+	return t;
+}
+
+static pid_t start_holder(const char *name, unsigned lease_ms, int expect_unlock)
+{
+	return start_holder_rounds(name, lease_ms, expect_unlock, 1);
+}
+
+static void finish_holder(pid_t pid)
+{
+	cr_assert_eq(th_wait_child(pid, 10000), 0, "holder failed");
+	th_sync_close(&hold.ready);
+	th_sync_close(&hold.go);
+	close(hold.tpipe[0]);
+	close(hold.tpipe[1]);
+}
+
+/* ------------------------------------------------------------------ */
+/* waiting threads of this process                                     */
+/* ------------------------------------------------------------------ */
+
+struct waiter {
+	dmutex_t *m;
+	const struct timespec *deadline;  /* timedlock when set, else lock */
+	int rc, unlock_rc;
+	int64_t t_start, t_done;
+	int done;                         /* atomic */
+	int *inside, *max_inside;         /* mutual exclusion among threads */
+};
+
+static void *waiter_main(void *arg)
+{
+	struct waiter *w = arg;
+
+	w->t_start = now_ns();
+	w->rc = w->deadline ? dmutex_timedlock(w->m, w->deadline) : dmutex_lock(w->m);
+	w->t_done = now_ns();
+	if (!w->rc) {
+		if (w->inside) {
+			int in = __atomic_add_fetch(w->inside, 1, __ATOMIC_ACQ_REL);
+			int max = __atomic_load_n(w->max_inside, __ATOMIC_ACQUIRE);
+			while (in > max && !__atomic_compare_exchange_n(w->max_inside, &max, in, 0,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				;
+			__atomic_sub_fetch(w->inside, 1, __ATOMIC_ACQ_REL);
+		}
+		w->unlock_rc = dmutex_unlock(w->m);
+	}
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static int is_done(struct waiter *w)
+{
+	return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE);
+}
+
+static int done_cond(void *arg)
+{
+	return is_done(arg);
+}
+
+static void start_waiter(pthread_t *tid, struct waiter *w)
+{
+	cr_assert_eq(pthread_create(tid, NULL, waiter_main, w), 0);
+}
+
+static struct timespec realtime_in(int ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+/* ------------------------------------------------------------------ */
+/* tests                                                               */
+/* ------------------------------------------------------------------ */
+
+Test(wait, waiter_does_not_poll_the_backend)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct waiter w = { .m = &m };
+	struct backend_wait bw = { .name = "slow", .calls = 2 };
+	long long waited, during, total;
+	pthread_t tid;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &m, "slow", 0), 0);
+	warm_up(&m);
+	/* Default 10 s lease: its first renewal is due after ~3.3 s, after
+	 * the holder lets go, so every script call counted is the waiter's
+	 * (or the holder's one release). */
+	pid = start_holder("slow", 0, 0);
+	bw.base = script_calls();
+	cr_assert_geq(bw.base, 0);
+	start_waiter(&tid, &w);
+	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the waiter never waited on the backend");
+	/* The passage of time is what is tested: a waiter that polls would
+	 * run up script calls during these 2 s. */
+	let_time_pass_ms(2000);
+	during = script_calls() - bw.base;
+	cr_assert_eq(is_done(&w), 0, "the waiter got a lock that is held");
+	release_holder();
+	pthread_join(tid, NULL);
+	total = script_calls() - bw.base;
+	waited = (w.t_done - w.t_start) / MS;
+	fprintf(stderr, "wait: waited %lld ms with %lld script calls (%lld with the release and acquire)\n",
+			waited, during, total);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_eq(w.unlock_rc, 0);
+	cr_assert_geq(waited, 2000);
+	cr_assert_leq(during, WAIT_CALLS_MAX, "%lld script calls while waiting 2 s", during);
+	/* + the holder's release and the waiter's successful acquire and
+	 * release. */
+	cr_assert_leq(total, WAIT_CALLS_MAX + 3, "%lld script calls in all", total);
+	finish_holder(pid);
+	close_mutex(c, &m);
+}
+
+Test(wait, unlock_wakes_waiter_long_before_lease_ends)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct waiter w = { .m = &m };
+	struct backend_wait bw = { .name = "wake", .calls = 2 };
+	int64_t t_unlock, latency;
+	pthread_t tid;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &m, "wake", 0), 0);
+	warm_up(&m);
+	pid = start_holder("wake", 0, 0);   /* 10 s lease */
+	bw.base = script_calls();
+	start_waiter(&tid, &w);
+	/* Subscribed and asked again after subscribing: from now on only a
+	 * notification (or the end of the 10 s lease) wakes it. */
+	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the waiter never waited on the backend");
+	cr_assert_eq(is_done(&w), 0);
+	t_unlock = release_holder();
+	cr_assert(th_wait_until(done_cond, &w, 5000), "the waiter was not woken by the unlock");
+	pthread_join(tid, NULL);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_eq(w.unlock_rc, 0);
+	latency = (w.t_done - t_unlock) / MS;
+	fprintf(stderr, "wait: acquired %lld ms after the holder's unlock\n", (long long)latency);
+	cr_assert_gt(w.t_done, t_unlock);
+	cr_assert_leq(latency, 200, "woken %lld ms after the unlock: not by the notification",
+			(long long)latency);
+	finish_holder(pid);
+	close_mutex(c, &m);
+}
+
+Test(wait, lost_wakeup_costs_at_most_the_lease)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct waiter w = { .m = &m };
+	struct backend_wait bw = { .name = "lost", .calls = 2 };
+	int64_t t_del, after;
+	pthread_t tid;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &m, "lost", 0), 0);
+	warm_up(&m);
+	/* 1 s lease; the holder's renewals keep it at most 1 s ahead.  Its
+	 * unlock finds the key gone (or someone else's): ENOLCK. */
+	pid = start_holder("lost", 1000, ENOLCK);
+	bw.base = script_calls();
+	start_waiter(&tid, &w);
+	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the waiter never waited on the backend");
+	cr_assert_eq(is_done(&w), 0);
+	/* Free the lock behind everybody's back: no release, no publish. */
+	t_del = now_ns();
+	cr_assert_eq(th_redis_int(&srv, "DEL dmutex:lock:{lost}"), 1);
+	cr_assert(th_wait_until(done_cond, &w, 5000), "the waiter never noticed the lock was free");
+	pthread_join(tid, NULL);
+	after = (w.t_done - t_del) / MS;
+	fprintf(stderr, "wait: acquired %lld ms after the silent DEL (lease 1000 ms)\n", (long long)after);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_eq(w.unlock_rc, 0);
+	cr_assert_leq(after, 1500, "a lost wake-up cost %lld ms with a 1000 ms lease", (long long)after);
+	release_holder();
+	finish_holder(pid);
+	close_mutex(c, &m);
+}
+
+#define LOCAL_THREADS 8
+
+Test(wait, threads_of_one_process_wait_locally)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct waiter w[LOCAL_THREADS];
+	pthread_t tid[LOCAL_THREADS];
+	struct backend_wait bw = { .name = "crowd", .calls = 2 };
+	int inside = 0, max_inside = 0;
+	long long during, total;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &m, "crowd", 0), 0);
+	warm_up(&m);
+	pid = start_holder("crowd", 0, 0);   /* 10 s lease: no renewal in the window */
+	bw.base = script_calls();
+	for (int i = 0; i < LOCAL_THREADS; i++) {
+		w[i] = (struct waiter){ .m = &m, .inside = &inside, .max_inside = &max_inside };
+		start_waiter(&tid[i], &w[i]);
+	}
+	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "nobody waited on the backend");
+	/* The passage of time is what is tested: 8 threads that each asked
+	 * the backend would show up in the count during this second. */
+	let_time_pass_ms(1000);
+	during = script_calls() - bw.base;
+	/* One subscription for the process, not one per thread. */
+	cr_assert_eq(numsub("crowd"), 1);
+	for (int i = 0; i < LOCAL_THREADS; i++)
+		cr_assert_eq(is_done(&w[i]), 0, "thread %d got a held lock", i);
+	fprintf(stderr, "wait: %d threads waited 1 s with %lld script calls\n", LOCAL_THREADS, during);
+	cr_assert_leq(during, WAIT_CALLS_MAX + 1, "%lld script calls while %d threads waited",
+			during, LOCAL_THREADS);
+
+	release_holder();
+	for (int i = 0; i < LOCAL_THREADS; i++) {
+		pthread_join(tid[i], NULL);
+		cr_assert_eq(w[i].rc, 0, "thread %d: lock %d", i, w[i].rc);
+		cr_assert_eq(w[i].unlock_rc, 0, "thread %d: unlock %d", i, w[i].unlock_rc);
+	}
+	cr_assert_eq(max_inside, 1);
+	/* In turn: the holder's release, then one acquire and one release per
+	 * thread, with a little slack for a wake-up that finds it taken. */
+	total = script_calls() - bw.base - during;
+	fprintf(stderr, "wait: %lld script calls for the release and %d hand-overs\n", total, LOCAL_THREADS);
+	cr_assert_leq(total, 1 + 2 * LOCAL_THREADS + 2);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:lock:{crowd}"), 0);
+	finish_holder(pid);
+	close_mutex(c, &m);
+}
+
+/* The thread that waits on the backend times out; the one queued behind it
+ * locally must take over and get the lock when it is released. */
+Test(wait, timed_backend_waiter_times_out_and_hands_over)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct timespec dl;
+	struct waiter tw = { .m = &m, .deadline = &dl }, bw8 = { .m = &m };
+	struct backend_wait bw = { .name = "relay", .calls = 2 };
+	pthread_t ttid, btid;
+	int64_t t0, t_unlock, waited;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &m, "relay", 0), 0);
+	warm_up(&m);
+	pid = start_holder("relay", 0, 0);
+	bw.base = script_calls();
+	dl = realtime_in(700);
+	t0 = now_ns();
+	start_waiter(&ttid, &tw);
+	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the timed waiter never waited on the backend");
+	start_waiter(&btid, &bw8);
+
+	pthread_join(ttid, NULL);
+	/* From when the deadline was computed: the thread may start late. */
+	waited = (tw.t_done - t0) / MS;
+	cr_assert_eq(tw.rc, ETIMEDOUT);
+	cr_assert_geq(waited, 699, "timed out after %lld ms of 700", (long long)waited);
+	cr_assert_leq(waited, 1200, "timed out after %lld ms of 700", (long long)waited);
+	cr_assert_eq(is_done(&bw8), 0, "the blocking waiter got a held lock");
+
+	t_unlock = release_holder();
+	/* Woken through the backend (the holder's lease had ~9 s left). */
+	cr_assert(th_wait_until(done_cond, &bw8, 2000), "the blocking waiter was not handed the wait");
+	pthread_join(btid, NULL);
+	cr_assert_eq(bw8.rc, 0);
+	cr_assert_eq(bw8.unlock_rc, 0);
+	cr_assert_leq((bw8.t_done - t_unlock) / MS, 1000);
+	finish_holder(pid);
+	close_mutex(c, &m);
+}
+
+/* A timed waiter queued locally behind the backend waiter times out; the
+ * backend waiter keeps waiting and gets the lock. */
+Test(wait, timed_local_waiter_times_out_while_other_keeps_waiting)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct timespec dl;
+	struct waiter tw = { .m = &m, .deadline = &dl }, bw8 = { .m = &m };
+	struct backend_wait bw = { .name = "queue", .calls = 2 };
+	pthread_t ttid, btid;
+	int64_t t0, t_unlock, waited;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &m, "queue", 0), 0);
+	warm_up(&m);
+	pid = start_holder("queue", 0, 0);
+	bw.base = script_calls();
+	start_waiter(&btid, &bw8);
+	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the waiter never waited on the backend");
+	dl = realtime_in(300);
+	t0 = now_ns();
+	start_waiter(&ttid, &tw);
+
+	pthread_join(ttid, NULL);
+	waited = (tw.t_done - t0) / MS;
+	cr_assert_eq(tw.rc, ETIMEDOUT);
+	cr_assert_geq(waited, 299, "timed out after %lld ms of 300", (long long)waited);
+	cr_assert_leq(waited, 800, "timed out after %lld ms of 300", (long long)waited);
+	cr_assert_eq(is_done(&bw8), 0, "the blocking waiter got a held lock");
+
+	t_unlock = release_holder();
+	cr_assert(th_wait_until(done_cond, &bw8, 2000), "the blocking waiter was not woken");
+	pthread_join(btid, NULL);
+	cr_assert_eq(bw8.rc, 0);
+	cr_assert_eq(bw8.unlock_rc, 0);
+	cr_assert_leq((bw8.t_done - t_unlock) / MS, 1000);
+	finish_holder(pid);
+	close_mutex(c, &m);
+}
+
+/* The hand-over above, many times in a row: each time the timed waiter
+ * gives the backend wait up, the next thread must be woken by the unlock
+ * that follows (and not only when the holder's 10 s lease runs out). */
+#define RELAY_ROUNDS 50
+
+Test(wait, handover_after_timeout_never_loses_the_wakeup, .timeout = 30)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	pid_t pid;
+
+	cr_assert_eq(open_mutex(&c, &m, "relay2", 0), 0);
+	warm_up(&m);
+	pid = start_holder_rounds("relay2", 0, 0, RELAY_ROUNDS);
+	for (int i = 0; i < RELAY_ROUNDS; i++) {
+		struct timespec dl;
+		struct waiter tw = { .m = &m, .deadline = &dl }, bw8 = { .m = &m };
+		struct backend_wait bw = { .name = "relay2", .calls = 2 };
+		pthread_t ttid, btid;
+		int64_t t_unlock;
+
+		if (i) {
+			th_sync_post(&hold.go);
+			cr_assert_eq(th_sync_wait(&hold.ready, 10000), 0, "round %d: holder did not lock", i);
+		}
+		bw.base = script_calls();
+		dl = realtime_in(100);
+		start_waiter(&ttid, &tw);
+		cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "round %d: no backend wait", i);
+		start_waiter(&btid, &bw8);
+		pthread_join(ttid, NULL);
+		cr_assert_eq(tw.rc, ETIMEDOUT, "round %d: %d", i, tw.rc);
+		t_unlock = release_holder();
+		cr_assert(th_wait_until(done_cond, &bw8, 2000),
+				"round %d: the unlock did not wake the waiter that took over", i);
+		pthread_join(btid, NULL);
+		cr_assert_eq(bw8.rc, 0);
+		cr_assert_eq(bw8.unlock_rc, 0);
+		cr_assert_leq((bw8.t_done - t_unlock) / MS, 1000, "round %d", i);
+	}
+	finish_holder(pid);
+	close_mutex(c, &m);
+}
