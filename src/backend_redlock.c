@@ -1,0 +1,1 @@
+/* Redlock: one lock over N independent Redis masters (issue 4). */
