@@ -19,6 +19,7 @@
 
 #include "dmutex.h"
 #include "harness.h"
+#include "dmt.h"
 
 #define ALICE_PW  "s3cretAlice"
 #define BOB_PW    "b0bPassw0rd"
@@ -100,28 +101,6 @@ static void assert_no_password_logged(void)
 		cr_assert_not(log_has(pws[i]), "the password %s was logged:\n%s", pws[i], log_text);
 }
 
-static int init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c)
-{
-	dmutex_attr_t a;
-	int rc;
-
-	if ((rc = dmutex_attr_init(&a)))
-		return rc;
-	if ((rc = dmutex_attr_setclient(&a, c))) {
-		dmutex_attr_destroy(&a);
-		return rc;
-	}
-	rc = dmutex_init(m, name, &a);
-	dmutex_attr_destroy(&a);
-	return rc;
-}
-
-static void tcp_url(char *buf, size_t len, const char *userinfo, const char *opts)
-{
-	snprintf(buf, len, "redis://%s%s127.0.0.1:%d%s%s", userinfo ? userinfo : "", userinfo ? "@" : "",
-			srv.port, opts ? "?" : "", opts ? opts : "");
-}
-
 /* Lock, check the key in Redis (as user/pass), unlock, check it is gone. */
 static void lock_cycle(dmutex_client_t *c, const char *name, const char *user, const char *pass)
 {
@@ -130,9 +109,9 @@ static void lock_cycle(dmutex_client_t *c, const char *name, const char *user, c
 	redisReply *rep;
 	int rc;
 
-	snprintf(key, sizeof key, "dmutex:lock:{%s}", name);
+	dmt_lock_key(key, sizeof key, name);
 	snprintf(want_pid, sizeof want_pid, "%ld", (long)getpid());
-	cr_assert_eq(init_mutex(&m, name, c), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c, NULL), 0);
 	rc = dmutex_lock(&m);
 	cr_assert_eq(rc, 0, "lock: %s", dmutex_strerror(rc));
 	rep = th_redis_cmd_as(&srv, user, pass, 0, "HGET %s pid", key);
@@ -174,16 +153,16 @@ Test(acl, acl_user_with_password_locks)
 
 	start(ALICE_ONLY);
 	log_start();
-	tcp_url(url, sizeof url, "alice:" ALICE_PW, NULL);
+	dmt_url(url, sizeof url, "alice:" ALICE_PW, srv.port, NULL);
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
 	lock_cycle(c, "acl-alice", "alice", ALICE_PW);
 	cr_assert_eq(dmutex_client_close(c), 0);
 
-	tcp_url(url, sizeof url, "alice:" WRONG_PW, NULL);
+	dmt_url(url, sizeof url, "alice:" WRONG_PW, srv.port, NULL);
 	assert_open_refused(url, "alice with a wrong password");
-	tcp_url(url, sizeof url, "mallory:" ALICE_PW, NULL);
+	dmt_url(url, sizeof url, "mallory:" ALICE_PW, srv.port, NULL);
 	assert_open_refused(url, "unknown user");
-	tcp_url(url, sizeof url, NULL, NULL);
+	dmt_url(url, sizeof url, NULL, srv.port, NULL);
 	assert_open_refused(url, "no credentials, default user off");
 }
 
@@ -198,14 +177,14 @@ Test(acl, legacy_requirepass)
 
 	start("requirepass " LEGACY_PW "\n");
 	log_start();
-	tcp_url(url, sizeof url, ":" LEGACY_PW, NULL);
+	dmt_url(url, sizeof url, ":" LEGACY_PW, srv.port, NULL);
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
 	lock_cycle(c, "acl-legacy", NULL, LEGACY_PW);
 	cr_assert_eq(dmutex_client_close(c), 0);
 
-	tcp_url(url, sizeof url, ":" WRONG_PW, NULL);
+	dmt_url(url, sizeof url, ":" WRONG_PW, srv.port, NULL);
 	assert_open_refused(url, "wrong password");
-	tcp_url(url, sizeof url, NULL, NULL);
+	dmt_url(url, sizeof url, NULL, srv.port, NULL);
 	assert_open_refused(url, "no password");
 }
 
@@ -223,11 +202,11 @@ Test(acl, user_without_script_commands_gets_eio)
 
 	start("user bob on >" BOB_PW " ~* &* +@all -evalsha -eval\n");
 	log_start();
-	tcp_url(url, sizeof url, "bob:" BOB_PW, "command_timeout_ms=200");
+	dmt_url(url, sizeof url, "bob:" BOB_PW, srv.port, "command_timeout_ms=200");
 	/* PING is allowed: the open succeeds. */
 	rc = dmutex_client_open(&c, url);
 	cr_assert_eq(rc, 0, "open as bob: %s", dmutex_strerror(rc));
-	cr_assert_eq(init_mutex(&m, "acl-bob", c), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "acl-bob", c, NULL), 0);
 
 	rc = dmutex_lock(&m);
 	cr_assert_eq(rc, EIO, "lock without EVALSHA/EVAL: %s", dmutex_strerror(rc));
@@ -242,7 +221,7 @@ Test(acl, user_without_script_commands_gets_eio)
 	assert_no_password_logged();
 
 	/* Nothing was written in Redis (the default user is on, as admin). */
-	snprintf(meta, sizeof meta, "dmutex:meta:{%s}", "acl-bob");
+	dmt_meta_key(meta, sizeof meta, "acl-bob");
 	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:lock:{acl-bob}"), 0);
 	cr_assert_eq(th_redis_int(&srv, "EXISTS %s", meta), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
@@ -264,11 +243,11 @@ Test(acl, passwords_never_logged)
 	log_start();
 
 	/* Refused logins, with a user and in the legacy form. */
-	tcp_url(url, sizeof url, "alice:" WRONG_PW, NULL);
+	dmt_url(url, sizeof url, "alice:" WRONG_PW, srv.port, NULL);
 	assert_open_refused(url, "alice with a wrong password");
-	tcp_url(url, sizeof url, ":" WRONG_PW, NULL);
+	dmt_url(url, sizeof url, ":" WRONG_PW, srv.port, NULL);
 	assert_open_refused(url, "legacy form, wrong password");
-	tcp_url(url, sizeof url, "bob:" ALICE_PW, NULL);
+	dmt_url(url, sizeof url, "bob:" ALICE_PW, srv.port, NULL);
 	assert_open_refused(url, "bob with alice's password");
 
 	/* A bad URL that carries a password: EINVAL, logged without it. */
@@ -281,9 +260,9 @@ Test(acl, passwords_never_logged)
 	assert_no_password_logged();
 
 	/* NOPERM at lock time. */
-	tcp_url(url, sizeof url, "bob:" BOB_PW, "command_timeout_ms=200");
+	dmt_url(url, sizeof url, "bob:" BOB_PW, srv.port, "command_timeout_ms=200");
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(init_mutex(&m, "acl-nolog", c), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "acl-nolog", c, NULL), 0);
 	cr_assert_eq(dmutex_lock(&m), EIO);
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);

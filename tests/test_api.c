@@ -20,6 +20,7 @@
 
 #include "dmutex.h"
 #include "harness.h"
+#include "dmt.h"
 #include "internal.h"
 
 /* Each criterion test runs in its own worker process: these are per test. */
@@ -44,23 +45,13 @@ TestSuite(api, .init = srv_up, .fini = srv_down, .timeout = 20);
 /* helpers                                                             */
 /* ------------------------------------------------------------------ */
 
-/* srv's URL with extra options ("" or NULL for none). */
-static void
-make_url(char *buf, size_t n, const char *opts)
-{
-	if (opts && *opts)
-		snprintf(buf, n, "%s?%s", srv.url, opts);
-	else
-		snprintf(buf, n, "%s", srv.url);
-}
-
 static dmutex_client_t *
 open_client(const char *opts)
 {
 	char url[800];
 	int rc;
 
-	make_url(url, sizeof url, opts);
+	dmt_url(url, sizeof url, NULL, srv.port, opts);
 	rc = dmutex_client_open(&cli, url);
 	cr_assert_eq(rc, 0, "dmutex_client_open(%s) = %d", url, rc);
 	return cli;
@@ -81,17 +72,10 @@ static void
 init_full(dmutex_t *m, const char *name, dmutex_client_t *c, int type, int robust,
 		unsigned lease_ms, void (*onlost)(const char *, void *), void *arg)
 {
-	dmutex_attr_t a;
+	struct dmt_attr o = { type, robust, lease_ms, onlost, arg };
+	int rc = dmt_init_mutex(m, name, c, &o);
 
-	cr_assert_eq(dmutex_attr_init(&a), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
-	cr_assert_eq(dmutex_attr_settype(&a, type), 0);
-	cr_assert_eq(dmutex_attr_setrobust(&a, robust), 0);
-	if (lease_ms)
-		cr_assert_eq(dmutex_attr_setlease(&a, lease_ms), 0);
-	cr_assert_eq(dmutex_attr_setonlost(&a, onlost, arg), 0);
-	cr_assert_eq(dmutex_init(m, name, &a), 0, "dmutex_init(%s)", name);
-	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	cr_assert_eq(rc, 0, "dmutex_init(%s): %s", name, dmutex_strerror(rc));
 }
 
 static void
@@ -100,19 +84,10 @@ init_type(dmutex_t *m, const char *name, int type)
 	init_full(m, name, cli, type, DMUTEX_STALLED, 0, NULL, NULL);
 }
 
-static void
-lock_key(char *buf, size_t n, const char *name)
-{
-	snprintf(buf, n, "dmutex:lock:{%s}", name);
-}
-
 static int
 key_exists(const char *name)
 {
-	char k[DMUTEX_NAME_MAX + 32];
-
-	lock_key(k, sizeof k, name);
-	return th_redis_int(&srv, "EXISTS %s", k) == 1;
+	return dmt_lock_exists(&srv, name) == 1;
 }
 
 /* HGET of the lock hash into buf; "" when the field or key is missing. */
@@ -122,7 +97,7 @@ lock_field(const char *name, const char *field, char *buf, size_t n)
 	char k[DMUTEX_NAME_MAX + 32];
 	redisReply *r;
 
-	lock_key(k, sizeof k, name);
+	dmt_lock_key(k, sizeof k, name);
 	r = th_redis_cmd(&srv, "HGET %s %s", k, field);
 	cr_assert_not_null(r, "HGET %s %s: no reply", k, field);
 	cr_assert(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL,
@@ -152,28 +127,10 @@ is_hex_token(const char *s)
 static long long
 evalsha_calls(void)
 {
-	static const char tag[] = "cmdstat_evalsha:calls=";
-	redisReply *r = th_redis_cmd(&srv, "INFO commandstats");
-	const char *p;
-	long long n;
+	long long n = dmt_evalsha_calls(&srv);
 
-	cr_assert(r && r->type == REDIS_REPLY_STRING, "INFO commandstats failed");
-	p = strstr(r->str, tag);
-	n = p ? strtoll(p + sizeof tag - 1, NULL, 10) : 0;
-	freeReplyObject(r);
+	cr_assert(n >= 0, "INFO commandstats failed");
 	return n;
-}
-
-static void
-deadline_in(clockid_t clk, long ms, struct timespec *ts)
-{
-	clock_gettime(clk, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
 }
 
 static int
@@ -313,7 +270,7 @@ child_hold_main(void *arg)
 static void
 child_start(const char *name)
 {
-	make_url(ch.url, sizeof ch.url, NULL);
+	dmt_url(ch.url, sizeof ch.url, NULL, srv.port, NULL);
 	snprintf(ch.name, sizeof ch.name, "%s", name);
 	cr_assert_eq(th_sync_init(&ch.held), 0);
 	cr_assert_eq(th_sync_init(&ch.release), 0);
@@ -352,10 +309,10 @@ do_op(dmutex_t *m, int op)
 	case OP_TRYLOCK:
 		return dmutex_trylock(m);
 	case OP_TIMEDLOCK:
-		deadline_in(CLOCK_REALTIME, 2000, &ts);
+		dmt_deadline_in(CLOCK_REALTIME, 2000, &ts);
 		return dmutex_timedlock(m, &ts);
 	default:
-		deadline_in(CLOCK_MONOTONIC, 2000, &ts);
+		dmt_deadline_in(CLOCK_MONOTONIC, 2000, &ts);
 		return dmutex_clocklock(m, CLOCK_MONOTONIC, &ts);
 	}
 }
@@ -501,7 +458,7 @@ times_out(dmutex_t *m, clockid_t clk, int use_timedlock)
 	long long t0 = th_now_ms(), el;
 	int rc;
 
-	deadline_in(clk, WAIT_MS, &dl);
+	dmt_deadline_in(clk, WAIT_MS, &dl);
 	rc = use_timedlock ? dmutex_timedlock(m, &dl) : dmutex_clocklock(m, clk, &dl);
 	clock_gettime(clk, &now);
 	el = th_now_ms() - t0;
@@ -656,7 +613,7 @@ Test(api, clocklock_other_clock_einval)
 
 	open_client(NULL);
 	init_type(&m, "clk", DMUTEX_NORMAL);
-	deadline_in(CLOCK_REALTIME, 2000, &ts);
+	dmt_deadline_in(CLOCK_REALTIME, 2000, &ts);
 	cr_assert_eq(dmutex_clocklock(&m, CLOCK_PROCESS_CPUTIME_ID, &ts), EINVAL);
 	cr_assert_eq(dmutex_clocklock(&m, CLOCK_THREAD_CPUTIME_ID, &ts), EINVAL);
 	cr_assert_not(key_exists("clk"), "an EINVAL clocklock took the lock");
@@ -911,7 +868,7 @@ Test(api, unlock_from_other_process_eperm)
 	pid_t pid;
 
 	open_client(NULL);
-	make_url(url, sizeof url, NULL);
+	dmt_url(url, sizeof url, NULL, srv.port, NULL);
 	init_type(&fork_m, "xproc", DMUTEX_NORMAL);
 	cr_assert_eq(dmutex_lock(&fork_m), 0);
 	lock_token("xproc", before);
@@ -981,7 +938,7 @@ Test(api, any_call_after_destroy_einval)
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
-	deadline_in(CLOCK_REALTIME, 1000, &ts);
+	dmt_deadline_in(CLOCK_REALTIME, 1000, &ts);
 	cr_assert_eq(dmutex_lock(&m), EINVAL);
 	cr_assert_eq(dmutex_trylock(&m), EINVAL);
 	cr_assert_eq(dmutex_timedlock(&m, &ts), EINVAL);
@@ -1005,7 +962,7 @@ Test(api, null_mutex_einval)
 	dmutex_attr_t a;
 
 	open_client(NULL);
-	deadline_in(CLOCK_REALTIME, 1000, &ts);
+	dmt_deadline_in(CLOCK_REALTIME, 1000, &ts);
 	cr_assert_eq(dmutex_lock(NULL), EINVAL);
 	cr_assert_eq(dmutex_trylock(NULL), EINVAL);
 	cr_assert_eq(dmutex_timedlock(NULL, &ts), EINVAL);
@@ -1077,7 +1034,7 @@ uninit_einval(int fill)
 
 	open_client(NULL);
 	memset(&m, fill, sizeof m);
-	deadline_in(CLOCK_REALTIME, 1000, &ts);
+	dmt_deadline_in(CLOCK_REALTIME, 1000, &ts);
 	cr_assert_eq(dmutex_lock(&m), EINVAL);
 	cr_assert_eq(dmutex_trylock(&m), EINVAL);
 	cr_assert_eq(dmutex_timedlock(&m, &ts), EINVAL);
@@ -1293,7 +1250,7 @@ Test(api, wrong_type_key_lock_eio_and_logged)
 	dmutex_set_logger(record_log, NULL);
 	open_client(IO_OPTS);
 	init_type(&m, "wt", DMUTEX_NORMAL);
-	lock_key(k, sizeof k, "wt");
+	dmt_lock_key(k, sizeof k, "wt");
 	r = th_redis_cmd(&srv, "SET %s not-a-lock", k);
 	cr_assert(r && r->type == REDIS_REPLY_STATUS);
 	freeReplyObject(r);
@@ -1398,7 +1355,7 @@ Test(api, key_deleted_under_holder_enolck)
 	open_client(NULL);
 	init_full(&m, "lost", cli, DMUTEX_NORMAL, DMUTEX_STALLED, 300, on_lost, NULL);
 	cr_assert_eq(dmutex_lock(&m), 0);
-	lock_key(k, sizeof k, "lost");
+	dmt_lock_key(k, sizeof k, "lost");
 	del_at = th_now_ms();
 	cr_assert_eq(th_redis_int(&srv, "DEL %s", k), 1);
 	cr_assert(th_wait_until(lost_called, NULL, 2000), "onlost never called");

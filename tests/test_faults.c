@@ -24,6 +24,7 @@
 
 #include "dmutex.h"
 #include "harness.h"
+#include "dmt.h"
 
 /* Each criterion test runs in its own worker process: these are per test. */
 static struct th_redis srv;
@@ -60,87 +61,10 @@ TestSuite(faults, .init = srv_up, .fini = srv_down, .timeout = 20);
 /* helpers                                                             */
 /* ------------------------------------------------------------------ */
 
-/*
- * Let time pass.  Used ONLY where the passage of time is the thing under
- * test (keeping the server stopped past several command timeouts), never
- * to wait for another party.
- */
-static void pass_time_ms(long long ms)
-{
-	long long until = th_now_ms() + ms;
-	for (long long left; (left = until - th_now_ms()) > 0;) {
-		struct timespec ts = { (time_t)(left / 1000), (long)(left % 1000) * 1000000L };
-		nanosleep(&ts, NULL);
-	}
-}
-
-static void url_opts(char *buf, size_t len, int port, const char *opts)
-{
-	snprintf(buf, len, "redis://127.0.0.1:%d%s%s", port, opts ? "?" : "", opts ? opts : "");
-}
-
-static int init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, int type, unsigned lease_ms,
-		void (*onlost)(const char *, void *), void *arg)
-{
-	dmutex_attr_t a;
-	int rc;
-
-	if ((rc = dmutex_attr_init(&a)))
-		return rc;
-	if ((rc = dmutex_attr_setclient(&a, c)) || (rc = dmutex_attr_settype(&a, type)) ||
-			(lease_ms && (rc = dmutex_attr_setlease(&a, lease_ms))) ||
-			(onlost && (rc = dmutex_attr_setonlost(&a, onlost, arg)))) {
-		dmutex_attr_destroy(&a);
-		return rc;
-	}
-	rc = dmutex_init(m, name, &a);
-	dmutex_attr_destroy(&a);
-	return rc;
-}
-
-static void lock_key(char *buf, size_t len, const char *name)
-{
-	snprintf(buf, len, "dmutex:lock:{%s}", name);
-}
-
-static void meta_key(char *buf, size_t len, const char *name)
-{
-	snprintf(buf, len, "dmutex:meta:{%s}", name);
-}
-
-/* HGET into out; 1 if the field exists, 0 if not (or on error). */
-static int hget(const char *key, const char *field, char *out, size_t len)
-{
-	redisReply *rep = th_redis_cmd(&srv, "HGET %s %s", key, field);
-	int ok = rep && rep->type == REDIS_REPLY_STRING;
-	if (ok)
-		snprintf(out, len, "%s", rep->str);
-	if (rep)
-		freeReplyObject(rep);
-	return ok;
-}
-
-static long long key_exists(const char *name)
-{
-	char k[600];
-	lock_key(k, sizeof k, name);
-	return th_redis_int(&srv, "EXISTS %s", k);
-}
-
-/* Number of keys matching a pattern, -1 on error. */
-static long long count_keys(const char *pattern)
-{
-	redisReply *rep = th_redis_cmd(&srv, "KEYS %s", pattern);
-	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
-	if (rep)
-		freeReplyObject(rep);
-	return n;
-}
-
 static int no_lock_keys(void *arg)
 {
 	(void)arg;
-	return count_keys("dmutex:lock:*") == 0;
+	return dmt_count_keys(&srv, "dmutex:lock:*") == 0;
 }
 
 /* The fencing counter in the meta hash: how many acquisitions ran in Redis
@@ -149,27 +73,16 @@ static long long meta_fence(const char *name)
 {
 	char k[600];
 	long long v;
-	meta_key(k, sizeof k, name);
+	dmt_meta_key(k, sizeof k, name);
 	v = th_redis_int(&srv, "HGET %s fence", k);
 	return v == LLONG_MIN ? 0 : v;
 }
 
 static int meta_state_absent(const char *name)
 {
-	char k[600], state[64];
-	meta_key(k, sizeof k, name);
-	return !hget(k, "state", state, sizeof state);
-}
+	char state[64];
 
-static void count_lost(const char *name, void *arg)
-{
-	(void)name;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
-static int lost_once(void *arg)
-{
-	return atomic_load((atomic_int *)arg) >= 1;
+	return !dmt_meta_state(&srv, name, state, sizeof state);
 }
 
 /* ------------------------------------------------------------------ */
@@ -208,9 +121,10 @@ static void lost_reply(const char *name, long long stop_ms)
 	dmutex_client_t *c;
 	pthread_t th;
 
-	url_opts(url, sizeof url, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(init_mutex(&a.m, name, c, DMUTEX_RECURSIVE, 3000, NULL, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&a.m, name, c,
+			&(struct dmt_attr){ .type = DMUTEX_RECURSIVE, .lease_ms = 3000 }), 0);
 	cr_assert_eq(sem_init(&a.resumed, 0, 0), 0);
 	/* One hold first, so that Redis has the scripts cached and runs the
 	 * acquires queued while it is stopped (not NOSCRIPT). */
@@ -221,7 +135,7 @@ static void lost_reply(const char *name, long long stop_ms)
 	cr_assert_eq(pthread_create(&th, NULL, recursive_locker, &a), 0);
 	/* Stopped past one or more 200 ms command timeouts, so the acquire is
 	 * sent, times out and is retried.  The time is under test. */
-	pass_time_ms(stop_ms);
+	dmt_pass_time_ms(stop_ms);
 	cr_assert_eq(th_redis_resume(&srv), 0);
 	sem_post(&a.resumed);
 	pthread_join(th, NULL);
@@ -231,7 +145,7 @@ static void lost_reply(const char *name, long long stop_ms)
 		cr_assert_eq(a.unlock1, 0, "first unlock: %s", dmutex_strerror(a.unlock1));
 		cr_assert_eq(a.unlock2, EPERM, "second unlock: %s (recursive count doubled?)",
 				dmutex_strerror(a.unlock2));
-		cr_assert_eq(count_keys("dmutex:lock:*"), 0, "a lock key is left after the unlock");
+		cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0, "a lock key is left after the unlock");
 		cr_assert_eq(meta_fence(name), 2, "the retried acquire was counted twice");
 	} else {
 		cr_assert_eq(a.lock_rc, EIO, "lock returned %s after a lost reply", dmutex_strerror(a.lock_rc));
@@ -273,10 +187,11 @@ Test(faults, acquire_given_up_while_server_stopped_is_cleaned_up_in_background)
 	long long t0, took, resumed_at;
 	int rc;
 
-	url_opts(url, sizeof url, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
 	/* A long lease: the key must go long before it would expire. */
-	cr_assert_eq(init_mutex(&m, name, c, DMUTEX_RECURSIVE, 10000, NULL, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c,
+			&(struct dmt_attr){ .type = DMUTEX_RECURSIVE, .lease_ms = 10000 }), 0);
 	/* Scripts cached in Redis: the queued acquires will really run. */
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
@@ -363,9 +278,9 @@ Test(faults, server_killed_lock_is_eio_in_bounded_time)
 	dmutex_client_t *c;
 	dmutex_t m;
 
-	url_opts(url, sizeof url, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(init_mutex(&m, "faults-down", c, DMUTEX_NORMAL, 0, NULL, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "faults-down", c, NULL), 0);
 	th_redis_stop(&srv);
 	port_guard = guard_port(srv.port);
 	cr_assert_geq(port_guard, 0, "cannot hold the dead server's port %d", srv.port);
@@ -381,9 +296,9 @@ Test(faults, server_stopped_lock_is_eio_in_bounded_time)
 	dmutex_client_t *c;
 	dmutex_t m;
 
-	url_opts(url, sizeof url, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(init_mutex(&m, "faults-stopped", c, DMUTEX_NORMAL, 0, NULL, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "faults-stopped", c, NULL), 0);
 	/* A stopped server accepts connections (kernel backlog) but never
 	 * answers: every command times out. */
 	cr_assert_eq(th_redis_pause(&srv), 0);
@@ -407,10 +322,10 @@ Test(faults, restart_reconnects_and_reloads_scripts)
 	dmutex_t m;
 	int rc;
 
-	lock_key(key, sizeof key, name);
+	dmt_lock_key(key, sizeof key, name);
 	snprintf(want_pid, sizeof want_pid, "%ld", (long)getpid());
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
-	cr_assert_eq(init_mutex(&m, name, c, DMUTEX_NORMAL, 0, NULL, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c, NULL), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
 
@@ -419,11 +334,11 @@ Test(faults, restart_reconnects_and_reloads_scripts)
 	for (int i = 0; i < 2; i++) {
 		rc = dmutex_lock(&m);
 		cr_assert_eq(rc, 0, "lock %d after restart: %s", i, dmutex_strerror(rc));
-		cr_assert(hget(key, "pid", pid_s, sizeof pid_s), "no lock key after lock");
+		cr_assert(dmt_hget(&srv, key, "pid", pid_s, sizeof pid_s), "no lock key after lock");
 		cr_assert_str_eq(pid_s, want_pid);
 		rc = dmutex_unlock(&m);
 		cr_assert_eq(rc, 0, "unlock %d after restart: %s", i, dmutex_strerror(rc));
-		cr_assert_eq(key_exists(name), 0);
+		cr_assert_eq(dmt_lock_exists(&srv, name), 0);
 	}
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
@@ -485,8 +400,8 @@ Test(faults, waiter_across_restart_acquires_when_holder_unlocks, .init = srv_up_
 	cr_assert_eq(dmutex_client_open(&ch, srv.url), 0);
 	cr_assert_eq(dmutex_client_open(&cw, srv.url), 0);
 	/* Lease 4 s: renewed across the restart (every 1.3 s). */
-	cr_assert_eq(init_mutex(&hm, name, ch, DMUTEX_NORMAL, 4000, NULL, NULL), 0);
-	cr_assert_eq(init_mutex(&w.m, name, cw, DMUTEX_NORMAL, 4000, NULL, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&hm, name, ch, &(struct dmt_attr){ .lease_ms = 4000 }), 0);
+	cr_assert_eq(dmt_init_mutex(&w.m, name, cw, &(struct dmt_attr){ .lease_ms = 4000 }), 0);
 	cr_assert_eq(dmutex_lock(&hm), 0);
 
 	cr_assert_eq(pthread_create(&th, NULL, restart_waiter, &w), 0);
@@ -495,7 +410,7 @@ Test(faults, waiter_across_restart_acquires_when_holder_unlocks, .init = srv_up_
 
 	/* The AOF keeps the hold; connections and scripts are gone. */
 	cr_assert_eq(th_redis_restart(&srv), 0);
-	cr_assert_eq(key_exists(name), 1, "the hold did not survive the restart (AOF)");
+	cr_assert_eq(dmt_lock_exists(&srv, name), 1, "the hold did not survive the restart (AOF)");
 	/* The waiter is wakeable again once it re-subscribed. */
 	cr_assert(th_wait_until(numsub_is, &ns, 5000), "the waiter did not re-subscribe after the restart");
 	cr_assert_eq(atomic_load(&w.done), 0, "the waiter got past a held lock: %s", dmutex_strerror(w.rc));
@@ -571,7 +486,7 @@ Test(faults, lock_cycles_keep_connections_and_fds_flat)
 	cr_assert_gt(fd0, 0);
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
 	for (int i = 0; i < 2; i++) {
-		cr_assert_eq(init_mutex(&args[i].m, names[i], c, DMUTEX_NORMAL, 0, NULL, NULL), 0);
+		cr_assert_eq(dmt_init_mutex(&args[i].m, names[i], c, NULL), 0);
 		/* Warm up: the renewal thread and a pooled connection exist. */
 		cr_assert_eq(dmutex_lock(&args[i].m), 0);
 		cr_assert_eq(dmutex_unlock(&args[i].m), 0);
@@ -593,7 +508,7 @@ Test(faults, lock_cycles_keep_connections_and_fds_flat)
 	clients = th_redis_clients(&srv);
 	cr_assert(clients >= 2 && clients <= POOL_MAX + 3, "%d clients connected after %d cycles", clients,
 			CYCLES);
-	cr_assert_eq(count_keys("dmutex:lock:*"), 0);
+	cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0);
 
 	for (int i = 0; i < 2; i++)
 		cr_assert_eq(dmutex_destroy(&args[i].m), 0);
@@ -615,7 +530,7 @@ static void proxy_client(dmutex_client_t **c)
 
 	proxy = th_proxy_start(srv.port);
 	cr_assert_not_null(proxy);
-	url_opts(url, sizeof url, th_proxy_port(proxy), "command_timeout_ms=200&connect_timeout_ms=200");
+	dmt_url(url, sizeof url, NULL, th_proxy_port(proxy), "command_timeout_ms=200&connect_timeout_ms=200");
 	cr_assert_eq(dmutex_client_open(c, url), 0);
 }
 
@@ -627,7 +542,7 @@ Test(faults, dropped_acquire_reply_is_eio_and_strands_nothing)
 	int rc;
 
 	proxy_client(&c);
-	cr_assert_eq(init_mutex(&m, name, c, DMUTEX_NORMAL, 3000, NULL, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c, &(struct dmt_attr){ .lease_ms = 3000 }), 0);
 	/* Scripts cached in Redis: the acquire sent next really runs there. */
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
@@ -660,13 +575,14 @@ Test(faults, blackholed_backend_during_hold_calls_onlost)
 	long long t0;
 
 	proxy_client(&c);
-	cr_assert_eq(init_mutex(&m, name, c, DMUTEX_NORMAL, 600, count_lost, &lost), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c,
+			&(struct dmt_attr){ .lease_ms = 600, .onlost = dmt_count_lost, .arg = &lost }), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_fence(&m, &tok), 0);
 
 	th_proxy_set_mode(proxy, TH_PROXY_BLACKHOLE);
 	t0 = th_now_ms();
-	cr_assert(th_wait_until(lost_once, &lost, 600 + 200 + 500), "onlost not called %lld ms into the blackhole",
+	cr_assert(th_wait_until(dmt_lost_once, &lost, 600 + 200 + 500), "onlost not called %lld ms into the blackhole",
 			th_now_ms() - t0);
 	cr_assert_eq(dmutex_fence(&m, &tok), ENOLCK);
 	th_proxy_set_mode(proxy, TH_PROXY_PASS);

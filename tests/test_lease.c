@@ -20,12 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dmutex.h"
 #include "harness.h"
+#include "dmt.h"
 
 /* Each criterion test runs in its own worker process: these are per test. */
 static struct th_redis srv;
@@ -39,128 +39,11 @@ static void srv_up(void)
 static void srv_down(void)
 {
 	/* A failed assertion may leave a child stopped: never leave it behind. */
-	if (child_pid > 0) {
-		kill(child_pid, SIGKILL);
-		kill(child_pid, SIGCONT);
-		waitpid(child_pid, NULL, 0);
-		child_pid = 0;
-	}
+	dmt_reap(&child_pid);
 	th_redis_stop(&srv);
 }
 
 TestSuite(lease, .init = srv_up, .fini = srv_down, .timeout = 20);
-
-/* ------------------------------------------------------------------ */
-/* helpers                                                             */
-/* ------------------------------------------------------------------ */
-
-/*
- * Let time pass.  Used ONLY where the passage of time is the thing under
- * test (holding across several lease periods, keeping a process or the
- * server stopped for a given time), never to wait for another party.
- */
-static void pass_time_ms(long long ms)
-{
-	long long until = th_now_ms() + ms;
-	for (long long left; (left = until - th_now_ms()) > 0;) {
-		struct timespec ts = { (time_t)(left / 1000), (long)(left % 1000) * 1000000L };
-		nanosleep(&ts, NULL);
-	}
-}
-
-static void pass_time_until_ms(long long until)
-{
-	long long left = until - th_now_ms();
-	if (left > 0)
-		pass_time_ms(left);
-}
-
-static void url_opts(char *buf, size_t len, const char *opts)
-{
-	snprintf(buf, len, "%s%s%s", srv.url, opts ? "?" : "", opts ? opts : "");
-}
-
-static int init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, unsigned lease_ms,
-		void (*onlost)(const char *, void *), void *arg)
-{
-	dmutex_attr_t a;
-	int rc;
-
-	if ((rc = dmutex_attr_init(&a)))
-		return rc;
-	if ((rc = dmutex_attr_setclient(&a, c)) || (lease_ms && (rc = dmutex_attr_setlease(&a, lease_ms))) ||
-			(onlost && (rc = dmutex_attr_setonlost(&a, onlost, arg)))) {
-		dmutex_attr_destroy(&a);
-		return rc;
-	}
-	rc = dmutex_init(m, name, &a);
-	dmutex_attr_destroy(&a);
-	return rc;
-}
-
-static void lock_key(char *buf, size_t len, const char *name)
-{
-	snprintf(buf, len, "dmutex:lock:{%s}", name);
-}
-
-static void meta_key(char *buf, size_t len, const char *name)
-{
-	snprintf(buf, len, "dmutex:meta:{%s}", name);
-}
-
-/* HGET into out; 1 if the field exists, 0 if not (or on error). */
-static int hget(const char *key, const char *field, char *out, size_t len)
-{
-	redisReply *rep = th_redis_cmd(&srv, "HGET %s %s", key, field);
-	int ok = rep && rep->type == REDIS_REPLY_STRING;
-	if (ok)
-		snprintf(out, len, "%s", rep->str);
-	if (rep)
-		freeReplyObject(rep);
-	return ok;
-}
-
-static long long key_exists(const char *name)
-{
-	char k[600];
-	lock_key(k, sizeof k, name);
-	return th_redis_int(&srv, "EXISTS %s", k);
-}
-
-/* Number of keys matching a pattern, -1 on error. */
-static long long count_keys(const char *pattern)
-{
-	redisReply *rep = th_redis_cmd(&srv, "KEYS %s", pattern);
-	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
-	if (rep)
-		freeReplyObject(rep);
-	return n;
-}
-
-/* cmdstat_evalsha calls from INFO commandstats (0 if never called). */
-static long long evalsha_calls(void)
-{
-	redisReply *rep = th_redis_cmd(&srv, "INFO commandstats");
-	long long n = -1;
-	if (rep && rep->type == REDIS_REPLY_STRING) {
-		const char *p = strstr(rep->str, "cmdstat_evalsha:calls=");
-		n = p ? strtoll(p + strlen("cmdstat_evalsha:calls="), NULL, 10) : 0;
-	}
-	if (rep)
-		freeReplyObject(rep);
-	return n;
-}
-
-static void count_lost(const char *name, void *arg)
-{
-	(void)name;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
-static int lost_once(void *arg)
-{
-	return atomic_load((atomic_int *)arg) >= 1;
-}
 
 /* ------------------------------------------------------------------ */
 /* 1. the holder stalled past its lease (the scenario)         */
@@ -187,7 +70,8 @@ static int stalled_holder(void *p)
 
 	if (dmutex_client_open(&c, a->url))
 		return 10;
-	if (init_mutex(&m, a->name, c, 500, count_lost, &child_lost))
+	if (dmt_init_mutex(&m, a->name, c,
+			&(struct dmt_attr){ .lease_ms = 500, .onlost = dmt_count_lost, .arg = &child_lost }))
 		return 11;
 	if (dmutex_lock(&m))
 		return 12;
@@ -224,14 +108,14 @@ Test(lease, stalled_holder_loses_lock_and_new_holder_is_undisturbed)
 	long long stopped_at;
 	int rc;
 
-	url_opts(a.url, sizeof a.url, NULL);
-	lock_key(key, sizeof key, a.name);
+	dmt_url(a.url, sizeof a.url, NULL, srv.port, NULL);
+	dmt_lock_key(key, sizeof key, a.name);
 	cr_assert_eq(th_sync_init(&a.ready), 0);
 	cr_assert_eq(th_sync_init(&a.go), 0);
 	child_pid = th_spawn(stalled_holder, &a);
 	cr_assert_gt(child_pid, 0);
 	cr_assert_eq(th_sync_wait(&a.ready, 5000), 0, "the child did not take the lock");
-	cr_assert_eq(key_exists(a.name), 1);
+	cr_assert_eq(dmt_lock_exists(&srv, a.name), 1);
 
 	cr_assert_eq(kill(child_pid, SIGSTOP), 0);
 	cr_assert_eq(th_wait_stopped(child_pid), 0);
@@ -239,23 +123,23 @@ Test(lease, stalled_holder_loses_lock_and_new_holder_is_undisturbed)
 
 	/* Another process acquires once the stalled holder's lease is over. */
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
-	cr_assert_eq(init_mutex(&m, a.name, c, 0, NULL, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&m, a.name, c, NULL), 0);
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += 3;
 	rc = dmutex_timedlock(&m, &dl);
 	cr_assert_eq(rc, 0, "parent's timedlock: %s", dmutex_strerror(rc));
 	cr_assert_lt(th_now_ms() - stopped_at, 1500, "acquired %lld ms after the stop (lease 500)",
 			th_now_ms() - stopped_at);
-	cr_assert(hget(key, "token", tok, sizeof tok));
-	cr_assert(hget(key, "fence", fence_s, sizeof fence_s));
-	cr_assert(hget(key, "pid", pid_s, sizeof pid_s));
+	cr_assert(dmt_hget(&srv, key, "token", tok, sizeof tok));
+	cr_assert(dmt_hget(&srv, key, "fence", fence_s, sizeof fence_s));
+	cr_assert(dmt_hget(&srv, key, "pid", pid_s, sizeof pid_s));
 	snprintf(want_pid, sizeof want_pid, "%ld", (long)getpid());
 	cr_assert_str_eq(pid_s, want_pid, "the lock key names pid %s, not the parent", pid_s);
 	cr_assert_eq(dmutex_fence(&m, &fence), 0);
 	cr_assert_eq(fence, strtoull(fence_s, NULL, 10));
 
 	/* The scenario: the child stays stopped for 2 s, four of its leases. */
-	pass_time_until_ms(stopped_at + 2000);
+	dmt_pass_time_until_ms(stopped_at + 2000);
 	cr_assert_eq(kill(child_pid, SIGCONT), 0);
 	th_sync_post(&a.go);
 	rc = th_wait_child(child_pid, 10000);
@@ -264,13 +148,13 @@ Test(lease, stalled_holder_loses_lock_and_new_holder_is_undisturbed)
 			rc);
 
 	/* The parent's hold is undisturbed by the child's late renewal/unlock. */
-	cr_assert(hget(key, "token", tok_after, sizeof tok_after), "the parent's lock key is gone");
+	cr_assert(dmt_hget(&srv, key, "token", tok_after, sizeof tok_after), "the parent's lock key is gone");
 	cr_assert_str_eq(tok_after, tok, "the lock key's token changed under the parent");
 	cr_assert_eq(dmutex_fence(&m, &fence_after), 0);
 	cr_assert_eq(fence_after, fence);
 	rc = dmutex_unlock(&m);
 	cr_assert_eq(rc, 0, "parent's unlock: %s", dmutex_strerror(rc));
-	cr_assert_eq(key_exists(a.name), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, a.name), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 	th_sync_close(&a.ready);
@@ -291,27 +175,28 @@ Test(lease, renewal_keeps_hold_across_many_leases)
 	uint64_t f0, f1;
 	long long pttl;
 
-	lock_key(key, sizeof key, name);
+	dmt_lock_key(key, sizeof key, name);
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
-	cr_assert_eq(init_mutex(&m, name, c, 300, count_lost, &lost), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c,
+			&(struct dmt_attr){ .lease_ms = 300, .onlost = dmt_count_lost, .arg = &lost }), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_fence(&m, &f0), 0);
-	cr_assert(hget(key, "token", tok, sizeof tok));
+	cr_assert(dmt_hget(&srv, key, "token", tok, sizeof tok));
 	pttl = th_redis_int(&srv, "PTTL %s", key);
 	cr_assert(pttl > 0 && pttl <= 300, "PTTL %lld, lease 300", pttl);
 
 	/* Time is what is under test: 1.5 s is five leases of 300 ms. */
-	pass_time_ms(1500);
+	dmt_pass_time_ms(1500);
 
 	cr_assert_eq(dmutex_fence(&m, &f1), 0, "the hold was lost although renewal should keep it");
 	cr_assert_eq(f1, f0);
-	cr_assert(hget(key, "token", tok_after, sizeof tok_after), "the lock key expired");
+	cr_assert(dmt_hget(&srv, key, "token", tok_after, sizeof tok_after), "the lock key expired");
 	cr_assert_str_eq(tok_after, tok);
 	pttl = th_redis_int(&srv, "PTTL %s", key);
 	cr_assert(pttl > 0 && pttl <= 300, "PTTL %lld, lease 300", pttl);
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(atomic_load(&lost), 0, "onlost called %d times", atomic_load(&lost));
-	cr_assert_eq(key_exists(name), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
@@ -334,17 +219,18 @@ Test(lease, renewal_of_many_locks_is_batched)
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
 	for (int i = 0; i < BATCH_N; i++) {
 		snprintf(name, sizeof name, "batch-%d", i);
-		cr_assert_eq(init_mutex(&ms[i], name, c, 600, count_lost, &lost), 0);
+		cr_assert_eq(dmt_init_mutex(&ms[i], name, c,
+				&(struct dmt_attr){ .lease_ms = 600, .onlost = dmt_count_lost, .arg = &lost }), 0);
 		cr_assert_eq(dmutex_lock(&ms[i]), 0, "lock %d", i);
 	}
-	before = evalsha_calls();
+	before = dmt_evalsha_calls(&srv);
 	cr_assert_geq(before, BATCH_N, "the acquires went through EVALSHA (%lld calls)", before);
 
 	/* Time is under test: 1.2 s is two leases, ~6 renewal ticks of 200 ms. */
-	pass_time_ms(1200);
+	dmt_pass_time_ms(1200);
 
-	after = evalsha_calls();
-	cr_assert_eq(count_keys("dmutex:lock:{batch-*}"), BATCH_N, "leases ran out: renewal did not happen");
+	after = dmt_evalsha_calls(&srv);
+	cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:{batch-*}"), BATCH_N, "leases ran out: renewal did not happen");
 	cr_assert_geq(after - before, 3, "only %lld EVALSHA in 1.2 s: no renewal?", after - before);
 	cr_assert_lt(after - before, 30, "%lld EVALSHA for %d locks in 1.2 s: renewal is not batched",
 			after - before, BATCH_N);
@@ -354,7 +240,7 @@ Test(lease, renewal_of_many_locks_is_batched)
 		cr_assert_eq(dmutex_destroy(&ms[i]), 0);
 	}
 	cr_assert_eq(atomic_load(&lost), 0);
-	cr_assert_eq(count_keys("dmutex:lock:*"), 0);
+	cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
 
@@ -374,29 +260,30 @@ static void hold_through_stall(const char *name, int how)
 	long long pttl;
 
 	/* A short command timeout: the stalled renewal fails and is retried. */
-	url_opts(url, sizeof url, "command_timeout_ms=200&connect_timeout_ms=200");
-	lock_key(key, sizeof key, name);
+	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	dmt_lock_key(key, sizeof key, name);
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(init_mutex(&m, name, c, 1500, count_lost, &lost), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c,
+			&(struct dmt_attr){ .lease_ms = 1500, .onlost = dmt_count_lost, .arg = &lost }), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_fence(&m, &f0), 0);
-	cr_assert(hget(key, "token", tok, sizeof tok));
+	cr_assert(dmt_hget(&srv, key, "token", tok, sizeof tok));
 
 	/* The stall is 500 ms, one renewal interval of a 1500 ms lease, and
 	 * starts 250 ms into the hold so that the renewal due at 500 ms falls
 	 * in its middle (and fails: command timeout 200 ms).  The stall's
 	 * length and place are what is under test. */
-	pass_time_ms(250);
+	dmt_pass_time_ms(250);
 	if (how == STALL_SIGSTOP) {
 		cr_assert_eq(th_redis_pause(&srv), 0);
-		pass_time_ms(500);
+		dmt_pass_time_ms(500);
 		cr_assert_eq(th_redis_resume(&srv), 0);
 	} else {
 		redisReply *rep = th_redis_cmd(&srv, "CLIENT PAUSE 500 ALL");
 		cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "CLIENT PAUSE: %s",
 				rep && rep->str ? rep->str : "no reply");
 		freeReplyObject(rep);
-		pass_time_ms(500);
+		dmt_pass_time_ms(500);
 	}
 
 	cr_assert_eq(dmutex_fence(&m, &f1), 0, "the hold did not survive a 500 ms stall (lease 1500)");
@@ -404,16 +291,16 @@ static void hold_through_stall(const char *name, int how)
 	cr_assert_eq(atomic_load(&lost), 0);
 
 	/* Later renewals work too: hold past a whole lease after the stall. */
-	pass_time_ms(2000);
+	dmt_pass_time_ms(2000);
 	cr_assert_eq(dmutex_fence(&m, &f1), 0, "the hold was lost after the stall");
 	cr_assert_eq(f1, f0);
-	cr_assert(hget(key, "token", tok_after, sizeof tok_after), "the lock key expired");
+	cr_assert(dmt_hget(&srv, key, "token", tok_after, sizeof tok_after), "the lock key expired");
 	cr_assert_str_eq(tok_after, tok);
 	pttl = th_redis_int(&srv, "PTTL %s", key);
 	cr_assert(pttl > 0 && pttl <= 1500, "PTTL %lld", pttl);
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert_eq(atomic_load(&lost), 0, "onlost called %d times", atomic_load(&lost));
-	cr_assert_eq(key_exists(name), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
@@ -455,7 +342,7 @@ static void *race_loop(void *p)
 		 * lease) so a renewal falls due right around the unlock: here
 		 * the length of the hold is what is under test. */
 		if (i % 10 == 9)
-			pass_time_ms(50);
+			dmt_pass_time_ms(50);
 		if ((rc = dmutex_unlock(&a->m))) {
 			a->bad_rc = rc;
 			a->bad_at = i;
@@ -475,7 +362,8 @@ Test(lease, renewal_never_outlives_unlock)
 
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
 	for (int i = 0; i < 2; i++) {
-		cr_assert_eq(init_mutex(&args[i].m, names[i], c, 150, NULL, NULL), 0);
+		cr_assert_eq(dmt_init_mutex(&args[i].m, names[i], c,
+				&(struct dmt_attr){ .lease_ms = 150 }), 0);
 		cr_assert_eq(pthread_create(&th[i], NULL, race_loop, &args[i]), 0);
 	}
 	for (int i = 0; i < 2; i++)
@@ -484,17 +372,17 @@ Test(lease, renewal_never_outlives_unlock)
 		cr_assert_eq(args[i].bad_rc, 0, "%s: iteration %d returned %s", names[i], args[i].bad_at,
 				dmutex_strerror(args[i].bad_rc));
 
-	cr_assert_eq(count_keys("dmutex:lock:*"), 0, "a lock key is left after the last unlock");
+	cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0, "a lock key is left after the last unlock");
 	/* Time is under test: a stale renewal would re-create or extend a key
 	 * in the next 500 ms (10 renewal intervals). */
-	pass_time_ms(500);
-	cr_assert_eq(count_keys("dmutex:lock:*"), 0, "a lock key re-appeared after the last unlock");
+	dmt_pass_time_ms(500);
+	cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0, "a lock key re-appeared after the last unlock");
 	for (int i = 0; i < 2; i++) {
-		meta_key(meta, sizeof meta, names[i]);
+		dmt_meta_key(meta, sizeof meta, names[i]);
 		/* Every acquisition bumped the fence exactly once, every release
 		 * was clean. */
 		cr_assert_eq(th_redis_int(&srv, "HGET %s fence", meta), RACE_LOOPS);
-		cr_assert_not(hget(meta, "state", state, sizeof state), "%s: meta state '%s' after clean unlocks",
+		cr_assert_not(dmt_hget(&srv, meta, "state", state, sizeof state), "%s: meta state '%s' after clean unlocks",
 				names[i], state);
 		cr_assert_eq(dmutex_destroy(&args[i].m), 0);
 	}
@@ -515,29 +403,30 @@ Test(lease, server_stopped_longer_than_lease_loses_hold)
 	uint64_t tok;
 	long long paused_at, lost_after;
 
-	url_opts(url, sizeof url, "command_timeout_ms=200&connect_timeout_ms=200");
-	meta_key(meta, sizeof meta, name);
+	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
+	dmt_meta_key(meta, sizeof meta, name);
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(init_mutex(&m, name, c, 500, count_lost, &lost), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c,
+			&(struct dmt_attr){ .lease_ms = 500, .onlost = dmt_count_lost, .arg = &lost }), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);
 
 	cr_assert_eq(th_redis_pause(&srv), 0);
 	paused_at = th_now_ms();
 	/* Lost within lease + command timeout + margin of the stop. */
-	cr_assert(th_wait_until(lost_once, &lost, 500 + 200 + 300), "onlost not called %lld ms after the stop",
+	cr_assert(th_wait_until(dmt_lost_once, &lost, 500 + 200 + 300), "onlost not called %lld ms after the stop",
 			th_now_ms() - paused_at);
 	lost_after = th_now_ms() - paused_at;
 	cr_assert_eq(dmutex_fence(&m, &tok), ENOLCK, "fence after the loss (%lld ms)", lost_after);
 
 	/* The server stays stopped for 1.5 s, three leases: time under test. */
-	pass_time_until_ms(paused_at + 1500);
+	dmt_pass_time_until_ms(paused_at + 1500);
 	cr_assert_eq(th_redis_resume(&srv), 0);
 	cr_assert_eq(dmutex_unlock(&m), ENOLCK);
 	cr_assert_eq(atomic_load(&lost), 1, "onlost called %d times", atomic_load(&lost));
 	cr_assert_eq(dmutex_unlock(&m), EPERM, "the lost hold was not forgotten");
-	cr_assert_eq(key_exists(name), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
 	/* Nobody released it: the next robust locker must learn the owner died. */
-	cr_assert(hget(meta, "state", state, sizeof state));
+	cr_assert(dmt_hget(&srv, meta, "state", state, sizeof state));
 	cr_assert_str_eq(state, "held");
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);

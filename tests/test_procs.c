@@ -15,13 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dmutex.h"
 #include "harness.h"
+#include "dmt.h"
 
 static struct th_redis srv;
 static pid_t test_pid;         /* the test process, parent of its children */
@@ -38,45 +38,6 @@ static void srv_down(void)
 }
 
 TestSuite(procs, .init = srv_up, .fini = srv_down, .timeout = 30);
-
-/* A child must not outlive a test that failed (and so never released it):
- * it dies with the test's process. */
-static void die_with_parent(pid_t parent)
-{
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(99);
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* Open a client and a default mutex `name` on it (in a child: no cr_assert). */
-static int open_mutex(dmutex_client_t **c, dmutex_t *m, const char *name)
-{
-	dmutex_attr_t a;
-	int rc;
-
-	if ((rc = dmutex_client_open(c, srv.url)))
-		return rc;
-	dmutex_attr_init(&a);
-	dmutex_attr_setclient(&a, *c);
-	rc = dmutex_init(m, name, &a);
-	dmutex_attr_destroy(&a);
-	if (rc)
-		dmutex_client_close(*c);
-	return rc;
-}
-
-static void close_mutex(dmutex_client_t *c, dmutex_t *m)
-{
-	dmutex_destroy(m);
-	dmutex_client_close(c);
-}
 
 /* Integer reply of a command on an own connection, LLONG_MIN on error/nil
  * (a bulk string holding a number counts, as GET returns). */
@@ -136,7 +97,7 @@ static void *mx_worker(void *arg)
 			t->err = 20;
 			break;
 		}
-		acq = now_ns();
+		acq = dmt_now_ns();
 		/* The unprotected read-modify-write the lock must serialise. */
 		v = conn_int(t->conn, "GET counter");
 		if (v == LLONG_MIN)
@@ -148,7 +109,7 @@ static void *mx_worker(void *arg)
 			freeReplyObject(r);
 		if (dmutex_fence(t->m, &fence))
 			t->err = 22;
-		rel = now_ns();
+		rel = dmt_now_ns();
 		/* Pushed while holding: the list order is the order of the holds. */
 		if (conn_int(t->conn, "RPUSH history %" PRIu64 ":%" PRId64 ":%" PRId64 ":%ld",
 				fence, acq, rel, (long)getpid()) <= 0)
@@ -169,8 +130,8 @@ static int mx_child(void *arg)
 	int rc = 0;
 
 	(void)arg;
-	die_with_parent(test_pid);
-	if (open_mutex(&c, &m, "mx"))
+	dmt_die_with_parent(test_pid);
+	if (dmt_open_mutex(&c, &m, srv.url, "mx", NULL))
 		return 10;
 	pthread_barrier_init(&start, NULL, MX_THREADS + 1);
 	for (int i = 0; i < MX_THREADS; i++) {
@@ -192,7 +153,7 @@ static int mx_child(void *arg)
 		redisFree(th[i].conn);
 	}
 	pthread_barrier_destroy(&start);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 	return rc;
 }
 
@@ -291,8 +252,8 @@ static int fn_child(void *arg)
 	int rc = 0;
 
 	(void)arg;
-	die_with_parent(test_pid);
-	if (open_mutex(&c, &m, "fenced"))
+	dmt_die_with_parent(test_pid);
+	if (dmt_open_mutex(&c, &m, srv.url, "fenced", NULL))
 		return 10;
 	if (!(conn = th_tcp_connect(srv.port, 5000)))
 		return 11;
@@ -311,7 +272,7 @@ static int fn_child(void *arg)
 			rc = 16;
 	}
 	redisFree(conn);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 	return rc;
 }
 
@@ -364,7 +325,7 @@ static int fork_child(void *arg)
 	long long pid;
 
 	(void)arg;
-	die_with_parent(test_pid);
+	dmt_die_with_parent(test_pid);
 	/* None of the parent's holds came along. */
 	if (dmutex_unlock(&fk_m) != EPERM)
 		return 10;
@@ -410,7 +371,7 @@ Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 	int clients_before;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &fk_m, "fk"), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &fk_m, srv.url, "fk", NULL), 0);
 	cr_assert_eq(dmutex_lock(&fk_m), 0);
 	cr_assert_eq(dmutex_fence(&fk_m, &fk_parent_fence), 0);
 	r = th_redis_cmd(&srv, "HGET dmutex:lock:{fk} token");
@@ -450,7 +411,7 @@ Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 	cr_assert_eq(dmutex_fence(&fk_m, &fence), 0);
 	cr_assert_gt(fence, fk_parent_fence + 1);
 	cr_assert_eq(dmutex_unlock(&fk_m), 0);
-	close_mutex(c, &fk_m);
+	dmt_close_mutex(c, &fk_m);
 	th_sync_close(&fk_checked);
 	th_sync_close(&fk_unlocked);
 }
@@ -492,7 +453,7 @@ static int fw_child(void *arg)
 	struct timespec ts;
 
 	(void)arg;
-	die_with_parent(test_pid);
+	dmt_die_with_parent(test_pid);
 	/* The inherited client works: a free lock, a held one, a timed wait. */
 	if (dmutex_lock(&fw_free))
 		return 10;
@@ -500,12 +461,7 @@ static int fw_child(void *arg)
 		return 11;
 	if (dmutex_trylock(&fw_busy) != EBUSY)
 		return 12;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += 300 * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	dmt_deadline_in(CLOCK_REALTIME, 300, &ts);
 	if (dmutex_timedlock(&fw_busy, &ts) != ETIMEDOUT)
 		return 13;
 	return 0;
@@ -521,14 +477,14 @@ Test(procs, fork_while_threads_wait_does_not_deadlock, .timeout = 20)
 	long long t0;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &fw_busy, "busy"), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &fw_busy, srv.url, "busy", NULL), 0);
 	dmutex_attr_init(&a);
 	dmutex_attr_setclient(&a, c);
 	cr_assert_eq(dmutex_init(&fw_free, "free", &a), 0);
 	dmutex_attr_destroy(&a);
 	/* Held through a second client, so that the waiters on the first
 	 * must wait on the backend. */
-	cr_assert_eq(open_mutex(&other, &holder, "busy"), 0);
+	cr_assert_eq(dmt_open_mutex(&other, &holder, srv.url, "busy", NULL), 0);
 	cr_assert_eq(dmutex_lock(&holder), 0);
 
 	for (int i = 0; i < 2; i++) {
@@ -551,9 +507,9 @@ Test(procs, fork_while_threads_wait_does_not_deadlock, .timeout = 20)
 		pthread_join(tid[i], NULL);
 		cr_assert_eq(w[i].rc, 0, "waiter %d: %d", i, w[i].rc);
 	}
-	close_mutex(other, &holder);
+	dmt_close_mutex(other, &holder);
 	dmutex_destroy(&fw_free);
-	close_mutex(c, &fw_busy);
+	dmt_close_mutex(c, &fw_busy);
 }
 
 /* ------------------------------------------------------------------ */
@@ -566,8 +522,8 @@ static int exit_child(void *arg)
 	dmutex_t m;
 
 	(void)arg;
-	die_with_parent(test_pid);
-	if (open_mutex(&c, &m, "quitter"))
+	dmt_die_with_parent(test_pid);
+	if (dmt_open_mutex(&c, &m, srv.url, "quitter", NULL))
 		return 10;
 	if (dmutex_lock(&m))
 		return 11;

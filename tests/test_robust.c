@@ -14,11 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dmutex.h"
 #include "harness.h"
+#include "dmt.h"
 
 /* Each criterion test runs in its own worker process: these are per test. */
 static struct th_redis srv;
@@ -32,12 +32,7 @@ static void srv_up(void)
 static void srv_down(void)
 {
 	/* A failed assertion may leave a child stopped or waiting. */
-	if (child_pid > 0) {
-		kill(child_pid, SIGKILL);
-		kill(child_pid, SIGCONT);
-		waitpid(child_pid, NULL, 0);
-		child_pid = 0;
-	}
+	dmt_reap(&child_pid);
 	th_redis_stop(&srv);
 }
 
@@ -47,67 +42,19 @@ TestSuite(robust, .init = srv_up, .fini = srv_down, .timeout = 20);
 /* helpers                                                             */
 /* ------------------------------------------------------------------ */
 
-static int init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, int robust, unsigned lease_ms)
-{
-	dmutex_attr_t a;
-	int rc;
-
-	if ((rc = dmutex_attr_init(&a)))
-		return rc;
-	if ((rc = dmutex_attr_setclient(&a, c)) || (rc = dmutex_attr_setrobust(&a, robust)) ||
-			(lease_ms && (rc = dmutex_attr_setlease(&a, lease_ms)))) {
-		dmutex_attr_destroy(&a);
-		return rc;
-	}
-	rc = dmutex_init(m, name, &a);
-	dmutex_attr_destroy(&a);
-	return rc;
-}
-
-static void lock_key(char *buf, size_t len, const char *name)
-{
-	snprintf(buf, len, "dmutex:lock:{%s}", name);
-}
-
-static void meta_key(char *buf, size_t len, const char *name)
-{
-	snprintf(buf, len, "dmutex:meta:{%s}", name);
-}
-
-/* HGET into out; 1 if the field exists, 0 if not (or on error). */
-static int hget(const char *key, const char *field, char *out, size_t len)
-{
-	redisReply *rep = th_redis_cmd(&srv, "HGET %s %s", key, field);
-	int ok = rep && rep->type == REDIS_REPLY_STRING;
-	if (ok)
-		snprintf(out, len, "%s", rep->str);
-	if (rep)
-		freeReplyObject(rep);
-	return ok;
-}
-
 /* The robust state in the meta hash: "" when absent (clean). */
 static const char *meta_state(const char *name)
 {
 	static char state[64];
-	char k[600];
-	meta_key(k, sizeof k, name);
-	if (!hget(k, "state", state, sizeof state))
-		state[0] = '\0';
-	return state;
-}
 
-static long long key_exists(const char *name)
-{
-	char k[600];
-	lock_key(k, sizeof k, name);
-	return th_redis_int(&srv, "EXISTS %s", k);
+	dmt_meta_state(&srv, name, state, sizeof state);
+	return state;
 }
 
 static long long lock_pttl(const char *name)
 {
 	char k[600];
-	lock_key(k, sizeof k, name);
+	dmt_lock_key(k, sizeof k, name);
 	return th_redis_int(&srv, "PTTL %s", k);
 }
 
@@ -120,7 +67,7 @@ struct proc_mutex {
 static void pm_open(struct proc_mutex *pm, const char *name, int robust)
 {
 	cr_assert_eq(dmutex_client_open(&pm->c, srv.url), 0);
-	cr_assert_eq(init_mutex(&pm->m, name, pm->c, robust, 0), 0);
+	cr_assert_eq(dmt_init_mutex(&pm->m, name, pm->c, &(struct dmt_attr){ .robust = robust }), 0);
 }
 
 static void pm_close(struct proc_mutex *pm)
@@ -160,7 +107,8 @@ static int holder(void *p)
 
 	if (dmutex_client_open(&c, a->url))
 		return 10;
-	if (init_mutex(&m, a->name, c, a->robust, a->lease_ms))
+	if (dmt_init_mutex(&m, a->name, c,
+			&(struct dmt_attr){ .robust = a->robust, .lease_ms = a->lease_ms }))
 		return 11;
 	if (dmutex_lock(&m))
 		return 12;
@@ -198,7 +146,7 @@ static void spawn_holder(struct holder_arg *a, const char *name, int robust, uns
 	cr_assert_eq(th_sync_wait(&a->ready, 5000), 0, "the child did not take the lock");
 	/* (One that exits at once may have released it already.) */
 	if (how != HOLD_EXIT)
-		cr_assert_eq(key_exists(name), 1);
+		cr_assert_eq(dmt_lock_exists(&srv, name), 1);
 }
 
 static int wait_holder(int timeout_ms)
@@ -264,8 +212,8 @@ Test(robust, sigkilled_holder_gives_eownerdead_after_lease)
 	cr_assert_geq(waited, pttl - 15, "acquired %lld ms after the kill, the lease had %lld ms left", waited,
 			pttl);
 	cr_assert_lt(waited, pttl + 1500, "acquired only %lld ms after the lease ended", waited - pttl);
-	lock_key(k, sizeof k, name);
-	cr_assert(hget(k, "died", died, sizeof died));
+	dmt_lock_key(k, sizeof k, name);
+	cr_assert(dmt_hget(&srv, k, "died", died, sizeof died));
 	cr_assert_str_eq(died, "1");
 
 	cr_assert_eq(dmutex_consistent(&pm.m), 0);
@@ -291,7 +239,7 @@ Test(robust, exit_while_holding_gives_eownerdead_at_once)
 
 	make_owner_died(name);
 	/* exit() released the lock at once, marked owner-died. */
-	cr_assert_eq(key_exists(name), 0, "the lock is still held after the holder exited");
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "the lock is still held after the holder exited");
 	cr_assert_str_eq(meta_state(name), "died");
 
 	pm_open(&pm, name, DMUTEX_ROBUST);
@@ -325,7 +273,8 @@ static int notrec_other_process(void *p)
 
 	if (dmutex_client_open(&c, a->url))
 		return 10;
-	if (init_mutex(&robust, a->name, c, DMUTEX_ROBUST, 0) || init_mutex(&plain, a->name, c, DMUTEX_STALLED, 0))
+	if (dmt_init_mutex(&robust, a->name, c, &(struct dmt_attr){ .robust = DMUTEX_ROBUST }) ||
+			dmt_init_mutex(&plain, a->name, c, &(struct dmt_attr){ .robust = DMUTEX_STALLED }))
 		return 11;
 	if (dmutex_lock(&robust) != ENOTRECOVERABLE)
 		return 12;
@@ -347,18 +296,18 @@ Test(robust, unlock_without_consistent_is_not_recoverable_everywhere)
 
 	make_owner_died(name);
 	pm_open(&pm, name, DMUTEX_ROBUST);
-	cr_assert_eq(init_mutex(&plain, name, pm.c, DMUTEX_STALLED, 0), 0);
+	cr_assert_eq(dmt_init_mutex(&plain, name, pm.c, &(struct dmt_attr){ .robust = DMUTEX_STALLED }), 0);
 	cr_assert_eq(dmutex_lock(&pm.m), EOWNERDEAD);
 	/* Unlock WITHOUT dmutex_consistent. */
 	cr_assert_eq(dmutex_unlock(&pm.m), 0);
 	cr_assert_str_eq(meta_state(name), "notrec");
-	cr_assert_eq(key_exists(name), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
 
 	/* This process, robust or not, blocking or not. */
 	cr_assert_eq(dmutex_lock(&pm.m), ENOTRECOVERABLE);
 	cr_assert_eq(dmutex_trylock(&pm.m), ENOTRECOVERABLE);
 	cr_assert_eq(dmutex_lock(&plain), ENOTRECOVERABLE);
-	cr_assert_eq(key_exists(name), 0, "ENOTRECOVERABLE took the lock");
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "ENOTRECOVERABLE took the lock");
 
 	/* Another process, robust or not. */
 	snprintf(na.url, sizeof na.url, "%s", srv.url);
@@ -370,7 +319,7 @@ Test(robust, unlock_without_consistent_is_not_recoverable_everywhere)
 	cr_assert_str_eq(meta_state(name), "notrec");
 
 	/* The operator resets it (the CLI comes later: DEL of the meta hash). */
-	meta_key(meta, sizeof meta, name);
+	dmt_meta_key(meta, sizeof meta, name);
 	cr_assert_eq(th_redis_int(&srv, "DEL %s", meta), 1);
 	rc = dmutex_lock(&pm.m);
 	cr_assert_eq(rc, 0, "lock after reset: %s", dmutex_strerror(rc));
@@ -404,8 +353,8 @@ Test(robust, non_robust_locker_acquires_normally_after_sigkill)
 	cr_assert_geq(waited, pttl - 15, "acquired %lld ms after the kill, the lease had %lld ms left", waited,
 			pttl);
 	/* It knows the owner died; it just is not told. */
-	lock_key(k, sizeof k, name);
-	cr_assert(hget(k, "died", died, sizeof died));
+	dmt_lock_key(k, sizeof k, name);
+	cr_assert(dmt_hget(&srv, k, "died", died, sizeof died));
 	cr_assert_str_eq(died, "1");
 	cr_assert_eq(dmutex_consistent(&pm.m), EINVAL, "consistent on a non-robust mutex");
 	cr_assert_eq(dmutex_unlock(&pm.m), 0);
@@ -448,7 +397,7 @@ Test(robust, lost_lease_gives_eownerdead)
 	th_sync_post(&a.go);
 	rc = wait_holder(10000);
 	cr_assert_eq(rc, 0, "stalled holder exit code %d (14 fence, 15 unlock not ENOLCK)", rc);
-	cr_assert_eq(key_exists(name), 1, "the stalled holder's unlock freed our hold");
+	cr_assert_eq(dmt_lock_exists(&srv, name), 1, "the stalled holder's unlock freed our hold");
 	cr_assert_eq(dmutex_unlock(&pm.m), 0);
 	cr_assert_str_eq(meta_state(name), "");
 	cr_assert_eq(dmutex_lock(&pm.m), 0);

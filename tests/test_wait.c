@@ -19,12 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dmutex.h"
 #include "harness.h"
+#include "dmt.h"
 
 /* Script calls a single waiter may make while it waits, before the holder
  * releases: its first attempt, one more after subscribing (so a release in
@@ -47,80 +47,12 @@ static void srv_down(void)
 
 TestSuite(wait, .init = srv_up, .fini = srv_down, .timeout = 20);
 
-/* A child must not outlive a test that failed (and so never released it):
- * it dies with the test's process. */
-static void die_with_parent(pid_t parent)
-{
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(99);
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 #define MS 1000000LL
-
-/* Only where the passage of time itself is under test (see the callers). */
-static void let_time_pass_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-		;
-}
-
-/* Open a client and mutex `name` on it; lease_ms 0 = the default lease. */
-static int open_mutex(dmutex_client_t **c, dmutex_t *m, const char *name, unsigned lease_ms)
-{
-	dmutex_attr_t a;
-	int rc;
-
-	if ((rc = dmutex_client_open(c, srv.url)))
-		return rc;
-	dmutex_attr_init(&a);
-	dmutex_attr_setclient(&a, *c);
-	if (lease_ms)
-		dmutex_attr_setlease(&a, lease_ms);
-	rc = dmutex_init(m, name, &a);
-	dmutex_attr_destroy(&a);
-	if (rc)
-		dmutex_client_close(*c);
-	return rc;
-}
-
-static void close_mutex(dmutex_client_t *c, dmutex_t *m)
-{
-	dmutex_destroy(m);
-	dmutex_client_close(c);
-}
-
-/* calls= of one INFO commandstats line, 0 when the command never ran. */
-static long long stat_calls(const char *info, const char *cmd)
-{
-	char key[64];
-	const char *p;
-
-	snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
-	if (!(p = strstr(info, key)))
-		return 0;
-	return strtoll(p + strlen(key), NULL, 10);
-}
 
 /* EVALSHA + EVAL calls the server has run so far, or -1. */
 static long long script_calls(void)
 {
-	redisReply *r = th_redis_cmd(&srv, "INFO commandstats");
-	long long n = -1;
-
-	if (r && r->type == REDIS_REPLY_STRING)
-		n = stat_calls(r->str, "evalsha") + stat_calls(r->str, "eval");
-	if (r)
-		freeReplyObject(r);
-	return n;
+	return dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL);
 }
 
 /* One lock/unlock loads the acquire and release scripts into the server. */
@@ -180,8 +112,8 @@ static int holder_child(void *arg)
 	int rc;
 
 	(void)arg;
-	die_with_parent(test_pid);
-	if (open_mutex(&c, &m, hold.name, hold.lease_ms))
+	dmt_die_with_parent(test_pid);
+	if (dmt_open_mutex(&c, &m, srv.url, hold.name, &(struct dmt_attr){ .lease_ms = hold.lease_ms }))
 		return 10;
 	for (int i = 0; i < hold.rounds; i++) {
 		/* Lock again only when told: the parent's waiters go first. */
@@ -192,14 +124,14 @@ static int holder_child(void *arg)
 		th_sync_post(&hold.ready);
 		if (th_sync_wait(&hold.go, 15000))
 			return 12;
-		t = now_ns();
+		t = dmt_now_ns();
 		rc = dmutex_unlock(&m);
 		if (write(hold.tpipe[1], &t, sizeof t) != (ssize_t)sizeof t)
 			return 13;
 		if (rc != hold.expect_unlock)
 			return 14;
 	}
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 	return 0;
 }
 
@@ -266,9 +198,9 @@ static void *waiter_main(void *arg)
 {
 	struct waiter *w = arg;
 
-	w->t_start = now_ns();
+	w->t_start = dmt_now_ns();
 	w->rc = w->deadline ? dmutex_timedlock(w->m, w->deadline) : dmutex_lock(w->m);
-	w->t_done = now_ns();
+	w->t_done = dmt_now_ns();
 	if (!w->rc) {
 		if (w->inside) {
 			int in = __atomic_add_fetch(w->inside, 1, __ATOMIC_ACQ_REL);
@@ -302,13 +234,8 @@ static void start_waiter(pthread_t *tid, struct waiter *w)
 static struct timespec realtime_in(int ms)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+
+	dmt_deadline_in(CLOCK_REALTIME, ms, &ts);
 	return ts;
 }
 
@@ -326,7 +253,7 @@ Test(wait, waiter_does_not_poll_the_backend)
 	pthread_t tid;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &m, "slow", 0), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "slow", NULL), 0);
 	warm_up(&m);
 	/* Default 10 s lease: its first renewal is due after ~3.3 s, after
 	 * the holder lets go, so every script call counted is the waiter's
@@ -338,7 +265,7 @@ Test(wait, waiter_does_not_poll_the_backend)
 	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the waiter never waited on the backend");
 	/* The passage of time is what is tested: a waiter that polls would
 	 * run up script calls during these 2 s. */
-	let_time_pass_ms(2000);
+	dmt_pass_time_ms(2000);
 	during = script_calls() - bw.base;
 	cr_assert_eq(is_done(&w), 0, "the waiter got a lock that is held");
 	release_holder();
@@ -355,7 +282,7 @@ Test(wait, waiter_does_not_poll_the_backend)
 	 * release. */
 	cr_assert_leq(total, WAIT_CALLS_MAX + 3, "%lld script calls in all", total);
 	finish_holder(pid);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 }
 
 Test(wait, unlock_wakes_waiter_long_before_lease_ends)
@@ -368,7 +295,7 @@ Test(wait, unlock_wakes_waiter_long_before_lease_ends)
 	pthread_t tid;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &m, "wake", 0), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "wake", NULL), 0);
 	warm_up(&m);
 	pid = start_holder("wake", 0, 0);   /* 10 s lease */
 	bw.base = script_calls();
@@ -388,7 +315,7 @@ Test(wait, unlock_wakes_waiter_long_before_lease_ends)
 	cr_assert_leq(latency, 200, "woken %lld ms after the unlock: not by the notification",
 			(long long)latency);
 	finish_holder(pid);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 }
 
 Test(wait, lost_wakeup_costs_at_most_the_lease)
@@ -401,7 +328,7 @@ Test(wait, lost_wakeup_costs_at_most_the_lease)
 	pthread_t tid;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &m, "lost", 0), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "lost", NULL), 0);
 	warm_up(&m);
 	/* 1 s lease; the holder's renewals keep it at most 1 s ahead.  Its
 	 * unlock finds the key gone (or someone else's): ENOLCK. */
@@ -411,7 +338,7 @@ Test(wait, lost_wakeup_costs_at_most_the_lease)
 	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the waiter never waited on the backend");
 	cr_assert_eq(is_done(&w), 0);
 	/* Free the lock behind everybody's back: no release, no publish. */
-	t_del = now_ns();
+	t_del = dmt_now_ns();
 	cr_assert_eq(th_redis_int(&srv, "DEL dmutex:lock:{lost}"), 1);
 	cr_assert(th_wait_until(done_cond, &w, 5000), "the waiter never noticed the lock was free");
 	pthread_join(tid, NULL);
@@ -422,7 +349,7 @@ Test(wait, lost_wakeup_costs_at_most_the_lease)
 	cr_assert_leq(after, 1500, "a lost wake-up cost %lld ms with a 1000 ms lease", (long long)after);
 	release_holder();
 	finish_holder(pid);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 }
 
 #define LOCAL_THREADS 8
@@ -438,7 +365,7 @@ Test(wait, threads_of_one_process_wait_locally)
 	long long during, total;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &m, "crowd", 0), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "crowd", NULL), 0);
 	warm_up(&m);
 	pid = start_holder("crowd", 0, 0);   /* 10 s lease: no renewal in the window */
 	bw.base = script_calls();
@@ -449,7 +376,7 @@ Test(wait, threads_of_one_process_wait_locally)
 	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "nobody waited on the backend");
 	/* The passage of time is what is tested: 8 threads that each asked
 	 * the backend would show up in the count during this second. */
-	let_time_pass_ms(1000);
+	dmt_pass_time_ms(1000);
 	during = script_calls() - bw.base;
 	/* One subscription for the process, not one per thread. */
 	cr_assert_eq(numsub("crowd"), 1);
@@ -473,7 +400,7 @@ Test(wait, threads_of_one_process_wait_locally)
 	cr_assert_leq(total, 1 + 2 * LOCAL_THREADS + 2);
 	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:lock:{crowd}"), 0);
 	finish_holder(pid);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 }
 
 /* The thread that waits on the backend times out; the one queued behind it
@@ -489,12 +416,12 @@ Test(wait, timed_backend_waiter_times_out_and_hands_over)
 	int64_t t0, t_unlock, waited;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &m, "relay", 0), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "relay", NULL), 0);
 	warm_up(&m);
 	pid = start_holder("relay", 0, 0);
 	bw.base = script_calls();
 	dl = realtime_in(700);
-	t0 = now_ns();
+	t0 = dmt_now_ns();
 	start_waiter(&ttid, &tw);
 	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the timed waiter never waited on the backend");
 	start_waiter(&btid, &bw8);
@@ -515,7 +442,7 @@ Test(wait, timed_backend_waiter_times_out_and_hands_over)
 	cr_assert_eq(bw8.unlock_rc, 0);
 	cr_assert_leq((bw8.t_done - t_unlock) / MS, 1000);
 	finish_holder(pid);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 }
 
 /* A timed waiter queued locally behind the backend waiter times out; the
@@ -531,14 +458,14 @@ Test(wait, timed_local_waiter_times_out_while_other_keeps_waiting)
 	int64_t t0, t_unlock, waited;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &m, "queue", 0), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "queue", NULL), 0);
 	warm_up(&m);
 	pid = start_holder("queue", 0, 0);
 	bw.base = script_calls();
 	start_waiter(&btid, &bw8);
 	cr_assert(th_wait_until(waiting_on_backend, &bw, 5000), "the waiter never waited on the backend");
 	dl = realtime_in(300);
-	t0 = now_ns();
+	t0 = dmt_now_ns();
 	start_waiter(&ttid, &tw);
 
 	pthread_join(ttid, NULL);
@@ -555,7 +482,7 @@ Test(wait, timed_local_waiter_times_out_while_other_keeps_waiting)
 	cr_assert_eq(bw8.unlock_rc, 0);
 	cr_assert_leq((bw8.t_done - t_unlock) / MS, 1000);
 	finish_holder(pid);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 }
 
 /* The hand-over above, many times in a row: each time the timed waiter
@@ -569,7 +496,7 @@ Test(wait, handover_after_timeout_never_loses_the_wakeup, .timeout = 30)
 	dmutex_t m;
 	pid_t pid;
 
-	cr_assert_eq(open_mutex(&c, &m, "relay2", 0), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "relay2", NULL), 0);
 	warm_up(&m);
 	pid = start_holder_rounds("relay2", 0, 0, RELAY_ROUNDS);
 	for (int i = 0; i < RELAY_ROUNDS; i++) {
@@ -599,5 +526,5 @@ Test(wait, handover_after_timeout_never_loses_the_wakeup, .timeout = 30)
 		cr_assert_leq((bw8.t_done - t_unlock) / MS, 1000, "round %d", i);
 	}
 	finish_holder(pid);
-	close_mutex(c, &m);
+	dmt_close_mutex(c, &m);
 }

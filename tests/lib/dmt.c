@@ -1,0 +1,252 @@
+/*
+ * dmutex-aware test helpers.  See dmt.h for the contract.
+ */
+#include "dmt.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ */
+/* mutexes                                                             */
+/* ------------------------------------------------------------------ */
+
+int
+dmt_init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, const struct dmt_attr *o)
+{
+	static const struct dmt_attr defaults;
+	dmutex_attr_t a;
+	int rc, rc2;
+
+	if (!o)
+		o = &defaults;
+	if ((rc = dmutex_attr_init(&a)))
+		return rc;
+	if (!(rc = dmutex_attr_setclient(&a, c)) &&
+	    !(rc = dmutex_attr_settype(&a, o->type)) &&
+	    !(rc = dmutex_attr_setrobust(&a, o->robust)) &&
+	    !(o->lease_ms && (rc = dmutex_attr_setlease(&a, o->lease_ms))) &&
+	    !(rc = dmutex_attr_setonlost(&a, o->onlost, o->arg)))
+		rc = dmutex_init(m, name, &a);
+	rc2 = dmutex_attr_destroy(&a);
+	return rc ? rc : rc2;
+}
+
+int
+dmt_open_mutex(dmutex_client_t **c, dmutex_t *m, const char *url, const char *name,
+		const struct dmt_attr *o)
+{
+	int rc;
+
+	if ((rc = dmutex_client_open(c, url)))
+		return rc;
+	if ((rc = dmt_init_mutex(m, name, *c, o)))
+		dmutex_client_close(*c);
+	return rc;
+}
+
+void
+dmt_close_mutex(dmutex_client_t *c, dmutex_t *m)
+{
+	dmutex_destroy(m);
+	dmutex_client_close(c);
+}
+
+void
+dmt_count_lost(const char *name, void *arg)
+{
+	(void)name;
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+int
+dmt_lost_once(void *arg)
+{
+	return atomic_load((atomic_int *)arg) >= 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* URLs and keys                                                       */
+/* ------------------------------------------------------------------ */
+
+void
+dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
+{
+	int ui = userinfo && *userinfo, op = opts && *opts;
+
+	snprintf(buf, len, "redis://%s%s127.0.0.1:%d%s%s", ui ? userinfo : "", ui ? "@" : "",
+			port, op ? "?" : "", op ? opts : "");
+}
+
+void
+dmt_lock_key(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "dmutex:lock:{%s}", name);
+}
+
+void
+dmt_meta_key(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "dmutex:meta:{%s}", name);
+}
+
+/* ------------------------------------------------------------------ */
+/* Redis state                                                         */
+/* ------------------------------------------------------------------ */
+
+int
+dmt_hget(const struct th_redis *r, const char *key, const char *field, char *out, size_t len)
+{
+	redisReply *rep = th_redis_cmd(r, "HGET %s %s", key, field);
+	int ok = rep && rep->type == REDIS_REPLY_STRING;
+
+	if (ok)
+		snprintf(out, len, "%s", rep->str);
+	if (rep)
+		freeReplyObject(rep);
+	return ok;
+}
+
+long long
+dmt_lock_exists(const struct th_redis *r, const char *name)
+{
+	char k[DMUTEX_NAME_MAX + 32];
+
+	dmt_lock_key(k, sizeof k, name);
+	return th_redis_int(r, "EXISTS %s", k);
+}
+
+int
+dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len)
+{
+	char k[DMUTEX_NAME_MAX + 32];
+
+	dmt_meta_key(k, sizeof k, name);
+	if (dmt_hget(r, k, "state", out, len))
+		return 1;
+	if (len)
+		out[0] = '\0';
+	return 0;
+}
+
+long long
+dmt_count_keys(const struct th_redis *r, const char *pattern)
+{
+	redisReply *rep = th_redis_cmd(r, "KEYS %s", pattern);
+	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
+
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+/* calls= of one INFO commandstats line, 0 when the command never ran. */
+static long long
+stat_calls(const char *info, const char *cmd)
+{
+	char key[64];
+	const char *p;
+
+	snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+	if (!(p = strstr(info, key)))
+		return 0;
+	return strtoll(p + strlen(key), NULL, 10);
+}
+
+long long
+dmt_cmd_calls(const struct th_redis *r, const char *cmd, ...)
+{
+	redisReply *rep = th_redis_cmd(r, "INFO commandstats");
+	long long n = -1;
+	va_list ap;
+
+	if (rep && rep->type == REDIS_REPLY_STRING) {
+		n = 0;
+		va_start(ap, cmd);
+		for (; cmd; cmd = va_arg(ap, const char *))
+			n += stat_calls(rep->str, cmd);
+		va_end(ap);
+	}
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
+long long
+dmt_evalsha_calls(const struct th_redis *r)
+{
+	return dmt_cmd_calls(r, "evalsha", (const char *)NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* time and processes                                                  */
+/* ------------------------------------------------------------------ */
+
+int64_t
+dmt_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void
+dmt_deadline_in(clockid_t clk, long ms, struct timespec *ts)
+{
+	clock_gettime(clk, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+void
+dmt_pass_time_ms(long long ms)
+{
+	long long until = th_now_ms() + ms;
+
+	/* To the monotonic deadline: a signal only shortens one nanosleep. */
+	for (long long left; (left = until - th_now_ms()) > 0;) {
+		struct timespec ts = { (time_t)(left / 1000), (long)(left % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+void
+dmt_pass_time_until_ms(long long until)
+{
+	long long left = until - th_now_ms();
+
+	if (left > 0)
+		dmt_pass_time_ms(left);
+}
+
+void
+dmt_die_with_parent(pid_t parent)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* The parent may have died before prctl: then nobody kills us. */
+	if (getppid() != parent)
+		_exit(99);
+}
+
+void
+dmt_reap(pid_t *pid)
+{
+	if (*pid <= 0)
+		return;
+	kill(*pid, SIGKILL);
+	kill(*pid, SIGCONT);
+	waitpid(*pid, NULL, 0);
+	*pid = 0;
+}

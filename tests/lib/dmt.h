@@ -1,0 +1,103 @@
+/*
+ * dmutex-aware test helpers, shared by the criterion test files: mutex set-up,
+ * the Redis keys of a mutex, reading Redis state, time and child processes.
+ *
+ * Nothing here asserts: every helper returns a value, so that they can be
+ * used in th_spawn children too (where cr_assert must not be used).  Helpers
+ * that read Redis take the server explicitly (a plain admin connection per
+ * call, as th_redis_cmd).
+ */
+#ifndef DMUTEX_TEST_DMT_H
+#define DMUTEX_TEST_DMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+/* ------------------------------------------------------------------ */
+/* mutexes                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Attributes for dmt_init_mutex; all zero = the defaults (DMUTEX_NORMAL,
+ * DMUTEX_STALLED, the client's lease, no onlost handler). */
+struct dmt_attr {
+	int type;
+	int robust;
+	unsigned lease_ms;                      /* 0: the client's lease */
+	void (*onlost)(const char *, void *);
+	void *arg;                              /* for onlost */
+};
+
+/* dmutex_init(m, name) on client c with the attributes o (NULL: all
+ * defaults).  0 or the first error of the attr calls / dmutex_init. */
+int dmt_init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, const struct dmt_attr *o);
+/* Open a client on url and dmt_init_mutex(m, name) on it; on failure no
+ * client is left open.  0 or the error. */
+int dmt_open_mutex(dmutex_client_t **c, dmutex_t *m, const char *url, const char *name,
+		const struct dmt_attr *o);
+/* dmutex_destroy + dmutex_client_close (results ignored). */
+void dmt_close_mutex(dmutex_client_t *c, dmutex_t *m);
+
+/* onlost handler counting its calls in the atomic_int that arg points to. */
+void dmt_count_lost(const char *name, void *arg);
+/* th_wait_until condition: the atomic_int at arg is >= 1. */
+int dmt_lost_once(void *arg);
+
+/* ------------------------------------------------------------------ */
+/* URLs and keys                                                       */
+/* ------------------------------------------------------------------ */
+
+/* "redis://[USERINFO@]127.0.0.1:PORT[?OPTS]"; userinfo, opts NULL or "" for
+ * none. */
+void dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts);
+/* "dmutex:lock:{NAME}" and "dmutex:meta:{NAME}" (the default prefix). */
+void dmt_lock_key(char *buf, size_t len, const char *name);
+void dmt_meta_key(char *buf, size_t len, const char *name);
+
+/* ------------------------------------------------------------------ */
+/* Redis state                                                         */
+/* ------------------------------------------------------------------ */
+
+/* HGET key field into out; 1 if the field exists, 0 if not (or on error,
+ * out then untouched). */
+int dmt_hget(const struct th_redis *r, const char *key, const char *field, char *out, size_t len);
+/* EXISTS of NAME's lock key: 1, 0, or LLONG_MIN on error. */
+long long dmt_lock_exists(const struct th_redis *r, const char *name);
+/* The robust state of NAME's meta hash into out ("" when absent = clean);
+ * 1 if there is one. */
+int dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len);
+/* Number of keys matching pattern, -1 on error. */
+long long dmt_count_keys(const struct th_redis *r, const char *pattern);
+/* Sum of calls= of the named commands (NULL-terminated list) from one INFO
+ * commandstats (a command never run counts 0); -1 on error. */
+long long dmt_cmd_calls(const struct th_redis *r, const char *cmd, ...)
+	__attribute__((sentinel));
+/* dmt_cmd_calls(r, "evalsha", NULL): the scripts the library ran. */
+long long dmt_evalsha_calls(const struct th_redis *r);
+
+/* ------------------------------------------------------------------ */
+/* time and processes                                                  */
+/* ------------------------------------------------------------------ */
+
+/* Monotonic nanoseconds. */
+int64_t dmt_now_ns(void);
+/* *ts = now on clock clk + ms: an absolute deadline for timedlock/clocklock. */
+void dmt_deadline_in(clockid_t clk, long ms, struct timespec *ts);
+/* Let ms (or until the monotonic th_now_ms() value `until`) pass.  Only
+ * where the passage of time itself is under test, never to wait for another
+ * party. */
+void dmt_pass_time_ms(long long ms);
+void dmt_pass_time_until_ms(long long until);
+
+/* In a child: die (SIGKILL) with its parent, so that it never outlives a
+ * test that failed; _exit(99) if parent is already gone. */
+void dmt_die_with_parent(pid_t parent);
+/* If *pid > 0: SIGKILL (and SIGCONT, should it be stopped) and reap it,
+ * then *pid = 0.  For a suite's .fini after a failed assertion. */
+void dmt_reap(pid_t *pid);
+
+#endif /* DMUTEX_TEST_DMT_H */
