@@ -67,5 +67,8 @@ struct dmutex__backend {
 };
 
 int dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **out);
+int dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend **out);
+/* The wake channel of a lock, the same on every backend. */
+char *dmutex__backend_channel(struct dmutex__backend *be, const char *name);
 
 #endif

@@ -109,27 +109,35 @@ install_hooks(void)
 static int
 verify(struct dmutex_client *c)
 {
+	size_t up = 0, n = c->be->nnodes, need = n > 1 ? n / 2 + 1 : 1;
+
 	/* Connect, authenticate and PING each node once so that a wrong
-	 * address or password shows at open, not at the first lock. */
-	for (size_t i = 0; i < c->be->nnodes; i++) {
-		struct dmutex__node *n = &c->be->nodes[i];
-		redisContext *ctx = dmutex__node_get(n);
+	 * address or password shows at open, not at the first lock.  Redlock
+	 * works with a minority down, so it needs only a quorum now. */
+	for (size_t i = 0; i < n; i++) {
+		struct dmutex__node *node = &c->be->nodes[i];
+		redisContext *ctx = dmutex__node_get(node);
 		redisReply *r;
 		if (!ctx)
-			return EIO;
+			continue;
 		r = redisCommand(ctx, "PING");
 		if (!r || r->type == REDIS_REPLY_ERROR) {
-			dmutex__log(DMUTEX_LOG_ERROR, "%s: PING failed: %s", n->addr->display,
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: PING failed: %s", node->addr->display,
 					r ? r->str : ctx->errstr);
 			if (r)
 				freeReplyObject(r);
 			redisFree(ctx);
-			return EIO;
+			continue;
 		}
 		freeReplyObject(r);
-		dmutex__node_put(n, ctx);
+		dmutex__node_put(node, ctx);
+		up++;
 	}
-	return 0;
+	if (up >= need)
+		return 0;
+	if (n > 1)
+		dmutex__log(DMUTEX_LOG_ERROR, "only %zu of %zu Redlock nodes reachable, %zu needed", up, n, need);
+	return EIO;
 }
 
 static void
@@ -172,13 +180,9 @@ dmutex_client_open(dmutex_client_t **out, const char *url)
 		strcpy(c->host, "unknown");
 	if ((err = dmutex__url_parse(url, &c->cfg)))
 		goto fail;
-	if (c->cfg.nnodes > 1) {
-		dmutex__log(DMUTEX_LOG_ERROR, "%zu URLs given: Redlock over several masters is not in this build yet",
-				c->cfg.nnodes);
-		err = ENOTSUP;
-		goto fail;
-	}
-	if ((err = dmutex__backend_redis_create(c, &c->be)) || (err = verify(c)))
+	err = c->cfg.nnodes > 1 ? dmutex__backend_redlock_create(c, &c->be)
+		: dmutex__backend_redis_create(c, &c->be);
+	if (err || (err = verify(c)))
 		goto fail;
 	pthread_mutex_lock(&clients_mu);
 	c->next_all = clients;

@@ -99,8 +99,14 @@ handshake(struct dmutex__node *n, redisContext *c)
 redisContext *
 dmutex__node_connect(struct dmutex__node *n)
 {
+	return dmutex__node_connect_timeout(n, n->connect_ms);
+}
+
+redisContext *
+dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
+{
 	const struct dmutex__node_addr *a = n->addr;
-	struct timeval ct = tv_ms(n->connect_ms), cmd = tv_ms(n->command_ms);
+	struct timeval ct = tv_ms(timeout_ms), cmd = tv_ms(n->command_ms);
 	redisContext *c;
 
 	if (a->path)
@@ -133,8 +139,8 @@ dmutex__node_connect(struct dmutex__node *n)
 	return c;
 }
 
-static redisContext *
-pooled(struct dmutex__node *n)
+redisContext *
+dmutex__node_pooled(struct dmutex__node *n)
 {
 	redisContext *c = NULL;
 
@@ -148,7 +154,7 @@ pooled(struct dmutex__node *n)
 redisContext *
 dmutex__node_get(struct dmutex__node *n)
 {
-	redisContext *c = pooled(n);
+	redisContext *c = dmutex__node_pooled(n);
 	return c ? c : dmutex__node_connect(n);
 }
 
@@ -171,7 +177,7 @@ redisReply *
 dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done)
 {
-	redisContext *c = pooled(n);
+	redisContext *c = dmutex__node_pooled(n);
 	redisReply *r;
 	int md = 0;
 
@@ -242,14 +248,14 @@ append_script(redisContext *c, int script, int by_sha, int nkeys, int argc,
 }
 
 int
-dmutex__node_script_append(redisContext *c, int script, int nkeys, int argc,
+dmutex__node_script_append(redisContext *c, int script, int by_sha, int nkeys, int argc,
 		const char **argv, const size_t *lens)
 {
-	return append_script(c, script, 1, nkeys, argc, argv, lens);
+	return append_script(c, script, by_sha, nkeys, argc, argv, lens);
 }
 
-static int
-is_noscript(const redisReply *r)
+int
+dmutex__node_noscript(const redisReply *r)
 {
 	return r->type == REDIS_REPLY_ERROR && r->len >= 8 && !memcmp(r->str, "NOSCRIPT", 8);
 }
@@ -273,7 +279,7 @@ dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
 			note_down(n, dmutex__scripts[script].name, c->errstr);
 			return NULL;
 		}
-		if (!is_noscript(v))
+		if (!dmutex__node_noscript(v))
 			break;
 		freeReplyObject(v);
 		v = NULL;

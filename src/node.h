@@ -28,6 +28,8 @@ void dmutex__node_atfork_child(struct dmutex__node *n);
 /* A new authenticated connection with the command timeout set; NULL on
  * failure (logged). */
 redisContext *dmutex__node_connect(struct dmutex__node *n);
+/* From the pool, or NULL. */
+redisContext *dmutex__node_pooled(struct dmutex__node *n);
 /* From the pool, or new. */
 redisContext *dmutex__node_get(struct dmutex__node *n);
 /* Close every idle connection: after one failed, the rest are suspect. */
@@ -57,8 +59,13 @@ redisReply *dmutex__node_script(struct dmutex__node *n, redisContext *c, int scr
 redisReply *dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done);
 
-/* Pipelined: append one script call; pair with dmutex__node_script_reply. */
-int dmutex__node_script_append(redisContext *c, int script, int nkeys, int argc,
-		const char **argv, const size_t *lens);
+/* Pipelined: append one script call, by SHA or (after NOSCRIPT) by source. */
+int dmutex__node_script_append(redisContext *c, int script, int by_sha, int nkeys,
+		int argc, const char **argv, const size_t *lens);
+/* 1 if the reply says the server does not know the script. */
+int dmutex__node_noscript(const redisReply *r);
+/* A new connection with a connect timeout of timeout_ms (Redlock uses its
+ * per-node timeout, so that one dead node does not hold up the others). */
+redisContext *dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms);
 
 #endif

@@ -31,7 +31,7 @@
 #define TLS_SUPPORTED 0
 #endif
 
-enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_PREFIX, OPT_COUNT };
+enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_PREFIX, OPT_COUNT };
 
 static const struct {
 	const char *name;
@@ -41,6 +41,7 @@ static const struct {
 	[OPT_CONNECT] = { "connect_timeout_ms", 1, TIMEOUT_MAX },
 	[OPT_COMMAND] = { "command_timeout_ms", 1, TIMEOUT_MAX },
 	[OPT_LEASE] = { "lease_ms", DMUTEX_LEASE_MIN, DMUTEX_LEASE_MAX },
+	[OPT_NODE] = { "node_timeout_ms", 1, TIMEOUT_MAX },
 	[OPT_PREFIX] = { "prefix", 0, 0 },  /* not a number: see set_prefix */
 };
 
@@ -398,6 +399,7 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 		return set_db(p, num, node);
 	field = o == OPT_CONNECT ? &p->cfg->connect_timeout_ms
 		: o == OPT_COMMAND ? &p->cfg->command_timeout_ms
+		: o == OPT_NODE ? &p->cfg->node_timeout_ms
 		: &p->cfg->lease_ms;
 	if (p->seen & 1u << o && *field != num) {
 		bad(p, "%s given twice with different values (%u and %lu)",

@@ -1,0 +1,140 @@
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "backend_common.h"
+#include "internal.h"
+
+static int
+int_elem(const redisReply *r, size_t i, long long *out)
+{
+	if (r->type != REDIS_REPLY_ARRAY || i >= r->elements ||
+			r->element[i]->type != REDIS_REPLY_INTEGER)
+		return -1;
+	*out = r->element[i]->integer;
+	return 0;
+}
+
+void
+dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct dmutex__acq_argv *x)
+{
+	struct dmutex_client *c = be->client;
+
+	dmutex__key(x->lk, c->cfg.prefix, "lock", a->name);
+	dmutex__key(x->mk, c->cfg.prefix, "meta", a->name);
+	snprintf(x->lease, sizeof x->lease, "%u", a->lease_ms);
+	snprintf(x->pid, sizeof x->pid, "%ld", (long)getpid());
+	snprintf(x->tid, sizeof x->tid, "%ld", a->tid);
+	snprintf(x->since, sizeof x->since, "%" PRId64, dmutex__wall_ms());
+	x->argv[0] = x->lk;
+	x->argv[1] = x->mk;
+	x->argv[2] = a->token;
+	x->argv[3] = x->lease;
+	x->argv[4] = c->host;
+	x->argv[5] = x->pid;
+	x->argv[6] = x->tid;
+	x->argv[7] = x->since;
+}
+
+int
+dmutex__acq_reply(const redisReply *r, struct dmutex__acq *a)
+{
+	long long st, v1 = 0, v2 = 0;
+
+	if (int_elem(r, 0, &st) || st < 0 || st > 2)
+		return -1;
+	if (st == DMUTEX__ACQ_OK && (int_elem(r, 1, &v1) || int_elem(r, 2, &v2) || v1 <= 0))
+		return -1;
+	if (st == DMUTEX__ACQ_BUSY && int_elem(r, 1, &v1))
+		return -1;
+	a->status = (int)st;
+	if (st == DMUTEX__ACQ_OK) {
+		a->fence = (uint64_t)v1;
+		a->died = v2 != 0;
+	} else if (st == DMUTEX__ACQ_BUSY) {
+		a->pttl_ms = v1;
+	}
+	return 0;
+}
+
+void
+dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token, int mode,
+		struct dmutex__rel_argv *x)
+{
+	const char *prefix = be->client->cfg.prefix;
+
+	dmutex__key(x->lk, prefix, "lock", name);
+	dmutex__key(x->mk, prefix, "meta", name);
+	dmutex__key(x->ch, prefix, "wake", name);
+	snprintf(x->mode, sizeof x->mode, "%d", mode);
+	x->argv[0] = x->lk;
+	x->argv[1] = x->mk;
+	x->argv[2] = token;
+	x->argv[3] = x->mode;
+	x->argv[4] = x->ch;
+}
+
+int
+dmutex__rel_reply(const redisReply *r, int *released)
+{
+	if (r->type != REDIS_REPLY_INTEGER)
+		return -1;
+	*released = r->integer == 1;
+	return 0;
+}
+
+int
+dmutex__renew_argv_init(struct dmutex__renew_argv *x)
+{
+	x->keys = malloc(DMUTEX__RENEW_CHUNK * sizeof *x->keys);
+	x->leases = malloc(DMUTEX__RENEW_CHUNK * sizeof *x->leases);
+	x->argv = malloc(3 * DMUTEX__RENEW_CHUNK * sizeof *x->argv);
+	if (x->keys && x->leases && x->argv)
+		return 0;
+	dmutex__renew_argv_free(x);
+	return -1;
+}
+
+void
+dmutex__renew_argv_free(struct dmutex__renew_argv *x)
+{
+	free(x->keys);
+	free(x->leases);
+	free(x->argv);
+	x->keys = NULL;
+	x->leases = NULL;
+	x->argv = NULL;
+}
+
+size_t
+dmutex__renew_chunk(struct dmutex__backend *be, const struct dmutex__renewal *rn, size_t n,
+		size_t c, struct dmutex__renew_argv *x)
+{
+	size_t lo = c * DMUTEX__RENEW_CHUNK;
+	size_t k = n - lo < DMUTEX__RENEW_CHUNK ? n - lo : DMUTEX__RENEW_CHUNK;
+
+	for (size_t i = 0; i < k; i++) {
+		dmutex__key(x->keys[i], be->client->cfg.prefix, "lock", rn[lo + i].name);
+		snprintf(x->leases[i], sizeof x->leases[i], "%u", rn[lo + i].lease_ms);
+		x->argv[i] = x->keys[i];
+		x->argv[k + 2 * i] = rn[lo + i].token;
+		x->argv[k + 2 * i + 1] = x->leases[i];
+	}
+	return k;
+}
+
+void
+dmutex__renew_reply(const char *display, const redisReply *r, size_t k, int *out)
+{
+	for (size_t i = 0; i < k; i++)
+		out[i] = -1;
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == k) {
+		for (size_t i = 0; i < k; i++)
+			if (r->element[i]->type == REDIS_REPLY_INTEGER)
+				out[i] = r->element[i]->integer == 1;
+		return;
+	}
+	dmutex__log(DMUTEX_LOG_ERROR, "%s: renew: %s", display,
+			r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply shape");
+}

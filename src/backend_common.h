@@ -1,0 +1,52 @@
+/* What every backend sends and reads: script arguments and reply shapes.
+ * Shared so that one Redis and Redlock speak to a node identically. */
+#ifndef DMUTEX_BACKEND_COMMON_H
+#define DMUTEX_BACKEND_COMMON_H
+
+#include <hiredis/hiredis.h>
+
+#include "backend.h"
+#include "keys.h"
+
+/* Keys per renew script call: bounds one script's run time in Redis. */
+#define DMUTEX__RENEW_CHUNK 256
+
+struct dmutex__acq_argv {
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX];
+	char lease[16], pid[24], tid[24], since[24];
+	const char *argv[8];            /* 2 keys, 6 args */
+};
+
+struct dmutex__rel_argv {
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], mode[4];
+	const char *argv[5];            /* 2 keys, 3 args */
+};
+
+/* Buffers for one renew chunk. */
+struct dmutex__renew_argv {
+	char (*keys)[DMUTEX__KEY_MAX];
+	char (*leases)[12];
+	const char **argv;
+};
+
+void dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
+		struct dmutex__acq_argv *x);
+/* Fill a->status, fence, died, pttl_ms from an acquire reply; -1 if the
+ * reply does not have the shape acquire.lua returns. */
+int dmutex__acq_reply(const redisReply *r, struct dmutex__acq *a);
+
+void dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token,
+		int mode, struct dmutex__rel_argv *x);
+/* 0 and *released, or -1 for an unexpected shape. */
+int dmutex__rel_reply(const redisReply *r, int *released);
+
+int dmutex__renew_argv_init(struct dmutex__renew_argv *x);
+void dmutex__renew_argv_free(struct dmutex__renew_argv *x);
+/* Fill x for chunk c of rn[0..n); returns the chunk's key count. */
+size_t dmutex__renew_chunk(struct dmutex__backend *be, const struct dmutex__renewal *rn,
+		size_t n, size_t c, struct dmutex__renew_argv *x);
+/* Per-key results of one renew reply into out[0..k): 1, 0, or -1 when the
+ * reply is not what renew.lua returns (logged against `display`). */
+void dmutex__renew_reply(const char *display, const redisReply *r, size_t k, int *out);
+
+#endif

@@ -1,0 +1,498 @@
+/*
+ * Redlock over 3 and 5 real redis-servers: quorum, per-node timeouts,
+ * partial acquisitions, fencing across independent nodes, and what a node
+ * restarted empty does to safety (and how persistence prevents it).
+ * The backend-independent suites also run against Redlock (meson suite
+ * 'redlock'); this file holds what only several nodes can show.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+#define MAXN 5
+
+static struct th_redis nodes[MAXN];
+static int nnodes;
+
+static void
+up(int n, const char *extra)
+{
+	nnodes = n;
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(th_redis_start(&nodes[i], extra), 0, "node %d did not start", i);
+}
+
+static void
+down(void)
+{
+	th_redis_stop_all();
+}
+
+TestSuite(redlock, .fini = down, .timeout = 30);
+
+/* "redis://a,redis://b,...?opts" with opts on the first URL. */
+static void
+url_of(char *buf, size_t len, const char *opts)
+{
+	size_t off = 0;
+	for (int i = 0; i < nnodes; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%s%s%s", i ? "," : "", nodes[i].url,
+				i == 0 && opts ? "?" : "", i == 0 && opts ? opts : "");
+}
+
+static dmutex_client_t *
+open_client(const char *opts)
+{
+	char url[4096];
+	dmutex_client_t *c;
+	int rc;
+
+	url_of(url, sizeof url, opts);
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, 0, "open(%s) = %d", url, rc);
+	return c;
+}
+
+static void
+init_on(dmutex_t *m, const char *name, dmutex_client_t *c, unsigned lease,
+		void (*onlost)(const char *, void *), void *arg)
+{
+	dmutex_attr_t a;
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	if (lease)
+		cr_assert_eq(dmutex_attr_setlease(&a, lease), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, onlost, arg), 0);
+	cr_assert_eq(dmutex_init(m, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+}
+
+static long long
+exists_on(int i, const char *name)
+{
+	return th_redis_int(&nodes[i], "EXISTS dmutex:lock:{%s}", name);
+}
+
+static long long
+counter_on(int i, const char *name)
+{
+	return th_redis_int(&nodes[i], "HGET dmutex:meta:{%s} fence", name);
+}
+
+struct key_gone {
+	int node;
+	const char *name;
+};
+
+static int
+key_gone(void *arg)
+{
+	struct key_gone *k = arg;
+	return exists_on(k->node, k->name) == 0;
+}
+
+static void
+plain_cycle(int n)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t tok = 0;
+
+	up(n, NULL);
+	c = open_client(NULL);
+	init_on(&m, "rl-basic", c, 0, NULL, NULL);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+	cr_assert_gt(tok, 0);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(exists_on(i, "rl-basic"), 1, "node %d lacks the lock", i);
+		/* Written back to every node that answered: the next quorum
+		 * starts above it wherever it lands. */
+		cr_assert_eq(counter_on(i, "rl-basic"), (long long)tok);
+	}
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(exists_on(i, "rl-basic"), 0, "node %d kept the lock", i);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(redlock, lock_unlock_on_3_nodes)
+{
+	plain_cycle(3);
+}
+
+Test(redlock, lock_unlock_on_5_nodes)
+{
+	plain_cycle(5);
+}
+
+Test(redlock, minority_down_still_locks)
+{
+	dmutex_client_t *a, *b;
+	dmutex_t ma, mb;
+
+	up(5, NULL);
+	a = open_client("node_timeout_ms=100");
+	b = open_client("node_timeout_ms=100");
+	init_on(&ma, "rl-minority", a, 0, NULL, NULL);
+	init_on(&mb, "rl-minority", b, 0, NULL, NULL);
+	th_redis_stop(&nodes[3]);
+	th_redis_stop(&nodes[4]);
+	cr_assert_eq(dmutex_lock(&ma), 0);
+	cr_assert_eq(dmutex_trylock(&mb), EBUSY);
+	cr_assert_eq(dmutex_unlock(&ma), 0);
+	cr_assert_eq(dmutex_trylock(&mb), 0);
+	cr_assert_eq(dmutex_unlock(&mb), 0);
+	cr_assert_eq(dmutex_destroy(&ma), 0);
+	cr_assert_eq(dmutex_destroy(&mb), 0);
+	cr_assert_eq(dmutex_client_close(a), 0);
+	cr_assert_eq(dmutex_client_close(b), 0);
+}
+
+Test(redlock, majority_down_fails_fast_never_grants)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long t0, dt;
+
+	up(5, NULL);
+	c = open_client("node_timeout_ms=100&command_timeout_ms=200");
+	init_on(&m, "rl-majority", c, 10000, NULL, NULL);
+	th_redis_stop(&nodes[0]);
+	th_redis_stop(&nodes[1]);
+	th_redis_stop(&nodes[2]);
+	t0 = th_now_ms();
+	cr_assert_eq(dmutex_lock(&m), EIO);
+	dt = th_now_ms() - t0;
+	/* Well within the 10 s lease: a few command timeouts of retrying. */
+	cr_assert_lt(dt, 2000, "EIO after %lld ms", dt);
+	cr_assert_eq(dmutex_trylock(&m), EIO);
+	cr_assert_eq(exists_on(3, "rl-majority"), 0, "a failed attempt left its key");
+	cr_assert_eq(exists_on(4, "rl-majority"), 0, "a failed attempt left its key");
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(redlock, stalled_node_costs_one_node_timeout_and_keeps_no_stale_lock)
+{
+	struct key_gone kg = { 0, "rl-stall" };
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long t0, dt;
+
+	up(3, NULL);
+	c = open_client("node_timeout_ms=50");
+	init_on(&m, "rl-stall", c, 2000, NULL, NULL);
+	/* Warm the pool so the stalled node has a connection to stall on. */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(th_redis_pause(&nodes[0]), 0);
+	t0 = th_now_ms();
+	cr_assert_eq(dmutex_lock(&m), 0);
+	dt = th_now_ms() - t0;
+	/* The per-node timeout (50 ms) for the acquire and for the fence
+	 * write-back, plus a margin for a loaded machine. */
+	cr_assert_lt(dt, 600, "lock took %lld ms with one node stalled", dt);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(th_redis_resume(&nodes[0]), 0);
+	/* The stalled node executes the queued acquire late; the release
+	 * retried in the background (or the lease) removes it. */
+	cr_assert(th_wait_until(key_gone, &kg, 3000), "stale lock left on the stalled node");
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+static void
+plant(int i, const char *name, const char *token, int px)
+{
+	redisReply *r = th_redis_cmd(&nodes[i], "HSET dmutex:lock:{%s} token %s fence 1 died 0", name, token);
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(r);
+	cr_assert_eq(th_redis_int(&nodes[i], "PEXPIRE dmutex:lock:{%s} %d", name, px), 1);
+}
+
+Test(redlock, split_vote_releases_everywhere_then_wins)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long t0, dt;
+
+	up(5, NULL);
+	c = open_client("node_timeout_ms=50");
+	init_on(&m, "rl-split", c, 5000, NULL, NULL);
+	/* Two other contenders hold two nodes each: nobody has a quorum. */
+	plant(0, "rl-split", "contenderA", 800);
+	plant(1, "rl-split", "contenderA", 800);
+	plant(2, "rl-split", "contenderB", 800);
+	plant(3, "rl-split", "contenderB", 800);
+	cr_assert_eq(dmutex_trylock(&m), EBUSY);
+	/* Our failed attempt took node 4 and must have given it back. */
+	cr_assert_eq(exists_on(4, "rl-split"), 0, "failed attempt kept node 4");
+	/* A blocking lock retries after random delays and wins once the
+	 * split contenders' leases run out. */
+	t0 = th_now_ms();
+	cr_assert_eq(dmutex_lock(&m), 0);
+	dt = th_now_ms() - t0;
+	cr_assert_lt(dt, 3000, "won only after %lld ms", dt);
+	{
+		/* A quorum carries our token (a contender's key may outlive our
+		 * win by a few ms on the other nodes). */
+		int ours = 0;
+		for (int i = 0; i < 5; i++) {
+			redisReply *r = th_redis_cmd(&nodes[i], "HGET dmutex:lock:{rl-split} token");
+			cr_assert(r);
+			ours += r->type == REDIS_REPLY_STRING && strncmp(r->str, "contender", 9);
+			freeReplyObject(r);
+		}
+		cr_assert_geq(ours, 3, "our token on only %d nodes", ours);
+	}
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(redlock, fencing_increases_across_nodes_killed_and_restarted)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t last = 0, tok;
+
+	up(3, NULL);
+	c = open_client("node_timeout_ms=100");
+	init_on(&m, "rl-fence", c, 0, NULL, NULL);
+	for (int round = 0; round < 9; round++) {
+		int victim = round % 3;
+		cr_assert_eq(dmutex_lock(&m), 0, "round %d", round);
+		cr_assert_eq(dmutex_fence(&m, &tok), 0);
+		cr_assert_gt(tok, last, "round %d: token %llu after %llu", round,
+				(unsigned long long)tok, (unsigned long long)last);
+		last = tok;
+		cr_assert_eq(dmutex_unlock(&m), 0);
+		/* Restarted empty: its counter starts again at 0, but the next
+		 * quorum always shares a node with the last write-back. */
+		cr_assert_eq(th_redis_kill(&nodes[victim]), 0);
+		cr_assert_eq(th_redis_restart(&nodes[victim]), 0);
+	}
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/*
+ * The classic Redlock hazard: A holds the lock on {0,1} while node 2 is
+ * down; node 1 crashes and restarts at once, empty; node 2 comes back.
+ * B now finds a quorum {1,2} free and acquires: two holders at once.
+ * With the remedy (appendfsync always, so node 1 remembers A's key) B is
+ * refused.
+ */
+static int
+restart_empty_scenario(const char *extra)
+{
+	dmutex_client_t *a, *b;
+	dmutex_t ma, mb;
+	uint64_t tok;
+	int rc;
+
+	up(3, extra);
+	a = open_client("node_timeout_ms=100");
+	b = open_client("node_timeout_ms=100");
+	init_on(&ma, "rl-hazard", a, 5000, NULL, NULL);
+	init_on(&mb, "rl-hazard", b, 5000, NULL, NULL);
+	cr_assert_eq(th_redis_kill(&nodes[2]), 0);
+	cr_assert_eq(dmutex_lock(&ma), 0);
+	cr_assert_eq(th_redis_kill(&nodes[1]), 0);
+	cr_assert_eq(th_redis_restart(&nodes[1]), 0);
+	cr_assert_eq(th_redis_restart(&nodes[2]), 0);
+	rc = dmutex_trylock(&mb);
+	fprintf(stderr, "restart scenario: B's trylock = %d (%s)\n", rc, dmutex_strerror(rc));
+	/* A still believes it holds the lock. */
+	cr_assert_eq(dmutex_fence(&ma, &tok), 0);
+	if (rc == 0)
+		dmutex_unlock(&mb);
+	dmutex_unlock(&ma);
+	dmutex_destroy(&ma);
+	dmutex_destroy(&mb);
+	dmutex_client_close(a);
+	dmutex_client_close(b);
+	return rc;
+}
+
+Test(redlock, node_restarted_empty_at_once_breaks_safety)
+{
+	/* Documented hazard (README, Redlock): without persistence and
+	 * without a delayed restart, two holders at once. */
+	cr_assert_eq(restart_empty_scenario(NULL), 0,
+			"expected the unsafe outcome: B acquired while A held");
+}
+
+Test(redlock, node_with_appendfsync_always_keeps_safety)
+{
+	cr_assert_eq(restart_empty_scenario("appendonly yes\nappendfsync always\n"), EBUSY,
+			"with the remedy B must be refused");
+}
+
+/* Mutual exclusion with a fenced resource while nodes are killed and
+ * stalled: the store accepts a write only with a larger token, and every
+ * hold is recorded with its monotonic interval (CLOCK_MONOTONIC is one
+ * clock for all processes of the machine). */
+struct worker {
+	const char *url;
+	int port;               /* the fenced store */
+	int iters;
+};
+
+static const char *cas =
+	"local last = tonumber(redis.call('GET', KEYS[1]) or '0') "
+	"if tonumber(ARGV[1]) <= last then return 0 end "
+	"redis.call('SET', KEYS[1], ARGV[1]) return 1";
+
+static long long th_redis_int_on(redisContext *c, const char *cmd);
+
+static int
+fenced_worker(void *arg)
+{
+	struct worker *w = arg;
+	dmutex_client_t *c;
+	dmutex_t m;
+	dmutex_attr_t a;
+	redisContext *store;
+
+	if (dmutex_client_open(&c, w->url))
+		return 10;
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, c);
+	dmutex_attr_setlease(&a, 2000);
+	if (dmutex_init(&m, "rl-fenced", &a))
+		return 11;
+	if (!(store = th_tcp_connect(w->port, 2000)))
+		return 12;
+	/* Until the nemesis is done (the parent sets "stop"), so that every
+	 * fault lands in the middle of the workload. */
+	for (int i = 0; i < w->iters && th_redis_int_on(store, "GET stop") != 1; i++) {
+		uint64_t tok = 0;
+		long long t_in, t_out;
+		int rc = dmutex_lock(&m), accepted = 0, lost;
+		redisReply *r;
+
+		if (rc == EIO)
+			continue;       /* a fault window: try again */
+		if (rc)
+			return 20 + rc;
+		t_in = th_now_ms();
+		if (dmutex_fence(&m, &tok) == 0) {
+			r = redisCommand(store, "EVAL %s 1 fence %llu", cas, (unsigned long long)tok);
+			if (!r)
+				return 14;
+			accepted = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+			freeReplyObject(r);
+		}
+		t_out = th_now_ms();
+		rc = dmutex_unlock(&m);
+		if (rc && rc != ENOLCK && rc != EIO)
+			return 100 + rc;
+		lost = rc == ENOLCK;
+		r = redisCommand(store, "RPUSH holds %lld:%lld:%llu:%d:%d", t_in, t_out,
+				(unsigned long long)tok, accepted, lost);
+		if (!r)
+			return 16;
+		freeReplyObject(r);
+	}
+	redisFree(store);
+	dmutex_destroy(&m);
+	dmutex_client_close(c);
+	return 0;
+}
+
+static long long
+th_redis_int_on(redisContext *c, const char *cmd)
+{
+	redisReply *r = redisCommand(c, cmd);
+	long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+	if (r)
+		freeReplyObject(r);
+	return v;
+}
+
+struct hold {
+	long long in, out;
+	unsigned long long tok;
+	int accepted, lost;
+};
+
+static int
+by_in(const void *a, const void *b)
+{
+	const struct hold *x = a, *y = b;
+	return x->in < y->in ? -1 : x->in > y->in;
+}
+
+Test(redlock, fenced_exclusion_under_node_kills_and_stalls, .timeout = 60)
+{
+	struct th_redis store;
+	char url[4096];
+	struct worker w;
+	pid_t kids[3];
+	redisReply *r;
+	struct hold *h;
+	size_t n, accepted = 0;
+
+	up(3, "appendonly yes\nappendfsync always\n");
+	cr_assert_eq(th_redis_start(&store, NULL), 0);
+	url_of(url, sizeof url, "node_timeout_ms=100&command_timeout_ms=300");
+	w.url = url;
+	w.port = store.port;
+	w.iters = 100000;      /* a bound; they stop when told */
+	for (int i = 0; i < 3; i++)
+		cr_assert_gt(kids[i] = th_spawn(fenced_worker, &w), 0);
+	/* The nemesis: one node at a time stalled, then another killed and
+	 * restarted with its data (the remedy). */
+	for (int round = 0; round < 3; round++) {
+		cr_assert_eq(th_redis_pause(&nodes[round]), 0);
+		usleep(300 * 1000);     /* the stall itself is the fault */
+		cr_assert_eq(th_redis_resume(&nodes[round]), 0);
+		cr_assert_eq(th_redis_kill(&nodes[(round + 1) % 3]), 0);
+		cr_assert_eq(th_redis_restart(&nodes[(round + 1) % 3]), 0);
+	}
+	freeReplyObject(th_redis_cmd(&store, "SET stop 1"));
+	for (int i = 0; i < 3; i++) {
+		int st = th_wait_child(kids[i], 50000);
+		cr_assert_eq(st, 0, "worker %d exited %d", i, st);
+	}
+
+	r = th_redis_cmd(&store, "LRANGE holds 0 -1");
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+	n = r->elements;
+	/* Enough to mean something; the rate depends on the machine. */
+	cr_assert_gt(n, 30, "only %zu holds recorded", n);
+	cr_log_info("%zu holds by 3 processes across 3 stalls and 3 kills", n);
+	h = calloc(n, sizeof *h);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(sscanf(r->element[i]->str, "%lld:%lld:%llu:%d:%d", &h[i].in, &h[i].out,
+				&h[i].tok, &h[i].accepted, &h[i].lost), 5);
+		accepted += h[i].accepted;
+	}
+	freeReplyObject(r);
+	qsort(h, n, sizeof *h, by_in);
+	for (size_t i = 1; i < n; i++) {
+		/* Holds in time order: each begins after the one before ended,
+		 * and its token is larger — unless a holder was told it lost. */
+		if (h[i - 1].lost || h[i].lost)
+			continue;
+		cr_assert_geq(h[i].in, h[i - 1].out, "holds %zu and %zu overlap", i - 1, i);
+		cr_assert_gt(h[i].tok, h[i - 1].tok, "token %llu after %llu", h[i].tok, h[i - 1].tok);
+	}
+	/* No stale writer got through: every hold that was not lost wrote. */
+	for (size_t i = 0; i < n; i++)
+		if (!h[i].lost)
+			cr_assert_eq(h[i].accepted, 1, "hold %zu (token %llu) was rejected", i, h[i].tok);
+	free(h);
+	th_redis_stop(&store);
+}
