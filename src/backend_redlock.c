@@ -26,7 +26,7 @@
 #include "node.h"
 #include "scripts.h"
 
-#define NODE_TIMEOUT_MIN_MS 10u
+#define NODE_TIMEOUT_MIN_MS 50u  /* a loaded machine needs more than 10 */
 #define NODE_TIMEOUT_MAX_MS 300u
 /* How long a node that refused a connection is skipped. */
 #define DOWN_NS (200 * DMUTEX__MS)

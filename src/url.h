@@ -23,7 +23,7 @@ struct dmutex__config {
 	unsigned command_timeout_ms;  /* default 1000, 1 .. 600000 */
 	unsigned lease_ms;            /* default 10000, 100 .. 86400000 */
 	unsigned node_timeout_ms;     /* Redlock per-node timeout; 0 (default): 5 % of
-	                               * the lease, 10 .. 300 ms; 1 .. 600000 */
+	                               * the lease, 50 .. 300 ms; 1 .. 600000 */
 	char *prefix;                 /* default "dmutex:", 0 .. 128 bytes */
 };
 

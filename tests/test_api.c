@@ -31,11 +31,13 @@ static void
 srv_up(void)
 {
 	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+	cr_assert_eq(dmt_backend_up(&srv), 0, "Redlock nodes did not start");
 }
 
 static void
 srv_down(void)
 {
+	dmt_backend_down();
 	th_redis_stop(&srv);
 }
 
@@ -738,6 +740,8 @@ Test(api, recursive_only_outermost_reach_redis)
 	base = evalsha_calls();
 	cr_assert_eq(dmutex_lock(&m), 0);
 	n = evalsha_calls();
+	/* One script per node (two on Redlock: acquire + fence write-back). */
+	base += dmt_scripts_per_acquire() - 1;
 	cr_assert_eq(n, base + 1, "outermost lock: %lld EVALSHA calls", n - base);
 	for (int i = 0; i < 10; i++)
 		cr_assert_eq(dmutex_lock(&m), 0);
@@ -1198,6 +1202,8 @@ Test(api, lock_eio_when_server_stopped)
 	long long t0, el;
 	dmutex_t m;
 
+	DMT_SINGLE_NODE();
+
 	open_client(IO_OPTS);
 	init_type(&m, "eio", DMUTEX_NORMAL);
 	th_redis_stop(&srv);
@@ -1216,6 +1222,8 @@ Test(api, trylock_eio_fast_when_server_stopped)
 {
 	long long t0, el;
 	dmutex_t m;
+
+	DMT_SINGLE_NODE();
 
 	open_client(IO_OPTS);
 	init_type(&m, "eio-try", DMUTEX_NORMAL);
@@ -1247,6 +1255,8 @@ Test(api, wrong_type_key_lock_eio_and_logged)
 	dmutex_t m;
 	int rc;
 
+	DMT_SINGLE_NODE();
+
 	dmutex_set_logger(record_log, NULL);
 	open_client(IO_OPTS);
 	init_type(&m, "wt", DMUTEX_NORMAL);
@@ -1275,6 +1285,8 @@ Test(api, out_of_memory_lock_eio)
 	redisReply *r;
 	dmutex_t m;
 	int rc;
+
+	DMT_SINGLE_NODE();
 
 	dmutex_set_logger(record_log, NULL);
 	open_client(IO_OPTS);
@@ -1351,6 +1363,8 @@ Test(api, key_deleted_under_holder_enolck)
 	uint64_t fence;
 	long long del_at;
 	dmutex_t m;
+
+	DMT_SINGLE_NODE();
 
 	open_client(NULL);
 	init_full(&m, "lost", cli, DMUTEX_NORMAL, DMUTEX_STALLED, 300, on_lost, NULL);

@@ -34,10 +34,12 @@ static pid_t child_pid;
 static void srv_up(void)
 {
 	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+	cr_assert_eq(dmt_backend_up(&srv), 0, "Redlock nodes did not start");
 }
 
 static void srv_down(void)
 {
+	dmt_backend_down();
 	/* A failed assertion may leave a child stopped: never leave it behind. */
 	dmt_reap(&child_pid);
 	th_redis_stop(&srv);
@@ -380,8 +382,12 @@ Test(lease, renewal_never_outlives_unlock)
 	for (int i = 0; i < 2; i++) {
 		dmt_meta_key(meta, sizeof meta, names[i]);
 		/* Every acquisition bumped the fence exactly once, every release
-		 * was clean. */
-		cr_assert_eq(th_redis_int(&srv, "HGET %s fence", meta), RACE_LOOPS);
+		 * was clean.  On Redlock a node also counts attempts that failed
+		 * for want of a quorum, so only a lower bound holds there. */
+		if (dmt_nodes() > 1)
+			cr_assert_geq(th_redis_int(&srv, "HGET %s fence", meta), RACE_LOOPS);
+		else
+			cr_assert_eq(th_redis_int(&srv, "HGET %s fence", meta), RACE_LOOPS);
 		cr_assert_not(dmt_hget(&srv, meta, "state", state, sizeof state), "%s: meta state '%s' after clean unlocks",
 				names[i], state);
 		cr_assert_eq(dmutex_destroy(&args[i].m), 0);
@@ -402,6 +408,8 @@ Test(lease, server_stopped_longer_than_lease_loses_hold)
 	dmutex_t m;
 	uint64_t tok;
 	long long paused_at, lost_after;
+
+	DMT_SINGLE_NODE();
 
 	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
 	dmt_meta_key(meta, sizeof meta, name);

@@ -30,10 +30,12 @@ static void srv_up(void)
 {
 	test_pid = getpid();
 	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+	cr_assert_eq(dmt_backend_up(&srv), 0, "Redlock nodes did not start");
 }
 
 static void srv_down(void)
 {
+	dmt_backend_down();
 	th_redis_stop(&srv);
 }
 

@@ -27,10 +27,12 @@ static pid_t child_pid;
 static void srv_up(void)
 {
 	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+	cr_assert_eq(dmt_backend_up(&srv), 0, "Redlock nodes did not start");
 }
 
 static void srv_down(void)
 {
+	dmt_backend_down();
 	/* A failed assertion may leave a child stopped or waiting. */
 	dmt_reap(&child_pid);
 	th_redis_stop(&srv);
@@ -293,6 +295,8 @@ Test(robust, unlock_without_consistent_is_not_recoverable_everywhere)
 	dmutex_t plain;
 	char meta[600];
 	int rc;
+
+	DMT_SINGLE_NODE();
 
 	make_owner_died(name);
 	pm_open(&pm, name, DMUTEX_ROBUST);

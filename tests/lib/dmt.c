@@ -76,13 +76,60 @@ dmt_lost_once(void *arg)
 /* URLs and keys                                                       */
 /* ------------------------------------------------------------------ */
 
+#define DMT_MAX_NODES 7
+
+static struct th_redis extra[DMT_MAX_NODES - 1];
+static int nextra;
+
+int
+dmt_nodes(void)
+{
+	const char *v = getenv("DMUTEX_TEST_NODES");
+	int n = v ? atoi(v) : 1;
+	return n < 1 ? 1 : n > DMT_MAX_NODES ? DMT_MAX_NODES : n;
+}
+
 void
 dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
 {
 	int ui = userinfo && *userinfo, op = opts && *opts;
+	size_t off;
 
-	snprintf(buf, len, "redis://%s%s127.0.0.1:%d%s%s", ui ? userinfo : "", ui ? "@" : "",
-			port, op ? "?" : "", op ? opts : "");
+	off = (size_t)snprintf(buf, len, "redis://%s%s127.0.0.1:%d%s%s", ui ? userinfo : "",
+			ui ? "@" : "", port, op ? "?" : "", op ? opts : "");
+	for (int i = 0; i < nextra && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, ",redis://%s%s127.0.0.1:%d",
+				ui ? userinfo : "", ui ? "@" : "", extra[i].port);
+}
+
+int
+dmt_scripts_per_acquire(void)
+{
+	return dmt_nodes() > 1 ? 2 : 1;
+}
+
+int
+dmt_backend_up(struct th_redis *first)
+{
+	int n = dmt_nodes();
+
+	nextra = 0;
+	for (int i = 0; i < n - 1; i++) {
+		if (th_redis_start(&extra[i], first->extra[0] ? first->extra : NULL))
+			return -1;
+		nextra++;
+	}
+	if (nextra)
+		dmt_url(first->url, sizeof first->url, NULL, first->port, NULL);
+	return 0;
+}
+
+void
+dmt_backend_down(void)
+{
+	for (int i = 0; i < nextra; i++)
+		th_redis_stop(&extra[i]);
+	nextra = 0;
 }
 
 void

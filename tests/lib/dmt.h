@@ -52,8 +52,31 @@ int dmt_lost_once(void *arg);
 /* ------------------------------------------------------------------ */
 
 /* "redis://[USERINFO@]127.0.0.1:PORT[?OPTS]"; userinfo, opts NULL or "" for
- * none. */
+ * none.  In a Redlock run (dmt_backend_up) the extra nodes follow:
+ * ",redis://127.0.0.1:P1,...". */
 void dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts);
+
+/*
+ * The backend-independent suites run twice: on one Redis, and (meson suite
+ * 'redlock', environment DMUTEX_TEST_NODES=N) on N masters.  Call after
+ * starting `first`: in a Redlock run it starts N-1 more servers and turns
+ * first->url into the list of all of them.  0, or -1 if a server did not
+ * start.
+ */
+int dmt_backend_up(struct th_redis *first);
+/* Stop the extra servers (the harness's atexit handler would, too). */
+void dmt_backend_down(void);
+/* Number of Redis masters in this run (1, or N). */
+int dmt_nodes(void);
+/* Scripts one acquisition runs on each node: acquire, plus on Redlock the
+ * fencing write-back. */
+int dmt_scripts_per_acquire(void);
+/* Skip the calling test in a Redlock run: it makes a fault on, or reads
+ * state from, one server, which by design does not decide on N. */
+#define DMT_SINGLE_NODE() do { \
+	if (dmt_nodes() > 1) \
+		cr_skip_test("single-node scenario: skipped on %d Redlock nodes", dmt_nodes()); \
+} while (0)
 /* "dmutex:lock:{NAME}" and "dmutex:meta:{NAME}" (the default prefix). */
 void dmt_lock_key(char *buf, size_t len, const char *name);
 void dmt_meta_key(char *buf, size_t len, const char *name);
