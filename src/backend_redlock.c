@@ -291,7 +291,8 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	int64_t valid_until = t0 + (int64_t)a->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(a->lease_ms);
 	struct dmutex__acq_argv x;
 	struct call calls[n];
-	uint64_t fence = 0;
+	uint64_t fence = 0, fences[n];
+	size_t at_max = 0;
 	long long pttl = -1;
 	int died = 0, maybe = 0;
 
@@ -300,6 +301,7 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, 8, x.argv, nt, calls);
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__acq one = *a;
+		fences[i] = 0;
 		if (calls[i].state != CALL_DONE || dmutex__acq_reply(calls[i].r, &one)) {
 			down++;
 			refused += calls[i].refused;
@@ -308,6 +310,7 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 		}
 		if (one.status == DMUTEX__ACQ_OK) {
 			ok++;
+			fences[i] = one.fence;
 			fence = one.fence > fence ? one.fence : fence;
 			died |= one.died;
 		} else if (one.status == DMUTEX__ACQ_BUSY) {
@@ -318,9 +321,15 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 		}
 	}
 	free_calls(calls, n);
+	for (size_t i = 0; i < n; i++)
+		at_max += fences[i] == fence && fence;
 
+	/* The token must stand on a quorum before we return it.  When a
+	 * quorum of the acquiring nodes already counted to it (nodes in step,
+	 * the usual case) that is so without the write-back round. */
 	if (ok >= rl->quorum && dmutex__now_ns() < valid_until &&
-			!raise_fence(rl, x.mk, fence, nt) && dmutex__now_ns() < valid_until) {
+			(at_max >= rl->quorum || !raise_fence(rl, x.mk, fence, nt)) &&
+			dmutex__now_ns() < valid_until) {
 		a->status = DMUTEX__ACQ_OK;
 		a->fence = fence;
 		a->died = died;
