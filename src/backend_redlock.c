@@ -28,7 +28,7 @@
 
 #define NODE_TIMEOUT_MIN_MS 50u  /* a loaded machine needs more than 10 */
 #define NODE_TIMEOUT_MAX_MS 300u
-/* How long a node that refused a connection is skipped. */
+/* How long a node that refused a connection or did not answer is skipped. */
 #define DOWN_NS (200 * DMUTEX__MS)
 
 struct redlock {
@@ -225,6 +225,10 @@ parallel(struct redlock *rl, int script, int nkeys, int argc, const char **argv,
 			dmutex__log(DMUTEX_LOG_DEBUG, "%s: no answer within %u ms", rl->nodes[i].addr->display,
 					timeout_ms);
 			lose(&calls[i]);
+			/* A stalled node accepts connections (the kernel's backlog)
+			 * but answers nothing: skip it for a while like a dead one,
+			 * or every call would wait out its timeout. */
+			__atomic_store_n(&rl->down_until[i], dmutex__now_ns() + DOWN_NS, __ATOMIC_RELAXED);
 		}
 }
 

@@ -103,12 +103,6 @@ dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
 }
 
 int
-dmt_scripts_per_acquire(void)
-{
-	return dmt_nodes() > 1 ? 2 : 1;
-}
-
-int
 dmt_backend_up(struct th_redis *first)
 {
 	int n = dmt_nodes();

@@ -68,9 +68,6 @@ int dmt_backend_up(struct th_redis *first);
 void dmt_backend_down(void);
 /* Number of Redis masters in this run (1, or N). */
 int dmt_nodes(void);
-/* Scripts one acquisition runs on each node: acquire, plus on Redlock the
- * fencing write-back. */
-int dmt_scripts_per_acquire(void);
 /* Skip the calling test in a Redlock run: it makes a fault on, or reads
  * state from, one server, which by design does not decide on N. */
 #define DMT_SINGLE_NODE() do { \
