@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +123,10 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 		redisFree(c);
 		return NULL;
 	}
-	if (redisSetTimeout(c, cmd) != REDIS_OK || (!a->path && redisEnableKeepAlive(c) != REDIS_OK)) {
+	/* A program that forks and execs must not carry our connections
+	 * into the new image (the server would see them stay open). */
+	if (fcntl(c->fd, F_SETFD, FD_CLOEXEC) ||
+			redisSetTimeout(c, cmd) != REDIS_OK || (!a->path && redisEnableKeepAlive(c) != REDIS_OK)) {
 		note_down(n, "cannot set socket options", c->errstr);
 		redisFree(c);
 		return NULL;

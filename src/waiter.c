@@ -176,10 +176,13 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 		} else if (!strcmp(kind, "subscribe")) {
 			if (s->state[node] == ST_SUB_SENT)
 				s->state[node] = ST_SUBSCRIBED;
+			/* A release published before the first subscription landed
+			 * reached nobody: make the waiter ask again (one spurious
+			 * wake).  Later nodes add nothing: a release publishes on
+			 * every node. */
+			if (!s->confirmed)
+				s->seq++;
 			s->confirmed = 1;
-			/* A release published before this moment reached nobody:
-			 * make the waiter ask again (one spurious wake at most). */
-			s->seq++;
 		} else if (!strcmp(kind, "unsubscribe")) {
 			if (s->state[node] == ST_UNSUB_SENT)
 				s->state[node] = ST_NONE;
@@ -392,6 +395,21 @@ dmutex__waiter_unsub(struct dmutex_client *c, struct dmutex__wsub *s)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/*
+ * In a fork child the wake-up thread is gone but may have been using its
+ * contexts at the moment of fork (it does so without w->mu): close our copy
+ * of the socket and drop the context without touching its buffers.
+ */
+static void
+forget_inherited(struct dmutex__waiter *w)
+{
+	for (size_t i = 0; i < w->nnodes; i++)
+		if (w->nodes[i].ctx) {
+			close(w->nodes[i].ctx->fd);
+			w->nodes[i].ctx = NULL;
+		}
+}
+
 static void
 free_state(struct dmutex__waiter *w)
 {
@@ -466,6 +484,7 @@ dmutex__waiter_atfork_child(struct dmutex_client *c)
 		return;
 	/* No thread here, and the pipe is shared with the parent: make our
 	 * own on first use. */
+	forget_inherited(w);
 	free_state(w);
 	init_sync(w);
 }
