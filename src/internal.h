@@ -106,6 +106,7 @@ struct dmutex__renewer {
 	pthread_t thread;
 	int running;
 	int stop;
+	int64_t wake_ns;                /* when the thread plans to look next */
 	struct dmutex__entry **items;
 	size_t n, cap;
 	struct dmutex__orphan *orphans;

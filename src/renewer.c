@@ -47,6 +47,7 @@ ensure_running(struct dmutex_client *c)
 	}
 	r->running = 1;
 	r->stop = 0;
+	r->wake_ns = INT64_MIN;         /* it looks at the list as it starts */
 	return 0;
 }
 
@@ -72,7 +73,10 @@ dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e)
 	r->items[r->n++] = e;
 	e->registered = 1;
 	e->due_ns = dmutex__now_ns() + renew_interval(e->lease_ms);
-	pthread_cond_signal(&r->cv);
+	/* Wake the thread only if it would sleep past this lease's first
+	 * renewal: a signal per acquire costs a context switch per lock. */
+	if (e->due_ns < r->wake_ns)
+		pthread_cond_signal(&r->cv);
 out:
 	pthread_mutex_unlock(&r->mu);
 	return err;
@@ -255,6 +259,7 @@ renewer_main(void *arg)
 			if (r->orphans[i].next_ns < first)
 				first = r->orphans[i].next_ns;
 		if (first > now) {
+			r->wake_ns = first;
 			if (first == INT64_MAX) {
 				pthread_cond_wait(&r->cv, &r->mu);
 			} else {
@@ -264,6 +269,7 @@ renewer_main(void *arg)
 			}
 			continue;
 		}
+		r->wake_ns = INT64_MIN;         /* busy: it will look again */
 		/* Everything due soon rides in this batch: fewer round trips. */
 		if (cap < r->n) {
 			struct dmutex__entry **nb = realloc(batch, r->n * sizeof *nb);
