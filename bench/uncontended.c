@@ -1,0 +1,221 @@
+/*
+ * Scenario 2: dmutex_lock + dmutex_unlock on one free lock from one thread,
+ * against the hand-made cycle.  To tell where a gap comes from, the
+ * library's own two scripts are also called by hand with hiredis: the
+ * server's share of the gap is (scripts by hand - hand-made cycle), the
+ * client's is (library - scripts by hand).
+ *
+ * The three are timed in turn within one loop, so that all see the same
+ * machine; Redis CPU and context switches per cycle come from a separate,
+ * short pass for each, since commandstats cannot tell them apart.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dmutex.h"
+#include "scripts.h"
+
+enum { HAND, SCRIPTS, LIB, NVARIANTS };
+
+struct ctx {
+	struct bench *b;
+	struct hand hand;
+	redisContext *c;                /* scripts by hand; counters */
+	char lk[128], mk[128], ch[128], pid[16], host[256];
+	dmutex_client_t *cli;
+	dmutex_t m;
+	int64_t lock_ns;                /* LIB: the lock's part of the last cycle */
+};
+
+static int
+scripts_cycle(struct ctx *x)
+{
+	const struct dmutex__script *acq = &dmutex__scripts[DMUTEX__SCRIPT_ACQUIRE];
+	const struct dmutex__script *rel = &dmutex__scripts[DMUTEX__SCRIPT_RELEASE];
+	char tok[33], since[24];
+	redisReply *r;
+	int ok;
+
+	/* What the library sends: a fresh token, its host, pid, tid, time. */
+	bench_token(tok);
+	snprintf(since, sizeof since, "%" PRId64, bench_now_ns() / 1000000);
+	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 10000 %s %s %s %s", acq->sha, x->lk, x->mk, tok,
+			x->host, x->pid, x->pid, since);
+	ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+			r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 0;
+	freeReplyObject(r);
+	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 0 %s", rel->sha, x->lk, x->mk, tok, x->ch);
+	ok = ok && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	freeReplyObject(r);
+	return ok ? 0 : -1;
+}
+
+static int
+lib_cycle(struct ctx *x)
+{
+	int64_t t0 = bench_now_ns();
+	int err = dmutex_lock(&x->m);
+	if (err)
+		return -1;
+	x->lock_ns = bench_now_ns() - t0;
+	return dmutex_unlock(&x->m) ? -1 : 0;
+}
+
+static int
+cycle(struct ctx *x, int v)
+{
+	return v == HAND ? hand_cycle(&x->hand) : v == SCRIPTS ? scripts_cycle(x) : lib_cycle(x);
+}
+
+static long
+ctx_switches(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
+/* Redis CPU (ns) and context switches of this process, per cycle of v. */
+static int
+counters(struct ctx *x, int v, int n, double *redis_ns, double *switches)
+{
+	struct cmdstats a, b;
+	long s0, s1;
+	int err = 0;
+
+	bench_cmdstats(x->c, &a);
+	s0 = ctx_switches();
+	for (int i = 0; i < n && !err; i++)
+		err = cycle(x, v);
+	s1 = ctx_switches();
+	bench_cmdstats(x->c, &b);
+	*redis_ns = (double)(b.usec_client - a.usec_client) * 1e3 / n;
+	*switches = (double)(s1 - s0) / n;
+	return err;
+}
+
+static int
+setup(struct ctx *x, struct bench *b)
+{
+	dmutex_attr_t a;
+	char name[64];
+	int err;
+
+	memset(x, 0, sizeof *x);
+	x->b = b;
+	if (hand_init(&x->hand, b, "uncontended") || !(x->c = bench_connect(&b->tgt)))
+		return -1;
+	for (int i = 0; i < 2; i++)
+		freeReplyObject(bench_cmd(x->c, "SCRIPT LOAD %s",
+				dmutex__scripts[i ? DMUTEX__SCRIPT_RELEASE : DMUTEX__SCRIPT_ACQUIRE].src));
+	snprintf(x->lk, sizeof x->lk, "bench:lock:{%s:byhand}", b->run_id);
+	snprintf(x->mk, sizeof x->mk, "bench:meta:{%s:byhand}", b->run_id);
+	snprintf(x->ch, sizeof x->ch, "bench:wake:{%s:byhand}", b->run_id);
+	snprintf(x->pid, sizeof x->pid, "%ld", (long)getpid());
+	gethostname(x->host, sizeof x->host - 1);
+	if ((err = dmutex_client_open(&x->cli, b->tgt.url))) {
+		fprintf(stderr, "bench: dmutex_client_open: %s\n", dmutex_strerror(err));
+		return -1;
+	}
+	snprintf(name, sizeof name, "%s:uncontended", b->run_id);
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, x->cli);
+	err = dmutex_init(&x->m, name, &a);
+	dmutex_attr_destroy(&a);
+	if (err) {
+		dmutex_client_close(x->cli);
+		x->cli = NULL;
+	}
+	return err ? -1 : 0;
+}
+
+static void
+teardown(struct ctx *x)
+{
+	if (x->cli) {
+		dmutex_destroy(&x->m);
+		dmutex_client_close(x->cli);
+	}
+	if (x->c)
+		redisFree(x->c);
+	hand_fini(&x->hand);
+}
+
+int
+bench_uncontended(struct bench *b)
+{
+	static const char *const labels[NVARIANTS] = {
+		[HAND] = "hand-made cycle, timed in turn with the two below",
+		[SCRIPTS] = "(why) the library's two scripts by hand",
+		[LIB] = "dmutex_lock + dmutex_unlock, uncontended",
+	};
+	const int n = b->opt.quick ? 3000 : 10000, nc = b->opt.quick ? 500 : 2000;
+	struct samples s[NVARIANTS], sl;
+	double redis_ns[NVARIANTS], sw[NVARIANTS], med[NVARIANTS];
+	struct ctx x;
+	int err = 0;
+
+	if (setup(&x, b)) {
+		teardown(&x);
+		return -1;
+	}
+	for (int v = 0; v < NVARIANTS; v++)
+		samples_init(&s[v], (size_t)n);
+	samples_init(&sl, (size_t)n);
+	for (int i = 0; i < n + n / 10 && !err; i++) {
+		/* In turn, starting with a different one each time. */
+		for (int k = 0; k < NVARIANTS && !err; k++) {
+			int v = (i + k) % NVARIANTS;
+			int64_t t0 = bench_now_ns();
+			err = cycle(&x, v);
+			if (i >= n / 10) {
+				samples_add(&s[v], bench_now_ns() - t0);
+				if (v == LIB)
+					samples_add(&sl, x.lock_ns);
+			}
+		}
+	}
+	for (int v = 0; v < NVARIANTS && !err; v++)
+		err = counters(&x, v, nc, &redis_ns[v], &sw[v]);
+	if (err) {
+		fprintf(stderr, "bench: uncontended: a cycle did not lock and unlock\n");
+		goto out;
+	}
+	for (int v = 0; v < NVARIANTS; v++)
+		med[v] = samples_pct(&s[v], 50);
+	for (int v = 0; v < NVARIANTS; v++) {
+		/* The library first, then what explains it. */
+		int w = (v + LIB) % NVARIANTS;
+		struct row *r = row_new(2, labels[w]);
+		r->median_ns = med[w];
+		r->p99_ns = samples_pct(&s[w], 99);
+		r->ratio = med[w] / med[HAND];
+		snprintf(r->ratio_to, sizeof r->ratio_to, "cycle");
+		if (w == LIB) {
+			double lock = samples_pct(&sl, 50);
+			row_metric(r, "lock", lock, "ns");
+			row_metric(r, "× PING", med[w] / b->ping_ns, "x");
+		}
+		row_metric(r, "redis CPU/cycle", redis_ns[w], "ns");
+		row_metric(r, "context switches/cycle", sw[w], "");
+		if (w == LIB) {
+			row_metric(r, "client's share of the gap", med[LIB] - med[SCRIPTS], "ns");
+			row_metric(r, "server's share", med[SCRIPTS] - med[HAND], "ns");
+			row_target(r, r->ratio <= 1.10 ? MET_YES : MET_NO, "≤ 1.10× cycle");
+			row_note(r, "ratio to the hand-made cycle timed in turn with it in the same loop "
+					"(the scenario 1 cycle was %.1f µs)", b->cycle_ns / 1e3);
+		}
+	}
+out:
+	for (int v = 0; v < NVARIANTS; v++)
+		samples_free(&s[v]);
+	samples_free(&sl);
+	teardown(&x);
+	return err ? -1 : 0;
+}
