@@ -182,7 +182,13 @@ dmutex_client_open(dmutex_client_t **out, const char *url)
 		goto fail;
 	err = c->cfg.nnodes > 1 ? dmutex__backend_redlock_create(c, &c->be)
 		: dmutex__backend_redis_create(c, &c->be);
-	if (err || (err = verify(c)))
+	if (!err) {
+		struct dmutex__sigpipe sp;
+		dmutex__sigpipe_block(&sp);
+		err = verify(c);
+		dmutex__sigpipe_restore(&sp);
+	}
+	if (err)
 		goto fail;
 	pthread_mutex_lock(&clients_mu);
 	c->next_all = clients;

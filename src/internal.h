@@ -14,6 +14,7 @@
 #define DMUTEX_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
@@ -40,6 +41,14 @@ void dmutex__sleep_until(int64_t until_ns);
 #define DMUTEX__MS 1000000LL
 /* Safety margin for clock drift between us and Redis: 1 % + 2 ms. */
 #define DMUTEX__DRIFT_NS(lease_ms) ((int64_t)(lease_ms) * DMUTEX__MS / 100 + 2 * DMUTEX__MS)
+
+/* ---- sigpipe.c: no SIGPIPE from our sockets on application threads ---- */
+struct dmutex__sigpipe {
+	sigset_t old;
+	int was_blocked;
+};
+void dmutex__sigpipe_block(struct dmutex__sigpipe *s);
+void dmutex__sigpipe_restore(struct dmutex__sigpipe *s);
 
 /* ---- tokens ---- */
 int dmutex__token(char out[DMUTEX__TOKEN_HEX + 1]);
