@@ -188,6 +188,100 @@ DMUTEX_EXPORT const char *dmutex_strerror(int err);
 DMUTEX_EXPORT void dmutex_set_logger(void (*log)(int level, const char *msg, void *arg),
 		void *arg);
 
+/* ====================================================================== */
+/* condition variables                                                    */
+/* ====================================================================== */
+
+/*
+ * dcond_t mirrors pthread_cond_t across processes and hosts: a waiter is
+ * registered in the backend before its mutex is released, so no wake-up
+ * is lost between the unlock and the sleep; dcond_signal wakes at least one
+ * current waiter if there is one, dcond_broadcast every waiter registered
+ * before it.  Spurious wake-ups happen (always wait in a loop on your
+ * predicate); lost ones do not, also when a waiter dies.  Two dcond_t with
+ * the same name on the same backend are the same condition variable.  The
+ * mutex and the condition variable may live on different clients.
+ */
+
+/* Fixed-size, caller-allocated.  Fields are private. */
+typedef struct dcond_attr {
+	/* private */
+	unsigned long __magic;
+	clockid_t __clock;
+	dmutex_client_t *__client;
+	void *__reserved[4];
+} dcond_attr_t;
+
+/* Fixed-size, caller-allocated.  Fields are private. */
+typedef struct dcond {
+	/* private */
+	unsigned long __magic;
+	const char *__static_name;  /* set by DCOND_INITIALIZER only */
+	void *__impl;               /* bound lazily for static ones */
+	void *__reserved[5];
+} dcond_t;
+
+#define DCOND__MAGIC_STATIC 0x64636f6eUL /* "dcon" */
+
+/*
+ * Static initializer: default client, CLOCK_REALTIME for dcond_timedwait.
+ * The first use binds it, thread-safely, to the default client.  `name`
+ * must have static storage duration (normally a literal).
+ */
+#define DCOND_INITIALIZER(name) \
+	{ DCOND__MAGIC_STATIC, (name), 0, { 0, 0, 0, 0, 0 } }
+
+/* 0; EINVAL (NULL). */
+DMUTEX_EXPORT int dcond_attr_init(dcond_attr_t *attr);
+/* 0; EINVAL (NULL or not initialized). */
+DMUTEX_EXPORT int dcond_attr_destroy(dcond_attr_t *attr);
+/* The clock of dcond_timedwait's deadline.  0; EINVAL (NULL, not
+ * initialized, a clock other than CLOCK_REALTIME and CLOCK_MONOTONIC). */
+DMUTEX_EXPORT int dcond_attr_setclock(dcond_attr_t *attr, clockid_t clock);
+/* 0; EINVAL (NULL, not initialized). */
+DMUTEX_EXPORT int dcond_attr_getclock(const dcond_attr_t *attr, clockid_t *clock);
+/* 0; EINVAL (NULL attr, not initialized).  NULL client: the default one. */
+DMUTEX_EXPORT int dcond_attr_setclient(dcond_attr_t *attr, dmutex_client_t *client);
+
+/*
+ * 0; EINVAL (NULL c, bad name: NULL, empty or longer than DMUTEX_NAME_MAX,
+ * bad attr); EIO/EINVAL/ENOTSUP from opening the default client when attr
+ * names none; ENOMEM.
+ */
+DMUTEX_EXPORT int dcond_init(dcond_t *c, const char *name, const dcond_attr_t *attr);
+/* 0; EINVAL (NULL, uninitialized, destroyed); EBUSY (a thread of this
+ * process waits on it). */
+DMUTEX_EXPORT int dcond_destroy(dcond_t *c);
+/*
+ * Release m, wait for a wake-up, take m again.  m must be held by the
+ * calling thread (a recursive one may be held several times: it is released
+ * whole and given back at the same depth).  On return m is held again,
+ * except after EINVAL, EPERM and ENOTRECOVERABLE.
+ * 0 (woken, or spuriously); EOWNERDEAD (robust m: taken back, its previous
+ * owner died: make the state consistent, then dmutex_consistent);
+ * ENOTRECOVERABLE (m cannot be taken back; it is not held); ENOLCK (the
+ * hold of m had been lost before the wait released it; m is held again);
+ * EPERM (m not held by the caller; nothing done); EINVAL (NULL,
+ * uninitialized or destroyed c or m; nothing done); EIO (the backend could
+ * not register the wait; m is still held, nothing else done); ENOMEM.
+ * A backend failure after m was released is retried until m is held again.
+ */
+DMUTEX_EXPORT int dcond_wait(dcond_t *c, dmutex_t *m);
+/* As dcond_wait, with a deadline on the attribute's clock (default
+ * CLOCK_REALTIME), plus ETIMEDOUT (m is held again) and EINVAL for a NULL
+ * deadline or a bad tv_nsec (nothing done). */
+DMUTEX_EXPORT int dcond_timedwait(dcond_t *c, dmutex_t *m, const struct timespec *abstime);
+/* As dcond_timedwait on `clock`; EINVAL for a clock other than
+ * CLOCK_REALTIME and CLOCK_MONOTONIC. */
+DMUTEX_EXPORT int dcond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock,
+		const struct timespec *abstime);
+/* Wake at least one current waiter, if any; the caller need not hold the
+ * mutex.  0; EINVAL (NULL, uninitialized, destroyed); EIO (the backend did
+ * not confirm: a waiter may or may not have been woken). */
+DMUTEX_EXPORT int dcond_signal(dcond_t *c);
+/* Wake every waiter registered before the call.  As dcond_signal. */
+DMUTEX_EXPORT int dcond_broadcast(dcond_t *c);
+
 #ifdef __cplusplus
 }
 #endif

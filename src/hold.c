@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "shim_name.h"
 
 int
 dmutex__name_ok(const char *name, size_t *len)
@@ -172,19 +173,29 @@ bind_static(dmutex_t *m, struct dmutex__mutex **out)
 {
 	struct dmutex__mutex *mx, *expected = NULL;
 	struct dmutex_client *c;
+	const char *name = m->__static_name;
+	char shim_name[DMUTEX_NAME_MAX + 1];
+	int type = DMUTEX_DEFAULT, err;
 	size_t len;
-	int err;
 
-	if ((err = dmutex__name_ok(m->__static_name, &len)))
+	/* A pthread shim initializer names its definition site and carries
+	 * the type; the namespace is added now (shim_name.c). */
+	if (m->__reserved[0] == DMUTEX__SHIM_SITE) {
+		if ((err = dmutex__shim_static_name(DMUTEX__SHIM_MUTEX, m, name, shim_name)))
+			return err;
+		name = shim_name;
+		type = (int)(uintptr_t)m->__reserved[1];
+	}
+	if ((err = dmutex__name_ok(name, &len)))
 		return err;
 	if ((err = dmutex__client_default(&c)))
 		return err;
 	if (!(mx = calloc(1, sizeof *mx)))
 		return ENOMEM;
-	mx->type = DMUTEX_DEFAULT;
+	mx->type = type;
 	mx->robust = DMUTEX_STALLED;
 	mx->lease_ms = c->cfg.lease_ms;
-	if ((err = dmutex__entry_get(c, m->__static_name, &mx->entry))) {
+	if ((err = dmutex__entry_get(c, name, &mx->entry))) {
 		free(mx);
 		return err;
 	}

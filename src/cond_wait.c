@@ -1,0 +1,203 @@
+/*
+ * wait, timedwait and clockwait are one function with different deadlines:
+ *
+ * 1. subscribe to a channel of the waiting thread's own (through the
+ *    client's wake-up thread);
+ * 2. register as a waiter in the backend, then release the mutex.  Whoever
+ *    changes the predicate and signals holds the mutex after us, so finds
+ *    us registered: no wake-up is lost between the unlock and the sleep;
+ * 3. sleep until a message on the channel or the deadline; on a message,
+ *    and every third of the registration's life, ask the backend whether
+ *    we were woken: that acknowledges the wake-up, or refreshes the
+ *    registration (a message may also be a node's subscription news);
+ * 4. at the deadline, leave: remove the registration.  A waiter that finds
+ *    itself already removed was woken at the last moment: it counts as
+ *    woken, so that wake-up is not lost;
+ * 5. take the mutex back, retrying backend failures until it is held.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cond.h"
+#include "waiter.h"
+
+#define NO_DEADLINE INT64_MAX
+
+/* Step 5: the mutex is held on return, whatever the backend does, unless it
+ * is not recoverable (or was destroyed meanwhile). */
+static int
+take_back(dmutex_t *m, struct dmutex__entry *e, int depth)
+{
+	int err;
+
+	while ((err = dmutex_lock(m)) == EIO)
+		dmutex__log(DMUTEX_LOG_WARN, "condition wait: cannot take '%s' back yet; retrying", e->name);
+	if (err == 0 || err == EOWNERDEAD) {
+		pthread_mutex_lock(&e->mu);
+		e->depth = depth;
+		pthread_mutex_unlock(&e->mu);
+	}
+	return err;
+}
+
+static int
+wait_until(dcond_t *c, dmutex_t *m, int64_t until)
+{
+	struct dmutex__cond *cx;
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	struct dmutex_client *cl;
+	struct dmutex__wsub *sub;
+	char token[DMUTEX__TOKEN_HEX + 1], channel[DMUTEX__CHANNEL_MAX];
+	int64_t refresh_ns;
+	uint64_t seq;
+	int depth, err, lost = 0, still = 1, timed_out = 0, unsure = 0;
+
+	if ((err = dmutex__cond_resolve(c, &cx)) || (err = dmutex__resolve(m, &mx)))
+		return err;
+	e = mx->entry;
+	pthread_mutex_lock(&e->mu);
+	depth = e->depth;
+	err = e->held && pthread_equal(e->owner, pthread_self()) && !e->releasing ? 0 : EPERM;
+	pthread_mutex_unlock(&e->mu);
+	if (err) {
+		dmutex__log(DMUTEX_LOG_ERROR, "wait on condition variable '%s': the calling thread does not hold mutex '%s'",
+				cx->name, e->name);
+		return EPERM;
+	}
+	/* Nothing to wait for: as if released and taken back at once. */
+	if (dmutex__now_ns() >= until)
+		return ETIMEDOUT;
+	if ((err = dmutex__token(token)))
+		return err;
+	cl = cx->client;
+	dmutex__cond_channel(cx, token, channel);
+	__atomic_fetch_add(&cx->waiters, 1, __ATOMIC_ACQ_REL);
+
+	/* 1.  The confirmation of a fresh channel moves its sequence: still 0
+	 * means no node confirmed, and a wake-up would find nobody there. */
+	if (!(sub = dmutex__waiter_sub(cl, channel,
+			dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS))) {
+		err = ENOMEM;
+		goto out;
+	}
+	if (!(seq = dmutex__wsub_seq(cl, sub))) {
+		dmutex__log(DMUTEX_LOG_ERROR, "wait on condition variable '%s': no wake-up subscription", cx->name);
+		err = EIO;
+		goto out_sub;
+	}
+
+	/* 2. */
+	if ((err = dmutex__cond_register(cx, token))) {
+		/* It may have landed on some node: take it back (best effort; a
+		 * stale one expires, and a wake-up sent to it is handed on). */
+		dmutex__cond_leave(cx, token, &still);
+		goto out_sub;
+	}
+	pthread_mutex_lock(&e->mu);
+	e->depth = 1;           /* a recursive mutex is released whole */
+	pthread_mutex_unlock(&e->mu);
+	err = dmutex_unlock(m);
+	if (err == ENOLCK) {
+		lost = 1;       /* onlost was called; the lock is not ours anyway */
+	} else if (err && err != EIO) {
+		/* EIO: the release is retried in the background, and the lease
+		 * runs out anyway.  Anything else: the mutex went away. */
+		dmutex__cond_leave(cx, token, &still);
+		goto out_sub;
+	}
+
+	/* 3.  Any move of the sequence may be a wake-up, or only a node's
+	 * (re)subscription: ask the backend, which also keeps a waiter that
+	 * was not woken registered, so there is no gap. */
+	refresh_ns = (int64_t)dmutex__cond_ttl_ms(cx) * DMUTEX__MS / 3;
+	for (;;) {
+		int64_t next = dmutex__now_ns() + refresh_ns;
+		int woke = dmutex__wsub_wait(cl, sub, seq, next < until ? next : until);
+		uint64_t now_seq;
+
+		if (!woke && dmutex__now_ns() >= until) {
+			timed_out = 1;
+			break;
+		}
+		now_seq = dmutex__wsub_seq(cl, sub);
+		if (dmutex__cond_refresh(cx, token, &still)) {
+			if (!woke)
+				continue;       /* try again at the next refresh */
+			unsure = 1;             /* cannot tell: count as woken */
+			break;
+		}
+		if (!still)
+			break;                  /* woken, and acknowledged */
+		seq = now_seq;
+	}
+
+	/* 4.  If the backend cannot say, count as woken: a spurious wake-up
+	 * is allowed, a lost one is not.  Several nodes may each have woken
+	 * someone else: leave them all. */
+	if ((timed_out || unsure || cl->be->nnodes > 1) && (dmutex__cond_leave(cx, token, &still) || unsure))
+		still = 0;
+	dmutex__waiter_unsub(cl, sub);
+	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
+
+	/* 5. */
+	if ((err = take_back(m, e, depth)))
+		return err;
+	if (lost)
+		return ENOLCK;
+	return timed_out && still ? ETIMEDOUT : 0;
+
+out_sub:
+	dmutex__waiter_unsub(cl, sub);
+out:
+	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
+	return err;
+}
+
+int
+dcond_wait(dcond_t *c, dmutex_t *m)
+{
+	return wait_until(c, m, NO_DEADLINE);
+}
+
+int
+dcond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struct timespec *at)
+{
+	struct timespec now;
+	int64_t until, left, secs;
+
+	if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "condition wait: clock %d is neither CLOCK_REALTIME nor CLOCK_MONOTONIC",
+				(int)clock);
+		return EINVAL;
+	}
+	/* A condition wait always blocks, so a bad deadline is always an
+	 * error. */
+	if (!at || at->tv_nsec < 0 || at->tv_nsec >= 1000000000L) {
+		dmutex__log(DMUTEX_LOG_ERROR, "condition wait: %s", at ? "tv_nsec out of range" : "NULL deadline");
+		return EINVAL;
+	}
+	clock_gettime(clock, &now);
+	/* Waits run on CLOCK_MONOTONIC; a realtime deadline is converted once.
+	 * Past about 290 years it is no deadline at all. */
+	secs = (int64_t)at->tv_sec - now.tv_sec;
+	if (secs > INT64_MAX / 1000000000 - 1)
+		return wait_until(c, m, NO_DEADLINE);
+	left = secs < 0 ? 0 : secs * 1000000000 + (at->tv_nsec - now.tv_nsec);
+	until = dmutex__now_ns() + (left > 0 ? left : 0);
+	if (left > 0 && until < 0)
+		until = NO_DEADLINE;
+	return wait_until(c, m, until);
+}
+
+int
+dcond_timedwait(dcond_t *c, dmutex_t *m, const struct timespec *at)
+{
+	struct dmutex__cond *cx;
+	int err;
+
+	if ((err = dmutex__cond_resolve(c, &cx)))
+		return err;
+	return dcond_clockwait(c, m, cx->clock, at);
+}

@@ -1,0 +1,12 @@
+-- A waiter leaves: woken, timed out, or spuriously woken.
+--
+-- KEYS[1]  waiters zset, KEYS[2] woken zset (see cond_signal.lua)
+-- ARGV     token
+--
+-- Removing the token from the woken set acknowledges the wake-up, so it is
+-- not handed on to another waiter.
+--
+-- Returns 1 if the token was still a waiter (nobody woke it), else 0.
+local still = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return still

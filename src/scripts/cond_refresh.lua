@@ -1,0 +1,46 @@
+-- A waiter checks whether it was woken: if not, its registration is kept
+-- alive; if so, the wake-up is acknowledged.  Also hands on unacknowledged
+-- wake-ups.
+--
+-- KEYS[1]  waiters zset: token -> registration expiry (server time, ms)
+-- KEYS[2]  woken zset: token -> acknowledgement deadline (server time, ms)
+-- ARGV     token, ttl_ms, channel prefix (a waiter's channel is prefix ..
+--          token), ack_ms
+--
+-- A wake-up that was not acknowledged in time went to a waiter that froze
+-- or lost its host after it was woken: it is owed to another waiter.  The
+-- waiters' periodic refreshes make sure it is handed on even if nobody
+-- signals again.
+--
+-- Returns 1: still a waiter, its expiry moved on; 0: not a waiter any more
+-- (woken, or expired), and the wake-up is acknowledged.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ack = string.format('%.0f', now + tonumber(ARGV[4]))
+
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local owed = redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+while owed > 0 do
+	local w = redis.call('ZPOPMIN', KEYS[1])
+	if #w == 0 then
+		break
+	end
+	if redis.call('PUBLISH', ARGV[3] .. w[1], 's') > 0 then
+		redis.call('ZADD', KEYS[2], ack, w[1])
+		-- Kept well past its deadlines: an expired entry is what tells
+		-- that a wake-up is owed.
+		local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+		redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(last[2]) + 86400000))
+		owed = owed - 1
+	end
+end
+
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+	-- Woken: this acknowledges it (see cond_signal.lua).
+	redis.call('ZREM', KEYS[2], ARGV[1])
+	return 0
+end
+redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1

@@ -1,0 +1,37 @@
+/*
+ * Names of the mutexes and condition variables a program defines through
+ * the pthread shim: NAMESPACE/BASENAME:LINE, plus #ORDINAL when one site
+ * initializes several (an array in a loop).  NAMESPACE is $DMUTEX_NAMESPACE,
+ * default the program's name, so that the same binary on several hosts
+ * agrees on every name and two programs do not collide by accident.
+ */
+#ifndef DMUTEX_SHIM_NAME_H
+#define DMUTEX_SHIM_NAME_H
+
+#include "dmutex.h"
+#include "shim/dmutex_shim.h"
+
+enum { DMUTEX__SHIM_MUTEX, DMUTEX__SHIM_COND };
+
+/* The name of object obj of the given kind from a static initializer at
+ * site "FILE:LINE".  Warns (once) when another object got the same name:
+ * two initializers on one line, or one in a header, are one lock.  0;
+ * EINVAL (too long, bad namespace: logged). */
+int dmutex__shim_static_name(int kind, const void *obj, const char *site,
+		char out[DMUTEX_NAME_MAX + 1]);
+/*
+ * The name for object obj initialized at site: the lowest ordinal not in
+ * use at that site by a live object (0 shows no suffix), so that the n-th
+ * of an array initialized in a loop is "#n" in every process.  A new init
+ * of an address that was never destroyed first frees that address's
+ * ordinal.  0; EINVAL; ENOMEM.
+ */
+int dmutex__shim_site_name(int kind, const void *obj, const char *site,
+		char out[DMUTEX_NAME_MAX + 1]);
+/* The object is destroyed (or its init failed): its ordinal is free. */
+void dmutex__shim_site_release(int kind, const void *obj);
+/* A copy of name that lives as long as the process (the same pointer for
+ * equal names), or NULL on ENOMEM. */
+const char *dmutex__shim_intern(const char *name);
+
+#endif

@@ -1,0 +1,760 @@
+/*
+ * Condition variables against real redis-server processes: the error
+ * table, timed waits that end on time with the mutex held again, signal
+ * and broadcast across processes, wake-ups through the backend (no
+ * polling), no wake-up lost between the unlock and the sleep, waiters that
+ * die or freeze without swallowing a signal, EOWNERDEAD through a wait, and
+ * recursive mutexes given back at their depth.
+ *
+ * Waiters run in child processes with their own clients.  "Registered" is
+ * read from Redis: the cardinality of dmutex:cond:{NAME}.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+#include "dmt.h"
+
+#define MS 1000000LL
+
+static struct th_redis srv;
+static pid_t test_pid;
+static pid_t kids[4];
+
+static void srv_up(void)
+{
+	test_pid = getpid();
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+	cr_assert_eq(dmt_backend_up(&srv), 0, "Redlock nodes did not start");
+}
+
+static void srv_down(void)
+{
+	for (size_t i = 0; i < sizeof kids / sizeof kids[0]; i++)
+		dmt_reap(&kids[i]);
+	dmt_backend_down();
+	th_redis_stop(&srv);
+}
+
+TestSuite(cond, .init = srv_up, .fini = srv_down, .timeout = 30);
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Registered waiters of condition variable `name`. */
+static long long waiters(const char *name)
+{
+	return th_redis_int(&srv, "ZCARD dmutex:cond:{%s}", name);
+}
+
+/* Woken waiters that have not acknowledged yet. */
+static long long unacked(const char *name)
+{
+	return th_redis_int(&srv, "ZCARD dmutex:csig:{%s}", name);
+}
+
+/* Waiting threads subscribed to their wake-up channel. */
+static long long subscribed(const char *name)
+{
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB CHANNELS dmutex:cwake:{%s}:*", name);
+	long long n = r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+struct count_is {
+	const char *name;
+	long long n;
+	long long (*count)(const char *);
+};
+
+static int count_reached(void *arg)
+{
+	struct count_is *c = arg;
+	return c->count(c->name) == c->n;
+}
+
+static void wait_count(long long (*count)(const char *), const char *name, long long n)
+{
+	struct count_is c = { name, n, count };
+	cr_assert(th_wait_until(count_reached, &c, 5000), "count for '%s' never became %lld (is %lld)",
+			name, n, count(name));
+}
+
+/* The mutex is free: a trylock through the client of p succeeds (on
+ * Redlock, a majority of nodes agree; each node alone may lag). */
+static int mutex_free(void *arg)
+{
+	dmutex_t *m = arg;
+
+	if (dmutex_trylock(m))
+		return 0;
+	dmutex_unlock(m);
+	return 1;
+}
+
+/* n waiters registered and asleep: registration comes before the unlock,
+ * so the mutex must be free too. */
+static void wait_sleeping(const char *cname, dmutex_t *m, long long n)
+{
+	wait_count(waiters, cname, n);
+	cr_assert(th_wait_until(mutex_free, m, 5000), "the waiter never released the mutex");
+}
+
+static void deadline_in(struct timespec *ts, clockid_t clock, long long ms)
+{
+	clock_gettime(clock, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (ms % 1000) * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
+/* A client on url, a mutex and a condition variable on it. */
+struct pair {
+	dmutex_client_t *c;
+	dmutex_t m;
+	dcond_t cv;
+};
+
+static int pair_open(struct pair *p, const char *url, const char *mname, const char *cname,
+		const struct dmt_attr *o)
+{
+	dcond_attr_t ca;
+	int rc;
+
+	if ((rc = dmt_open_mutex(&p->c, &p->m, url, mname, o)))
+		return rc;
+	dcond_attr_init(&ca);
+	dcond_attr_setclient(&ca, p->c);
+	if ((rc = dcond_init(&p->cv, cname, &ca)))
+		dmt_close_mutex(p->c, &p->m);
+	dcond_attr_destroy(&ca);
+	return rc;
+}
+
+static void pair_close(struct pair *p)
+{
+	dcond_destroy(&p->cv);
+	dmt_close_mutex(p->c, &p->m);
+}
+
+/* ------------------------------------------------------------------ */
+/* a waiter in another process                                         */
+/* ------------------------------------------------------------------ */
+
+/* Exit codes of waiter_child. */
+enum { W_WOKEN = 0, W_TIMEDOUT = 1, W_OWNERDEAD = 2, W_OTHER = 3, W_NOT_HELD = 4, W_SETUP = 10 };
+
+static struct {
+	const char *url;
+	const char *mname, *cname;
+	int robust;
+	long long timeout_ms;   /* 0: dcond_wait */
+} wk;
+
+static int waiter_child(void *arg)
+{
+	struct pair p;
+	struct timespec ts;
+	uint64_t fence;
+	int rc, code;
+
+	(void)arg;
+	dmt_die_with_parent(test_pid);
+	if (pair_open(&p, wk.url, wk.mname, wk.cname, &(struct dmt_attr){ .robust = wk.robust }))
+		return W_SETUP;
+	if (dmutex_lock(&p.m))
+		return W_SETUP + 1;
+	if (wk.timeout_ms) {
+		deadline_in(&ts, CLOCK_MONOTONIC, wk.timeout_ms);
+		rc = dcond_clockwait(&p.cv, &p.m, CLOCK_MONOTONIC, &ts);
+	} else {
+		rc = dcond_wait(&p.cv, &p.m);
+	}
+	code = rc == 0 ? W_WOKEN : rc == ETIMEDOUT ? W_TIMEDOUT : rc == EOWNERDEAD ? W_OWNERDEAD : W_OTHER;
+	/* Whatever woke it, the mutex is held again. */
+	if (dmutex_fence(&p.m, &fence))
+		code = W_NOT_HELD;
+	if (rc == EOWNERDEAD)
+		dmutex_consistent(&p.m);
+	dmutex_unlock(&p.m);
+	pair_close(&p);
+	return code;
+}
+
+static pid_t spawn_waiter(const char *mname, const char *cname, long long timeout_ms)
+{
+	wk.url = srv.url;
+	wk.mname = mname;
+	wk.cname = cname;
+	wk.timeout_ms = timeout_ms;
+	pid_t pid = th_spawn(waiter_child, NULL);
+	cr_assert_gt(pid, 0);
+	return pid;
+}
+
+/* ------------------------------------------------------------------ */
+/* the error table                                                     */
+/* ------------------------------------------------------------------ */
+
+Test(cond, attr_errors)
+{
+	dcond_attr_t a;
+	clockid_t clock;
+
+	cr_assert_eq(dcond_attr_init(NULL), EINVAL);
+	cr_assert_eq(dcond_attr_init(&a), 0);
+	cr_assert_eq(dcond_attr_getclock(&a, &clock), 0);
+	cr_assert_eq(clock, CLOCK_REALTIME);
+	cr_assert_eq(dcond_attr_setclock(&a, CLOCK_PROCESS_CPUTIME_ID), EINVAL);
+	cr_assert_eq(dcond_attr_setclock(&a, CLOCK_MONOTONIC), 0);
+	cr_assert_eq(dcond_attr_getclock(&a, &clock), 0);
+	cr_assert_eq(clock, CLOCK_MONOTONIC);
+	cr_assert_eq(dcond_attr_getclock(&a, NULL), EINVAL);
+	cr_assert_eq(dcond_attr_setclient(NULL, NULL), EINVAL);
+	cr_assert_eq(dcond_attr_destroy(&a), 0);
+	cr_assert_eq(dcond_attr_destroy(&a), EINVAL);
+	cr_assert_eq(dcond_attr_setclock(&a, CLOCK_REALTIME), EINVAL);
+	cr_assert_eq(dcond_attr_getclock(&a, &clock), EINVAL);
+}
+
+Test(cond, init_errors)
+{
+	dmutex_client_t *c;
+	dcond_attr_t a;
+	dcond_t cv;
+	char long_name[DMUTEX_NAME_MAX + 2];
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	dcond_attr_init(&a);
+	dcond_attr_setclient(&a, c);
+	memset(long_name, 'x', sizeof long_name - 1);
+	long_name[sizeof long_name - 1] = '\0';
+	cr_assert_eq(dcond_init(NULL, "c", &a), EINVAL);
+	cr_assert_eq(dcond_init(&cv, NULL, &a), EINVAL);
+	cr_assert_eq(dcond_init(&cv, "", &a), EINVAL);
+	cr_assert_eq(dcond_init(&cv, long_name, &a), EINVAL);
+	long_name[DMUTEX_NAME_MAX] = '\0';
+	cr_assert_eq(dcond_init(&cv, long_name, &a), 0, "a %d-byte name is fine", DMUTEX_NAME_MAX);
+	cr_assert_eq(dcond_destroy(&cv), 0);
+	cr_assert_eq(dcond_destroy(&cv), EINVAL, "destroyed twice");
+	cr_assert_eq(dcond_destroy(NULL), EINVAL);
+	dcond_attr_destroy(&a);
+	cr_assert_eq(dcond_init(&cv, "c", &a), EINVAL, "destroyed attributes");
+	/* A client with a condition variable on it is in use. */
+	dcond_attr_init(&a);
+	dcond_attr_setclient(&a, c);
+	cr_assert_eq(dcond_init(&cv, "c", &a), 0);
+	cr_assert_eq(dmutex_client_close(c), EBUSY);
+	cr_assert_eq(dcond_destroy(&cv), 0);
+	dcond_attr_destroy(&a);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(cond, bad_objects_are_einval)
+{
+	struct pair p;
+	dcond_t zero, destroyed;
+	dmutex_t mzero;
+	struct timespec ts;
+
+	memset(&zero, 0, sizeof zero);
+	memset(&mzero, 0, sizeof mzero);
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	cr_assert_eq(dcond_wait(NULL, &p.m), EINVAL);
+	cr_assert_eq(dcond_wait(&p.cv, NULL), EINVAL);
+	cr_assert_eq(dcond_wait(&zero, &p.m), EINVAL);
+	cr_assert_eq(dcond_wait(&p.cv, &mzero), EINVAL);
+	destroyed = zero;
+	{
+		dcond_attr_t a;
+		dcond_attr_init(&a);
+		dcond_attr_setclient(&a, p.c);
+		cr_assert_eq(dcond_init(&destroyed, "d", &a), 0);
+		cr_assert_eq(dcond_destroy(&destroyed), 0);
+	}
+	cr_assert_eq(dcond_wait(&destroyed, &p.m), EINVAL);
+	cr_assert_eq(dcond_signal(&destroyed), EINVAL);
+	cr_assert_eq(dcond_broadcast(&destroyed), EINVAL);
+	cr_assert_eq(dcond_signal(NULL), EINVAL);
+	cr_assert_eq(dcond_broadcast(&zero), EINVAL);
+
+	/* Bad deadlines: a condition wait always blocks, so always EINVAL. */
+	cr_assert_eq(dcond_timedwait(&p.cv, &p.m, NULL), EINVAL);
+	deadline_in(&ts, CLOCK_REALTIME, 1000);
+	ts.tv_nsec = 1000000000;
+	cr_assert_eq(dcond_timedwait(&p.cv, &p.m, &ts), EINVAL);
+	ts.tv_nsec = -1;
+	cr_assert_eq(dcond_clockwait(&p.cv, &p.m, CLOCK_MONOTONIC, &ts), EINVAL);
+	deadline_in(&ts, CLOCK_REALTIME, 1000);
+	cr_assert_eq(dcond_clockwait(&p.cv, &p.m, CLOCK_THREAD_CPUTIME_ID, &ts), EINVAL);
+
+	/* Nothing happened to the mutex, and nobody registered. */
+	uint64_t fence;
+	cr_assert_eq(dmutex_fence(&p.m, &fence), 0);
+	cr_assert_eq(waiters("c"), 0);
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	pair_close(&p);
+}
+
+static void *lock_and_park(void *arg)
+{
+	struct pair *p = arg;
+	dmutex_lock(&p->m);
+	return NULL;
+}
+
+Test(cond, wait_without_the_mutex_is_eperm)
+{
+	struct pair p;
+	struct timespec ts;
+	pthread_t t;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	/* Not held at all. */
+	cr_assert_eq(dcond_wait(&p.cv, &p.m), EPERM);
+	deadline_in(&ts, CLOCK_REALTIME, 1000);
+	cr_assert_eq(dcond_timedwait(&p.cv, &p.m, &ts), EPERM);
+	/* Held by another thread. */
+	cr_assert_eq(pthread_create(&t, NULL, lock_and_park, &p), 0);
+	pthread_join(t, NULL);
+	cr_assert_eq(dcond_wait(&p.cv, &p.m), EPERM);
+	cr_assert_eq(waiters("c"), 0, "an EPERM wait registers nothing");
+	/* The other thread still holds it: our unlock is EPERM too. */
+	cr_assert_eq(dmutex_unlock(&p.m), EPERM);
+	cr_assert_eq(dmutex_trylock(&p.m), EBUSY);
+	/* Leaves the client busy on purpose (held by the parked thread):
+	 * the process ends with the test. */
+}
+
+Test(cond, signal_and_broadcast_without_waiters)
+{
+	struct pair p;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	cr_assert_eq(dcond_broadcast(&p.cv), 0);
+	/* ... and the caller need not hold the mutex. */
+	cr_assert_eq(dmt_count_keys(&srv, "dmutex:c*"), 0, "nothing left behind");
+	pair_close(&p);
+}
+
+static struct pair *busy_pair;
+
+static void *busy_waiter(void *arg)
+{
+	struct timespec ts;
+	(void)arg;
+	dmutex_lock(&busy_pair->m);
+	deadline_in(&ts, CLOCK_MONOTONIC, 5000);
+	intptr_t rc = dcond_clockwait(&busy_pair->cv, &busy_pair->m, CLOCK_MONOTONIC, &ts);
+	dmutex_unlock(&busy_pair->m);
+	return (void *)rc;
+}
+
+Test(cond, destroy_with_a_waiter_is_ebusy)
+{
+	struct pair p;
+	pthread_t t;
+	void *rc;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	busy_pair = &p;
+	cr_assert_eq(pthread_create(&t, NULL, busy_waiter, NULL), 0);
+	wait_count(waiters, "c", 1);
+	cr_assert_eq(dcond_destroy(&p.cv), EBUSY);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	pthread_join(t, &rc);
+	cr_assert_eq((intptr_t)rc, 0, "woken by the signal");
+	cr_assert_eq(dcond_destroy(&p.cv), 0);
+	dmt_close_mutex(p.c, &p.m);
+}
+
+/* ------------------------------------------------------------------ */
+/* timed waits                                                         */
+/* ------------------------------------------------------------------ */
+
+static void timed_wait_ends_on_time(clockid_t clock, int use_attr)
+{
+	struct pair p;
+	struct timespec ts;
+	uint64_t fence;
+	long long t0, elapsed;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	if (use_attr) {
+		/* dcond_timedwait reads the deadline on the attribute's clock. */
+		dcond_attr_t a;
+		dcond_destroy(&p.cv);
+		dcond_attr_init(&a);
+		dcond_attr_setclient(&a, p.c);
+		dcond_attr_setclock(&a, clock);
+		cr_assert_eq(dcond_init(&p.cv, "c", &a), 0);
+		dcond_attr_destroy(&a);
+	}
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	t0 = th_now_ms();
+	deadline_in(&ts, clock, 300);
+	int rc = use_attr ? dcond_timedwait(&p.cv, &p.m, &ts) : dcond_clockwait(&p.cv, &p.m, clock, &ts);
+	elapsed = th_now_ms() - t0;
+	cr_assert_eq(rc, ETIMEDOUT);
+	/* The passage of time is what is tested here. */
+	cr_assert_geq(elapsed, 300, "returned after %lld ms, before its deadline", elapsed);
+	cr_assert_lt(elapsed, 800, "returned %lld ms after a 300 ms deadline", elapsed);
+	cr_assert_eq(dmutex_fence(&p.m, &fence), 0, "the mutex is held again");
+	cr_assert_eq(waiters("c"), 0, "the registration is gone");
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	pair_close(&p);
+}
+
+Test(cond, timedwait_realtime_ends_on_time)
+{
+	timed_wait_ends_on_time(CLOCK_REALTIME, 1);
+}
+
+Test(cond, timedwait_monotonic_attr_ends_on_time)
+{
+	timed_wait_ends_on_time(CLOCK_MONOTONIC, 1);
+}
+
+Test(cond, clockwait_monotonic_ends_on_time)
+{
+	timed_wait_ends_on_time(CLOCK_MONOTONIC, 0);
+}
+
+Test(cond, deadline_already_passed)
+{
+	struct pair p;
+	struct timespec ts;
+	uint64_t fence;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec -= 5;
+	cr_assert_eq(dcond_timedwait(&p.cv, &p.m, &ts), ETIMEDOUT);
+	cr_assert_eq(dmutex_fence(&p.m, &fence), 0);
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	pair_close(&p);
+}
+
+/* ------------------------------------------------------------------ */
+/* wake-ups across processes                                           */
+/* ------------------------------------------------------------------ */
+
+Test(cond, signal_wakes_a_waiter_of_another_process_at_once)
+{
+	struct pair p;
+	long long calls0, t0, woke_ms;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	kids[0] = spawn_waiter("m", "c", 0);
+	wait_sleeping("c", &p.m, 1);
+	wait_count(subscribed, "c", 1);
+
+	/* Waiting costs nothing: no script call for a second (the
+	 * registration's refresh is due only after a third of the 10 s
+	 * lease).  The passage of time is what is tested. */
+	calls0 = dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL);
+	dmt_pass_time_ms(1000);
+	/* On N Redlock nodes each node's subscription may land late and make
+	 * the waiter look once. */
+	cr_assert_leq(dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL) - calls0,
+			dmt_nodes() - 1, "a waiting process polled the backend");
+
+	/* The mutex was released by the wait: we can take it. */
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	t0 = th_now_ms();
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	cr_assert_eq(th_wait_child(kids[0], 5000), W_WOKEN);
+	woke_ms = th_now_ms() - t0;
+	kids[0] = 0;
+	cr_assert_lt(woke_ms, 1000, "woken after %lld ms: not through the backend", woke_ms);
+	cr_assert_eq(waiters("c"), 0);
+	cr_assert_eq(unacked("c"), 0, "the wake-up was acknowledged");
+	pair_close(&p);
+}
+
+Test(cond, signal_wakes_one_broadcast_wakes_all)
+{
+	struct pair p;
+	int woken = 0, timed_out = 0;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	/* Two waiters with a 3 s deadline: one signal wakes one. */
+	kids[0] = spawn_waiter("m", "c", 3000);
+	kids[1] = spawn_waiter("m", "c", 3000);
+	wait_count(waiters, "c", 2);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	for (int i = 0; i < 2; i++) {
+		int st = th_wait_child(kids[i], 6000);
+		kids[i] = 0;
+		woken += st == W_WOKEN;
+		timed_out += st == W_TIMEDOUT;
+	}
+	/* On N Redlock nodes each node wakes its own oldest waiter: that may
+	 * be a different one (POSIX allows waking more than one). */
+	cr_assert_geq(woken, 1);
+	if (dmt_nodes() == 1) {
+		cr_assert_eq(woken, 1);
+		cr_assert_eq(timed_out, 1);
+	}
+
+	/* Three waiters, one broadcast: all wake long before their deadline. */
+	for (int i = 0; i < 3; i++)
+		kids[i] = spawn_waiter("m", "c", 20000);
+	wait_count(waiters, "c", 3);
+	cr_assert_eq(dcond_broadcast(&p.cv), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(th_wait_child(kids[i], 5000), W_WOKEN, "waiter %d", i);
+		kids[i] = 0;
+	}
+	/* A broadcast wakes only those registered before it. */
+	kids[0] = spawn_waiter("m", "c", 500);
+	cr_assert_eq(th_wait_child(kids[0], 5000), W_TIMEDOUT);
+	kids[0] = 0;
+	pair_close(&p);
+}
+
+/*
+ * No wake-up is lost between the waiter's unlock and its sleep: the parent
+ * can only take the mutex once the waiter released it in dcond_wait, and
+ * signals at once, many times over.
+ */
+static int pingpong_child(void *arg)
+{
+	struct pair p;
+	redisContext *r;
+	int rounds = (int)(intptr_t)arg;
+
+	dmt_die_with_parent(test_pid);
+	if (pair_open(&p, srv.url, "m", "c", NULL) || !(r = th_tcp_connect(srv.port, 5000)))
+		return W_SETUP;
+	for (int i = 0; i < rounds; i++) {
+		if (dmutex_lock(&p.m))
+			return W_SETUP + 1;
+		/* The predicate: the parent's turn counter, in Redis. */
+		freeReplyObject(redisCommand(r, "SET turn %d", 2 * i + 1));
+		for (;;) {
+			redisReply *rep = redisCommand(r, "GET turn");
+			int turn = rep && rep->type == REDIS_REPLY_STRING ? atoi(rep->str) : -1;
+			if (rep)
+				freeReplyObject(rep);
+			if (turn == 2 * i + 2)
+				break;
+			if (dcond_wait(&p.cv, &p.m))
+				return W_OTHER;
+		}
+		dmutex_unlock(&p.m);
+	}
+	redisFree(r);
+	pair_close(&p);
+	return W_WOKEN;
+}
+
+Test(cond, no_wakeup_lost_between_unlock_and_sleep)
+{
+	struct pair p;
+	const int rounds = 30;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	th_redis_int(&srv, "SET turn 0");
+	kids[0] = th_spawn(pingpong_child, (void *)(intptr_t)rounds);
+	for (int i = 0; i < rounds; i++) {
+		/* Our turn comes when the child set 2i+1 and went to sleep. */
+		for (;;) {
+			cr_assert_eq(dmutex_lock(&p.m), 0);
+			if (th_redis_int(&srv, "GET turn") == 2 * i + 1)
+				break;
+			cr_assert_eq(dmutex_unlock(&p.m), 0);
+		}
+		th_redis_int(&srv, "SET turn %d", 2 * i + 2);
+		cr_assert_eq(dcond_signal(&p.cv), 0);
+		cr_assert_eq(dmutex_unlock(&p.m), 0);
+	}
+	/* An untimed wait: a lost wake-up would hang the child here. */
+	cr_assert_eq(th_wait_child(kids[0], 15000), W_WOKEN);
+	kids[0] = 0;
+	pair_close(&p);
+}
+
+/* ------------------------------------------------------------------ */
+/* waiters that die or freeze                                          */
+/* ------------------------------------------------------------------ */
+
+Test(cond, a_killed_waiter_does_not_swallow_a_signal)
+{
+	struct pair p;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	/* The first waiter registers, then is killed outright. */
+	kids[0] = spawn_waiter("m", "c", 0);
+	wait_sleeping("c", &p.m, 1);
+	kill(kids[0], SIGKILL);
+	cr_assert_eq(th_wait_child(kids[0], 5000), 128 + SIGKILL);
+	kids[0] = 0;
+	/* Redis saw its connections close; its registration is still there
+	 * (it expires only after the lease). */
+	wait_count(subscribed, "c", 0);
+	cr_assert_eq(waiters("c"), 1);
+
+	/* A live waiter registers after it: the dead one is older, so a
+	 * signal tries it first. */
+	kids[1] = spawn_waiter("m", "c", 20000);
+	wait_count(waiters, "c", 2);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	cr_assert_eq(th_wait_child(kids[1], 5000), W_WOKEN, "the signal went to the dead waiter");
+	kids[1] = 0;
+	cr_assert_eq(waiters("c"), 0, "the dead registration was dropped");
+	pair_close(&p);
+}
+
+Test(cond, a_frozen_waiter_does_not_swallow_a_signal)
+{
+	char url[700];
+	struct pair p;
+	long long t0, took;
+
+	/* A 2 s registration: a woken waiter has 666 ms to acknowledge. */
+	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=2000");
+	cr_assert_eq(pair_open(&p, url, "m", "c", NULL), 0);
+	wk.url = url;
+	wk.mname = "m";
+	wk.cname = "c";
+	wk.timeout_ms = 20000;
+	/* The first waiter freezes (like a host that hangs): Redis still
+	 * sees its connection, so a signal reaches "it". */
+	kids[0] = th_spawn(waiter_child, NULL);
+	wait_sleeping("c", &p.m, 1);
+	cr_assert_eq(kill(kids[0], SIGSTOP), 0);
+	cr_assert_eq(th_wait_stopped(kids[0]), 0);
+	kids[1] = th_spawn(waiter_child, NULL);
+	wait_count(waiters, "c", 2);
+
+	t0 = th_now_ms();
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	cr_assert_eq(unacked("c"), 1, "the signal went to the frozen waiter first");
+	cr_assert_eq(waiters("c"), 1);
+	/* Unacknowledged, it is handed on to the live waiter. */
+	cr_assert_eq(th_wait_child(kids[1], 5000), W_WOKEN);
+	took = th_now_ms() - t0;
+	kids[1] = 0;
+	cr_assert_geq(took, 600, "woken after %lld ms: before the acknowledgement window ended", took);
+
+	/* Thawed, the first one wakes (spuriously) with the mutex held. */
+	cr_assert_eq(kill(kids[0], SIGCONT), 0);
+	cr_assert_eq(th_wait_child(kids[0], 5000), W_WOKEN);
+	kids[0] = 0;
+	cr_assert_eq(waiters("c"), 0);
+	cr_assert_eq(unacked("c"), 0);
+	pair_close(&p);
+}
+
+/* ------------------------------------------------------------------ */
+/* what the wait gives back                                            */
+/* ------------------------------------------------------------------ */
+
+static int die_holding_child(void *arg)
+{
+	struct pair p;
+
+	(void)arg;
+	dmt_die_with_parent(test_pid);
+	if (pair_open(&p, srv.url, "m", "c", &(struct dmt_attr){ .robust = DMUTEX_ROBUST }))
+		return W_SETUP;
+	if (dmutex_lock(&p.m) || dcond_signal(&p.cv))
+		return W_SETUP + 1;
+	/* exit() while holding: the library releases it as owner-died. */
+	exit(0);
+}
+
+Test(cond, owner_died_while_waiting_is_eownerdead)
+{
+	wk.robust = DMUTEX_ROBUST;
+	kids[0] = spawn_waiter("m", "c", 10000);
+	wait_count(waiters, "c", 1);
+	kids[1] = th_spawn(die_holding_child, NULL);
+	cr_assert_eq(th_wait_child(kids[1], 5000), 0);
+	kids[1] = 0;
+	cr_assert_eq(th_wait_child(kids[0], 5000), W_OWNERDEAD);
+	kids[0] = 0;
+}
+
+Test(cond, recursive_mutex_comes_back_at_its_depth)
+{
+	struct pair p;
+	struct timespec ts;
+
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", &(struct dmt_attr){ .type = DMUTEX_RECURSIVE }), 0);
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	/* While we wait, it is free for others: released whole. */
+	kids[0] = th_spawn(die_holding_child, NULL);
+	deadline_in(&ts, CLOCK_REALTIME, 10000);
+	cr_assert_eq(dcond_timedwait(&p.cv, &p.m, &ts), 0, "woken by the child's signal");
+	cr_assert_eq(th_wait_child(kids[0], 5000), 0);
+	kids[0] = 0;
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	cr_assert_eq(dmutex_unlock(&p.m), EPERM, "depth 3 exactly");
+	pair_close(&p);
+}
+
+/* ------------------------------------------------------------------ */
+/* backend failures                                                    */
+/* ------------------------------------------------------------------ */
+
+Test(cond, unreachable_backend_is_eio_with_the_mutex_still_held)
+{
+	struct th_redis other;
+	char url[700];
+	dmutex_client_t *mc, *cc;
+	dmutex_t m;
+	dcond_t cv;
+	dcond_attr_t a;
+	struct timespec ts;
+	uint64_t fence;
+
+	DMT_SINGLE_NODE();
+	/* The condition variable on a second server, the mutex on ours. */
+	cr_assert_eq(th_redis_start(&other, NULL), 0);
+	cr_assert_eq(dmt_open_mutex(&mc, &m, srv.url, "m", NULL), 0);
+	snprintf(url, sizeof url, "%s?command_timeout_ms=200&connect_timeout_ms=200", other.url);
+	cr_assert_eq(dmutex_client_open(&cc, url), 0);
+	dcond_attr_init(&a);
+	dcond_attr_setclient(&a, cc);
+	cr_assert_eq(dcond_init(&cv, "c", &a), 0);
+	dcond_attr_destroy(&a);
+	th_redis_stop(&other);
+
+	cr_assert_eq(dmutex_lock(&m), 0);
+	deadline_in(&ts, CLOCK_REALTIME, 5000);
+	cr_assert_eq(dcond_timedwait(&cv, &m, &ts), EIO);
+	cr_assert_eq(dmutex_fence(&m, &fence), 0, "the mutex is still held");
+	cr_assert_eq(dcond_signal(&cv), EIO);
+	cr_assert_eq(dcond_broadcast(&cv), EIO);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dcond_destroy(&cv), 0);
+	dmt_close_mutex(mc, &m);
+	dmutex_client_close(cc);
+}
