@@ -1,0 +1,991 @@
+/*
+ * The dmutex command against a real redis-server: the built binary (path in
+ * $DMUTEX_BIN) is run as a child process, with its output in files; the
+ * test process holds locks through the library when it needs a holder.
+ */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "dmutex_config.h"
+#include "harness.h"
+
+/* The exit statuses of dmutex(1). */
+enum {
+	ST_USAGE = 64, ST_BUSY = 80, ST_TIMEDOUT = 81, ST_LOST = 82, ST_NOTREC = 83,
+	ST_NOLOCK = 84, ST_REFUSED = 85, ST_BADURL = 86, ST_BACKEND = 87,
+	ST_NOEXEC = 126, ST_NOTFOUND = 127
+};
+
+static struct th_redis srv;
+static char tmpdir[256];
+static pid_t kids[16];
+static int nkids;
+
+static void
+up(void)
+{
+	cr_assert(getenv("DMUTEX_BIN"), "DMUTEX_BIN is not set (run through meson test)");
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+	snprintf(tmpdir, sizeof tmpdir, "%s/dmutex-cli-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	cr_assert(mkdtemp(tmpdir));
+	setenv("DMUTEX_URL", srv.url, 1);
+	setenv("DMUTEX_LOG", "warn", 1);
+}
+
+static void
+down(void)
+{
+	DIR *d;
+	struct dirent *de;
+	char p[600];
+
+	/* A failed assertion may leave a dmutex or COMMAND running. */
+	for (int i = 0; i < nkids; i++)
+		if (kids[i] > 0 && waitpid(kids[i], NULL, WNOHANG) == 0) {
+			kill(kids[i], SIGKILL);
+			waitpid(kids[i], NULL, 0);
+		}
+	th_redis_stop(&srv);
+	if ((d = opendir(tmpdir))) {
+		while ((de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+				snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
+				unlink(p);
+			}
+		closedir(d);
+		rmdir(tmpdir);
+	}
+}
+
+TestSuite(cli, .init = up, .fini = down, .timeout = 30);
+
+/* ------------------------------------------------------------------ */
+/* running dmutex                                                      */
+/* ------------------------------------------------------------------ */
+
+static const char *
+tpath(const char *name)
+{
+	static char buf[8][600];
+	static int k;
+	char *b = buf[k++ % 8];
+
+	snprintf(b, sizeof buf[0], "%s/%s", tmpdir, name);
+	return b;
+}
+
+/* Start `dmutex ARGS...` with stdout in TAG.out and stderr in TAG.err, stdin
+ * from /dev/null, and no descriptor but 0, 1 and 2. */
+static pid_t
+dm_startv(const char *tag, va_list ap)
+{
+	char *argv[40];
+	int argc = 0;
+	char out[600], err[600];
+	const char *a;
+	pid_t pid;
+
+	argv[argc++] = getenv("DMUTEX_BIN");
+	while ((a = va_arg(ap, const char *)) && argc < 39)
+		argv[argc++] = (char *)a;
+	argv[argc] = NULL;
+	snprintf(out, sizeof out, "%s/%s.out", tmpdir, tag);
+	snprintf(err, sizeof err, "%s/%s.err", tmpdir, tag);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int n = open("/dev/null", O_RDONLY);
+		if (o < 0 || e < 0 || n < 0 || dup2(n, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+			_exit(120);
+		close_range(3, ~0u, 0);
+		execv(argv[0], argv);
+		_exit(121);
+	}
+	cr_assert_gt(pid, 0, "fork");
+	if (nkids < 16)
+		kids[nkids++] = pid;
+	return pid;
+}
+
+static pid_t
+dm_start_(const char *tag, ...)
+{
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, tag);
+	pid = dm_startv(tag, ap);
+	va_end(ap);
+	return pid;
+}
+
+/* Run to the end (deadline ms): its exit status, 128+sig, or -1. */
+static int
+dm_run_(int timeout_ms, const char *tag, ...)
+{
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, tag);
+	pid = dm_startv(tag, ap);
+	va_end(ap);
+	return th_wait_child(pid, timeout_ms);
+}
+
+/* DM_RUN(ms, tag, args...): the arguments end with a NULL added here. */
+#define DM_START(...) dm_start_(__VA_ARGS__, (char *)NULL)
+#define DM_RUN(...) dm_run_(__VA_ARGS__, (char *)NULL)
+
+/* A file's content (malloc'd, "" when missing). */
+static char *
+slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = calloc(1, 1 << 20);
+	size_t n = 0;
+
+	cr_assert(buf);
+	if (f) {
+		n = fread(buf, 1, (1 << 20) - 1, f);
+		fclose(f);
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+static char *
+out_of(const char *tag)
+{
+	char name[128];
+	snprintf(name, sizeof name, "%s.out", tag);
+	return slurp(tpath(name));
+}
+
+static char *
+err_of(const char *tag)
+{
+	char name[128];
+	snprintf(name, sizeof name, "%s.err", tag);
+	return slurp(tpath(name));
+}
+
+/* A dmutex's exit status is `want`; else show what it said. */
+#define ASSERT_ST(got, want, tag) do {						\
+		int got_ = (got), want_ = (want);				\
+		if (got_ != want_) {						\
+			char *e_ = err_of(tag), *o_ = out_of(tag);		\
+			cr_assert_fail("dmutex (%s) exited %d, not %d\nstderr:\n%s\nstdout:\n%s", \
+					tag, got_, want_, e_, o_);		\
+		}								\
+	} while (0)
+
+static void
+assert_contains(const char *hay, const char *needle)
+{
+	cr_assert(strstr(hay, needle), "expected \"%s\" in:\n%s", needle, hay);
+}
+
+/* python3 checks a JSON file: expr over d, the parsed document. */
+static void
+assert_json(const char *tag, const char *expr)
+{
+	char cmd[4096], name[128];
+
+	snprintf(name, sizeof name, "%s.out", tag);
+	snprintf(cmd, sizeof cmd,
+			"python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
+			"sys.exit(0 if (%s) else 1)' %s", expr, tpath(name));
+	char *o = out_of(tag);
+	cr_assert_eq(system(cmd), 0, "JSON check failed: %s\non:\n%s", expr, o);
+	free(o);
+}
+
+struct file_cond { const char *path; };
+
+static int
+file_nonempty(void *p)
+{
+	struct stat st;
+	return stat(((struct file_cond *)p)->path, &st) == 0 && st.st_size > 0;
+}
+
+/* The pid COMMAND wrote into a file, once it has. */
+static pid_t
+wait_pidfile(const char *path)
+{
+	struct file_cond fc = { path };
+	char *s;
+	pid_t pid;
+
+	cr_assert(th_wait_until(file_nonempty, &fc, 5000), "COMMAND never started");
+	/* The write may still be in flight: read until a full line. */
+	for (long long until = th_now_ms() + 2000;;) {
+		s = slurp(path);
+		if (strchr(s, '\n') || th_now_ms() > until)
+			break;
+		free(s);
+	}
+	pid = (pid_t)atol(s);
+	free(s);
+	cr_assert_gt(pid, 0);
+	return pid;
+}
+
+static int
+gone(pid_t pid)
+{
+	return kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+/* ------------------------------------------------------------------ */
+/* holding from the test process                                       */
+/* ------------------------------------------------------------------ */
+
+struct holder {
+	dmutex_client_t *c;
+	dmutex_t m;
+	atomic_int lost;
+};
+
+static void
+count_lost(const char *name, void *arg)
+{
+	(void)name;
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void
+hold(struct holder *h, const char *name, int robust, unsigned lease_ms)
+{
+	dmutex_attr_t a;
+
+	atomic_init(&h->lost, 0);
+	cr_assert_eq(dmutex_client_open(&h->c, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, h->c), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, count_lost, &h->lost), 0);
+	if (robust)
+		cr_assert_eq(dmutex_attr_setrobust(&a, DMUTEX_ROBUST), 0);
+	if (lease_ms)
+		cr_assert_eq(dmutex_attr_setlease(&a, lease_ms), 0);
+	cr_assert_eq(dmutex_init(&h->m, name, &a), 0);
+	dmutex_attr_destroy(&a);
+}
+
+static void
+unhold(struct holder *h)
+{
+	cr_assert_eq(dmutex_destroy(&h->m), 0);
+	cr_assert_eq(dmutex_client_close(h->c), 0);
+}
+
+static int
+lost_once(void *p)
+{
+	return atomic_load(&((struct holder *)p)->lost) >= 1;
+}
+
+/* A child process that takes NAME (robust) and exits holding it: the
+ * library's exit handler releases it marked owner-died. */
+struct dier { char url[700]; const char *name; };
+
+static int
+die_holding(void *p)
+{
+	struct dier *d = p;
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	dmutex_t m;
+
+	if (dmutex_client_open(&c, d->url))
+		return 10;
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, c);
+	dmutex_attr_setrobust(&a, DMUTEX_ROBUST);
+	if (dmutex_init(&m, d->name, &a))
+		return 11;
+	if (dmutex_lock(&m))
+		return 12;
+	exit(0);
+}
+
+static void
+owner_dies(const char *name)
+{
+	struct dier d = { .name = name };
+
+	snprintf(d.url, sizeof d.url, "%s", srv.url);
+	cr_assert_eq(th_wait_child(th_spawn(die_holding, &d), 10000), 0);
+}
+
+static long long
+lock_exists(const char *name)
+{
+	return th_redis_int(&srv, "EXISTS dmutex:lock:{%s}", name);
+}
+
+static void
+meta_state(const char *name, char *out, size_t len)
+{
+	redisReply *r = th_redis_cmd(&srv, "HGET dmutex:meta:{%s} state", name);
+
+	cr_assert(r);
+	snprintf(out, len, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+	freeReplyObject(r);
+}
+
+struct numsub { const char *name; long long want; };
+
+static int
+waiters_are(void *p)
+{
+	struct numsub *ns = p;
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", ns->name);
+	int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer == ns->want;
+
+	if (r)
+		freeReplyObject(r);
+	return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* run                                                                 */
+/* ------------------------------------------------------------------ */
+
+Test(cli, run_passes_command_status)
+{
+	char st[32];
+
+	ASSERT_ST(DM_RUN(10000, "a", "run", "job", "--", "sh", "-c", "exit 7"), 7, "a");
+	/* Killed by a signal: 128 + its number, as a shell reports it. */
+	ASSERT_ST(DM_RUN(10000, "b", "run", "job", "--", "sh", "-c", "kill -USR1 $$"), 128 + SIGUSR1, "b");
+	/* "--" is optional. */
+	ASSERT_ST(DM_RUN(10000, "c", "run", "job", "true"), 0, "c");
+	/* Each run released the lock cleanly. */
+	cr_assert_eq(lock_exists("job"), 0);
+	meta_state("job", st, sizeof st);
+	cr_assert_str_eq(st, "");
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:meta:{job} fence"), 3);
+}
+
+Test(cli, run_gives_command_name_and_fence)
+{
+	char *o;
+
+	ASSERT_ST(DM_RUN(10000, "a", "run", "job", "--", "true"), 0, "a");
+	ASSERT_ST(DM_RUN(10000, "b", "run", "job", "--", "sh", "-c",
+			"echo \"$DMUTEX_NAME $DMUTEX_FENCE ${DMUTEX_OWNER_DIED-unset}\""), 0, "b");
+	o = out_of("b");
+	cr_assert_str_eq(o, "job 2 unset\n");
+	free(o);
+}
+
+/* Four jobs, each appending start and end lines around a pause: under the
+ * lock the lines pair up, and the fences rise in the order of the runs. */
+Test(cli, run_never_overlaps)
+{
+	enum { N = 4 };
+	pid_t p[N];
+	char job[300], *log, *line, *save;
+	long long last = 0;
+	int k = 0;
+
+	/* The pause is the job's work, there to give an overlap its chance. */
+	snprintf(job, sizeof job,
+			"echo \"start $DMUTEX_FENCE\" >> %s; sleep 0.15; echo \"end $DMUTEX_FENCE\" >> %s",
+			tpath("log"), tpath("log"));
+	for (int i = 0; i < N; i++) {
+		char tag[8];
+		snprintf(tag, sizeof tag, "r%d", i);
+		p[i] = DM_START(tag, "run", "nightly", "--", "sh", "-c", job);
+	}
+	for (int i = 0; i < N; i++) {
+		char tag[8];
+		snprintf(tag, sizeof tag, "r%d", i);
+		ASSERT_ST(th_wait_child(p[i], 20000), 0, tag);
+	}
+	log = slurp(tpath("log"));
+	for (line = strtok_r(log, "\n", &save); line; line = strtok_r(NULL, "\n", &save), k++) {
+		long long f;
+		if (k % 2 == 0) {
+			cr_assert_eq(sscanf(line, "start %lld", &f), 1, "line %d: %s", k, line);
+			cr_assert_gt(f, last, "fences must rise: %lld after %lld", f, last);
+			last = f;
+		} else {
+			cr_assert_eq(sscanf(line, "end %lld", &f), 1, "overlap at line %d: %s", k, line);
+			cr_assert_eq(f, last, "line %d ends another job's hold", k);
+		}
+	}
+	cr_assert_eq(k, 2 * N);
+	free(log);
+}
+
+Test(cli, run_nonblock_busy)
+{
+	struct holder h;
+	long long t0;
+	char *e;
+	struct stat st;
+
+	hold(&h, "job", 0, 0);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	t0 = th_now_ms();
+	ASSERT_ST(DM_RUN(10000, "a", "run", "-n", "job", "--", "touch", tpath("ran")), ST_BUSY, "a");
+	cr_assert_lt(th_now_ms() - t0, 2000, "-n must not wait");
+	cr_assert_neq(stat(tpath("ran"), &st), 0, "COMMAND ran without the lock");
+	/* Not a terminal: quiet, so that cron sends no mail. */
+	e = err_of("a");
+	cr_assert_str_eq(e, "");
+	free(e);
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	ASSERT_ST(DM_RUN(10000, "b", "run", "-n", "job", "--", "touch", tpath("ran")), 0, "b");
+	cr_assert_eq(stat(tpath("ran"), &st), 0);
+	unhold(&h);
+}
+
+Test(cli, run_wait_times_out)
+{
+	struct holder h;
+	long long t0, took;
+	char *e, want[64];
+
+	hold(&h, "job", 0, 0);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	t0 = th_now_ms();
+	ASSERT_ST(DM_RUN(10000, "a", "run", "-w", "1", "job", "--", "true"), ST_TIMEDOUT, "a");
+	took = th_now_ms() - t0;
+	cr_assert(took >= 950 && took < 3000, "-w 1 gave up after %lld ms", took);
+	e = err_of("a");
+	assert_contains(e, "timed out");
+	snprintf(want, sizeof want, "pid %d ", (int)getpid());
+	assert_contains(e, want);
+	free(e);
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	unhold(&h);
+}
+
+/* A waiting run takes the lock when it is released, woken by the release
+ * (well before the 10 s lease could run out). */
+Test(cli, run_wait_acquires_on_release)
+{
+	struct holder h;
+	struct numsub ns = { "job", 1 };
+	struct stat st;
+	pid_t p;
+	long long t0;
+
+	hold(&h, "job", 0, 10000);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	p = DM_START("a", "run", "-w", "20", "job", "--", "touch", tpath("ran"));
+	cr_assert(th_wait_until(waiters_are, &ns, 5000), "dmutex never waited");
+	cr_assert_neq(stat(tpath("ran"), &st), 0);
+	t0 = th_now_ms();
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	ASSERT_ST(th_wait_child(p, 10000), 0, "a");
+	cr_assert_lt(th_now_ms() - t0, 3000);
+	cr_assert_eq(stat(tpath("ran"), &st), 0);
+	unhold(&h);
+}
+
+/* kill(2) on dmutex reaches COMMAND; its death by that signal is the status. */
+Test(cli, run_forwards_signals)
+{
+	static const int sigs[] = { SIGTERM, SIGUSR2, SIGHUP };
+
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		char tag[8], pidf[16], job[200];
+		pid_t p, cmd;
+
+		snprintf(tag, sizeof tag, "s%zu", i);
+		snprintf(pidf, sizeof pidf, "pid%zu", i);
+		snprintf(job, sizeof job, "echo $$ > %s; exec sleep 30", tpath(pidf));
+		p = DM_START(tag, "run", "job", "--", "sh", "-c", job);
+		cmd = wait_pidfile(tpath(pidf));
+		cr_assert_eq(kill(p, sigs[i]), 0);
+		ASSERT_ST(th_wait_child(p, 5000), 128 + sigs[i], tag);
+		cr_assert(gone(cmd), "COMMAND outlived dmutex");
+	}
+	cr_assert_eq(lock_exists("job"), 0);
+}
+
+static void
+lost_run(const char *how)
+{
+	char job[200], *e;
+	pid_t p, cmd;
+	long long t0;
+
+	snprintf(job, sizeof job, "echo $$ > %s; exec sleep 30", tpath("pid"));
+	if (!strcmp(how, "stop")) {
+		char url[700];
+		snprintf(url, sizeof url, "%s?command_timeout_ms=200", srv.url);
+		p = DM_START("a", "--url", url, "run", "--lease", "400", "job", "--", "sh", "-c", job);
+	} else {
+		p = DM_START("a", "run", "--lease", "300", "job", "--", "sh", "-c", job);
+	}
+	cmd = wait_pidfile(tpath("pid"));
+	cr_assert_eq(lock_exists("job"), 1);
+	t0 = th_now_ms();
+	if (!strcmp(how, "stop"))
+		cr_assert_eq(th_redis_pause(&srv), 0);
+	else
+		cr_assert_eq(th_redis_int(&srv, "DEL dmutex:lock:{job}"), 1);
+	ASSERT_ST(th_wait_child(p, 10000), ST_LOST, "a");
+	cr_assert_lt(th_now_ms() - t0, 5000);
+	if (!strcmp(how, "stop"))
+		cr_assert_eq(th_redis_resume(&srv), 0);
+	cr_assert(gone(cmd), "COMMAND still runs after the lock was lost");
+	e = err_of("a");
+	assert_contains(e, "lost the lock 'job' while COMMAND");
+	assert_contains(e, "SIGTERM");
+	free(e);
+}
+
+Test(cli, run_lost_when_key_deleted)
+{
+	lost_run("del");
+}
+
+Test(cli, run_lost_when_backend_stops)
+{
+	lost_run("stop");
+}
+
+Test(cli, run_lost_escalates_to_sigkill)
+{
+	char job[200], *e;
+	pid_t p, cmd;
+
+	snprintf(job, sizeof job, "trap '' TERM; echo $$ > %s; while :; do sleep 0.05; done", tpath("pid"));
+	p = DM_START("a", "run", "--lease", "300", "--grace", "0.3", "job", "--", "sh", "-c", job);
+	cmd = wait_pidfile(tpath("pid"));
+	cr_assert_eq(th_redis_int(&srv, "DEL dmutex:lock:{job}"), 1);
+	ASSERT_ST(th_wait_child(p, 10000), ST_LOST, "a");
+	cr_assert(gone(cmd));
+	e = err_of("a");
+	assert_contains(e, "SIGKILL");
+	free(e);
+}
+
+Test(cli, run_robust_takes_over)
+{
+	char st[32], *e, *o;
+
+	owner_dies("job");
+	meta_state("job", st, sizeof st);
+	cr_assert_str_eq(st, "died");
+	ASSERT_ST(DM_RUN(10000, "a", "run", "--robust", "job", "--", "sh", "-c",
+			"echo $DMUTEX_OWNER_DIED"), 0, "a");
+	e = err_of("a");
+	assert_contains(e, "died");
+	free(e);
+	o = out_of("a");
+	cr_assert_str_eq(o, "1\n");
+	free(o);
+	/* Marked consistent, so released clean. */
+	meta_state("job", st, sizeof st);
+	cr_assert_str_eq(st, "");
+}
+
+Test(cli, run_command_problems)
+{
+	char *e;
+	int fd;
+
+	ASSERT_ST(DM_RUN(10000, "a", "run", "job", "--", "/nonexistent/cmd"), ST_NOTFOUND, "a");
+	ASSERT_ST(DM_RUN(10000, "b", "run", "job", "--", "no-such-command-anywhere"), ST_NOTFOUND, "b");
+	fd = open(tpath("plain"), O_WRONLY | O_CREAT, 0644);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	ASSERT_ST(DM_RUN(10000, "c", "run", "job", "--", tpath("plain")), ST_NOEXEC, "c");
+	e = err_of("a");
+	assert_contains(e, "/nonexistent/cmd");
+	free(e);
+	/* Looked up before locking: a typo never took the lock. */
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:meta:{job}"), 0);
+	/* An executable file without #! runs in the shell, as with execvp. */
+	fd = open(tpath("script"), O_WRONLY | O_CREAT, 0755);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, "exit 9\n", 7), 7);
+	close(fd);
+	ASSERT_ST(DM_RUN(10000, "d", "run", "job", "--", tpath("script")), 9, "d");
+}
+
+Test(cli, usage_errors)
+{
+	char longname[600];
+
+	memset(longname, 'x', 513);
+	longname[513] = '\0';
+	ASSERT_ST(DM_RUN(10000, "a", "run"), ST_USAGE, "a");
+	ASSERT_ST(DM_RUN(10000, "b", "run", "job"), ST_USAGE, "b");
+	ASSERT_ST(DM_RUN(10000, "c", "run", "-n", "-w", "1", "job", "--", "true"), ST_USAGE, "c");
+	ASSERT_ST(DM_RUN(10000, "d", "run", "--lease", "5", "job", "--", "true"), ST_USAGE, "d");
+	ASSERT_ST(DM_RUN(10000, "e", "run", "-w", "soon", "job", "--", "true"), ST_USAGE, "e");
+	ASSERT_ST(DM_RUN(10000, "f", "run", longname, "--", "true"), ST_USAGE, "f");
+	ASSERT_ST(DM_RUN(10000, "g", "frobnicate"), ST_USAGE, "g");
+	ASSERT_ST(DM_RUN(10000, "h", "status"), ST_USAGE, "h");
+	ASSERT_ST(DM_RUN(10000, "i", "reset"), ST_USAGE, "i");
+	ASSERT_ST(DM_RUN(10000, "j", "list", "a", "b"), ST_USAGE, "j");
+	ASSERT_ST(DM_RUN(10000, "k"), ST_USAGE, "k");
+}
+
+Test(cli, help_and_version)
+{
+	char *o, want[64];
+
+	ASSERT_ST(DM_RUN(10000, "a", "--version"), 0, "a");
+	o = out_of("a");
+	snprintf(want, sizeof want, "dmutex %s\n", DMUTEX_VERSION);
+	cr_assert_str_eq(o, want);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "--help"), 0, "b");
+	o = out_of("b");
+	assert_contains(o, "dmutex run");
+	assert_contains(o, "dmutex reset");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "c", "run", "--help"), 0, "c");
+	o = out_of("c");
+	assert_contains(o, "--grace");
+	free(o);
+}
+
+Test(cli, bad_url_and_unreachable_backend)
+{
+	char url[200], *e;
+	int port = th_free_port();
+
+	ASSERT_ST(DM_RUN(10000, "a", "--url", "redis://:s3cret@127.0.0.1:99999", "run", "job", "--", "true"), ST_BADURL, "a");
+	ASSERT_ST(DM_RUN(10000, "b", "--url", "redis://127.0.0.1:1?colour=blue", "status", "job"), ST_BADURL, "b");
+	e = err_of("a");
+	cr_assert_null(strstr(e, "s3cret"), "a password in a message: %s", e);
+	assert_contains(e, "URL");
+	free(e);
+	snprintf(url, sizeof url, "redis://:s3cret@127.0.0.1:%d?connect_timeout_ms=500", port);
+	ASSERT_ST(DM_RUN(10000, "c", "--url", url, "run", "job", "--", "true"), ST_BACKEND, "c");
+	ASSERT_ST(DM_RUN(10000, "d", "--url", url, "status", "job"), ST_BACKEND, "d");
+	ASSERT_ST(DM_RUN(10000, "e", "--url", url, "list"), ST_BACKEND, "e");
+	ASSERT_ST(DM_RUN(10000, "f", "--url", url, "reset", "job"), ST_BACKEND, "f");
+	e = err_of("d");
+	assert_contains(e, "unreachable");
+	cr_assert_null(strstr(e, "s3cret"), "a password in a message: %s", e);
+	free(e);
+	/* $DMUTEX_URL is the default; --url after the command works too. */
+	ASSERT_ST(DM_RUN(10000, "g", "status", "--url", url, "job"), ST_BACKEND, "g");
+}
+
+/* COMMAND gets dmutex's own descriptors, not the library's sockets. */
+Test(cli, run_command_gets_no_sockets)
+{
+	char job[200], *o;
+
+	snprintf(job, sizeof job, "ls -l /proc/$$/fd/ > %s", tpath("fds"));
+	ASSERT_ST(DM_RUN(10000, "a", "run", "job", "--", "sh", "-c", job), 0, "a");
+	o = slurp(tpath("fds"));
+	cr_assert(strlen(o) > 0);
+	cr_assert_null(strstr(o, "socket:"), "COMMAND inherited a socket:\n%s", o);
+	cr_assert_null(strstr(o, "pipe:"), "COMMAND inherited a pipe:\n%s", o);
+	free(o);
+}
+
+/* On a terminal, waiting says who holds the lock and for how long. */
+Test(cli, run_shows_holder_on_terminal)
+{
+	struct holder h;
+	char host[256], want[400], buf[8192];
+	size_t n = 0;
+	int master;
+	pid_t p;
+	long long until;
+
+	hold(&h, "nightly", 0, 0);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	cr_assert_eq(gethostname(host, sizeof host), 0);
+	snprintf(want, sizeof want, "waiting for 'nightly', held by %s pid %d for ", host, (int)getpid());
+	buf[0] = '\0';
+	fflush(NULL);
+	p = forkpty(&master, NULL, NULL, NULL);
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		char *argv[] = { getenv("DMUTEX_BIN"), "run", "-w", "20", "nightly", "--", "true", NULL };
+		execv(argv[0], argv);
+		_exit(121);
+	}
+	kids[nkids++] = p;
+	fcntl(master, F_SETFL, O_NONBLOCK);
+	for (until = th_now_ms() + 5000; th_now_ms() < until && !strstr(buf, want);) {
+		ssize_t r = read(master, buf + n, sizeof buf - 1 - n);
+		if (r > 0)
+			n += (size_t)r;
+		buf[n] = '\0';
+		if (r <= 0)
+			poll(&(struct pollfd){ .fd = master, .events = POLLIN }, 1, 100);
+	}
+	cr_assert(strstr(buf, want), "no \"%s\" on the terminal:\n%s", want, buf);
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	int st = th_wait_child(p, 10000);
+	cr_assert_eq(st, 0, "status %d; terminal:\n%s", st, buf);
+	close(master);
+	unhold(&h);
+}
+
+/* ------------------------------------------------------------------ */
+/* status, list, reset                                                 */
+/* ------------------------------------------------------------------ */
+
+Test(cli, status_reports_holder_and_fence)
+{
+	struct holder h;
+	uint64_t tok;
+	char want[200], expr[400], *o;
+
+	/* An earlier hold, so that the fence is not just 1. */
+	ASSERT_ST(DM_RUN(10000, "a", "run", "job", "--", "true"), 0, "a");
+	hold(&h, "job", 0, 5000);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	cr_assert_eq(dmutex_fence(&h.m, &tok), 0);
+	cr_assert_eq(tok, 2);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "job"), 0, "b");
+	o = out_of("b");
+	assert_contains(o, "job: held");
+	snprintf(want, sizeof want, " pid %d tid ", (int)getpid());
+	assert_contains(o, want);
+	snprintf(want, sizeof want, "fence:       %llu\n", (unsigned long long)tok);
+	assert_contains(o, want);
+	assert_contains(o, "robust:      consistent");
+	assert_contains(o, "of 5.0 s");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "c", "status", "--json", "job"), 0, "c");
+	snprintf(expr, sizeof expr,
+			"len(d) == 1 and d[0][\"name\"] == \"job\" and d[0][\"held\"] is True and "
+			"d[0][\"pid\"] == %d and d[0][\"fence\"] == %llu and d[0][\"fence_counter\"] == %llu and "
+			"d[0][\"lease_ms\"] == 5000 and 0 < d[0][\"lease_left_ms\"] <= 5000 and "
+			"d[0][\"robust\"] == \"consistent\" and d[0][\"waiters\"] == 0",
+			(int)getpid(), (unsigned long long)tok, (unsigned long long)tok);
+	assert_json("c", expr);
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	unhold(&h);
+}
+
+Test(cli, status_no_such_lock)
+{
+	char *o, *e;
+
+	ASSERT_ST(DM_RUN(10000, "a", "run", "here", "--", "true"), 0, "a");
+	ASSERT_ST(DM_RUN(10000, "b", "status", "here", "nowhere"), ST_NOLOCK, "b");
+	o = out_of("b");
+	assert_contains(o, "here: free");
+	cr_assert_null(strstr(o, "nowhere"));
+	free(o);
+	e = err_of("b");
+	assert_contains(e, "no such lock 'nowhere'");
+	free(e);
+	ASSERT_ST(DM_RUN(10000, "c", "status", "--json", "here", "nowhere"), ST_NOLOCK, "c");
+	assert_json("c", "[x[\"exists\"] for x in d] == [True, False] and d[1][\"robust\"] is None");
+}
+
+/* The robust states, made by the library: a holder exits holding the lock
+ * (owner died); a robust locker unlocks without dmutex_consistent (not
+ * recoverable) — then reset, which keeps the fencing counter. */
+Test(cli, status_robust_states_and_reset)
+{
+	struct holder h;
+	char *o, st[32];
+
+	owner_dies("job");
+	ASSERT_ST(DM_RUN(10000, "a", "status", "job"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "robust:      owner died");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "job"), 0, "b");
+	assert_json("b", "d[0][\"robust\"] == \"owner_died\" and d[0][\"held\"] is False and d[0][\"fence_counter\"] == 1");
+
+	hold(&h, "job", 1, 0);
+	cr_assert_eq(dmutex_lock(&h.m), EOWNERDEAD);
+	/* Held after an owner died: the holder took over. */
+	ASSERT_ST(DM_RUN(10000, "c", "status", "--json", "job"), 0, "c");
+	assert_json("c", "d[0][\"held\"] is True and d[0][\"acquired_after_owner_died\"] is True and d[0][\"fence\"] == 2");
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	unhold(&h);
+	meta_state("job", st, sizeof st);
+	cr_assert_str_eq(st, "notrec");
+	ASSERT_ST(DM_RUN(10000, "d", "status", "job"), 0, "d");
+	o = out_of("d");
+	assert_contains(o, "robust:      not recoverable");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "e", "status", "--json", "job"), 0, "e");
+	assert_json("e", "d[0][\"robust\"] == \"not_recoverable\"");
+
+	/* Every locker is refused until an operator resets it. */
+	ASSERT_ST(DM_RUN(10000, "f", "run", "job", "--", "true"), ST_NOTREC, "f");
+	o = err_of("f");
+	assert_contains(o, "dmutex reset job");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "g", "reset", "job"), 0, "g");
+	o = out_of("g");
+	cr_assert_str_eq(o, "reset 'job': cleared the not-recoverable state\n");
+	free(o);
+	meta_state("job", st, sizeof st);
+	cr_assert_str_eq(st, "");
+	/* The fencing counter went on from where it was. */
+	ASSERT_ST(DM_RUN(10000, "h", "run", "job", "--", "sh", "-c", "echo $DMUTEX_FENCE"), 0, "h");
+	o = out_of("h");
+	cr_assert_str_eq(o, "3\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "i", "reset", "job"), 0, "i");
+	o = out_of("i");
+	cr_assert_str_eq(o, "'job' is free and consistent: nothing to reset\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "j", "reset", "nowhere"), ST_NOLOCK, "j");
+}
+
+Test(cli, reset_owner_died_state)
+{
+	char *o, st[32];
+
+	owner_dies("job");
+	ASSERT_ST(DM_RUN(10000, "a", "reset", "job"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "reset 'job': cleared the owner-died state");
+	free(o);
+	meta_state("job", st, sizeof st);
+	cr_assert_str_eq(st, "");
+}
+
+/* reset refuses a held lock without --force; with it, the hold goes, the
+ * holder learns it lost the lock, and a waiter is woken at once. */
+Test(cli, reset_refuses_then_forces)
+{
+	struct holder h;
+	struct numsub ns = { "job", 1 };
+	char want[100], *o, *e;
+	pid_t waiter;
+	long long t0;
+
+	/* A long lease: a waiter that got in quickly was woken, not timed out. */
+	hold(&h, "job", 0, 10000);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	ASSERT_ST(DM_RUN(10000, "a", "reset", "job"), ST_REFUSED, "a");
+	e = err_of("a");
+	assert_contains(e, "--force");
+	free(e);
+	cr_assert_eq(lock_exists("job"), 1);
+	cr_assert_eq(atomic_load(&h.lost), 0);
+
+	waiter = DM_START("w", "run", "-w", "20", "job", "--", "true");
+	cr_assert(th_wait_until(waiters_are, &ns, 5000), "dmutex never waited");
+	t0 = th_now_ms();
+	ASSERT_ST(DM_RUN(10000, "b", "reset", "--force", "job"), 0, "b");
+	o = out_of("b");
+	snprintf(want, sizeof want, "reset 'job': released the hold of ");
+	assert_contains(o, want);
+	snprintf(want, sizeof want, " pid %d tid ", (int)getpid());
+	assert_contains(o, want);
+	assert_contains(o, "(fence 1,");
+	free(o);
+	/* Woken by the reset's message, not by a lease running out. */
+	ASSERT_ST(th_wait_child(waiter, 10000), 0, "w");
+	cr_assert_lt(th_now_ms() - t0, 3000);
+	/* At its next renewal, a third of the lease later. */
+	cr_assert(th_wait_until(lost_once, &h, 8000), "the holder was never told");
+	cr_assert_eq(dmutex_unlock(&h.m), ENOLCK);
+	unhold(&h);
+}
+
+static long long
+command_calls(const char *cmd)
+{
+	redisReply *r = th_redis_cmd(&srv, "INFO commandstats");
+	char key[64];
+	const char *p;
+	long long calls = 0;
+
+	cr_assert(r && r->type == REDIS_REPLY_STRING);
+	snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+	if ((p = strstr(r->str, key)))
+		calls = atoll(p + strlen(key));
+	freeReplyObject(r);
+	return calls;
+}
+
+Test(cli, list_walks_with_scan)
+{
+	enum { N = 1500 };
+	struct holder h;
+	redisContext *c = th_redis_connect(&srv, NULL, NULL);
+	char *o, expr[300];
+	int lines = 0;
+
+	cr_assert(c);
+	for (int i = 0; i < N; i++)
+		redisAppendCommand(c, "HSET dmutex:meta:{k%04d} fence %d", i, i + 1);
+	for (int i = 0; i < N; i++) {
+		void *r;
+		cr_assert_eq(redisGetReply(c, &r), REDIS_OK);
+		freeReplyObject(r);
+	}
+	/* Not ours: other kinds and other prefixes are left out. */
+	freeReplyObject(redisCommand(c, "HSET other:meta:{x} fence 1"));
+	freeReplyObject(redisCommand(c, "HSET dmutex:metadata fence 1"));
+	redisFree(c);
+	hold(&h, "held-one", 0, 0);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+
+	ASSERT_ST(DM_RUN(20000, "a", "list"), 0, "a");
+	o = out_of("a");
+	for (char *p = o; (p = strchr(p, '\n')); p++)
+		lines++;
+	cr_assert_eq(lines, N + 2, "a header and %d locks, got %d lines", N + 1, lines);
+	assert_contains(o, "k1499 ");
+	free(o);
+	cr_assert_eq(command_calls("keys"), 0, "list used KEYS");
+	cr_assert_geq(command_calls("scan"), 2, "a single SCAN cannot have walked %d keys", N);
+
+	ASSERT_ST(DM_RUN(20000, "b", "list", "--json"), 0, "b");
+	snprintf(expr, sizeof expr,
+			"len(d) == %d and [x for x in d if x[\"held\"]][0][\"name\"] == \"held-one\" and "
+			"[x for x in d if x[\"held\"]][0][\"pid\"] == %d and "
+			"sorted(x[\"name\"] for x in d) == [x[\"name\"] for x in d]", N + 1, (int)getpid());
+	assert_json("b", expr);
+	ASSERT_ST(DM_RUN(20000, "c", "list", "--json", "k00*"), 0, "c");
+	assert_json("c", "len(d) == 100 and d[0][\"name\"] == \"k0000\" and d[0][\"fence_counter\"] == 1");
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	unhold(&h);
+}
+
+/* The prefix is taken literally, even with glob characters in it; names
+ * with quotes and control characters still give valid JSON. */
+Test(cli, list_odd_prefix_and_names)
+{
+	char url[800];
+	redisContext *c = th_redis_connect(&srv, NULL, NULL);
+
+	cr_assert(c);
+	freeReplyObject(redisCommand(c, "HSET we*rd:meta:{a\"b\\c\td} fence 5"));
+	freeReplyObject(redisCommand(c, "HSET weXYZrd:meta:{decoy} fence 1"));
+	freeReplyObject(redisCommand(c, "HSET we*rd:meta:{caf\xc3\xa9\xff} fence 2"));
+	redisFree(c);
+	snprintf(url, sizeof url, "%s?prefix=we*rd:", srv.url);
+	ASSERT_ST(DM_RUN(10000, "a", "--url", url, "list", "--json"), 0, "a");
+	assert_json("a", "sorted(x[\"name\"] for x in d) == [\"a\\\"b\\\\c\\td\", \"caf\\u00e9\\ufffd\"] "
+			"and d[0][\"fence_counter\"] == 5");
+}

@@ -1,0 +1,158 @@
+/*
+ * The dmutex command: shared definitions.
+ *
+ * `run` goes through the public library like any user would.  The operator
+ * views (status, list, reset, and the "held by" line shown while waiting)
+ * read and write the Redis keys directly with hiredis, reusing the library's
+ * URL parser and authenticated connect so that both agree on every address,
+ * password and prefix.
+ */
+#ifndef DMUTEX_CLI_H
+#define DMUTEX_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+#include "node.h"
+#include "url.h"
+
+/* Exit statuses of dmutex itself, listed in dmutex(1).  `run` otherwise
+ * exits with COMMAND's status (128 + N when a signal N killed it). */
+enum {
+	CLI_OK = 0,
+	CLI_USAGE = 64,         /* bad option or argument */
+	CLI_BUSY = 80,          /* run -n: the lock is held */
+	CLI_TIMEDOUT = 81,      /* run -w: not acquired in time */
+	CLI_LOST = 82,          /* the hold was lost while COMMAND ran */
+	CLI_NOTREC = 83,        /* not recoverable until `dmutex reset` */
+	CLI_NOLOCK = 84,        /* status/reset: no such lock */
+	CLI_REFUSED = 85,       /* reset: held, and no --force */
+	CLI_BADURL = 86,        /* malformed or unsupported URL */
+	CLI_BACKEND = 87,       /* backend unreachable, refusing or failing */
+	CLI_INTERNAL = 88,      /* out of memory, fork failed... */
+	CLI_NOEXEC = 126,       /* COMMAND found but not executable */
+	CLI_NOTFOUND = 127      /* COMMAND not found */
+};
+
+/* Messages go to stderr prefixed "dmutex: ", like the library's own. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The URL to use: --url, else $DMUTEX_URL, else the library's default. */
+const char *cli_url(const char *opt_url);
+
+/* Lock names: 1 to DMUTEX_NAME_MAX bytes.  0, or CLI_USAGE with a message. */
+int cli_check_name(const char *name);
+
+/* Parse "1.5" seconds into ms (0 .. 10^9 s).  0 ok, -1 bad. */
+int cli_parse_seconds(const char *s, int64_t *ms);
+
+/* ---- direct connections (conn.c) ------------------------------------ */
+
+struct cli_conn {
+	struct dmutex__config cfg;
+	struct dmutex__node *nodes;     /* cfg.nnodes */
+	redisContext **ctx;             /* one per node; NULL when unreachable */
+};
+
+/* Parse the URL and connect to every node.  0; CLI_BADURL; CLI_BACKEND
+ * (a node is unreachable or refused us; logged and said); CLI_INTERNAL. */
+int cli_conn_open(struct cli_conn *cc, const char *url);
+/* Parse only; connect later with cli_conn_connect (for `run`'s display). */
+int cli_conn_parse(struct cli_conn *cc, const char *url);
+int cli_conn_connect(struct cli_conn *cc, int quiet);
+void cli_conn_close(struct cli_conn *cc);
+/* A node's name for people (password masked). */
+const char *cli_conn_node(const struct cli_conn *cc, size_t i);
+
+/* ---- what Redis says about one lock (inspect.c) ---------------------- */
+
+enum { ROBUST_CONSISTENT, ROBUST_OWNER_DIED, ROBUST_NOTREC };
+
+struct cli_lock {
+	char *name;
+	int exists;                     /* lock key or meta key present */
+	int held;                       /* lock key present */
+	char host[256];
+	long long pid, tid;             /* -1 when unknown */
+	long long since_ms;             /* wall clock; -1 unknown */
+	long long lease_ms;             /* -1 unknown */
+	long long pttl_ms;              /* lease left; -1 none/unknown */
+	long long fence;                /* the current hold's token; -1 when free */
+	long long fence_counter;        /* last token handed out; -1 none */
+	int acquired_after_death;       /* the current holder took over a dead one's */
+	int robust;                     /* ROBUST_* */
+	char state[16];                 /* meta state, "" = clean */
+	long long waiters;              /* clients subscribed to the wake channel */
+	char error[256];                /* non-empty: this record could not be read */
+};
+
+/* Pipelined: queue the reads for one name, then collect them in order.
+ * read returns 0, or CLI_BACKEND (connection failed: message said) —
+ * a Redis error about one key (foreign data) goes into l->error instead. */
+int cli_inspect_append(redisContext *c, const char *prefix, const char *name);
+int cli_inspect_read(redisContext *c, const char *prefix, const char *name,
+		struct cli_lock *l);
+int cli_inspect(redisContext *c, const char *prefix, const char *name, struct cli_lock *l);
+void cli_lock_free(struct cli_lock *l);
+
+/* ---- output (show.c, json.c) ---------------------------------------- */
+
+long long cli_wall_ms(void);
+/* "12 s", "3 min 12 s", "2 h 5 min", "3 d 4 h"; "1.5 s" under 10 s */
+void cli_duration(char *buf, size_t len, long long ms);
+/* A name for a terminal: control bytes as \xNN (so up to 4 x 512 bytes). */
+#define CLI_NAME_TEXT (4 * 512 + 5)
+void cli_name_text(char buf[CLI_NAME_TEXT], const char *name);
+const char *cli_robust_text(int robust);
+const char *cli_robust_json(int robust);
+/* "host1 pid 4242 tid 4243", or "an unknown holder" */
+void cli_holder(char *buf, size_t len, const struct cli_lock *l, int with_tid);
+
+/* A JSON string: quotes, escapes, invalid UTF-8 as U+FFFD. */
+void cli_json_str(FILE *f, const char *s);
+/* One lock as a JSON object (node: NULL to leave it out). */
+void cli_json_lock(FILE *f, const struct cli_lock *l, const char *node);
+
+/* ---- subcommands ---------------------------------------------------- */
+
+int cli_run(int argc, char **argv, const char *url);
+int cli_status(int argc, char **argv, const char *url);
+int cli_list(int argc, char **argv, const char *url);
+int cli_reset(int argc, char **argv, const char *url);
+
+/* ---- run's helpers -------------------------------------------------- */
+
+/* spawn.c: remember the descriptors dmutex was started with (COMMAND gets
+ * those and no others: not the library's sockets). */
+void cli_fd_snapshot(void);
+/* Find COMMAND like execvp would: the path to exec (malloc'd), or NULL with
+ * *status CLI_NOTFOUND / CLI_NOEXEC / CLI_INTERNAL (message said). */
+char *cli_find_command(const char *cmd, int *status);
+/* run.c: the signals passed on to COMMAND, and SIGPIPE's disposition when
+ * dmutex started.  In the child, before the mask is lifted, the first get
+ * their default action back and SIGPIPE what it had. */
+extern const int cli_run_signals[];
+extern const int cli_run_nsignals;
+extern struct sigaction cli_run_sigpipe;
+
+/* vfork + exec path with argv and envp (a file without #! is run by
+ * /bin/sh, as execvp does); between the two only async-signal-safe calls.
+ * Returns the child's pid, or -1 with *status (message said: the fork
+ * failed, or the exec did and the child is reaped). */
+pid_t cli_spawn(const char *path, char *const argv[], char *const envp[], int *status);
+
+/* waitshow.c: on a terminal, a line saying who holds the lock we wait for,
+ * refreshed every second by its own thread. */
+struct cli_waitshow;
+struct cli_waitshow *cli_waitshow_start(const char *url, const char *name);
+void cli_waitshow_stop(struct cli_waitshow *w);
+/* One line about the current holder, for messages ("held by ... for 12 s");
+ * empty when it cannot be read. */
+void cli_describe_holder(const char *url, const char *name, char *buf, size_t len);
+
+#endif

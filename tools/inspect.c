@@ -1,0 +1,156 @@
+/*
+ * What Redis holds about one lock, in one round trip: the lock hash and its
+ * PTTL (present only while held), the persistent meta hash (fencing counter,
+ * robust state) and the number of clients subscribed to the wake channel.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "keys.h"
+
+static long long
+num(const char *s)
+{
+	char *end;
+	long long v;
+
+	if (!s || !*s)
+		return -1;
+	v = strtoll(s, &end, 10);
+	return *end ? -1 : v;
+}
+
+static int
+connection_failed(redisContext *c)
+{
+	cli_err("backend failed: %s", c->errstr[0] ? c->errstr : "connection lost");
+	return CLI_BACKEND;
+}
+
+int
+cli_inspect_append(redisContext *c, const char *prefix, const char *name)
+{
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
+
+	dmutex__key(lk, prefix, "lock", name);
+	dmutex__key(mk, prefix, "meta", name);
+	dmutex__key(ch, prefix, "wake", name);
+	if (redisAppendCommand(c, "HGETALL %b", lk, strlen(lk)) != REDIS_OK ||
+	    redisAppendCommand(c, "PTTL %b", lk, strlen(lk)) != REDIS_OK ||
+	    redisAppendCommand(c, "HGETALL %b", mk, strlen(mk)) != REDIS_OK ||
+	    redisAppendCommand(c, "PUBSUB NUMSUB %b", ch, strlen(ch)) != REDIS_OK)
+		return connection_failed(c);
+	return 0;
+}
+
+/* A hash reply's field, or NULL. */
+static const char *
+field(const redisReply *r, const char *name)
+{
+	if (!r || r->type != REDIS_REPLY_ARRAY)
+		return NULL;
+	for (size_t i = 0; i + 1 < r->elements; i += 2)
+		if (r->element[i]->type == REDIS_REPLY_STRING &&
+		    !strcmp(r->element[i]->str, name) &&
+		    r->element[i + 1]->type == REDIS_REPLY_STRING)
+			return r->element[i + 1]->str;
+	return NULL;
+}
+
+static void
+fill(struct cli_lock *l, const char *prefix, redisReply *const rep[4])
+{
+	const redisReply *lock = rep[0], *pttl = rep[1], *meta = rep[2], *subs = rep[3];
+	const char *s;
+	char key[DMUTEX__KEY_MAX];
+
+	/* Someone else's data under our key names: say so, do not guess.  (A
+	 * refused PUBSUB, say by an ACL, only leaves the waiters unknown.) */
+	for (int i = 0; i < 3; i++) {
+		if (rep[i]->type != REDIS_REPLY_ERROR)
+			continue;
+		dmutex__key(key, prefix, i < 2 ? "lock" : "meta", l->name);
+		snprintf(l->error, sizeof l->error, "%.80s: %.160s", key, rep[i]->str);
+		return;
+	}
+	l->held = lock->type == REDIS_REPLY_ARRAY && lock->elements > 0;
+	l->exists = l->held || (meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
+	if (l->held) {
+		snprintf(l->host, sizeof l->host, "%s", (s = field(lock, "host")) ? s : "");
+		/* Written by whoever wrote the key: no terminal escapes from it. */
+		for (char *h = l->host; *h; h++)
+			if ((unsigned char)*h < 0x20 || *h == 0x7f)
+				*h = '?';
+		l->pid = num(field(lock, "pid"));
+		l->tid = num(field(lock, "tid"));
+		l->since_ms = num(field(lock, "since"));
+		l->lease_ms = num(field(lock, "lease"));
+		l->fence = num(field(lock, "fence"));
+		l->acquired_after_death = num(field(lock, "died")) == 1;
+		if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
+			l->pttl_ms = pttl->integer;
+	}
+	l->fence_counter = num(field(meta, "fence"));
+	snprintf(l->state, sizeof l->state, "%s", (s = field(meta, "state")) ? s : "");
+	/* The states of acquire.lua / release.lua: "held" with no lock key
+	 * means the last holder's lease ran out without an unlock. */
+	if (!strcmp(l->state, "notrec"))
+		l->robust = ROBUST_NOTREC;
+	else if (!strcmp(l->state, "died") || (!strcmp(l->state, "held") && !l->held))
+		l->robust = ROBUST_OWNER_DIED;
+	else
+		l->robust = ROBUST_CONSISTENT;
+	if (subs->type == REDIS_REPLY_ARRAY && subs->elements == 2 &&
+	    subs->element[1]->type == REDIS_REPLY_INTEGER)
+		l->waiters = subs->element[1]->integer;
+}
+
+int
+cli_inspect_read(redisContext *c, const char *prefix, const char *name, struct cli_lock *l)
+{
+	redisReply *rep[4] = { NULL, NULL, NULL, NULL };
+	int status = 0;
+
+	memset(l, 0, sizeof *l);
+	l->pid = l->tid = l->since_ms = l->lease_ms = l->pttl_ms = -1;
+	l->fence = l->fence_counter = l->waiters = -1;
+	if (!(l->name = strdup(name))) {
+		cli_err("out of memory");
+		status = CLI_INTERNAL;
+	}
+	/* Read all four even after a failure, to keep the pipeline in step. */
+	for (int i = 0; i < 4; i++) {
+		void *r = NULL;
+		if (redisGetReply(c, &r) != REDIS_OK) {
+			status = connection_failed(c);
+			break;
+		}
+		rep[i] = r;
+	}
+	if (!status)
+		fill(l, prefix, rep);
+	for (int i = 0; i < 4; i++)
+		if (rep[i])
+			freeReplyObject(rep[i]);
+	return status;
+}
+
+int
+cli_inspect(redisContext *c, const char *prefix, const char *name, struct cli_lock *l)
+{
+	int status = cli_inspect_append(c, prefix, name);
+
+	if (status) {
+		memset(l, 0, sizeof *l);
+		return status;
+	}
+	return cli_inspect_read(c, prefix, name, l);
+}
+
+void
+cli_lock_free(struct cli_lock *l)
+{
+	free(l->name);
+	l->name = NULL;
+}

@@ -1,0 +1,299 @@
+/*
+ * dmutex list [--json] [PATTERN]: every lock under the prefix.  Every name
+ * ever locked has a persistent meta hash, so the meta keys are the index;
+ * they are walked with SCAN (never KEYS, which blocks the server).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+	"usage: dmutex list [--json] [--url URL] [PATTERN]\n"
+	"List every lock under the prefix whose name matches PATTERN (a Redis\n"
+	"glob: * ? [abc] \\x; default *), with its holder and state.\n";
+
+#define SCAN_COUNT "1000"
+#define BATCH 256       /* locks inspected per pipeline */
+
+struct names {
+	char **v;
+	size_t n, cap;
+};
+
+static int
+names_add(struct names *ns, const char *s, size_t len)
+{
+	char *d;
+
+	if (ns->n == ns->cap) {
+		size_t cap = ns->cap ? ns->cap * 2 : 64;
+		char **v = realloc(ns->v, cap * sizeof *v);
+		if (!v)
+			return -1;
+		ns->v = v;
+		ns->cap = cap;
+	}
+	if (!(d = malloc(len + 1)))
+		return -1;
+	memcpy(d, s, len);
+	d[len] = '\0';
+	ns->v[ns->n++] = d;
+	return 0;
+}
+
+static void
+names_free(struct names *ns)
+{
+	for (size_t i = 0; i < ns->n; i++)
+		free(ns->v[i]);
+	free(ns->v);
+}
+
+static int
+cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted, each once: SCAN may return a key more than once. */
+static void
+names_unique(struct names *ns)
+{
+	size_t k = 0;
+
+	if (!ns->n)
+		return;
+	qsort(ns->v, ns->n, sizeof *ns->v, cmp_name);
+	for (size_t i = 1; i < ns->n; i++) {
+		if (!strcmp(ns->v[i], ns->v[k]))
+			free(ns->v[i]);
+		else
+			ns->v[++k] = ns->v[i];
+	}
+	ns->n = k + 1;
+}
+
+/* The prefix taken literally inside a glob. */
+static char *
+glob_escape(const char *s)
+{
+	char *out = malloc(2 * strlen(s) + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	for (; *s; s++) {
+		if (strchr("*?[]\\", *s))
+			*o++ = '\\';
+		*o++ = *s;
+	}
+	*o = '\0';
+	return out;
+}
+
+/* Collect the names of one node's meta keys matching the pattern. */
+static int
+scan_node(redisContext *c, const char *prefix, const char *match, struct names *ns)
+{
+	char cursor[32] = "0";
+	size_t head = strlen(prefix) + strlen("meta:{");
+
+	do {
+		redisReply *r = redisCommand(c, "SCAN %s MATCH %b COUNT " SCAN_COUNT,
+				cursor, match, strlen(match));
+		if (!r) {
+			cli_err("backend failed: %s", c->errstr);
+			return CLI_BACKEND;
+		}
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		    r->element[0]->type != REDIS_REPLY_STRING ||
+		    r->element[1]->type != REDIS_REPLY_ARRAY) {
+			cli_err("SCAN failed: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+			freeReplyObject(r);
+			return CLI_BACKEND;
+		}
+		snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+		for (size_t i = 0; i < r->element[1]->elements; i++) {
+			const redisReply *k = r->element[1]->element[i];
+			/* A key with a NUL in it was not written by dmutex. */
+			if (k->type != REDIS_REPLY_STRING || k->len < head + 2 ||
+			    strlen(k->str) != k->len || k->str[k->len - 1] != '}')
+				continue;
+			if (names_add(ns, k->str + head, k->len - head - 1)) {
+				freeReplyObject(r);
+				cli_err("out of memory");
+				return CLI_INTERNAL;
+			}
+		}
+		freeReplyObject(r);
+	} while (strcmp(cursor, "0"));
+	return 0;
+}
+
+struct row {
+	struct cli_lock l;
+	size_t node;
+};
+
+static void
+print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
+{
+	int wname = 4, whold = 6, wnode = 4;
+	int multi = cc->cfg.nnodes > 1;
+	char name[CLI_NAME_TEXT], holder[512];
+
+	for (size_t i = 0; i < n; i++) {
+		cli_name_text(name, rows[i].l.name);
+		cli_holder(holder, sizeof holder, &rows[i].l, 0);
+		if ((int)strlen(name) > wname)
+			wname = (int)strlen(name);
+		if (rows[i].l.held && (int)strlen(holder) > whold)
+			whold = (int)strlen(holder);
+		if (multi && (int)strlen(cli_conn_node(cc, rows[i].node)) > wnode)
+			wnode = (int)strlen(cli_conn_node(cc, rows[i].node));
+	}
+	if (multi)
+		printf("%-*s  ", wnode, "NODE");
+	printf("%-*s  %-5s  %-*s  %-10s  %-10s  %-6s  %-15s  %s\n", wname, "NAME", "STATE",
+			whold, "HOLDER", "HELD FOR", "LEASE LEFT", "FENCE", "ROBUST", "WAITING");
+	for (size_t i = 0; i < n; i++) {
+		const struct cli_lock *l = &rows[i].l;
+		char held_for[32] = "-", left[32] = "-", fence[32] = "-", waiting[32] = "-";
+		long long f = l->held ? l->fence : l->fence_counter;
+
+		cli_name_text(name, l->name);
+		if (multi)
+			printf("%-*s  ", wnode, cli_conn_node(cc, rows[i].node));
+		if (l->error[0]) {
+			printf("%-*s  cannot read: %s\n", wname, name, l->error);
+			continue;
+		}
+		if (l->held) {
+			cli_holder(holder, sizeof holder, l, 0);
+			if (l->since_ms >= 0)
+				cli_duration(held_for, sizeof held_for, cli_wall_ms() - l->since_ms);
+			if (l->pttl_ms >= 0)
+				cli_duration(left, sizeof left, l->pttl_ms);
+		} else {
+			snprintf(holder, sizeof holder, "-");
+		}
+		if (f >= 0)
+			snprintf(fence, sizeof fence, "%lld", f);
+		if (l->waiters >= 0)
+			snprintf(waiting, sizeof waiting, "%lld", l->waiters);
+		printf("%-*s  %-5s  %-*s  %-10s  %-10s  %-6s  %-15s  %s\n", wname, name,
+				l->held ? "held" : "free", whold, holder, held_for, left, fence,
+				cli_robust_text(l->robust), waiting);
+	}
+}
+
+int
+cli_list(int argc, char **argv, const char *url)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "url", required_argument, NULL, 'u' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct cli_conn cc;
+	struct names ns = { 0 };
+	struct row *rows = NULL;
+	size_t nrows = 0;
+	const char *pattern = "*";
+	char *esc = NULL, *match = NULL;
+	int json = 0, status, c;
+
+	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j': json = 1; break;
+		case 'u': url = optarg; break;
+		case 'h': fputs(usage, stdout); return CLI_OK;
+		default: fputs(usage, stderr); return CLI_USAGE;
+		}
+	}
+	if (argc - optind > 1) {
+		fputs(usage, stderr);
+		return CLI_USAGE;
+	}
+	if (optind < argc)
+		pattern = argv[optind];
+	if ((status = cli_conn_parse(&cc, cli_url(url))))
+		return status;
+	if ((status = cli_conn_connect(&cc, 0))) {
+		size_t up = 0;
+		for (size_t n = 0; n < cc.cfg.nnodes; n++)
+			up += cc.ctx[n] != NULL;
+		if (!up)
+			goto out;
+	}
+	if (!(esc = glob_escape(cc.cfg.prefix)) ||
+	    !(match = malloc(strlen(esc) + strlen(pattern) + 8))) {
+		cli_err("out of memory");
+		status = CLI_INTERNAL;
+		goto out;
+	}
+	sprintf(match, "%smeta:{%s}", esc, pattern);
+	for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+		int st;
+		if (cc.ctx[n] && (st = scan_node(cc.ctx[n], cc.cfg.prefix, match, &ns))) {
+			status = st;
+			goto out;
+		}
+	}
+	names_unique(&ns);
+	if (ns.n && !(rows = calloc(ns.n * cc.cfg.nnodes, sizeof *rows))) {
+		cli_err("out of memory");
+		status = CLI_INTERNAL;
+		goto out;
+	}
+	for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+		if (!cc.ctx[n])
+			continue;
+		for (size_t lo = 0; lo < ns.n; lo += BATCH) {
+			size_t hi = lo + BATCH < ns.n ? lo + BATCH : ns.n;
+			int st = 0;
+			for (size_t i = lo; i < hi && !st; i++)
+				st = cli_inspect_append(cc.ctx[n], cc.cfg.prefix, ns.v[i]);
+			for (size_t i = lo; i < hi && !st; i++) {
+				struct row *r = &rows[nrows];
+				st = cli_inspect_read(cc.ctx[n], cc.cfg.prefix, ns.v[i], &r->l);
+				r->node = n;
+				nrows++;
+				/* Gone between SCAN and now: not worth a row. */
+				if (!st && !r->l.exists && !r->l.error[0])
+					cli_lock_free(&rows[--nrows].l);
+			}
+			if (st) {
+				status = st;
+				goto out;
+			}
+		}
+	}
+	if (json) {
+		fputc('[', stdout);
+		for (size_t i = 0; i < nrows; i++) {
+			if (i)
+				fputc(',', stdout);
+			cli_json_lock(stdout, &rows[i].l,
+					cc.cfg.nnodes > 1 ? cli_conn_node(&cc, rows[i].node) : NULL);
+		}
+		fputs("]\n", stdout);
+	} else if (nrows) {
+		print_table(&cc, rows, nrows);
+	}
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].l.error[0] && !status)
+			status = CLI_BACKEND;
+out:
+	for (size_t i = 0; i < nrows; i++)
+		cli_lock_free(&rows[i].l);
+	free(rows);
+	names_free(&ns);
+	free(esc);
+	free(match);
+	cli_conn_close(&cc);
+	return status;
+}

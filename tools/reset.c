@@ -1,0 +1,203 @@
+/*
+ * dmutex reset [--force] NAME: force-release a lock and clear an owner-died
+ * or not-recoverable state, saying exactly what was removed.
+ *
+ * The fencing counter is never touched: tokens must keep growing across a
+ * reset, or a stale writer's token could look new again.  The check and
+ * the change are one WATCH/MULTI/EXEC transaction, so a lock taken between
+ * them is never released without --force.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "keys.h"
+
+static const char usage[] =
+	"usage: dmutex reset [--force] [--url URL] NAME\n"
+	"Release NAME whoever holds it (only with --force while it is held) and\n"
+	"clear an owner-died or not-recoverable state; the fencing counter stays.\n";
+
+#define ATTEMPTS 10
+
+static int
+simple(redisContext *c, redisReply *r)
+{
+	int ok = r && r->type != REDIS_REPLY_ERROR;
+
+	if (!r)
+		cli_err("backend failed: %s", c->errstr);
+	else if (!ok)
+		cli_err("backend refused: %s", r->str);
+	if (r)
+		freeReplyObject(r);
+	return ok ? 0 : CLI_BACKEND;
+}
+
+static void
+say_refused(const struct cli_lock *l, const char *node)
+{
+	char holder[512], dur[32] = "";
+
+	cli_holder(holder, sizeof holder, l, 1);
+	if (l->since_ms >= 0) {
+		strcpy(dur, " for ");
+		cli_duration(dur + 5, sizeof dur - 5, cli_wall_ms() - l->since_ms);
+	}
+	cli_err("'%s' is held by %s%s%s%s; use --force to release it anyway "
+			"(the holder is told it lost the lock at its next renewal)",
+			l->name, holder, dur, node ? " on " : "", node ? node : "");
+}
+
+/* One node.  *what: 0 nothing to do, 1 something removed, -1 no such lock. */
+static int
+reset_node(redisContext *c, const char *prefix, const char *name, int force,
+		const char *node, int *what)
+{
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
+	char holder[512], dur[32], on[600] = "";
+	struct cli_lock l;
+	redisReply *r;
+	int status;
+
+	dmutex__key(lk, prefix, "lock", name);
+	dmutex__key(mk, prefix, "meta", name);
+	dmutex__key(ch, prefix, "wake", name);
+	if (node)
+		snprintf(on, sizeof on, " on %s", node);
+	for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+		if ((status = simple(c, redisCommand(c, "WATCH %b %b", lk, strlen(lk), mk, strlen(mk)))))
+			return status;
+		if ((status = cli_inspect(c, prefix, name, &l)))
+			goto unwatch;
+		if (l.error[0]) {
+			cli_err("'%s': %s", name, l.error);
+			status = CLI_BACKEND;
+			goto unwatch;
+		}
+		if (!l.exists) {
+			*what = -1;
+			goto unwatch;
+		}
+		if (l.held && !force) {
+			say_refused(&l, node);
+			status = CLI_REFUSED;
+			goto unwatch;
+		}
+		if (!l.held && !l.state[0]) {
+			*what = 0;
+			goto unwatch;
+		}
+		if ((status = simple(c, redisCommand(c, "MULTI"))) ||
+		    (l.held && (status = simple(c, redisCommand(c, "DEL %b", lk, strlen(lk))))) ||
+		    (l.state[0] && (status = simple(c, redisCommand(c, "HDEL %b state", mk, strlen(mk))))) ||
+		    (status = simple(c, redisCommand(c, "PUBLISH %b r", ch, strlen(ch)))))
+			goto unwatch;
+		if (!(r = redisCommand(c, "EXEC"))) {
+			cli_lock_free(&l);
+			return simple(c, NULL);
+		}
+		if (r->type == REDIS_REPLY_NIL) {
+			/* It changed under us: look again. */
+			freeReplyObject(r);
+			cli_lock_free(&l);
+			continue;
+		}
+		if ((status = simple(c, r))) {
+			cli_lock_free(&l);
+			return status;
+		}
+		*what = 1;
+		if (l.held) {
+			cli_holder(holder, sizeof holder, &l, 1);
+			cli_duration(dur, sizeof dur, cli_wall_ms() - l.since_ms);
+			printf("reset '%s'%s: released the hold of %s (fence %lld, held for %s)\n",
+					name, on, holder, l.fence, l.since_ms >= 0 ? dur : "?");
+		}
+		if (!strcmp(l.state, "notrec"))
+			printf("reset '%s'%s: cleared the not-recoverable state\n", name, on);
+		else if (!strcmp(l.state, "died") || (!strcmp(l.state, "held") && !l.held))
+			printf("reset '%s'%s: cleared the owner-died state (its last holder %s)\n",
+					name, on, !strcmp(l.state, "died") ? "exited holding it"
+					: "stopped renewing without unlocking");
+		cli_lock_free(&l);
+		return 0;
+	}
+	cli_err("'%s' keeps changing%s; nothing was reset", name, on);
+	return CLI_BACKEND;
+unwatch:
+	cli_lock_free(&l);
+	/* Drop the WATCH so a reused connection starts clean; errors here
+	 * change nothing the caller needs to know. */
+	if ((r = redisCommand(c, "UNWATCH")))
+		freeReplyObject(r);
+	return status;
+}
+
+int
+cli_reset(int argc, char **argv, const char *url)
+{
+	static const struct option opts[] = {
+		{ "force", no_argument, NULL, 'f' },
+		{ "url", required_argument, NULL, 'u' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct cli_conn cc;
+	const char *name;
+	int force = 0, status, c, absent = 0, removed = 0;
+
+	while ((c = getopt_long(argc, argv, "+fh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'f': force = 1; break;
+		case 'u': url = optarg; break;
+		case 'h': fputs(usage, stdout); return CLI_OK;
+		default: fputs(usage, stderr); return CLI_USAGE;
+		}
+	}
+	if (argc - optind != 1) {
+		fputs(usage, stderr);
+		return CLI_USAGE;
+	}
+	name = argv[optind];
+	if (cli_check_name(name))
+		return CLI_USAGE;
+	/* A reset needs every node: a half-reset Redlock lock helps nobody. */
+	if ((status = cli_conn_open(&cc, cli_url(url))))
+		return status;
+	if (!force) {
+		/* Refuse before touching any node. */
+		for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+			struct cli_lock l;
+			if ((status = cli_inspect(cc.ctx[n], cc.cfg.prefix, name, &l))) {
+				cli_lock_free(&l);
+				goto out;
+			}
+			if (l.held) {
+				say_refused(&l, cc.cfg.nnodes > 1 ? cli_conn_node(&cc, n) : NULL);
+				status = CLI_REFUSED;
+			}
+			cli_lock_free(&l);
+			if (status)
+				goto out;
+		}
+	}
+	for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+		int what = 0;
+		if ((status = reset_node(cc.ctx[n], cc.cfg.prefix, name, force,
+				cc.cfg.nnodes > 1 ? cli_conn_node(&cc, n) : NULL, &what)))
+			goto out;
+		absent += what < 0;
+		removed += what > 0;
+	}
+	if (absent == (int)cc.cfg.nnodes) {
+		cli_err("no such lock '%s'", name);
+		status = CLI_NOLOCK;
+	} else if (!removed) {
+		printf("'%s' is free and consistent: nothing to reset\n", name);
+	}
+out:
+	cli_conn_close(&cc);
+	return status;
+}

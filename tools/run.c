@@ -1,0 +1,507 @@
+/*
+ * dmutex run: hold a lock (renewed by the library) while COMMAND runs.
+ *
+ * Events reach the main loop through one self-pipe: a byte per signal from
+ * the handlers, and EV_LOST from the library's onlost handler (called on its
+ * renewal thread).  While dmutex still waits for the lock, nothing is held
+ * and a terminating signal simply kills it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "cli.h"
+
+static const char usage[] =
+	"usage: dmutex run [-n | -w SECONDS] [--lease MS] [--robust] [--grace SECONDS]\n"
+	"                  [--url URL] NAME -- COMMAND [ARGS...]\n"
+	"Hold lock NAME while COMMAND runs, and exit with COMMAND's status.\n"
+	"  -n, --nonblock       exit with status 80 at once if NAME is held\n"
+	"  -w, --wait SECONDS   give up after SECONDS with status 81\n"
+	"      --lease MS       lease (100 .. 86400000 ms); renewed while COMMAND runs\n"
+	"      --robust         take over from a holder that died (warn and proceed)\n"
+	"      --grace SECONDS  after losing the lock, SIGTERM, then SIGKILL this much\n"
+	"                       later (default 5)\n"
+	"COMMAND gets DMUTEX_NAME and DMUTEX_FENCE (the hold's fencing token).\n";
+
+/* Forwarded to COMMAND; spawn.c restores their default action in it. */
+const int cli_run_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+const int cli_run_nsignals = (int)(sizeof cli_run_signals / sizeof cli_run_signals[0]);
+struct sigaction cli_run_sigpipe;
+
+#define EV_LOST 0xff
+#define EV_KERNEL 0x80          /* or'ed into a signal the kernel sent */
+#define GRACE_DEFAULT_MS 5000
+
+static int evpipe[2] = { -1, -1 };
+static volatile sig_atomic_t holding;   /* 0: still waiting, die on a signal */
+static volatile sig_atomic_t showing;   /* the waiting line is on the terminal */
+
+static void
+on_signal(int sig, siginfo_t *si, void *uc)
+{
+	int saved = errno;
+	unsigned char b = (unsigned char)sig;
+
+	(void)uc;
+	if (sig != SIGCHLD && !holding) {
+		struct sigaction dfl;
+		if (showing && write(STDERR_FILENO, "\r\033[K", 4) < 0) {
+			/* nothing to do about it */
+		}
+		memset(&dfl, 0, sizeof dfl);
+		dfl.sa_handler = SIG_DFL;
+		sigaction(sig, &dfl, NULL);
+		kill(getpid(), sig);    /* delivered as soon as we return */
+		errno = saved;
+		return;
+	}
+	/* Signals the terminal sends (Ctrl-C, hangup) went to the whole
+	 * foreground process group: COMMAND got its own copy. */
+	if (sig != SIGCHLD && si && si->si_code > 0)
+		b |= EV_KERNEL;
+	if (write(evpipe[1], &b, 1) < 0) {
+		/* A full pipe already has a wake-up in it. */
+	}
+	errno = saved;
+}
+
+static void
+on_lost(const char *name, void *arg)
+{
+	unsigned char b = EV_LOST;
+
+	(void)name;
+	(void)arg;
+	if (write(evpipe[1], &b, 1) < 0) {
+		/* as above */
+	}
+}
+
+static int
+setup_signals(void)
+{
+	struct sigaction sa, cur;
+
+	if (pipe2(evpipe, O_CLOEXEC | O_NONBLOCK)) {
+		cli_err("pipe: %s", strerror(errno));
+		return CLI_INTERNAL;
+	}
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigfillset(&sa.sa_mask);
+	for (int i = 0; i < cli_run_nsignals; i++) {
+		/* Started ignoring it (nohup, a background job): so does COMMAND. */
+		if (sigaction(cli_run_signals[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN)
+			continue;
+		sigaction(cli_run_signals[i], &sa, NULL);
+	}
+	sa.sa_flags |= SA_NOCLDSTOP;
+	sigaction(SIGCHLD, &sa, NULL);
+	/* hiredis writes to sockets: a closed one must be an error, not death. */
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, &cli_run_sigpipe);
+	return 0;
+}
+
+static long long
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* environ without our own variables, plus them. */
+static char **
+child_env(const char *name, uint64_t fence, int owner_died, char **store, size_t nstore)
+{
+	extern char **environ;
+	size_t n = 0, k = 0;
+	char **env;
+
+	for (char **e = environ; *e; e++)
+		n++;
+	/* Our two, DMUTEX_OWNER_DIED, and the NULL. */
+	if (!(env = calloc(n + nstore + 2, sizeof *env)))
+		return NULL;
+	for (char **e = environ; *e; e++)
+		if (strncmp(*e, "DMUTEX_NAME=", 12) && strncmp(*e, "DMUTEX_FENCE=", 13) &&
+		    strncmp(*e, "DMUTEX_OWNER_DIED=", 18))
+			env[k++] = *e;
+	if (asprintf(&store[0], "DMUTEX_NAME=%s", name) < 0)
+		store[0] = NULL;
+	if (asprintf(&store[1], "DMUTEX_FENCE=%llu", (unsigned long long)fence) < 0)
+		store[1] = NULL;
+	if (!store[0] || !store[1]) {
+		free(env);
+		return NULL;
+	}
+	env[k++] = store[0];
+	env[k++] = store[1];
+	if (owner_died)
+		env[k++] = "DMUTEX_OWNER_DIED=1";
+	env[k] = NULL;
+	return env;
+}
+
+struct run_opts {
+	int nonblock;
+	int64_t wait_ms;                /* -1: forever */
+	unsigned lease_ms;              /* 0: the client's */
+	int robust;
+	int64_t grace_ms;
+	const char *url;                /* as given (NULL: $DMUTEX_URL...) */
+	const char *name;
+	char **argv;                    /* COMMAND and its arguments */
+};
+
+static int
+parse(int argc, char **argv, struct run_opts *o)
+{
+	static const struct option opts[] = {
+		{ "nonblock", no_argument, NULL, 'n' },
+		{ "wait", required_argument, NULL, 'w' },
+		{ "timeout", required_argument, NULL, 'w' },
+		{ "lease", required_argument, NULL, 'l' },
+		{ "robust", no_argument, NULL, 'r' },
+		{ "grace", required_argument, NULL, 'g' },
+		{ "url", required_argument, NULL, 'u' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	char *end;
+	unsigned long v;
+	int c;
+
+	o->wait_ms = -1;
+	o->grace_ms = GRACE_DEFAULT_MS;
+	while ((c = getopt_long(argc, argv, "+nw:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			o->nonblock = 1;
+			break;
+		case 'w':
+			if (cli_parse_seconds(optarg, &o->wait_ms)) {
+				cli_err("-w: '%s' is not a number of seconds", optarg);
+				return CLI_USAGE;
+			}
+			break;
+		case 'l':
+			errno = 0;
+			v = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' ||
+			    v < DMUTEX_LEASE_MIN || v > DMUTEX_LEASE_MAX) {
+				cli_err("--lease: '%s' is not %u to %u ms", optarg,
+						DMUTEX_LEASE_MIN, DMUTEX_LEASE_MAX);
+				return CLI_USAGE;
+			}
+			o->lease_ms = (unsigned)v;
+			break;
+		case 'r':
+			o->robust = 1;
+			break;
+		case 'g':
+			if (cli_parse_seconds(optarg, &o->grace_ms)) {
+				cli_err("--grace: '%s' is not a number of seconds", optarg);
+				return CLI_USAGE;
+			}
+			break;
+		case 'u':
+			o->url = optarg;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return -1;
+		default:
+			fputs(usage, stderr);
+			return CLI_USAGE;
+		}
+	}
+	if (o->nonblock && o->wait_ms >= 0) {
+		cli_err("-n and -w exclude each other");
+		return CLI_USAGE;
+	}
+	if (optind >= argc) {
+		fputs(usage, stderr);
+		return CLI_USAGE;
+	}
+	o->name = argv[optind++];
+	if (optind < argc && !strcmp(argv[optind], "--"))
+		optind++;
+	if (optind >= argc) {
+		cli_err("no COMMAND to run (dmutex run NAME -- COMMAND [ARGS...])");
+		return CLI_USAGE;
+	}
+	o->argv = argv + optind;
+	return cli_check_name(o->name);
+}
+
+/* The library logged the details (naming the node, never its password). */
+static int
+client_status(int err)
+{
+	switch (err) {
+	case EINVAL:
+	case ENOTSUP:
+		cli_err("bad or unsupported backend URL");
+		return CLI_BADURL;
+	case EIO:
+		cli_err("backend unreachable or refusing");
+		return CLI_BACKEND;
+	default:
+		cli_err("cannot open the backend: %s", dmutex_strerror(err));
+		return CLI_INTERNAL;
+	}
+}
+
+/* Take the lock as the options say.  0 when held, else the exit status. */
+static int
+acquire(dmutex_t *m, const struct run_opts *o, const char *url, int *owner_died)
+{
+	struct cli_waitshow *show = NULL;
+	char holder[700];
+	int err;
+
+	err = dmutex_trylock(m);
+	if (err == EBUSY && !o->nonblock) {
+		struct timespec until;
+
+		/* A line on the terminal only: cron mails whatever is printed. */
+		if (isatty(STDERR_FILENO) && (show = cli_waitshow_start(url, o->name)))
+			showing = 1;
+		if (o->wait_ms >= 0) {
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_sec += (time_t)(o->wait_ms / 1000);
+			until.tv_nsec += (long)(o->wait_ms % 1000) * 1000000;
+			if (until.tv_nsec >= 1000000000) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000;
+			}
+			err = dmutex_clocklock(m, CLOCK_MONOTONIC, &until);
+		} else {
+			err = dmutex_lock(m);
+		}
+	}
+	/* From here a signal is forwarded, not fatal: we may hold the lock. */
+	holding = 1;
+	showing = 0;
+	cli_waitshow_stop(show);
+	switch (err) {
+	case 0:
+		return 0;
+	case EOWNERDEAD:
+		/* Only robust mutexes say so; --robust asked to proceed. */
+		cli_err("warning: the previous holder of '%s' died holding it; "
+				"proceeding (DMUTEX_OWNER_DIED=1 tells COMMAND)", o->name);
+		*owner_died = 1;
+		if ((err = dmutex_consistent(m))) {
+			cli_err("'%s': consistent: %s", o->name, dmutex_strerror(err));
+			return CLI_INTERNAL;
+		}
+		return 0;
+	case EBUSY:
+		/* Quiet unless someone is watching: "already running" is the
+		 * normal outcome of -n in a crontab. */
+		if (isatty(STDERR_FILENO)) {
+			cli_describe_holder(url, o->name, holder, sizeof holder);
+			cli_err("'%s' is %s", o->name, holder[0] ? holder : "held");
+		}
+		return CLI_BUSY;
+	case ETIMEDOUT:
+		cli_describe_holder(url, o->name, holder, sizeof holder);
+		cli_err("timed out after %lld.%03lld s waiting for '%s'%s%s",
+				(long long)o->wait_ms / 1000, (long long)o->wait_ms % 1000,
+				o->name, holder[0] ? ", " : "", holder);
+		return CLI_TIMEDOUT;
+	case ENOTRECOVERABLE:
+		cli_err("'%s' is not recoverable: a holder took it over from one that died and "
+				"released it without marking it consistent; check what it protects, "
+				"then run: dmutex reset %s", o->name, o->name);
+		return CLI_NOTREC;
+	case EIO:
+		cli_err("'%s' not taken: backend unreachable or failing", o->name);
+		return CLI_BACKEND;
+	default:
+		cli_err("'%s': %s", o->name, dmutex_strerror(err));
+		return CLI_INTERNAL;
+	}
+}
+
+static int
+child_status(int st)
+{
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return CLI_INTERNAL;
+}
+
+/* Wait for COMMAND, forwarding signals and ending it if the hold is lost.
+ * *lost is set when it was.  Returns COMMAND's status. */
+static int
+supervise(pid_t pid, const struct run_opts *o, int *lost)
+{
+	long long kill_at = -1;
+	int st;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = evpipe[0], .events = POLLIN };
+		unsigned char ev[64];
+		ssize_t n;
+		int timeout = -1;
+		pid_t w;
+
+		if (kill_at >= 0) {
+			long long left = kill_at - now_ms();
+			timeout = left > 0 ? (int)(left < 1000000 ? left : 1000000) : 0;
+		}
+		if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
+			cli_err("poll: %s", strerror(errno));
+			kill(pid, SIGKILL);
+		}
+		while ((n = read(evpipe[0], ev, sizeof ev)) > 0) {
+			for (ssize_t i = 0; i < n; i++) {
+				if (ev[i] == EV_LOST && !*lost) {
+					*lost = 1;
+					cli_err("lost the lock '%s' while COMMAND (pid %ld) was running: "
+							"its lease could not be renewed (backend unreachable, "
+							"or the lock was reset or taken); sending SIGTERM",
+							o->name, (long)pid);
+					kill(pid, SIGTERM);
+					kill_at = now_ms() + o->grace_ms;
+				} else if (ev[i] != EV_LOST && ev[i] != SIGCHLD && !(ev[i] & EV_KERNEL)) {
+					kill(pid, ev[i]);
+				}
+			}
+		}
+		w = waitpid(pid, &st, WNOHANG);
+		if (w == pid)
+			return child_status(st);
+		if (w < 0 && errno != EINTR) {
+			cli_err("waitpid: %s", strerror(errno));
+			return CLI_INTERNAL;
+		}
+		if (kill_at >= 0 && now_ms() >= kill_at) {
+			cli_err("COMMAND (pid %ld) still running %lld.%03lld s after SIGTERM; sending SIGKILL",
+					(long)pid, (long long)o->grace_ms / 1000, (long long)o->grace_ms % 1000);
+			kill(pid, SIGKILL);
+			kill_at = -1;
+		}
+	}
+}
+
+/* Signals or a loss that came before COMMAND started: do not start it. */
+static int
+pending_before_start(const char *name)
+{
+	unsigned char ev[64];
+	ssize_t n;
+
+	while ((n = read(evpipe[0], ev, sizeof ev)) > 0) {
+		for (ssize_t i = 0; i < n; i++) {
+			if (ev[i] == EV_LOST) {
+				cli_err("lost the lock '%s' before COMMAND could start", name);
+				return CLI_LOST;
+			}
+			if (ev[i] != SIGCHLD)
+				return 128 + (ev[i] & ~EV_KERNEL);
+		}
+	}
+	return 0;
+}
+
+int
+cli_run(int argc, char **argv, const char *url)
+{
+	struct run_opts o = { .url = url };
+	dmutex_client_t *client = NULL;
+	dmutex_attr_t attr;
+	dmutex_t m;
+	char *path = NULL, **env = NULL, *store[2] = { NULL, NULL };
+	uint64_t fence = 0;
+	int status, err, owner_died = 0, lost = 0, inited = 0;
+	pid_t pid = -1;
+
+	if ((status = parse(argc, argv, &o)))
+		return status < 0 ? CLI_OK : status;
+	/* Before the lock: a typo must not take it. */
+	if (!(path = cli_find_command(o.argv[0], &status)))
+		return status;
+	if ((status = setup_signals()))
+		goto out;
+	if ((err = dmutex_client_open(&client, o.url))) {
+		status = client_status(err);
+		goto out;
+	}
+	dmutex_attr_init(&attr);
+	dmutex_attr_setclient(&attr, client);
+	dmutex_attr_setonlost(&attr, on_lost, NULL);
+	if (o.robust)
+		dmutex_attr_setrobust(&attr, DMUTEX_ROBUST);
+	if (o.lease_ms)
+		dmutex_attr_setlease(&attr, o.lease_ms);
+	err = dmutex_init(&m, o.name, &attr);
+	dmutex_attr_destroy(&attr);
+	if (err) {
+		/* The client is open: this is no URL problem. */
+		cli_err("'%s': %s", o.name, dmutex_strerror(err));
+		status = err == EIO ? CLI_BACKEND : CLI_INTERNAL;
+		goto out;
+	}
+	inited = 1;
+	/* Unlock whatever happens: EPERM when it was not taken. */
+	if ((status = acquire(&m, &o, cli_url(o.url), &owner_died)))
+		goto unlock;
+	if ((err = dmutex_fence(&m, &fence)) == ENOLCK) {
+		cli_err("lost the lock '%s' before COMMAND could start", o.name);
+		status = CLI_LOST;
+		goto unlock;
+	}
+	if (!(env = child_env(o.name, fence, owner_died, store, 2))) {
+		cli_err("out of memory");
+		status = CLI_INTERNAL;
+		goto unlock;
+	}
+	if ((status = pending_before_start(o.name)))
+		goto unlock;
+	if ((pid = cli_spawn(path, o.argv, env, &status)) < 0)
+		goto unlock;
+	status = supervise(pid, &o, &lost);
+	if (lost)
+		status = CLI_LOST;
+unlock:
+	err = dmutex_unlock(&m);
+	if (err == ENOLCK && pid > 0 && !lost) {
+		/* Noticed only now: COMMAND ran, but not all of it under the lock. */
+		cli_err("lost the lock '%s' before COMMAND finished (it exited with status %d)",
+				o.name, status);
+		status = CLI_LOST;
+	} else if (err == EIO) {
+		cli_err("warning: the release of '%s' was not confirmed; "
+				"it frees itself when its lease ends", o.name);
+	}
+out:
+	if (inited)
+		dmutex_destroy(&m);
+	if (client)
+		dmutex_client_close(client);
+	free(env);
+	free(store[0]);
+	free(store[1]);
+	free(path);
+	return status;
+}

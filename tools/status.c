@@ -1,0 +1,146 @@
+/* dmutex status [--json] NAME...: one lock's state as Redis holds it. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char usage[] =
+	"usage: dmutex status [--json] [--url URL] NAME...\n"
+	"Show each lock's holder (host, pid, thread), since when, lease left,\n"
+	"fencing token, robust state and waiting clients.\n";
+
+static void
+print_text(FILE *f, const struct cli_lock *l, const char *node)
+{
+	char buf[512], when[64], name[CLI_NAME_TEXT];
+	long long now = cli_wall_ms();
+
+	cli_name_text(name, l->name);
+	fputs(name, f);
+	if (node)
+		fprintf(f, " (node %s)", node);
+	if (l->error[0]) {
+		fprintf(f, ": cannot read: %s\n", l->error);
+		return;
+	}
+	fprintf(f, ": %s\n", l->held ? "held" : "free");
+	if (l->held) {
+		cli_holder(buf, sizeof buf, l, 1);
+		fprintf(f, "  holder:      %s\n", buf);
+		if (l->since_ms >= 0) {
+			time_t t = (time_t)(l->since_ms / 1000);
+			struct tm tm;
+			localtime_r(&t, &tm);
+			strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
+			cli_duration(buf, sizeof buf, now - l->since_ms);
+			fprintf(f, "  since:       %s (%s ago)\n", when, buf);
+		}
+		if (l->pttl_ms >= 0) {
+			cli_duration(buf, sizeof buf, l->pttl_ms);
+			fprintf(f, "  lease left:  %s", buf);
+			if (l->lease_ms > 0) {
+				cli_duration(buf, sizeof buf, l->lease_ms);
+				fprintf(f, " of %s", buf);
+			}
+			fputc('\n', f);
+		}
+		if (l->fence >= 0)
+			fprintf(f, "  fence:       %lld\n", l->fence);
+	} else if (l->fence_counter >= 0) {
+		fprintf(f, "  last fence:  %lld\n", l->fence_counter);
+	}
+	fprintf(f, "  robust:      %s%s\n", cli_robust_text(l->robust),
+			l->held && l->acquired_after_death ?
+			" (the holder took over from a holder that died)" : "");
+	if (l->waiters >= 0)
+		fprintf(f, "  waiting:     %lld client%s\n", l->waiters, l->waiters == 1 ? "" : "s");
+}
+
+int
+cli_status(int argc, char **argv, const char *url)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "url", required_argument, NULL, 'u' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct cli_conn cc;
+	int json = 0, status = 0, c, first = 1;
+
+	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j': json = 1; break;
+		case 'u': url = optarg; break;
+		case 'h': fputs(usage, stdout); return CLI_OK;
+		default: fputs(usage, stderr); return CLI_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		fputs(usage, stderr);
+		return CLI_USAGE;
+	}
+	for (int i = optind; i < argc; i++)
+		if (cli_check_name(argv[i]))
+			return CLI_USAGE;
+	if ((c = cli_conn_parse(&cc, cli_url(url))))
+		return c;
+	/* With several nodes (Redlock), show the reachable ones. */
+	if ((status = cli_conn_connect(&cc, 0))) {
+		size_t up = 0;
+		for (size_t n = 0; n < cc.cfg.nnodes; n++)
+			up += cc.ctx[n] != NULL;
+		if (!up)
+			goto out;
+	}
+	if (json)
+		fputc('[', stdout);
+	for (int i = optind; i < argc; i++) {
+		int exists = 0;
+		for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+			const char *node = cc.cfg.nnodes > 1 ? cli_conn_node(&cc, n) : NULL;
+			struct cli_lock l;
+			int st;
+
+			if (!cc.ctx[n])
+				continue;
+			if ((st = cli_inspect(cc.ctx[n], cc.cfg.prefix, argv[i], &l))) {
+				status = st;
+				cli_lock_free(&l);
+				goto done;
+			}
+			/* Unreadable is not absent: the error says what is there. */
+			exists |= l.exists || l.error[0];
+			if (l.error[0]) {
+				cli_err("'%s': %s", argv[i], l.error);
+				status = CLI_BACKEND;
+			}
+			if (json) {
+				if (!first)
+					fputc(',', stdout);
+				cli_json_lock(stdout, &l, node);
+				first = 0;
+			} else if (l.exists || l.error[0]) {
+				if (!first)
+					fputc('\n', stdout);
+				print_text(stdout, &l, node);
+				first = 0;
+			}
+			cli_lock_free(&l);
+		}
+		if (!exists) {
+			cli_err("no such lock '%s'", argv[i]);
+			if (!status)
+				status = CLI_NOLOCK;
+		}
+	}
+done:
+	if (json)
+		fputs("]\n", stdout);
+out:
+	cli_conn_close(&cc);
+	return status;
+}
