@@ -240,11 +240,15 @@ dmutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec *at)
 	if (bad)
 		return dmutex__lock(m, BLOCK, dmutex__now_ns(), 1);
 	clock_gettime(clock, &now);
-	/* Waits run on CLOCK_MONOTONIC; a realtime deadline is converted once. */
+	/* Waits run on CLOCK_MONOTONIC; a realtime deadline is converted once.
+	 * Compare before subtracting so that no tv_sec overflows anything: a
+	 * deadline passed means "try once", one a century away means none. */
+	if (at->tv_sec < now.tv_sec || (at->tv_sec == now.tv_sec && at->tv_nsec <= now.tv_nsec))
+		return dmutex__lock(m, BLOCK, dmutex__now_ns(), 0);
+	if ((int64_t)at->tv_sec - now.tv_sec > 100LL * 365 * 24 * 3600)
+		return dmutex__lock(m, BLOCK, NO_DEADLINE, 0);
 	left = ((int64_t)at->tv_sec - now.tv_sec) * 1000000000 + (at->tv_nsec - now.tv_nsec);
-	until = dmutex__now_ns() + (left > 0 ? left : 0);
-	if (left > 0 && until < 0)
-		until = NO_DEADLINE;
+	until = dmutex__now_ns() + left;
 	return dmutex__lock(m, BLOCK, until, 0);
 }
 

@@ -536,6 +536,30 @@ Test(api, past_deadline_on_free_lock_acquires)
 
 static const long bad_nsec[] = { -1, 1000000000L };
 
+/* Deadlines at the ends of time_t: no arithmetic may overflow (the UBSan
+ * run checks), the far future means "wait", the far past "try once". */
+Test(api, extreme_deadlines_do_not_overflow)
+{
+	struct timespec far = { (time_t)LLONG_MAX, 999999999 }, past = { (time_t)LLONG_MIN, 0 };
+	struct holder h;
+	dmutex_t m;
+
+	open_client(NULL);
+	init_type(&m, "extreme", DMUTEX_NORMAL);
+	cr_assert_eq(dmutex_timedlock(&m, &far), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_clocklock(&m, CLOCK_MONOTONIC, &far), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_timedlock(&m, &past), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	holder_start(&h, &m);
+	cr_assert_eq(dmutex_timedlock(&m, &past), ETIMEDOUT);
+	cr_assert_eq(dmutex_clocklock(&m, CLOCK_MONOTONIC, &past), ETIMEDOUT);
+	cr_assert_eq(holder_finish(&h), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	close_client();
+}
+
 Test(api, bad_tv_nsec_on_free_lock_acquires)
 {
 	dmutex_t m;
