@@ -215,8 +215,8 @@ dmutex_client_close(dmutex_client_t *c)
 	 * reference to an entry whose last mutex was just destroyed. */
 	if ((mutexes = __atomic_load_n(&c->mutexes, __ATOMIC_ACQUIRE))) {
 		/* Their dmutex_t objects point into this client. */
-		dmutex__log(DMUTEX_LOG_ERROR, "client close: %u mutexes still initialized on it; destroy them first",
-				mutexes);
+		dmutex__log(DMUTEX_LOG_ERROR, "client close: %u mutexes or condition variables still "
+				"initialized on it; destroy them first", mutexes);
 		return EBUSY;
 	}
 	pthread_mutex_lock(&clients_mu);
