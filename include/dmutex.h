@@ -131,6 +131,9 @@ DMUTEX_EXPORT int dmutex_attr_setclient(dmutex_attr_t *attr, dmutex_client_t *cl
 /*
  * Called once, from the library's renewal thread (or from the holder's own
  * dmutex_unlock/dmutex_fence if it notices first), when a hold is lost.
+ * No library lock is held while it runs, but on the renewal thread it
+ * delays the renewal of the client's other holds: keep it short (set a
+ * flag, signal a thread) and well under the shortest lease.
  * 0; EINVAL (NULL attr, not initialized).  NULL onlost removes the handler.
  */
 DMUTEX_EXPORT int dmutex_attr_setonlost(dmutex_attr_t *attr,

@@ -132,23 +132,36 @@ dmutex__entry_put(struct dmutex__entry *e)
 void
 dmutex__entry_mark_lost(struct dmutex__entry *e)
 {
-	if (!e->lost) {
-		e->lost = 1;
-		dmutex__log(DMUTEX_LOG_WARN, "lost the hold of '%s' (fence %llu)", e->name,
-				(unsigned long long)e->fence);
-	}
+	e->lost = 1;
 }
 
-void (*dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now))(const char *, void *)
+void
+dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lost *out)
 {
+	out->report = 0;
 	if (!e->held)
-		return NULL;
+		return;
 	if (now >= e->deadline_ns)
-		dmutex__entry_mark_lost(e);
+		e->lost = 1;
 	if (!e->lost || e->lost_reported)
-		return NULL;
+		return;
 	e->lost_reported = 1;
-	return e->onlost;
+	out->report = 1;
+	out->fence = e->fence;
+	out->cb = e->onlost;
+	out->arg = e->onlost_arg;
+}
+
+void
+dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__lost *l)
+{
+	if (!l->report)
+		return;
+	/* Outside e->mu: a user's logger or handler may call into us. */
+	dmutex__log(DMUTEX_LOG_WARN, "lost the hold of '%s' (fence %llu)", e->name,
+			(unsigned long long)l->fence);
+	if (l->cb)
+		l->cb(e->name, l->arg);
 }
 
 void

@@ -147,10 +147,21 @@ void dmutex__entry_init_sync(struct dmutex__entry *e);
 int dmutex__entry_get(struct dmutex_client *c, const char *name,
 		struct dmutex__entry **out);
 void dmutex__entry_put(struct dmutex__entry *e);
-/* Under e->mu: mark lost if the deadline passed; return the handler to call
- * (once per lost hold, after dropping e->mu) or NULL. */
-void (*dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now))(const char *, void *);
+/* What one caller must do about a lost hold once it has dropped e->mu:
+ * log it and call the onlost handler.  Filled by dmutex__entry_check_lost
+ * for exactly one caller per lost hold. */
+struct dmutex__lost {
+	int report;
+	uint64_t fence;
+	void (*cb)(const char *, void *);
+	void *arg;
+};
+/* Under e->mu: mark lost if the deadline passed, and claim the report. */
+void dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lost *out);
+/* Under e->mu. */
 void dmutex__entry_mark_lost(struct dmutex__entry *e);
+/* Without any lock: log, then the user's handler (which may call us). */
+void dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__lost *l);
 /* Under e->mu: forget the hold and wake local waiters. */
 void dmutex__entry_forget(struct dmutex__entry *e);
 int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);

@@ -7,8 +7,7 @@ dmutex_fence(dmutex_t *m, uint64_t *token)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
-	void (*cb)(const char *, void *);
-	void *arg;
+	struct dmutex__lost lost;
 	int err;
 
 	if ((err = dmutex__resolve(m, &mx)))
@@ -22,14 +21,12 @@ dmutex_fence(dmutex_t *m, uint64_t *token)
 		return EPERM;
 	}
 	/* The holder's own clock decides, not the renewer's last word. */
-	cb = dmutex__entry_check_lost(e, dmutex__now_ns());
-	arg = e->onlost_arg;
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
 	if (e->lost)
 		err = ENOLCK;
 	else
 		*token = e->fence;
 	pthread_mutex_unlock(&e->mu);
-	if (cb)
-		cb(e->name, arg);
+	dmutex__lost_report(e, &lost);
 	return err;
 }

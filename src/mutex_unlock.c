@@ -9,8 +9,7 @@ dmutex_unlock(dmutex_t *m)
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
 	struct dmutex_client *c;
-	void (*cb)(const char *, void *);
-	void *arg;
+	struct dmutex__lost lost_rep;
 	char token[DMUTEX__TOKEN_HEX + 1];
 	int err, lost, mode;
 	unsigned lease_ms;
@@ -24,8 +23,7 @@ dmutex_unlock(dmutex_t *m)
 		pthread_mutex_unlock(&e->mu);
 		return EPERM;
 	}
-	cb = dmutex__entry_check_lost(e, dmutex__now_ns());
-	arg = e->onlost_arg;
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
 	lost = e->lost;
 	if (!lost && e->depth > 1) {
 		/* Only the outermost unlock talks to the backend. */
@@ -39,8 +37,7 @@ dmutex_unlock(dmutex_t *m)
 	lease_ms = e->lease_ms;
 	e->releasing = 1;
 	pthread_mutex_unlock(&e->mu);
-	if (cb)
-		cb(e->name, arg);
+	dmutex__lost_report(e, &lost_rep);
 
 	/* No renewal may outlive the unlock; the release below is compare-and-
 	 * delete by token, so one already in flight cannot resurrect it. */
@@ -54,17 +51,15 @@ dmutex_unlock(dmutex_t *m)
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
 
 	pthread_mutex_lock(&e->mu);
+	lost_rep.report = 0;
 	if (err == ENOLCK && !lost) {
 		/* Taken from us without our noticing: report it as lost. */
 		dmutex__entry_mark_lost(e);
-		cb = dmutex__entry_check_lost(e, dmutex__now_ns());
-	} else {
-		cb = NULL;
+		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
 	}
 	dmutex__entry_forget(e);
 	pthread_mutex_unlock(&e->mu);
-	if (cb)
-		cb(e->name, arg);
+	dmutex__lost_report(e, &lost_rep);
 	if (lost)
 		return ENOLCK;
 	return err;

@@ -165,41 +165,43 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n)
 	c->be->ops->renew(c->be, rn, k);
 	for (size_t i = 0; i < k; i++) {
 		struct dmutex__entry *e = live[i];
-		void (*cb)(const char *, void *) = NULL;
-		void *arg;
+		struct dmutex__lost lost;
 		int64_t now = dmutex__now_ns(), due;
-		int lost;
+		int gone = 0;
 
 		pthread_mutex_lock(&e->mu);
 		if (!e->held || e->gen != gens[i] || e->releasing) {
 			pthread_mutex_unlock(&e->mu);
 			continue;
 		}
-		if (rn[i].result == 1) {
+		if (rn[i].result == 1 && t0 < e->deadline_ns) {
 			e->deadline_ns = t0 + (int64_t)e->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(e->lease_ms);
 			due = t0 + renew_interval(e->lease_ms);
 		} else {
-			if (rn[i].result == 0) {
-				dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the lock is no longer ours", e->name);
+			/* Not ours any more, or confirmed only for a request sent
+			 * after our own deadline: the guarantee lapsed either way. */
+			gone = rn[i].result != -1;
+			if (gone)
 				dmutex__entry_mark_lost(e);
-			}
-			/* Keep trying until the holder's own deadline. */
+			/* Otherwise keep trying until the holder's own deadline. */
 			due = now + RETRY_NS;
 		}
-		cb = dmutex__entry_check_lost(e, now);
-		arg = e->onlost_arg;
-		lost = e->lost;
-		pthread_mutex_unlock(&e->mu);
-		if (cb)
-			cb(e->name, arg);
-		if (lost) {
-			/* Nothing left to renew; the holder's unlock reports it. */
+		dmutex__entry_check_lost(e, now, &lost);
+		/* Decide for this hold while we still hold its lock: once we
+		 * let go, the owner may unlock and lock again, and a late
+		 * removal would take the new hold off the renewal list. */
+		if (e->lost) {
 			dmutex__renewer_remove(c, e);
-			continue;
+		} else {
+			pthread_mutex_lock(&c->renewer.mu);
+			if (e->registered)
+				e->due_ns = due;
+			pthread_mutex_unlock(&c->renewer.mu);
 		}
-		pthread_mutex_lock(&c->renewer.mu);
-		e->due_ns = due;
-		pthread_mutex_unlock(&c->renewer.mu);
+		pthread_mutex_unlock(&e->mu);
+		if (gone)
+			dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the lock is no longer ours", e->name);
+		dmutex__lost_report(e, &lost);
 	}
 out:
 	free(rn);

@@ -439,3 +439,58 @@ Test(lease, server_stopped_longer_than_lease_loses_hold)
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
+
+/* A slow onlost handler must not cost the owner's NEXT hold its renewals:
+ * while the handler runs, the owner notices the loss itself, unlocks and
+ * locks again; the renewal thread must not then take the new hold off its
+ * list (found in review: the new lease was never renewed and expired). */
+static atomic_int slow_lost_calls;
+
+static void
+slow_onlost(const char *name, void *arg)
+{
+	(void)name;
+	(void)arg;
+	atomic_fetch_add(&slow_lost_calls, 1);
+	/* The handler's own duration is what opens the window under test
+	 * (short of the lease: handlers run on the renewal thread). */
+	dmt_pass_time_ms(200);
+}
+
+static dmutex_t *fence_m;
+
+static int
+fence_says_lost(void *arg)
+{
+	uint64_t tok;
+	(void)arg;
+	return dmutex_fence(fence_m, &tok) == ENOLCK;
+}
+
+Test(lease, relock_during_slow_onlost_keeps_renewing)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	char key[600];
+	uint64_t tok;
+
+	DMT_SINGLE_NODE();      /* it deletes the key on one server */
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "slow-onlost", c,
+			&(struct dmt_attr){ .lease_ms = 1000, .onlost = slow_onlost }), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	dmt_lock_key(key, sizeof key, "slow-onlost");
+	freeReplyObject(th_redis_cmd(&srv, "DEL %s", key));
+	fence_m = &m;
+	cr_assert(th_wait_until(fence_says_lost, NULL, 2000), "the loss was never noticed");
+	cr_assert_eq(dmutex_unlock(&m), ENOLCK);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	/* Time is under test: three leases; the new hold must be renewed. */
+	dmt_pass_time_ms(3000);
+	cr_assert_eq(dmt_lock_exists(&srv, "slow-onlost"), 1, "the new hold was not renewed");
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+	cr_assert_eq(atomic_load(&slow_lost_calls), 1);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
