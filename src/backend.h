@@ -33,6 +33,9 @@ struct dmutex__acq {
 	uint64_t fence;
 	int died;
 	long long pttl_ms;      /* BUSY: the holder's remaining lease; < 0 unknown */
+	int split;              /* BUSY: nobody has a quorum; retry after pttl_ms,
+	                         * do not wait for a wake-up (our own release of
+	                         * the minority we took just sent one) */
 	int maybe_done;
 	int refused;            /* on EIO: the backend answered no (NOPERM, WRONGTYPE...) */
 };

@@ -300,7 +300,7 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	long long pttl = -1;
 	int died = 0, maybe = 0;
 
-	a->maybe_done = a->refused = 0;
+	a->maybe_done = a->refused = a->split = 0;
 	dmutex__acq_argv(be, a, &x);
 	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, 8, x.argv, nt, calls);
 	for (size_t i = 0; i < n; i++) {
@@ -361,10 +361,12 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	a->status = DMUTEX__ACQ_BUSY;
 	if (busy >= rl->quorum)
 		a->pttl_ms = pttl;      /* a real holder: wait for its release or lease */
-	else
+	else {
 		/* Split between contenders, nobody has a quorum: everyone gave
 		 * back what they took; try again after a random delay. */
 		a->pttl_ms = nt + rand() % (2 * nt + 1);
+		a->split = 1;
+	}
 	return 0;
 }
 

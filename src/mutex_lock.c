@@ -71,6 +71,19 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		err = be->ops->acquire(be, &a);
 		dmutex__sigpipe_restore(&sp);
 		now = dmutex__now_ns();
+		/* Whatever the answer, a request that may have been applied must
+		 * be taken back if we end up not holding the lock. */
+		maybe_done |= a.maybe_done;
+		if (!err && a.status == DMUTEX__ACQ_OK &&
+				now >= sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
+			/* Granted, but the answer came after the hold's own deadline:
+			 * not a hold we can vouch for.  Asking again with the same
+			 * token renews it and counts from a fresh send time. */
+			dmutex__log(DMUTEX_LOG_WARN, "lock '%s': granted after its lease would have ended; asking again",
+					e->name);
+			maybe_done = 1;
+			err = EIO;
+		}
 		if (!err && a.status == DMUTEX__ACQ_OK) {
 			pthread_mutex_lock(&e->mu);
 			memcpy(e->token, token, sizeof e->token);
@@ -105,7 +118,6 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			break;
 		}
 		if (err) {
-			maybe_done |= a.maybe_done;
 			/* An answer of "no" from Redis will not change by asking again. */
 			if (mode == TRY || a.refused || now >= io_until || now >= until) {
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': backend failing, giving up", e->name);
@@ -146,7 +158,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 				: now + (int64_t)mx->lease_ms * DMUTEX__MS;
 		if (bound > until)
 			bound = until;
-		if (sub)
+		if (sub && !a.split)
 			dmutex__wsub_wait(c, sub, seq, bound);
 		else
 			dmutex__sleep_until(bound);

@@ -16,8 +16,16 @@ local tok = ARGV[1]
 local cur = redis.call('HGET', KEYS[1], 'token')
 if cur == tok then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
-	return {0, tonumber(redis.call('HGET', KEYS[1], 'fence')),
-		tonumber(redis.call('HGET', KEYS[1], 'died'))}
+	local fence = tonumber(redis.call('HGET', KEYS[1], 'fence'))
+	-- Redlock: while our first attempt's key sat here, another holder may
+	-- have raised this node's counter (fence_raise); a token handed out
+	-- now must still be above it.  On one node the two are always equal.
+	local counter = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0')
+	if counter > fence then
+		fence = redis.call('HINCRBY', KEYS[2], 'fence', 1)
+		redis.call('HSET', KEYS[1], 'fence', fence)
+	end
+	return {0, fence, tonumber(redis.call('HGET', KEYS[1], 'died'))}
 end
 if cur then
 	return {1, redis.call('PTTL', KEYS[1])}
