@@ -12,12 +12,16 @@
 static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dmutex_client *clients;   /* every open client, clients_mu */
 static struct dmutex_client *default_client;
+static pthread_mutex_t default_mu = PTHREAD_MUTEX_INITIALIZER;   /* opening it */
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
 static void
 atfork_prepare(void)
 {
-	/* Take every leaf lock so the child inherits consistent tables. */
+	/* Take every leaf lock so the child inherits consistent tables.  The
+	 * waiter creation lock first: no waiter appears while we look. */
+	dmutex__waiter_create_lock();
+	dmutex__log_lock();
 	pthread_mutex_lock(&clients_mu);
 	for (struct dmutex_client *c = clients; c; c = c->next_all) {
 		pthread_mutex_lock(&c->mu);
@@ -39,6 +43,8 @@ atfork_parent(void)
 		pthread_mutex_unlock(&c->mu);
 	}
 	pthread_mutex_unlock(&clients_mu);
+	dmutex__log_unlock();
+	dmutex__waiter_create_unlock();
 }
 
 /*
@@ -66,6 +72,10 @@ atfork_child(void)
 		pthread_mutex_unlock(&c->mu);
 	}
 	pthread_mutex_unlock(&clients_mu);
+	dmutex__log_unlock();
+	dmutex__waiter_create_unlock();
+	/* Possibly held by a thread that was opening the default client. */
+	pthread_mutex_init(&default_mu, NULL);
 }
 
 /*
@@ -238,20 +248,23 @@ dmutex_client_close(dmutex_client_t *c)
 int
 dmutex__client_default(struct dmutex_client **out)
 {
-	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 	int err = 0;
 
-	pthread_mutex_lock(&mu);
+	/* Once open, no lock: a fork while another thread is opening it (a
+	 * connect may take seconds) must not leave the child stuck here. */
+	if ((*out = __atomic_load_n(&default_client, __ATOMIC_ACQUIRE)))
+		return 0;
+	pthread_mutex_lock(&default_mu);
 	if (!default_client) {
 		struct dmutex_client *c;
 		/* Not cached on failure: the next use tries again. */
 		if (!(err = dmutex_client_open(&c, NULL))) {
 			pthread_mutex_lock(&clients_mu);
-			default_client = c;
+			__atomic_store_n(&default_client, c, __ATOMIC_RELEASE);
 			pthread_mutex_unlock(&clients_mu);
 		}
 	}
 	*out = default_client;
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&default_mu);
 	return err;
 }

@@ -40,6 +40,18 @@ dmutex_set_logger(void (*log)(int level, const char *msg, void *arg), void *arg)
 	pthread_mutex_unlock(&log_mu);
 }
 
+void
+dmutex__log_lock(void)
+{
+	pthread_mutex_lock(&log_mu);
+}
+
+void
+dmutex__log_unlock(void)
+{
+	pthread_mutex_unlock(&log_mu);
+}
+
 int
 dmutex__log_enabled(int level)
 {

@@ -200,7 +200,8 @@ dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		return NULL;
 	}
 	r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, maybe_done);
-	if (md == 1 && *maybe_done == 0)
+	/* The first attempt may have run: that outweighs a later "no". */
+	if (md == 1)
 		*maybe_done = 1;
 	dmutex__node_put(n, c);
 	return r;
@@ -259,6 +260,23 @@ dmutex__node_script_append(redisContext *c, int script, int by_sha, int nkeys, i
 }
 
 int
+dmutex__node_transient(const redisReply *r)
+{
+	static const char *const passing[] = {
+		"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN",
+	};
+
+	/* The script did not run: the server is loading, running another
+	 * script, or not (yet) a writable master. */
+	for (size_t i = 0; i < sizeof passing / sizeof passing[0]; i++) {
+		size_t n = strlen(passing[i]);
+		if (r->len >= n && !memcmp(r->str, passing[i], n) && (r->len == n || r->str[n] == ' '))
+			return 1;
+	}
+	return 0;
+}
+
+int
 dmutex__node_noscript(const redisReply *r)
 {
 	return r->type == REDIS_REPLY_ERROR && r->len >= 8 && !memcmp(r->str, "NOSCRIPT", 8);
@@ -291,10 +309,13 @@ dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
 	if (!v)
 		return NULL;
 	if (((redisReply *)v)->type == REDIS_REPLY_ERROR) {
-		dmutex__log(DMUTEX_LOG_ERROR, "%s: %s script failed: %s", n->addr->display,
-				dmutex__scripts[script].name, ((redisReply *)v)->str);
+		int passing = dmutex__node_transient(v);
+		dmutex__log(passing ? DMUTEX_LOG_WARN : DMUTEX_LOG_ERROR, "%s: %s script failed: %s",
+				n->addr->display, dmutex__scripts[script].name, ((redisReply *)v)->str);
 		freeReplyObject(v);
-		*maybe_done = DMUTEX__REFUSED;
+		/* A passing condition is worth asking again; anything else
+		 * (NOPERM, WRONGTYPE, OOM...) would get the same answer. */
+		*maybe_done = passing ? 0 : DMUTEX__REFUSED;
 		return NULL;
 	}
 	return v;

@@ -62,6 +62,8 @@ redisReply *dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int
 /* Pipelined: append one script call, by SHA or (after NOSCRIPT) by source. */
 int dmutex__node_script_append(redisContext *c, int script, int by_sha, int nkeys,
 		int argc, const char **argv, const size_t *lens);
+/* 1 if an error reply is a passing condition (LOADING, BUSY, READONLY...). */
+int dmutex__node_transient(const redisReply *r);
 /* 1 if the reply says the server does not know the script. */
 int dmutex__node_noscript(const redisReply *r);
 /* A new connection with a connect timeout of timeout_ms (Redlock uses its

@@ -52,6 +52,18 @@ struct dmutex__waiter {
 
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 
+void
+dmutex__waiter_create_lock(void)
+{
+	pthread_mutex_lock(&create_mu);
+}
+
+void
+dmutex__waiter_create_unlock(void)
+{
+	pthread_mutex_unlock(&create_mu);
+}
+
 static void
 init_sync(struct dmutex__waiter *w)
 {

@@ -28,6 +28,9 @@ int dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t 
 void dmutex__waiter_unsub(struct dmutex_client *c, struct dmutex__wsub *s);
 
 void dmutex__waiter_stop(struct dmutex_client *c);
+/* fork: hold the lock under which waiters are created. */
+void dmutex__waiter_create_lock(void);
+void dmutex__waiter_create_unlock(void);
 void dmutex__waiter_lock(struct dmutex_client *c);      /* fork prepare */
 void dmutex__waiter_unlock(struct dmutex_client *c);    /* fork parent */
 void dmutex__waiter_atfork_child(struct dmutex_client *c);

@@ -592,3 +592,64 @@ Test(faults, blackholed_backend_during_hold_calls_onlost)
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
+
+/*
+ * fork while another thread is opening the default client (here stuck on a
+ * blackholed connection): the child must not inherit the opening thread's
+ * lock and hang; it opens its own client and fails in bounded time (found
+ * in review).
+ */
+static struct th_proxy *open_proxy;
+
+static void *
+open_default_in_thread(void *arg)
+{
+	static dmutex_t sm = DMUTEX_INITIALIZER("fork-while-opening");
+	int *rc = arg;
+	*rc = dmutex_lock(&sm);
+	return NULL;
+}
+
+static int
+proxy_has_conn(void *arg)
+{
+	(void)arg;
+	return th_proxy_conns(open_proxy) >= 1;
+}
+
+static int
+child_inits_default(void *arg)
+{
+	dmutex_t m;
+	int rc;
+	(void)arg;
+	rc = dmutex_init(&m, "fork-child", NULL);
+	if (rc == 0)
+		dmutex_destroy(&m);
+	return rc == EIO ? 0 : 10 + rc;
+}
+
+Test(faults, fork_while_opening_default_client_does_not_hang)
+{
+	char url[200];
+	pthread_t th;
+	pid_t pid;
+	int rc = -1, st;
+
+	open_proxy = th_proxy_start(srv.port);
+	cr_assert(open_proxy);
+	th_proxy_set_mode(open_proxy, TH_PROXY_BLACKHOLE);
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d?command_timeout_ms=1500&connect_timeout_ms=500",
+			th_proxy_port(open_proxy));
+	cr_assert_eq(setenv("DMUTEX_URL", url, 1), 0);
+	cr_assert_eq(pthread_create(&th, NULL, open_default_in_thread, &rc), 0);
+	/* The thread is inside the open: its PING is in the blackhole. */
+	cr_assert(th_wait_until(proxy_has_conn, NULL, 3000));
+	pid = th_spawn(child_inits_default, NULL);
+	cr_assert_gt(pid, 0);
+	st = th_wait_child(pid, 8000);
+	cr_assert_eq(st, 0, "child: %d (-1: hung on the parent's open)", st);
+	pthread_join(th, NULL);
+	cr_assert_eq(rc, EIO);
+	th_proxy_stop(open_proxy);
+}
