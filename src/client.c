@@ -86,6 +86,15 @@ atfork_child(void)
 static void
 at_exit(void)
 {
+	struct held {
+		struct dmutex_client *c;
+		struct dmutex__entry *e;
+		char token[DMUTEX__TOKEN_HEX + 1];
+	} *h = NULL;
+	size_t n = 0, cap = 0;
+
+	/* Note the holds under the locks, release them without: the network
+	 * must not stall other threads still running while we exit. */
 	if (pthread_mutex_trylock(&clients_mu))
 		return;
 	for (struct dmutex_client *c = clients; c; c = c->next_all) {
@@ -93,20 +102,34 @@ at_exit(void)
 			continue;
 		for (size_t i = 0; i < c->tab_size; i++)
 			for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
-				char token[DMUTEX__TOKEN_HEX + 1];
 				if (pthread_mutex_trylock(&e->mu))
 					continue;
-				int held = e->held && !e->releasing && !e->lost;
-				memcpy(token, e->token, sizeof token);
-				pthread_mutex_unlock(&e->mu);
-				if (held) {
-					dmutex__log(DMUTEX_LOG_INFO, "exit while holding '%s': releasing it as owner-died", e->name);
-					dmutex__release(c, e->name, token, DMUTEX__REL_DIED);
+				if (e->held && !e->releasing && !e->lost) {
+					if (n == cap) {
+						struct held *nh = realloc(h, (cap = cap ? 2 * cap : 8) * sizeof *h);
+						if (!nh) {
+							pthread_mutex_unlock(&e->mu);
+							continue;
+						}
+						h = nh;
+					}
+					h[n].c = c;
+					h[n].e = e;
+					memcpy(h[n].token, e->token, sizeof h[n].token);
+					/* Ours to release now: the owner's unlock gets EPERM. */
+					e->releasing = 1;
+					n++;
 				}
+				pthread_mutex_unlock(&e->mu);
 			}
 		pthread_mutex_unlock(&c->mu);
 	}
 	pthread_mutex_unlock(&clients_mu);
+	for (size_t i = 0; i < n; i++) {
+		dmutex__log(DMUTEX_LOG_INFO, "exit while holding '%s': releasing it as owner-died", h[i].e->name);
+		dmutex__release(h[i].c, h[i].e->name, h[i].token, DMUTEX__REL_DIED);
+	}
+	free(h);
 }
 
 static void

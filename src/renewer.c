@@ -228,6 +228,7 @@ retry_orphans(struct dmutex_client *c)
 		err = dmutex__release(c, o.name, o.token, o.mode);
 		pthread_mutex_lock(&r->mu);
 		/* The array may have moved, but only this thread removes. */
+		now = dmutex__now_ns();
 		if (err == EIO && now < o.until_ns) {
 			r->orphans[i].next_ns = dmutex__now_ns() + 4 * RETRY_NS;
 			i++;
@@ -279,6 +280,13 @@ renewer_main(void *arg)
 				batch = nb;
 				cap = r->n;
 			}
+		}
+		if (cap < r->n && !cap) {
+			/* No memory for even one: wait a little rather than spin. */
+			struct timespec ts;
+			dmutex__ns_to_ts(dmutex__now_ns() + RETRY_NS, &ts);
+			pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+			continue;
 		}
 		for (size_t i = 0; i < r->n && n < cap; i++)
 			if (r->items[i]->due_ns <= now + BATCH_SLACK_NS) {
