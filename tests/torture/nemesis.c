@@ -1,0 +1,418 @@
+/*
+ * The nemesis: every fault of RELIABILITY.md that one machine can make,
+ * injected one at a time on a schedule that follows from the seed (or a
+ * fixed list), each recorded as N_FAULT ... N_HEAL.  Also the sampler, a
+ * thread that reads the lock key on every node (fence, PTTL) every 20 ms so
+ * that the checker can tell a stranded hold.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "run.h"
+
+#define SAMPLE_MS 20
+#define FIND_MS   3000
+
+void
+tt_nrec(struct tt_run *r, int type, int kind, int rc, uint64_t token, int64_t value)
+{
+	struct tt_rec x = { .t = tt_now_ns(), .pid = (int32_t)getpid(), .thr = TT_NEMESIS_THR,
+		.type = (uint8_t)type, .kind = (uint8_t)kind, .rc = rc, .token = token, .value = value };
+
+	tt_rec_write(r->fd, &x);
+}
+
+int
+tt_spawn_worker(struct tt_run *r)
+{
+	char a_id[16], a_thr[16], a_port[16], a_lease[16], a_seed[32], a_flags[16], a_work[16];
+	int id = r->nworkers;
+	pid_t parent = getpid(), pid;
+
+	if (id >= TT_MAX_WORKERS) {
+		fprintf(stderr, "torture: more than %d workers\n", TT_MAX_WORKERS);
+		return -1;
+	}
+	snprintf(a_id, sizeof a_id, "%d", id);
+	snprintf(a_thr, sizeof a_thr, "%d", r->cfg.threads);
+	snprintf(a_port, sizeof a_port, "%d", r->res.port);
+	snprintf(a_lease, sizeof a_lease, "%u", r->cfg.lease_ms);
+	snprintf(a_seed, sizeof a_seed, "%" PRIu64, r->cfg.seed);
+	/* Every third worker robust, every third recursive (two locks a hold). */
+	snprintf(a_flags, sizeof a_flags, "%d", (id % 3 == 1 ? 1 : id % 3 == 2 ? 2 : 0) |
+			(r->cfg.unsafe && id == 0 ? 4 : 0));
+	snprintf(a_work, sizeof a_work, "%u", r->cfg.work_ms);
+	char *argv[] = { r->exe, "worker", r->dir, a_id, a_thr, r->url, a_port, a_lease, a_seed,
+		a_flags, a_work, NULL };
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		perror("torture: fork");
+		return -1;
+	}
+	if (pid == 0) {
+		/* Never outlive the run (a failed or killed orchestrator). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(99);
+		execv(r->exe, argv);
+		_exit(98);
+	}
+	r->pid[id] = pid;
+	r->alive[id] = 1;
+	r->nworkers++;
+	atomic_store(&r->sh->nworkers, r->nworkers);
+	tt_nrec(r, N_SPAWN, 0, id, (uint64_t)pid, 0);
+	return 0;
+}
+
+/* ---- choosing a holder ---- */
+
+static int
+phase_in(int phase, unsigned mask)
+{
+	return (mask >> phase) & 1;
+}
+
+/* A live worker with a thread in one of the phases of mask, polled until
+ * found or FIND_MS pass; -1 if none. */
+static int
+find_worker(struct tt_run *r, unsigned mask, uint64_t *pick)
+{
+	int64_t until = tt_now_ns() + (int64_t)FIND_MS * 1000000;
+	int cand[TT_MAX_WORKERS];
+
+	do {
+		int n = 0;
+		for (int w = 0; w < r->nworkers; w++) {
+			if (!r->alive[w])
+				continue;
+			for (int t = 0; t < r->cfg.threads; t++)
+				if (phase_in(atomic_load(&r->sh->slot[w][t].phase), mask)) {
+					cand[n++] = w;
+					break;
+				}
+		}
+		if (n)
+			return cand[tt_rand(pick) % (uint64_t)n];
+		tt_sleep_ms(0.5);
+	} while (tt_now_ns() < until);
+	return -1;
+}
+
+static int
+any_worker(struct tt_run *r, uint64_t *pick)
+{
+	int cand[TT_MAX_WORKERS], n = 0;
+
+	for (int w = 0; w < r->nworkers; w++)
+		if (r->alive[w])
+			cand[n++] = w;
+	return n ? cand[tt_rand(pick) % (uint64_t)n] : -1;
+}
+
+/* ---- faults ---- */
+
+#define WORK_MASK    ((1u << PH_WORK) | (1u << PH_LONGWORK))
+#define HOLDING_MASK ((1u << PH_HOLDING) | WORK_MASK | (1u << PH_WRITING))
+
+static long long
+res_maxtok(struct tt_run *r)
+{
+	long long v = th_redis_int(&r->res, "GET maxtok");
+	return v == LLONG_MIN ? 0 : v;
+}
+
+/* SIGSTOP a holder for window_ms (past its lease).  force: stop one that is
+ * in its critical section before its write, and keep it stopped until a
+ * newer token has written, so that its write must be rejected. */
+static int
+holder_stop(struct tt_run *r, double window_ms, int force, uint64_t *pick)
+{
+	int w = find_worker(r, force ? WORK_MASK : HOLDING_MASK, pick), t_in_work = -1;
+	uint64_t tok = 0;
+	pid_t pid;
+
+	if (w < 0)
+		w = any_worker(r, pick);
+	if (w < 0)
+		return 0;
+	pid = r->pid[w];
+	if (kill(pid, SIGSTOP) || th_wait_stopped(pid)) {
+		fprintf(stderr, "torture: SIGSTOP of worker %d failed\n", pid);
+		return -1;
+	}
+	tt_nrec(r, N_STOPPED, 0, w, (uint64_t)pid, 0);
+	for (int t = 0; t < r->cfg.threads; t++)
+		if (phase_in(atomic_load(&r->sh->slot[w][t].phase), WORK_MASK)) {
+			t_in_work = t;
+			tok = atomic_load(&r->sh->slot[w][t].token);
+		}
+	tt_nrec(r, N_FAULT, F_HOLDER_STOP, -1, (uint64_t)pid, (int64_t)window_ms);
+	int64_t start = tt_now_ns(), min_end = start + (int64_t)(window_ms * 1e6);
+	if (force && t_in_work >= 0) {
+		/* Until someone else wrote with a newer token (bounded). */
+		int64_t until = start + 20LL * r->cfg.lease_ms * 1000000;
+		while (tt_now_ns() < until && res_maxtok(r) <= (long long)tok)
+			tt_sleep_ms(5);
+	}
+	if (tt_now_ns() < min_end)
+		tt_sleep_ms((double)(min_end - tt_now_ns()) / 1e6);
+	if (kill(pid, SIGCONT)) {
+		fprintf(stderr, "torture: SIGCONT of worker %d failed\n", pid);
+		return -1;
+	}
+	tt_nrec(r, N_CONTINUED, 0, w, (uint64_t)pid, 0);
+	tt_nrec(r, N_HEAL, F_HOLDER_STOP, -1, (uint64_t)pid, t_in_work >= 0);
+	return 0;
+}
+
+static int
+holder_kill(struct tt_run *r, uint64_t *pick)
+{
+	int w = find_worker(r, HOLDING_MASK, pick), st;
+	pid_t pid;
+
+	if (w < 0)
+		w = any_worker(r, pick);
+	if (w < 0)
+		return 0;
+	pid = r->pid[w];
+	/* The record comes first: the hold ends no later than this. */
+	tt_nrec(r, N_KILLED, 0, w, (uint64_t)pid, 0);
+	tt_nrec(r, N_FAULT, F_HOLDER_KILL, -1, (uint64_t)pid, 0);
+	kill(pid, SIGKILL);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	r->alive[w] = 0;
+	tt_nrec(r, N_EXITED, 0, WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st), (uint64_t)pid, 0);
+	tt_nrec(r, N_HEAL, F_HOLDER_KILL, -1, (uint64_t)pid, 0);
+	return tt_spawn_worker(r);
+}
+
+static int
+node_fault(struct tt_run *r, int f, int node, double window_ms, double param, uint64_t *pick)
+{
+	struct th_redis *s = &r->lock[node];
+	int rc = 0;
+
+	/* A fault longer than half a lease starts, when it can, while a
+	 * holder is in a long critical section: its renewals fail, and it
+	 * must be told it lost the lock (RELIABILITY #14). */
+	if (window_ms > r->cfg.lease_ms / 2.0 && f != F_PROXY_DELAY)
+		find_worker(r, 1u << PH_LONGWORK, pick);
+
+	tt_nrec(r, N_FAULT, f, node, 0, (int64_t)window_ms);
+	switch (f) {
+	case F_REDIS_STOP:
+		if (th_redis_pause(s))
+			return -1;
+		tt_sleep_ms(window_ms);
+		rc = th_redis_resume(s);
+		break;
+	case F_CLIENT_PAUSE: {
+		redisReply *rep = th_redis_cmd(s, "CLIENT PAUSE %lld", (long long)window_ms);
+		if (!rep || rep->type == REDIS_REPLY_ERROR)
+			rc = -1;
+		if (rep)
+			freeReplyObject(rep);
+		tt_sleep_ms(window_ms);
+		break;
+	}
+	case F_REDIS_RESTART:
+		rc = th_redis_restart(s);
+		break;
+	case F_PROXY_DELAY:
+		tt_dproxy_set_delay(r->dp[node], (int)param);
+		tt_sleep_ms(window_ms);
+		tt_dproxy_set_delay(r->dp[node], 0);
+		break;
+	case F_PROXY_DROP:
+	case F_PROXY_BLACKHOLE:
+		th_proxy_set_mode(r->px[node], f == F_PROXY_DROP ? TH_PROXY_DROP_REPLIES : TH_PROXY_BLACKHOLE);
+		tt_sleep_ms(window_ms);
+		th_proxy_set_mode(r->px[node], TH_PROXY_PASS);
+		break;
+	case F_MAJORITY_STOP:
+		for (int i = 0; i <= r->cfg.nodes / 2; i++)
+			if (th_redis_pause(&r->lock[i]))
+				return -1;
+		tt_sleep_ms(window_ms);
+		for (int i = 0; i <= r->cfg.nodes / 2; i++)
+			rc |= th_redis_resume(&r->lock[i]);
+		break;
+	}
+	if (rc)
+		fprintf(stderr, "torture: fault %s on node %d: the harness failed\n", tt_fault_names[f], node);
+	tt_nrec(r, N_HEAL, f, node, 0, (int64_t)param);
+	return rc;
+}
+
+static int
+inject(struct tt_run *r, int f, int node, double window_ms, double param, uint64_t *pick)
+{
+	switch (f) {
+	case F_HOLDER_STOP:
+		return holder_stop(r, window_ms, param != 0, pick);
+	case F_HOLDER_KILL:
+		return holder_kill(r, pick);
+	default:
+		return node_fault(r, f, node, window_ms, param, pick);
+	}
+}
+
+/* ---- schedules ---- */
+
+struct step {
+	int fault;
+	int node;
+	double window;          /* in leases (L) or command timeouts (C), see below */
+	double param;
+};
+
+int
+tt_nemesis(struct tt_run *r)
+{
+	const double L = r->cfg.lease_ms, C = r->cfg.cmd_ms;
+	uint64_t pick = r->cfg.seed ^ 0x5bd1e995ULL;
+	int n = r->cfg.nodes;
+
+	/* Let every worker get going before the first fault. */
+	tt_sleep_ms(L);
+	if (r->cfg.deterministic) {
+		/* Each fault once, short ones (below the lease: holds survive)
+		 * and long ones (past it: holds are lost and must be told). */
+		const struct step steps[] = {
+			{ F_HOLDER_STOP, 0, 2 * L, 1 },         /* its write must be rejected */
+			{ F_REDIS_STOP, 0 % n, 3 * C, 0 },      /* lost replies, renewal survives */
+			{ F_CLIENT_PAUSE, 1 % n, 2.5 * C, 0 },
+			{ F_PROXY_DELAY, 2 % n, 2 * L, C / 2 },
+			{ F_PROXY_DROP, 0 % n, 3 * C, 0 },
+			{ F_HOLDER_KILL, 0, 0, 0 },
+			{ F_REDIS_RESTART, 1 % n, 0, 0 },
+			{ F_PROXY_BLACKHOLE, 2 % n, 1.6 * L, 0 },
+			{ F_REDIS_STOP, 0 % n, 1.6 * L, 0 },    /* past the lease */
+			{ F_MAJORITY_STOP, 0, 1.6 * L, 0 },     /* Redlock only */
+			{ F_HOLDER_STOP, 0, 2 * L, 0 },
+		};
+		for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+			if (steps[i].fault == F_MAJORITY_STOP && n == 1)
+				continue;
+			if (!(r->cfg.faults & (1u << steps[i].fault)))
+				continue;
+			if (inject(r, steps[i].fault, steps[i].node, steps[i].window, steps[i].param, &pick))
+				return -1;
+			tt_sleep_ms(L);
+		}
+		return 0;
+	}
+	int64_t until = tt_now_ns() + (int64_t)(r->cfg.seconds * 1e9);
+	unsigned enabled = r->cfg.faults & (n == 1 ? ~(1u << F_MAJORITY_STOP) : ~0u);
+	while (tt_now_ns() < until) {
+		int f, node;
+		double window = 0, param = 0;
+
+		if (!enabled) {
+			tt_sleep_ms(L);
+			continue;
+		}
+		do
+			f = (int)(tt_rand(&r->rng) % TT_NFAULTS);
+		while (!(enabled & (1u << f)));
+		node = (int)(tt_rand(&r->rng) % (uint64_t)n);
+		switch (f) {
+		case F_HOLDER_STOP:
+			window = tt_uniform(&r->rng, 1.2 * L, 4 * L);
+			param = tt_rand(&r->rng) % 2;
+			break;
+		case F_REDIS_STOP:
+		case F_PROXY_DROP:
+		case F_PROXY_BLACKHOLE:
+			window = tt_uniform(&r->rng, C, 3 * L);
+			break;
+		case F_CLIENT_PAUSE:
+		case F_MAJORITY_STOP:
+			window = tt_uniform(&r->rng, C, 2 * L);
+			break;
+		case F_PROXY_DELAY:
+			window = tt_uniform(&r->rng, L, 4 * L);
+			param = tt_uniform(&r->rng, C / 10, 2 * C);
+			break;
+		}
+		if (inject(r, f, node, window, param, &pick))
+			return -1;
+		tt_sleep_ms(tt_uniform(&r->rng, 0.2 * L, 2 * L));
+	}
+	return 0;
+}
+
+/* ---- sampler ---- */
+
+static void *
+sampler_main(void *arg)
+{
+	struct tt_run *r = arg;
+	redisContext *ctx[TT_MAX_NODES] = { 0 };
+	const char *key = "dmutex:lock:{" TT_LOCK_NAME "}";
+
+	while (!atomic_load(&r->sampler_stop)) {
+		for (int i = 0; i < r->cfg.nodes; i++) {
+			redisReply *a = NULL, *b = NULL;
+			struct tt_rec x = { .pid = (int32_t)getpid(), .thr = TT_NEMESIS_THR, .type = N_SAMPLE,
+				.rc = i };
+
+			if (!ctx[i] && !(ctx[i] = th_tcp_connect(r->lock[i].port, 200)))
+				continue;
+			x.t = tt_now_ns();
+			redisAppendCommand(ctx[i], "HGET %s fence", key);
+			redisAppendCommand(ctx[i], "PTTL %s", key);
+			if (redisGetReply(ctx[i], (void **)&a) != REDIS_OK ||
+			    redisGetReply(ctx[i], (void **)&b) != REDIS_OK) {
+				redisFree(ctx[i]);
+				ctx[i] = NULL;
+			} else if (b->type == REDIS_REPLY_INTEGER) {
+				x.token = a->type == REDIS_REPLY_STRING ? strtoull(a->str, NULL, 10) : 0;
+				x.value = b->integer;
+				x.hold = b->integer != -2;
+				tt_rec_write(r->fd, &x);
+			}
+			if (a)
+				freeReplyObject(a);
+			if (b)
+				freeReplyObject(b);
+		}
+		tt_sleep_ms(SAMPLE_MS);
+	}
+	for (int i = 0; i < r->cfg.nodes; i++)
+		if (ctx[i])
+			redisFree(ctx[i]);
+	return NULL;
+}
+
+int
+tt_sampler_start(struct tt_run *r)
+{
+	atomic_store(&r->sampler_stop, 0);
+	if (pthread_create(&r->sampler, NULL, sampler_main, r))
+		return -1;
+	r->sampler_running = 1;
+	return 0;
+}
+
+void
+tt_sampler_stop(struct tt_run *r)
+{
+	if (!r->sampler_running)
+		return;
+	atomic_store(&r->sampler_stop, 1);
+	pthread_join(r->sampler, NULL);
+	r->sampler_running = 0;
+}

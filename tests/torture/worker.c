@@ -1,0 +1,348 @@
+/*
+ * A torture worker: one process, one dmutex client, T threads.  Each thread
+ * loops lock -> fence -> read the protected value -> "work" -> write value+1
+ * fenced by its token -> unlock, and records every step (torture.h).
+ *
+ * argv: worker DIR ID THREADS URL RESOURCE_PORT LEASE_MS SEED FLAGS WORK_MS
+ * FLAGS: 1 robust mutexes, 2 recursive (every hold locks twice), 4 unsafe:
+ * lock another name (the checker's self-test: it must see violations).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "dmutex.h"
+#include "torture.h"
+
+#define FL_ROBUST    1
+#define FL_RECURSIVE 2
+#define FL_UNSAFE    4
+
+/* The protected resource: accepts a write only with a token larger than
+ * every token it accepted before, and logs what it accepted. */
+static const char write_lua[] =
+	"local max = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
+	"local tok = tonumber(ARGV[1])\n"
+	"if tok <= max then return {0, max} end\n"
+	"redis.call('SET', KEYS[2], ARGV[1])\n"
+	"redis.call('SET', KEYS[1], ARGV[2])\n"
+	"redis.call('RPUSH', KEYS[3], ARGV[1])\n"
+	"return {1, tok}\n";
+
+struct worker {
+	const char *dir;
+	int id, nthreads, flags, res_port;
+	unsigned lease_ms, work_ms;
+	uint64_t seed;
+	int fd;
+	dmutex_client_t *client;
+	struct tt_shared *sh;
+	FILE *log;
+	pthread_mutex_t log_mu;
+};
+
+struct thr {
+	struct worker *w;
+	int idx;
+	dmutex_t m;
+	redisContext *res;
+	_Atomic uint32_t hold;
+	uint64_t rng;
+	struct tt_slot *slot;
+	int failed;
+};
+
+static struct worker W;
+
+static void
+rec(struct thr *t, int type, int kind, int rc, uint64_t token, int64_t value)
+{
+	struct tt_rec r = {
+		.t = tt_now_ns(), .pid = (int32_t)getpid(), .thr = (uint16_t)t->idx,
+		.type = (uint8_t)type, .kind = (uint8_t)kind, .hold = atomic_load(&t->hold),
+		.rc = rc, .token = token, .value = value,
+	};
+
+	tt_rec_write(t->w->fd, &r);
+	atomic_store(&t->slot->progress_ns, r.t);
+	atomic_fetch_add(&t->slot->ops, 1);
+}
+
+static void
+on_lost(const char *name, void *arg)
+{
+	(void)name;
+	rec(arg, R_LOST, 0, 0, 0, 0);
+}
+
+static void
+logger(int level, const char *msg, void *arg)
+{
+	struct worker *w = arg;
+
+	pthread_mutex_lock(&w->log_mu);
+	fprintf(w->log, "%" PRId64 " %d %s\n", tt_now_ns(), level, msg);
+	fflush(w->log);
+	pthread_mutex_unlock(&w->log_mu);
+}
+
+static int
+res_connect(struct thr *t)
+{
+	struct timeval tv = { 5, 0 };
+
+	if (t->res)
+		redisFree(t->res);
+	t->res = redisConnectWithTimeout("127.0.0.1", t->w->res_port, tv);
+	if (!t->res || t->res->err || redisSetTimeout(t->res, tv) != REDIS_OK) {
+		if (t->res)
+			redisFree(t->res);
+		t->res = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/* GET value: 0 and *v, or -1. */
+static int
+res_read(struct thr *t, int64_t *v)
+{
+	redisReply *r;
+
+	if (!t->res && res_connect(t))
+		return -1;
+	r = redisCommand(t->res, "GET value");
+	if (!r) {
+		res_connect(t);
+		return -1;
+	}
+	*v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+	freeReplyObject(r);
+	return 0;
+}
+
+/* 1 accepted, 0 rejected (*max: the resource's token), -1 no answer. */
+static int
+res_write(struct thr *t, uint64_t token, int64_t value, uint64_t *max)
+{
+	redisReply *r;
+	int rc = -1;
+
+	if (!t->res && res_connect(t))
+		return -1;
+	r = redisCommand(t->res, "EVAL %s 3 value maxtok log %" PRIu64 " %" PRId64,
+			write_lua, token, value);
+	if (!r) {
+		res_connect(t);
+		return -1;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+			r->element[0]->type == REDIS_REPLY_INTEGER &&
+			r->element[1]->type == REDIS_REPLY_INTEGER) {
+		rc = (int)r->element[0]->integer;
+		*max = (uint64_t)r->element[1]->integer;
+	} else {
+		fprintf(stderr, "torture worker: resource answered %s\n",
+				r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected shape");
+	}
+	freeReplyObject(r);
+	return rc;
+}
+
+static int
+do_lock(struct thr *t, int op)
+{
+	struct timespec dl;
+
+	switch (op) {
+	case OP_TRY:
+		return dmutex_trylock(&t->m);
+	case OP_TIMED:
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += (2 * t->w->lease_ms) / 1000;
+		dl.tv_nsec += (long)((2 * t->w->lease_ms) % 1000) * 1000000L;
+		if (dl.tv_nsec >= 1000000000L) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000L;
+		}
+		return dmutex_clocklock(&t->m, CLOCK_MONOTONIC, &dl);
+	default:
+		return dmutex_lock(&t->m);
+	}
+}
+
+/* One hold, recorded step by step. */
+static void
+one_round(struct thr *t)
+{
+	struct worker *w = t->w;
+	int op, rc, relocked = 0;
+	uint64_t token = 0, max = 0;
+	int64_t v = 0;
+
+	atomic_fetch_add(&t->hold, 1);
+	op = (int)(tt_rand(&t->rng) % 4);
+	op = op == 3 ? OP_TRY : op == 0 ? OP_LOCK : OP_TIMED;
+	atomic_store(&t->slot->phase, PH_LOCKING);
+	rec(t, R_LOCK_INV, op, 0, 0, 0);
+	rc = do_lock(t, op);
+	rec(t, R_LOCK, op, rc, 0, 0);
+	if (rc == EOWNERDEAD) {
+		int rc2 = dmutex_consistent(&t->m);
+		rec(t, R_CONSISTENT, 0, rc2, 0, 0);
+	} else if (rc) {
+		atomic_store(&t->slot->phase, PH_IDLE);
+		/* A refused trylock would otherwise spin on Redis: pace it. */
+		if (rc == EBUSY)
+			tt_sleep_ms(tt_uniform(&t->rng, 0.2, 2));
+		return;
+	}
+	if (w->flags & FL_RECURSIVE) {
+		rc = dmutex_lock(&t->m);
+		rec(t, R_RELOCK, 0, rc, 0, 0);
+		relocked = rc == 0;
+	}
+	atomic_store(&t->slot->phase, PH_HOLDING);
+	rc = dmutex_fence(&t->m, &token);
+	rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
+	if (!rc) {
+		atomic_store(&t->slot->token, token);
+		rc = res_read(t, &v);
+		rec(t, R_READ, 0, rc, token, v);
+		if (!rc) {
+			/* The critical section's work: mostly short, sometimes
+			 * long enough for the nemesis to catch a holder in it,
+			 * and one in a hundred longer than the lease (renewed
+			 * while it works, lost if a fault stops the renewals). */
+			int dice = (int)(tt_rand(&t->rng) % 100);
+			atomic_store(&t->slot->phase, dice ? PH_WORK : PH_LONGWORK);
+			tt_sleep_ms(dice == 0 ? tt_uniform(&t->rng, 0.5 * w->lease_ms, 2.0 * w->lease_ms)
+					: tt_uniform(&t->rng, 0, dice < 10 ? (double)w->work_ms : w->work_ms / 5.0));
+			atomic_store(&t->slot->phase, PH_WRITING);
+			rec(t, R_WRITE_INV, 0, 0, token, v + 1);
+			rc = res_write(t, token, v + 1, &max);
+			rec(t, R_WRITE, 0, rc, token, (int64_t)max);
+		}
+	}
+	if (relocked) {
+		rc = dmutex_unlock(&t->m);
+		rec(t, R_INNER_UNLOCK, 0, rc, 0, 0);
+	}
+	atomic_store(&t->slot->phase, PH_UNLOCKING);
+	rec(t, R_UNLOCK_INV, 0, 0, 0, 0);
+	rc = dmutex_unlock(&t->m);
+	rec(t, R_UNLOCK, 0, rc, 0, 0);
+	atomic_store(&t->slot->phase, PH_IDLE);
+}
+
+static void *
+thread_main(void *p)
+{
+	struct thr *t = p;
+
+	while (!atomic_load(&t->w->sh->stop))
+		one_round(t);
+	atomic_store(&t->slot->phase, PH_DONE);
+	rec(t, R_EXIT, 0, 0, 0, 0);
+	return NULL;
+}
+
+static int
+init_mutex(struct thr *t)
+{
+	dmutex_attr_t a;
+	int rc;
+
+	if ((rc = dmutex_attr_init(&a)))
+		return rc;
+	if (!(rc = dmutex_attr_setclient(&a, t->w->client)) &&
+	    !(rc = dmutex_attr_settype(&a, t->w->flags & FL_RECURSIVE ? DMUTEX_RECURSIVE
+			: DMUTEX_ERRORCHECK)) &&
+	    !(rc = dmutex_attr_setrobust(&a, t->w->flags & FL_ROBUST ? DMUTEX_ROBUST
+			: DMUTEX_STALLED)) &&
+	    !(rc = dmutex_attr_setlease(&a, t->w->lease_ms)) &&
+	    !(rc = dmutex_attr_setonlost(&a, on_lost, t)))
+		rc = dmutex_init(&t->m, t->w->flags & FL_UNSAFE ? TT_LOCK_NAME "-unsafe" : TT_LOCK_NAME, &a);
+	dmutex_attr_destroy(&a);
+	return rc;
+}
+
+int
+tt_worker_main(int argc, char **argv)
+{
+	char path[600];
+	struct thr thr[TT_MAX_THREADS];
+	pthread_t tid[TT_MAX_THREADS];
+	int rc, status = 0;
+
+	if (argc != 11) {
+		fprintf(stderr, "usage: torture worker DIR ID THREADS URL RESOURCE_PORT LEASE_MS SEED FLAGS WORK_MS\n");
+		return 2;
+	}
+	W.dir = argv[2];
+	W.id = atoi(argv[3]);
+	W.nthreads = atoi(argv[4]);
+	W.res_port = atoi(argv[6]);
+	W.lease_ms = (unsigned)strtoul(argv[7], NULL, 10);
+	W.seed = strtoull(argv[8], NULL, 10);
+	W.flags = atoi(argv[9]);
+	W.work_ms = (unsigned)strtoul(argv[10], NULL, 10);
+	if (W.id < 0 || W.id >= TT_MAX_WORKERS || W.nthreads < 1 || W.nthreads > TT_MAX_THREADS)
+		return 2;
+	pthread_mutex_init(&W.log_mu, NULL);
+	snprintf(path, sizeof path, "%s/w%02d-%d.log", W.dir, W.id, (int)getpid());
+	if (!(W.log = fopen(path, "we")))
+		return 2;
+	dmutex_set_logger(logger, &W);
+	snprintf(path, sizeof path, "%s/w%02d-%d.hist", W.dir, W.id, (int)getpid());
+	W.fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (W.fd < 0 || !(W.sh = tt_shared_map(W.dir, 0)))
+		return 2;
+	if ((rc = dmutex_client_open(&W.client, argv[5]))) {
+		fprintf(stderr, "torture worker %d: client open: %s\n", W.id, dmutex_strerror(rc));
+		return 3;
+	}
+	for (int i = 0; i < W.nthreads; i++) {
+		memset(&thr[i], 0, sizeof thr[i]);
+		thr[i].w = &W;
+		thr[i].idx = i;
+		thr[i].rng = W.seed * 1000003 + (uint64_t)W.id * 64 + (uint64_t)i + 1;
+		thr[i].slot = &W.sh->slot[W.id][i];
+		atomic_store(&thr[i].slot->pid, (int)getpid());
+		if ((rc = init_mutex(&thr[i]))) {
+			fprintf(stderr, "torture worker %d: init: %s\n", W.id, dmutex_strerror(rc));
+			return 3;
+		}
+	}
+	for (int i = 0; i < W.nthreads; i++)
+		if (pthread_create(&tid[i], NULL, thread_main, &thr[i]))
+			return 3;
+	for (int i = 0; i < W.nthreads; i++)
+		pthread_join(tid[i], NULL);
+	for (int i = 0; i < W.nthreads; i++) {
+		if ((rc = dmutex_destroy(&thr[i].m))) {
+			fprintf(stderr, "torture worker %d: destroy: %s\n", W.id, dmutex_strerror(rc));
+			status = 4;
+		}
+		if (thr[i].res)
+			redisFree(thr[i].res);
+	}
+	if ((rc = dmutex_client_close(W.client))) {
+		fprintf(stderr, "torture worker %d: client close: %s\n", W.id, dmutex_strerror(rc));
+		status = 4;
+	}
+	dmutex_set_logger(NULL, NULL);
+	fclose(W.log);
+	close(W.fd);
+	munmap(W.sh, sizeof *W.sh);
+	return status;
+}
