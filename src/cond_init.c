@@ -87,22 +87,13 @@ bind_static(dcond_t *c, struct dmutex__cond **out)
 int
 dmutex__cond_resolve(dcond_t *c, struct dmutex__cond **out)
 {
-	unsigned long magic;
-	struct dmutex__cond *cx;
+	void *cx;
+	int err = dmutex__resolve_object(c, c ? &c->__magic : NULL, c ? &c->__impl : NULL,
+			DCOND__MAGIC_INIT, DCOND__MAGIC_STATIC, "condition variable", &cx);
 
-	if (!c)
-		return EINVAL;
-	magic = __atomic_load_n(&c->__magic, __ATOMIC_ACQUIRE);
-	if (magic != DCOND__MAGIC_INIT && magic != DCOND__MAGIC_STATIC) {
-		dmutex__log(DMUTEX_LOG_ERROR, "condition variable %p is %s", (void *)c,
-				magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
-		return EINVAL;
-	}
-	if ((cx = __atomic_load_n((struct dmutex__cond **)&c->__impl, __ATOMIC_ACQUIRE))) {
+	if (err == DMUTEX__UNBOUND)
+		return bind_static(c, out);
+	if (!err)
 		*out = cx;
-		return 0;
-	}
-	if (magic == DCOND__MAGIC_INIT)
-		return EINVAL;
-	return bind_static(c, out);
+	return err;
 }

@@ -226,25 +226,34 @@ bind_static(dmutex_t *m, struct dmutex__mutex **out)
 }
 
 int
-dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out)
+dmutex__resolve_object(const void *obj, unsigned long *magic_p, void **impl_p,
+		unsigned long init_magic, unsigned long static_magic, const char *what, void **out)
 {
 	unsigned long magic;
-	struct dmutex__mutex *mx;
 
-	if (!m)
+	if (!obj)
 		return EINVAL;
-	magic = __atomic_load_n(&m->__magic, __ATOMIC_ACQUIRE);
-	if (magic != DMUTEX__MAGIC_INIT && magic != DMUTEX__MAGIC_STATIC) {
-		dmutex__log(DMUTEX_LOG_ERROR, "mutex %p is %s", (void *)m,
+	magic = __atomic_load_n(magic_p, __ATOMIC_ACQUIRE);
+	if (magic != init_magic && magic != static_magic) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s %p is %s", what, obj,
 				magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
 		return EINVAL;
 	}
-	mx = __atomic_load_n((struct dmutex__mutex **)&m->__impl, __ATOMIC_ACQUIRE);
-	if (mx) {
-		*out = mx;
+	if ((*out = __atomic_load_n(impl_p, __ATOMIC_ACQUIRE)))
 		return 0;
-	}
-	if (magic == DMUTEX__MAGIC_INIT)
-		return EINVAL;
-	return bind_static(m, out);
+	return magic == init_magic ? EINVAL : DMUTEX__UNBOUND;
+}
+
+int
+dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out)
+{
+	void *mx;
+	int err = dmutex__resolve_object(m, m ? &m->__magic : NULL, m ? &m->__impl : NULL,
+			DMUTEX__MAGIC_INIT, DMUTEX__MAGIC_STATIC, "mutex", &mx);
+
+	if (err == DMUTEX__UNBOUND)
+		return bind_static(m, out);
+	if (!err)
+		*out = mx;
+	return err;
 }

@@ -166,6 +166,15 @@ void dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__los
 void dmutex__entry_forget(struct dmutex__entry *e);
 int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
 int dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out);
+/*
+ * dmutex_t and dcond_t begin alike: magic, static name, bound object.
+ * 0 and *out: bound.  EINVAL (logged as `what`): NULL, uninitialized,
+ * destroyed.  DMUTEX__UNBOUND: a static initializer not bound yet — the
+ * caller binds it.
+ */
+#define DMUTEX__UNBOUND (-1)
+int dmutex__resolve_object(const void *obj, unsigned long *magic, void **impl,
+		unsigned long init_magic, unsigned long static_magic, const char *what, void **out);
 int dmutex__name_ok(const char *name, size_t *len);
 
 /* ---- renewer.c ---- */
