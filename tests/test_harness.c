@@ -734,3 +734,409 @@ Test(proxy, blackholed_connection_never_reaches_server, .init = srv_up, .fini = 
 	cr_assert_lt(th_now_ms() - t0, 1500, "EOF expected, not a timeout");
 	redisFree(c);
 }
+
+/* ------------------------------------------------------------------ */
+/* Sentinel                                                            */
+/* ------------------------------------------------------------------ */
+
+static struct th_sentinel sen;
+
+static void sen_down(void)
+{
+	th_sentinel_stop(&sen);
+}
+
+/* Every pid gone, every dir removed, every port closed. */
+struct leftovers { pid_t pid[16]; char dir[16][256]; int port[16]; int n; };
+
+static void remember(struct leftovers *l, const struct th_redis *r)
+{
+	if (r->dir[0] && l->n < 16) {
+		l->pid[l->n] = r->pid;
+		snprintf(l->dir[l->n], sizeof l->dir[0], "%s", r->dir);
+		l->port[l->n] = r->port;
+		l->n++;
+	}
+}
+
+static void assert_nothing_left(const struct leftovers *l)
+{
+	for (int i = 0; i < l->n; i++) {
+		if (l->pid[i] > 0)
+			cr_assert_eq(th_proc_state(l->pid[i]), -1, "process %d left", (int)l->pid[i]);
+		cr_assert(!path_exists(l->dir[i]), "dir %s left", l->dir[i]);
+		cr_assert(!th_port_is_open(l->port[i]), "port %d still open", l->port[i]);
+	}
+}
+
+static int role_is(struct th_sentinel *s, int i, const char *want)
+{
+	redisReply *r = th_sentinel_data_cmd(s, i, "ROLE");
+	int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+	         r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, want) == 0;
+	if (r)
+		freeReplyObject(r);
+	return ok;
+}
+
+Test(sentinel, start_agree_failover_cleanup, .fini = sen_down, .timeout = 90)
+{
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_sentinel_start(&sen, NULL, 0), 0);
+	long long t_start = th_now_ms() - t0;
+	cr_assert_eq(sen.ndata, 2);
+	cr_assert_eq(sen.master, 0);
+	cr_assert_str_eq(sen.name, "mymaster");
+	char url[256];
+	snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
+	         sen.sentinel[0].port, sen.sentinel[1].port, sen.sentinel[2].port);
+	cr_assert_str_eq(sen.url, url);
+	for (int i = 0; i < TH_SENTINELS; i++)
+		cr_assert_eq(th_sentinel_get_master(&sen, i), 0, "sentinel %d", i);
+	cr_assert(role_is(&sen, 0, "master"));
+	cr_assert(role_is(&sen, 1, "slave"));
+	/* the replica really replicates */
+	redisReply *r = th_sentinel_data_cmd(&sen, 0, "SET before-failover 1");
+	cr_assert(reply_is_status(r, "OK"));
+	freeReplyObject(r);
+	r = th_sentinel_data_cmd(&sen, 0, "WAIT 1 5000");
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+	freeReplyObject(r);
+
+	struct leftovers left = { .n = 0 };
+	for (int i = 0; i < sen.ndata; i++)
+		remember(&left, &sen.data[i]);
+	for (int i = 0; i < TH_SENTINELS; i++)
+		remember(&left, &sen.sentinel[i]);
+
+	t0 = th_now_ms();
+	int m = th_sentinel_kill_master(&sen, 30000);
+	long long t_failover = th_now_ms() - t0;
+	cr_assert_eq(m, 1, "the replica was not promoted");
+	cr_assert_eq(sen.master, 1);
+	cr_assert_eq(sen.data[0].pid, 0);
+	for (int i = 0; i < TH_SENTINELS; i++)
+		cr_assert_eq(th_sentinel_get_master(&sen, i), 1, "sentinel %d", i);
+	cr_assert(role_is(&sen, 1, "master"));
+	r = th_sentinel_data_cmd(&sen, 1, "GET before-failover");
+	cr_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "1") == 0);
+	freeReplyObject(r);
+	r = th_sentinel_data_cmd(&sen, 1, "SET after-failover 1");
+	cr_assert(reply_is_status(r, "OK"), "the new master takes writes");
+	freeReplyObject(r);
+	cr_assert_eq(th_sentinel_wait_agree(&sen, 10000), 1);
+	fprintf(stderr, "sentinel: start %lld ms, failover %lld ms (down-after %d ms)\n", t_start,
+	        t_failover, sen.down_after_ms);
+
+	th_sentinel_stop(&sen);
+	assert_nothing_left(&left);
+	th_sentinel_stop(&sen); /* idempotent */
+}
+
+Test(sentinel, acl_users_two_replicas, .fini = sen_down, .timeout = 90)
+{
+	struct th_sentinel_opts o = {
+		.master_name = "orders", .replicas = 2,
+		.data_user = "app", .data_pass = "datapw",
+		.sentinel_user = "watcher", .sentinel_pass = "sentpw",
+	};
+	cr_assert_eq(th_sentinel_start(&sen, &o, 0), 0);
+	cr_assert_eq(sen.ndata, 3);
+	cr_assert_eq(sen.master, 0);
+	/* nobody gets in without credentials, on either side */
+	redisReply *r = th_redis_cmd(&sen.data[0], "PING");
+	cr_assert(r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0);
+	freeReplyObject(r);
+	r = th_redis_cmd(&sen.sentinel[0], "PING");
+	cr_assert(r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0);
+	freeReplyObject(r);
+	r = th_redis_cmd_as(&sen.sentinel[1], "watcher", "sentpw", 0, "SENTINEL GET-MASTER-ADDR-BY-NAME orders");
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	cr_assert_eq(atoi(r->element[1]->str), sen.data[0].port);
+	freeReplyObject(r);
+	r = th_redis_cmd_as(&sen.data[2], "app", "datapw", 0, "ACL WHOAMI");
+	cr_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "app") == 0);
+	freeReplyObject(r);
+
+	long long t0 = th_now_ms();
+	int m = th_sentinel_kill_master(&sen, 30000);
+	long long t_failover = th_now_ms() - t0;
+	cr_assert(m == 1 || m == 2, "promoted %d", m);
+	/* settled: the other replica follows the new master */
+	t0 = th_now_ms();
+	cr_assert_eq(th_sentinel_wait_agree(&sen, 20000), m);
+	long long t_settle = th_now_ms() - t0;
+	int other = m == 1 ? 2 : 1;
+	cr_assert(role_is(&sen, m, "master"));
+	cr_assert(role_is(&sen, other, "slave"));
+	r = th_sentinel_data_cmd(&sen, other, "INFO replication");
+	char want[64];
+	snprintf(want, sizeof want, "master_port:%d\r\n", sen.data[m].port);
+	cr_assert(r && r->type == REDIS_REPLY_STRING && strstr(r->str, want), "replica not moved");
+	freeReplyObject(r);
+	fprintf(stderr, "sentinel (ACL, 2 replicas): failover %lld ms, settled %lld ms later\n",
+	        t_failover, t_settle);
+}
+
+Test(sentinel, requirepass_both_sides, .fini = sen_down, .timeout = 60)
+{
+	struct th_sentinel_opts o = { .data_pass = "d", .sentinel_pass = "s" };
+	cr_assert_eq(th_sentinel_start(&sen, &o, 0), 0);
+	cr_assert_eq(sen.master, 0);
+	redisReply *r = th_redis_cmd_as(&sen.sentinel[2], NULL, "s", 0, "SENTINEL MASTER mymaster");
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+	freeReplyObject(r);
+	r = th_redis_cmd_as(&sen.data[1], NULL, "d", 0, "ROLE");
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY && strcmp(r->element[0]->str, "slave") == 0);
+	freeReplyObject(r);
+}
+
+Test(sentinel, bad_options, .fini = sen_down, .timeout = 30)
+{
+	struct th_sentinel_opts o = { .replicas = 3 };
+	cr_assert_eq(th_sentinel_start(&sen, &o, 0), -1);
+	struct th_sentinel_opts o2 = { .data_user = "u" };
+	cr_assert_eq(th_sentinel_start(&sen, &o2, 0), -1);
+	struct th_sentinel_opts o3 = { .master_name = "has space" };
+	cr_assert_eq(th_sentinel_start(&sen, &o3, 0), -1);
+	th_sentinel_stop(&sen);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cluster                                                             */
+/* ------------------------------------------------------------------ */
+
+static struct th_cluster clu;
+
+static void clu_down(void)
+{
+	th_cluster_stop(&clu);
+}
+
+static int count_masters(struct th_cluster *c)
+{
+	int n = 0;
+	for (int i = 0; i < TH_CLUSTER_NODES; i++)
+		n += th_cluster_master_of(c, i) == i;
+	return n;
+}
+
+/* "PREFIX SLOT 127.0.0.1:PORT" */
+static void assert_redirect(redisReply *r, const char *kind, int slot, int port)
+{
+	char want[64];
+	snprintf(want, sizeof want, "%s %d 127.0.0.1:%d", kind, slot, port);
+	cr_assert(r && r->type == REDIS_REPLY_ERROR, "expected -%s, got type %d", want, r ? r->type : -1);
+	cr_assert_str_eq(r->str, want);
+	freeReplyObject(r);
+}
+
+static void assert_str(redisReply *r, const char *want)
+{
+	cr_assert(r && r->type == REDIS_REPLY_STRING, "expected \"%s\", got type %d (%s)", want,
+	          r ? r->type : -1, r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+	cr_assert_str_eq(r->str, want);
+	freeReplyObject(r);
+}
+
+static void assert_ok(redisReply *r)
+{
+	cr_assert(reply_is_status(r, "OK"), "expected OK, got %s",
+	          r && r->type == REDIS_REPLY_ERROR ? r->str : "something else");
+	freeReplyObject(r);
+}
+
+static int other_master(struct th_cluster *c, int not)
+{
+	for (int i = 0; i < TH_CLUSTER_NODES; i++)
+		if (i != not && th_cluster_master_of(c, i) == i)
+			return i;
+	return -1;
+}
+
+Test(cluster, create_lookup_cleanup, .fini = clu_down, .timeout = 120)
+{
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_cluster_start(&clu, NULL, 0), 0);
+	long long t_start = th_now_ms() - t0;
+	cr_assert_eq(strncmp(clu.url, "redis-cluster://127.0.0.1:", 26), 0);
+	for (int i = 0; i < TH_CLUSTER_NODES; i++) {
+		char part[32];
+		snprintf(part, sizeof part, "127.0.0.1:%d", clu.node[i].port);
+		cr_assert(strstr(clu.url, part), "%s lacks %s", clu.url, part);
+		cr_assert_lt(clu.node[i].port, 65536 - 10000);
+		cr_assert(th_port_is_open(clu.node[i].port + 10000), "bus port of node %d", i);
+		cr_assert_eq(strlen(clu.id[i]), 40);
+	}
+	cr_assert_eq(count_masters(&clu), 3);
+	for (int i = 0; i < TH_CLUSTER_NODES; i++) {
+		int m = th_cluster_master_of(&clu, i);
+		cr_assert_geq(m, 0);
+		cr_assert_eq(th_cluster_master_of(&clu, m), m);
+		if (m == i)
+			cr_assert_geq(th_cluster_replica_of(&clu, i), 0, "master %d has no replica", i);
+	}
+	/* spec examples: CLUSTER KEYSLOT, the owner serves, others redirect */
+	cr_assert_eq(th_cluster_keyslot(&clu, "foo", 3), 12182);
+	cr_assert_eq(th_cluster_keyslot(&clu, "{user1000}.following", 20),
+	             th_cluster_keyslot(&clu, "user1000", 8));
+	int owner = th_cluster_slot_owner(&clu, 12182);
+	cr_assert_geq(owner, 0);
+	cr_assert_eq(th_cluster_master_of(&clu, owner), owner);
+	assert_ok(th_cluster_cmd(&clu, owner, "SET foo bar"));
+	int other = other_master(&clu, owner);
+	assert_redirect(th_cluster_cmd(&clu, other, "GET foo"), "MOVED", 12182, clu.node[owner].port);
+	/* every slot has exactly one of the three masters */
+	int per[TH_CLUSTER_NODES] = { 0 };
+	for (int s = 0; s < TH_CLUSTER_SLOTS; s += 97)
+		per[th_cluster_slot_owner(&clu, s)]++;
+	for (int i = 0; i < TH_CLUSTER_NODES; i++)
+		cr_assert((per[i] > 0) == (th_cluster_master_of(&clu, i) == i));
+
+	struct leftovers left = { .n = 0 };
+	for (int i = 0; i < TH_CLUSTER_NODES; i++)
+		remember(&left, &clu.node[i]);
+	th_cluster_stop(&clu);
+	assert_nothing_left(&left);
+	for (int i = 0; i < left.n; i++)
+		cr_assert(!th_port_is_open(left.port[i] + 10000), "bus port %d", left.port[i] + 10000);
+	th_cluster_stop(&clu);
+	fprintf(stderr, "cluster: start %lld ms\n", t_start);
+}
+
+/* Mid-migration: ASK for keys the source no longer (or never) had, MOVED
+ * from the target without ASKING, local answers for keys not moved yet. */
+Test(cluster, migration_ask_moved, .fini = clu_down, .timeout = 120)
+{
+	cr_assert_eq(th_cluster_start(&clu, NULL, 0), 0);
+	int slot = th_cluster_keyslot(&clu, "{mig}a", 6);
+	cr_assert_geq(slot, 0);
+	int from = th_cluster_slot_owner(&clu, slot), to = other_master(&clu, from);
+	int pf = clu.node[from].port, pt = clu.node[to].port;
+	assert_ok(th_cluster_cmd(&clu, from, "SET {mig}b vb"));
+	assert_ok(th_cluster_cmd(&clu, from, "SET {mig}c vc PX 600000"));
+
+	struct th_migration m;
+	cr_assert_eq(th_cluster_migrate_begin(&clu, slot, to, &m), 0);
+	cr_assert_eq(m.from, from);
+	cr_assert_eq(m.to, to);
+	cr_assert_eq(th_cluster_slot_owner(&clu, slot), from, "still the source's until NODE");
+	assert_redirect(th_cluster_cmd(&clu, from, "GET {mig}a"), "ASK", slot, pt);
+	assert_str(th_cluster_cmd(&clu, from, "GET {mig}b"), "vb");
+	assert_redirect(th_cluster_cmd(&clu, to, "GET {mig}a"), "MOVED", slot, pf);
+
+	/* one key moves; which one GETKEYSINSLOT picks is the server's choice */
+	cr_assert_eq(th_cluster_migrate_keys(&clu, &m, 1), 1);
+	cr_assert_eq(m.moved, 1);
+	cr_assert_eq(th_redis_int(&clu.node[from], "CLUSTER COUNTKEYSINSLOT %d", slot), 1);
+	cr_assert_eq(th_redis_int(&clu.node[to], "CLUSTER COUNTKEYSINSLOT %d", slot), 1);
+	const char *gone = th_redis_int(&clu.node[from], "EXISTS {mig}b") == 0 ? "{mig}b" : "{mig}c";
+	assert_redirect(th_cluster_cmd(&clu, from, "GET %s", gone), "ASK", slot, pt);
+	/* ASKING lets one command through on the target */
+	redisContext *ctx = th_tcp_connect(pt, 2000);
+	cr_assert_not_null(ctx);
+	assert_ok(redisCommand(ctx, "ASKING"));
+	assert_str(redisCommand(ctx, "GET %s", gone), gone[5] == 'b' ? "vb" : "vc");
+	assert_redirect(redisCommand(ctx, "GET %s", gone), "MOVED", slot, pf);
+	redisFree(ctx);
+
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_cluster_migrate_end(&clu, &m, 20000), 0);
+	long long t_end = th_now_ms() - t0;
+	cr_assert_eq(m.moved, 2);
+	cr_assert_eq(th_cluster_slot_owner(&clu, slot), to);
+	assert_redirect(th_cluster_cmd(&clu, from, "GET {mig}b"), "MOVED", slot, pt);
+	assert_str(th_cluster_cmd(&clu, to, "GET {mig}b"), "vb");
+	long long ttl = th_redis_int(&clu.node[to], "PTTL {mig}c");
+	cr_assert(ttl > 0 && ttl <= 600000, "TTL travelled: %lld", ttl);
+	fprintf(stderr, "cluster: migration end %lld ms\n", t_end);
+}
+
+struct hook_log { struct th_cluster *c; int calls[3]; int ok; };
+
+static int hook(void *arg, int phase, const struct th_migration *m)
+{
+	struct hook_log *h = arg;
+	h->calls[phase]++;
+	long long on_from = th_redis_int(&h->c->node[m->from], "CLUSTER COUNTKEYSINSLOT %d", m->slot);
+	long long on_to = th_redis_int(&h->c->node[m->to], "CLUSTER COUNTKEYSINSLOT %d", m->slot);
+	if (phase == TH_MIGRATE_STARTED)
+		h->ok &= on_from == 25 && on_to == 0 && m->moved == 0;
+	else
+		h->ok &= on_from == 0 && on_to == 25 && m->moved == 25;
+	return 0;
+}
+
+static int abort_hook(void *arg, int phase, const struct th_migration *m)
+{
+	(void)arg;
+	(void)m;
+	return phase == TH_MIGRATE_STARTED;
+}
+
+Test(cluster, migrate_slot_with_hook, .fini = clu_down, .timeout = 120)
+{
+	cr_assert_eq(th_cluster_start(&clu, NULL, 0), 0);
+	int slot = th_cluster_keyslot(&clu, "{hook}", 6);
+	int from = th_cluster_slot_owner(&clu, slot), to = other_master(&clu, from);
+	for (int i = 0; i < 25; i++)
+		assert_ok(th_cluster_cmd(&clu, from, "SET {hook}%d %d", i, i));
+	struct hook_log h = { .c = &clu, .ok = 1 };
+	cr_assert_eq(th_cluster_migrate_slot(&clu, slot, to, 7, hook, &h, 20000), 0);
+	cr_assert_eq(h.calls[TH_MIGRATE_STARTED], 1);
+	cr_assert_eq(h.calls[TH_MIGRATE_KEYS_MOVED], 1);
+	cr_assert(h.ok, "the hook saw the wrong state");
+	cr_assert_eq(th_cluster_slot_owner(&clu, slot), to);
+	for (int i = 0; i < TH_CLUSTER_NODES; i++)   /* every node knows, replicas too */
+		if (i != to && th_cluster_master_of(&clu, i) != to)
+			assert_redirect(th_cluster_cmd(&clu, i, "GET {hook}3"), "MOVED", slot, clu.node[to].port);
+	/* a refused target, an aborting hook */
+	cr_assert_eq(th_cluster_migrate_slot(&clu, slot, to, 0, NULL, NULL, 5000), -1);
+	cr_assert_eq(th_cluster_migrate_slot(&clu, slot, th_cluster_replica_of(&clu, to), 0, NULL,
+	                                     NULL, 5000), -1);
+	cr_assert_eq(th_cluster_migrate_slot(&clu, slot, from, 0, abort_hook, NULL, 5000), -1);
+	cr_assert_eq(th_cluster_wait_ok(&clu, 500), -1, "mid-migration is not settled");
+}
+
+Test(cluster, failover_manual_then_kill, .fini = clu_down, .timeout = 120)
+{
+	cr_assert_eq(th_cluster_start(&clu, NULL, 0), 0);
+	int m = th_cluster_slot_owner(&clu, 0);
+	cr_assert_eq(th_cluster_keyslot(&clu, "{06S}", 5), 0);
+	assert_ok(th_cluster_cmd(&clu, m, "SET {06S} before"));
+	int r = th_cluster_replica_of(&clu, m);
+	cr_assert_geq(r, 0);
+
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_cluster_failover(&clu, m, TH_FAILOVER_MANUAL, 30000), r);
+	long long t_manual = th_now_ms() - t0;
+	cr_assert_eq(th_cluster_slot_owner(&clu, 0), r);
+	cr_assert_eq(th_cluster_master_of(&clu, r), r);
+	cr_assert_eq(th_cluster_master_of(&clu, m), r, "the old master follows the new one");
+	assert_redirect(th_cluster_cmd(&clu, m, "GET {06S}"), "MOVED", 0, clu.node[r].port);
+
+	t0 = th_now_ms();
+	cr_assert_eq(th_cluster_failover(&clu, r, TH_FAILOVER_KILL, 30000), m);
+	long long t_kill = th_now_ms() - t0;
+	cr_assert_eq(clu.node[r].pid, 0);
+	cr_assert_eq(th_cluster_slot_owner(&clu, 0), m);
+	assert_ok(th_cluster_cmd(&clu, m, "SET {06S} after"));
+
+	/* the killed node comes back as a replica of the one that replaced it */
+	t0 = th_now_ms();
+	cr_assert_eq(th_redis_restart(&clu.node[r]), 0);
+	cr_assert_eq(th_cluster_wait_ok(&clu, 30000), 0);
+	long long t_back = th_now_ms() - t0;
+	cr_assert_eq(th_cluster_master_of(&clu, r), m);
+	fprintf(stderr, "cluster: manual failover %lld ms, kill failover %lld ms (node timeout %d ms),"
+	        " rejoin %lld ms\n", t_manual, t_kill, clu.node_timeout_ms, t_back);
+}
+
+Test(cluster, bad_options, .fini = clu_down, .timeout = 30)
+{
+	struct th_cluster_opts o = { .user = "u" };
+	cr_assert_eq(th_cluster_start(&clu, &o, 0), -1);
+	struct th_cluster_opts o2 = { .pass = "a b" };
+	cr_assert_eq(th_cluster_start(&clu, &o2, 0), -1);
+	th_cluster_stop(&clu);
+}

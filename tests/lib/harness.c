@@ -232,6 +232,79 @@ pid_t th_spawn(int (*fn)(void *), void *arg)
 	return pid;
 }
 
+extern char **environ;
+
+int th_run(const char *const argv[], const char *const env[], const char *out_path,
+           int timeout_ms)
+{
+	th_init();
+	/* Everything the child needs is built here: after fork in a threaded
+	 * process the child may only make async-signal-safe calls. */
+	size_t nenv = 0, nextra = 0;
+	while (environ && environ[nenv])
+		nenv++;
+	while (env && env[nextra])
+		nextra++;
+	const char **envp = calloc(nenv + nextra + 1, sizeof *envp);
+	if (!envp)
+		return -1;
+	size_t k = 0;
+	for (size_t i = 0; i < nextra; i++)
+		envp[k++] = env[i];
+	for (size_t i = 0; i < nenv; i++) {
+		const char *eq = strchr(environ[i], '=');
+		size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+		int overridden = 0;
+		for (size_t j = 0; j < nextra && !overridden; j++)
+			overridden = strncmp(env[j], environ[i], nl) == 0 && env[j][nl] == '=';
+		if (!overridden)
+			envp[k++] = environ[i];
+	}
+	envp[k] = NULL;
+	int nullfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	int outfd = out_path ? open(out_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)
+	                     : fcntl(nullfd, F_DUPFD_CLOEXEC, 3);
+	if (nullfd < 0 || outfd < 0) {
+		fprintf(stderr, "th_run(%s): open: %s\n", argv[0], strerror(errno));
+		if (nullfd >= 0)
+			close(nullfd);
+		if (outfd >= 0)
+			close(outfd);
+		free(envp);
+		return -1;
+	}
+	pid_t parent = getpid();
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		setpgid(0, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (dup2(nullfd, 0) < 0 || dup2(outfd, 1) < 0 || dup2(outfd, 2) < 0)
+			_exit(127);
+		close_range(3, ~0U, 0);
+		execvpe(argv[0], (char *const *)argv, (char *const *)envp);
+		_exit(127);
+	}
+	int saved = errno;
+	close(nullfd);
+	close(outfd);
+	free(envp);
+	if (pid < 0) {
+		fprintf(stderr, "th_run(%s): fork: %s\n", argv[0], strerror(saved));
+		return -1;
+	}
+	setpgid(pid, pid);
+	int rc = th_wait_child(pid, timeout_ms);
+	if (rc == -1)
+		kill(-pid, SIGKILL); /* whatever it started */
+	return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* sync pipe                                                           */
 /* ------------------------------------------------------------------ */
@@ -875,7 +948,7 @@ static pid_t spawn_server(const struct th_redis *r)
 	const char *bin = getenv("TH_REDIS_SERVER");
 	if (!bin || !bin[0])
 		bin = TH_REDIS_DEFAULT_BIN;
-	char *argv[] = { (char *)bin, conf, NULL };
+	char *argv[] = { (char *)bin, conf, r->kind == TH_REDIS_SENTINEL ? "--sentinel" : NULL, NULL };
 
 	int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	int errfd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -957,7 +1030,8 @@ static int wait_ready(const struct th_redis *r, pid_t pid, long log_off)
 	char logpath[512], errpath[512];
 	path_in_dir(logpath, sizeof logpath, r->dir, "redis.log");
 	path_in_dir(errpath, sizeof errpath, r->dir, "redis.stderr");
-	int check_log = !extra_mentions(r->extra, "loglevel") && !extra_mentions(r->extra, "logfile");
+	int check_log = r->kind != TH_REDIS_SENTINEL && !extra_mentions(r->extra, "loglevel") &&
+	                !extra_mentions(r->extra, "logfile");
 	long long deadline = th_now_ms() + TH_START_DEADLINE_MS;
 	for (;;) {
 		int st;
@@ -984,6 +1058,30 @@ static int wait_ready(const struct th_redis *r, pid_t pid, long log_off)
 	}
 }
 
+/* A free port P <= 55535 whose cluster bus port P + 10000 is free too, or -1.
+ * (Both may be taken before the server binds them: launch() retries.) */
+static int free_port_pair(void)
+{
+	for (int i = 0; i < 200; i++) {
+		int p = th_free_port();
+		if (p <= 0)
+			return -1;
+		if (p > 65535 - 10000)
+			continue;
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -1;
+		struct sockaddr_in sa;
+		loopback_addr(&sa, p + 10000);
+		int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+		close(fd);
+		if (ok)
+			return p;
+	}
+	errno = EADDRINUSE;
+	return -1;
+}
+
 static void set_urls(struct th_redis *r)
 {
 	snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
@@ -997,7 +1095,7 @@ static int launch(struct th_redis *r, int pick_port)
 	path_in_dir(logpath, sizeof logpath, r->dir, "redis.log");
 	for (int attempt = 0; attempt < TH_START_ATTEMPTS; attempt++) {
 		if (pick_port) {
-			int port = th_free_port();
+			int port = r->kind == TH_REDIS_CLUSTER ? free_port_pair() : th_free_port();
 			if (port <= 0) {
 				fprintf(stderr, "th_redis: no free port: %s\n", strerror(errno));
 				return -1;
@@ -1007,7 +1105,8 @@ static int launch(struct th_redis *r, int pick_port)
 		} else if (attempt > 0) {
 			th_nap_ms(50 * attempt); /* back off: someone holds our port */
 		}
-		if (write_config(r) != 0)
+		/* a restarted sentinel keeps the config it rewrote (its identity) */
+		if ((pick_port || r->kind != TH_REDIS_SENTINEL) && write_config(r) != 0)
 			return -1;
 		long log_off = file_size(logpath);
 		pid_t pid = spawn_server(r);
@@ -1033,19 +1132,33 @@ static int launch(struct th_redis *r, int pick_port)
 
 int th_redis_start(struct th_redis *r, const char *extra)
 {
+	return th_redis_start_as(r, extra, TH_REDIS_PLAIN);
+}
+
+int th_redis_start_as(struct th_redis *r, const char *extra, int kind)
+{
 	th_init();
+	if (kind != TH_REDIS_PLAIN && kind != TH_REDIS_SENTINEL && kind != TH_REDIS_CLUSTER) {
+		fprintf(stderr, "th_redis_start_as: bad kind %d\n", kind);
+		memset(r, 0, sizeof *r);
+		return -1;
+	}
+	static const char cluster_conf[] = "cluster-enabled yes\ncluster-config-file nodes.conf\n";
 	char extra_copy[sizeof r->extra] = "";
+	if (kind == TH_REDIS_CLUSTER)
+		memcpy(extra_copy, cluster_conf, sizeof cluster_conf);
 	if (extra) {
-		size_t n = strlen(extra);
-		if (n >= sizeof extra_copy) {
+		size_t used = strlen(extra_copy), n = strlen(extra);
+		if (used + n >= sizeof extra_copy) {
 			fprintf(stderr, "th_redis_start: extra config too long (%zu bytes)\n", n);
 			memset(r, 0, sizeof *r);
 			return -1;
 		}
-		memcpy(extra_copy, extra, n + 1); /* extra may point into *r */
+		memcpy(extra_copy + used, extra, n + 1); /* extra may point into *r */
 	}
 	memset(r, 0, sizeof *r);
 	memcpy(r->extra, extra_copy, sizeof r->extra);
+	r->kind = kind;
 	const char *tmp = getenv("TMPDIR");
 	struct sockaddr_un sun;
 	for (int i = 0; i < 2; i++) {

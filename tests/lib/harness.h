@@ -1,6 +1,7 @@
 /*
  * Shared test harness for dmutex: real redis-server processes, process
- * helpers, a pipe "ready" signal and a fault-injecting TCP proxy.
+ * helpers, a pipe "ready" signal, a fault-injecting TCP proxy, and the
+ * Sentinel (harness_sentinel.c) and Cluster (harness_cluster.c) set-ups.
  *
  * C11 + POSIX (compile with -D_GNU_SOURCE), link with -lhiredis -lpthread.
  *
@@ -52,7 +53,11 @@ struct th_redis {
 	char url[600];         /* "redis://127.0.0.1:PORT" */
 	char unix_url[700];    /* "unix:///.../redis.sock" */
 	char extra[1024];      /* extra config kept for restart */
+	int kind;              /* TH_REDIS_PLAIN (0), TH_REDIS_SENTINEL, TH_REDIS_CLUSTER */
 };
+
+/* What th_redis_start_as() starts (kept in struct th_redis for restart). */
+enum { TH_REDIS_PLAIN = 0, TH_REDIS_SENTINEL = 1, TH_REDIS_CLUSTER = 2 };
 
 /*
  * Start redis-server on a free loopback port, in its own temp dir, with a
@@ -71,6 +76,24 @@ struct th_redis {
  * failure nothing is left running and r->pid == 0, r->dir == "".
  */
 int th_redis_start(struct th_redis *r, const char *extra);
+/*
+ * th_redis_start() for another kind of server, same rules (registration,
+ * cleanup, PDEATHSIG, stale-dir sweep, 5 attempts on a taken port):
+ *  - TH_REDIS_PLAIN: exactly th_redis_start();
+ *  - TH_REDIS_SENTINEL: `redis-server redis.conf --sentinel`; extra must
+ *    hold the `sentinel monitor ...` lines.  Ready when it answers PING
+ *    (+PONG or -NOAUTH) and its unix socket exists (a sentinel logs no
+ *    "Ready to accept connections").  A sentinel rewrites redis.conf (its
+ *    id, the replicas and sentinels it learned): th_redis_restart() keeps
+ *    that file, so a restarted sentinel keeps its identity and knowledge;
+ *  - TH_REDIS_CLUSTER: `cluster-enabled yes`, `cluster-config-file
+ *    nodes.conf` in its dir; the port is chosen so that the cluster bus port
+ *    (port + 10000) is free too (both checked; a bus port taken meanwhile
+ *    counts as a taken port and is retried with a new pair).  Add
+ *    `cluster-node-timeout` etc. in extra.  th_redis_restart() keeps
+ *    nodes.conf, so the node rejoins with its identity.
+ */
+int th_redis_start_as(struct th_redis *r, const char *extra, int kind);
 /* SIGCONT + SIGKILL to the server's process group, waitpid, rm -rf dir,
  * unregister.  Safe on a zeroed / already stopped / failed-to-start struct. */
 void th_redis_stop(struct th_redis *r);
@@ -150,6 +173,15 @@ pid_t th_spawn(int (*fn)(void *), void *arg);
 /* waitpid with a deadline: exit status (0..255), 128+signal if killed by a
  * signal, or -1 on timeout (the child is then SIGKILLed and reaped) or error. */
 int th_wait_child(pid_t pid, int timeout_ms);
+/* Run a program (argv[0] looked up in PATH) to completion with a deadline:
+ * stdin /dev/null, stdout and stderr appended to out_path (NULL: discarded),
+ * env = extra "NAME=VALUE" strings over the current environment (NULL: none;
+ * e.g. REDISCLI_AUTH=pw, so that a password is not in argv), own process
+ * group, PR_SET_PDEATHSIG.  Returns th_wait_child's result: exit status,
+ * 128+signal, or -1 on timeout (then its process group is SIGKILLed) or
+ * failure to start. */
+int th_run(const char *const argv[], const char *const env[], const char *out_path,
+           int timeout_ms);
 /* Wait until process pid is in state 'T' (stopped), deadline 5 s.  0 or -1
  * (-1 also as soon as the process is gone or a zombie). */
 int th_wait_stopped(pid_t pid);
@@ -210,6 +242,189 @@ void th_proxy_close_all(struct th_proxy *p);
 int  th_proxy_conns(struct th_proxy *p);
 /* Stop the thread, close all fds, free.  NULL is ignored. */
 void th_proxy_stop(struct th_proxy *p);
+
+/* ------------------------------------------------------------------ */
+/* Sentinel: a master, replicas and three sentinels                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Every process is a struct th_redis started with th_redis_start_as(), so
+ * the rules at the top of this file hold for each of them (registered,
+ * PDEATHSIG from the starting thread, temp dir removed on stop, swept after a
+ * SIGKILLed owner).  Start and stop from the test's main thread.
+ *
+ * Data nodes: data[0] starts as the master, data[1..] as its replicas
+ * (`replicaof`, started only after the master answers, and the sentinels only
+ * after every replica's link is up and the master lists it online, so the
+ * sentinels learn the replicas from their first INFO).  Sentinels: quorum 2,
+ * `down-after-milliseconds` and `failover-timeout` from the options.  Which
+ * data node is the master changes with failovers: the harness never assumes,
+ * it asks (th_sentinel_wait_agree, th_sentinel_kill_master).
+ */
+#define TH_SENTINELS 3
+#define TH_SENTINEL_MAX_REPLICAS 2
+
+struct th_sentinel_opts {
+	const char *master_name;    /* NULL: "mymaster" (1..63 bytes, no space) */
+	int replicas;               /* 1 or 2; 0 means 1 */
+	int down_after_ms;          /* 0: 1000 */
+	int failover_timeout_ms;    /* 0: 5000 */
+	/* Data nodes: pass only: `requirepass` + `masterauth`; user + pass: an
+	 * ACL user (~* &* +@all) with `user default off` + `masteruser`; the
+	 * sentinels get `sentinel auth-pass` (and `auth-user`). */
+	const char *data_user, *data_pass;
+	/* Sentinels: pass only: `requirepass` + `sentinel sentinel-pass`; user +
+	 * pass: an ACL user with `user default off` + `sentinel sentinel-user`. */
+	const char *sentinel_user, *sentinel_pass;
+	const char *data_extra;     /* more config for the data nodes (NULL: none) */
+};
+
+struct th_sentinel {
+	char name[64];                                  /* master name */
+	int ndata;                                      /* 1 + replicas */
+	struct th_redis data[1 + TH_SENTINEL_MAX_REPLICAS];
+	struct th_redis sentinel[TH_SENTINELS];
+	int master;           /* data index of the master as last established, -1 unknown */
+	int down_after_ms, failover_timeout_ms;
+	char data_user[64], data_pass[64], sentinel_user[64], sentinel_pass[64]; /* "" = none */
+	/* "redis-sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/NAME" (no
+	 * credentials: add them yourself) */
+	char url[256];
+};
+
+/* Start everything and wait (deadline timeout_ms; <= 0: 30 s) until
+ * th_sentinel_wait_agree() holds.  0, or -1 with a message on stderr and
+ * nothing left running. */
+int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, int timeout_ms);
+/* Stop the sentinels first (so they do not react), then the data nodes;
+ * every process killed and reaped, every dir removed.  Safe on a zeroed or
+ * stopped struct. */
+void th_sentinel_stop(struct th_sentinel *s);
+/* Poll (deadline timeout_ms) until every running sentinel reports the same
+ * master address, with flags exactly "master" (no s_down/o_down/failover in
+ * progress), knows every other running sentinel, and lists every other
+ * running data node as a replica with flags exactly "slave"; and that data
+ * node answers ROLE with "master".  Returns its data index (also stored in
+ * s->master), or -1 on timeout (the last sentinel's view on stderr). */
+int th_sentinel_wait_agree(struct th_sentinel *s, int timeout_ms);
+/* SENTINEL GET-MASTER-ADDR-BY-NAME on sentinel i: the data index of the port
+ * it answers, -1 if it is not one of ours, -2 on error/nil. */
+int th_sentinel_get_master(struct th_sentinel *s, int i);
+/* SIGKILL the current master (th_redis_kill: dir and port kept, so
+ * th_redis_restart(&s->data[old]) brings it back, and the sentinels then turn
+ * it into a replica), then poll (deadline timeout_ms) until every running
+ * sentinel reports one and the same other data node as the master and that
+ * node answers ROLE "master".  Returns the new master's data index (also in
+ * s->master), or -1.  It does not wait for the remaining replicas to be
+ * reconfigured: call th_sentinel_wait_agree() for the settled state. */
+int th_sentinel_kill_master(struct th_sentinel *s, int timeout_ms);
+/* One command to data node i / sentinel i with the configured credentials
+ * (5 s timeout); NULL on a connection error (message on stderr). */
+redisReply *th_sentinel_data_cmd(struct th_sentinel *s, int i, const char *fmt, ...);
+redisReply *th_sentinel_cmd(struct th_sentinel *s, int i, const char *fmt, ...);
+
+/* ------------------------------------------------------------------ */
+/* Cluster: six nodes, three masters with one replica each             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Six th_redis_start_as(TH_REDIS_CLUSTER) nodes (each port P chosen so that
+ * P + 10000, its cluster bus, is free too; same rules as every th_redis),
+ * joined by `redis-cli --cluster create ... --cluster-replicas 1
+ * --cluster-yes` (its output goes to node[0].dir/cli.log and, on failure, to
+ * stderr).  Roles change with failovers: ask (th_cluster_master_of,
+ * th_cluster_slot_owner), never assume.  Start and stop from the test's main
+ * thread.
+ *
+ * "Settled" (th_cluster_wait_ok) means, for every running node: CLUSTER INFO
+ * says cluster_state:ok and cluster_slots_ok:16384; its CLUSTER NODES agrees
+ * with every other running node's on the owner of all 16384 slots and on the
+ * role (and master) of every running node, flags no running node as failing
+ * and shows no slot importing/migrating; every slot is owned by a running
+ * master; every running replica's link is up.
+ */
+#define TH_CLUSTER_NODES 6
+#define TH_CLUSTER_SLOTS 16384
+
+struct th_cluster_opts {
+	int node_timeout_ms;        /* cluster-node-timeout; 0: 2000 */
+	/* pass only: `requirepass` + `masterauth`; user + pass: an ACL user
+	 * (~* &* +@all), `user default off`, `masteruser`.  redis-cli gets the
+	 * password through REDISCLI_AUTH, MIGRATE through AUTH/AUTH2. */
+	const char *user, *pass;
+	const char *extra;          /* more config for every node (NULL: none) */
+};
+
+struct th_cluster {
+	struct th_redis node[TH_CLUSTER_NODES];
+	char id[TH_CLUSTER_NODES][41];       /* CLUSTER MYID of each node */
+	int node_timeout_ms;
+	char user[64], pass[64];             /* "" = none */
+	/* "redis-cluster://127.0.0.1:P1,...,127.0.0.1:P6" (no credentials) */
+	char url[512];
+};
+
+/* Start six nodes, create the cluster and wait until it is settled
+ * (deadline timeout_ms; <= 0: 60 s).  0, or -1 with a message on stderr and
+ * nothing left running. */
+int th_cluster_start(struct th_cluster *c, const struct th_cluster_opts *o, int timeout_ms);
+/* Kill and clean up every node.  Safe on a zeroed or stopped struct. */
+void th_cluster_stop(struct th_cluster *c);
+/* Poll until settled (see above), deadline timeout_ms.  0, or -1 (the last
+ * reason on stderr). */
+int th_cluster_wait_ok(struct th_cluster *c, int timeout_ms);
+/* One command to node i with the configured credentials (5 s timeout); NULL
+ * on a connection error (message on stderr).  Argv form: binary-safe. */
+redisReply *th_cluster_cmd(struct th_cluster *c, int i, const char *fmt, ...);
+redisReply *th_cluster_cmd_argv(struct th_cluster *c, int i, int argc, const char **argv,
+                                const size_t *argvlen);
+/* CLUSTER KEYSLOT key on the first running node: 0..16383, or -1. */
+int th_cluster_keyslot(struct th_cluster *c, const char *key, size_t len);
+/* The node that owns (serves) slot according to the first running node's
+ * CLUSTER NODES (during a migration: the source, until SETSLOT NODE), or -1. */
+int th_cluster_slot_owner(struct th_cluster *c, int slot);
+/* i itself if node i is a master, the index of its master if it is a
+ * replica, per node i's own CLUSTER NODES; -1 on error. */
+int th_cluster_master_of(struct th_cluster *c, int i);
+/* A running replica of master m, per m's CLUSTER NODES; -1 if none. */
+int th_cluster_replica_of(struct th_cluster *c, int m);
+
+/* Moving one slot step by step, as redis-cli --cluster reshard does. */
+struct th_migration {
+	int slot, from, to;     /* node indices */
+	long long moved;        /* keys moved so far */
+};
+/* Owner of slot (from) → master `to`: CLUSTER SETSLOT slot IMPORTING on
+ * `to`, then SETSLOT slot MIGRATING on `from`.  From now on `from` answers
+ * -ASK for a key of the slot it does not have, `to` answers -MOVED unless
+ * ASKING came first.  0, or -1 (to is not another master, or a refusal). */
+int th_cluster_migrate_begin(struct th_cluster *c, int slot, int to, struct th_migration *m);
+/* Up to `batch` keys of the slot (CLUSTER GETKEYSINSLOT on `from`) moved with
+ * one MIGRATE ... KEYS (TTLs travel with them).  Returns the number moved (0:
+ * none left), or -1. */
+int th_cluster_migrate_keys(struct th_cluster *c, struct th_migration *m, int batch);
+/* Move what is left (batches of 100), then SETSLOT slot NODE to on `to`, on
+ * `from`, and on every other running master; wait (deadline timeout_ms) until
+ * settled with `to` owning the slot.  0 or -1. */
+int th_cluster_migrate_end(struct th_cluster *c, struct th_migration *m, int timeout_ms);
+enum { TH_MIGRATE_STARTED = 1, TH_MIGRATE_KEYS_MOVED = 2 };
+/* begin; hook(arg, TH_MIGRATE_STARTED, m) (slot states set, no key moved);
+ * keys in batches of `batch` (<= 0: 10); hook(arg, TH_MIGRATE_KEYS_MOVED, m)
+ * (all keys on `to`, SETSLOT NODE not sent yet); end.  The hook may block
+ * for as long as the test needs the mid-migration state (e.g. while threads
+ * contend for a lock in the slot); a nonzero return aborts with -1 (the slot
+ * stays mid-migration; th_cluster_stop cleans up).  hook may be NULL.
+ * 0 or -1. */
+int th_cluster_migrate_slot(struct th_cluster *c, int slot, int to, int batch,
+                            int (*hook)(void *arg, int phase, const struct th_migration *m),
+                            void *arg, int timeout_ms);
+enum { TH_FAILOVER_MANUAL = 1, TH_FAILOVER_KILL = 2 };
+/* Fail master m over to its replica: MANUAL sends CLUSTER FAILOVER to the
+ * replica (m becomes its replica); KILL SIGKILLs m (th_redis_kill: port and
+ * dir kept; th_redis_restart(&c->node[m]) brings it back as a replica).  Then
+ * waits (deadline timeout_ms) until settled with the replica owning m's
+ * slots.  Returns the new master's index, or -1. */
+int th_cluster_failover(struct th_cluster *c, int m, int how, int timeout_ms);
 
 #ifdef __cplusplus
 }
