@@ -795,13 +795,17 @@ Test(sentinel, start_agree_failover_cleanup, .fini = sen_down, .timeout = 90)
 		cr_assert_eq(th_sentinel_get_master(&sen, i), 0, "sentinel %d", i);
 	cr_assert(role_is(&sen, 0, "master"));
 	cr_assert(role_is(&sen, 1, "slave"));
-	/* the replica really replicates */
-	redisReply *r = th_sentinel_data_cmd(&sen, 0, "SET before-failover 1");
+	/* the replica really replicates (WAIT counts acks of this connection's
+	 * writes: one connection for both) */
+	redisContext *c = th_redis_connect(&sen.data[0], NULL, NULL);
+	cr_assert_not_null(c);
+	redisReply *r = redisCommand(c, "SET before-failover 1");
 	cr_assert(reply_is_status(r, "OK"));
 	freeReplyObject(r);
-	r = th_sentinel_data_cmd(&sen, 0, "WAIT 1 5000");
+	r = redisCommand(c, "WAIT 1 5000");
 	cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
 	freeReplyObject(r);
+	redisFree(c);
 
 	struct leftovers left = { .n = 0 };
 	for (int i = 0; i < sen.ndata; i++)
@@ -1139,4 +1143,43 @@ Test(cluster, bad_options, .fini = clu_down, .timeout = 30)
 	struct th_cluster_opts o2 = { .pass = "a b" };
 	cr_assert_eq(th_cluster_start(&clu, &o2, 0), -1);
 	th_cluster_stop(&clu);
+}
+
+/* The recipe for "a failover loses the last write": cut replication through
+ * the proxy, write, kill the master; the promoted replica lacks the write,
+ * while one written before the cut survives. */
+Test(sentinel, failover_loses_unreplicated_write, .fini = sen_down, .timeout = 90)
+{
+	struct th_sentinel_opts o = { .replica_proxy = 1 };
+	cr_assert_eq(th_sentinel_start(&sen, &o, 0), 0);
+	cr_assert_not_null(sen.repl_proxy);
+	redisReply *r = th_sentinel_data_cmd(&sen, 1, "INFO replication");
+	char want[64];
+	snprintf(want, sizeof want, "master_port:%d\r\n", th_proxy_port(sen.repl_proxy));
+	cr_assert(r && r->type == REDIS_REPLY_STRING && strstr(r->str, want), "not through the proxy");
+	freeReplyObject(r);
+	/* WAIT counts acks of this connection's own writes: one connection */
+	redisContext *c = th_redis_connect(&sen.data[0], NULL, NULL);
+	cr_assert_not_null(c);
+	assert_ok(redisCommand(c, "SET kept 1"));
+	r = redisCommand(c, "WAIT 1 5000");
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+	freeReplyObject(r);
+
+	th_proxy_set_mode(sen.repl_proxy, TH_PROXY_BLACKHOLE);
+	assert_ok(redisCommand(c, "SET lost 1"));
+	r = redisCommand(c, "WAIT 1 300");
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0,
+	          "the write reached the replica (WAIT: %lld)", r ? r->integer : -1);
+	freeReplyObject(r);
+	redisFree(c);
+	cr_assert_eq(th_sentinel_get_master(&sen, 0), 0, "sentinels still content");
+
+	cr_assert_eq(th_sentinel_kill_master(&sen, 30000), 1);
+	r = th_sentinel_data_cmd(&sen, 1, "GET kept");
+	cr_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "1") == 0);
+	freeReplyObject(r);
+	r = th_sentinel_data_cmd(&sen, 1, "GET lost");
+	cr_assert(r && r->type == REDIS_REPLY_NIL, "the unreplicated write survived");
+	freeReplyObject(r);
 }

@@ -277,6 +277,11 @@ struct th_sentinel_opts {
 	 * pass: an ACL user with `user default off` + `sentinel sentinel-user`. */
 	const char *sentinel_user, *sentinel_pass;
 	const char *data_extra;     /* more config for the data nodes (NULL: none) */
+	/* 1: data[1] replicates through s->repl_proxy, a th_proxy in front of
+	 * data[0], so a test can cut replication (TH_PROXY_BLACKHOLE) while the
+	 * sentinels still see a healthy replica, and make a write miss the
+	 * replica that a failover will promote. */
+	int replica_proxy;
 };
 
 struct th_sentinel {
@@ -285,6 +290,7 @@ struct th_sentinel {
 	struct th_redis data[1 + TH_SENTINEL_MAX_REPLICAS];
 	struct th_redis sentinel[TH_SENTINELS];
 	int master;           /* data index of the master as last established, -1 unknown */
+	struct th_proxy *repl_proxy;  /* opts.replica_proxy: data[1] -> proxy -> data[0] */
 	int down_after_ms, failover_timeout_ms;
 	char data_user[64], data_pass[64], sentinel_user[64], sentinel_pass[64]; /* "" = none */
 	/* "redis-sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/NAME" (no
@@ -296,9 +302,9 @@ struct th_sentinel {
  * th_sentinel_wait_agree() holds.  0, or -1 with a message on stderr and
  * nothing left running. */
 int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, int timeout_ms);
-/* Stop the sentinels first (so they do not react), then the data nodes;
- * every process killed and reaped, every dir removed.  Safe on a zeroed or
- * stopped struct. */
+/* Stop the sentinels first (so they do not react), then the data nodes and
+ * the replication proxy; every process killed and reaped, every dir
+ * removed.  Safe on a zeroed or stopped struct. */
 void th_sentinel_stop(struct th_sentinel *s);
 /* Poll (deadline timeout_ms) until every running sentinel reports the same
  * master address, with flags exactly "master" (no s_down/o_down/failover in

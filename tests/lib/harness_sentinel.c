@@ -236,6 +236,8 @@ void th_sentinel_stop(struct th_sentinel *s)
 		th_redis_stop(&s->sentinel[i]);
 	for (int i = 0; i < 1 + TH_SENTINEL_MAX_REPLICAS; i++)
 		th_redis_stop(&s->data[i]);
+	th_proxy_stop(s->repl_proxy);
+	s->repl_proxy = NULL;
 	s->master = -1;
 }
 
@@ -336,8 +338,11 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 
 	if (th_redis_start(&s->data[0], conf) != 0)
 		goto fail;
+	if (o->replica_proxy && !(s->repl_proxy = th_proxy_start(s->data[0].port)))
+		goto fail;
 	for (int i = 1; i < s->ndata; i++) {
-		n = snprintf(extra, sizeof extra, "%sreplicaof 127.0.0.1 %d\n", conf, s->data[0].port);
+		int port = i == 1 && s->repl_proxy ? th_proxy_port(s->repl_proxy) : s->data[0].port;
+		n = snprintf(extra, sizeof extra, "%sreplicaof 127.0.0.1 %d\n", conf, port);
 		if (n >= (int)sizeof extra || th_redis_start(&s->data[i], extra) != 0)
 			goto fail;
 	}
