@@ -882,7 +882,7 @@ Test(sentinel, acl_users_two_replicas, .fini = sen_down, .timeout = 90)
 	        t_failover, t_settle);
 }
 
-Test(sentinel, requirepass_both_sides, .fini = sen_down, .timeout = 60)
+Test(sentinel, requirepass_one_sentinel_down, .fini = sen_down, .timeout = 90)
 {
 	struct th_sentinel_opts o = { .data_pass = "d", .sentinel_pass = "s" };
 	cr_assert_eq(th_sentinel_start(&sen, &o, 0), 0);
@@ -893,6 +893,12 @@ Test(sentinel, requirepass_both_sides, .fini = sen_down, .timeout = 60)
 	r = th_redis_cmd_as(&sen.data[1], NULL, "d", 0, "ROLE");
 	cr_assert(r && r->type == REDIS_REPLY_ARRAY && strcmp(r->element[0]->str, "slave") == 0);
 	freeReplyObject(r);
+	/* one sentinel down: the other two still agree and fail over */
+	th_redis_stop(&sen.sentinel[0]);
+	cr_assert_eq(th_sentinel_wait_agree(&sen, 5000), 0);
+	cr_assert_eq(th_sentinel_kill_master(&sen, 30000), 1);
+	cr_assert_eq(th_sentinel_get_master(&sen, 2), 1);
+	cr_assert_eq(th_sentinel_wait_agree(&sen, 10000), 1);
 }
 
 Test(sentinel, bad_options, .fini = sen_down, .timeout = 30)
@@ -1182,4 +1188,20 @@ Test(sentinel, failover_loses_unreplicated_write, .fini = sen_down, .timeout = 9
 	r = th_sentinel_data_cmd(&sen, 1, "GET lost");
 	cr_assert(r && r->type == REDIS_REPLY_NIL, "the unreplicated write survived");
 	freeReplyObject(r);
+}
+
+/* The helpers can fail: with one sentinel of three left there is no
+ * majority, no failover, and kill_master says so by its deadline. */
+Test(sentinel, no_majority_no_failover, .fini = sen_down, .timeout = 60)
+{
+	cr_assert_eq(th_sentinel_start(&sen, NULL, 0), 0);
+	th_redis_stop(&sen.sentinel[1]);
+	th_redis_stop(&sen.sentinel[2]);
+	long long t0 = th_now_ms();
+	cr_assert_eq(th_sentinel_kill_master(&sen, 3000), -1);
+	long long dt = th_now_ms() - t0;
+	cr_assert(dt >= 3000 && dt < 6000, "returned after %lld ms", dt);
+	cr_assert_eq(sen.master, -1);
+	cr_assert_eq(th_sentinel_get_master(&sen, 0), 0, "the lone sentinel still names the dead master");
+	cr_assert_eq(th_sentinel_wait_agree(&sen, 500), -1);
 }

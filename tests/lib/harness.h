@@ -308,9 +308,10 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 void th_sentinel_stop(struct th_sentinel *s);
 /* Poll (deadline timeout_ms) until every running sentinel reports the same
  * master address, with flags exactly "master" (no s_down/o_down/failover in
- * progress), knows every other running sentinel, and lists every other
- * running data node as a replica with flags exactly "slave"; and that data
- * node answers ROLE with "master".  Returns its data index (also stored in
+ * progress), knows at least as many other sentinels as are running (they
+ * never forget a stopped one), and lists every other running data node as a
+ * replica with flags exactly "slave"; and that data node answers ROLE with
+ * "master".  Returns its data index (also stored in
  * s->master), or -1 on timeout (the last sentinel's view on stderr). */
 int th_sentinel_wait_agree(struct th_sentinel *s, int timeout_ms);
 /* SENTINEL GET-MASTER-ADDR-BY-NAME on sentinel i: the data index of the port

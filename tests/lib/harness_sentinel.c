@@ -116,7 +116,8 @@ static int settled_view(struct th_sentinel *s, int i, char *why, size_t whylen)
 		         m && m->type == REDIS_REPLY_ERROR ? m->str : "no answer");
 	} else if (strcmp(flags, "master") != 0) {
 		snprintf(why, whylen, "sentinel %d: master flags %s", i, flags);
-	} else if (atoi(others) != running_sentinels(s) - 1) {
+	} else if (atoi(others) < running_sentinels(s) - 1) {
+		/* sentinels never forget one another: a stopped one still counts */
 		snprintf(why, whylen, "sentinel %d: knows %s other sentinels", i, others);
 	} else if ((idx = data_index(s, atoi(port))) < 0) {
 		snprintf(why, whylen, "sentinel %d: master port %s is not ours", i, port);
