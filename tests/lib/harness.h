@@ -323,7 +323,10 @@ int th_sentinel_get_master(struct th_sentinel *s, int i);
  * sentinel reports one and the same other data node as the master and that
  * node answers ROLE "master".  Returns the new master's data index (also in
  * s->master), or -1.  It does not wait for the remaining replicas to be
- * reconfigured: call th_sentinel_wait_agree() for the settled state. */
+ * reconfigured: call th_sentinel_wait_agree() for the settled state.  With
+ * two replicas that settled master can (rarely, on a loaded machine) be the
+ * other replica: two sentinels elected in successive epochs promote one
+ * each, and the higher epoch wins. */
 int th_sentinel_kill_master(struct th_sentinel *s, int timeout_ms);
 /* One command to data node i / sentinel i with the configured credentials
  * (5 s timeout); NULL on a connection error (message on stderr). */
