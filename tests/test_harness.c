@@ -1219,3 +1219,25 @@ Test(sentinel, no_majority_no_failover, .fini = sen_down, .timeout = 60)
 	cr_assert_eq(th_sentinel_get_master(&sen, 0), 0, "the lone sentinel still names the dead master");
 	cr_assert_eq(th_sentinel_wait_agree(&sen, 500), -1);
 }
+
+/* Credentials everywhere: redis-cli (REDISCLI_AUTH + --user), replication
+ * (masteruser/masterauth), MIGRATE (AUTH2), the harness's own probes. */
+Test(cluster, acl_user, .fini = clu_down, .timeout = 120)
+{
+	struct th_cluster_opts o = { .user = "app", .pass = "clupw" };
+	cr_assert_eq(th_cluster_start(&clu, &o, 0), 0);
+	redisReply *r = th_redis_cmd(&clu.node[0], "PING");
+	cr_assert(r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0);
+	freeReplyObject(r);
+	r = th_cluster_cmd(&clu, 3, "ACL WHOAMI");
+	cr_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "app") == 0);
+	freeReplyObject(r);
+	int slot = th_cluster_keyslot(&clu, "{acl}", 5);
+	int from = th_cluster_slot_owner(&clu, slot), to = other_master(&clu, from);
+	assert_ok(th_cluster_cmd(&clu, from, "SET {acl}k v"));
+	cr_assert_eq(th_cluster_migrate_slot(&clu, slot, to, 1, NULL, NULL, 20000), 0);
+	assert_str(th_cluster_cmd(&clu, to, "GET {acl}k"), "v");
+	int rep = th_cluster_replica_of(&clu, to);
+	cr_assert_eq(th_cluster_failover(&clu, to, TH_FAILOVER_MANUAL, 30000), rep);
+	assert_str(th_cluster_cmd(&clu, rep, "GET {acl}k"), "v");
+}
