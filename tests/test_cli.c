@@ -647,6 +647,10 @@ Test(cli, usage_errors)
 	ASSERT_ST(DM_RUN(10000, "i", "reset"), ST_USAGE, "i");
 	ASSERT_ST(DM_RUN(10000, "j", "list", "a", "b"), ST_USAGE, "j");
 	ASSERT_ST(DM_RUN(10000, "k"), ST_USAGE, "k");
+	/* main's table names every subcommand. */
+	char *e = err_of("g");
+	assert_contains(e, "dmutex: unknown command 'frobnicate' (run, status, list, reset)\n");
+	free(e);
 }
 
 Test(cli, help_and_version)
@@ -660,8 +664,10 @@ Test(cli, help_and_version)
 	free(o);
 	ASSERT_ST(DM_RUN(10000, "b", "--help"), 0, "b");
 	o = out_of("b");
-	assert_contains(o, "dmutex run");
-	assert_contains(o, "dmutex reset");
+	assert_contains(o, "dmutex run [-n | -w SECONDS]");
+	assert_contains(o, "dmutex status [--json] NAME...");
+	assert_contains(o, "dmutex list [--json] [PATTERN]");
+	assert_contains(o, "dmutex reset [--force] NAME");
 	free(o);
 	ASSERT_ST(DM_RUN(10000, "c", "run", "--help"), 0, "c");
 	o = out_of("c");

@@ -39,6 +39,8 @@ enum {
 	CLI_NOTFOUND = 127      /* COMMAND not found */
 };
 
+/* ---- shared helpers (cli.c) ----------------------------------------- */
+
 /* Messages go to stderr prefixed "dmutex: ", like the library's own. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -120,31 +122,33 @@ void cli_json_lock(FILE *f, const struct cli_lock *l, const char *node);
 
 /* ---- subcommands ---------------------------------------------------- */
 
-int cli_run(int argc, char **argv, const char *url);
-int cli_status(int argc, char **argv, const char *url);
-int cli_list(int argc, char **argv, const char *url);
-int cli_reset(int argc, char **argv, const char *url);
+/* One file each (run.c, status.c...), called by main (dmutex.c) with the
+ * arguments from the command name on and the --url given before it (NULL
+ * when none).  The exit status of dmutex. */
+int cli_cmd_run(int argc, char **argv, const char *url);
+int cli_cmd_status(int argc, char **argv, const char *url);
+int cli_cmd_list(int argc, char **argv, const char *url);
+int cli_cmd_reset(int argc, char **argv, const char *url);
 
 /* ---- run's helpers -------------------------------------------------- */
 
 /* spawn.c: remember the descriptors dmutex was started with (COMMAND gets
- * those and no others: not the library's sockets). */
+ * those and no others: not the library's sockets).  Call it before
+ * anything opens a descriptor. */
 void cli_fd_snapshot(void);
 /* Find COMMAND like execvp would: the path to exec (malloc'd), or NULL with
  * *status CLI_NOTFOUND / CLI_NOEXEC / CLI_INTERNAL (message said). */
 char *cli_find_command(const char *cmd, int *status);
-/* run.c: the signals passed on to COMMAND, and SIGPIPE's disposition when
- * dmutex started.  In the child, before the mask is lifted, the first get
- * their default action back and SIGPIPE what it had. */
-extern const int cli_run_signals[];
-extern const int cli_run_nsignals;
-extern struct sigaction cli_run_sigpipe;
 
 /* vfork + exec path with argv and envp (a file without #! is run by
  * /bin/sh, as execvp does); between the two only async-signal-safe calls.
- * Returns the child's pid, or -1 with *status (message said: the fork
- * failed, or the exec did and the child is reaped). */
-pid_t cli_spawn(const char *path, char *const argv[], char *const envp[], int *status);
+ * In the child every signal with a handler gets its default action back,
+ * one ignored stays ignored, and SIGPIPE gets `sigpipe` (the disposition
+ * dmutex was started with).  Returns the child's pid, or -1 with *status
+ * (message said: the fork failed, or the exec did and the child is
+ * reaped). */
+pid_t cli_spawn(const char *path, char *const argv[], char *const envp[],
+		const struct sigaction *sigpipe, int *status);
 
 /* waitshow.c: on a terminal, a line saying who holds the lock we wait for,
  * refreshed every second by its own thread. */

@@ -1,81 +1,47 @@
 /*
  * dmutex: a distributed flock(1) for shell users, and an operator's view of
  * the locks in Redis.  See dmutex(1).
+ *
+ * This file only dispatches: it reads the options that come before the
+ * command name and hands the rest to the subcommand.  A subcommand is one
+ * file (cli_cmd_NAME in NAME.c) and a row of the table below; what
+ * subcommands share lives in helper files (cli.c, conn.c, inspect.c...),
+ * never here, so that nothing depends on main.
  */
-#include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "dmutex.h"
 #include "dmutex_config.h"
 #include "cli.h"
 
-static const char usage[] =
-	"usage: dmutex [--url URL] COMMAND [ARGS...]\n"
-	"\n"
-	"  dmutex run [-n | -w SECONDS] [--lease MS] [--robust] [--grace SECONDS] NAME -- COMMAND [ARGS...]\n"
-	"        hold lock NAME while COMMAND runs; exit with COMMAND's status\n"
-	"  dmutex status [--json] NAME...\n"
-	"        holder, since when, lease left, fencing token, robust state, waiters\n"
-	"  dmutex list [--json] [PATTERN]\n"
-	"        every lock under the prefix (PATTERN: a Redis glob, default *)\n"
-	"  dmutex reset [--force] NAME\n"
-	"        force-release NAME and clear an owner-died or not-recoverable state\n"
-	"\n"
-	"The backend is --url URL, else $DMUTEX_URL, else redis://127.0.0.1:6379.\n"
-	"`dmutex COMMAND --help` describes one command; exit statuses are in dmutex(1).\n";
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv, const char *url);
+	const char *args;
+	const char *what;
+} commands[] = {
+	{ "run", cli_cmd_run,
+	  "[-n | -w SECONDS] [--lease MS] [--robust] [--grace SECONDS] NAME -- COMMAND [ARGS...]",
+	  "hold lock NAME while COMMAND runs; exit with COMMAND's status" },
+	{ "status", cli_cmd_status, "[--json] NAME...",
+	  "holder, since when, lease left, fencing token, robust state, waiters" },
+	{ "list", cli_cmd_list, "[--json] [PATTERN]",
+	  "every lock under the prefix (PATTERN: a Redis glob, default *)" },
+	{ "reset", cli_cmd_reset, "[--force] NAME",
+	  "force-release NAME and clear an owner-died or not-recoverable state" },
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
 
-void
-cli_err(const char *fmt, ...)
+static void
+usage(FILE *f)
 {
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "dmutex: %s\n", msg);
-}
-
-const char *
-cli_url(const char *opt_url)
-{
-	const char *u = opt_url;
-
-	if (!u || !*u)
-		u = getenv("DMUTEX_URL");
-	if (!u || !*u)
-		u = "redis://127.0.0.1:6379";
-	return u;
-}
-
-int
-cli_check_name(const char *name)
-{
-	size_t n = strlen(name);
-
-	if (n == 0 || n > DMUTEX_NAME_MAX) {
-		cli_err("a lock name is 1 to %d bytes, not %zu", DMUTEX_NAME_MAX, n);
-		return CLI_USAGE;
-	}
-	return 0;
-}
-
-int
-cli_parse_seconds(const char *s, int64_t *ms)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v >= 0) || v > 1e9)
-		return -1;
-	*ms = (int64_t)(v * 1000 + 0.5);
-	return 0;
+	fputs("usage: dmutex [--url URL] COMMAND [ARGS...]\n\n", f);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  dmutex %s %s\n        %s\n", commands[i].name, commands[i].args,
+				commands[i].what);
+	fputs("\nThe backend is --url URL, else $DMUTEX_URL, else redis://127.0.0.1:6379.\n"
+	      "`dmutex COMMAND --help` describes one command; exit statuses are in dmutex(1).\n", f);
 }
 
 int
@@ -91,44 +57,40 @@ main(int argc, char **argv)
 	const char *cmd;
 	int c;
 
-	/* Before anything opens a descriptor: COMMAND inherits only these. */
-	cli_fd_snapshot();
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'u':
 			url = optarg;
 			break;
 		case 'h':
-			fputs(usage, stdout);
+			usage(stdout);
 			return CLI_OK;
 		case 'V':
 			printf("dmutex %s\n", DMUTEX_VERSION);
 			return CLI_OK;
 		default:
-			fputs(usage, stderr);
+			usage(stderr);
 			return CLI_USAGE;
 		}
 	}
 	if (optind >= argc) {
-		fputs(usage, stderr);
+		usage(stderr);
 		return CLI_USAGE;
 	}
 	cmd = argv[optind];
 	argc -= optind;
 	argv += optind;
 	optind = 0;     /* glibc: start the subcommand's getopt afresh */
-	if (!strcmp(cmd, "run"))
-		return cli_run(argc, argv, url);
-	if (!strcmp(cmd, "status"))
-		return cli_status(argc, argv, url);
-	if (!strcmp(cmd, "list"))
-		return cli_list(argc, argv, url);
-	if (!strcmp(cmd, "reset"))
-		return cli_reset(argc, argv, url);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(cmd, commands[i].name))
+			return commands[i].run(argc, argv, url);
 	if (!strcmp(cmd, "help")) {
-		fputs(usage, stdout);
+		usage(stdout);
 		return CLI_OK;
 	}
-	cli_err("unknown command '%s' (run, status, list, reset)", cmd);
+	fprintf(stderr, "dmutex: unknown command '%s' (", cmd);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(stderr, "%s%s", i ? ", " : "", commands[i].name);
+	fputs(")\n", stderr);
 	return CLI_USAGE;
 }

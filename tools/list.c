@@ -190,7 +190,7 @@ print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 }
 
 int
-cli_list(int argc, char **argv, const char *url)
+cli_cmd_list(int argc, char **argv, const char *url)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },

@@ -136,7 +136,7 @@ unwatch:
 }
 
 int
-cli_reset(int argc, char **argv, const char *url)
+cli_cmd_reset(int argc, char **argv, const char *url)
 {
 	static const struct option opts[] = {
 		{ "force", no_argument, NULL, 'f' },

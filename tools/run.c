@@ -33,10 +33,11 @@ static const char usage[] =
 	"                       later (default 5)\n"
 	"COMMAND gets DMUTEX_NAME and DMUTEX_FENCE (the hold's fencing token).\n";
 
-/* Forwarded to COMMAND; spawn.c restores their default action in it. */
-const int cli_run_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
-const int cli_run_nsignals = (int)(sizeof cli_run_signals / sizeof cli_run_signals[0]);
-struct sigaction cli_run_sigpipe;
+/* Forwarded to COMMAND (which gets their default action back). */
+static const int run_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+#define NRUN_SIGNALS ((int)(sizeof run_signals / sizeof run_signals[0]))
+/* SIGPIPE's disposition when dmutex started: COMMAND gets it back. */
+static struct sigaction sigpipe_at_start;
 
 #define EV_LOST 0xff
 #define EV_KERNEL 0x80          /* or'ed into a signal the kernel sent */
@@ -100,18 +101,18 @@ setup_signals(void)
 	sa.sa_sigaction = on_signal;
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigfillset(&sa.sa_mask);
-	for (int i = 0; i < cli_run_nsignals; i++) {
+	for (int i = 0; i < NRUN_SIGNALS; i++) {
 		/* Started ignoring it (nohup, a background job): so does COMMAND. */
-		if (sigaction(cli_run_signals[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN)
+		if (sigaction(run_signals[i], NULL, &cur) == 0 && cur.sa_handler == SIG_IGN)
 			continue;
-		sigaction(cli_run_signals[i], &sa, NULL);
+		sigaction(run_signals[i], &sa, NULL);
 	}
 	sa.sa_flags |= SA_NOCLDSTOP;
 	sigaction(SIGCHLD, &sa, NULL);
 	/* hiredis writes to sockets: a closed one must be an error, not death. */
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = SIG_IGN;
-	sigaction(SIGPIPE, &sa, &cli_run_sigpipe);
+	sigaction(SIGPIPE, &sa, &sigpipe_at_start);
 	return 0;
 }
 
@@ -425,7 +426,7 @@ pending_before_start(const char *name)
 }
 
 int
-cli_run(int argc, char **argv, const char *url)
+cli_cmd_run(int argc, char **argv, const char *url)
 {
 	struct run_opts o = { .url = url };
 	dmutex_client_t *client = NULL;
@@ -436,6 +437,8 @@ cli_run(int argc, char **argv, const char *url)
 	int status, err, owner_died = 0, lost = 0, inited = 0;
 	pid_t pid = -1;
 
+	/* Before anything opens a descriptor: COMMAND inherits only these. */
+	cli_fd_snapshot();
 	if ((status = parse(argc, argv, &o)))
 		return status < 0 ? CLI_OK : status;
 	/* Before the lock: a typo must not take it. */
@@ -478,7 +481,7 @@ cli_run(int argc, char **argv, const char *url)
 	}
 	if ((status = pending_before_start(o.name)))
 		goto unlock;
-	if ((pid = cli_spawn(path, o.argv, env, &status)) < 0)
+	if ((pid = cli_spawn(path, o.argv, env, &sigpipe_at_start, &status)) < 0)
 		goto unlock;
 	status = supervise(pid, &o, &lost);
 	if (lost)

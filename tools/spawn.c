@@ -189,18 +189,21 @@ nomem:
  */
 static void __attribute__((noreturn))
 child(const char *path, char *const argv[], char *const sh_argv[], char *const envp[],
-		pid_t parent, const sigset_t *mask, int fallback, volatile int *err)
+		pid_t parent, const sigset_t *mask, const struct sigaction *sigpipe,
+		int fallback, volatile int *err)
 {
 	struct sigaction dfl, cur;
 
+	/* exec would reset them too, but a signal that came between the
+	 * unmasking and the exec would run the parent's handler here. */
 	memset(&dfl, 0, sizeof dfl);
 	dfl.sa_handler = SIG_DFL;
-	for (int i = 0; i < cli_run_nsignals; i++)
-		/* Keep a signal ignored if dmutex was started ignoring it. */
-		if (sigaction(cli_run_signals[i], NULL, &cur) == 0 && cur.sa_handler != SIG_IGN)
-			sigaction(cli_run_signals[i], &dfl, NULL);
-	sigaction(SIGCHLD, &dfl, NULL);
-	sigaction(SIGPIPE, &cli_run_sigpipe, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sigaction(sig, NULL, &cur) == 0 && cur.sa_handler != SIG_IGN &&
+		    cur.sa_handler != SIG_DFL)
+			sigaction(sig, &dfl, NULL);
+	if (sigpipe)
+		sigaction(SIGPIPE, sigpipe, NULL);
 	/* If dmutex dies (even by SIGKILL) the lock is no longer renewed:
 	 * COMMAND must not go on as if it still held it. */
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -217,7 +220,8 @@ child(const char *path, char *const argv[], char *const sh_argv[], char *const e
 }
 
 pid_t
-cli_spawn(const char *path, char *const argv[], char *const envp[], int *status)
+cli_spawn(const char *path, char *const argv[], char *const envp[],
+		const struct sigaction *sigpipe, int *status)
 {
 	static volatile int exec_err;
 	sigset_t all, old;
@@ -242,7 +246,7 @@ cli_spawn(const char *path, char *const argv[], char *const envp[], int *status)
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pid = vfork();
 	if (pid == 0)
-		child(path, argv, sh_argv, envp, parent, &old, fallback, &exec_err);
+		child(path, argv, sh_argv, envp, parent, &old, sigpipe, fallback, &exec_err);
 	err = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	free(sh_argv);

@@ -60,7 +60,7 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 }
 
 int
-cli_status(int argc, char **argv, const char *url)
+cli_cmd_status(int argc, char **argv, const char *url)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
