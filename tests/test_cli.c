@@ -342,6 +342,12 @@ lock_exists(const char *name)
 	return th_redis_int(&srv, "EXISTS dmutex:lock:{%s}", name);
 }
 
+static int
+lock_exists_cond(void *name)
+{
+	return lock_exists(name) == 1;
+}
+
 static void
 meta_state(const char *name, char *out, size_t len)
 {
@@ -525,6 +531,242 @@ Test(cli, run_forwards_signals)
 		cr_assert(gone(cmd), "COMMAND outlived dmutex");
 	}
 	cr_assert_eq(lock_exists("job"), 0);
+}
+
+/* ---- a terminating signal while the acquire is in flight ---------- */
+
+struct forever { char url[700]; const char *name; unsigned lease_ms; int robust; };
+
+/* A child that takes NAME and holds it (renewed) until it is killed. */
+static int
+hold_forever(void *p)
+{
+	struct forever *f = p;
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	dmutex_t m;
+
+	if (dmutex_client_open(&c, f->url))
+		return 10;
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, c);
+	dmutex_attr_setlease(&a, f->lease_ms);
+	if (f->robust)
+		dmutex_attr_setrobust(&a, DMUTEX_ROBUST);
+	if (dmutex_init(&m, f->name, &a) || dmutex_lock(&m))
+		return 11;
+	for (;;)
+		pause();
+}
+
+/* Bytes sent to the (stopped) server that it has not read: a request in
+ * flight, seen by the kernel (/proc/net/tcp: the server's side of a
+ * connection to its port with a non-empty receive queue). */
+static int
+server_has_unread_request(void *p)
+{
+	int port = *(int *)p, found = 0;
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512];
+
+	cr_assert(f);
+	while (!found && fgets(line, sizeof line, f)) {
+		unsigned lport, st, txq, rxq;
+		if (sscanf(line, " %*d: %*8x:%x %*8x:%*x %x %x:%x", &lport, &st, &txq, &rxq) == 4 &&
+		    (int)lport == port && st == 1 && rxq > 0)
+			found = 1;
+	}
+	fclose(f);
+	return found;
+}
+
+struct sigwait { pid_t pid; int sig; };
+
+/* The signal sent to pid is no longer pending: its handler (or its default
+ * action) has run. */
+static int
+signal_taken(void *p)
+{
+	struct sigwait *w = p;
+	char path[64], line[256];
+	int pending = 0;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%ld/status", (long)w->pid);
+	if (!(f = fopen(path, "r")))
+		return 1;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long long mask;
+		if ((sscanf(line, "SigPnd: %llx", &mask) == 1 || sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+		    (mask >> (w->sig - 1) & 1))
+			pending = 1;
+	}
+	fclose(f);
+	return !pending;
+}
+
+static int
+now_past(void *ms)
+{
+	return th_now_ms() >= *(long long *)ms;
+}
+
+struct reaped { pid_t pid; int status; };
+
+static int
+reap(void *p)
+{
+	struct reaped *r = p;
+	return waitpid(r->pid, &r->status, WNOHANG) == r->pid;
+}
+
+/*
+ * `dmutex run` waits for NAME behind a holder that is then killed; the
+ * server is stopped, so the acquire that follows stays unread in its socket;
+ * `sig` reaches dmutex then.  When the server resumes, the holder's lease has
+ * run out and the acquire is granted: dmutex must release the lock before it
+ * dies of `sig`, not leave it held for its 60 s lease.
+ */
+static void
+killed_while_acquiring(int sig, int robust)
+{
+	struct forever f = { .name = "acq", .lease_ms = 500, .robust = robust };
+	struct sigwait sw;
+	struct reaped r;
+	struct holder h;
+	long long killed_at;
+	pid_t holder, d;
+	char *e;
+
+	snprintf(f.url, sizeof f.url, "%s", srv.url);
+	holder = th_spawn(hold_forever, &f);
+	cr_assert_gt(holder, 0);
+	cr_assert(th_wait_until(lock_exists_cond, "acq", 5000), "the holder never held");
+	d = robust ? DM_START("k", "run", "--robust", "--lease", "60000", "acq", "--", "true")
+		: DM_START("k", "run", "--lease", "60000", "acq", "--", "true");
+	struct numsub ns = { "acq", 1 };
+	cr_assert(th_wait_until(waiters_are, &ns, 5000), "dmutex run never waited");
+	cr_assert_eq(kill(holder, SIGKILL), 0);
+	killed_at = th_now_ms();
+	cr_assert_eq(th_wait_child(holder, 5000), 128 + SIGKILL);
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	cr_assert(th_wait_until(server_has_unread_request, &srv.port, 5000),
+			"dmutex run sent no acquire to the stopped server");
+	sw.pid = d;
+	sw.sig = sig;
+	cr_assert_eq(kill(d, sig), 0);
+	cr_assert(th_wait_until(signal_taken, &sw, 5000));
+	/* Past the dead holder's lease, so that the acquire is granted. */
+	long long expired_at = killed_at + f.lease_ms + 100;
+	cr_assert(th_wait_until(now_past, &expired_at, 5000));
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	r.pid = d;
+	cr_assert(th_wait_until(reap, &r, 10000), "dmutex run did not end");
+	e = err_of("k");
+	if (robust) {
+		/* Released as a holder that died: exit() rather than death. */
+		cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 128 + sig,
+				"status %#x; stderr:\n%s", r.status, e);
+	} else {
+		cr_assert(WIFSIGNALED(r.status) && WTERMSIG(r.status) == sig,
+				"status %#x, not death by signal %d; stderr:\n%s", r.status, sig, e);
+	}
+	cr_assert_eq(lock_exists("acq"), 0, "the lock was left held by a dead dmutex run");
+	cr_assert_str_eq(e, "");
+	free(e);
+	/* Free now, not in 60 s; a robust locker is told its owner died. */
+	hold(&h, "acq", robust, 0);
+	if (robust) {
+		cr_assert_eq(dmutex_trylock(&h.m), EOWNERDEAD);
+		cr_assert_eq(dmutex_consistent(&h.m), 0);
+	} else {
+		cr_assert_eq(dmutex_trylock(&h.m), 0);
+	}
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	unhold(&h);
+}
+
+Test(cli, run_sigterm_while_acquiring_releases)
+{
+	killed_while_acquiring(SIGTERM, 0);
+}
+
+Test(cli, run_sigint_while_acquiring_releases)
+{
+	killed_while_acquiring(SIGINT, 0);
+}
+
+Test(cli, run_sighup_while_acquiring_releases)
+{
+	killed_while_acquiring(SIGHUP, 0);
+}
+
+Test(cli, run_sigterm_while_acquiring_robust_owner_died)
+{
+	killed_while_acquiring(SIGTERM, 1);
+}
+
+/* Waiting behind a live holder, a signal ends dmutex soon (the wait is in
+ * short slices) and as the signal would, and takes nothing from the holder. */
+Test(cli, run_signal_while_waiting_ends_it_at_once)
+{
+	struct holder h;
+	struct reaped r;
+	struct numsub ns = { "w", 1 };
+	long long t0;
+
+	hold(&h, "w", 0, 0);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	r.pid = DM_START("a", "run", "w", "--", "true");
+	cr_assert(th_wait_until(waiters_are, &ns, 5000));
+	t0 = th_now_ms();
+	cr_assert_eq(kill(r.pid, SIGINT), 0);
+	cr_assert(th_wait_until(reap, &r, 10000), "dmutex run did not end");
+	cr_assert(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGINT, "status %#x", r.status);
+	/* Speed is not asserted; this only says it did not wait for the holder. */
+	cr_assert_lt(th_now_ms() - t0, 5000);
+	ns.want = 0;
+	cr_assert(th_wait_until(waiters_are, &ns, 5000));
+	cr_assert_eq(lock_exists("w"), 1);
+	cr_assert_eq(atomic_load(&h.lost), 0);
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	unhold(&h);
+}
+
+/* The wait's slices keep dmutex_lock's retry budget for a failing backend
+ * (3 x command_timeout_ms): a shorter stall is ridden out, a longer one is
+ * status 87. */
+Test(cli, run_waiting_keeps_the_retry_budget_of_lock)
+{
+	struct numsub ns = { "st", 1 };
+	struct holder h;
+	char url[700], *e;
+	long long t;
+	pid_t p;
+
+	snprintf(url, sizeof url, "%s?command_timeout_ms=500", srv.url);
+	hold(&h, "st", 0, 0);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	p = DM_START("a", "--url", url, "run", "st", "--", "true");
+	cr_assert(th_wait_until(waiters_are, &ns, 5000));
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	t = th_now_ms() + 300;
+	cr_assert(th_wait_until(now_past, &t, 5000));
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	ASSERT_ST(th_wait_child(p, 10000), 0, "a");
+
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	p = DM_START("b", "--url", url, "run", "st", "--", "true");
+	cr_assert(th_wait_until(waiters_are, &ns, 5000));
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	ASSERT_ST(th_wait_child(p, 20000), ST_BACKEND, "b");
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	e = err_of("b");
+	assert_contains(e, "'st' not taken: backend unreachable or failing");
+	free(e);
+	dmutex_unlock(&h.m);
+	unhold(&h);
 }
 
 static void

@@ -3,13 +3,22 @@
  *
  * Events reach the main loop through one self-pipe: a byte per signal from
  * the handlers, and EV_LOST from the library's onlost handler (called on its
- * renewal thread).  While dmutex still waits for the lock, nothing is held
- * and a terminating signal simply kills it.
+ * renewal thread).
+ *
+ * A terminating signal that comes while the lock is being acquired must not
+ * kill dmutex at once: an acquire request may be on its way, and Redis would
+ * grant it to a process that is gone, stranding the lock for a whole lease.
+ * The signal is noted instead; the request in flight is finished, the lock
+ * released if it was granted, and then dmutex dies of the signal.  The
+ * library's lock calls cannot be interrupted, so a wait for the lock is a
+ * series of short timed waits (WAIT_SLICE_MS) between which the note is
+ * read.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,9 +51,23 @@ static struct sigaction sigpipe_at_start;
 #define EV_LOST 0xff
 #define EV_KERNEL 0x80          /* or'ed into a signal the kernel sent */
 #define GRACE_DEFAULT_MS 5000
+/* How soon a signal ends a wait for the lock; each slice costs the backend
+ * an acquire attempt or two. */
+#define WAIT_SLICE_MS 250
+/* A failing backend is retried this many command timeouts, as dmutex_lock
+ * does, before `run` gives up with CLI_BACKEND. */
+#define IO_RETRY_FACTOR 3
+
+/* What a signal does: */
+enum {
+	PHASE_START,            /* nothing asked of the backend yet: die at once */
+	PHASE_ACQUIRING,        /* note it in `deferred`, die after the release */
+	PHASE_HOLDING           /* pass it on to COMMAND (through evpipe) */
+};
 
 static int evpipe[2] = { -1, -1 };
-static volatile sig_atomic_t holding;   /* 0: still waiting, die on a signal */
+static volatile sig_atomic_t phase;
+static volatile sig_atomic_t deferred;  /* the first signal while acquiring */
 static volatile sig_atomic_t showing;   /* the waiting line is on the terminal */
 
 static void
@@ -54,10 +77,17 @@ on_signal(int sig, siginfo_t *si, void *uc)
 	unsigned char b = (unsigned char)sig;
 
 	(void)uc;
-	if (sig != SIGCHLD && !holding) {
+	if (sig != SIGCHLD && phase != PHASE_HOLDING) {
 		struct sigaction dfl;
 		if (showing && write(STDERR_FILENO, "\r\033[K", 4) < 0) {
 			/* nothing to do about it */
+		}
+		showing = 0;
+		if (phase == PHASE_ACQUIRING) {
+			if (!deferred)
+				deferred = sig;
+			errno = saved;
+			return;
 		}
 		memset(&dfl, 0, sizeof dfl);
 		dfl.sa_handler = SIG_DFL;
@@ -268,38 +298,75 @@ client_status(int err)
 	}
 }
 
-/* Take the lock as the options say.  0 when held, else the exit status. */
+static void
+ms_to_ts(long long ms, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(ms / 1000);
+	ts->tv_nsec = (long)(ms % 1000) * 1000000;
+}
+
+/* Wait for the lock in slices, reading `deferred` between them.  A slice
+ * that ends in EIO only means the backend failed within the slice: it is
+ * retried until the backend has failed for io_budget_ms in a row. */
 static int
-acquire(dmutex_t *m, const struct run_opts *o, const char *url, int *owner_died)
+wait_for(dmutex_t *m, const struct run_opts *o, long long io_budget_ms)
+{
+	long long start = now_ms(), failing_since = -1;
+	int err;
+
+	for (;;) {
+		long long now = now_ms(), until = now + WAIT_SLICE_MS;
+		int last = 0;
+		struct timespec ts;
+
+		if (o->wait_ms >= 0 && start + o->wait_ms <= until) {
+			until = start + o->wait_ms;
+			last = 1;
+		}
+		ms_to_ts(until, &ts);
+		err = dmutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+		if (deferred || last)
+			return err;
+		if (err == ETIMEDOUT) {
+			failing_since = -1;
+			continue;
+		}
+		if (err == EIO) {
+			if (failing_since < 0)
+				failing_since = now;
+			if (now_ms() - failing_since < io_budget_ms)
+				continue;
+		}
+		return err;
+	}
+}
+
+/* Take the lock as the options say.  0 when held (or when a signal came:
+ * the caller reads `deferred` and releases what is held), else the exit
+ * status. */
+static int
+acquire(dmutex_t *m, const struct run_opts *o, const char *url, long long io_budget_ms,
+		int *owner_died)
 {
 	struct cli_waitshow *show = NULL;
 	char holder[700];
 	int err;
 
 	err = dmutex_trylock(m);
-	if (err == EBUSY && !o->nonblock) {
-		struct timespec until;
-
+	if (err == EBUSY && !o->nonblock && !deferred) {
 		/* A line on the terminal only: cron mails whatever is printed. */
 		if (isatty(STDERR_FILENO) && (show = cli_waitshow_start(url, o->name)))
 			showing = 1;
-		if (o->wait_ms >= 0) {
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			until.tv_sec += (time_t)(o->wait_ms / 1000);
-			until.tv_nsec += (long)(o->wait_ms % 1000) * 1000000;
-			if (until.tv_nsec >= 1000000000) {
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000;
-			}
-			err = dmutex_clocklock(m, CLOCK_MONOTONIC, &until);
-		} else {
-			err = dmutex_lock(m);
-		}
+		err = wait_for(m, o, io_budget_ms);
 	}
-	/* From here a signal is forwarded, not fatal: we may hold the lock. */
-	holding = 1;
 	showing = 0;
 	cli_waitshow_stop(show);
+	if (deferred) {
+		/* Held or not, the caller releases and dies: no consistent, no
+		 * message (see cli_cmd_run for EOWNERDEAD). */
+		*owner_died = err == EOWNERDEAD;
+		return 0;
+	}
 	switch (err) {
 	case 0:
 		return 0;
@@ -405,9 +472,10 @@ supervise(pid_t pid, const struct run_opts *o, int *lost)
 	}
 }
 
-/* Signals or a loss that came before COMMAND started: do not start it. */
+/* Signals or a loss that came before COMMAND started: do not start it.
+ * 0, CLI_LOST, or 0 with *sig set to a terminating signal. */
 static int
-pending_before_start(const char *name)
+pending_before_start(const char *name, int *sig)
 {
 	unsigned char ev[64];
 	ssize_t n;
@@ -418,11 +486,46 @@ pending_before_start(const char *name)
 				cli_err("lost the lock '%s' before COMMAND could start", name);
 				return CLI_LOST;
 			}
-			if (ev[i] != SIGCHLD)
-				return 128 + (ev[i] & ~EV_KERNEL);
+			if (ev[i] != SIGCHLD) {
+				*sig = ev[i] & ~EV_KERNEL;
+				return 0;
+			}
 		}
 	}
 	return 0;
+}
+
+/* The command's own timeouts: how long a failing backend is retried. */
+static long long
+io_budget_ms(const char *url)
+{
+	struct dmutex__config cfg;
+	unsigned command_ms = DMUTEX__COMMAND_TIMEOUT_DEFAULT;
+
+	/* dmutex_client_open has already parsed it without complaint. */
+	if (dmutex__url_parse(url, &cfg) == 0) {
+		command_ms = cfg.command_timeout_ms;
+		dmutex__config_free(&cfg);
+	}
+	return (long long)IO_RETRY_FACTOR * command_ms;
+}
+
+/* End as `sig` would have ended dmutex, had it not been caught: the shell
+ * (and a parent waiting with WIFSIGNALED) must see the same death. */
+static int
+die_of(int sig)
+{
+	struct sigaction dfl;
+	sigset_t set;
+
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	sigaction(sig, &dfl, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	raise(sig);
+	return 128 + sig;       /* a signal that does not kill by default */
 }
 
 int
@@ -434,7 +537,7 @@ cli_cmd_run(int argc, char **argv, const char *url)
 	dmutex_t m;
 	char *path = NULL, **env = NULL, *store[2] = { NULL, NULL };
 	uint64_t fence = 0;
-	int status, err, owner_died = 0, lost = 0, inited = 0;
+	int status, err, owner_died = 0, lost = 0, inited = 0, sig = 0;
 	pid_t pid = -1;
 
 	/* Before anything opens a descriptor: COMMAND inherits only these. */
@@ -466,8 +569,26 @@ cli_cmd_run(int argc, char **argv, const char *url)
 		goto out;
 	}
 	inited = 1;
+	/* From the first request on, a signal waits for the answer. */
+	phase = PHASE_ACQUIRING;
+	status = acquire(&m, &o, cli_url(o.url), io_budget_ms(cli_url(o.url)), &owner_died);
+	/* From here a signal is passed on; one that came before is in
+	 * `deferred` (read after the switch: none falls between). */
+	phase = PHASE_HOLDING;
+	if ((sig = deferred)) {
+		if (owner_died) {
+			/* Unlocking without dmutex_consistent would make the lock
+			 * not recoverable for everyone, and marking it consistent
+			 * would hide the earlier death.  exit() has the library
+			 * release it marked owner-died, as for any process that
+			 * exits holding a lock: the next robust locker is told.
+			 * (The one case where dmutex exits rather than dies.) */
+			exit(128 + sig);
+		}
+		goto unlock;
+	}
 	/* Unlock whatever happens: EPERM when it was not taken. */
-	if ((status = acquire(&m, &o, cli_url(o.url), &owner_died)))
+	if (status)
 		goto unlock;
 	if ((err = dmutex_fence(&m, &fence)) == ENOLCK) {
 		cli_err("lost the lock '%s' before COMMAND could start", o.name);
@@ -479,7 +600,7 @@ cli_cmd_run(int argc, char **argv, const char *url)
 		status = CLI_INTERNAL;
 		goto unlock;
 	}
-	if ((status = pending_before_start(o.name)))
+	if ((status = pending_before_start(o.name, &sig)) || sig)
 		goto unlock;
 	if ((pid = cli_spawn(path, o.argv, env, &sigpipe_at_start, &status)) < 0)
 		goto unlock;
@@ -506,5 +627,5 @@ out:
 	free(store[0]);
 	free(store[1]);
 	free(path);
-	return status;
+	return sig ? die_of(sig) : status;
 }
