@@ -8,9 +8,22 @@
 #ifndef DMUTEX_H
 #define DMUTEX_H
 
+/*
+ * Self-contained: it compiles included first and alone, in C99 or later and
+ * in C++98 or later, strict (-std=c99 -pedantic) or not; in C89 only where
+ * the C library has a C99 <stdint.h> for uint64_t, as glibc does
+ * (tests/check_header.sh compiles each).  No struct tag is a bare library
+ * name: C++ code may have a namespace dmutex.
+ */
+#include <errno.h>     /* the values the calls return: EOWNERDEAD, ENOLCK... */
 #include <stdint.h>
 #include <sys/types.h> /* clockid_t, even in strict ISO C mode */
 #include <time.h>
+
+/* Strict ISO C before C11 has no struct timespec in <time.h>: declared
+ * here, so that the prototypes below name the same struct the caller
+ * later gets from POSIX. */
+struct timespec;
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,8 +85,9 @@ typedef struct dmutex_attr {
 	void *__reserved[4];
 } dmutex_attr_t;
 
-/* Fixed-size, caller-allocated.  Fields are private. */
-typedef struct dmutex {
+/* Fixed-size, caller-allocated.  Fields are private.  (The tag is not
+ * `dmutex`, which C++ code may use as a namespace.) */
+typedef struct dmutex_mutex {
 	/* private */
 	unsigned long __magic;
 	const char *__static_name;  /* set by DMUTEX_INITIALIZER only */
