@@ -1,5 +1,5 @@
 /*
- * Backend faults against a real redis-server (RELIABILITY #7, #8, #14, #15,
+ * Backend faults against a real redis-server (docs/faults.md #7, #8, #14, #15,
  * #18): lost replies never strand a lock nor double a recursive count,
  * Redis down means EIO in bounded time and never a false grant, a server
  * restart is survived, connections and fds stay flat, and a proxy that
@@ -86,7 +86,7 @@ static int meta_state_absent(const char *name)
 }
 
 /* ------------------------------------------------------------------ */
-/* 1. lost reply of an acquire (RELIABILITY #7, #8)                    */
+/* 1. lost reply of an acquire (docs/faults.md #7, #8)                 */
 /* ------------------------------------------------------------------ */
 
 struct lost_reply_arg {
@@ -221,7 +221,7 @@ Test(faults, acquire_given_up_while_server_stopped_is_cleaned_up_in_background)
 }
 
 /* ------------------------------------------------------------------ */
-/* 2. Redis down at acquire time (RELIABILITY #15)                     */
+/* 2. Redis down at acquire time (docs/faults.md #15)                  */
 /* ------------------------------------------------------------------ */
 
 /* Keep a dead server's port refusing connections (bound, not listening)
@@ -430,7 +430,7 @@ Test(faults, waiter_across_restart_acquires_when_holder_unlocks, .init = srv_up_
 }
 
 /* ------------------------------------------------------------------ */
-/* 4. resource hygiene (short form of RELIABILITY #18)                 */
+/* 4. resource hygiene (short form of docs/faults.md #18)              */
 /* ------------------------------------------------------------------ */
 
 /* The library's connection pool per node (src/node.h DMUTEX__POOL_MAX). */

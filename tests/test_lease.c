@@ -1,11 +1,11 @@
 /*
- * Leases and renewal against a real redis-server (RELIABILITY #9-#14):
+ * Leases and renewal against a real redis-server (docs/faults.md #9-#14):
  * a holder stalled past its lease is told it lost the lock while the new
  * holder is undisturbed; renewal keeps a hold alive across many leases, is
  * batched, survives short stalls, never outlives an unlock; a Redis stopped
  * longer than the lease makes the holder lose the lock.
  *
- * Not tested here: RELIABILITY #12's "a wall-clock jump of the client
+ * Not tested here: docs/faults.md #12's "a wall-clock jump of the client
  * changes nothing".  It needs faketime (or CAP_SYS_TIME) for the client
  * only, which these tests do not have; the library computes every deadline
  * on CLOCK_MONOTONIC, which the code review has to vouch for instead.

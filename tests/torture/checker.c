@@ -1,6 +1,6 @@
 /*
  * The checker: reads every history file of a run, rebuilds the holds, and
- * fails on what RELIABILITY.md says must never happen:
+ * fails on what docs/faults.md says must never happen:
  *
  *  overlap     two holds overlapping in time where neither holder was told
  *              it lost the lock (onlost, ENOLCK);
@@ -596,7 +596,7 @@ cmp_span(const void *x, const void *y)
  * Blocking lock calls may wait as long as others hold the lock, so their
  * bound is global: the lock must never sit free (no hold, no fault, no
  * key that may still be there) for more than two leases while a thread
- * waits for it.  A lost wake-up costs at most one lease (RELIABILITY #1,
+ * waits for it.  A lost wake-up costs at most one lease (docs/faults.md #1,
  * API.md "Waiting").
  */
 static void

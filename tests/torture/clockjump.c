@@ -1,5 +1,5 @@
 /*
- * RELIABILITY #12, the client side: run under libfaketime (LD_PRELOAD,
+ * docs/faults.md #12, the client side: run under libfaketime (LD_PRELOAD,
  * FAKETIME_TIMESTAMP_FILE=FILE, FAKETIME_NO_CACHE=1, DONT_FAKE_MONOTONIC=1)
  * by test_scenarios.c.  The wall clock of this process jumps an hour
  * forward and two back while it holds a lock and while it waits in

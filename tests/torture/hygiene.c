@@ -1,5 +1,5 @@
 /*
- * Resource hygiene (RELIABILITY #18): lock/unlock cycles through a proxy
+ * Resource hygiene (docs/faults.md #18): lock/unlock cycles through a proxy
  * that now and then drops every reply or swallows everything for a few
  * command timeouts, so that calls time out, connections break, releases
  * go to the background.  Open file descriptors, threads and Redis client

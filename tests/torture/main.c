@@ -191,7 +191,7 @@ setup(struct tt_run *r)
 	if ((r->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) < 0)
 		return -1;
 	for (int i = 0; i < r->cfg.nodes; i++) {
-		/* Restarts keep every acknowledged write (RELIABILITY #17's remedy). */
+		/* Restarts keep every acknowledged write (docs/faults.md #17's remedy). */
 		if (th_redis_start(&r->lock[i], "appendonly yes\nappendfsync always\n"))
 			return -1;
 		if (!(r->px[i] = th_proxy_start(r->lock[i].port)))

@@ -1,5 +1,5 @@
 /*
- * The nemesis: every fault of RELIABILITY.md that one machine can make,
+ * The nemesis: every fault of docs/faults.md that one machine can make,
  * injected one at a time on a schedule that follows from the seed (or a
  * fixed list), each recorded as N_FAULT ... N_HEAL.  Also the sampler, a
  * thread that reads the lock key on every node (fence, PTTL) every 20 ms so
@@ -206,7 +206,7 @@ node_fault(struct tt_run *r, int f, int node, double window_ms, double param, ui
 
 	/* A fault longer than half a lease starts, when it can, while a
 	 * holder is in a long critical section: its renewals fail, and it
-	 * must be told it lost the lock (RELIABILITY #14). */
+	 * must be told it lost the lock (docs/faults.md #14). */
 	if (window_ms > r->cfg.lease_ms / 2.0 && f != F_PROXY_DELAY)
 		find_worker(r, 1u << PH_LONGWORK, pick);
 

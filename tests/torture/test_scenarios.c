@@ -1,5 +1,5 @@
 /*
- * The RELIABILITY.md scenarios no other test file covers (the README's
+ * The docs/faults.md scenarios no other test file covers (the README's
  * "Torture, soak and fuzzing" maps every scenario to its test):
  *
  *  #4  an old unlock, retried after its holder acquired again, must not
@@ -60,7 +60,7 @@ token_of(const char *name, char *out, size_t len)
 	cr_assert(dmt_hget(&srv, key, "token", out, len), "no lock key for '%s'", name);
 }
 
-/* RELIABILITY #4. */
+/* docs/faults.md #4. */
 Test(scenarios, old_unlock_retried_after_reacquire_keeps_the_new_hold)
 {
 	const char *name = "scen-token";
@@ -129,7 +129,7 @@ Test(scenarios, old_unlock_retried_after_reacquire_keeps_the_new_hold)
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
 
-/* RELIABILITY #12. */
+/* docs/faults.md #12. */
 static const char *
 faketime_lib(void)
 {

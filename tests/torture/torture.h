@@ -1,5 +1,5 @@
 /*
- * The torture harness (RELIABILITY.md): K worker processes x T threads loop
+ * The torture harness (docs/faults.md): K worker processes x T threads loop
  * lock -> fenced read-modify-write of a protected resource -> unlock while a
  * nemesis injects faults, every operation is recorded, and a checker reads
  * the records afterwards.
