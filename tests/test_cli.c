@@ -559,22 +559,51 @@ hold_forever(void *p)
 		pause();
 }
 
-/* Bytes sent to the (stopped) server that it has not read: a request in
- * flight, seen by the kernel (/proc/net/tcp: the server's side of a
- * connection to its port with a non-empty receive queue). */
+/* The client-side ports of the connections whose last command was a script
+ * call: dmutex's command connections (its wake-up connection's last
+ * command is a (UN)SUBSCRIBE). */
+struct script_conns { int port; int n; int client_port[16]; };
+
+static void
+script_connections(struct script_conns *sc)
+{
+	redisReply *r = th_redis_cmd(&srv, "CLIENT LIST");
+	char *line, *save = NULL;
+
+	cr_assert(r && r->type == REDIS_REPLY_STRING);
+	sc->port = srv.port;
+	sc->n = 0;
+	for (line = strtok_r(r->str, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		const char *addr = strstr(line, " addr=127.0.0.1:");
+		if (!addr || (!strstr(line, " cmd=evalsha ") && !strstr(line, " cmd=eval ")))
+			continue;
+		if (sc->n < 16)
+			sc->client_port[sc->n++] = atoi(addr + strlen(" addr=127.0.0.1:"));
+	}
+	freeReplyObject(r);
+	cr_assert_gt(sc->n, 0, "no script connection of dmutex run in CLIENT LIST");
+}
+
+/* Bytes sent on one of those connections that the (stopped) server has not
+ * read: an acquire in flight, as the kernel sees it (/proc/net/tcp: the
+ * server's side of the connection has a non-empty receive queue). */
 static int
 server_has_unread_request(void *p)
 {
-	int port = *(int *)p, found = 0;
+	struct script_conns *sc = p;
 	FILE *f = fopen("/proc/net/tcp", "r");
 	char line[512];
+	int found = 0;
 
 	cr_assert(f);
 	while (!found && fgets(line, sizeof line, f)) {
-		unsigned lport, st, txq, rxq;
-		if (sscanf(line, " %*d: %*8x:%x %*8x:%*x %x %x:%x", &lport, &st, &txq, &rxq) == 4 &&
-		    (int)lport == port && st == 1 && rxq > 0)
-			found = 1;
+		unsigned lport, rport, st, txq, rxq;
+		if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x %x:%x", &lport, &rport, &st, &txq, &rxq) != 5 ||
+		    (int)lport != sc->port || st != 1 || rxq == 0)
+			continue;
+		for (int i = 0; i < sc->n; i++)
+			if ((int)rport == sc->client_port[i])
+				found = 1;
 	}
 	fclose(f);
 	return found;
@@ -631,6 +660,7 @@ static void
 killed_while_acquiring(int sig, int robust)
 {
 	struct forever f = { .name = "acq", .lease_ms = 500, .robust = robust };
+	struct script_conns sc;
 	struct sigwait sw;
 	struct reaped r;
 	struct holder h;
@@ -649,8 +679,9 @@ killed_while_acquiring(int sig, int robust)
 	cr_assert_eq(kill(holder, SIGKILL), 0);
 	killed_at = th_now_ms();
 	cr_assert_eq(th_wait_child(holder, 5000), 128 + SIGKILL);
+	script_connections(&sc);
 	cr_assert_eq(th_redis_pause(&srv), 0);
-	cr_assert(th_wait_until(server_has_unread_request, &srv.port, 5000),
+	cr_assert(th_wait_until(server_has_unread_request, &sc, 5000),
 			"dmutex run sent no acquire to the stopped server");
 	sw.pid = d;
 	sw.sig = sig;

@@ -319,6 +319,8 @@ wait_for(dmutex_t *m, const struct run_opts *o, long long io_budget_ms)
 		int last = 0;
 		struct timespec ts;
 
+		if (deferred)
+			return EINTR;   /* nothing asked since the last answer */
 		if (o->wait_ms >= 0 && start + o->wait_ms <= until) {
 			until = start + o->wait_ms;
 			last = 1;
