@@ -575,7 +575,7 @@ cli_cmd_run(int argc, char **argv, const char *url)
 	phase = PHASE_ACQUIRING;
 	status = acquire(&m, &o, cli_url(o.url), io_budget_ms(cli_url(o.url)), &owner_died);
 	/* From here a signal is passed on; one that came before is in
-	 * `deferred` (read after the switch: none falls between). */
+	 * `deferred`, read after the phase changed so that none is missed. */
 	phase = PHASE_HOLDING;
 	if ((sig = deferred)) {
 		if (owner_died) {
