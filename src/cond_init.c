@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cond.h"
-#include "shim_name.h"
+#include "shim/name.h"
 
 static struct dmutex__cond *
 make(struct dmutex_client *c, const char *name, size_t len, clockid_t clock)

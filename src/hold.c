@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "shim_name.h"
+#include "shim/name.h"
 
 int
 dmutex__name_ok(const char *name, size_t *len)

@@ -2,7 +2,7 @@
  * libFuzzer target: every Redis reply shape the library reads, parsed from
  * raw RESP by hiredis's own reader (as on a connection) and handed to the
  * functions that interpret acquire, release, renew and NOSCRIPT replies
- * (src/backend_common.c, src/node.c).  Any shape is either understood
+ * (src/backend/common.c, src/backend/node.c).  Any shape is either understood
  * within the documented values or refused; never a crash.
  */
 #include <errno.h>

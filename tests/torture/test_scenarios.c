@@ -74,7 +74,7 @@ Test(scenarios, old_unlock_retried_after_reacquire_keeps_the_new_hold)
 	size_t n;
 	int rc;
 
-	cr_assert_not_null(path, "RELEASE_LUA (src/scripts/release.lua) not set");
+	cr_assert_not_null(path, "RELEASE_LUA (src/backend/scripts/release.lua) not set");
 	cr_assert_not_null(f = fopen(path, "r"), "%s", path);
 	n = fread(src, 1, sizeof src - 1, f);
 	fclose(f);

@@ -4,7 +4,7 @@
 #include <pthread.h>
 
 #include "cond.h"
-#include "shim_name.h"
+#include "name.h"
 
 static void
 pause_ms(int64_t ms)

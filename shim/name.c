@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "shim_name.h"
+#include "name.h"
 
 #define NAMESPACE_MAX 128
 

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "internal.h"
-#include "shim_name.h"
+#include "name.h"
 
 /* shim/pthread.h maps the robustness calls straight to dmutex's. */
 _Static_assert((int)PTHREAD_MUTEX_STALLED == (int)DMUTEX_STALLED && (int)PTHREAD_MUTEX_ROBUST == (int)DMUTEX_ROBUST,

@@ -9,7 +9,7 @@
 #define DMUTEX_SHIM_NAME_H
 
 #include "dmutex.h"
-#include "shim/dmutex_shim.h"
+#include "dmutex_shim.h"
 
 enum { DMUTEX__SHIM_MUTEX, DMUTEX__SHIM_COND };
 

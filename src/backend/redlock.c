@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_common.h"
+#include "common.h"
 #include "internal.h"
 #include "node.h"
 #include "scripts.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "backend_common.h"
+#include "common.h"
 #include "internal.h"
 
 static int
