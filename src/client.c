@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "internal.h"
+#include "lockorder.h"
 #include "node.h"
 #include "waiter.h"
 
@@ -15,35 +16,56 @@ static struct dmutex_client *default_client;
 static pthread_mutex_t default_mu = PTHREAD_MUTEX_INITIALIZER;   /* opening it */
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
+/*
+ * Take every lock that guards a table the child inherits, in the order of
+ * internal.h's hierarchy, one level at a time across all clients (every
+ * client.mu, then every renewer.mu, ...), log_mu last: a thread that holds
+ * node.mu and logs ("reachable again") takes them in that order too, so
+ * taking log_mu first deadlocked fork against a reconnect (issue 16 item 7).
+ * default_mu is not taken (an open may connect for seconds): the child
+ * makes it anew.
+ */
 static void
 atfork_prepare(void)
 {
-	/* Take every leaf lock so the child inherits consistent tables.  The
-	 * waiter creation lock first: no waiter appears while we look. */
+	struct dmutex_client *c;
+
 	dmutex__waiter_create_lock();
-	dmutex__log_lock();
-	pthread_mutex_lock(&clients_mu);
-	for (struct dmutex_client *c = clients; c; c = c->next_all) {
-		pthread_mutex_lock(&c->mu);
-		pthread_mutex_lock(&c->renewer.mu);
+	dmutex__lo_acquired(DMUTEX__LK_CREATE, "fork: create_mu");
+	dmutex__mu_lock(&clients_mu, DMUTEX__LK_CLIENTS, "fork: clients_mu");
+	for (c = clients; c; c = c->next_all)
+		dmutex__mu_lock(&c->mu, DMUTEX__LK_CLIENT, "fork: client.mu");
+	for (c = clients; c; c = c->next_all)
+		dmutex__mu_lock(&c->renewer.mu, DMUTEX__LK_RENEWER, "fork: renewer.mu");
+	for (c = clients; c; c = c->next_all) {
 		dmutex__waiter_lock(c);
-		for (size_t i = 0; i < c->be->nnodes; i++)
-			pthread_mutex_lock(&c->be->nodes[i].mu);
+		dmutex__lo_acquired(DMUTEX__LK_WAITER, "fork: waiter.mu");
 	}
+	for (c = clients; c; c = c->next_all)
+		for (size_t i = 0; i < c->be->nnodes; i++)
+			dmutex__mu_lock(&c->be->nodes[i].mu, DMUTEX__LK_NODE, "fork: node.mu");
+	dmutex__log_lock();
 }
 
 static void
 atfork_parent(void)
 {
-	for (struct dmutex_client *c = clients; c; c = c->next_all) {
-		for (size_t i = 0; i < c->be->nnodes; i++)
-			pthread_mutex_unlock(&c->be->nodes[i].mu);
-		dmutex__waiter_unlock(c);
-		pthread_mutex_unlock(&c->renewer.mu);
-		pthread_mutex_unlock(&c->mu);
-	}
-	pthread_mutex_unlock(&clients_mu);
+	struct dmutex_client *c;
+
 	dmutex__log_unlock();
+	for (c = clients; c; c = c->next_all)
+		for (size_t i = 0; i < c->be->nnodes; i++)
+			dmutex__mu_unlock(&c->be->nodes[i].mu, DMUTEX__LK_NODE);
+	for (c = clients; c; c = c->next_all) {
+		dmutex__lo_released(DMUTEX__LK_WAITER);
+		dmutex__waiter_unlock(c);
+	}
+	for (c = clients; c; c = c->next_all)
+		dmutex__mu_unlock(&c->renewer.mu, DMUTEX__LK_RENEWER);
+	for (c = clients; c; c = c->next_all)
+		dmutex__mu_unlock(&c->mu, DMUTEX__LK_CLIENT);
+	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
+	dmutex__lo_released(DMUTEX__LK_CREATE);
 	dmutex__waiter_create_unlock();
 }
 
@@ -69,10 +91,10 @@ atfork_child(void)
 		c->be->ops->atfork_child(c->be);
 		dmutex__waiter_atfork_child(c);
 		dmutex__renewer_atfork_child(&c->renewer);
-		pthread_mutex_unlock(&c->mu);
+		dmutex__mu_unlock(&c->mu, DMUTEX__LK_CLIENT);
 	}
-	pthread_mutex_unlock(&clients_mu);
-	dmutex__log_unlock();
+	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
+	dmutex__lo_released(DMUTEX__LK_CREATE);
 	dmutex__waiter_create_unlock();
 	/* Possibly held by a thread that was opening the default client. */
 	pthread_mutex_init(&default_mu, NULL);
@@ -200,6 +222,9 @@ dmutex_client_open(dmutex_client_t **out, const char *url)
 	if (!url || !*url)
 		url = "redis://127.0.0.1:6379";
 	pthread_once(&hooks_once, install_hooks);
+	/* Before this client's threads exist (token.c says why). */
+	if ((err = dmutex__random_init()))
+		return err;
 	if (!(c = calloc(1, sizeof *c)))
 		return ENOMEM;
 	pthread_mutex_init(&c->mu, NULL);

@@ -1,14 +1,35 @@
 /*
  * Internal types shared by the public calls, the renewer and the waiter.
  *
- * Data flows one way: a public call -> entry (hold record) -> backend ->
- * (renewer, waiter).  The backend never calls back into the public layer,
- * and only the renewer (or the holder itself, on noticing its deadline has
- * passed) marks a hold lost.
+ * Who calls whom (no file calls one above it; issue 16 "while in there"):
  *
- * Lock order: entry.mu -> client.mu / renewer.mu / waiter.mu / node.mu.
- * The last four are leaves: nothing else is taken while one is held, and
- * none is held across network I/O, so fork's prepare handler can take them.
+ *   public calls (mutex_*.c, cond_*.c), shim/
+ *     -> bind.c      dmutex_t/dcond_t -> private object; static initializers
+ *                    bound to the default client on first use
+ *     -> client.c    client life cycle, the default client, fork and exit;
+ *                    owns the renewer and the hold table of each client
+ *     -> renewer.c   the renewal thread and the orphan releases
+ *     -> hold.c      the hold table: entries, lost marks, local wake-ups
+ *        release.c   release with retries
+ *     -> backend     (backend.h, src/backend/): all Redis I/O
+ *     -> log.c, error.c, token.c, url.c: leaves
+ *
+ * The renewer calls hold.c, release.c and the backend, never client.c;
+ * hold.c reads the client fields declared below (mu, tab, held) and calls
+ * neither client.c nor renewer.c.  The backend never calls back into the
+ * public layer, and only the renewer (or the holder itself, on noticing its
+ * deadline has passed) marks a hold lost.
+ *
+ * Lock hierarchy (PLAN design 1; lockorder.h names the levels and, in
+ * builds without NDEBUG, aborts on a violation):
+ *
+ *   default_mu -> create_mu -> clients_mu -> entry.mu -> client.mu
+ *     -> renewer.mu -> waiter.mu -> node.mu -> log_mu
+ *
+ * A thread holding one of them takes only later ones.  log_mu is a leaf:
+ * nothing is called out while it is held (the user's logger runs without
+ * it).  None from client.mu on is held across network I/O, so fork's
+ * prepare handler can take them all, in this order, log_mu last.
  */
 #ifndef DMUTEX_INTERNAL_H
 #define DMUTEX_INTERNAL_H

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lockorder.h"
 #include "log.h"
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -34,31 +35,31 @@ read_env_level(void)
 void
 dmutex_set_logger(void (*log)(int level, const char *msg, void *arg), void *arg)
 {
-	pthread_mutex_lock(&log_mu);
+	dmutex__mu_lock(&log_mu, DMUTEX__LK_LOG, "log");
 	log_fn = log;
 	log_arg = arg;
-	pthread_mutex_unlock(&log_mu);
+	dmutex__mu_unlock(&log_mu, DMUTEX__LK_LOG);
 }
 
 void
 dmutex__log_lock(void)
 {
-	pthread_mutex_lock(&log_mu);
+	dmutex__mu_lock(&log_mu, DMUTEX__LK_LOG, "log");
 }
 
 void
 dmutex__log_unlock(void)
 {
-	pthread_mutex_unlock(&log_mu);
+	dmutex__mu_unlock(&log_mu, DMUTEX__LK_LOG);
 }
 
 int
 dmutex__log_enabled(int level)
 {
 	int custom;
-	pthread_mutex_lock(&log_mu);
+	dmutex__mu_lock(&log_mu, DMUTEX__LK_LOG, "log");
 	custom = log_fn != NULL;
-	pthread_mutex_unlock(&log_mu);
+	dmutex__mu_unlock(&log_mu, DMUTEX__LK_LOG);
 	if (custom)
 		return 1;
 	pthread_once(&level_once, read_env_level);
@@ -73,10 +74,10 @@ dmutex__log(int level, const char *fmt, ...)
 	void (*fn)(int, const char *, void *);
 	void *arg;
 
-	pthread_mutex_lock(&log_mu);
+	dmutex__mu_lock(&log_mu, DMUTEX__LK_LOG, "log");
 	fn = log_fn;
 	arg = log_arg;
-	pthread_mutex_unlock(&log_mu);
+	dmutex__mu_unlock(&log_mu, DMUTEX__LK_LOG);
 	if (!fn) {
 		pthread_once(&level_once, read_env_level);
 		if (level > env_level)

@@ -1,0 +1,46 @@
+/*
+ * The lock hierarchy, checkable.  A thread takes internal mutexes only in
+ * increasing level (equal levels: several locks of one kind, e.g. every
+ * node of every client in fork's prepare handler).  Builds without NDEBUG
+ * record each thread's held levels and abort, naming both locks, on a
+ * violation; release builds compile the checks away.
+ *
+ * Wrapped so far: the locks fork's handlers take (client.c), the client
+ * list, the default client's lock and log_mu.  log_mu is a leaf: nothing
+ * is taken while it is held, so the prepare handler takes it last — the
+ * order a reconnecting thread (node.mu, then a log line) also uses.
+ */
+#ifndef DMUTEX_LOCKORDER_H
+#define DMUTEX_LOCKORDER_H
+
+#include <pthread.h>
+
+enum dmutex__lock_level {
+	DMUTEX__LK_DEFAULT = 1,   /* client.c default_mu: opening the default client */
+	DMUTEX__LK_CREATE,        /* waiter.c create_mu */
+	DMUTEX__LK_CLIENTS,       /* client.c clients_mu: the list of clients */
+	DMUTEX__LK_ENTRY,         /* entry.mu: one lock name's local state */
+	DMUTEX__LK_CLIENT,        /* client.mu: the hold table */
+	DMUTEX__LK_RENEWER,       /* renewer.mu */
+	DMUTEX__LK_WAITER,        /* waiter.mu */
+	DMUTEX__LK_NODE,          /* node.mu: a server's idle connections */
+	DMUTEX__LK_LOG,           /* log.c log_mu: a leaf */
+	DMUTEX__LK_NLEVELS
+};
+
+#ifndef NDEBUG
+/* Call right after taking / right before dropping a lock of that level. */
+void dmutex__lo_acquired(int level, const char *what);
+void dmutex__lo_released(int level);
+#else
+#define dmutex__lo_acquired(level, what) ((void)(level), (void)(what))
+#define dmutex__lo_released(level) ((void)(level))
+#endif
+
+/* pthread_mutex_lock/unlock with the check. */
+#define dmutex__mu_lock(mu, level, what) \
+	(pthread_mutex_lock(mu), dmutex__lo_acquired(level, what))
+#define dmutex__mu_unlock(mu, level) \
+	(dmutex__lo_released(level), pthread_mutex_unlock(mu))
+
+#endif
