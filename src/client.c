@@ -77,7 +77,13 @@ atfork_parent(void)
 static void
 atfork_child(void)
 {
+	dmutex__log_unlock();
 	for (struct dmutex_client *c = clients; c; c = c->next_all) {
+		/* Made anew below (renewer, waiter, backend): only the count. */
+		dmutex__lo_released(DMUTEX__LK_RENEWER);
+		dmutex__lo_released(DMUTEX__LK_WAITER);
+		for (size_t i = 0; i < c->be->nnodes; i++)
+			dmutex__lo_released(DMUTEX__LK_NODE);
 		for (size_t i = 0; i < c->tab_size; i++)
 			for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
 				dmutex__entry_init_sync(e);

@@ -73,6 +73,10 @@ void dmutex__sigpipe_restore(struct dmutex__sigpipe *s);
 
 /* ---- tokens ---- */
 int dmutex__token(char out[DMUTEX__TOKEN_HEX + 1]);
+/* token.c: libsodium, initialised once per process (0 or EIO, logged). */
+int dmutex__random_init(void);
+/* Uniform in [0, upper), the library's own stream; 0 if upper < 2. */
+uint32_t dmutex__random_uniform(uint32_t upper);
 long dmutex__tid(void);
 
 /*

@@ -26,7 +26,7 @@ backoff_ns(int attempt)
 	/* 25 ms, 50, 100, then 200 ms, jittered so that a crowd that lost its
 	 * server does not come back in step. */
 	int64_t base = 25 * DMUTEX__MS << (attempt < 3 ? attempt : 3);
-	return base / 2 + (int64_t)(rand() % 1000) * (base / 2) / 1000;
+	return base / 2 + (int64_t)dmutex__random_uniform(1000) * (base / 2) / 1000;
 }
 
 /* A lost reply may have given us the lock: take it back, or make sure it

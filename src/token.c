@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -7,14 +8,59 @@
 
 #include "internal.h"
 
+/*
+ * sodium_init once per process, not per call: each call takes libsodium's
+ * own mutex, and a fork() while another thread held it left the child
+ * stuck in its first dmutex_lock (found by the life-fork test; the same
+ * class as issue 16 item 7: a lock the fork handlers do not take).  Once
+ * pthread_once has completed, a child inherits "done" and takes no lock;
+ * the constructor makes that so before main in the usual case.
+ */
+static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
+static int sodium_ok;
+
+static void
+sodium_setup(void)
+{
+	sodium_ok = sodium_init() >= 0;
+}
+
+__attribute__((constructor)) static void
+sodium_ctor(void)
+{
+	pthread_once(&sodium_once, sodium_setup);
+}
+
+int
+dmutex__random_init(void)
+{
+	pthread_once(&sodium_once, sodium_setup);
+	if (!sodium_ok) {
+		dmutex__log(DMUTEX_LOG_ERROR, "libsodium failed to initialise: no random source");
+		return EIO;
+	}
+	return 0;
+}
+
+uint32_t
+dmutex__random_uniform(uint32_t upper)
+{
+	/* The library's own per-process stream (getrandom(2)): the
+	 * application's rand() is neither consumed nor shared, and processes
+	 * started together do not back off in step (issue 16 item 11).  If
+	 * libsodium is unusable, the caller's token fails first. */
+	if (upper < 2 || dmutex__random_init())
+		return 0;
+	return randombytes_uniform(upper);
+}
+
 int
 dmutex__token(char out[DMUTEX__TOKEN_HEX + 1])
 {
 	unsigned char raw[DMUTEX__TOKEN_HEX / 2];
 
-	/* sodium_init is idempotent and thread-safe; randombytes uses
-	 * getrandom(2), which is fork-safe. */
-	if (sodium_init() < 0)
+	/* randombytes uses getrandom(2), which is fork-safe. */
+	if (dmutex__random_init())
 		return EIO;
 	randombytes_buf(raw, sizeof raw);
 	sodium_bin2hex(out, DMUTEX__TOKEN_HEX + 1, raw, sizeof raw);

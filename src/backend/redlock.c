@@ -364,7 +364,7 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	else {
 		/* Split between contenders, nobody has a quorum: everyone gave
 		 * back what they took; try again after a random delay. */
-		a->pttl_ms = nt + rand() % (2 * nt + 1);
+		a->pttl_ms = nt + dmutex__random_uniform(2 * nt + 1);
 		a->split = 1;
 	}
 	return 0;
