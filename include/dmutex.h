@@ -165,16 +165,17 @@ DMUTEX_EXPORT int dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t
 DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
 /*
  * 0; EOWNERDEAD (robust: acquired, previous owner died); ENOTRECOVERABLE;
- * EDEADLK (NORMAL/ERRORCHECK owner locks again); EAGAIN (recursion count
- * would pass INT_MAX); EINVAL (NULL, uninitialized, destroyed); EIO (backend
- * failed for command_timeout_ms x 3, lock not taken).
+ * ENOLCK (the owner locks again a hold known lost; checked first, nothing
+ * changes); EDEADLK (NORMAL/ERRORCHECK owner locks again); EAGAIN (recursion
+ * count would pass INT_MAX); EINVAL (NULL, uninitialized, destroyed); EIO
+ * (backend failed for command_timeout_ms x 3, lock not taken).
  */
 DMUTEX_EXPORT int dmutex_lock(dmutex_t *m);
 /* As dmutex_lock, plus EBUSY when held by anyone (including the owner of a
  * NORMAL/ERRORCHECK mutex); EIO after one attempt. */
 DMUTEX_EXPORT int dmutex_trylock(dmutex_t *m);
 /* As dmutex_lock, plus ETIMEDOUT; EINVAL for a bad tv_nsec only when it
- * would block. */
+ * would block (before EDEADLK). */
 DMUTEX_EXPORT int dmutex_timedlock(dmutex_t *m, const struct timespec *abs_realtime);
 /* As dmutex_timedlock; EINVAL for a clock other than CLOCK_REALTIME and
  * CLOCK_MONOTONIC. */

@@ -136,6 +136,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			break;
 		}
 		if (bad_deadline) {
+			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
 			err = EINVAL;
 			break;
 		}
@@ -185,22 +186,43 @@ dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	e = mx->entry;
 	pthread_mutex_lock(&e->mu);
 	if (e->held && pthread_equal(e->owner, self)) {
-		if (mx->type == DMUTEX_RECURSIVE) {
+		struct dmutex__lost lost;
+
+		/* A hold known lost is not re-entered: the nested section would
+		 * run believing it holds the lock (issue 16 item 9).  Local, no
+		 * I/O; count and hold stay as they are, and the owner's next
+		 * unlock says ENOLCK too. */
+		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
+		if (e->lost)
+			err = ENOLCK;
+		else if (mx->type == DMUTEX_RECURSIVE) {
 			if (e->depth == INT_MAX)
 				err = EAGAIN;
 			else
 				e->depth++;
+		} else if (bad_deadline) {
+			/* This call would block (POSIX lets NORMAL hang here), so
+			 * the bad deadline is the error, before EDEADLK. */
+			err = EINVAL;
 		} else {
 			/* POSIX lets NORMAL hang here; a distributed lock must not. */
 			err = mode == TRY ? EBUSY : EDEADLK;
 		}
 		pthread_mutex_unlock(&e->mu);
+		dmutex__lost_report(e, &lost);
+		if (err == ENOLCK)
+			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': re-lock by its owner refused: the hold was lost",
+					e->name);
+		else if (err == EINVAL)
+			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
 		return err;
 	}
 	dmutex__ns_to_ts(until, &ts);
 	while (e->held || e->acquiring) {
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			pthread_mutex_unlock(&e->mu);
+			if (mode != TRY && bad_deadline)
+				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
 			return mode == TRY ? EBUSY : bad_deadline ? EINVAL : ETIMEDOUT;
 		}
 		if (until == NO_DEADLINE)

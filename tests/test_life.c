@@ -7,8 +7,14 @@
  *              handlers take internal.h's lock hierarchy in order (issue 16
  *              item 7; a build without NDEBUG aborts on a violation) and the
  *              child can lock on the inherited client.
- *   relock-lost  a recursive mutex whose hold is known lost, re-locked by
- *              its owner: ENOLCK, count and hold unchanged (issue 16 item 9).
+ *   relock-lost  a mutex whose hold is known lost, re-locked by its owner
+ *              (lock, trylock, timedlock): ENOLCK before EDEADLK, count and
+ *              hold unchanged, the next unlock ENOLCK (issue 16 item 9).
+ *   bad-deadline  tv_nsec outside [0, 1e9): EINVAL whenever the call would
+ *              block, before EDEADLK; a RECURSIVE relock still 0 (issue 12
+ *              item 5).
+ *   jitter     the back-off draws from the library's own random stream: the
+ *              application's rand() is untouched (issue 16 item 11).
  *
  * Exit 0: every check held.  Each case bounds itself with alarm().
  */
@@ -152,6 +158,203 @@ case_fork(void)
 	return 0;
 }
 
+/* ---- relock-lost: issue 16 item 9 ---- */
+
+static int
+fence_lost(void *arg)
+{
+	uint64_t f;
+	return dmutex_fence(arg, &f) == ENOLCK;
+}
+
+static void
+relock_lost_one(int type, const char *name)
+{
+	dmutex_t m;
+	int before = atomic_load(&lost_calls);
+
+	init(&m, name, type, 300);
+	CHECK(dmutex_lock(&m), 0);
+	if (type == DMUTEX_RECURSIVE)
+		CHECK(dmutex_lock(&m), 0);              /* depth 2 */
+	/* The server stops answering: the renewal fails and the hold's own
+	 * deadline passes, so the library knows it is lost. */
+	if (th_redis_pause(&srv)) {
+		atomic_fetch_add(&failures, 1);
+		return;
+	}
+	if (!th_wait_until(fence_lost, &m, 5000)) {
+		fprintf(stderr, "relock-lost: the hold of %s never showed as lost\n", name);
+		atomic_fetch_add(&failures, 1);
+	}
+	/* Re-locks by the owner: refused, nothing changes. */
+	CHECK(dmutex_lock(&m), ENOLCK);
+	CHECK(dmutex_trylock(&m), ENOLCK);
+	{
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		CHECK(dmutex_timedlock(&m, &ts), ENOLCK);
+	}
+	CHECK(th_redis_resume(&srv), 0);
+	/* The next unlock says ENOLCK too, and forgets the whole hold. */
+	CHECK(dmutex_unlock(&m), ENOLCK);
+	CHECK(dmutex_unlock(&m), EPERM);
+	if (atomic_load(&lost_calls) - before != 1) {
+		fprintf(stderr, "relock-lost %s: onlost called %d times, want 1\n", name,
+				atomic_load(&lost_calls) - before);
+		atomic_fetch_add(&failures, 1);
+	}
+	/* Usable again. */
+	CHECK(dmutex_lock(&m), 0);
+	CHECK(dmutex_unlock(&m), 0);
+	CHECK(dmutex_destroy(&m), 0);
+}
+
+static int
+case_relock_lost(void)
+{
+	relock_lost_one(DMUTEX_RECURSIVE, "life:relock:rec");
+	relock_lost_one(DMUTEX_NORMAL, "life:relock:normal");
+	relock_lost_one(DMUTEX_ERRORCHECK, "life:relock:errorcheck");
+	return 0;
+}
+
+/* ---- bad-deadline: issue 12 item 5 ---- */
+
+static dmutex_t bd_m;
+static int bd_phase;            /* under bd_sync */
+static pthread_mutex_t bd_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bd_cv = PTHREAD_COND_INITIALIZER;
+
+static void
+bd_set(int phase)
+{
+	pthread_mutex_lock(&bd_mu);
+	bd_phase = phase;
+	pthread_cond_broadcast(&bd_cv);
+	pthread_mutex_unlock(&bd_mu);
+}
+
+static void
+bd_wait(int phase)
+{
+	pthread_mutex_lock(&bd_mu);
+	while (bd_phase < phase)
+		pthread_cond_wait(&bd_cv, &bd_mu);
+	pthread_mutex_unlock(&bd_mu);
+}
+
+static void *
+bd_holder(void *arg)
+{
+	(void)arg;
+	CHECK(dmutex_lock(&bd_m), 0);
+	bd_set(1);
+	bd_wait(2);
+	CHECK(dmutex_unlock(&bd_m), 0);
+	return NULL;
+}
+
+static int
+case_bad_deadline(void)
+{
+	static const long bad[] = { -1, 1000000000L, -1000000000L };
+	const int types[] = { DMUTEX_NORMAL, DMUTEX_ERRORCHECK, DMUTEX_RECURSIVE };
+	struct timespec ts;
+	pthread_t t;
+	dcond_t cv;
+	dcond_attr_t ca;
+
+	for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+		dmutex_t m;
+		char name[64];
+		snprintf(name, sizeof name, "life:baddl:%zu", k);
+		init(&m, name, types[k], 0);
+		for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec = bad[i];
+			/* Free: the call does not block, the deadline is not read. */
+			CHECK(dmutex_timedlock(&m, &ts), 0);
+			/* Relock by the owner: NORMAL/ERRORCHECK would block (or
+			 * EDEADLK): EINVAL first; RECURSIVE does not block: 0. */
+			CHECK(dmutex_timedlock(&m, &ts), types[k] == DMUTEX_RECURSIVE ? 0 : EINVAL);
+			CHECK(dmutex_clocklock(&m, CLOCK_MONOTONIC, &ts), types[k] == DMUTEX_RECURSIVE ? 0 : EINVAL);
+			if (types[k] == DMUTEX_RECURSIVE) {
+				CHECK(dmutex_unlock(&m), 0);
+				CHECK(dmutex_unlock(&m), 0);
+			}
+			CHECK(dmutex_unlock(&m), 0);
+		}
+		CHECK(dmutex_destroy(&m), 0);
+	}
+	/* Held by another thread of this process: the call would block. */
+	init(&bd_m, "life:baddl:held", DMUTEX_NORMAL, 0);
+	pthread_create(&t, NULL, bd_holder, NULL);
+	bd_wait(1);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec = bad[i];
+		CHECK(dmutex_timedlock(&bd_m, &ts), EINVAL);
+	}
+	bd_set(2);
+	pthread_join(t, NULL);
+	/* A condition wait always blocks. */
+	CHECK(dcond_attr_init(&ca), 0);
+	CHECK(dcond_attr_setclient(&ca, cli), 0);
+	CHECK(dcond_init(&cv, "life:baddl:cv", &ca), 0);
+	CHECK(dmutex_lock(&bd_m), 0);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec = bad[i];
+		CHECK(dcond_timedwait(&cv, &bd_m, &ts), EINVAL);
+	}
+	CHECK(dmutex_unlock(&bd_m), 0);
+	CHECK(dcond_destroy(&cv), 0);
+	CHECK(dcond_attr_destroy(&ca), 0);
+	CHECK(dmutex_destroy(&bd_m), 0);
+	return 0;
+}
+
+/* ---- jitter: issue 16 item 11 ---- */
+
+static int
+case_jitter(void)
+{
+	dmutex_t m;
+	struct timespec ts;
+	int want[8], got[8], rc;
+
+	init(&m, "life:jitter", DMUTEX_NORMAL, 0);
+	srand(7);
+	for (int i = 0; i < 8; i++)
+		want[i] = rand();
+	srand(7);
+	/* No server: the lock backs off and retries until its deadline. */
+	CHECK(th_redis_kill(&srv), 0);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 400000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	rc = dmutex_timedlock(&m, &ts);
+	if (rc != EIO && rc != ETIMEDOUT) {
+		fprintf(stderr, "jitter: timedlock with no server = %d\n", rc);
+		atomic_fetch_add(&failures, 1);
+	}
+	/* The application's rand() stream is its own. */
+	for (int i = 0; i < 8; i++)
+		got[i] = rand();
+	if (memcmp(want, got, sizeof want)) {
+		fprintf(stderr, "jitter: the library consumed the application's rand() stream\n");
+		atomic_fetch_add(&failures, 1);
+	}
+	CHECK(th_redis_restart(&srv), 0);
+	CHECK(dmutex_destroy(&m), 0);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -166,8 +369,14 @@ main(int argc, char **argv)
 		return 1;
 	if (!strcmp(c, "fork"))
 		case_fork();
+	else if (!strcmp(c, "relock-lost"))
+		case_relock_lost();
+	else if (!strcmp(c, "bad-deadline"))
+		case_bad_deadline();
+	else if (!strcmp(c, "jitter"))
+		case_jitter();
 	else {
-		fprintf(stderr, "usage: test_life fork|relock-lost\n");
+		fprintf(stderr, "usage: test_life fork|relock-lost|bad-deadline|jitter\n");
 		return 2;
 	}
 	CHECK(dmutex_client_close(cli), 0);
