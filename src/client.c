@@ -1,4 +1,5 @@
 /* Client lifetime, the default client, and what fork and exit do to holds. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,64 +108,182 @@ atfork_child(void)
 }
 
 /*
- * A process that exits normally gives its locks up at once, marked
- * owner-died: robust lockers elsewhere still learn the holder went away
- * mid-critical-section.
+ * Holds and the end of their thread (issue 12 item 4, issue 16 item 5).
+ *
+ * A hold ends when its thread unlocks, when its thread or process ends, or
+ * when its lease is lost.  Each thread keeps the entries it holds in
+ * thread-specific data: the key's destructor, which runs when the thread
+ * returns or calls pthread_exit (glibc nptl and musl both run it before the
+ * thread is gone), ends what is still held, marked owner-died.  exit() ends
+ * only the holds of the thread calling it, from the library's destructor,
+ * which runs after every atexit handler: a handler that joins workers
+ * still inside their critical sections finds their holds intact.  Threads
+ * still running when the process ends keep theirs until the process dies
+ * and their lease runs out, as when the process is killed.
  */
+struct thread_holds {
+	size_t n, cap;
+	struct thread_hold {
+		struct dmutex__entry *e;
+		uint64_t gen;
+	} *h;
+};
+
+static pthread_key_t holds_key;
+static int holds_key_ok;
+
+/* The owner, without e->mu: end the hold gen of e if it is still ours. */
 static void
+end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
+{
+	struct dmutex_client *c = e->client;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	unsigned lease_ms;
+	int robust, err;
+
+	pthread_mutex_lock(&e->mu);
+	if (!e->held || e->gen != gen || e->releasing || !pthread_equal(e->owner, pthread_self())) {
+		pthread_mutex_unlock(&e->mu);
+		return;
+	}
+	memcpy(token, e->token, sizeof token);
+	lease_ms = e->lease_ms;
+	robust = e->robust;
+	e->releasing = 1;
+	pthread_mutex_unlock(&e->mu);
+	if (robust)
+		dmutex__log(DMUTEX_LOG_INFO, "'%s': %s while holding it: released as owner-died "
+				"(the next locker gets EOWNERDEAD)", e->name, why);
+	else
+		dmutex__log(DMUTEX_LOG_WARN, "'%s': %s while holding it: released", e->name, why);
+	dmutex__renewer_remove(c, e);
+	err = dmutex__release(c, e->name, token, DMUTEX__REL_DIED);
+	if (err == EIO)
+		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_DIED,
+				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+	pthread_mutex_lock(&e->mu);
+	dmutex__entry_forget(e);
+	pthread_mutex_unlock(&e->mu);
+}
+
+static void
+end_thread_holds(struct thread_holds *t, const char *why)
+{
+	/* Latest first, as the thread would have unlocked them. */
+	while (t->n) {
+		struct thread_hold th = t->h[--t->n];
+		end_hold(th.e, th.gen, why);
+		dmutex__entry_put(th.e);
+	}
+	free(t->h);
+	free(t);
+}
+
+static void
+thread_exit(void *arg)
+{
+	int cs;
+
+	/* Not a cancellation point inside, whatever ended the thread. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+	end_thread_holds(arg, "its thread exited");
+	pthread_setcancelstate(cs, NULL);
+}
+
+void
+dmutex__thread_hold(struct dmutex__entry *e, uint64_t gen)
+{
+	struct thread_holds *t;
+
+	if (!holds_key_ok)
+		return;
+	if (!(t = pthread_getspecific(holds_key))) {
+		if (!(t = calloc(1, sizeof *t)) || pthread_setspecific(holds_key, t)) {
+			free(t);
+			goto nomem;
+		}
+	}
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 4;
+		struct thread_hold *h = realloc(t->h, cap * sizeof *h);
+		if (!h)
+			goto nomem;
+		t->h = h;
+		t->cap = cap;
+	}
+	/* A reference: the hold may outlive every dmutex_t of its name only
+	 * in a forked child, which forgets it (gen moves on). */
+	__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+	t->h[t->n].e = e;
+	t->h[t->n].gen = gen;
+	t->n++;
+	return;
+nomem:
+	dmutex__log(DMUTEX_LOG_WARN, "'%s': out of memory: the hold will not end with its thread", e->name);
+}
+
+void
+dmutex__thread_unhold(struct dmutex__entry *e)
+{
+	struct thread_holds *t;
+
+	if (!holds_key_ok || !(t = pthread_getspecific(holds_key)))
+		return;
+	for (size_t i = t->n; i-- > 0;)
+		if (t->h[i].e == e) {
+			t->h[i] = t->h[--t->n];
+			dmutex__entry_put(e);
+			return;
+		}
+}
+
+/*
+ * The library's last destructor: after every atexit handler (glibc runs
+ * ELF destructors from _dl_fini, which __libc_start_main registered before
+ * any handler of the program).  Once a client exists the library is pinned
+ * (pin_self), so this runs at process exit only, never at dlclose.
+ */
+__attribute__((destructor)) static void
 at_exit(void)
 {
-	struct held {
-		struct dmutex_client *c;
-		struct dmutex__entry *e;
-		char token[DMUTEX__TOKEN_HEX + 1];
-	} *h = NULL;
-	size_t n = 0, cap = 0;
+	struct thread_holds *t;
 
-	/* Note the holds under the locks, release them without: the network
-	 * must not stall other threads still running while we exit. */
-	if (pthread_mutex_trylock(&clients_mu))
+	if (!holds_key_ok || !(t = pthread_getspecific(holds_key)))
 		return;
-	for (struct dmutex_client *c = clients; c; c = c->next_all) {
-		if (c->pid != getpid() || pthread_mutex_trylock(&c->mu))
-			continue;
-		for (size_t i = 0; i < c->tab_size; i++)
-			for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
-				if (pthread_mutex_trylock(&e->mu))
-					continue;
-				if (e->held && !e->releasing && !e->lost) {
-					if (n == cap) {
-						struct held *nh = realloc(h, (cap = cap ? 2 * cap : 8) * sizeof *h);
-						if (!nh) {
-							pthread_mutex_unlock(&e->mu);
-							continue;
-						}
-						h = nh;
-					}
-					h[n].c = c;
-					h[n].e = e;
-					memcpy(h[n].token, e->token, sizeof h[n].token);
-					/* Ours to release now: the owner's unlock gets EPERM. */
-					e->releasing = 1;
-					n++;
-				}
-				pthread_mutex_unlock(&e->mu);
-			}
-		pthread_mutex_unlock(&c->mu);
+	pthread_setspecific(holds_key, NULL);
+	end_thread_holds(t, "the process exited");
+}
+
+/*
+ * Our threads, fork handlers and thread-specific destructor run library
+ * code: a plugin that uses dmutex and is unloaded with dlclose must not
+ * unmap it under them (issue 16 item 1).  Pin the object that contains
+ * this code (libdmutex.so, or the plugin it is linked into statically) as
+ * ld -z nodelete would.  From a constructor before main this is harmless.
+ */
+static void
+pin_self(void)
+{
+	Dl_info info;
+	void *h;
+
+	if (!dladdr((void *)pin_self, &info) || !info.dli_fname)
+		return;
+	if (!(h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE))) {
+		dmutex__log(DMUTEX_LOG_WARN, "cannot pin %s in memory (%s): do not dlclose it",
+				info.dli_fname, dlerror());
+		return;
 	}
-	pthread_mutex_unlock(&clients_mu);
-	for (size_t i = 0; i < n; i++) {
-		dmutex__log(DMUTEX_LOG_INFO, "exit while holding '%s': releasing it as owner-died", h[i].e->name);
-		dmutex__release(h[i].c, h[i].e->name, h[i].token, DMUTEX__REL_DIED);
-	}
-	free(h);
+	/* NODELETE stays; the extra reference is not needed. */
+	dlclose(h);
 }
 
 static void
 install_hooks(void)
 {
+	pin_self();
+	holds_key_ok = !pthread_key_create(&holds_key, thread_exit);
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-	atexit(at_exit);
 }
 
 static int

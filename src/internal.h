@@ -106,6 +106,7 @@ struct dmutex__entry {
 	int lost;
 	int lost_reported;
 	int inconsistent;               /* robust: EOWNERDEAD given, no consistent yet */
+	int robust;                     /* the holder's mutex is DMUTEX_ROBUST */
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
 
@@ -166,6 +167,15 @@ struct dmutex_client {
 
 /* ---- client.c ---- */
 int dmutex__client_default(struct dmutex_client **out);
+/*
+ * The calling thread's holds, in thread-specific data whose destructor ends
+ * them when the thread exits (pthread_exit or return) and which the
+ * library's last destructor ends for the thread calling exit().  Called by
+ * the owner, without e->mu: _hold after an acquire (gen as recorded under
+ * e->mu with the hold), _unhold after its hold ended.
+ */
+void dmutex__thread_hold(struct dmutex__entry *e, uint64_t gen);
+void dmutex__thread_unhold(struct dmutex__entry *e);
 
 /* ---- hold.c ---- */
 void dmutex__entry_init_sync(struct dmutex__entry *e);

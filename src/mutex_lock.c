@@ -98,6 +98,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			e->inconsistent = a.died && mx->robust == DMUTEX_ROBUST;
 			e->onlost = mx->onlost;
 			e->onlost_arg = mx->onlost_arg;
+			e->robust = mx->robust == DMUTEX_ROBUST;
 			__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
 			err = dmutex__renewer_add(c, e);
 			if (err) {
@@ -179,6 +180,7 @@ dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	struct dmutex__entry *e;
 	pthread_t self = pthread_self();
 	struct timespec ts;
+	uint64_t gen;
 	int err;
 
 	if ((err = dmutex__resolve(m, &mx)))
@@ -237,9 +239,13 @@ dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 
 	pthread_mutex_lock(&e->mu);
 	e->acquiring = 0;
+	gen = e->gen;
 	/* Whether we got it or gave up, the next local waiter looks again. */
 	pthread_cond_broadcast(&e->cv);
 	pthread_mutex_unlock(&e->mu);
+	/* The hold ends with its thread if the thread does not end it. */
+	if (err == 0 || err == EOWNERDEAD)
+		dmutex__thread_hold(e, gen);
 	return err;
 }
 

@@ -59,6 +59,7 @@ dmutex_unlock(dmutex_t *m)
 	}
 	dmutex__entry_forget(e);
 	pthread_mutex_unlock(&e->mu);
+	dmutex__thread_unhold(e);
 	dmutex__lost_report(e, &lost_rep);
 	if (lost)
 		return ENOLCK;

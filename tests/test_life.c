@@ -13,6 +13,12 @@
  *   bad-deadline  tv_nsec outside [0, 1e9): EINVAL whenever the call would
  *              block, before EDEADLK; a RECURSIVE relock still 0 (issue 12
  *              item 5).
+ *   thread-exit  a thread ends (pthread_exit, return) holding a lock: robust
+ *              -> the next locker here or elsewhere gets EOWNERDEAD at once;
+ *              not robust -> released with one warning (issue 12 item 4).
+ *   exit       exit() while threads hold locks: an atexit handler's worker
+ *              keeps its hold until it unlocks; the exiting thread's hold is
+ *              released; a live thread's stays (issue 16 item 5).
  *   jitter     the back-off draws from the library's own random stream: the
  *              application's rand() is untouched (issue 16 item 11).
  *
@@ -355,12 +361,288 @@ case_jitter(void)
 	return 0;
 }
 
+/* ---- thread-exit: issue 12 item 4 ---- */
+
+static pthread_mutex_t warn_mu = PTHREAD_MUTEX_INITIALIZER;
+static char warn_want[128];
+static int warn_count;
+
+static void
+counting_logger(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&log_lines, 1);
+	pthread_mutex_lock(&warn_mu);
+	if (level == DMUTEX_LOG_WARN && *warn_want && strstr(msg, warn_want))
+		warn_count++;
+	pthread_mutex_unlock(&warn_mu);
+}
+
+static void
+init_robust(dmutex_t *m, const char *name, int robust, unsigned lease)
+{
+	dmutex_attr_t a;
+	CHECK(dmutex_attr_init(&a), 0);
+	CHECK(dmutex_attr_setclient(&a, cli), 0);
+	CHECK(dmutex_attr_setrobust(&a, robust), 0);
+	if (lease)
+		CHECK(dmutex_attr_setlease(&a, lease), 0);
+	CHECK(dmutex_init(m, name, &a), 0);
+	CHECK(dmutex_attr_destroy(&a), 0);
+}
+
+static void *
+texit_by_pthread_exit(void *arg)
+{
+	CHECK(dmutex_lock(arg), 0);
+	pthread_exit(NULL);
+}
+
+static void *
+texit_by_return(void *arg)
+{
+	CHECK(dmutex_lock(arg), 0);
+	return NULL;
+}
+
+static struct timespec
+in_ms(long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+/* Another process, its own client: the robust lock comes with EOWNERDEAD
+ * at once, not after the lease (10 s). */
+static int
+texit_other_process(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	dmutex_t m;
+	struct timespec ts = in_ms(3000);
+	int rc;
+
+	(void)arg;
+	if (dmutex_client_open(&c, srv.url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+			dmutex_attr_setrobust(&a, DMUTEX_ROBUST) || dmutex_init(&m, "life:texit:xproc", &a))
+		return 10;
+	rc = dmutex_timedlock(&m, &ts);
+	if (rc != EOWNERDEAD) {
+		fprintf(stderr, "thread-exit: other process: timedlock = %d, want EOWNERDEAD\n", rc);
+		return 11;
+	}
+	if (dmutex_consistent(&m) || dmutex_unlock(&m) || dmutex_destroy(&m) || dmutex_client_close(c))
+		return 12;
+	return 0;
+}
+
+static int
+case_thread_exit(void)
+{
+	dmutex_t r, n, x;
+	pthread_t t;
+	struct timespec ts;
+	long long t0;
+
+	dmutex_set_logger(counting_logger, NULL);
+	/* Robust, pthread_exit: the next locker here gets EOWNERDEAD at once. */
+	init_robust(&r, "life:texit:robust", DMUTEX_ROBUST, 10000);
+	pthread_create(&t, NULL, texit_by_pthread_exit, &r);
+	pthread_join(t, NULL);
+	t0 = th_now_ms();
+	ts = in_ms(3000);
+	CHECK(dmutex_timedlock(&r, &ts), EOWNERDEAD);
+	if (th_now_ms() - t0 > 1000) {
+		fprintf(stderr, "thread-exit: EOWNERDEAD after %lld ms\n", th_now_ms() - t0);
+		atomic_fetch_add(&failures, 1);
+	}
+	CHECK(dmutex_consistent(&r), 0);
+	CHECK(dmutex_unlock(&r), 0);
+	CHECK(dmutex_destroy(&r), 0);
+
+	/* Not robust, return from the start routine: released, one warning
+	 * naming the lock. */
+	snprintf(warn_want, sizeof warn_want, "life:texit:normal");
+	init_robust(&n, "life:texit:normal", DMUTEX_STALLED, 10000);
+	pthread_create(&t, NULL, texit_by_return, &n);
+	pthread_join(t, NULL);
+	ts = in_ms(3000);
+	CHECK(dmutex_timedlock(&n, &ts), 0);
+	CHECK(dmutex_unlock(&n), 0);
+	CHECK(dmutex_destroy(&n), 0);
+	pthread_mutex_lock(&warn_mu);
+	if (warn_count != 1) {
+		fprintf(stderr, "thread-exit: %d warnings naming the lock, want 1\n", warn_count);
+		atomic_fetch_add(&failures, 1);
+	}
+	pthread_mutex_unlock(&warn_mu);
+
+	/* Robust, another process. */
+	init_robust(&x, "life:texit:xproc", DMUTEX_ROBUST, 10000);
+	pthread_create(&t, NULL, texit_by_pthread_exit, &x);
+	pthread_join(t, NULL);
+	{
+		pid_t pid = th_spawn(texit_other_process, NULL);
+		int st = th_wait_child(pid, 20000);
+		if (st != 0) {
+			fprintf(stderr, "thread-exit: other process status %d\n", st);
+			atomic_fetch_add(&failures, 1);
+		}
+	}
+	CHECK(dmutex_destroy(&x), 0);
+	return 0;
+}
+
+/* ---- exit: issue 16 item 5 ---- */
+
+static dmutex_t ex_a, ex_b, ex_c;
+static pthread_t ex_w1;
+static int ex_go, ex_w1_rc = -1;        /* under bd_mu */
+static pthread_mutex_t ex_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ex_cv = PTHREAD_COND_INITIALIZER;
+static int ex_held;
+
+static void
+ex_set(int *v, int val)
+{
+	pthread_mutex_lock(&ex_mu);
+	*v = val;
+	pthread_cond_broadcast(&ex_cv);
+	pthread_mutex_unlock(&ex_mu);
+}
+
+static void
+ex_wait(int *v, int val)
+{
+	pthread_mutex_lock(&ex_mu);
+	while (*v < val)
+		pthread_cond_wait(&ex_cv, &ex_mu);
+	pthread_mutex_unlock(&ex_mu);
+}
+
+/* Still in its critical section when exit() begins; an atexit handler
+ * lets it finish. */
+static void *
+ex_worker(void *arg)
+{
+	uint64_t f;
+	(void)arg;
+	if (dmutex_lock(&ex_a))
+		return NULL;
+	ex_set(&ex_held, ex_held + 1);
+	ex_wait(&ex_go, 1);
+	ex_w1_rc = dmutex_fence(&ex_a, &f) ? 1 : f == 0 ? 2 : dmutex_unlock(&ex_a) ? 3 : 0;
+	return NULL;
+}
+
+/* Holds C until the process dies. */
+static void *
+ex_stayer(void *arg)
+{
+	(void)arg;
+	if (dmutex_lock(&ex_c))
+		return NULL;
+	ex_set(&ex_held, ex_held + 1);
+	for (;;)
+		pause();
+	return NULL;
+}
+
+static void
+ex_join_workers(void)
+{
+	ex_set(&ex_go, 1);
+	pthread_join(ex_w1, NULL);
+	if (ex_w1_rc) {
+		fprintf(stderr, "exit: the worker's hold did not survive until its unlock (%d)\n", ex_w1_rc);
+		_exit(20 + ex_w1_rc);
+	}
+}
+
+/* A fresh process (exec'd: no handler inherited from a parent that used
+ * the library already). */
+static int
+ex_child(const char *url)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	pthread_t t;
+
+	/* Registered before the library is first used, like a program's
+	 * shutdown code. */
+	atexit(ex_join_workers);
+	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+			dmutex_attr_setlease(&a, 3000) || dmutex_init(&ex_a, "life:exit:a", &a) ||
+			dmutex_init(&ex_b, "life:exit:b", &a) || dmutex_init(&ex_c, "life:exit:c", &a))
+		return 10;
+	pthread_create(&ex_w1, NULL, ex_worker, NULL);
+	pthread_create(&t, NULL, ex_stayer, NULL);
+	ex_wait(&ex_held, 2);
+	if (dmutex_lock(&ex_b))
+		return 11;
+	exit(0);
+}
+
+static int
+case_exit(void)
+{
+	dmutex_t a, b, c;
+	int st;
+	long long t0;
+
+	init(&a, "life:exit:a", DMUTEX_NORMAL, 0);
+	init(&b, "life:exit:b", DMUTEX_NORMAL, 0);
+	init(&c, "life:exit:c", DMUTEX_NORMAL, 0);
+	{
+		char self[4096];
+		ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+		const char *argv[] = { self, "exit-child", srv.url, NULL };
+		self[len > 0 ? len : 0] = 0;
+		st = th_run(argv, NULL, NULL, 20000);
+	}
+	if (st != 0) {
+		fprintf(stderr, "exit: child status %d\n", st);
+		atomic_fetch_add(&failures, 1);
+	}
+	/* The worker unlocked A itself; exit released B, the hold of the
+	 * thread calling it; C's thread was alive: C stays until its lease. */
+	CHECK(dmutex_trylock(&a), 0);
+	CHECK(dmutex_trylock(&b), 0);
+	t0 = th_now_ms();
+	CHECK(dmutex_trylock(&c), EBUSY);
+	{
+		struct timespec ts = in_ms(6000);
+		CHECK(dmutex_timedlock(&c, &ts), 0);
+	}
+	if (th_now_ms() - t0 < 1000) {
+		fprintf(stderr, "exit: the live thread's hold ended with the process's exit()\n");
+		atomic_fetch_add(&failures, 1);
+	}
+	CHECK(dmutex_unlock(&a), 0);
+	CHECK(dmutex_unlock(&b), 0);
+	CHECK(dmutex_unlock(&c), 0);
+	CHECK(dmutex_destroy(&a), 0);
+	CHECK(dmutex_destroy(&b), 0);
+	CHECK(dmutex_destroy(&c), 0);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
 	const char *c = argc > 1 ? argv[1] : "";
 
 	alarm(60);
+	if (!strcmp(c, "exit-child") && argc > 2)
+		return ex_child(argv[2]);
 	dmutex_set_logger(logger, NULL);
 	if (th_redis_start(&srv, NULL))
 		return 1;
@@ -375,8 +657,12 @@ main(int argc, char **argv)
 		case_bad_deadline();
 	else if (!strcmp(c, "jitter"))
 		case_jitter();
+	else if (!strcmp(c, "thread-exit"))
+		case_thread_exit();
+	else if (!strcmp(c, "exit"))
+		case_exit();
 	else {
-		fprintf(stderr, "usage: test_life fork|relock-lost|bad-deadline|jitter\n");
+		fprintf(stderr, "usage: test_life fork|relock-lost|bad-deadline|jitter|thread-exit|exit\n");
 		return 2;
 	}
 	CHECK(dmutex_client_close(cli), 0);
