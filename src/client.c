@@ -1,5 +1,6 @@
 /* Client lifetime, the default client, and what fork and exit do to holds. */
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,14 +265,18 @@ at_exit(void)
 static void
 pin_self(void)
 {
+	struct link_map *lm = NULL;
 	Dl_info info;
 	void *h;
 
-	if (!dladdr((void *)pin_self, &info) || !info.dli_fname)
+	if (!dladdr1((void *)pin_self, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
 		return;
-	if (!(h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE))) {
+	/* Linked into the program itself (l_name ""): never unloaded. */
+	if (!lm->l_name || !*lm->l_name)
+		return;
+	if (!(h = dlopen(lm->l_name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE))) {
 		dmutex__log(DMUTEX_LOG_WARN, "cannot pin %s in memory (%s): do not dlclose it",
-				info.dli_fname, dlerror());
+				lm->l_name, dlerror());
 		return;
 	}
 	/* NODELETE stays; the extra reference is not needed. */

@@ -314,11 +314,30 @@ Test(cond, bad_objects_are_einval)
 	pair_close(&p);
 }
 
+/* Holds the mutex and stays alive: a thread that ends gives its holds up. */
+static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t park_cv = PTHREAD_COND_INITIALIZER;
+static int parked;
+
 static void *lock_and_park(void *arg)
 {
 	struct pair *p = arg;
 	dmutex_lock(&p->m);
+	pthread_mutex_lock(&park_mu);
+	parked = 1;
+	pthread_cond_broadcast(&park_cv);
+	pthread_mutex_unlock(&park_mu);
+	for (;;)
+		pause();
 	return NULL;
+}
+
+static void wait_parked(void)
+{
+	pthread_mutex_lock(&park_mu);
+	while (!parked)
+		pthread_cond_wait(&park_cv, &park_mu);
+	pthread_mutex_unlock(&park_mu);
 }
 
 Test(cond, wait_without_the_mutex_is_eperm)
@@ -334,7 +353,7 @@ Test(cond, wait_without_the_mutex_is_eperm)
 	cr_assert_eq(dcond_timedwait(&p.cv, &p.m, &ts), EPERM);
 	/* Held by another thread. */
 	cr_assert_eq(pthread_create(&t, NULL, lock_and_park, &p), 0);
-	pthread_join(t, NULL);
+	wait_parked();
 	cr_assert_eq(dcond_wait(&p.cv, &p.m), EPERM);
 	cr_assert_eq(waiters("c"), 0, "an EPERM wait registers nothing");
 	/* The other thread still holds it: our unlock is EPERM too. */
