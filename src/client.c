@@ -338,8 +338,8 @@ free_client(struct dmutex_client *c)
 	free(c);
 }
 
-int
-dmutex_client_open(dmutex_client_t **out, const char *url)
+static int
+dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 {
 	struct dmutex_client *c;
 	pthread_condattr_t ca;
@@ -389,8 +389,8 @@ fail:
 	return err;
 }
 
-int
-dmutex_client_close(dmutex_client_t *c)
+static int
+dmutex_client_close_impl(dmutex_client_t *c)
 {
 	struct dmutex_client **pp;
 	unsigned mutexes;
@@ -444,5 +444,23 @@ dmutex__client_default(struct dmutex_client **out)
 	}
 	*out = default_client;
 	pthread_mutex_unlock(&default_mu);
+	return err;
+}
+
+int
+dmutex_client_open(dmutex_client_t **out, const char *url)
+{
+	int cs = dmutex__nocancel(), err = dmutex_client_open_impl(out, url);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dmutex_client_close(dmutex_client_t *c)
+{
+	int cs = dmutex__nocancel(), err = dmutex_client_close_impl(c);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }

@@ -3,8 +3,8 @@
 
 #include "cond.h"
 
-int
-dcond_destroy(dcond_t *c)
+static int
+dcond_destroy_impl(dcond_t *c)
 {
 	struct dmutex__cond *cx;
 	unsigned long magic;
@@ -26,4 +26,13 @@ dcond_destroy(dcond_t *c)
 	__atomic_store_n(&c->__impl, NULL, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
 	return 0;
+}
+
+int
+dcond_destroy(dcond_t *c)
+{
+	int cs = dmutex__nocancel(), err = dcond_destroy_impl(c);
+
+	dmutex__cancel_restore(cs);
+	return err;
 }

@@ -22,8 +22,8 @@ make(struct dmutex_client *c, const char *name, size_t len, clockid_t clock)
 	return cx;
 }
 
-int
-dcond_init(dcond_t *c, const char *name, const dcond_attr_t *attr)
+static int
+dcond_init_impl(dcond_t *c, const char *name, const dcond_attr_t *attr)
 {
 	struct dmutex__cond *cx;
 	struct dmutex_client *cl;
@@ -95,5 +95,14 @@ dmutex__cond_resolve(dcond_t *c, struct dmutex__cond **out)
 		return bind_static(c, out);
 	if (!err)
 		*out = cx;
+	return err;
+}
+
+int
+dcond_init(dcond_t *c, const char *name, const dcond_attr_t *attr)
+{
+	int cs = dmutex__nocancel(), err = dcond_init_impl(c, name, attr);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }

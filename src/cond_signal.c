@@ -1,8 +1,8 @@
 /* signal and broadcast: one script run on the backend each. */
 #include "cond.h"
 
-int
-dcond_signal(dcond_t *c)
+static int
+dcond_signal_impl(dcond_t *c)
 {
 	struct dmutex__cond *cx;
 	int err;
@@ -12,8 +12,8 @@ dcond_signal(dcond_t *c)
 	return dmutex__cond_wake(cx, 0);
 }
 
-int
-dcond_broadcast(dcond_t *c)
+static int
+dcond_broadcast_impl(dcond_t *c)
 {
 	struct dmutex__cond *cx;
 	int err;
@@ -21,4 +21,22 @@ dcond_broadcast(dcond_t *c)
 	if ((err = dmutex__cond_resolve(c, &cx)))
 		return err;
 	return dmutex__cond_wake(cx, 1);
+}
+
+int
+dcond_signal(dcond_t *c)
+{
+	int cs = dmutex__nocancel(), err = dcond_signal_impl(c);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dcond_broadcast(dcond_t *c)
+{
+	int cs = dmutex__nocancel(), err = dcond_broadcast_impl(c);
+
+	dmutex__cancel_restore(cs);
+	return err;
 }

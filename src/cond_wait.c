@@ -14,6 +14,14 @@
  *    itself already removed was woken at the last moment: it counts as
  *    woken, so that wake-up is not lost;
  * 5. take the mutex back, retrying backend failures until it is held.
+ *
+ * Cancellation (cancel.c): the call runs with cancellation disabled except
+ * around the sleep of step 3, where the caller's own state is restored.  A
+ * thread cancelled there runs `cancelled` first: it leaves the wait (a
+ * wake-up it had already been given goes on to another waiter), and takes
+ * the mutex back, so the caller's cleanup handlers run holding it, as
+ * POSIX says.  If the mutex cannot be taken back (backend lost,
+ * ENOTRECOVERABLE), they run without it and one error is logged.
  */
 #include <errno.h>
 #include <string.h>
@@ -41,9 +49,83 @@ take_back(dmutex_t *m, struct dmutex__entry *e, int depth)
 	return err;
 }
 
-static int
-wait_until(dcond_t *c, dmutex_t *m, int64_t until)
+struct cancel_ctx {
+	dcond_t *c;
+	struct dmutex__cond *cx;
+	struct dmutex__wsub *sub;
+	dmutex_t *m;
+	struct dmutex__entry *e;
+	const char *token;
+	int depth;
+};
+
+static void
+cancelled(void *arg)
 {
+	struct cancel_ctx *k = arg;
+	int still = 1, err;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+	if (!dmutex__cond_leave(k->cx, k->token, &still) && !still)
+		dcond_signal(k->c);     /* woken as it was cancelled: pass it on */
+	dmutex__waiter_unsub(k->cx->client, k->sub);
+	__atomic_fetch_sub(&k->cx->waiters, 1, __ATOMIC_ACQ_REL);
+	err = dmutex_lock(k->m);
+	if (err == 0 || err == EOWNERDEAD) {
+		pthread_mutex_lock(&k->e->mu);
+		k->e->depth = k->depth;
+		pthread_mutex_unlock(&k->e->mu);
+		return;
+	}
+	dmutex__log(DMUTEX_LOG_ERROR, "condition wait on '%s' cancelled: cannot take mutex '%s' back (%s); "
+			"the cleanup handlers run without it", k->cx->name, k->e->name, dmutex_strerror(err));
+}
+
+/* Step 3, the library's cancellation point.  Its state lives in *st, not
+ * in locals: the cleanup machinery may longjmp. */
+struct sleep_state {
+	uint64_t seq;
+	int still, timed_out, unsure;
+};
+
+static void
+sleep_until_woken(struct cancel_ctx *k, struct sleep_state *st, int64_t until, int64_t refresh_ns, int cs)
+{
+	struct dmutex_client *cl = k->cx->client;
+
+	pthread_cleanup_push(cancelled, k);
+	for (;;) {
+		int64_t next = dmutex__now_ns() + refresh_ns;
+		uint64_t now_seq;
+		int woke;
+
+		dmutex__cancel_restore(cs);
+		woke = dmutex__wsub_wait(cl, k->sub, st->seq, next < until ? next : until);
+		dmutex__nocancel();
+		if (!woke && dmutex__now_ns() >= until) {
+			st->timed_out = 1;
+			break;
+		}
+		now_seq = dmutex__wsub_seq(cl, k->sub);
+		if (dmutex__cond_refresh(k->cx, k->token, &st->still)) {
+			if (!woke)
+				continue;       /* try again at the next refresh */
+			st->unsure = 1;         /* cannot tell: count as woken */
+			break;
+		}
+		if (!st->still)
+			break;                  /* woken, and acknowledged */
+		st->seq = now_seq;
+	}
+	pthread_cleanup_pop(0);
+}
+
+/* cs: the caller's cancellation state, restored around the sleep only. */
+static int
+wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
+{
+	struct cancel_ctx k;
+	struct sleep_state st;
 	struct dmutex__cond *cx;
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -112,26 +194,12 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until)
 	 * (re)subscription: ask the backend, which also keeps a waiter that
 	 * was not woken registered, so there is no gap. */
 	refresh_ns = (int64_t)dmutex__cond_ttl_ms(cx) * DMUTEX__MS / 3;
-	for (;;) {
-		int64_t next = dmutex__now_ns() + refresh_ns;
-		int woke = dmutex__wsub_wait(cl, sub, seq, next < until ? next : until);
-		uint64_t now_seq;
-
-		if (!woke && dmutex__now_ns() >= until) {
-			timed_out = 1;
-			break;
-		}
-		now_seq = dmutex__wsub_seq(cl, sub);
-		if (dmutex__cond_refresh(cx, token, &still)) {
-			if (!woke)
-				continue;       /* try again at the next refresh */
-			unsure = 1;             /* cannot tell: count as woken */
-			break;
-		}
-		if (!still)
-			break;                  /* woken, and acknowledged */
-		seq = now_seq;
-	}
+	k = (struct cancel_ctx){ c, cx, sub, m, e, token, depth };
+	st = (struct sleep_state){ seq, 1, 0, 0 };
+	sleep_until_woken(&k, &st, until, refresh_ns, cs);
+	still = st.still;
+	timed_out = st.timed_out;
+	unsure = st.unsure;
 
 	/* 4.  If the backend cannot say, count as woken: a spurious wake-up
 	 * is allowed, a lost one is not.  Several nodes may each have woken
@@ -158,11 +226,14 @@ out:
 int
 dcond_wait(dcond_t *c, dmutex_t *m)
 {
-	return wait_until(c, m, NO_DEADLINE);
+	int cs = dmutex__nocancel(), err = wait_until(c, m, NO_DEADLINE, cs);
+
+	dmutex__cancel_restore(cs);
+	return err;
 }
 
-int
-dcond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struct timespec *at)
+static int
+clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struct timespec *at, int cs)
 {
 	struct timespec now;
 	int64_t until, left, secs;
@@ -183,21 +254,31 @@ dcond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struct timespec 
 	 * Past about 290 years it is no deadline at all. */
 	secs = (int64_t)at->tv_sec - now.tv_sec;
 	if (secs > INT64_MAX / 1000000000 - 1)
-		return wait_until(c, m, NO_DEADLINE);
+		return wait_until(c, m, NO_DEADLINE, cs);
 	left = secs < 0 ? 0 : secs * 1000000000 + (at->tv_nsec - now.tv_nsec);
 	until = dmutex__now_ns() + (left > 0 ? left : 0);
 	if (left > 0 && until < 0)
 		until = NO_DEADLINE;
-	return wait_until(c, m, until);
+	return wait_until(c, m, until, cs);
+}
+
+int
+dcond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struct timespec *at)
+{
+	int cs = dmutex__nocancel(), err = clockwait(c, m, clock, at, cs);
+
+	dmutex__cancel_restore(cs);
+	return err;
 }
 
 int
 dcond_timedwait(dcond_t *c, dmutex_t *m, const struct timespec *at)
 {
 	struct dmutex__cond *cx;
-	int err;
+	int cs = dmutex__nocancel(), err;
 
-	if ((err = dmutex__cond_resolve(c, &cx)))
-		return err;
-	return dcond_clockwait(c, m, cx->clock, at);
+	if (!(err = dmutex__cond_resolve(c, &cx)))
+		err = clockwait(c, m, cx->clock, at, cs);
+	dmutex__cancel_restore(cs);
+	return err;
 }

@@ -71,6 +71,10 @@ struct dmutex__sigpipe {
 void dmutex__sigpipe_block(struct dmutex__sigpipe *s);
 void dmutex__sigpipe_restore(struct dmutex__sigpipe *s);
 
+/* ---- cancel.c: every public call runs with cancellation disabled ---- */
+int dmutex__nocancel(void);             /* returns the caller's state */
+void dmutex__cancel_restore(int cs);
+
 /* ---- tokens ---- */
 int dmutex__token(char out[DMUTEX__TOKEN_HEX + 1]);
 /* token.c: libsodium, initialised once per process (0 or EIO, logged). */

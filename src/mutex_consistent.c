@@ -2,8 +2,8 @@
 
 #include "internal.h"
 
-int
-dmutex_consistent(dmutex_t *m)
+static int
+dmutex_consistent_impl(dmutex_t *m)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -20,5 +20,14 @@ dmutex_consistent(dmutex_t *m)
 	else
 		e->inconsistent = 0;
 	pthread_mutex_unlock(&e->mu);
+	return err;
+}
+
+int
+dmutex_consistent(dmutex_t *m)
+{
+	int cs = dmutex__nocancel(), err = dmutex_consistent_impl(m);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }

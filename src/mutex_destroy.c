@@ -3,8 +3,8 @@
 
 #include "internal.h"
 
-int
-dmutex_destroy(dmutex_t *m)
+static int
+dmutex_destroy_impl(dmutex_t *m)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -31,4 +31,13 @@ dmutex_destroy(dmutex_t *m)
 	__atomic_store_n(&m->__impl, NULL, __ATOMIC_RELEASE);
 	__atomic_store_n(&m->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
 	return 0;
+}
+
+int
+dmutex_destroy(dmutex_t *m)
+{
+	int cs = dmutex__nocancel(), err = dmutex_destroy_impl(m);
+
+	dmutex__cancel_restore(cs);
+	return err;
 }

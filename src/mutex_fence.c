@@ -2,8 +2,8 @@
 
 #include "internal.h"
 
-int
-dmutex_fence(dmutex_t *m, uint64_t *token)
+static int
+dmutex_fence_impl(dmutex_t *m, uint64_t *token)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -28,5 +28,14 @@ dmutex_fence(dmutex_t *m, uint64_t *token)
 		*token = e->fence;
 	pthread_mutex_unlock(&e->mu);
 	dmutex__lost_report(e, &lost);
+	return err;
+}
+
+int
+dmutex_fence(dmutex_t *m, uint64_t *token)
+{
+	int cs = dmutex__nocancel(), err = dmutex_fence_impl(m, token);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }

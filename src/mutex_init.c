@@ -3,8 +3,8 @@
 
 #include "internal.h"
 
-int
-dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
+static int
+dmutex_init_impl(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex_client *c;
@@ -38,4 +38,13 @@ dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
 	__atomic_store_n(&m->__impl, mx, __ATOMIC_RELEASE);
 	__atomic_store_n(&m->__magic, DMUTEX__MAGIC_INIT, __ATOMIC_RELEASE);
 	return 0;
+}
+
+int
+dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
+{
+	int cs = dmutex__nocancel(), err = dmutex_init_impl(m, name, attr);
+
+	dmutex__cancel_restore(cs);
+	return err;
 }

@@ -173,8 +173,8 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	return err;
 }
 
-int
-dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
+static int
+lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -246,6 +246,17 @@ dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	/* The hold ends with its thread if the thread does not end it. */
 	if (err == 0 || err == EOWNERDEAD)
 		dmutex__thread_hold(e, gen);
+	return err;
+}
+
+/* Not a cancellation point (POSIX: pthread_mutex_lock is not one), and
+ * never cancelled half-way: cancel.c. */
+int
+dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
+{
+	int cs = dmutex__nocancel(), err = lock_impl(m, mode, until, bad_deadline);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }
 

@@ -3,8 +3,8 @@
 
 #include "internal.h"
 
-int
-dmutex_unlock(dmutex_t *m)
+static int
+dmutex_unlock_impl(dmutex_t *m)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -63,5 +63,14 @@ dmutex_unlock(dmutex_t *m)
 	dmutex__lost_report(e, &lost_rep);
 	if (lost)
 		return ENOLCK;
+	return err;
+}
+
+int
+dmutex_unlock(dmutex_t *m)
+{
+	int cs = dmutex__nocancel(), err = dmutex_unlock_impl(m);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }

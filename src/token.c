@@ -100,7 +100,12 @@ void
 dmutex__sleep_until(int64_t until_ns)
 {
 	struct timespec ts;
+	/* clock_nanosleep is a cancellation point; the library's sleeps
+	 * (back-off, also the shim's retry loops) must not be (cancel.c). */
+	int cs = dmutex__nocancel();
+
 	dmutex__ns_to_ts(until_ns, &ts);
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
+	dmutex__cancel_restore(cs);
 }

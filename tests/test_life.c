@@ -19,6 +19,10 @@
  *   exit       exit() while threads hold locks: an atexit handler's worker
  *              keeps its hold until it unlocks; the exiting thread's hold is
  *              released; a live thread's stays (issue 16 item 5).
+ *   cancel     threads cancelled in dcond_wait re-acquire the mutex before
+ *              their cleanup handlers, leave no registration and no lock
+ *              behind (one waiter, a pool); dmutex_lock is no cancellation
+ *              point (issue 12 item 1).
  *   jitter     the back-off draws from the library's own random stream: the
  *              application's rand() is untouched (issue 16 item 11).
  *
@@ -635,6 +639,160 @@ case_exit(void)
 	return 0;
 }
 
+/* ---- cancel: issue 12 item 1 ---- */
+
+static dmutex_t cn_m;
+static dcond_t cn_cv;
+static atomic_int cn_waiting, cn_handler_held, cn_handler_runs, cn_go;
+
+static void
+cn_handler(void *arg)
+{
+	(void)arg;
+	/* POSIX: the mutex is held again when the cleanup handlers run. */
+	atomic_fetch_add(&cn_handler_runs, 1);
+	if (dmutex_unlock(&cn_m) == 0)
+		atomic_fetch_add(&cn_handler_held, 1);
+}
+
+static void *
+cn_waiter(void *arg)
+{
+	(void)arg;
+	CHECK(dmutex_lock(&cn_m), 0);
+	pthread_cleanup_push(cn_handler, NULL);
+	atomic_fetch_add(&cn_waiting, 1);
+	while (!atomic_load(&cn_go))
+		CHECK(dcond_wait(&cn_cv, &cn_m), 0);
+	pthread_cleanup_pop(1);
+	return NULL;
+}
+
+static int
+mutex_free(void *arg)
+{
+	(void)arg;
+	if (dmutex_trylock(&cn_m))
+		return 0;
+	CHECK(dmutex_unlock(&cn_m), 0);
+	return 1;
+}
+
+static int
+n_waiting(void *arg)
+{
+	return atomic_load(&cn_waiting) >= *(int *)arg;
+}
+
+static atomic_int ql_rc = -1, ql_unlock_rc = -1;
+
+/* Queued behind a local holder: dmutex_lock is not a cancellation point. */
+static void *
+cn_queued(void *arg)
+{
+	(void)arg;
+	atomic_store(&cn_waiting, 1);
+	atomic_store(&ql_rc, dmutex_lock(&cn_m));
+	atomic_store(&ql_unlock_rc, dmutex_unlock(&cn_m));
+	pthread_testcancel();
+	return NULL;
+}
+
+static int
+join_within(pthread_t t, int ms, void **ret)
+{
+	struct timespec ts = in_ms(ms);
+	int rc = pthread_timedjoin_np(t, ret, &ts);
+	if (rc)
+		fprintf(stderr, "cancel: a thread did not end within %d ms\n", ms);
+	return rc;
+}
+
+static int
+case_cancel(void)
+{
+	enum { POOL = 4 };
+	pthread_t t, pool[POOL];
+	dcond_attr_t ca;
+	void *ret;
+	int n;
+
+	init(&cn_m, "life:cancel:m", DMUTEX_NORMAL, 0);
+	CHECK(dcond_attr_init(&ca), 0);
+	CHECK(dcond_attr_setclient(&ca, cli), 0);
+	CHECK(dcond_init(&cn_cv, "life:cancel:cv", &ca), 0);
+
+	/* 1. One waiter cancelled in dcond_wait. */
+	pthread_create(&t, NULL, cn_waiter, NULL);
+	n = 1;
+	if (!th_wait_until(n_waiting, &n, 5000) || !th_wait_until(mutex_free, NULL, 5000))
+		atomic_fetch_add(&failures, 1);
+	CHECK(pthread_cancel(t), 0);
+	if (join_within(t, 10000, &ret) || ret != PTHREAD_CANCELED) {
+		fprintf(stderr, "cancel: the waiter was not cancelled\n");
+		atomic_fetch_add(&failures, 1);
+	}
+	if (atomic_load(&cn_handler_held) != 1) {
+		fprintf(stderr, "cancel: the cleanup handler ran without the mutex\n");
+		atomic_fetch_add(&failures, 1);
+	}
+	CHECK(dmutex_lock(&cn_m), 0);
+	CHECK(dmutex_unlock(&cn_m), 0);
+
+	/* 2. A pool of waiters, all cancelled; the library keeps working. */
+	atomic_store(&cn_waiting, 0);
+	atomic_store(&cn_handler_held, 0);
+	atomic_store(&cn_handler_runs, 0);
+	for (int i = 0; i < POOL; i++)
+		pthread_create(&pool[i], NULL, cn_waiter, NULL);
+	n = POOL;
+	if (!th_wait_until(n_waiting, &n, 5000) || !th_wait_until(mutex_free, NULL, 5000))
+		atomic_fetch_add(&failures, 1);
+	for (int i = 0; i < POOL; i++)
+		CHECK(pthread_cancel(pool[i]), 0);
+	for (int i = 0; i < POOL; i++)
+		if (join_within(pool[i], 10000, &ret) || ret != PTHREAD_CANCELED) {
+			fprintf(stderr, "cancel: pool worker %d was not cancelled\n", i);
+			atomic_fetch_add(&failures, 1);
+		}
+	if (atomic_load(&cn_handler_held) != POOL) {
+		fprintf(stderr, "cancel: %d of %d cleanup handlers held the mutex\n",
+				atomic_load(&cn_handler_held), POOL);
+		atomic_fetch_add(&failures, 1);
+	}
+	CHECK(dmutex_lock(&cn_m), 0);
+	CHECK(dcond_signal(&cn_cv), 0);
+	CHECK(dmutex_unlock(&cn_m), 0);
+
+	/* 3. Queued behind this thread's hold: cancel does not act inside
+	 * dmutex_lock; the thread locks and unlocks, then is cancelled. */
+	CHECK(dmutex_lock(&cn_m), 0);
+	atomic_store(&cn_waiting, 0);
+	pthread_create(&t, NULL, cn_queued, NULL);
+	n = 1;
+	th_wait_until(n_waiting, &n, 5000);
+	usleep(100000);         /* let it queue (nothing to poll for) */
+	CHECK(pthread_cancel(t), 0);
+	usleep(100000);
+	CHECK(dmutex_unlock(&cn_m), 0);
+	if (!join_within(t, 10000, &ret)) {
+		if (ret != PTHREAD_CANCELED)
+			atomic_fetch_add(&failures, 1);
+		CHECK(atomic_load(&ql_rc), 0);
+		CHECK(atomic_load(&ql_unlock_rc), 0);
+	} else {
+		atomic_fetch_add(&failures, 1);
+	}
+	CHECK(dmutex_lock(&cn_m), 0);
+	CHECK(dmutex_unlock(&cn_m), 0);
+
+	/* Every wait registration is gone: destroy succeeds. */
+	CHECK(dcond_destroy(&cn_cv), 0);
+	CHECK(dcond_attr_destroy(&ca), 0);
+	CHECK(dmutex_destroy(&cn_m), 0);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -661,8 +819,10 @@ main(int argc, char **argv)
 		case_thread_exit();
 	else if (!strcmp(c, "exit"))
 		case_exit();
+	else if (!strcmp(c, "cancel"))
+		case_cancel();
 	else {
-		fprintf(stderr, "usage: test_life fork|relock-lost|bad-deadline|jitter|thread-exit|exit\n");
+		fprintf(stderr, "usage: test_life fork|relock-lost|bad-deadline|jitter|thread-exit|exit|cancel\n");
 		return 2;
 	}
 	CHECK(dmutex_client_close(cli), 0);

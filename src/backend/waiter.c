@@ -379,6 +379,12 @@ dmutex__wsub_seq(struct dmutex_client *c, struct dmutex__wsub *s)
 	return seq;
 }
 
+static void
+unlock_mu(void *mu)
+{
+	pthread_mutex_unlock(mu);
+}
+
 int
 dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
 {
@@ -388,11 +394,14 @@ dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq,
 
 	dmutex__ns_to_ts(until_ns, &ts);
 	pthread_mutex_lock(&w->mu);
+	/* A condition wait's caller may be cancelled here (the one
+	 * cancellation point of the library, cond_wait.c): leave w->mu free. */
+	pthread_cleanup_push(unlock_mu, &w->mu);
 	while (s->seq == seq && !w->stop)
 		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
 			break;
 	woke = s->seq != seq;
-	pthread_mutex_unlock(&w->mu);
+	pthread_cleanup_pop(1);
 	return woke;
 }
 
