@@ -291,14 +291,113 @@ install_hooks(void)
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
+/*
+ * The backend cannot be reached at open (issue 17 item 3): one line that
+ * names the URL tried, where it came from and how to change it.  A program
+ * that keeps trying (every lock through the default client opens it again)
+ * repeats it at most once per URL per UNREACHABLE_PERIOD_S, process-wide,
+ * with the number of failures not logged meanwhile
+ * (dmutex_client_open(3) says the same).
+ */
+#define UNREACHABLE_PERIOD_S 10
+enum { URL_ARG, URL_ENV, URL_DEFAULT };
+
+static pthread_mutex_t unreach_mu = PTHREAD_MUTEX_INITIALIZER;  /* alone: no other lock inside */
+static struct {
+	uint64_t key;           /* hash of the URL as displayed; 0: free */
+	int64_t last_ns;
+	unsigned suppressed;
+} unreach[16];
+
+/* -1: not now (counted); otherwise how many were not logged before. */
+static long
+unreachable_may_log(const char *url)
+{
+	uint64_t key = 1469598103934665603ULL;
+	int64_t now = dmutex__now_ns();
+	size_t i, victim = 0;
+	long r;
+
+	for (const char *p = url; *p; p++)
+		key = (key ^ (unsigned char)*p) * 1099511628211ULL;
+	key |= 1;
+	pthread_mutex_lock(&unreach_mu);
+	for (i = 0; i < sizeof unreach / sizeof *unreach; i++) {
+		if (unreach[i].key == key)
+			break;
+		if (unreach[i].last_ns < unreach[victim].last_ns)
+			victim = i;
+	}
+	if (i == sizeof unreach / sizeof *unreach) {
+		/* New URL: take the slot used longest ago. */
+		i = victim;
+		unreach[i].key = key;
+		unreach[i].last_ns = INT64_MIN;
+		unreach[i].suppressed = 0;
+	}
+	if (unreach[i].last_ns != INT64_MIN &&
+			now - unreach[i].last_ns < (int64_t)UNREACHABLE_PERIOD_S * 1000 * DMUTEX__MS) {
+		unreach[i].suppressed++;
+		r = -1;
+	} else {
+		r = (long)unreach[i].suppressed;
+		unreach[i].suppressed = 0;
+		unreach[i].last_ns = now;
+	}
+	pthread_mutex_unlock(&unreach_mu);
+	return r;
+}
+
+static void
+unreachable(const struct dmutex_client *c, int source, size_t up, size_t need)
+{
+	static const char *const from[] = {
+		[URL_ARG] = "the URL given to dmutex_client_open; pass another one to change it",
+		[URL_ENV] = "from DMUTEX_URL; change that variable to change it",
+		[URL_DEFAULT] = "the built-in default, as DMUTEX_URL is not set; set DMUTEX_URL=redis://HOST:PORT "
+			"or pass a URL to dmutex_client_open to change it",
+	};
+	char url[1024] = "", more[96] = "", nodes[128] = "";
+	size_t len = 0;
+	long skipped;
+
+	for (size_t i = 0; i < c->cfg.nnodes && len < sizeof url; i++)
+		len += (size_t)snprintf(url + len, sizeof url - len, "%s%s", i ? "," : "",
+				c->cfg.nodes[i].display);
+	if ((skipped = unreachable_may_log(url)) < 0)
+		return;
+	if (skipped)
+		snprintf(more, sizeof more, " (%ld more failures in the last %d s not logged)",
+				skipped, UNREACHABLE_PERIOD_S);
+	if (c->cfg.nnodes > 1)
+		snprintf(nodes, sizeof nodes, ": %zu of %zu Redlock nodes reachable, %zu needed",
+				up, c->cfg.nnodes, need);
+	dmutex__log(DMUTEX_LOG_ERROR, "cannot reach the lock server at %s%s (%s)%s", url, nodes,
+			from[source], more);
+}
+
+static void
+set_quiet(struct dmutex_client *c, int quiet)
+{
+	for (size_t i = 0; i < c->be->nnodes; i++) {
+		struct dmutex__node *node = &c->be->nodes[i];
+		pthread_mutex_lock(&node->mu);
+		/* 2: failures while opening are summed up by unreachable(),
+		 * the node's own lines go to DEBUG (node.c). */
+		node->down_logged = quiet ? 2 : 0;
+		pthread_mutex_unlock(&node->mu);
+	}
+}
+
 static int
-verify(struct dmutex_client *c)
+verify(struct dmutex_client *c, int source)
 {
 	size_t up = 0, n = c->be->nnodes, need = n > 1 ? n / 2 + 1 : 1;
 
 	/* Connect, authenticate and PING each node once so that a wrong
 	 * address or password shows at open, not at the first lock.  Redlock
 	 * works with a minority down, so it needs only a quorum now. */
+	set_quiet(c, 1);
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__node *node = &c->be->nodes[i];
 		redisContext *ctx = dmutex__node_get(node);
@@ -318,10 +417,10 @@ verify(struct dmutex_client *c)
 		dmutex__node_put(node, ctx);
 		up++;
 	}
+	set_quiet(c, 0);
 	if (up >= need)
 		return 0;
-	if (n > 1)
-		dmutex__log(DMUTEX_LOG_ERROR, "only %zu of %zu Redlock nodes reachable, %zu needed", up, n, need);
+	unreachable(c, source, up, need);
 	return EIO;
 }
 
@@ -343,14 +442,18 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 {
 	struct dmutex_client *c;
 	pthread_condattr_t ca;
-	int err;
+	int err, source = URL_ARG;
 
 	if (!out)
 		return EINVAL;
-	if (!url || !*url)
+	if (!url || !*url) {
 		url = getenv("DMUTEX_URL");
-	if (!url || !*url)
+		source = URL_ENV;
+	}
+	if (!url || !*url) {
 		url = "redis://127.0.0.1:6379";
+		source = URL_DEFAULT;
+	}
 	pthread_once(&hooks_once, install_hooks);
 	/* Before this client's threads exist (token.c says why). */
 	if ((err = dmutex__random_init()))
@@ -373,7 +476,7 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 	if (!err) {
 		struct dmutex__sigpipe sp;
 		dmutex__sigpipe_block(&sp);
-		err = verify(c);
+		err = verify(c, source);
 		dmutex__sigpipe_restore(&sp);
 	}
 	if (err)

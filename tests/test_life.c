@@ -23,6 +23,9 @@
  *              their cleanup handlers, leave no registration and no lock
  *              behind (one waiter, a pool); dmutex_lock is no cancellation
  *              point (issue 12 item 1).
+ *   unreachable  no server: the first failure logs one line naming the URL,
+ *              where it came from and how to change it; repeats at most once
+ *              per URL per 10 s, with the count left out (issue 17 item 3).
  *   jitter     the back-off draws from the library's own random stream: the
  *              application's rand() is untouched (issue 16 item 11).
  *
@@ -793,6 +796,104 @@ case_cancel(void)
 	return 0;
 }
 
+/* ---- unreachable: issue 17 item 3 ---- */
+
+static pthread_mutex_t ur_mu = PTHREAD_MUTEX_INITIALIZER;
+static char ur_last[1024];
+static int ur_lines;
+
+static void
+ur_logger(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level > DMUTEX_LOG_WARN)
+		return;
+	pthread_mutex_lock(&ur_mu);
+	ur_lines++;
+	snprintf(ur_last, sizeof ur_last, "%s", msg);
+	pthread_mutex_unlock(&ur_mu);
+}
+
+/* Lines logged since the last call; *last: the latest. */
+static int
+ur_take(char *last, size_t n)
+{
+	int k;
+	pthread_mutex_lock(&ur_mu);
+	k = ur_lines;
+	ur_lines = 0;
+	snprintf(last, n, "%s", ur_last);
+	ur_last[0] = 0;
+	pthread_mutex_unlock(&ur_mu);
+	return k;
+}
+
+static void
+ur_expect(int lines, const char *must, const char *must2)
+{
+	char last[1024];
+	int k = ur_take(last, sizeof last);
+
+	if (k != lines || (lines && (!strstr(last, must) || (must2 && !strstr(last, must2))))) {
+		fprintf(stderr, "unreachable: %d lines (want %d), last: '%s' (want '%s'%s%s)\n", k, lines, last,
+				must, must2 ? " and " : "", must2 ? must2 : "");
+		atomic_fetch_add(&failures, 1);
+	}
+}
+
+static int
+elapsed(void *arg)
+{
+	return th_now_ms() >= *(long long *)arg;
+}
+
+static int
+case_unreachable(void)
+{
+	static dmutex_t sm = DMUTEX_INITIALIZER("life:unreach");
+	char env_url[64], arg_url[64];
+	dmutex_client_t *c;
+	long long t0;
+
+	snprintf(env_url, sizeof env_url, "redis://127.0.0.1:%d", th_free_port());
+	snprintf(arg_url, sizeof arg_url, "redis://127.0.0.1:%d", th_free_port());
+	dmutex_set_logger(ur_logger, NULL);
+	{
+		char drop[8];
+		ur_take(drop, sizeof drop);     /* lines from before */
+	}
+
+	/* The default client, from DMUTEX_URL: the first failure, one line. */
+	setenv("DMUTEX_URL", env_url, 1);
+	t0 = th_now_ms();
+	CHECK(dmutex_lock(&sm), EIO);
+	ur_expect(1, env_url, "DMUTEX_URL");
+	/* Repeats within 10 s: counted, not logged. */
+	for (int i = 0; i < 3; i++)
+		CHECK(dmutex_lock(&sm), EIO);
+	ur_expect(0, "", NULL);
+
+	/* Another URL, given as the argument: its own line at once. */
+	CHECK(dmutex_client_open(&c, arg_url), EIO);
+	ur_expect(1, arg_url, "dmutex_client_open");
+
+	/* The built-in default, if nothing listens there. */
+	if (!th_port_is_open(6379)) {
+		unsetenv("DMUTEX_URL");
+		CHECK(dmutex_client_open(&c, NULL), EIO);
+		ur_expect(1, "redis://127.0.0.1:6379", "DMUTEX_URL is not set");
+		setenv("DMUTEX_URL", env_url, 1);
+	}
+
+	/* After 10 s the next failure is logged with what was left out. */
+	t0 += 10100;
+	th_wait_until(elapsed, &t0, 12000);
+	CHECK(dmutex_lock(&sm), EIO);
+	ur_expect(1, env_url, "3 more failures");
+	dmutex_set_logger(logger, NULL);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -821,8 +922,10 @@ main(int argc, char **argv)
 		case_exit();
 	else if (!strcmp(c, "cancel"))
 		case_cancel();
+	else if (!strcmp(c, "unreachable"))
+		case_unreachable();
 	else {
-		fprintf(stderr, "usage: test_life fork|relock-lost|bad-deadline|jitter|thread-exit|exit|cancel\n");
+		fprintf(stderr, "usage: test_life fork|relock-lost|bad-deadline|jitter|thread-exit|exit|cancel|unreachable\n");
 		return 2;
 	}
 	CHECK(dmutex_client_close(cli), 0);

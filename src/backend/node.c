@@ -136,7 +136,8 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 		return NULL;
 	}
 	pthread_mutex_lock(&n->mu);
-	if (n->down_logged)
+	/* 2: quiet while the client opens (client.c verify). */
+	if (n->down_logged == 1)
 		dmutex__log(DMUTEX_LOG_INFO, "%s: reachable again", a->display);
 	n->down_logged = 0;
 	pthread_mutex_unlock(&n->mu);

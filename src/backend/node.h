@@ -17,7 +17,7 @@ struct dmutex__node {
 	pthread_mutex_t mu;             /* leaf */
 	redisContext *idle[DMUTEX__POOL_MAX];
 	int nidle;
-	int down_logged;                /* rate-limits "unreachable" warnings */
+	int down_logged;                /* rate-limits "unreachable" warnings; 2: quiet (opening) */
 };
 
 void dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
