@@ -300,6 +300,81 @@ DMUTEX_EXPORT int dcond_signal(dcond_t *c);
 /* Wake every waiter registered before the call.  As dcond_signal. */
 DMUTEX_EXPORT int dcond_broadcast(dcond_t *c);
 
+/* ---- counting semaphores ------------------------------------------------
+ *
+ * A dsem_t is a counting semaphore kept in the backend under its name: all
+ * dsem_t of the same name on the same backend are one semaphore.  It has no
+ * owner (as POSIX): a permit taken stays taken until someone posts, and a
+ * process that dies neither returns nor loses permits.  The first creator's
+ * initial value applies; a later dsem_init with another value joins the
+ * existing semaphore (DSEM_EXCL refuses with EEXIST instead).  Waiters are
+ * woken through the backend's pub/sub channel; they re-check on their own
+ * only as a safety net, once per lease period.  One Redis master only: a
+ * client over several masters (Redlock) gets ENOTSUP.
+ */
+
+/* The largest value a semaphore holds (as SEM_VALUE_MAX on Linux). */
+#define DSEM_VALUE_MAX 2147483647U
+
+/* dsem_init flags. */
+#define DSEM_EXCL 1     /* fail with EEXIST if the semaphore already exists */
+
+/* Fixed-size, caller-allocated.  Fields are private. */
+typedef struct dsem {
+	/* private */
+	unsigned long __magic;
+	const char *__static_name;  /* set by DSEM_INITIALIZER only */
+	void *__impl;               /* bound lazily for static ones */
+	unsigned __value;           /* DSEM_INITIALIZER's initial value */
+	void *__reserved[4];
+} dsem_t;
+
+#define DSEM__MAGIC_STATIC 0x6473656dUL /* "dsem" */
+
+/*
+ * Static initializer: default client; the first use binds it, thread-safely,
+ * and creates the semaphore with `value` unless it exists.  `name` must have
+ * static storage duration (normally a literal).
+ */
+#define DSEM_INITIALIZER(name, value) \
+	{ DSEM__MAGIC_STATIC, (name), 0, (value), { 0, 0, 0, 0 } }
+
+/*
+ * Open semaphore `name` through `client` (NULL: the default one), creating
+ * it with `value` permits if it does not exist.  flags: 0 or DSEM_EXCL.
+ * 0; EEXIST (DSEM_EXCL and it exists); EINVAL (NULL s, bad name, value >
+ * DSEM_VALUE_MAX, unknown flag); ENOTSUP (client over several masters);
+ * EIO (backend); ENOMEM; errors of opening the default client.
+ */
+DMUTEX_EXPORT int dsem_init(dsem_t *s, const char *name, unsigned value,
+		dmutex_client_t *client, int flags);
+/* Forget the local object; the semaphore stays in the backend (see
+ * dsem_unlink).  0; EINVAL (NULL, uninitialized, destroyed); EBUSY (a
+ * thread of this process waits on it). */
+DMUTEX_EXPORT int dsem_destroy(dsem_t *s);
+/* Delete semaphore `name` from the backend: the next use creates it afresh.
+ * 0; ENOENT (it did not exist); EINVAL; EIO; errors of the default client. */
+DMUTEX_EXPORT int dsem_unlink(const char *name, dmutex_client_t *client);
+/*
+ * Take a permit, waiting while there is none.  0; EINVAL (NULL,
+ * uninitialized, destroyed); EIO (the backend failed: no permit is held);
+ * ENOMEM.  Not a cancellation point; not interrupted by signals (no EINTR).
+ */
+DMUTEX_EXPORT int dsem_wait(dsem_t *s);
+/* As dsem_wait without waiting: EAGAIN if there is no permit now. */
+DMUTEX_EXPORT int dsem_trywait(dsem_t *s);
+/* As dsem_wait with a CLOCK_REALTIME deadline: ETIMEDOUT; EINVAL for a NULL
+ * deadline or a bad tv_nsec (checked only when it would wait). */
+DMUTEX_EXPORT int dsem_timedwait(dsem_t *s, const struct timespec *abstime);
+/* As dsem_timedwait on CLOCK_REALTIME or CLOCK_MONOTONIC (else EINVAL). */
+DMUTEX_EXPORT int dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *abstime);
+/* Return a permit and wake waiters.  0; EOVERFLOW (at DSEM_VALUE_MAX);
+ * EINVAL; EIO (not confirmed: the post may or may not have happened).
+ * Not async-signal-safe: do not call it from a signal handler. */
+DMUTEX_EXPORT int dsem_post(dsem_t *s);
+/* The current number of free permits (never negative).  0; EINVAL; EIO. */
+DMUTEX_EXPORT int dsem_getvalue(dsem_t *s, int *value);
+
 #ifdef __cplusplus
 }
 #endif

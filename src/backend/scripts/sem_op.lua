@@ -1,0 +1,43 @@
+-- Take (wait) or return (post) one permit of a counting semaphore.
+--
+-- KEYS[1]  semaphore hash: v (free permits), init (the creator's value)
+-- KEYS[2]  this operation's result, kept a while under the caller's token:
+--          a call retried after a lost reply finds it and does nothing
+--          again, so a retry never takes or returns a second permit
+-- ARGV     op ('t' take, 'p' post), initial value, max value, channel,
+--          result ttl (ms)
+--
+-- A semaphore that is missing (the server lost its data, or it was
+-- unlinked while in use) is created afresh with the caller's initial value.
+-- Returns: take 1 (taken) or 0 (none free); post the new value, or -1 at
+-- the maximum.  A post publishes on the channel so that waiters try again.
+local done = redis.call('GET', KEYS[2])
+if done then
+	return tonumber(done)
+end
+local v = redis.call('HGET', KEYS[1], 'v')
+if not v then
+	redis.call('HSET', KEYS[1], 'v', ARGV[2], 'init', ARGV[2])
+	v = ARGV[2]
+end
+v = tonumber(v)
+local r
+if ARGV[1] == 't' then
+	r = 0
+	if v > 0 then
+		redis.call('HINCRBY', KEYS[1], 'v', -1)
+		r = 1
+	end
+else
+	if v >= tonumber(ARGV[3]) then
+		r = -1
+	else
+		r = redis.call('HINCRBY', KEYS[1], 'v', 1)
+		redis.call('PUBLISH', ARGV[4], 'p')
+	end
+end
+-- A failed take changed nothing: no need to remember it.
+if ARGV[1] == 'p' or r == 1 then
+	redis.call('SET', KEYS[2], r, 'PX', ARGV[5])
+end
+return r

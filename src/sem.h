@@ -1,0 +1,48 @@
+/*
+ * Counting semaphores: the private state behind a dsem_t, and the backend
+ * calls the public dsem_* calls are built from.
+ *
+ * In Redis (default prefix), per semaphore NAME:
+ *   dmutex:sem:{NAME}          hash: v (free permits), init (creator's value)
+ *   dmutex:semop:{NAME}:TOKEN  the result of one take or post, kept a while
+ *                              so that a retried call is not applied twice
+ *   dmutex:semwake:{NAME}      channel: a post publishes, waiters try again
+ */
+#ifndef DMUTEX_SEM_H
+#define DMUTEX_SEM_H
+
+#include "internal.h"
+#include "keys.h"
+
+#define DSEM__MAGIC_INIT 0x4453454dUL /* "DSEM" */
+
+struct dmutex__sem {
+	struct dmutex_client *client;
+	unsigned value;                 /* initial value, used if it is recreated */
+	unsigned waiters;               /* atomic: threads of this process waiting */
+	char name[];
+};
+
+int dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out);
+
+#define DMUTEX__SEM_OPKEY_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)
+
+/*
+ * Backend calls; 0 or EIO (the node did not answer, or answered an error).
+ * create:  *created = 1 created, 0 existed, -1 existed and excl.
+ * take:    *taken = 1 or 0 (none free).
+ * post:    *value = the new value, -1 at DSEM_VALUE_MAX.
+ * get:     *value = free permits.
+ * unlink:  *existed = 1 or 0.
+ * take and post carry a fresh token each, so that a retry is not applied
+ * twice.
+ */
+int dmutex__sem_create(struct dmutex_client *c, const char *name, unsigned value, int excl,
+		int *created);
+int dmutex__sem_take(struct dmutex__sem *sx, int *taken);
+int dmutex__sem_post(struct dmutex__sem *sx, long long *value);
+int dmutex__sem_get(struct dmutex__sem *sx, long long *value);
+int dmutex__sem_unlink(struct dmutex_client *c, const char *name, int *existed);
+void dmutex__sem_channel_of(const struct dmutex__sem *sx, char *out);
+
+#endif

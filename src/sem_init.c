@@ -1,0 +1,180 @@
+/* dsem_t: binding, creation, destruction, post, getvalue, unlink. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "sem.h"
+
+/* Create or join `name` in the backend, then the local state. */
+static int
+open_sem(struct dmutex_client *c, const char *name, size_t len, unsigned value, int excl,
+		struct dmutex__sem **out)
+{
+	struct dmutex__sem *sx;
+	int created, err;
+
+	if (c->be->nnodes != 1) {
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': a client over several masters cannot hold a semaphore",
+				name);
+		return ENOTSUP;
+	}
+	if ((err = dmutex__sem_create(c, name, value, excl, &created)))
+		return err;
+	if (created < 0) {
+		dmutex__log(DMUTEX_LOG_INFO, "semaphore '%s' exists already (exclusive creation asked)", name);
+		return EEXIST;
+	}
+	if (!(sx = calloc(1, sizeof *sx + len + 1)))
+		return ENOMEM;
+	sx->client = c;
+	sx->value = value;
+	memcpy(sx->name, name, len + 1);
+	/* The client counts what points into it, so that it is not closed
+	 * under a semaphore. */
+	__atomic_fetch_add(&c->mutexes, 1, __ATOMIC_ACQ_REL);
+	*out = sx;
+	return 0;
+}
+
+int
+dsem_init(dsem_t *s, const char *name, unsigned value, dmutex_client_t *client, int flags)
+{
+	struct dmutex__sem *sx;
+	size_t len;
+	int err;
+
+	if (!s)
+		return EINVAL;
+	if ((err = dmutex__name_ok(name, &len)))
+		return err;
+	if (value > DSEM_VALUE_MAX || (flags & ~DSEM_EXCL)) {
+		dmutex__log(DMUTEX_LOG_ERROR, "dsem_init('%s'): %s", name,
+				value > DSEM_VALUE_MAX ? "value above DSEM_VALUE_MAX" : "unknown flag");
+		return EINVAL;
+	}
+	if (!client && (err = dmutex__client_default(&client)))
+		return err;
+	if ((err = open_sem(client, name, len, value, flags & DSEM_EXCL, &sx)))
+		return err;
+	s->__static_name = NULL;
+	s->__value = value;
+	__atomic_store_n(&s->__impl, sx, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->__magic, DSEM__MAGIC_INIT, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static int
+bind_static(dsem_t *s, struct dmutex__sem **out)
+{
+	struct dmutex__sem *sx, *expected = NULL;
+	struct dmutex_client *cl;
+	size_t len;
+	int err;
+
+	if ((err = dmutex__name_ok(s->__static_name, &len)))
+		return err;
+	if (s->__value > DSEM_VALUE_MAX) {
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': initial value above DSEM_VALUE_MAX",
+				s->__static_name);
+		return EINVAL;
+	}
+	if ((err = dmutex__client_default(&cl)))
+		return err;
+	if ((err = open_sem(cl, s->__static_name, len, s->__value, 0, &sx)))
+		return err;
+	if (!__atomic_compare_exchange_n(&s->__impl, (void **)&expected, sx, 0,
+			__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/* Another thread bound it first. */
+		__atomic_fetch_sub(&cl->mutexes, 1, __ATOMIC_ACQ_REL);
+		free(sx);
+		sx = expected;
+	}
+	*out = sx;
+	return 0;
+}
+
+int
+dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out)
+{
+	void *sx;
+	int err = dmutex__resolve_object(s, s ? &s->__magic : NULL, s ? &s->__impl : NULL,
+			DSEM__MAGIC_INIT, DSEM__MAGIC_STATIC, "semaphore", &sx);
+
+	if (err == DMUTEX__UNBOUND)
+		return bind_static(s, out);
+	if (!err)
+		*out = sx;
+	return err;
+}
+
+int
+dsem_destroy(dsem_t *s)
+{
+	struct dmutex__sem *sx;
+	unsigned long magic;
+
+	if (!s)
+		return EINVAL;
+	magic = __atomic_load_n(&s->__magic, __ATOMIC_ACQUIRE);
+	if (magic != DSEM__MAGIC_INIT && magic != DSEM__MAGIC_STATIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "dsem_destroy: semaphore %p is %s", (void *)s,
+				magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
+		return EINVAL;
+	}
+	if ((sx = __atomic_load_n((struct dmutex__sem **)&s->__impl, __ATOMIC_ACQUIRE))) {
+		if (__atomic_load_n(&sx->waiters, __ATOMIC_ACQUIRE))
+			return EBUSY;
+		__atomic_fetch_sub(&sx->client->mutexes, 1, __ATOMIC_ACQ_REL);
+		free(sx);
+	}
+	__atomic_store_n(&s->__impl, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int
+dsem_unlink(const char *name, dmutex_client_t *client)
+{
+	size_t len;
+	int existed, err;
+
+	if ((err = dmutex__name_ok(name, &len)))
+		return err;
+	if (!client && (err = dmutex__client_default(&client)))
+		return err;
+	if ((err = dmutex__sem_unlink(client, name, &existed)))
+		return err;
+	return existed ? 0 : ENOENT;
+}
+
+int
+dsem_post(dsem_t *s)
+{
+	struct dmutex__sem *sx;
+	long long v;
+	int err;
+
+	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post(sx, &v)))
+		return err;
+	if (v < 0) {
+		dmutex__log(DMUTEX_LOG_ERROR, "dsem_post('%s'): the value is at DSEM_VALUE_MAX", sx->name);
+		return EOVERFLOW;
+	}
+	return 0;
+}
+
+int
+dsem_getvalue(dsem_t *s, int *value)
+{
+	struct dmutex__sem *sx;
+	long long v;
+	int err;
+
+	if (!value)
+		return EINVAL;
+	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_get(sx, &v)))
+		return err;
+	*value = v < 0 ? 0 : v > DSEM_VALUE_MAX ? (int)DSEM_VALUE_MAX : (int)v;
+	return 0;
+}

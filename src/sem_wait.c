@@ -1,0 +1,130 @@
+/*
+ * dsem_wait, trywait, timedwait and clockwait are one function with
+ * different deadlines:
+ *
+ * 1. try to take a permit (one script: decrement if positive);
+ * 2. none: subscribe to the semaphore's wake channel, note the wake
+ *    sequence, and try once more, so that a post between the first try and
+ *    the subscription is not missed;
+ * 3. sleep until the sequence moves (a post published) or the deadline,
+ *    then try again.  A post wakes every waiting process and one of them
+ *    wins; the others sleep again.  As a safety net against a lost message
+ *    (a subscription that broke and came back) a waiter also tries again
+ *    once per lease period on its own.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "backend.h"
+#include "sem.h"
+#include "waiter.h"
+
+#define NO_DEADLINE INT64_MAX
+
+static int
+wait_until(dsem_t *s, int64_t until, int try_only)
+{
+	struct dmutex__sem *sx;
+	struct dmutex_client *cl;
+	struct dmutex__wsub *sub;
+	char channel[DMUTEX__KEY_MAX];
+	int64_t recheck_ns;
+	uint64_t seq;
+	int err, taken;
+
+	if ((err = dmutex__sem_resolve(s, &sx)))
+		return err;
+	if ((err = dmutex__sem_take(sx, &taken)))
+		return err;
+	if (taken)
+		return 0;
+	if (try_only)
+		return EAGAIN;
+	if (dmutex__now_ns() >= until)
+		return ETIMEDOUT;
+
+	cl = sx->client;
+	dmutex__sem_channel_of(sx, channel);
+	__atomic_fetch_add(&sx->waiters, 1, __ATOMIC_ACQ_REL);
+	if (!(sub = dmutex__waiter_sub(cl, channel,
+			dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS))) {
+		err = ENOMEM;
+		goto out;
+	}
+	recheck_ns = (int64_t)cl->cfg.lease_ms * DMUTEX__MS;
+	for (;;) {
+		int64_t next;
+
+		/* Read before asking: a post after the ask moves it. */
+		seq = dmutex__wsub_seq(cl, sub);
+		if ((err = dmutex__sem_take(sx, &taken)) || taken)
+			break;
+		/* No confirmed subscription yet: a post might not reach us;
+		 * try again soon rather than once a lease. */
+		next = dmutex__now_ns() + (seq ? recheck_ns : recheck_ns / 10 + DMUTEX__MS);
+		if (!dmutex__wsub_wait(cl, sub, seq, next < until ? next : until) &&
+				dmutex__now_ns() >= until) {
+			/* A last try: a permit that came at the deadline is taken. */
+			if (!(err = dmutex__sem_take(sx, &taken)) && !taken)
+				err = ETIMEDOUT;
+			break;
+		}
+	}
+	dmutex__waiter_unsub(cl, sub);
+out:
+	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
+	return err;
+}
+
+int
+dsem_wait(dsem_t *s)
+{
+	return wait_until(s, NO_DEADLINE, 0);
+}
+
+int
+dsem_trywait(dsem_t *s)
+{
+	return wait_until(s, NO_DEADLINE, 1);
+}
+
+int
+dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
+{
+	struct dmutex__sem *sx;
+	struct timespec now;
+	int64_t until, left, secs;
+	int err, taken;
+
+	if ((err = dmutex__sem_resolve(s, &sx)))
+		return err;
+	if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': clock %d is neither CLOCK_REALTIME nor CLOCK_MONOTONIC",
+				sx->name, (int)clock);
+		return EINVAL;
+	}
+	/* POSIX: the deadline is not checked if the semaphore can be taken
+	 * at once. */
+	if (!at || at->tv_nsec < 0 || at->tv_nsec >= 1000000000L) {
+		if ((err = dmutex__sem_take(sx, &taken)) || taken)
+			return err;
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': %s", sx->name,
+				at ? "tv_nsec out of range" : "NULL deadline");
+		return EINVAL;
+	}
+	clock_gettime(clock, &now);
+	secs = (int64_t)at->tv_sec - now.tv_sec;
+	if (secs > INT64_MAX / 1000000000 - 1)
+		return wait_until(s, NO_DEADLINE, 0);
+	left = secs < 0 ? 0 : secs * 1000000000 + (at->tv_nsec - now.tv_nsec);
+	until = dmutex__now_ns() + (left > 0 ? left : 0);
+	if (left > 0 && until < 0)
+		until = NO_DEADLINE;
+	return wait_until(s, until, 0);
+}
+
+int
+dsem_timedwait(dsem_t *s, const struct timespec *at)
+{
+	return dsem_clockwait(s, CLOCK_REALTIME, at);
+}

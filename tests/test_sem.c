@@ -1,0 +1,305 @@
+/*
+ * Counting semaphores (dsem_*) against a real redis-server: the error
+ * table, the first creator's value, never more holders than permits across
+ * three processes, waiters woken through pub/sub (well before their safety
+ * re-check), and processes killed while holding a permit or waiting.
+ *
+ * "Holders" is a Redis counter that each holder INCRs after taking a permit
+ * and DECRs before posting; INCR returning more than the permits is a
+ * violation seen by that holder.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+static struct th_redis srv;
+static pid_t kids[4];
+
+static void srv_up(void)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+}
+
+static void srv_down(void)
+{
+	for (size_t i = 0; i < sizeof kids / sizeof kids[0]; i++)
+		if (kids[i] > 0) {
+			kill(kids[i], SIGKILL);
+			th_wait_child(kids[i], 5000);
+			kids[i] = 0;
+		}
+	th_redis_stop(&srv);
+}
+
+TestSuite(sem, .init = srv_up, .fini = srv_down, .timeout = 30);
+
+static struct timespec in_ms(clockid_t clock, long ms)
+{
+	struct timespec t;
+
+	clock_gettime(clock, &t);
+	t.tv_sec += ms / 1000;
+	t.tv_nsec += (ms % 1000) * 1000000L;
+	if (t.tv_nsec >= 1000000000L) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	return t;
+}
+
+static int value_of(dsem_t *s)
+{
+	int v = -1;
+
+	cr_assert_eq(dsem_getvalue(s, &v), 0);
+	return v;
+}
+
+Test(sem, errors)
+{
+	dmutex_client_t *c;
+	dsem_t s, t;
+	struct timespec past = { 0, 0 }, bad = { 0, 1000000000L };
+	int v;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dsem_init(NULL, "e", 1, c, 0), EINVAL);
+	cr_assert_eq(dsem_init(&s, NULL, 1, c, 0), EINVAL);
+	cr_assert_eq(dsem_init(&s, "", 1, c, 0), EINVAL);
+	cr_assert_eq(dsem_init(&s, "e", DSEM_VALUE_MAX + 1U, c, 0), EINVAL);
+	cr_assert_eq(dsem_init(&s, "e", 1, c, 4), EINVAL);
+	cr_assert_eq(dsem_wait(NULL), EINVAL);
+	cr_assert_eq(dsem_post(NULL), EINVAL);
+	cr_assert_eq(dsem_getvalue(NULL, &v), EINVAL);
+	cr_assert_eq(dsem_destroy(NULL), EINVAL);
+	cr_assert_eq(dsem_unlink("e-none", c), ENOENT);
+
+	cr_assert_eq(dsem_init(&s, "e", 1, c, DSEM_EXCL), 0);
+	cr_assert_eq(dsem_init(&t, "e", 1, c, DSEM_EXCL), EEXIST);
+	cr_assert_eq(dsem_getvalue(&s, NULL), EINVAL);
+	/* A bad deadline is not looked at while a permit is free... */
+	cr_assert_eq(dsem_timedwait(&s, NULL), 0);
+	cr_assert_eq(value_of(&s), 0);
+	/* ... and is EINVAL when the call would wait. */
+	cr_assert_eq(dsem_timedwait(&s, NULL), EINVAL);
+	cr_assert_eq(dsem_timedwait(&s, &bad), EINVAL);
+	cr_assert_eq(dsem_clockwait(&s, CLOCK_PROCESS_CPUTIME_ID, &past), EINVAL);
+	cr_assert_eq(dsem_trywait(&s), EAGAIN);
+	cr_assert_eq(dsem_timedwait(&s, &past), ETIMEDOUT);
+	struct timespec soon = in_ms(CLOCK_MONOTONIC, 100);
+	cr_assert_eq(dsem_clockwait(&s, CLOCK_MONOTONIC, &soon), ETIMEDOUT);
+	cr_assert_eq(dsem_post(&s), 0);
+	cr_assert_eq(dsem_post(&s), 0);
+	cr_assert_eq(value_of(&s), 2);
+	cr_assert_eq(dsem_trywait(&s), 0);
+	cr_assert_eq(value_of(&s), 1);
+
+	/* Overflow at the maximum. */
+	cr_assert_eq(dsem_init(&t, "e-max", DSEM_VALUE_MAX, c, 0), 0);
+	cr_assert_eq(dsem_post(&t), EOVERFLOW);
+	cr_assert_eq(value_of(&t), (int)DSEM_VALUE_MAX);
+	cr_assert_eq(dsem_destroy(&t), 0);
+	cr_assert_eq(dsem_unlink("e-max", c), 0);
+
+	cr_assert_eq(dsem_destroy(&s), 0);
+	cr_assert_eq(dsem_destroy(&s), EINVAL);
+	cr_assert_eq(dsem_post(&s), EINVAL);
+	cr_assert_eq(dsem_unlink("e", c), 0);
+	cr_assert_eq(dsem_unlink("e", c), ENOENT);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(sem, first_creator_value_applies)
+{
+	dmutex_client_t *c;
+	dsem_t a, b;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dsem_init(&a, "fc", 3, c, 0), 0);
+	cr_assert_eq(dsem_init(&b, "fc", 7, c, 0), 0);
+	cr_assert_eq(value_of(&b), 3);
+	cr_assert_eq(dsem_trywait(&b), 0);
+	cr_assert_eq(value_of(&a), 2);
+	/* The client is not closed under a semaphore. */
+	cr_assert_eq(dmutex_client_close(c), EBUSY);
+	cr_assert_eq(dsem_destroy(&a), 0);
+	cr_assert_eq(dsem_destroy(&b), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:sem:{fc} v"), 2, "destroy keeps it in Redis");
+}
+
+static dsem_t stat_sem = DSEM_INITIALIZER("static-sem", 2);
+
+Test(sem, static_initializer)
+{
+	char env[700];
+
+	snprintf(env, sizeof env, "%s", srv.url);
+	setenv("DMUTEX_URL", env, 1);
+	cr_assert_eq(dsem_trywait(&stat_sem), 0);
+	cr_assert_eq(dsem_trywait(&stat_sem), 0);
+	cr_assert_eq(dsem_trywait(&stat_sem), EAGAIN);
+	cr_assert_eq(dsem_post(&stat_sem), 0);
+	cr_assert_eq(value_of(&stat_sem), 1);
+	cr_assert_eq(dsem_destroy(&stat_sem), 0);
+}
+
+/* ---- three processes, two permits ------------------------------------ */
+
+#define PERMITS 2
+#define ROUNDS 40
+
+static int holder(void *arg)
+{
+	dmutex_client_t *c;
+	dsem_t s;
+	int bad = 0;
+
+	(void)arg;
+	if (dmutex_client_open(&c, srv.url) || dsem_init(&s, "procs", PERMITS, c, 0))
+		return 10;
+	for (int i = 0; i < ROUNDS; i++) {
+		if (dsem_wait(&s))
+			return 11;
+		long long n = th_redis_int(&srv, "INCR holders");
+		if (n > PERMITS || n < 1)
+			bad = 1;
+		/* Read-modify-write of a shared total, guarded by nothing but
+		 * the semaphore's count: with PERMITS holders some interleave,
+		 * so only the holders counter is checked. */
+		if (th_redis_int(&srv, "DECR holders") < 0)
+			bad = 1;
+		if (dsem_post(&s))
+			return 12;
+	}
+	dsem_destroy(&s);
+	dmutex_client_close(c);
+	return bad;
+}
+
+Test(sem, never_more_holders_than_permits)
+{
+	for (int i = 0; i < 3; i++)
+		cr_assert_gt(kids[i] = th_spawn(holder, NULL), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(th_wait_child(kids[i], 20000), 0, "holder %d failed or saw too many holders", i);
+		kids[i] = 0;
+	}
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:sem:{procs} v"), PERMITS);
+}
+
+/* ---- wake-ups -------------------------------------------------------- */
+
+static int waiter(void *arg)
+{
+	dmutex_client_t *c;
+	dsem_t s;
+	struct timespec at = in_ms(CLOCK_REALTIME, 15000);
+
+	if (dmutex_client_open(&c, (const char *)arg) || dsem_init(&s, "wake", 0, c, 0))
+		return 10;
+	return dsem_timedwait(&s, &at) ? 11 : 0;
+}
+
+/* th_wait_until condition: at least *arg waiters subscribed. */
+static int subscribed(void *arg)
+{
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:semwake:{wake}");
+	long long n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ?
+			r->element[1]->integer : -1;
+
+	if (r)
+		freeReplyObject(r);
+	return n >= *(int *)arg;
+}
+
+Test(sem, post_wakes_waiter_through_pubsub)
+{
+	dmutex_client_t *c;
+	dsem_t s;
+	char url[700];
+	int one = 1;
+	long long t0;
+
+	/* The default 10 s lease: the safety re-check comes after 10 s, so a
+	 * wake-up within 2 s came through the channel. */
+	snprintf(url, sizeof url, "%s", srv.url);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dsem_init(&s, "wake", 0, c, 0), 0);
+	cr_assert_gt(kids[0] = th_spawn(waiter, url), 0);
+	cr_assert(th_wait_until(subscribed, &one, 5000), "the waiter never subscribed");
+	t0 = th_now_ms();
+	cr_assert_eq(dsem_post(&s), 0);
+	cr_assert_eq(th_wait_child(kids[0], 2000), 0, "the waiter was not woken by the post");
+	kids[0] = 0;
+	cr_assert_lt(th_now_ms() - t0, 2000);
+	cr_assert_eq(value_of(&s), 0);
+	cr_assert_eq(dsem_destroy(&s), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ---- crashes ------------------------------------------------------- */
+
+static int take_and_hang(void *arg)
+{
+	dmutex_client_t *c;
+	dsem_t s;
+	struct th_sync *sy = arg;
+
+	if (dmutex_client_open(&c, srv.url) || dsem_init(&s, "crash", 1, c, 0) || dsem_wait(&s))
+		return 10;
+	th_sync_post(sy);
+	pause();
+	return 0;
+}
+
+Test(sem, killed_holder_keeps_its_permit_killed_waiter_takes_none)
+{
+	dmutex_client_t *c;
+	dsem_t s;
+	struct th_sync sy;
+	char url[700];
+	int two = 2;
+
+	cr_assert_eq(th_sync_init(&sy), 0);
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dsem_init(&s, "crash", 1, c, 0), 0);
+	cr_assert_gt(kids[0] = th_spawn(take_and_hang, &sy), 0);
+	cr_assert_eq(th_sync_wait(&sy, 10000), 0);
+	kill(kids[0], SIGKILL);
+	cr_assert_eq(th_wait_child(kids[0], 5000), 128 + SIGKILL);
+	kids[0] = 0;
+	/* No owner: the permit stays taken (POSIX). */
+	cr_assert_eq(value_of(&s), 0);
+	cr_assert_eq(dsem_trywait(&s), EAGAIN);
+
+	/* Two waiters; one is killed; one post wakes the other. */
+	snprintf(url, sizeof url, "%s", srv.url);
+	cr_assert_eq(dsem_destroy(&s), 0);
+	cr_assert_eq(dsem_unlink("crash", c), 0);
+	cr_assert_eq(dsem_init(&s, "wake", 0, c, 0), 0);
+	cr_assert_gt(kids[1] = th_spawn(waiter, url), 0);
+	cr_assert_gt(kids[2] = th_spawn(waiter, url), 0);
+	cr_assert(th_wait_until(subscribed, &two, 5000), "the waiters never subscribed");
+	kill(kids[1], SIGKILL);
+	cr_assert_eq(th_wait_child(kids[1], 5000), 128 + SIGKILL);
+	kids[1] = 0;
+	cr_assert_eq(dsem_post(&s), 0);
+	cr_assert_eq(th_wait_child(kids[2], 5000), 0, "the surviving waiter was not woken");
+	kids[2] = 0;
+	cr_assert_eq(value_of(&s), 0, "the killed waiter took no permit");
+	cr_assert_eq(dsem_post(&s), 0);
+	cr_assert_eq(value_of(&s), 1);
+	cr_assert_eq(dsem_destroy(&s), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	th_sync_close(&sy);
+}
