@@ -318,6 +318,7 @@ DMUTEX_EXPORT int dcond_broadcast(dcond_t *c);
 
 /* dsem_init flags. */
 #define DSEM_EXCL 1     /* fail with EEXIST if the semaphore already exists */
+#define DSEM_NOCREATE 2 /* fail with ENOENT if it does not exist */
 
 /* Fixed-size, caller-allocated.  Fields are private. */
 typedef struct dsem {
@@ -341,9 +342,10 @@ typedef struct dsem {
 
 /*
  * Open semaphore `name` through `client` (NULL: the default one), creating
- * it with `value` permits if it does not exist.  flags: 0 or DSEM_EXCL.
- * 0; EEXIST (DSEM_EXCL and it exists); EINVAL (NULL s, bad name, value >
- * DSEM_VALUE_MAX, unknown flag); ENOTSUP (client over several masters);
+ * it with `value` permits if it does not exist.  flags: 0, DSEM_EXCL or
+ * DSEM_NOCREATE.  0; EEXIST (DSEM_EXCL and it exists); ENOENT
+ * (DSEM_NOCREATE and it does not exist); EINVAL (NULL s, bad name, value >
+ * DSEM_VALUE_MAX, unknown flag or both); ENOTSUP (client over several masters);
  * EIO (backend); ENOMEM; errors of opening the default client.
  */
 DMUTEX_EXPORT int dsem_init(dsem_t *s, const char *name, unsigned value,
@@ -357,7 +359,10 @@ DMUTEX_EXPORT int dsem_destroy(dsem_t *s);
 DMUTEX_EXPORT int dsem_unlink(const char *name, dmutex_client_t *client);
 /*
  * Take a permit, waiting while there is none.  0; EINVAL (NULL,
- * uninitialized, destroyed); EIO (the backend failed: no permit is held);
+ * uninitialized, destroyed); EIO (the backend failed a few tries with the
+ * same request id; no permit is held unless a try reached the backend and
+ * every reply after it was lost: then one permit stays taken, as by a
+ * process that died);
  * ENOMEM.  Not a cancellation point; not interrupted by signals (no EINTR).
  */
 DMUTEX_EXPORT int dsem_wait(dsem_t *s);
@@ -369,7 +374,8 @@ DMUTEX_EXPORT int dsem_timedwait(dsem_t *s, const struct timespec *abstime);
 /* As dsem_timedwait on CLOCK_REALTIME or CLOCK_MONOTONIC (else EINVAL). */
 DMUTEX_EXPORT int dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *abstime);
 /* Return a permit and wake waiters.  0; EOVERFLOW (at DSEM_VALUE_MAX);
- * EINVAL; EIO (not confirmed: the post may or may not have happened).
+ * EINVAL; EIO (not confirmed after a few tries with the same request id:
+ * the post may or may not have happened; it never happened twice).
  * Not async-signal-safe: do not call it from a signal handler. */
 DMUTEX_EXPORT int dsem_post(dsem_t *s);
 /* The current number of free permits (never negative).  0; EINVAL; EIO. */

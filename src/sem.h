@@ -25,22 +25,33 @@ struct dmutex__sem {
 
 int dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out);
 
+/*
+ * Take or post with one token, asking again (same token: applied at most
+ * once) while the backend fails, for up to DMUTEX__SEM_TRIES calls.  So a
+ * lost reply costs neither a permit nor a post unless the backend stays
+ * unreachable through every try.  0 or the last error.
+ */
+#define DMUTEX__SEM_TRIES 3
+int dmutex__sem_take_once(struct dmutex__sem *sx, int *taken);
+int dmutex__sem_post_once(struct dmutex__sem *sx, long long *value);
+
 #define DMUTEX__SEM_OPKEY_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)
 
 /*
  * Backend calls; 0 or EIO (the node did not answer, or answered an error).
- * create:  *created = 1 created, 0 existed, -1 existed and excl.
+ * create:  flags DSEM_EXCL / DSEM_NOCREATE; *created = 1 created,
+ *          0 existed, -1 existed and DSEM_EXCL, -2 missing and DSEM_NOCREATE.
  * take:    *taken = 1 or 0 (none free).
  * post:    *value = the new value, -1 at DSEM_VALUE_MAX.
  * get:     *value = free permits.
  * unlink:  *existed = 1 or 0.
- * take and post carry a fresh token each, so that a retry is not applied
- * twice.
+ * take and post carry the caller's token: the same token again is not
+ * applied twice, it returns the first call's result.
  */
-int dmutex__sem_create(struct dmutex_client *c, const char *name, unsigned value, int excl,
+int dmutex__sem_create(struct dmutex_client *c, const char *name, unsigned value, int flags,
 		int *created);
-int dmutex__sem_take(struct dmutex__sem *sx, int *taken);
-int dmutex__sem_post(struct dmutex__sem *sx, long long *value);
+int dmutex__sem_take(struct dmutex__sem *sx, const char *token, int *taken);
+int dmutex__sem_post(struct dmutex__sem *sx, const char *token, long long *value);
 int dmutex__sem_get(struct dmutex__sem *sx, long long *value);
 int dmutex__sem_unlink(struct dmutex_client *c, const char *name, int *existed);
 void dmutex__sem_channel_of(const struct dmutex__sem *sx, char *out);

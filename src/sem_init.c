@@ -8,7 +8,7 @@
 
 /* Create or join `name` in the backend, then the local state. */
 static int
-open_sem(struct dmutex_client *c, const char *name, size_t len, unsigned value, int excl,
+open_sem(struct dmutex_client *c, const char *name, size_t len, unsigned value, int flags,
 		struct dmutex__sem **out)
 {
 	struct dmutex__sem *sx;
@@ -19,8 +19,12 @@ open_sem(struct dmutex_client *c, const char *name, size_t len, unsigned value, 
 				name);
 		return ENOTSUP;
 	}
-	if ((err = dmutex__sem_create(c, name, value, excl, &created)))
+	if ((err = dmutex__sem_create(c, name, value, flags, &created)))
 		return err;
+	if (created == -2) {
+		dmutex__log(DMUTEX_LOG_INFO, "semaphore '%s' does not exist (no creation asked)", name);
+		return ENOENT;
+	}
 	if (created < 0) {
 		dmutex__log(DMUTEX_LOG_INFO, "semaphore '%s' exists already (exclusive creation asked)", name);
 		return EEXIST;
@@ -48,14 +52,15 @@ dsem_init(dsem_t *s, const char *name, unsigned value, dmutex_client_t *client, 
 		return EINVAL;
 	if ((err = dmutex__name_ok(name, &len)))
 		return err;
-	if (value > DSEM_VALUE_MAX || (flags & ~DSEM_EXCL)) {
+	if (value > DSEM_VALUE_MAX || (flags & ~(DSEM_EXCL | DSEM_NOCREATE)) ||
+			flags == (DSEM_EXCL | DSEM_NOCREATE)) {
 		dmutex__log(DMUTEX_LOG_ERROR, "dsem_init('%s'): %s", name,
-				value > DSEM_VALUE_MAX ? "value above DSEM_VALUE_MAX" : "unknown flag");
+				value > DSEM_VALUE_MAX ? "value above DSEM_VALUE_MAX" : "bad flags");
 		return EINVAL;
 	}
 	if (!client && (err = dmutex__client_default(&client)))
 		return err;
-	if ((err = open_sem(client, name, len, value, flags & DSEM_EXCL, &sx)))
+	if ((err = open_sem(client, name, len, value, flags, &sx)))
 		return err;
 	s->__static_name = NULL;
 	s->__value = value;
@@ -155,7 +160,7 @@ dsem_post(dsem_t *s)
 	long long v;
 	int err;
 
-	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post(sx, &v)))
+	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post_once(sx, &v)))
 		return err;
 	if (v < 0) {
 		dmutex__log(DMUTEX_LOG_ERROR, "dsem_post('%s'): the value is at DSEM_VALUE_MAX", sx->name);
@@ -177,4 +182,38 @@ dsem_getvalue(dsem_t *s, int *value)
 		return err;
 	*value = v < 0 ? 0 : v > DSEM_VALUE_MAX ? (int)DSEM_VALUE_MAX : (int)v;
 	return 0;
+}
+
+/* The pause between tries: short, a lost reply is usually a dropped
+ * connection that the next call re-dials. */
+static void
+pause_try(int attempt)
+{
+	dmutex__sleep_until(dmutex__now_ns() + (int64_t)(attempt + 1) * 50 * DMUTEX__MS);
+}
+
+int
+dmutex__sem_take_once(struct dmutex__sem *sx, int *taken)
+{
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err;
+
+	if ((err = dmutex__token(token)))
+		return err;
+	for (int i = 0; (err = dmutex__sem_take(sx, token, taken)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
+		pause_try(i);
+	return err;
+}
+
+int
+dmutex__sem_post_once(struct dmutex__sem *sx, long long *value)
+{
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err;
+
+	if ((err = dmutex__token(token)))
+		return err;
+	for (int i = 0; (err = dmutex__sem_post(sx, token, value)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
+		pause_try(i);
+	return err;
 }

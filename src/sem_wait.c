@@ -34,7 +34,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 
 	if ((err = dmutex__sem_resolve(s, &sx)))
 		return err;
-	if ((err = dmutex__sem_take(sx, &taken)))
+	if ((err = dmutex__sem_take_once(sx, &taken)))
 		return err;
 	if (taken)
 		return 0;
@@ -57,7 +57,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 
 		/* Read before asking: a post after the ask moves it. */
 		seq = dmutex__wsub_seq(cl, sub);
-		if ((err = dmutex__sem_take(sx, &taken)) || taken)
+		if ((err = dmutex__sem_take_once(sx, &taken)) || taken)
 			break;
 		/* No confirmed subscription yet: a post might not reach us;
 		 * try again soon rather than once a lease. */
@@ -65,7 +65,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 		if (!dmutex__wsub_wait(cl, sub, seq, next < until ? next : until) &&
 				dmutex__now_ns() >= until) {
 			/* A last try: a permit that came at the deadline is taken. */
-			if (!(err = dmutex__sem_take(sx, &taken)) && !taken)
+			if (!(err = dmutex__sem_take_once(sx, &taken)) && !taken)
 				err = ETIMEDOUT;
 			break;
 		}
@@ -106,7 +106,7 @@ dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
 	/* POSIX: the deadline is not checked if the semaphore can be taken
 	 * at once. */
 	if (!at || at->tv_nsec < 0 || at->tv_nsec >= 1000000000L) {
-		if ((err = dmutex__sem_take(sx, &taken)) || taken)
+		if ((err = dmutex__sem_take_once(sx, &taken)) || taken)
 			return err;
 		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': %s", sx->name,
 				at ? "tv_nsec out of range" : "NULL deadline");

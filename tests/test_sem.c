@@ -81,10 +81,15 @@ Test(sem, errors)
 	cr_assert_eq(dsem_post(NULL), EINVAL);
 	cr_assert_eq(dsem_getvalue(NULL, &v), EINVAL);
 	cr_assert_eq(dsem_destroy(NULL), EINVAL);
+	cr_assert_eq(dsem_init(&s, "e", 1, c, DSEM_EXCL | DSEM_NOCREATE), EINVAL);
 	cr_assert_eq(dsem_unlink("e-none", c), ENOENT);
+	cr_assert_eq(dsem_init(&s, "e-none", 1, c, DSEM_NOCREATE), ENOENT);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:sem:{e-none}"), 0);
 
 	cr_assert_eq(dsem_init(&s, "e", 1, c, DSEM_EXCL), 0);
 	cr_assert_eq(dsem_init(&t, "e", 1, c, DSEM_EXCL), EEXIST);
+	cr_assert_eq(dsem_init(&t, "e", 9, c, DSEM_NOCREATE), 0);
+	cr_assert_eq(dsem_destroy(&t), 0);
 	cr_assert_eq(dsem_getvalue(&s, NULL), EINVAL);
 	/* A bad deadline is not looked at while a permit is free... */
 	cr_assert_eq(dsem_timedwait(&s, NULL), 0);

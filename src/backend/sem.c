@@ -45,7 +45,7 @@ call(struct dmutex_client *c, const char *name, const char *what, int script, in
 }
 
 int
-dmutex__sem_create(struct dmutex_client *c, const char *name, unsigned value, int excl,
+dmutex__sem_create(struct dmutex_client *c, const char *name, unsigned value, int flags,
 		int *created)
 {
 	char k[DMUTEX__KEY_MAX], v[16];
@@ -54,7 +54,7 @@ dmutex__sem_create(struct dmutex_client *c, const char *name, unsigned value, in
 
 	dmutex__key(k, c->cfg.prefix, "sem", name);
 	snprintf(v, sizeof v, "%u", value);
-	const char *argv[] = { k, v, excl ? "1" : "0" };
+	const char *argv[] = { k, v, flags & DSEM_EXCL ? "1" : flags & DSEM_NOCREATE ? "2" : "0" };
 	if ((err = call(c, name, "init", DMUTEX__SCRIPT_SEM_INIT, 1, 3, argv, &r)))
 		return err;
 	*created = (int)r;
@@ -62,14 +62,12 @@ dmutex__sem_create(struct dmutex_client *c, const char *name, unsigned value, in
 }
 
 static int
-op(struct dmutex__sem *sx, const char *what, const char *code, long long *out)
+op(struct dmutex__sem *sx, const char *what, const char *code, const char *token,
+		long long *out)
 {
 	char k[DMUTEX__KEY_MAX], ok[DMUTEX__SEM_OPKEY_MAX], ch[DMUTEX__KEY_MAX];
-	char token[DMUTEX__TOKEN_HEX + 1], v[16], max[16];
-	int err;
+	char v[16], max[16];
 
-	if ((err = dmutex__token(token)))
-		return err;
 	dmutex__key(k, sx->client->cfg.prefix, "sem", sx->name);
 	snprintf(ok, sizeof ok, "%ssemop:{%s}:%s", sx->client->cfg.prefix, sx->name, token);
 	dmutex__sem_channel_of(sx, ch);
@@ -80,10 +78,10 @@ op(struct dmutex__sem *sx, const char *what, const char *code, long long *out)
 }
 
 int
-dmutex__sem_take(struct dmutex__sem *sx, int *taken)
+dmutex__sem_take(struct dmutex__sem *sx, const char *token, int *taken)
 {
 	long long r;
-	int err = op(sx, "wait", "t", &r);
+	int err = op(sx, "wait", "t", token, &r);
 
 	if (!err)
 		*taken = r == 1;
@@ -91,9 +89,9 @@ dmutex__sem_take(struct dmutex__sem *sx, int *taken)
 }
 
 int
-dmutex__sem_post(struct dmutex__sem *sx, long long *value)
+dmutex__sem_post(struct dmutex__sem *sx, const char *token, long long *value)
 {
-	return op(sx, "post", "p", value);
+	return op(sx, "post", "p", token, value);
 }
 
 int
