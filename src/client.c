@@ -400,17 +400,18 @@ verify(struct dmutex_client *c, int source)
 	set_quiet(c, 1);
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__node *node = &c->be->nodes[i];
-		redisContext *ctx = dmutex__node_get(node);
+		struct dmutex__conn *ctx = dmutex__node_get(node);
 		redisReply *r;
 		if (!ctx)
 			continue;
-		r = redisCommand(ctx, "PING");
+		r = dmutex__conn_command(ctx, dmutex__now_ns() + (int64_t)node->command_ms * DMUTEX__MS,
+				"PING");
 		if (!r || r->type == REDIS_REPLY_ERROR) {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: PING failed: %s", node->addr->display,
 					r ? r->str : ctx->errstr);
 			if (r)
 				freeReplyObject(r);
-			redisFree(ctx);
+			dmutex__conn_free(ctx);
 			continue;
 		}
 		freeReplyObject(r);

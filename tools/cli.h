@@ -58,7 +58,7 @@ int cli_parse_seconds(const char *s, int64_t *ms);
 struct cli_conn {
 	struct dmutex__config cfg;
 	struct dmutex__node *nodes;     /* cfg.nnodes */
-	redisContext **ctx;             /* one per node; NULL when unreachable */
+	struct dmutex__conn **ctx;             /* one per node; NULL when unreachable */
 };
 
 /* Parse the URL and connect to every node.  0; CLI_BADURL; CLI_BACKEND
@@ -96,10 +96,10 @@ struct cli_lock {
 /* Pipelined: queue the reads for one name, then collect them in order.
  * read returns 0, or CLI_BACKEND (connection failed: message said) —
  * a Redis error about one key (foreign data) goes into l->error instead. */
-int cli_inspect_append(redisContext *c, const char *prefix, const char *name);
-int cli_inspect_read(redisContext *c, const char *prefix, const char *name,
+int cli_inspect_append(struct dmutex__conn *c, const char *prefix, const char *name);
+int cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name,
 		struct cli_lock *l);
-int cli_inspect(redisContext *c, const char *prefix, const char *name, struct cli_lock *l);
+int cli_inspect(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l);
 void cli_lock_free(struct cli_lock *l);
 
 /* ---- output (show.c, json.c) ---------------------------------------- */

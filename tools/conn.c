@@ -80,7 +80,7 @@ cli_conn_close(struct cli_conn *cc)
 	if (cc->nodes) {
 		for (size_t i = 0; i < cc->cfg.nnodes; i++) {
 			if (cc->ctx && cc->ctx[i])
-				redisFree(cc->ctx[i]);
+				dmutex__conn_free(cc->ctx[i]);
 			dmutex__node_fini(&cc->nodes[i]);
 		}
 	}

@@ -22,24 +22,24 @@ num(const char *s)
 }
 
 static int
-connection_failed(redisContext *c)
+connection_failed(struct dmutex__conn *c)
 {
 	cli_err("backend failed: %s", c->errstr[0] ? c->errstr : "connection lost");
 	return CLI_BACKEND;
 }
 
 int
-cli_inspect_append(redisContext *c, const char *prefix, const char *name)
+cli_inspect_append(struct dmutex__conn *c, const char *prefix, const char *name)
 {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
 
 	dmutex__key(lk, prefix, "lock", name);
 	dmutex__key(mk, prefix, "meta", name);
 	dmutex__key(ch, prefix, "wake", name);
-	if (redisAppendCommand(c, "HGETALL %b", lk, strlen(lk)) != REDIS_OK ||
-	    redisAppendCommand(c, "PTTL %b", lk, strlen(lk)) != REDIS_OK ||
-	    redisAppendCommand(c, "HGETALL %b", mk, strlen(mk)) != REDIS_OK ||
-	    redisAppendCommand(c, "PUBSUB NUMSUB %b", ch, strlen(ch)) != REDIS_OK)
+	if (dmutex__conn_appendf(c, "HGETALL %b", lk, strlen(lk)) ||
+	    dmutex__conn_appendf(c, "PTTL %b", lk, strlen(lk)) ||
+	    dmutex__conn_appendf(c, "HGETALL %b", mk, strlen(mk)) ||
+	    dmutex__conn_appendf(c, "PUBSUB NUMSUB %b", ch, strlen(ch)))
 		return connection_failed(c);
 	return 0;
 }
@@ -107,9 +107,10 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[4])
 }
 
 int
-cli_inspect_read(redisContext *c, const char *prefix, const char *name, struct cli_lock *l)
+cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l)
 {
 	redisReply *rep[4] = { NULL, NULL, NULL, NULL };
+	int64_t deadline = dmutex__conn_deadline(c);   /* for the four together */
 	int status = 0;
 
 	memset(l, 0, sizeof *l);
@@ -122,7 +123,7 @@ cli_inspect_read(redisContext *c, const char *prefix, const char *name, struct c
 	/* Read all four even after a failure, to keep the pipeline in step. */
 	for (int i = 0; i < 4; i++) {
 		void *r = NULL;
-		if (redisGetReply(c, &r) != REDIS_OK) {
+		if (dmutex__conn_get(c, &r, deadline)) {
 			status = connection_failed(c);
 			break;
 		}
@@ -137,7 +138,7 @@ cli_inspect_read(redisContext *c, const char *prefix, const char *name, struct c
 }
 
 int
-cli_inspect(redisContext *c, const char *prefix, const char *name, struct cli_lock *l)
+cli_inspect(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l)
 {
 	int status = cli_inspect_append(c, prefix, name);
 

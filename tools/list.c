@@ -95,13 +95,13 @@ glob_escape(const char *s)
 
 /* Collect the names of one node's meta keys matching the pattern. */
 static int
-scan_node(redisContext *c, const char *prefix, const char *match, struct names *ns)
+scan_node(struct dmutex__conn *c, const char *prefix, const char *match, struct names *ns)
 {
 	char cursor[32] = "0";
 	size_t head = strlen(prefix) + strlen("meta:{");
 
 	do {
-		redisReply *r = redisCommand(c, "SCAN %s MATCH %b COUNT " SCAN_COUNT,
+		redisReply *r = dmutex__conn_command(c, dmutex__conn_deadline(c), "SCAN %s MATCH %b COUNT " SCAN_COUNT,
 				cursor, match, strlen(match));
 		if (!r) {
 			cli_err("backend failed: %s", c->errstr);

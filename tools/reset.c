@@ -22,7 +22,7 @@ static const char usage[] =
 #define ATTEMPTS 10
 
 static int
-simple(redisContext *c, redisReply *r)
+simple(struct dmutex__conn *c, redisReply *r)
 {
 	int ok = r && r->type != REDIS_REPLY_ERROR;
 
@@ -52,7 +52,7 @@ say_refused(const struct cli_lock *l, const char *node)
 
 /* One node.  *what: 0 nothing to do, 1 something removed, -1 no such lock. */
 static int
-reset_node(redisContext *c, const char *prefix, const char *name, int force,
+reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int force,
 		const char *node, int *what)
 {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
@@ -67,7 +67,7 @@ reset_node(redisContext *c, const char *prefix, const char *name, int force,
 	if (node)
 		snprintf(on, sizeof on, " on %s", node);
 	for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
-		if ((status = simple(c, redisCommand(c, "WATCH %b %b", lk, strlen(lk), mk, strlen(mk)))))
+		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "WATCH %b %b", lk, strlen(lk), mk, strlen(mk)))))
 			return status;
 		if ((status = cli_inspect(c, prefix, name, &l)))
 			goto unwatch;
@@ -89,12 +89,12 @@ reset_node(redisContext *c, const char *prefix, const char *name, int force,
 			*what = 0;
 			goto unwatch;
 		}
-		if ((status = simple(c, redisCommand(c, "MULTI"))) ||
-		    (l.held && (status = simple(c, redisCommand(c, "DEL %b", lk, strlen(lk))))) ||
-		    (l.state[0] && (status = simple(c, redisCommand(c, "HDEL %b state", mk, strlen(mk))))) ||
-		    (status = simple(c, redisCommand(c, "PUBLISH %b r", ch, strlen(ch)))))
+		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "MULTI"))) ||
+		    (l.held && (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", lk, strlen(lk))))) ||
+		    (l.state[0] && (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "HDEL %b state", mk, strlen(mk))))) ||
+		    (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "PUBLISH %b r", ch, strlen(ch)))))
 			goto unwatch;
-		if (!(r = redisCommand(c, "EXEC"))) {
+		if (!(r = dmutex__conn_command(c, dmutex__conn_deadline(c), "EXEC"))) {
 			cli_lock_free(&l);
 			return simple(c, NULL);
 		}
@@ -130,7 +130,7 @@ unwatch:
 	cli_lock_free(&l);
 	/* Drop the WATCH so a reused connection starts clean; errors here
 	 * change nothing the caller needs to know. */
-	if ((r = redisCommand(c, "UNWATCH")))
+	if ((r = dmutex__conn_command(c, dmutex__conn_deadline(c), "UNWATCH")))
 		freeReplyObject(r);
 	return status;
 }

@@ -44,7 +44,7 @@ describe(struct cli_conn *cc, int *connected, const char *name, char *buf, size_
 			continue;
 		if (cli_inspect(cc->ctx[n], cc->cfg.prefix, name, &l)) {
 			/* A broken context is not reused: connect again next time. */
-			redisFree(cc->ctx[n]);
+			dmutex__conn_free(cc->ctx[n]);
 			cc->ctx[n] = NULL;
 			*connected = 0;
 			cli_lock_free(&l);

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "internal.h"
 #include "node.h"
@@ -24,7 +23,7 @@ void
 dmutex__node_fini(struct dmutex__node *n)
 {
 	for (int i = 0; i < n->nidle; i++)
-		redisFree(n->idle[i]);
+		dmutex__conn_free(n->idle[i]);
 	n->nidle = 0;
 	pthread_mutex_destroy(&n->mu);
 }
@@ -34,16 +33,9 @@ dmutex__node_atfork_child(struct dmutex__node *n)
 {
 	/* The parent still uses these sockets: close our copies, say nothing. */
 	for (int i = 0; i < n->nidle; i++)
-		redisFree(n->idle[i]);
+		dmutex__conn_free(n->idle[i]);
 	n->nidle = 0;
 	pthread_mutex_init(&n->mu, NULL);
-}
-
-static struct timeval
-tv_ms(unsigned ms)
-{
-	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
-	return tv;
 }
 
 /* Log once per outage, not once per attempt. */
@@ -60,16 +52,16 @@ note_down(struct dmutex__node *n, const char *what, const char *why)
 }
 
 static int
-handshake(struct dmutex__node *n, redisContext *c)
+handshake(struct dmutex__node *n, struct dmutex__conn *c, int64_t deadline)
 {
 	const struct dmutex__node_addr *a = n->addr;
 	redisReply *r;
 
 	if (a->password) {
 		if (a->user)
-			r = redisCommand(c, "AUTH %s %s", a->user, a->password);
+			r = dmutex__conn_command(c, deadline, "AUTH %s %s", a->user, a->password);
 		else
-			r = redisCommand(c, "AUTH %s", a->password);
+			r = dmutex__conn_command(c, deadline, "AUTH %s", a->password);
 		if (!r) {
 			note_down(n, "AUTH", c->errstr);
 			return -1;
@@ -84,7 +76,7 @@ handshake(struct dmutex__node *n, redisContext *c)
 		freeReplyObject(r);
 	}
 	if (a->db) {
-		r = redisCommand(c, "SELECT %d", a->db);
+		r = dmutex__conn_command(c, deadline, "SELECT %d", a->db);
 		if (!r || r->type == REDIS_REPLY_ERROR) {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: SELECT %d failed: %s", a->display,
 					a->db, r ? r->str : c->errstr);
@@ -97,42 +89,28 @@ handshake(struct dmutex__node *n, redisContext *c)
 	return 0;
 }
 
-redisContext *
+struct dmutex__conn *
 dmutex__node_connect(struct dmutex__node *n)
 {
 	return dmutex__node_connect_timeout(n, n->connect_ms);
 }
 
-redisContext *
+struct dmutex__conn *
 dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 {
 	const struct dmutex__node_addr *a = n->addr;
-	struct timeval ct = tv_ms(timeout_ms), cmd = tv_ms(n->command_ms);
-	redisContext *c;
+	int64_t deadline = dmutex__now_ns() + (int64_t)timeout_ms * DMUTEX__MS;
+	struct dmutex__conn *c;
+	char why[160];
 
-	if (a->path)
-		c = redisConnectUnixWithTimeout(a->path, ct);
-	else
-		c = redisConnectWithTimeout(a->host, a->port, ct);
-	if (!c) {
-		dmutex__log(DMUTEX_LOG_ERROR, "%s: out of memory connecting", a->display);
+	/* The timeout bounds DNS, TCP and the handshake together. */
+	if (!(c = dmutex__conn_dial(a, deadline, why, sizeof why))) {
+		note_down(n, "cannot connect", why);
 		return NULL;
 	}
-	if (c->err) {
-		note_down(n, "cannot connect", c->errstr);
-		redisFree(c);
-		return NULL;
-	}
-	/* A program that forks and execs must not carry our connections
-	 * into the new image (the server would see them stay open). */
-	if (fcntl(c->fd, F_SETFD, FD_CLOEXEC) ||
-			redisSetTimeout(c, cmd) != REDIS_OK || (!a->path && redisEnableKeepAlive(c) != REDIS_OK)) {
-		note_down(n, "cannot set socket options", c->errstr);
-		redisFree(c);
-		return NULL;
-	}
-	if (handshake(n, c)) {
-		redisFree(c);
+	c->command_ms = n->command_ms;
+	if (handshake(n, c, deadline)) {
+		dmutex__conn_free(c);
 		return NULL;
 	}
 	pthread_mutex_lock(&n->mu);
@@ -144,10 +122,10 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 	return c;
 }
 
-redisContext *
+struct dmutex__conn *
 dmutex__node_pooled(struct dmutex__node *n)
 {
-	redisContext *c = NULL;
+	struct dmutex__conn *c = NULL;
 
 	pthread_mutex_lock(&n->mu);
 	if (n->nidle)
@@ -156,17 +134,17 @@ dmutex__node_pooled(struct dmutex__node *n)
 	return c;
 }
 
-redisContext *
+struct dmutex__conn *
 dmutex__node_get(struct dmutex__node *n)
 {
-	redisContext *c = dmutex__node_pooled(n);
+	struct dmutex__conn *c = dmutex__node_pooled(n);
 	return c ? c : dmutex__node_connect(n);
 }
 
 void
 dmutex__node_drop_idle(struct dmutex__node *n)
 {
-	redisContext *idle[DMUTEX__POOL_MAX];
+	struct dmutex__conn *idle[DMUTEX__POOL_MAX];
 	int k;
 
 	pthread_mutex_lock(&n->mu);
@@ -175,19 +153,20 @@ dmutex__node_drop_idle(struct dmutex__node *n)
 	n->nidle = 0;
 	pthread_mutex_unlock(&n->mu);
 	for (int i = 0; i < k; i++)
-		redisFree(idle[i]);
+		dmutex__conn_free(idle[i]);
 }
 
 redisReply *
 dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done)
 {
-	redisContext *c = dmutex__node_pooled(n);
+	struct dmutex__conn *c = dmutex__node_pooled(n);
+	int64_t deadline = dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS;
 	redisReply *r;
 	int md = 0;
 
 	if (c) {
-		r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, &md);
+		r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, &md, deadline);
 		if (r || !c->err) {
 			*maybe_done = md;
 			dmutex__node_put(n, c);
@@ -200,7 +179,8 @@ dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		*maybe_done = md;
 		return NULL;
 	}
-	r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, maybe_done);
+	r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, maybe_done,
+			dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS);
 	/* The first attempt may have run: that outweighs a later "no". */
 	if (md == 1)
 		*maybe_done = 1;
@@ -209,13 +189,19 @@ dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 }
 
 void
-dmutex__node_put(struct dmutex__node *n, redisContext *c)
+dmutex__node_put(struct dmutex__node *n, struct dmutex__conn *c)
 {
 	if (!c)
 		return;
-	/* hiredis: a context is not to be reused after an I/O error. */
 	if (c->err) {
-		redisFree(c);
+		dmutex__conn_free(c);
+		return;
+	}
+	/* Replies still owed would be read by the next user as its own. */
+	if (c->pending) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: closing a connection that owes %u replies",
+				n->addr->display, c->pending);
+		dmutex__conn_free(c);
 		return;
 	}
 	pthread_mutex_lock(&n->mu);
@@ -225,11 +211,11 @@ dmutex__node_put(struct dmutex__node *n, redisContext *c)
 	}
 	pthread_mutex_unlock(&n->mu);
 	if (c)
-		redisFree(c);
+		dmutex__conn_free(c);
 }
 
 static int
-append_script(redisContext *c, int script, int by_sha, int nkeys, int argc,
+append_script(struct dmutex__conn *c, int script, int by_sha, int nkeys, int argc,
 		const char **argv, const size_t *lens)
 {
 	const struct dmutex__script *s = &dmutex__scripts[script];
@@ -249,12 +235,12 @@ append_script(redisContext *c, int script, int by_sha, int nkeys, int argc,
 		av[i + 3] = argv[i];
 		al[i + 3] = lens ? lens[i] : strlen(argv[i]);
 	}
-	rc = redisAppendCommandArgv(c, argc + 3, av, al);
-	return rc == REDIS_OK ? 0 : -1;
+	rc = dmutex__conn_append_argv(c, argc + 3, av, al);
+	return rc ? -1 : 0;
 }
 
 int
-dmutex__node_script_append(redisContext *c, int script, int by_sha, int nkeys, int argc,
+dmutex__node_script_append(struct dmutex__conn *c, int script, int by_sha, int nkeys, int argc,
 		const char **argv, const size_t *lens)
 {
 	return append_script(c, script, by_sha, nkeys, argc, argv, lens);
@@ -284,8 +270,9 @@ dmutex__node_noscript(const redisReply *r)
 }
 
 redisReply *
-dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
-		int nkeys, int argc, const char **argv, const size_t *lens, int *maybe_done)
+dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
+		int nkeys, int argc, const char **argv, const size_t *lens, int *maybe_done,
+		int64_t deadline)
 {
 	void *v = NULL;
 
@@ -296,7 +283,7 @@ dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
 					n->addr->display, c->errstr);
 			return NULL;
 		}
-		if (redisGetReply(c, &v) != REDIS_OK) {
+		if (dmutex__conn_get(c, &v, deadline)) {
 			/* Sent, but no reply: it may have run. */
 			*maybe_done = 1;
 			note_down(n, dmutex__scripts[script].name, c->errstr);

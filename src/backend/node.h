@@ -4,7 +4,10 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <hiredis/hiredis.h>
+
+#include "conn.h"
 
 #include "url.h"
 
@@ -15,7 +18,7 @@ struct dmutex__node {
 	unsigned connect_ms;
 	unsigned command_ms;
 	pthread_mutex_t mu;             /* leaf */
-	redisContext *idle[DMUTEX__POOL_MAX];
+	struct dmutex__conn *idle[DMUTEX__POOL_MAX];
 	int nidle;
 	int down_logged;                /* rate-limits "unreachable" warnings; 2: quiet (opening) */
 };
@@ -25,26 +28,29 @@ void dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *a
 void dmutex__node_fini(struct dmutex__node *n);
 void dmutex__node_atfork_child(struct dmutex__node *n);
 
-/* A new authenticated connection with the command timeout set; NULL on
+/* A new authenticated connection, within the connect timeout; NULL on
  * failure (logged). */
-redisContext *dmutex__node_connect(struct dmutex__node *n);
+struct dmutex__conn *dmutex__node_connect(struct dmutex__node *n);
 /* From the pool, or NULL. */
-redisContext *dmutex__node_pooled(struct dmutex__node *n);
+struct dmutex__conn *dmutex__node_pooled(struct dmutex__node *n);
 /* From the pool, or new. */
-redisContext *dmutex__node_get(struct dmutex__node *n);
+struct dmutex__conn *dmutex__node_get(struct dmutex__node *n);
 /* Close every idle connection: after one failed, the rest are suspect. */
 void dmutex__node_drop_idle(struct dmutex__node *n);
-/* Back to the pool; a broken context (c->err) is freed instead. */
-void dmutex__node_put(struct dmutex__node *n, redisContext *c);
+/* Back to the pool; a broken connection (c->err), or one that still owes
+ * replies, is closed instead (the latter logged: it is a bug). */
+void dmutex__node_put(struct dmutex__node *n, struct dmutex__conn *c);
 
 /*
  * Run an embedded script by SHA, falling back to EVAL on NOSCRIPT (a server
  * restart flushes the script cache).  argv holds the keys then the args.
+ * The whole exchange ends by deadline (CLOCK_MONOTONIC ns).
  * Returns the reply (never an error reply: those are logged and turned into
  * NULL) or NULL, with *maybe_done set when the script may have run.
  */
-redisReply *dmutex__node_script(struct dmutex__node *n, redisContext *c, int script,
-		int nkeys, int argc, const char **argv, const size_t *lens, int *maybe_done);
+redisReply *dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
+		int nkeys, int argc, const char **argv, const size_t *lens, int *maybe_done,
+		int64_t deadline);
 
 /* maybe_done values besides 0/1: Redis answered with an error (WRONGTYPE,
  * NOPERM, OOM...): the script did not apply, and asking again will not help. */
@@ -60,7 +66,7 @@ redisReply *dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int
 		const char **argv, int *maybe_done);
 
 /* Pipelined: append one script call, by SHA or (after NOSCRIPT) by source. */
-int dmutex__node_script_append(redisContext *c, int script, int by_sha, int nkeys,
+int dmutex__node_script_append(struct dmutex__conn *c, int script, int by_sha, int nkeys,
 		int argc, const char **argv, const size_t *lens);
 /* 1 if an error reply is a passing condition (LOADING, BUSY, READONLY...). */
 int dmutex__node_transient(const redisReply *r);
@@ -68,6 +74,6 @@ int dmutex__node_transient(const redisReply *r);
 int dmutex__node_noscript(const redisReply *r);
 /* A new connection with a connect timeout of timeout_ms (Redlock uses its
  * per-node timeout, so that one dead node does not hold up the others). */
-redisContext *dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms);
+struct dmutex__conn *dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms);
 
 #endif

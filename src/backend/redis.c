@@ -78,7 +78,8 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n)
 	struct dmutex__renew_argv x = { 0 };
 	unsigned char *noscript = NULL;
 	int *res = NULL;
-	redisContext *ctx;
+	struct dmutex__conn *ctx;
+	int64_t deadline = dmutex__now_ns() + (int64_t)node->command_ms * DMUTEX__MS;
 	void *v;
 	int md;
 
@@ -100,7 +101,7 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n)
 			break;
 	}
 	for (size_t c = 0; c < sent; c++) {
-		if (redisGetReply(ctx, &v) != REDIS_OK) {
+		if (dmutex__conn_get(ctx, &v, deadline)) {
 			dmutex__log(DMUTEX_LOG_WARN, "%s: renew: %s", node->addr->display, ctx->errstr);
 			dmutex__node_drop_idle(node);
 			goto out;
@@ -122,7 +123,7 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n)
 		if (!noscript[c])
 			continue;
 		k = dmutex__renew_chunk(be, rn, n, c, &x);
-		r = dmutex__node_script(node, ctx, DMUTEX__SCRIPT_RENEW, (int)k, (int)(3 * k), x.argv, NULL, &md);
+		r = dmutex__node_script(node, ctx, DMUTEX__SCRIPT_RENEW, (int)k, (int)(3 * k), x.argv, NULL, &md, deadline);
 		if (!r)
 			break;
 		dmutex__renew_reply(node->addr->display, r, k, res);

@@ -41,7 +41,7 @@ struct redlock {
 enum { CALL_FAILED, CALL_PENDING, CALL_DONE, CALL_LOST };
 
 struct call {
-	redisContext *c;
+	struct dmutex__conn *c;
 	redisReply *r;                  /* CALL_DONE: never an error reply */
 	int state;
 	int by_sha;
@@ -71,19 +71,17 @@ static void
 lose(struct call *k)
 {
 	/* A reply is outstanding on this connection: it cannot be reused. */
-	redisFree(k->c);
+	dmutex__conn_free(k->c);
 	k->c = NULL;
 	k->state = CALL_LOST;
 }
 
+/* A script call is a few hundred bytes: it fits the socket buffer of a
+ * fresh or idle connection, so this rarely waits at all. */
 static int
-flush(redisContext *c)
+flush(struct dmutex__conn *c)
 {
-	int done = 0;
-	while (!done)
-		if (redisBufferWrite(c, &done) != REDIS_OK)
-			return -1;
-	return 0;
+	return dmutex__conn_flush(c, dmutex__now_ns() + NODE_TIMEOUT_MAX_MS * DMUTEX__MS);
 }
 
 static int
@@ -109,7 +107,7 @@ resend_fresh(struct redlock *rl, size_t i, struct call *k, int script, int nkeys
 
 	if (!k->pooled)
 		return -1;
-	redisFree(k->c);
+	dmutex__conn_free(k->c);
 	dmutex__node_drop_idle(n);
 	k->pooled = 0;
 	if (!(k->c = dmutex__node_connect_timeout(n, timeout_ms))) {
@@ -151,13 +149,13 @@ receive_one(struct redlock *rl, size_t i, struct call *k, int script, int nkeys,
 {
 	void *v;
 
-	if (redisBufferRead(k->c) != REDIS_OK) {
+	if (dmutex__conn_fill(k->c)) {
 		if (resend_fresh(rl, i, k, script, nkeys, argc, argv, timeout_ms))
 			lose(k);
 		return 0;
 	}
 	for (;;) {
-		if (redisGetReplyFromReader(k->c, &v) != REDIS_OK) {
+		if (dmutex__conn_next(k->c, &v)) {
 			lose(k);
 			return 0;
 		}

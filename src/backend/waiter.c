@@ -34,7 +34,7 @@ struct dmutex__wsub {
 
 struct wnode {
 	struct dmutex__node *node;
-	redisContext *ctx;
+	struct dmutex__conn *ctx;
 	int64_t retry_ns;
 	int64_t backoff_ns;
 };
@@ -122,7 +122,7 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 	struct wnode *wn = &w->nodes[i];
 
 	dmutex__log(DMUTEX_LOG_DEBUG, "%s: wake-up connection lost: %s", wn->node->addr->display, why);
-	redisFree(wn->ctx);
+	dmutex__conn_free(wn->ctx);
 	wn->ctx = NULL;
 	pthread_mutex_lock(&w->mu);
 	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
@@ -143,12 +143,12 @@ sync_subs(struct dmutex__waiter *w)
 	while ((s = *pp)) {
 		int any = 0;
 		for (size_t i = 0; i < w->nnodes; i++) {
-			redisContext *ctx = w->nodes[i].ctx;
+			struct dmutex__conn *ctx = w->nodes[i].ctx;
 			if (ctx && s->refs && s->state[i] == ST_NONE) {
-				redisAppendCommand(ctx, "SUBSCRIBE %s", s->channel);
+				dmutex__conn_appendf(ctx, "SUBSCRIBE %s", s->channel);
 				s->state[i] = ST_SUB_SENT;
 			} else if (ctx && !s->refs && (s->state[i] == ST_SUB_SENT || s->state[i] == ST_SUBSCRIBED)) {
-				redisAppendCommand(ctx, "UNSUBSCRIBE %s", s->channel);
+				dmutex__conn_appendf(ctx, "UNSUBSCRIBE %s", s->channel);
 				s->state[i] = ST_UNSUB_SENT;
 				/* A thread that reuses this record must wait for its
 				 * own SUBSCRIBE to land, not trust the old one. */
@@ -207,15 +207,15 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 static void
 read_node(struct dmutex__waiter *w, size_t i)
 {
-	redisContext *ctx = w->nodes[i].ctx;
+	struct dmutex__conn *ctx = w->nodes[i].ctx;
 	void *v;
 
-	if (redisBufferRead(ctx) != REDIS_OK) {
+	if (dmutex__conn_fill(ctx)) {
 		drop_node(w, i, ctx->errstr);
 		return;
 	}
 	for (;;) {
-		if (redisGetReplyFromReader(ctx, &v) != REDIS_OK) {
+		if (dmutex__conn_next(ctx, &v)) {
 			drop_node(w, i, ctx->errstr);
 			return;
 		}
@@ -229,14 +229,11 @@ read_node(struct dmutex__waiter *w, size_t i)
 static void
 flush_node(struct dmutex__waiter *w, size_t i)
 {
-	redisContext *ctx = w->nodes[i].ctx;
-	int done = 0;
+	struct dmutex__conn *ctx = w->nodes[i].ctx;
 
-	while (ctx && !done)
-		if (redisBufferWrite(ctx, &done) != REDIS_OK) {
-			drop_node(w, i, ctx->errstr);
-			return;
-		}
+	/* Never blocks: what does not fit now goes when poll says POLLOUT. */
+	if (ctx && dmutex__conn_write(ctx) < 0)
+		drop_node(w, i, ctx->errstr);
 }
 
 static void *
@@ -283,6 +280,8 @@ waiter_main(void *arg)
 		for (size_t i = 0; i < w->nnodes; i++) {
 			pf[i + 1].fd = w->nodes[i].ctx ? w->nodes[i].ctx->fd : -1;
 			pf[i + 1].events = POLLIN;
+			if (w->nodes[i].ctx && w->nodes[i].ctx->outoff < w->nodes[i].ctx->outlen)
+				pf[i + 1].events |= POLLOUT;
 			pf[i + 1].revents = 0;
 		}
 		now = dmutex__now_ns();
@@ -294,7 +293,7 @@ waiter_main(void *arg)
 					;
 			}
 			for (size_t i = 0; i < w->nnodes; i++)
-				if (pf[i + 1].revents && w->nodes[i].ctx)
+				if ((pf[i + 1].revents & ~POLLOUT) && w->nodes[i].ctx)
 					read_node(w, i);
 		}
 		pthread_mutex_lock(&w->mu);
@@ -444,7 +443,7 @@ free_state(struct dmutex__waiter *w)
 	w->subs = NULL;
 	for (size_t i = 0; i < w->nnodes; i++) {
 		if (w->nodes[i].ctx)
-			redisFree(w->nodes[i].ctx);
+			dmutex__conn_free(w->nodes[i].ctx);
 		w->nodes[i].ctx = NULL;
 		w->nodes[i].retry_ns = 0;
 		w->nodes[i].backoff_ns = 0;

@@ -1,0 +1,388 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "internal.h"
+#include "url.h"
+
+/* Big enough that a typical reply arrives in one recv; on the heap so that
+ * a caller on a small stack does not pay for it. */
+#define DMUTEX__CONN_IN 16384
+
+static void
+set_err(struct dmutex__conn *c, const char *what, int e)
+{
+	if (c->err)
+		return;
+	c->err = e ? e : EIO;
+	if (e)
+		snprintf(c->errstr, sizeof c->errstr, "%.60s: %.60s", what, strerror(e));
+	else
+		snprintf(c->errstr, sizeof c->errstr, "%.120s", what);
+}
+
+/* Milliseconds left until the deadline for poll(2), rounded up, 0 if past. */
+static int
+ms_left(int64_t deadline)
+{
+	int64_t left = deadline - dmutex__now_ns();
+	if (left <= 0)
+		return 0;
+	left = (left + DMUTEX__MS - 1) / DMUTEX__MS;
+	return left > 600000000 ? 600000000 : (int)left;
+}
+
+/* Wait for fd to be ready for events by the deadline: 1 ready, 0 time out,
+ * -1 error (errno). */
+static int
+wait_fd(int fd, short events, int64_t deadline)
+{
+	for (;;) {
+		struct pollfd pf = { fd, events, 0 };
+		int ms = ms_left(deadline), rc = poll(&pf, 1, ms);
+		if (rc > 0)
+			return 1;
+		if (rc == 0) {
+			if (dmutex__now_ns() >= deadline)
+				return 0;
+			continue;
+		}
+		if (errno != EINTR)
+			return -1;
+	}
+}
+
+static int
+connect_fd(int fd, const struct sockaddr *sa, socklen_t len, int64_t deadline)
+{
+	int e = 0;
+	socklen_t el = sizeof e;
+
+	if (connect(fd, sa, len) == 0)
+		return 0;
+	if (errno != EINPROGRESS && errno != EINTR)
+		return errno;
+	switch (wait_fd(fd, POLLOUT, deadline)) {
+	case 0:
+		return ETIMEDOUT;
+	case -1:
+		return errno;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el))
+		return errno;
+	return e;
+}
+
+static struct dmutex__conn *
+conn_new(int fd)
+{
+	struct dmutex__conn *c = calloc(1, sizeof *c);
+
+	if (!c)
+		return NULL;
+	c->fd = fd;
+	c->rd = redisReaderCreate();
+	c->in = malloc(DMUTEX__CONN_IN);
+	if (!c->rd || !c->in) {
+		if (c->rd)
+			redisReaderFree(c->rd);
+		free(c->in);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+static int
+dial_unix(const char *path, int64_t deadline, int *out)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int fd, e;
+
+	if (strlen(path) >= sizeof sun.sun_path)
+		return ENAMETOOLONG;
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+		return errno;
+	if ((e = connect_fd(fd, (struct sockaddr *)&sun, sizeof sun, deadline))) {
+		close(fd);
+		return e;
+	}
+	*out = fd;
+	return 0;
+}
+
+static int
+dial_tcp(const char *host, int port, int64_t deadline, int *out, char *why, size_t whylen)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai, *p;
+	char ps[16];
+	int rc, e = ECONNREFUSED, one = 1;
+
+	snprintf(ps, sizeof ps, "%d", port);
+	if ((rc = getaddrinfo(host, ps, &hints, &ai))) {
+		snprintf(why, whylen, "cannot resolve: %s", gai_strerror(rc));
+		return -1;
+	}
+	/* Every address in turn, each within what is left of the deadline. */
+	for (p = ai; p; p = p->ai_next) {
+		int fd = socket(p->ai_family, p->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+				p->ai_protocol);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		if ((e = connect_fd(fd, p->ai_addr, p->ai_addrlen, deadline))) {
+			close(fd);
+			if (e == ETIMEDOUT)
+				break;
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+		*out = fd;
+		freeaddrinfo(ai);
+		return 0;
+	}
+	freeaddrinfo(ai);
+	snprintf(why, whylen, "%s", strerror(e));
+	return -1;
+}
+
+struct dmutex__conn *
+dmutex__conn_dial(const struct dmutex__node_addr *a, int64_t deadline, char *why, size_t whylen)
+{
+	struct dmutex__conn *c;
+	int fd = -1, e;
+
+	if (a->path) {
+		if ((e = dial_unix(a->path, deadline, &fd))) {
+			snprintf(why, whylen, "%s", strerror(e));
+			return NULL;
+		}
+	} else if (dial_tcp(a->host, a->port, deadline, &fd, why, whylen)) {
+		return NULL;
+	}
+	if (!(c = conn_new(fd))) {
+		close(fd);
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	return c;
+}
+
+void
+dmutex__conn_free(struct dmutex__conn *c)
+{
+	if (!c)
+		return;
+	if (c->fd >= 0)
+		close(c->fd);
+	redisReaderFree(c->rd);
+	free(c->out);
+	free(c->in);
+	free(c);
+}
+
+static int
+push(struct dmutex__conn *c, char *cmd, int len)
+{
+	if (len < 0) {
+		set_err(c, "cannot format command", ENOMEM);
+		return -1;
+	}
+	if (c->outoff == c->outlen)
+		c->outoff = c->outlen = 0;
+	if (c->outlen + (size_t)len > c->outcap) {
+		size_t cap = c->outcap ? c->outcap : 256;
+		char *p;
+		while (cap < c->outlen + (size_t)len)
+			cap *= 2;
+		if (!(p = realloc(c->out, cap))) {
+			redisFreeCommand(cmd);
+			set_err(c, "cannot queue command", ENOMEM);
+			return -1;
+		}
+		c->out = p;
+		c->outcap = cap;
+	}
+	memcpy(c->out + c->outlen, cmd, (size_t)len);
+	c->outlen += (size_t)len;
+	c->pending++;
+	redisFreeCommand(cmd);
+	return 0;
+}
+
+int
+dmutex__conn_append_argv(struct dmutex__conn *c, int argc, const char **argv, const size_t *lens)
+{
+	char *cmd = NULL;
+	int len;
+
+	if (c->err)
+		return -1;
+	len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+	return push(c, cmd, len);
+}
+
+int
+dmutex__conn_appendf(struct dmutex__conn *c, const char *fmt, ...)
+{
+	char *cmd = NULL;
+	va_list ap;
+	int len;
+
+	if (c->err)
+		return -1;
+	va_start(ap, fmt);
+	len = redisvFormatCommand(&cmd, fmt, ap);
+	va_end(ap);
+	return push(c, cmd, len);
+}
+
+int
+dmutex__conn_write(struct dmutex__conn *c)
+{
+	if (c->err)
+		return -1;
+	while (c->outoff < c->outlen) {
+		/* MSG_NOSIGNAL: a reset connection gives EPIPE here, never a
+		 * SIGPIPE that would kill the program. */
+		ssize_t k = send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			set_err(c, "send", errno);
+			return -1;
+		}
+		c->outoff += (size_t)k;
+	}
+	c->outoff = c->outlen = 0;
+	return 1;
+}
+
+int
+dmutex__conn_flush(struct dmutex__conn *c, int64_t deadline)
+{
+	for (;;) {
+		int rc = dmutex__conn_write(c);
+		if (rc)
+			return rc < 0 ? -1 : 0;
+		switch (wait_fd(c->fd, POLLOUT, deadline)) {
+		case 0:
+			set_err(c, "timed out sending", 0);
+			return -1;
+		case -1:
+			set_err(c, "poll", errno);
+			return -1;
+		}
+	}
+}
+
+int
+dmutex__conn_fill(struct dmutex__conn *c)
+{
+	if (c->err)
+		return -1;
+	for (;;) {
+		ssize_t k = recv(c->fd, c->in, DMUTEX__CONN_IN, 0);
+		if (k > 0) {
+			if (redisReaderFeed(c->rd, c->in, (size_t)k) != REDIS_OK) {
+				set_err(c, "out of memory reading", ENOMEM);
+				return -1;
+			}
+			if (k < DMUTEX__CONN_IN)
+				return 0;
+			continue;
+		}
+		if (k == 0) {
+			set_err(c, "connection closed by server", 0);
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		set_err(c, "recv", errno);
+		return -1;
+	}
+}
+
+int
+dmutex__conn_next(struct dmutex__conn *c, void **reply)
+{
+	*reply = NULL;
+	if (c->err)
+		return -1;
+	if (redisReaderGetReply(c->rd, reply) != REDIS_OK) {
+		char msg[128];
+		snprintf(msg, sizeof msg, "protocol error: %.100s", c->rd->errstr);
+		set_err(c, msg, 0);
+		*reply = NULL;
+		return -1;
+	}
+	if (*reply && c->pending)
+		c->pending--;
+	return 0;
+}
+
+int
+dmutex__conn_get(struct dmutex__conn *c, void **reply, int64_t deadline)
+{
+	*reply = NULL;
+	if (dmutex__conn_flush(c, deadline))
+		return -1;
+	for (;;) {
+		if (dmutex__conn_next(c, reply))
+			return -1;
+		if (*reply)
+			return 0;
+		switch (wait_fd(c->fd, POLLIN, deadline)) {
+		case 0:
+			set_err(c, "timed out waiting for the reply", 0);
+			return -1;
+		case -1:
+			set_err(c, "poll", errno);
+			return -1;
+		}
+		if (dmutex__conn_fill(c))
+			return -1;
+	}
+}
+
+redisReply *
+dmutex__conn_command(struct dmutex__conn *c, int64_t deadline, const char *fmt, ...)
+{
+	char *cmd = NULL;
+	void *v;
+	va_list ap;
+	int len;
+
+	if (c->err)
+		return NULL;
+	va_start(ap, fmt);
+	len = redisvFormatCommand(&cmd, fmt, ap);
+	va_end(ap);
+	if (push(c, cmd, len) || dmutex__conn_get(c, &v, deadline))
+		return NULL;
+	return v;
+}
+
+int64_t
+dmutex__conn_deadline(const struct dmutex__conn *c)
+{
+	return dmutex__now_ns() + (int64_t)c->command_ms * DMUTEX__MS;
+}

@@ -1,0 +1,60 @@
+/*
+ * An owned connection to one Redis server: a non-blocking socket driven
+ * with poll(2), every wait bounded by an absolute CLOCK_MONOTONIC deadline
+ * for the whole request (never per recv), buffers on the heap.  hiredis is
+ * used only to format commands and to parse RESP (redisReader), so this
+ * builds with hiredis 0.14 and 1.x.  Requests may be pipelined: append
+ * several, then read the replies in order.
+ */
+#ifndef DMUTEX_CONN_H
+#define DMUTEX_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+
+struct dmutex__node_addr;
+
+struct dmutex__conn {
+	int fd;
+	int err;                        /* nonzero: broken, never reuse */
+	char errstr[128];
+	unsigned pending;               /* replies appended but not yet read */
+	unsigned command_ms;            /* the node's command timeout, for callers
+	                                 * that have no deadline of their own */
+	redisReader *rd;
+	char *out;                      /* formatted commands not yet sent */
+	size_t outlen, outoff, outcap;
+	char *in;                       /* recv buffer, DMUTEX__CONN_IN bytes */
+};
+
+/* Connect (DNS, TCP or unix) by the deadline; NULL with why filled on
+ * failure.  The socket is non-blocking, close-on-exec, TCP_NODELAY and
+ * keep-alive. */
+struct dmutex__conn *dmutex__conn_dial(const struct dmutex__node_addr *a, int64_t deadline,
+		char *why, size_t whylen);
+void dmutex__conn_free(struct dmutex__conn *c);
+
+/* Queue one command; 0 or -1 (out of memory, c->err set). */
+int dmutex__conn_append_argv(struct dmutex__conn *c, int argc, const char **argv,
+		const size_t *lens);
+int dmutex__conn_appendf(struct dmutex__conn *c, const char *fmt, ...);
+
+/* Send what can go without waiting: 1 all sent, 0 more to send, -1 broken. */
+int dmutex__conn_write(struct dmutex__conn *c);
+/* Send everything by the deadline: 0 or -1. */
+int dmutex__conn_flush(struct dmutex__conn *c, int64_t deadline);
+/* Read what has arrived without waiting: 0, or -1 broken (EOF included). */
+int dmutex__conn_fill(struct dmutex__conn *c);
+/* One parsed reply if buffered (*reply NULL if none): 0, or -1 on a
+ * protocol error. */
+int dmutex__conn_next(struct dmutex__conn *c, void **reply);
+/* Flush, then wait for the next reply until the deadline: 0 with *reply,
+ * or -1 (c->err set; a timeout breaks the connection: a reply is owed). */
+int dmutex__conn_get(struct dmutex__conn *c, void **reply, int64_t deadline);
+/* now + c->command_ms. */
+int64_t dmutex__conn_deadline(const struct dmutex__conn *c);
+/* appendf + get. NULL on failure. */
+redisReply *dmutex__conn_command(struct dmutex__conn *c, int64_t deadline, const char *fmt, ...);
+
+#endif
