@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dial.h"
 #include "internal.h"
 #include "node.h"
 #include "scripts.h"
@@ -51,42 +52,123 @@ note_down(struct dmutex__node *n, const char *what, const char *why)
 			n->addr->display, what, why);
 }
 
-static int
-handshake(struct dmutex__node *n, struct dmutex__conn *c, int64_t deadline)
+/*
+ * One connection set-up, run on a dial thread.  It holds its own copy of
+ * the address: a caller that gave up may close the client meanwhile.
+ */
+struct connect_job {
+	struct dmutex__node_addr a;
+	int64_t deadline;
+	unsigned command_ms;
+	struct dmutex__conn *c;         /* the result, or NULL */
+	int refused;                    /* the server said no (AUTH, SELECT) */
+	char what[32];
+	char why[200];
+};
+
+static void
+job_free(void *p)
 {
-	const struct dmutex__node_addr *a = n->addr;
+	struct connect_job *j = p;
+
+	dmutex__conn_free(j->c);
+	free(j->a.host);
+	free(j->a.path);
+	free(j->a.user);
+	if (j->a.password) {
+		explicit_bzero(j->a.password, strlen(j->a.password));
+		free(j->a.password);
+	}
+	free(j->a.display);
+	free(j);
+}
+
+static int
+dup_or_null(char **to, const char *from)
+{
+	*to = NULL;
+	return from && !(*to = strdup(from)) ? -1 : 0;
+}
+
+static struct connect_job *
+job_new(const struct dmutex__node_addr *a, int64_t deadline, unsigned command_ms)
+{
+	struct connect_job *j = calloc(1, sizeof *j);
+
+	if (!j)
+		return NULL;
+	j->a = *a;
+	j->deadline = deadline;
+	j->command_ms = command_ms;
+	if (dup_or_null(&j->a.host, a->host) | dup_or_null(&j->a.path, a->path) |
+			dup_or_null(&j->a.user, a->user) | dup_or_null(&j->a.password, a->password) |
+			dup_or_null(&j->a.display, a->display)) {
+		job_free(j);
+		return NULL;
+	}
+	return j;
+}
+
+static int
+fail(struct connect_job *j, int refused, const char *what, const char *why)
+{
+	j->refused = refused;
+	snprintf(j->what, sizeof j->what, "%s", what);
+	snprintf(j->why, sizeof j->why, "%s", why);
+	return -1;
+}
+
+static int
+handshake(struct connect_job *j)
+{
+	const struct dmutex__node_addr *a = &j->a;
+	struct dmutex__conn *c = j->c;
 	redisReply *r;
+	int rc = 0;
 
 	if (a->password) {
 		if (a->user)
-			r = dmutex__conn_command(c, deadline, "AUTH %s %s", a->user, a->password);
+			r = dmutex__conn_command(c, j->deadline, "AUTH %s %s", a->user, a->password);
 		else
-			r = dmutex__conn_command(c, deadline, "AUTH %s", a->password);
-		if (!r) {
-			note_down(n, "AUTH", c->errstr);
-			return -1;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			/* Redis's message names no password; ours neither. */
-			dmutex__log(DMUTEX_LOG_ERROR, "%s: authentication failed: %s",
-					a->display, r->str);
-			freeReplyObject(r);
-			return -1;
-		}
+			r = dmutex__conn_command(c, j->deadline, "AUTH %s", a->password);
+		if (!r)
+			return fail(j, 0, "AUTH", c->errstr);
+		/* Redis's message names no password; ours neither. */
+		if (r->type == REDIS_REPLY_ERROR)
+			rc = fail(j, 1, "authentication failed", r->str);
 		freeReplyObject(r);
+		if (rc)
+			return rc;
 	}
 	if (a->db) {
-		r = dmutex__conn_command(c, deadline, "SELECT %d", a->db);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			dmutex__log(DMUTEX_LOG_ERROR, "%s: SELECT %d failed: %s", a->display,
-					a->db, r ? r->str : c->errstr);
-			if (r)
-				freeReplyObject(r);
-			return -1;
+		r = dmutex__conn_command(c, j->deadline, "SELECT %d", a->db);
+		if (!r)
+			return fail(j, 0, "SELECT", c->errstr);
+		if (r->type == REDIS_REPLY_ERROR) {
+			char what[32];
+			snprintf(what, sizeof what, "SELECT %d failed", a->db);
+			rc = fail(j, 1, what, r->str);
 		}
 		freeReplyObject(r);
 	}
-	return 0;
+	return rc;
+}
+
+static void
+connect_main(void *p)
+{
+	struct connect_job *j = p;
+	char why[160];
+
+	if (!(j->c = dmutex__conn_dial(&j->a, j->deadline, why, sizeof why))) {
+		fail(j, 0, "cannot connect", why);
+		return;
+	}
+	j->c->command_ms = j->command_ms;
+	if (handshake(j)) {
+		dmutex__conn_free(j->c);
+		j->c = NULL;
+	}
 }
 
 struct dmutex__conn *
@@ -101,18 +183,36 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 	const struct dmutex__node_addr *a = n->addr;
 	int64_t deadline = dmutex__now_ns() + (int64_t)timeout_ms * DMUTEX__MS;
 	struct dmutex__conn *c;
-	char why[160];
+	struct connect_job *j;
+	int err;
 
-	/* The timeout bounds DNS, TCP and the handshake together. */
-	if (!(c = dmutex__conn_dial(a, deadline, why, sizeof why))) {
-		note_down(n, "cannot connect", why);
+	/* The timeout bounds DNS, TCP and the handshake together: the dial
+	 * thread stops at the deadline and we stop waiting for it then. */
+	if (!(j = job_new(a, deadline, n->command_ms))) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: out of memory connecting", a->display);
 		return NULL;
 	}
-	c->command_ms = n->command_ms;
-	if (handshake(n, c, deadline)) {
-		dmutex__conn_free(c);
+	if ((err = dmutex__dial_run(connect_main, job_free, j, deadline))) {
+		if (err == ETIMEDOUT) {
+			note_down(n, "cannot connect", "timed out");
+		} else {
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot start a connecting thread: %s",
+					a->display, strerror(err));
+			job_free(j);
+		}
 		return NULL;
 	}
+	if (!j->c) {
+		if (j->refused)
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s: %s", a->display, j->what, j->why);
+		else
+			note_down(n, j->what, j->why);
+		job_free(j);
+		return NULL;
+	}
+	c = j->c;
+	j->c = NULL;
+	job_free(j);
 	pthread_mutex_lock(&n->mu);
 	/* 2: quiet while the client opens (client.c verify). */
 	if (n->down_logged == 1)

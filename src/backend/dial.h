@@ -1,0 +1,24 @@
+/*
+ * Connection set-up (DNS, TCP, AUTH, SELECT, PING, later TLS) runs on a
+ * library thread of its own with an explicitly sized stack: getaddrinfo and
+ * a TLS handshake want tens of KiB, and the caller may be a thread created
+ * with a PTHREAD_STACK_MIN stack.  The caller waits for it only until the
+ * deadline, which therefore bounds DNS too (getaddrinfo takes no timeout).
+ */
+#ifndef DMUTEX_DIAL_H
+#define DMUTEX_DIAL_H
+
+#include <stdint.h>
+
+#define DMUTEX__DIAL_STACK (1024 * 1024)
+
+/*
+ * Run fn(arg) on a new library thread and wait for it until deadline
+ * (CLOCK_MONOTONIC ns).  0: fn ran and returned, arg holds its result.
+ * ETIMEDOUT: the caller gave up; the thread calls drop(arg) when fn
+ * returns, and arg must not be touched again.  Another errno: no thread
+ * could be started, fn did not run.
+ */
+int dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t deadline);
+
+#endif
