@@ -82,7 +82,10 @@ dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t de
 	pthread_mutex_lock(&d->mu);
 	while (!d->done) {
 		struct timespec ts = { (time_t)(deadline / 1000000000), (long)(deadline % 1000000000) };
-		if (pthread_cond_timedwait(&d->cv, &d->mu, &ts) == ETIMEDOUT && !d->done) {
+		/* A timeout counts only when our own clock agrees: a wrapped
+		 * pthread_cond_* (libfaketime) may wake us early. */
+		if (pthread_cond_clockwait(&d->cv, &d->mu, CLOCK_MONOTONIC, &ts) == ETIMEDOUT &&
+				!d->done && dmutex__now_ns() >= deadline) {
 			d->abandoned = 1;
 			pthread_mutex_unlock(&d->mu);
 			return ETIMEDOUT;
