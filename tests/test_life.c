@@ -429,7 +429,7 @@ in_ms(long ms)
 /* Another process, its own client: the robust lock comes with EOWNERDEAD
  * at once, not after the lease (10 s). */
 static int
-texit_other_process(void *arg)
+texit_other_process(const char *url)
 {
 	dmutex_client_t *c;
 	dmutex_attr_t a;
@@ -437,8 +437,7 @@ texit_other_process(void *arg)
 	struct timespec ts = in_ms(3000);
 	int rc;
 
-	(void)arg;
-	if (dmutex_client_open(&c, srv.url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
 			dmutex_attr_setrobust(&a, DMUTEX_ROBUST) || dmutex_init(&m, "life:texit:xproc", &a))
 		return 10;
 	rc = dmutex_timedlock(&m, &ts);
@@ -497,8 +496,15 @@ case_thread_exit(void)
 	pthread_create(&t, NULL, texit_by_pthread_exit, &x);
 	pthread_join(t, NULL);
 	{
-		pid_t pid = th_spawn(texit_other_process, NULL);
-		int st = th_wait_child(pid, 20000);
+		/* exec'd, not only forked: a fresh process (and TSan allows
+		 * no threads in the child of a threaded fork). */
+		char self[4096];
+		ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+		const char *argv[] = { self, "xproc-child", srv.url, NULL };
+		int st;
+
+		self[len > 0 ? len : 0] = 0;
+		st = th_run(argv, NULL, getenv("LIFE_CHILD_LOG"), 20000);
 		if (st != 0) {
 			fprintf(stderr, "thread-exit: other process status %d\n", st);
 			atomic_fetch_add(&failures, 1);
@@ -527,6 +533,15 @@ ex_set(int *v, int val)
 }
 
 static void
+ex_incr(int *v)
+{
+	pthread_mutex_lock(&ex_mu);
+	++*v;
+	pthread_cond_broadcast(&ex_cv);
+	pthread_mutex_unlock(&ex_mu);
+}
+
+static void
 ex_wait(int *v, int val)
 {
 	pthread_mutex_lock(&ex_mu);
@@ -544,7 +559,7 @@ ex_worker(void *arg)
 	(void)arg;
 	if (dmutex_lock(&ex_a))
 		return NULL;
-	ex_set(&ex_held, ex_held + 1);
+	ex_incr(&ex_held);
 	ex_wait(&ex_go, 1);
 	ex_w1_rc = dmutex_fence(&ex_a, &f) ? 1 : f == 0 ? 2 : dmutex_unlock(&ex_a) ? 3 : 0;
 	return NULL;
@@ -557,15 +572,19 @@ ex_stayer(void *arg)
 	(void)arg;
 	if (dmutex_lock(&ex_c))
 		return NULL;
-	ex_set(&ex_held, ex_held + 1);
+	ex_incr(&ex_held);
 	for (;;)
 		pause();
 	return NULL;
 }
 
+static int ex_started;
+
 static void
 ex_join_workers(void)
 {
+	if (!ex_started)
+		return;
 	ex_set(&ex_go, 1);
 	pthread_join(ex_w1, NULL);
 	if (ex_w1_rc) {
@@ -591,6 +610,7 @@ ex_child(const char *url)
 			dmutex_init(&ex_b, "life:exit:b", &a) || dmutex_init(&ex_c, "life:exit:c", &a))
 		return 10;
 	pthread_create(&ex_w1, NULL, ex_worker, NULL);
+	ex_started = 1;
 	pthread_create(&t, NULL, ex_stayer, NULL);
 	ex_wait(&ex_held, 2);
 	if (dmutex_lock(&ex_b))
@@ -613,7 +633,7 @@ case_exit(void)
 		ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
 		const char *argv[] = { self, "exit-child", srv.url, NULL };
 		self[len > 0 ? len : 0] = 0;
-		st = th_run(argv, NULL, NULL, 20000);
+		st = th_run(argv, NULL, getenv("LIFE_CHILD_LOG"), 20000);
 	}
 	if (st != 0) {
 		fprintf(stderr, "exit: child status %d\n", st);
@@ -902,6 +922,8 @@ main(int argc, char **argv)
 	alarm(60);
 	if (!strcmp(c, "exit-child") && argc > 2)
 		return ex_child(argv[2]);
+	if (!strcmp(c, "xproc-child") && argc > 2)
+		return texit_other_process(argv[2]);
 	dmutex_set_logger(logger, NULL);
 	if (th_redis_start(&srv, NULL))
 		return 1;
