@@ -186,7 +186,8 @@ relock_lost_one(int type, const char *name)
 	dmutex_t m;
 	int before = atomic_load(&lost_calls);
 
-	init(&m, name, type, 300);
+	/* Long enough for a slow run (memcheck) to hold it until paused. */
+	init(&m, name, type, 1000);
 	CHECK(dmutex_lock(&m), 0);
 	if (type == DMUTEX_RECURSIVE)
 		CHECK(dmutex_lock(&m), 0);              /* depth 2 */
