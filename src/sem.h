@@ -32,8 +32,22 @@ int dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out);
  * unreachable through every try.  0 or the last error.
  */
 #define DMUTEX__SEM_TRIES 3
-int dmutex__sem_take_once(struct dmutex__sem *sx, int *taken);
-int dmutex__sem_post_once(struct dmutex__sem *sx, long long *value);
+int dmutex__sem_take_once(struct dmutex__sem *sx, const char *token, int *taken);
+int dmutex__sem_post_once(struct dmutex__sem *sx, const char *token, long long *value);
+
+/*
+ * dsem_wait/trywait (try_only) and the timed ones (until on
+ * CLOCK_MONOTONIC, INT64_MAX none), and dsem_post, with the caller's
+ * request id: the shim asks again with the same one while the backend is
+ * away, so that no retry takes or returns a second permit (for as long as
+ * the backend keeps results: a minute).
+ */
+int dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only);
+int dmutex__sem_post_token(dsem_t *s, const char *token);
+/* A realtime or monotonic deadline as CLOCK_MONOTONIC ns (INT64_MAX: none);
+ * EINVAL for another clock or a bad tv_nsec (logged, naming sx). */
+int dmutex__sem_deadline(const char *name, clockid_t clock, const struct timespec *at,
+		int64_t *until);
 
 #define DMUTEX__SEM_OPKEY_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)
 

@@ -156,11 +156,22 @@ dsem_unlink(const char *name, dmutex_client_t *client)
 int
 dsem_post(dsem_t *s)
 {
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err;
+
+	if ((err = dmutex__token(token)))
+		return err;
+	return dmutex__sem_post_token(s, token);
+}
+
+int
+dmutex__sem_post_token(dsem_t *s, const char *token)
+{
 	struct dmutex__sem *sx;
 	long long v;
 	int err;
 
-	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post_once(sx, &v)))
+	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post_once(sx, token, &v)))
 		return err;
 	if (v < 0) {
 		dmutex__log(DMUTEX_LOG_ERROR, "dsem_post('%s'): the value is at DSEM_VALUE_MAX", sx->name);
@@ -193,26 +204,20 @@ pause_try(int attempt)
 }
 
 int
-dmutex__sem_take_once(struct dmutex__sem *sx, int *taken)
+dmutex__sem_take_once(struct dmutex__sem *sx, const char *token, int *taken)
 {
-	char token[DMUTEX__TOKEN_HEX + 1];
 	int err;
 
-	if ((err = dmutex__token(token)))
-		return err;
 	for (int i = 0; (err = dmutex__sem_take(sx, token, taken)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
 		pause_try(i);
 	return err;
 }
 
 int
-dmutex__sem_post_once(struct dmutex__sem *sx, long long *value)
+dmutex__sem_post_once(struct dmutex__sem *sx, const char *token, long long *value)
 {
-	char token[DMUTEX__TOKEN_HEX + 1];
 	int err;
 
-	if ((err = dmutex__token(token)))
-		return err;
 	for (int i = 0; (err = dmutex__sem_post(sx, token, value)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
 		pause_try(i);
 	return err;

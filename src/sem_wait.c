@@ -21,8 +21,8 @@
 
 #define NO_DEADLINE INT64_MAX
 
-static int
-wait_until(dsem_t *s, int64_t until, int try_only)
+int
+dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only)
 {
 	struct dmutex__sem *sx;
 	struct dmutex_client *cl;
@@ -32,9 +32,12 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 	uint64_t seq;
 	int err, taken;
 
+	/* One token for the whole wait: only a take that succeeded is
+	 * remembered under it, so asking again with it after a failed take
+	 * is a fresh take, and after a lost reply returns that take. */
 	if ((err = dmutex__sem_resolve(s, &sx)))
 		return err;
-	if ((err = dmutex__sem_take_once(sx, &taken)))
+	if ((err = dmutex__sem_take_once(sx, token, &taken)))
 		return err;
 	if (taken)
 		return 0;
@@ -57,7 +60,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 
 		/* Read before asking: a post after the ask moves it. */
 		seq = dmutex__wsub_seq(cl, sub);
-		if ((err = dmutex__sem_take_once(sx, &taken)) || taken)
+		if ((err = dmutex__sem_take_once(sx, token, &taken)) || taken)
 			break;
 		/* No confirmed subscription yet: a post might not reach us;
 		 * try again soon rather than once a lease. */
@@ -65,7 +68,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 		if (!dmutex__wsub_wait(cl, sub, seq, next < until ? next : until) &&
 				dmutex__now_ns() >= until) {
 			/* A last try: a permit that came at the deadline is taken. */
-			if (!(err = dmutex__sem_take_once(sx, &taken)) && !taken)
+			if (!(err = dmutex__sem_take_once(sx, token, &taken)) && !taken)
 				err = ETIMEDOUT;
 			break;
 		}
@@ -74,6 +77,17 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 out:
 	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
 	return err;
+}
+
+static int
+wait_until(dsem_t *s, int64_t until, int try_only)
+{
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err;
+
+	if ((err = dmutex__token(token)))
+		return err;
+	return dmutex__sem_wait_until(s, token, until, try_only);
 }
 
 int
@@ -89,37 +103,50 @@ dsem_trywait(dsem_t *s)
 }
 
 int
-dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
+dmutex__sem_deadline(const char *name, clockid_t clock, const struct timespec *at,
+		int64_t *until)
 {
-	struct dmutex__sem *sx;
 	struct timespec now;
-	int64_t until, left, secs;
-	int err, taken;
+	int64_t left, secs;
 
-	if ((err = dmutex__sem_resolve(s, &sx)))
-		return err;
 	if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) {
 		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': clock %d is neither CLOCK_REALTIME nor CLOCK_MONOTONIC",
-				sx->name, (int)clock);
+				name, (int)clock);
 		return EINVAL;
 	}
-	/* POSIX: the deadline is not checked if the semaphore can be taken
-	 * at once. */
 	if (!at || at->tv_nsec < 0 || at->tv_nsec >= 1000000000L) {
-		if ((err = dmutex__sem_take_once(sx, &taken)) || taken)
-			return err;
-		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': %s", sx->name,
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': %s", name,
 				at ? "tv_nsec out of range" : "NULL deadline");
 		return EINVAL;
 	}
 	clock_gettime(clock, &now);
 	secs = (int64_t)at->tv_sec - now.tv_sec;
-	if (secs > INT64_MAX / 1000000000 - 1)
-		return wait_until(s, NO_DEADLINE, 0);
+	if (secs > INT64_MAX / 1000000000 - 1) {
+		*until = NO_DEADLINE;
+		return 0;
+	}
 	left = secs < 0 ? 0 : secs * 1000000000 + (at->tv_nsec - now.tv_nsec);
-	until = dmutex__now_ns() + (left > 0 ? left : 0);
-	if (left > 0 && until < 0)
-		until = NO_DEADLINE;
+	*until = dmutex__now_ns() + (left > 0 ? left : 0);
+	if (left > 0 && *until < 0)
+		*until = NO_DEADLINE;
+	return 0;
+}
+
+int
+dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
+{
+	struct dmutex__sem *sx;
+	int64_t until;
+	int err;
+
+	if ((err = dmutex__sem_resolve(s, &sx)))
+		return err;
+	/* POSIX: the deadline is not examined if a permit is free at once. */
+	if (dmutex__sem_deadline(sx->name, clock, at, &until)) {
+		if (!(err = dsem_trywait(s)))
+			return 0;
+		return err == EAGAIN ? EINVAL : err;
+	}
 	return wait_until(s, until, 0);
 }
 

@@ -210,9 +210,14 @@ static int waiter(void *arg)
 	dsem_t s;
 	struct timespec at = in_ms(CLOCK_REALTIME, 15000);
 
+	int err;
+
 	if (dmutex_client_open(&c, (const char *)arg) || dsem_init(&s, "wake", 0, c, 0))
 		return 10;
-	return dsem_timedwait(&s, &at) ? 11 : 0;
+	err = dsem_timedwait(&s, &at);
+	dsem_destroy(&s);
+	dmutex_client_close(c);
+	return err ? 11 : 0;
 }
 
 /* th_wait_until condition: at least *arg waiters subscribed. */

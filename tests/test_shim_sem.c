@@ -1,0 +1,174 @@
+/*
+ * POSIX semaphores through the shim: an ordinary program using
+ * <semaphore.h> against a real redis-server.  The errno contract (-1 and
+ * errno, SEM_FAILED), sem_open by name (one object per name per process,
+ * O_CREAT/O_EXCL, the first creator's value), sem_init named by its
+ * definition site, three processes sharing two permits (a holders counter
+ * in Redis never above 2), and a holder killed by SIGKILL keeping its
+ * permit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct th_redis srv;
+static int failures;
+
+#define CHECK(cond) do { \
+	if (!(cond)) { \
+		fprintf(stderr, "%s:%d: %s (errno %d)\n", __FILE__, __LINE__, #cond, errno); \
+		failures++; \
+	} \
+} while (0)
+
+/* rc == -1 and errno == e */
+#define FAILS(expr, e) do { \
+	errno = 0; \
+	int rc_ = (expr); \
+	if (rc_ != -1 || errno != (e)) { \
+		fprintf(stderr, "%s:%d: %s = %d errno %d, want -1 errno %d\n", __FILE__, __LINE__, \
+				#expr, rc_, errno, (e)); \
+		failures++; \
+	} \
+} while (0)
+
+static int value(sem_t *s)
+{
+	int v = -1;
+
+	CHECK(sem_getvalue(s, &v) == 0);
+	return v;
+}
+
+static void errors(void)
+{
+	sem_t local, *a, *b, *max;
+	struct timespec past = { 0, 0 }, bad = { 0, -1 };
+
+	CHECK(sem_init(&local, 1, 0) == 0);
+	FAILS(sem_trywait(&local), EAGAIN);
+	FAILS(sem_timedwait(&local, &past), ETIMEDOUT);
+	FAILS(sem_timedwait(&local, &bad), EINVAL);
+	FAILS(sem_clockwait(&local, CLOCK_PROCESS_CPUTIME_ID, &past), EINVAL);
+	CHECK(sem_post(&local) == 0);
+	/* The deadline is not examined while a permit is free. */
+	CHECK(sem_timedwait(&local, &bad) == 0);
+	CHECK(value(&local) == 0);
+	CHECK(sem_destroy(&local) == 0);
+	FAILS(sem_destroy(&local), EINVAL);
+	FAILS(sem_post(&local), EINVAL);
+
+	/* Named by its definition site. */
+	redisReply *r = th_redis_cmd(&srv, "KEYS %s", "dmutex:sem:{shimsem/test_shim_sem.c:*}");
+	CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+	if (r)
+		freeReplyObject(r);
+
+	errno = 0;
+	CHECK(sem_open("/nosuch", 0) == SEM_FAILED && errno == ENOENT);
+	FAILS(sem_unlink("/nosuch"), ENOENT);
+	CHECK((a = sem_open("/named", O_CREAT, 0600, 3)) != SEM_FAILED);
+	CHECK((b = sem_open("/named", O_CREAT, 0600, 9)) == a);     /* one object per name */
+	CHECK(value(b) == 3);                                       /* first creator's value */
+	errno = 0;
+	CHECK(sem_open("/named", O_CREAT | O_EXCL, 0600, 1) == SEM_FAILED && errno == EEXIST);
+	CHECK(sem_close(b) == 0);
+	CHECK(sem_wait(a) == 0);
+	CHECK(value(a) == 2);
+	CHECK(sem_close(a) == 0);
+	FAILS(sem_close(a), EINVAL);
+	CHECK(th_redis_int(&srv, "HGET dmutex:sem:{/named} v") == 2);   /* close keeps it */
+	CHECK(sem_unlink("/named") == 0);
+	CHECK(th_redis_int(&srv, "EXISTS dmutex:sem:{/named}") == 0);
+
+	CHECK((max = sem_open("/max", O_CREAT | O_EXCL, 0600, (unsigned)SEM_VALUE_MAX)) != SEM_FAILED);
+	FAILS(sem_post(max), EOVERFLOW);
+	CHECK(sem_close(max) == 0);
+	CHECK(sem_unlink("/max") == 0);
+}
+
+enum { PERMITS = 2, ROUNDS = 40 };
+
+static int holder(void *arg)
+{
+	sem_t *s = sem_open("/procs", O_CREAT, 0600, PERMITS);
+	int bad = 0;
+
+	(void)arg;
+	if (s == SEM_FAILED)
+		return 10;
+	for (int i = 0; i < ROUNDS; i++) {
+		if (sem_wait(s))
+			return 11;
+		long long n = th_redis_int(&srv, "INCR holders");
+		if (n < 1 || n > PERMITS)
+			bad = 1;
+		if (th_redis_int(&srv, "DECR holders") < 0)
+			bad = 1;
+		if (sem_post(s))
+			return 12;
+	}
+	sem_close(s);
+	return bad;
+}
+
+static int hang(void *arg)
+{
+	sem_t *s = sem_open("/crash", O_CREAT, 0600, 1);
+
+	if (s == SEM_FAILED || sem_wait(s))
+		return 10;
+	th_sync_post(arg);
+	pause();
+	return 0;
+}
+
+static void procs(void)
+{
+	pid_t kids[3];
+	struct th_sync sy;
+	sem_t *s;
+
+	for (int i = 0; i < 3; i++)
+		CHECK((kids[i] = th_spawn(holder, NULL)) > 0);
+	for (int i = 0; i < 3; i++)
+		CHECK(th_wait_child(kids[i], 20000) == 0);
+	CHECK(th_redis_int(&srv, "HGET dmutex:sem:{/procs} v") == PERMITS);
+
+	CHECK(th_sync_init(&sy) == 0);
+	CHECK((kids[0] = th_spawn(hang, &sy)) > 0);
+	CHECK(th_sync_wait(&sy, 10000) == 0);
+	kill(kids[0], SIGKILL);
+	CHECK(th_wait_child(kids[0], 5000) == 128 + SIGKILL);
+	CHECK((s = sem_open("/crash", 0)) != SEM_FAILED);
+	CHECK(value(s) == 0);           /* no owner: the permit stays taken */
+	FAILS(sem_trywait(s), EAGAIN);
+	CHECK(sem_post(s) == 0);
+	CHECK(sem_trywait(s) == 0);
+	CHECK(sem_close(s) == 0);
+	th_sync_close(&sy);
+}
+
+int main(void)
+{
+	if (th_redis_start(&srv, NULL)) {
+		fprintf(stderr, "redis-server did not start\n");
+		return 1;
+	}
+	setenv("DMUTEX_URL", srv.url, 1);
+	setenv("DMUTEX_NAMESPACE", "shimsem", 1);
+	errors();
+	procs();
+	th_redis_stop(&srv);
+	if (failures)
+		fprintf(stderr, "%d failures\n", failures);
+	return failures != 0;
+}
