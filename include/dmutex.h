@@ -381,6 +381,60 @@ DMUTEX_EXPORT int dsem_post(dsem_t *s);
 /* The current number of free permits (never negative).  0; EINVAL; EIO. */
 DMUTEX_EXPORT int dsem_getvalue(dsem_t *s, int *value);
 
+/* ---- barriers -----------------------------------------------------------
+ *
+ * A dbarrier_t is a barrier kept in the backend under its name: `count` is
+ * the total number of waiters across all processes and hosts (not per
+ * process).  When the count-th waiter arrives, all are released and the
+ * barrier starts its next cycle (a generation counter in Redis), so one
+ * object serves any number of cycles.  A waiter that dies (or never comes)
+ * leaves the others waiting: restart it (its arrival completes the cycle),
+ * or delete the barrier's key.  One Redis master only (else ENOTSUP).
+ */
+
+/* dbarrier_wait's value for exactly one waiter per cycle (as glibc's
+ * PTHREAD_BARRIER_SERIAL_THREAD). */
+#define DBARRIER_SERIAL_THREAD (-1)
+
+/* Fixed-size, caller-allocated.  Fields are private. */
+typedef struct dbarrier {
+	/* private */
+	unsigned long __magic;
+	const char *__static_name;  /* set by DBARRIER_INITIALIZER only */
+	void *__impl;               /* bound lazily for static ones */
+	unsigned __count;           /* DBARRIER_INITIALIZER's count */
+	void *__reserved[4];
+} dbarrier_t;
+
+#define DBARRIER__MAGIC_STATIC 0x64626172UL /* "dbar" */
+
+/* Static initializer: default client; the first use binds it, thread-safely.
+ * `name` must have static storage duration (normally a literal). */
+#define DBARRIER_INITIALIZER(name, count) \
+	{ DBARRIER__MAGIC_STATIC, (name), 0, (count), { 0, 0, 0, 0 } }
+
+/*
+ * Open barrier `name` for `count` waiters in all, through `client` (NULL:
+ * the default one), creating it if it does not exist.  0; EINVAL (NULL b,
+ * bad name, count 0 or above INT_MAX, or the barrier exists with another
+ * count: logged with both counts); ENOTSUP (client over several masters);
+ * EIO; ENOMEM; errors of opening the default client.
+ */
+DMUTEX_EXPORT int dbarrier_init(dbarrier_t *b, const char *name, unsigned count,
+		dmutex_client_t *client);
+/* Forget the local object; the barrier stays in the backend.  0; EINVAL
+ * (NULL, uninitialized, destroyed); EBUSY (a thread of this process waits
+ * on it). */
+DMUTEX_EXPORT int dbarrier_destroy(dbarrier_t *b);
+/*
+ * Arrive and wait until count waiters have arrived in this cycle.
+ * DBARRIER_SERIAL_THREAD for the one waiter whose arrival completed the
+ * cycle, 0 for the others; EINVAL (NULL, uninitialized, destroyed); EIO
+ * (the backend failed a few tries with the same request id: whether this
+ * arrival counted is unknown); ENOMEM.  Not a cancellation point; no EINTR.
+ */
+DMUTEX_EXPORT int dbarrier_wait(dbarrier_t *b);
+
 #ifdef __cplusplus
 }
 #endif
