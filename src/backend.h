@@ -53,8 +53,12 @@ struct dmutex__backend_ops {
 	int (*acquire)(struct dmutex__backend *be, struct dmutex__acq *a);
 	int (*release)(struct dmutex__backend *be, const char *name, const char *token,
 			int mode, int *released, int *maybe_done);
-	/* Batched: few round trips for many leases.  Fills each result. */
-	void (*renew)(struct dmutex__backend *be, struct dmutex__renewal *r, size_t n);
+	/* Batched: few round trips for many leases.  Fills each result.  Ends
+	 * by deadline (CLOCK_MONOTONIC ns; the earliest lease deadline it
+	 * guards) whatever the command timeout says: a renewal confirmed
+	 * after its lease ran out proves nothing, and onlost must not wait. */
+	void (*renew)(struct dmutex__backend *be, struct dmutex__renewal *r, size_t n,
+			int64_t deadline);
 	/* The channel a release publishes on. Caller frees. */
 	char *(*channel)(struct dmutex__backend *be, const char *name);
 	/* In a fork child: drop inherited connections without talking on them. */

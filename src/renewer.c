@@ -136,7 +136,7 @@ fail:
 /* One batch of renewals: snapshot under each entry's lock, one backend
  * call, then apply the answers to the holds that are still the same. */
 static void
-renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n)
+renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, int64_t bound)
 {
 	struct dmutex__renewal *rn = calloc(n, sizeof *rn);
 	struct dmutex__entry **live = malloc(n * sizeof *live);
@@ -157,12 +157,15 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n)
 			rn[k].lease_ms = e->lease_ms;
 			gens[k] = e->gen;
 			live[k++] = e;
+			/* The call must not outlive any lease it guards. */
+			if (e->deadline_ns < bound)
+				bound = e->deadline_ns;
 		}
 		pthread_mutex_unlock(&e->mu);
 	}
 	/* Validity counts from before the request went out. */
 	t0 = dmutex__now_ns();
-	c->be->ops->renew(c->be, rn, k);
+	c->be->ops->renew(c->be, rn, k, bound);
 	for (size_t i = 0; i < k; i++) {
 		struct dmutex__entry *e = live[i];
 		struct dmutex__lost lost;
@@ -183,8 +186,11 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n)
 			gone = rn[i].result != -1;
 			if (gone)
 				dmutex__entry_mark_lost(e);
-			/* Otherwise keep trying until the holder's own deadline. */
+			/* Otherwise keep trying until the holder's own deadline,
+			 * and be back at that deadline to report the loss. */
 			due = now + RETRY_NS;
+			if (!gone && e->deadline_ns < due)
+				due = e->deadline_ns;
 		}
 		dmutex__entry_check_lost(e, now, &lost);
 		/* Decide for this hold while we still hold its lock: once we
@@ -252,7 +258,7 @@ renewer_main(void *arg)
 
 	pthread_mutex_lock(&r->mu);
 	while (!r->stop) {
-		int64_t now = dmutex__now_ns(), first = INT64_MAX;
+		int64_t now = dmutex__now_ns(), first = INT64_MAX, next = INT64_MAX;
 		size_t n = 0;
 
 		for (size_t i = 0; i < r->n; i++)
@@ -295,10 +301,14 @@ renewer_main(void *arg)
 				__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
 				e->due_ns = now + renew_interval(e->lease_ms);
 				batch[n++] = e;
+			} else if (r->items[i]->due_ns < next) {
+				next = r->items[i]->due_ns;
 			}
 		pthread_mutex_unlock(&r->mu);
 		if (n) {
-			renew_batch(c, batch, n);
+			/* A stuck call ends when another hold is due, so that
+			 * its renewal (or its loss) is not held up by ours. */
+			renew_batch(c, batch, n, next);
 			for (size_t i = 0; i < n; i++)
 				dmutex__entry_put(batch[i]);
 		}

@@ -241,6 +241,22 @@ dmutex__node_get(struct dmutex__node *n)
 	return c ? c : dmutex__node_connect(n);
 }
 
+struct dmutex__conn *
+dmutex__node_get_by(struct dmutex__node *n, int64_t deadline)
+{
+	struct dmutex__conn *c = dmutex__node_pooled(n);
+	int64_t left = deadline - dmutex__now_ns();
+	unsigned ms = n->connect_ms;
+
+	if (c)
+		return c;
+	if (left <= 0)
+		return NULL;
+	if (left / DMUTEX__MS < (int64_t)ms)
+		ms = (unsigned)(left / DMUTEX__MS) + 1;
+	return dmutex__node_connect_timeout(n, ms);
+}
+
 void
 dmutex__node_drop_idle(struct dmutex__node *n)
 {

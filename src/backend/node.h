@@ -35,6 +35,8 @@ struct dmutex__conn *dmutex__node_connect(struct dmutex__node *n);
 struct dmutex__conn *dmutex__node_pooled(struct dmutex__node *n);
 /* From the pool, or new. */
 struct dmutex__conn *dmutex__node_get(struct dmutex__node *n);
+/* From the pool, or new with the connect timeout cut to end by deadline. */
+struct dmutex__conn *dmutex__node_get_by(struct dmutex__node *n, int64_t deadline);
 /* Close every idle connection: after one failed, the rest are suspect. */
 void dmutex__node_drop_idle(struct dmutex__node *n);
 /* Back to the pool; a broken connection (c->err), or one that still owes

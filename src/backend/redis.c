@@ -71,7 +71,7 @@ redis_release(struct dmutex__backend *be, const char *name, const char *token,
 }
 
 static void
-redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n)
+redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64_t until)
 {
 	struct dmutex__node *node = node_of(be);
 	size_t chunks = (n + DMUTEX__RENEW_CHUNK - 1) / DMUTEX__RENEW_CHUNK, sent = 0, k;
@@ -79,13 +79,15 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n)
 	unsigned char *noscript = NULL;
 	int *res = NULL;
 	struct dmutex__conn *ctx;
-	int64_t deadline = dmutex__now_ns() + (int64_t)node->command_ms * DMUTEX__MS;
+	int64_t now = dmutex__now_ns(), deadline = now + (int64_t)node->command_ms * DMUTEX__MS;
 	void *v;
 	int md;
 
 	for (size_t i = 0; i < n; i++)
 		rn[i].result = -1;
-	if (!n || !(ctx = dmutex__node_get(node)))
+	if (until < deadline)
+		deadline = until;
+	if (!n || deadline <= now || !(ctx = dmutex__node_get_by(node, deadline)))
 		return;
 	noscript = calloc(chunks, 1);
 	res = malloc(DMUTEX__RENEW_CHUNK * sizeof *res);

@@ -390,7 +390,7 @@ rl_release(struct dmutex__backend *be, const char *name, const char *token,
 }
 
 static void
-rl_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n)
+rl_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64_t deadline)
 {
 	struct redlock *rl = rl_of(be);
 	size_t nn = be->nnodes, chunks = (n + DMUTEX__RENEW_CHUNK - 1) / DMUTEX__RENEW_CHUNK;
@@ -407,7 +407,13 @@ rl_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n)
 	for (size_t c = 0; c < chunks; c++) {
 		size_t k = dmutex__renew_chunk(be, rn, n, c, &x);
 		unsigned nt = node_timeout(rl, rn[c * DMUTEX__RENEW_CHUNK].lease_ms);
+		int64_t left = deadline - dmutex__now_ns();
 
+		/* Never past the lease deadline these renewals guard. */
+		if (left <= 0)
+			break;
+		if (left / DMUTEX__MS < (int64_t)nt)
+			nt = (unsigned)(left / DMUTEX__MS) + 1;
 		memset(ones, 0, k * sizeof *ones);
 		memset(zeros, 0, k * sizeof *zeros);
 		parallel(rl, DMUTEX__SCRIPT_RENEW, (int)k, (int)(3 * k), x.argv, nt, calls);
