@@ -142,16 +142,16 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
 	unsigned lease_ms;
 	int robust, err;
 
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || e->gen != gen || e->releasing || !pthread_equal(e->owner, pthread_self())) {
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return;
 	}
 	memcpy(token, e->token, sizeof token);
 	lease_ms = e->lease_ms;
 	robust = e->robust;
 	e->releasing = 1;
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	if (robust)
 		dmutex__log(DMUTEX_LOG_INFO, "'%s': %s while holding it: released as owner-died "
 				"(the next locker gets EOWNERDEAD)", e->name, why);
@@ -162,9 +162,9 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
 	if (err == EIO)
 		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_DIED,
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	dmutex__entry_forget(e);
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 }
 
 static void
@@ -482,10 +482,10 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 	}
 	if (err)
 		goto fail;
-	pthread_mutex_lock(&clients_mu);
+	dmutex__mu_lock(&clients_mu, DMUTEX__LK_CLIENTS, "clients_mu");
 	c->next_all = clients;
 	clients = c;
-	pthread_mutex_unlock(&clients_mu);
+	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 	*out = c;
 	return 0;
 fail:
@@ -511,16 +511,16 @@ dmutex_client_close_impl(dmutex_client_t *c)
 				"initialized on it; destroy them first", mutexes);
 		return EBUSY;
 	}
-	pthread_mutex_lock(&clients_mu);
+	dmutex__mu_lock(&clients_mu, DMUTEX__LK_CLIENTS, "clients_mu");
 	if (c == default_client) {
-		pthread_mutex_unlock(&clients_mu);
+		dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 		return EINVAL;
 	}
 	for (pp = &clients; *pp && *pp != c; pp = &(*pp)->next_all)
 		;
 	if (*pp)
 		*pp = c->next_all;
-	pthread_mutex_unlock(&clients_mu);
+	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 	dmutex__renewer_stop(c);
 	dmutex__waiter_stop(c);
 	free_client(c);
@@ -536,18 +536,18 @@ dmutex__client_default(struct dmutex_client **out)
 	 * connect may take seconds) must not leave the child stuck here. */
 	if ((*out = __atomic_load_n(&default_client, __ATOMIC_ACQUIRE)))
 		return 0;
-	pthread_mutex_lock(&default_mu);
+	dmutex__mu_lock(&default_mu, DMUTEX__LK_DEFAULT, "default_mu");
 	if (!default_client) {
 		struct dmutex_client *c;
 		/* Not cached on failure: the next use tries again. */
 		if (!(err = dmutex_client_open(&c, NULL))) {
-			pthread_mutex_lock(&clients_mu);
+			dmutex__mu_lock(&clients_mu, DMUTEX__LK_CLIENTS, "clients_mu");
 			__atomic_store_n(&default_client, c, __ATOMIC_RELEASE);
-			pthread_mutex_unlock(&clients_mu);
+			dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 		}
 	}
 	*out = default_client;
-	pthread_mutex_unlock(&default_mu);
+	dmutex__mu_unlock(&default_mu, DMUTEX__LK_DEFAULT);
 	return err;
 }
 

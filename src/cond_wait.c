@@ -28,6 +28,7 @@
 
 #include "backend.h"
 #include "cond.h"
+#include "lockorder.h"
 #include "waiter.h"
 
 #define NO_DEADLINE INT64_MAX
@@ -42,9 +43,9 @@ take_back(dmutex_t *m, struct dmutex__entry *e, int depth)
 	while ((err = dmutex_lock(m)) == EIO)
 		dmutex__log(DMUTEX_LOG_WARN, "condition wait: cannot take '%s' back yet; retrying", e->name);
 	if (err == 0 || err == EOWNERDEAD) {
-		pthread_mutex_lock(&e->mu);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		e->depth = depth;
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	}
 	return err;
 }
@@ -72,9 +73,9 @@ cancelled(void *arg)
 	__atomic_fetch_sub(&k->cx->waiters, 1, __ATOMIC_ACQ_REL);
 	err = dmutex_lock(k->m);
 	if (err == 0 || err == EOWNERDEAD) {
-		pthread_mutex_lock(&k->e->mu);
+		dmutex__mu_lock(&k->e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		k->e->depth = k->depth;
-		pthread_mutex_unlock(&k->e->mu);
+		dmutex__mu_unlock(&k->e->mu, DMUTEX__LK_ENTRY);
 		return;
 	}
 	dmutex__log(DMUTEX_LOG_ERROR, "condition wait on '%s' cancelled: cannot take mutex '%s' back (%s); "
@@ -139,10 +140,10 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	if ((err = dmutex__cond_resolve(c, &cx)) || (err = dmutex__resolve(m, &mx)))
 		return err;
 	e = mx->entry;
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	depth = e->depth;
 	err = e->held && pthread_equal(e->owner, pthread_self()) && !e->releasing ? 0 : EPERM;
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	if (err) {
 		dmutex__log(DMUTEX_LOG_ERROR, "wait on condition variable '%s': the calling thread does not hold mutex '%s'",
 				cx->name, e->name);
@@ -177,9 +178,9 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 		dmutex__cond_leave(cx, token, &still);
 		goto out_sub;
 	}
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->depth = 1;           /* a recursive mutex is released whole */
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	err = dmutex_unlock(m);
 	if (err == ENOLCK) {
 		lost = 1;       /* onlost was called; the lock is not ours anyway */

@@ -5,8 +5,10 @@
  * record each thread's held levels and abort, naming both locks, on a
  * violation; release builds compile the checks away.
  *
- * Wrapped so far: the locks fork's handlers take (client.c), the client
- * list, the default client's lock and log_mu.  log_mu is a leaf: nothing
+ * Wrapped: default_mu, clients_mu, client.mu, renewer.mu and log_mu
+ * everywhere; entry.mu in the core's files (mutex_*.c, cond_wait.c,
+ * renewer.c, client.c); waiter.mu, create_mu and node.mu where fork's
+ * prepare handler takes them (their own files are the backend's).  log_mu is a leaf: nothing
  * is taken while it is held, so the prepare handler takes it last — the
  * order a reconnecting thread (node.mu, then a log line) also uses.
  */

@@ -1,6 +1,7 @@
 #include <errno.h>
 
 #include "internal.h"
+#include "lockorder.h"
 
 static int
 dmutex_consistent_impl(dmutex_t *m)
@@ -12,14 +13,14 @@ dmutex_consistent_impl(dmutex_t *m)
 	if ((err = dmutex__resolve(m, &mx)))
 		return err;
 	e = mx->entry;
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || !pthread_equal(e->owner, pthread_self()))
 		err = EPERM;
 	else if (mx->robust != DMUTEX_ROBUST || !e->inconsistent)
 		err = EINVAL;
 	else
 		e->inconsistent = 0;
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	return err;
 }
 

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "lockorder.h"
 
 static int
 dmutex_destroy_impl(dmutex_t *m)
@@ -19,9 +20,9 @@ dmutex_destroy_impl(dmutex_t *m)
 	mx = __atomic_load_n((struct dmutex__mutex **)&m->__impl, __ATOMIC_ACQUIRE);
 	if (mx) {
 		e = mx->entry;
-		pthread_mutex_lock(&e->mu);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		busy = e->held || e->acquiring;
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		if (busy)
 			return EBUSY;
 		__atomic_fetch_sub(&e->client->mutexes, 1, __ATOMIC_ACQ_REL);

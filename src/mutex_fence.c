@@ -1,6 +1,7 @@
 #include <errno.h>
 
 #include "internal.h"
+#include "lockorder.h"
 
 static int
 dmutex_fence_impl(dmutex_t *m, uint64_t *token)
@@ -15,9 +16,9 @@ dmutex_fence_impl(dmutex_t *m, uint64_t *token)
 	if (!token)
 		return EINVAL;
 	e = mx->entry;
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || !pthread_equal(e->owner, pthread_self())) {
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return EPERM;
 	}
 	/* The holder's own clock decides, not the renewer's last word. */
@@ -26,7 +27,7 @@ dmutex_fence_impl(dmutex_t *m, uint64_t *token)
 		err = ENOLCK;
 	else
 		*token = e->fence;
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost);
 	return err;
 }

@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "internal.h"
+#include "lockorder.h"
 #include "waiter.h"
 
 #define NO_DEADLINE INT64_MAX
@@ -85,7 +86,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			err = EIO;
 		}
 		if (!err && a.status == DMUTEX__ACQ_OK) {
-			pthread_mutex_lock(&e->mu);
+			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 			memcpy(e->token, token, sizeof e->token);
 			e->held = 1;
 			e->owner = pthread_self();
@@ -103,7 +104,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			err = dmutex__renewer_add(c, e);
 			if (err) {
 				dmutex__entry_forget(e);
-				pthread_mutex_unlock(&e->mu);
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 				abandon(c, e, token, mx->lease_ms);
 				break;
 			}
@@ -111,7 +112,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			if (a.died)
 				dmutex__log(DMUTEX_LOG_INFO, "'%s': previous owner died holding it%s", e->name,
 						e->inconsistent ? "" : " (not robust: acquired as usual)");
-			pthread_mutex_unlock(&e->mu);
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			break;
 		}
 		if (!err && a.status == DMUTEX__ACQ_NOTREC) {
@@ -186,7 +187,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	if ((err = dmutex__resolve(m, &mx)))
 		return err;
 	e = mx->entry;
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (e->held && pthread_equal(e->owner, self)) {
 		struct dmutex__lost lost;
 
@@ -210,7 +211,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 			/* POSIX lets NORMAL hang here; a distributed lock must not. */
 			err = mode == TRY ? EBUSY : EDEADLK;
 		}
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		dmutex__lost_report(e, &lost);
 		if (err == ENOLCK)
 			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': re-lock by its owner refused: the hold was lost",
@@ -222,7 +223,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	dmutex__ns_to_ts(until, &ts);
 	while (e->held || e->acquiring) {
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
-			pthread_mutex_unlock(&e->mu);
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (mode != TRY && bad_deadline)
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
 			return mode == TRY ? EBUSY : bad_deadline ? EINVAL : ETIMEDOUT;
@@ -233,16 +234,16 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
 	}
 	e->acquiring = 1;
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 
 	err = acquire_remote(mx, mode, until, bad_deadline);
 
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;
 	gen = e->gen;
 	/* Whether we got it or gave up, the next local waiter looks again. */
 	pthread_cond_broadcast(&e->cv);
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	/* The hold ends with its thread if the thread does not end it. */
 	if (err == 0 || err == EOWNERDEAD)
 		dmutex__thread_hold(e, gen);

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "lockorder.h"
 
 static int
 dmutex_unlock_impl(dmutex_t *m)
@@ -18,9 +19,9 @@ dmutex_unlock_impl(dmutex_t *m)
 		return err;
 	e = mx->entry;
 	c = e->client;
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || !pthread_equal(e->owner, pthread_self()) || e->releasing) {
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return EPERM;
 	}
 	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
@@ -28,7 +29,7 @@ dmutex_unlock_impl(dmutex_t *m)
 	if (!lost && e->depth > 1) {
 		/* Only the outermost unlock talks to the backend. */
 		e->depth--;
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return 0;
 	}
 	/* A lost hold is forgotten whole, however deep: the caller was told. */
@@ -36,7 +37,7 @@ dmutex_unlock_impl(dmutex_t *m)
 	memcpy(token, e->token, sizeof token);
 	lease_ms = e->lease_ms;
 	e->releasing = 1;
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
 
 	/* No renewal may outlive the unlock; the release below is compare-and-
@@ -50,7 +51,7 @@ dmutex_unlock_impl(dmutex_t *m)
 		dmutex__renewer_orphan(c, e->name, token, mode,
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
 
-	pthread_mutex_lock(&e->mu);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	lost_rep.report = 0;
 	if (err == ENOLCK && !lost) {
 		/* Taken from us without our noticing: report it as lost. */
@@ -58,7 +59,7 @@ dmutex_unlock_impl(dmutex_t *m)
 		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
 	}
 	dmutex__entry_forget(e);
-	pthread_mutex_unlock(&e->mu);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__thread_unhold(e);
 	dmutex__lost_report(e, &lost_rep);
 	if (lost)

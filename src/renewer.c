@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "internal.h"
+#include "lockorder.h"
 
 /* Renewals due within this much of the first are sent in the same batch. */
 #define BATCH_SLACK_NS (50 * DMUTEX__MS)
@@ -57,7 +58,7 @@ dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e)
 	struct dmutex__renewer *r = &c->renewer;
 	int err;
 
-	pthread_mutex_lock(&r->mu);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	if ((err = ensure_running(c)))
 		goto out;
 	if (r->n == r->cap) {
@@ -78,7 +79,7 @@ dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e)
 	if (e->due_ns < r->wake_ns)
 		pthread_cond_signal(&r->cv);
 out:
-	pthread_mutex_unlock(&r->mu);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 	return err;
 }
 
@@ -87,7 +88,7 @@ dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e)
 {
 	struct dmutex__renewer *r = &c->renewer;
 
-	pthread_mutex_lock(&r->mu);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	if (e->registered) {
 		for (size_t i = 0; i < r->n; i++)
 			if (r->items[i] == e) {
@@ -96,7 +97,7 @@ dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e)
 			}
 		e->registered = 0;
 	}
-	pthread_mutex_unlock(&r->mu);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 }
 
 void
@@ -107,7 +108,7 @@ dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *to
 	struct dmutex__orphan *o;
 	char *copy = strdup(name);
 
-	pthread_mutex_lock(&r->mu);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	if (!copy || ensure_running(c))
 		goto fail;
 	if (r->norphans == r->orphans_cap) {
@@ -125,10 +126,10 @@ dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *to
 	o->until_ns = until_ns;
 	o->next_ns = dmutex__now_ns() + RETRY_NS;
 	pthread_cond_signal(&r->cv);
-	pthread_mutex_unlock(&r->mu);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 	return;
 fail:
-	pthread_mutex_unlock(&r->mu);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 	dmutex__log(DMUTEX_LOG_WARN, "'%s' stays locked until its lease ends: cannot queue its release", name);
 	free(copy);
 }
@@ -149,7 +150,7 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 		goto out;
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__entry *e = es[i];
-		pthread_mutex_lock(&e->mu);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		if (e->held && !e->lost && !e->releasing) {
 			memcpy(tokens[k], e->token, sizeof tokens[k]);
 			rn[k].name = e->name;
@@ -161,7 +162,7 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 			if (e->deadline_ns < bound)
 				bound = e->deadline_ns;
 		}
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	}
 	/* Validity counts from before the request went out. */
 	t0 = dmutex__now_ns();
@@ -172,9 +173,9 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 		int64_t now = dmutex__now_ns(), due;
 		int gone = 0;
 
-		pthread_mutex_lock(&e->mu);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		if (!e->held || e->gen != gens[i] || e->releasing) {
-			pthread_mutex_unlock(&e->mu);
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			continue;
 		}
 		if (rn[i].result == 1 && t0 < e->deadline_ns) {
@@ -199,12 +200,12 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 		if (e->lost) {
 			dmutex__renewer_remove(c, e);
 		} else {
-			pthread_mutex_lock(&c->renewer.mu);
+			dmutex__mu_lock(&c->renewer.mu, DMUTEX__LK_RENEWER, "renewer.mu");
 			if (e->registered)
 				e->due_ns = due;
-			pthread_mutex_unlock(&c->renewer.mu);
+			dmutex__mu_unlock(&c->renewer.mu, DMUTEX__LK_RENEWER);
 		}
-		pthread_mutex_unlock(&e->mu);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		if (gone)
 			dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the lock is no longer ours", e->name);
 		dmutex__lost_report(e, &lost);
@@ -222,7 +223,7 @@ retry_orphans(struct dmutex_client *c)
 	struct dmutex__renewer *r = &c->renewer;
 	int64_t now = dmutex__now_ns();
 
-	pthread_mutex_lock(&r->mu);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	for (size_t i = 0; i < r->norphans;) {
 		struct dmutex__orphan o = r->orphans[i];
 		int err;
@@ -230,9 +231,9 @@ retry_orphans(struct dmutex_client *c)
 			i++;
 			continue;
 		}
-		pthread_mutex_unlock(&r->mu);
+		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 		err = dmutex__release(c, o.name, o.token, o.mode);
-		pthread_mutex_lock(&r->mu);
+		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 		/* The array may have moved, but only this thread removes. */
 		now = dmutex__now_ns();
 		if (err == EIO && now < o.until_ns) {
@@ -245,7 +246,7 @@ retry_orphans(struct dmutex_client *c)
 		free(r->orphans[i].name);
 		r->orphans[i] = r->orphans[--r->norphans];
 	}
-	pthread_mutex_unlock(&r->mu);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 }
 
 static void *
@@ -256,7 +257,7 @@ renewer_main(void *arg)
 	struct dmutex__entry **batch = NULL;
 	size_t cap = 0;
 
-	pthread_mutex_lock(&r->mu);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	while (!r->stop) {
 		int64_t now = dmutex__now_ns(), first = INT64_MAX, next = INT64_MAX;
 		size_t n = 0;
@@ -304,7 +305,7 @@ renewer_main(void *arg)
 			} else if (r->items[i]->due_ns < next) {
 				next = r->items[i]->due_ns;
 			}
-		pthread_mutex_unlock(&r->mu);
+		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 		if (n) {
 			/* A stuck call ends when another hold is due, so that
 			 * its renewal (or its loss) is not held up by ours. */
@@ -313,9 +314,9 @@ renewer_main(void *arg)
 				dmutex__entry_put(batch[i]);
 		}
 		retry_orphans(c);
-		pthread_mutex_lock(&r->mu);
+		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	}
-	pthread_mutex_unlock(&r->mu);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 	free(batch);
 	return NULL;
 }
@@ -326,11 +327,11 @@ dmutex__renewer_stop(struct dmutex_client *c)
 	struct dmutex__renewer *r = &c->renewer;
 	int running;
 
-	pthread_mutex_lock(&r->mu);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	running = r->running;
 	r->stop = 1;
 	pthread_cond_signal(&r->cv);
-	pthread_mutex_unlock(&r->mu);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 	if (running)
 		pthread_join(r->thread, NULL);
 	r->running = 0;
