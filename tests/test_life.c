@@ -29,7 +29,9 @@
  *   jitter     the back-off draws from the library's own random stream: the
  *              application's rand() is untouched (issue 16 item 11).
  *
- * Exit 0: every check held.  Each case bounds itself with alarm().
+ * docs/faults.md #20 (fork), #21 (thread-exit, exit), #22 (cancel); #23 is
+ * tests/test_life_dlclose.c.  Exit 0: every check held.  Each case bounds
+ * itself with alarm().
  */
 #include <errno.h>
 #include <pthread.h>
