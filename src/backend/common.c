@@ -46,7 +46,10 @@ dmutex__acq_reply(const redisReply *r, struct dmutex__acq *a)
 		return -1;
 	if (st == DMUTEX__ACQ_OK && (int_elem(r, 1, &v1) || int_elem(r, 2, &v2) || v1 <= 0))
 		return -1;
-	if (st == DMUTEX__ACQ_BUSY && int_elem(r, 1, &v1))
+	/* A holder's remaining lease is at most the longest lease (24 h), or
+	 * -1/-2 (no expiry, no key): anything else would overflow the
+	 * deadline computed from it. */
+	if (st == DMUTEX__ACQ_BUSY && (int_elem(r, 1, &v1) || v1 < -2 || v1 > DMUTEX__PTTL_MAX))
 		return -1;
 	a->status = (int)st;
 	if (st == DMUTEX__ACQ_OK) {

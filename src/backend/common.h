@@ -3,6 +3,9 @@
 #ifndef DMUTEX_BACKEND_COMMON_H
 #define DMUTEX_BACKEND_COMMON_H
 
+/* The longest lease (url.h: lease_ms 100 .. 86400000): no server PTTL is larger. */
+#define DMUTEX__PTTL_MAX 86400000LL
+
 #include <hiredis/hiredis.h>
 
 #include "backend.h"

@@ -277,12 +277,15 @@ dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done)
 {
 	struct dmutex__conn *c = dmutex__node_pooled(n);
-	int64_t deadline = dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS;
+	int64_t budget = (int64_t)n->command_ms * DMUTEX__MS, start = dmutex__now_ns();
 	redisReply *r;
 	int md = 0;
 
+	/* command_timeout_ms bounds the exchanges in total, the retry on a
+	 * fresh connection included (only connecting has its own timeout):
+	 * a server that trickles its reply cannot stretch a call. */
 	if (c) {
-		r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, &md, deadline);
+		r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, &md, start + budget);
 		if (r || !c->err) {
 			*maybe_done = md;
 			dmutex__node_put(n, c);
@@ -290,13 +293,18 @@ dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		}
 		dmutex__node_put(n, c);
 		dmutex__node_drop_idle(n);
+		budget -= dmutex__now_ns() - start;
+		if (budget <= 0) {
+			*maybe_done = md;
+			return NULL;
+		}
 	}
 	if (!(c = dmutex__node_connect(n))) {
 		*maybe_done = md;
 		return NULL;
 	}
 	r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, maybe_done,
-			dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS);
+			dmutex__now_ns() + budget);
 	/* The first attempt may have run: that outweighs a later "no". */
 	if (md == 1)
 		*maybe_done = 1;

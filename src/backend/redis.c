@@ -35,7 +35,7 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 		return EIO;
 	}
 	if (dmutex__acq_reply(r, a)) {
-		dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply shape",
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply (shape, or a number out of range)",
 				n->addr->display, a->name);
 		freeReplyObject(r);
 		/* It may have taken the lock all the same. */

@@ -304,7 +304,11 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__acq one = *a;
 		fences[i] = 0;
-		if (calls[i].state != CALL_DONE || dmutex__acq_reply(calls[i].r, &one)) {
+		int bad = calls[i].state == CALL_DONE && dmutex__acq_reply(calls[i].r, &one);
+		if (bad)
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply (shape, or a number out of range)",
+					rl->nodes[i].addr->display, a->name);
+		if (calls[i].state != CALL_DONE || bad) {
 			down++;
 			refused += calls[i].refused;
 			maybe |= calls[i].state == CALL_LOST || calls[i].state == CALL_DONE;

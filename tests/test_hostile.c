@@ -1,0 +1,67 @@
+/*
+ * Issue 16 item 6 (first part): numbers from the server are range-checked.
+ * A holder's PTTL of 10^13 ms (set on the real lock key by an admin
+ * connection) would overflow the deadline computed from it: trylock and
+ * timedlock return EIO with one log line instead.
+ */
+#include <criterion/criterion.h>
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dmutex.h"
+#include "harness.h"
+#include "dmt.h"
+
+static struct th_redis srv;
+static atomic_int range_lines;
+
+static void
+logger(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	if (strstr(msg, "out of range"))
+		atomic_fetch_add(&range_lines, 1);
+}
+
+static void
+up(void)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0);
+}
+
+static void
+down(void)
+{
+	th_redis_stop(&srv);
+}
+
+TestSuite(hostile, .init = up, .fini = down, .timeout = 20);
+
+Test(hostile, huge_pttl_is_eio_not_an_overflow)
+{
+	dmutex_client_t *ch, *cw;
+	dmutex_t hm, wm;
+	char lk[600];
+	struct timespec ts;
+	redisReply *r;
+
+	dmutex_set_logger(logger, NULL);
+	cr_assert_eq(dmt_open_mutex(&ch, &hm, srv.url, "hostile-pttl", NULL), 0);
+	cr_assert_eq(dmt_open_mutex(&cw, &wm, srv.url, "hostile-pttl", NULL), 0);
+	cr_assert_eq(dmutex_lock(&hm), 0);
+	dmt_lock_key(lk, sizeof lk, "hostile-pttl");
+	r = th_redis_cmd(&srv, "PEXPIRE %s 10000000000000", lk);
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1, "PEXPIRE failed");
+	freeReplyObject(r);
+
+	cr_assert_eq(dmutex_trylock(&wm), EIO);
+	cr_assert_eq(atomic_load(&range_lines), 1, "want one log line, got %d", atomic_load(&range_lines));
+	dmt_deadline_in(CLOCK_REALTIME, 200, &ts);
+	cr_assert_eq(dmutex_timedlock(&wm, &ts), EIO);
+	cr_assert_eq(dmutex_unlock(&hm), 0);
+	dmt_close_mutex(cw, &wm);
+	dmt_close_mutex(ch, &hm);
+}
