@@ -166,7 +166,10 @@ sync_subs(struct dmutex__waiter *w)
 	}
 }
 
-static void
+/* -1 if the server refused a (UN)SUBSCRIBE: the connection is then
+ * dropped and everything subscribed again on a new one (a server still
+ * loading its data after a restart answers LOADING to the first). */
+static int
 on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 {
 	struct dmutex__wsub *s;
@@ -175,10 +178,12 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
 			r->element[0]->type != REDIS_REPLY_STRING ||
 			r->element[1]->type != REDIS_REPLY_STRING) {
-		if (r->type == REDIS_REPLY_ERROR)
-			dmutex__log(DMUTEX_LOG_ERROR, "%s: subscribe failed: %s",
+		if (r->type == REDIS_REPLY_ERROR) {
+			dmutex__log(DMUTEX_LOG_WARN, "%s: subscribe failed: %s",
 					w->nodes[node].node->addr->display, r->str);
-		return;
+			return -1;
+		}
+		return 0;
 	}
 	kind = r->element[0]->str;
 	pthread_mutex_lock(&w->mu);
@@ -202,6 +207,7 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 		pthread_cond_broadcast(&w->cv);
 	}
 	pthread_mutex_unlock(&w->mu);
+	return 0;
 }
 
 static void
@@ -221,7 +227,13 @@ read_node(struct dmutex__waiter *w, size_t i)
 		}
 		if (!v)
 			return;
-		on_reply(w, i, v);
+		if (on_reply(w, i, v)) {
+			freeReplyObject(v);
+			drop_node(w, i, "subscribe refused");
+			/* Not at once: a loading server says the same again. */
+			w->nodes[i].retry_ns = dmutex__now_ns() + 50 * DMUTEX__MS;
+			return;
+		}
 		freeReplyObject(v);
 	}
 }
