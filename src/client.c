@@ -474,12 +474,8 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 		goto fail;
 	err = c->cfg.nnodes > 1 ? dmutex__backend_redlock_create(c, &c->be)
 		: dmutex__backend_redis_create(c, &c->be);
-	if (!err) {
-		struct dmutex__sigpipe sp;
-		dmutex__sigpipe_block(&sp);
+	if (!err)
 		err = verify(c, source);
-		dmutex__sigpipe_restore(&sp);
-	}
 	if (err)
 		goto fail;
 	dmutex__mu_lock(&clients_mu, DMUTEX__LK_CLIENTS, "clients_mu");

@@ -63,14 +63,6 @@ void dmutex__sleep_until(int64_t until_ns);
 /* Safety margin for clock drift between us and Redis: 1 % + 2 ms. */
 #define DMUTEX__DRIFT_NS(lease_ms) ((int64_t)(lease_ms) * DMUTEX__MS / 100 + 2 * DMUTEX__MS)
 
-/* ---- sigpipe.c: no SIGPIPE from our sockets on application threads ---- */
-struct dmutex__sigpipe {
-	sigset_t old;
-	int was_blocked;
-};
-void dmutex__sigpipe_block(struct dmutex__sigpipe *s);
-void dmutex__sigpipe_restore(struct dmutex__sigpipe *s);
-
 /* ---- cancel.c: every public call runs with cancellation disabled ---- */
 int dmutex__nocancel(void);             /* returns the caller's state */
 void dmutex__cancel_restore(int cs);

@@ -54,7 +54,6 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	char *channel = NULL;
 	int64_t io_budget = (int64_t)IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
 	int64_t io_until = dmutex__now_ns() + io_budget;
-	struct dmutex__sigpipe sp;
 	int maybe_done = 0, io_attempt = 0, err;
 	uint64_t seq = 0;
 
@@ -68,9 +67,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		if (sub)
 			seq = dmutex__wsub_seq(c, sub);
 		sent = dmutex__now_ns();
-		dmutex__sigpipe_block(&sp);
 		err = be->ops->acquire(be, &a);
-		dmutex__sigpipe_restore(&sp);
 		now = dmutex__now_ns();
 		/* Whatever the answer, a request that may have been applied must
 		 * be taken back if we end up not holding the lock. */

@@ -17,11 +17,7 @@ dmutex__release(struct dmutex_client *c, const char *name, const char *token, in
 	int released = 0, maybe = 0, any_maybe = 0, err;
 
 	for (int attempt = 0;; attempt++) {
-		struct dmutex__sigpipe sp;
-
-		dmutex__sigpipe_block(&sp);
 		err = be->ops->release(be, name, token, mode, &released, &maybe);
-		dmutex__sigpipe_restore(&sp);
 		any_maybe |= maybe;
 		if (!err)
 			return released || any_maybe ? 0 : ENOLCK;

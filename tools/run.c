@@ -139,7 +139,8 @@ setup_signals(void)
 	}
 	sa.sa_flags |= SA_NOCLDSTOP;
 	sigaction(SIGCHLD, &sa, NULL);
-	/* hiredis writes to sockets: a closed one must be an error, not death. */
+	/* Our sockets send with MSG_NOSIGNAL, but dmutex also writes to its
+	 * stdout and stderr: a closed pipe there must be an error, not death. */
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, &sigpipe_at_start);

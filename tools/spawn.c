@@ -5,8 +5,9 @@
  * — the path is looked up here, not by execvp in the child.
  *
  * The child gets the descriptors dmutex was started with and no others:
- * hiredis does not open its sockets close-on-exec, and COMMAND has no
- * business with the lock's connections.
+ * the library opens its sockets close-on-exec, but descriptors from
+ * elsewhere may not be, and COMMAND has no business with the lock's
+ * connections.
  */
 #include <dirent.h>
 #include <errno.h>
