@@ -17,8 +17,9 @@
  *
  * Every pthread call that takes a mutex, a condition variable or their
  * attributes is mapped here, or is a compile-time error that says why; none
- * can silently receive a dmutex where it expects a pthread mutex.  Read-write
- * locks, spin locks, barriers and pthread_once stay local to each process.
+ * can silently receive a dmutex where it expects a pthread mutex.  Spin
+ * locks and barriers are distributed too (dmutex_shim_sync.h); read-write
+ * locks and pthread_once stay local to each process.
  */
 #pragma GCC system_header
 
@@ -181,5 +182,8 @@
 #define pthread_condattr_setpshared dmutex_shim_condattr_setpshared
 #undef pthread_condattr_getpshared
 #define pthread_condattr_getpshared dmutex_shim_condattr_getpshared
+
+/* spin locks (distributed mutexes) and barriers: shim/dmutex_shim_sync.h */
+#include "dmutex_shim_sync.h"
 
 #endif /* DMUTEX_SHIM_PTHREAD_H */

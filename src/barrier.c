@@ -142,15 +142,26 @@ dbarrier_destroy(dbarrier_t *b)
 int
 dbarrier_wait(dbarrier_t *b)
 {
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err;
+
+	if ((err = dmutex__token(token)))
+		return err;
+	return dmutex__barrier_wait_token(b, token);
+}
+
+int
+dmutex__barrier_wait_token(dbarrier_t *b, const char *token)
+{
 	struct dmutex__barrier *bx;
 	struct dmutex_client *cl;
 	struct dmutex__wsub *sub;
-	char token[DMUTEX__TOKEN_HEX + 1], channel[DMUTEX__KEY_MAX];
+	char channel[DMUTEX__KEY_MAX];
 	long long mine, now;
 	int64_t recheck_ns;
 	int err, serial = 0;
 
-	if ((err = resolve(b, &bx)) || (err = dmutex__token(token)))
+	if ((err = resolve(b, &bx)))
 		return err;
 	cl = bx->client;
 	dmutex__barrier_channel(bx, channel);

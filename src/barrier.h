@@ -39,4 +39,8 @@ int dmutex__barrier_arrive(struct dmutex__barrier *bx, const char *token, long l
 int dmutex__barrier_gen(struct dmutex__barrier *bx, long long *gen);
 void dmutex__barrier_channel(const struct dmutex__barrier *bx, char *out);
 
+/* dbarrier_wait with the caller's request id: the shim asks again with the
+ * same one while the backend is away, so the arrival counts once. */
+int dmutex__barrier_wait_token(dbarrier_t *b, const char *token);
+
 #endif
