@@ -354,8 +354,8 @@ unreachable(const struct dmutex_client *c, int source, size_t up, size_t need)
 	static const char *const from[] = {
 		[URL_ARG] = "the URL given to dmutex_client_open; pass another one to change it",
 		[URL_ENV] = "from DMUTEX_URL; change that variable to change it",
-		[URL_DEFAULT] = "the built-in default, as DMUTEX_URL is not set; set DMUTEX_URL=redis://HOST:PORT "
-			"or pass a URL to dmutex_client_open to change it",
+		[URL_DEFAULT] = ("the built-in default, as DMUTEX_URL is not set; set DMUTEX_URL=redis://HOST:PORT "
+			"or pass a URL to dmutex_client_open to change it"),
 	};
 	char url[1024] = "", more[96] = "", nodes[128] = "";
 	size_t len = 0;
