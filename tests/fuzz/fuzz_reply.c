@@ -11,7 +11,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "backend_common.h"
+#include "common.h"
 #include "dmutex.h"
 #include "node.h"
 
