@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Code in the docs compiles, and runs where it is a program.
 
-README.md (Markdown): a block fenced ```c is a whole C translation unit:
+README.md and docs/*.md (Markdown): a block fenced ```c is a whole C translation unit:
 it is compiled, and if it defines main it is linked with libdmutex and run
 against a redis-server this test starts (DMUTEX_URL points at it), and
 must exit with 0.  A block fenced ```c fragment is a piece of a program
@@ -120,7 +120,7 @@ def main():
     src, lib, cc = sys.argv[1], sys.argv[2], sys.argv[3:]
     docs = [os.path.join(src, 'README.md')] + sorted(
         os.path.join(src, 'docs', f) for f in os.listdir(os.path.join(src, 'docs'))
-        if f.endswith('.scd'))
+        if f.endswith('.scd') or f.endswith('.md'))
     units, failures, fragments = [], [], 0
     for path in docs:
         rel = os.path.relpath(path, src)
