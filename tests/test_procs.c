@@ -479,6 +479,8 @@ Test(procs, fork_while_threads_wait_does_not_deadlock, .timeout = 20)
 	long long t0;
 	pid_t pid;
 
+	if (DMT_ASAN_FORK_UNSAFE)
+		cr_skip_test("%s", DMT_ASAN_FORK_REASON);
 	cr_assert_eq(dmt_open_mutex(&c, &fw_busy, srv.url, "busy", NULL), 0);
 	dmutex_attr_init(&a);
 	dmutex_attr_setclient(&a, c);
