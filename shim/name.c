@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "name.h"
+#include "static_name.h"
 
 #define NAMESPACE_MAX 128
 
@@ -310,4 +311,26 @@ dmutex__shim_intern(const char *name)
 	}
 	pthread_mutex_unlock(&mu);
 	return i ? i->name : NULL;
+}
+
+/* ---- the core binds the shim's static initializers with these names ---- */
+
+static int
+namer(int kind, const void *obj, char out[DMUTEX_NAME_MAX + 1], int *type)
+{
+	if (kind == DMUTEX__STATIC_MUTEX) {
+		const dmutex_t *m = obj;
+
+		*type = (int)(uintptr_t)m->__reserved[1];
+		return dmutex__shim_static_name(DMUTEX__SHIM_MUTEX, m, m->__static_name, out);
+	}
+	return dmutex__shim_static_name(DMUTEX__SHIM_COND, obj, ((const dcond_t *)obj)->__static_name, out);
+}
+
+/* Before main and before any constructor of a program linked with us:
+ * the core calls back only through what it is handed (STYLE.md, Layers). */
+__attribute__((constructor)) static void
+namer_register(void)
+{
+	dmutex__set_static_namer(namer);
 }

@@ -8,7 +8,34 @@
 #include <string.h>
 
 #include "internal.h"
-#include "shim/name.h"
+#include "static_name.h"
+
+static dmutex__static_namer *namer;
+
+void
+dmutex__set_static_namer(dmutex__static_namer *fn)
+{
+	__atomic_store_n(&namer, fn, __ATOMIC_RELEASE);
+}
+
+int
+dmutex__static_name(int kind, const void *obj, const void *tag, const char **name,
+		char buf[DMUTEX_NAME_MAX + 1], int *type)
+{
+	dmutex__static_namer *fn;
+	int err;
+
+	if (!tag)
+		return 0;
+	if (!(fn = __atomic_load_n(&namer, __ATOMIC_ACQUIRE))) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s %p has a static initializer of a layer that is not linked",
+				kind == DMUTEX__STATIC_MUTEX ? "mutex" : "condition variable", obj);
+		return EINVAL;
+	}
+	if (!(err = fn(kind, obj, buf, type)))
+		*name = buf;
+	return err;
+}
 
 int
 dmutex__name_ok(const char *name, size_t *len)
@@ -36,18 +63,13 @@ bind_static(dmutex_t *m, struct dmutex__mutex **out)
 	struct dmutex__mutex *mx, *expected = NULL;
 	struct dmutex_client *c;
 	const char *name = m->__static_name;
-	char shim_name[DMUTEX_NAME_MAX + 1];
+	char buf[DMUTEX_NAME_MAX + 1];
 	int type = DMUTEX_DEFAULT, err;
 	size_t len;
 
-	/* A pthread shim initializer names its definition site and carries
-	 * the type; the namespace is added now (shim_name.c). */
-	if (m->__reserved[0] == DMUTEX__SHIM_SITE) {
-		if ((err = dmutex__shim_static_name(DMUTEX__SHIM_MUTEX, m, name, shim_name)))
-			return err;
-		name = shim_name;
-		type = (int)(uintptr_t)m->__reserved[1];
-	}
+	/* A layer's initializer is named by that layer (static_name.h). */
+	if ((err = dmutex__static_name(DMUTEX__STATIC_MUTEX, m, m->__reserved[0], &name, buf, &type)))
+		return err;
 	if ((err = dmutex__name_ok(name, &len)))
 		return err;
 	if ((err = dmutex__client_default(&c)))

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cond.h"
-#include "shim/name.h"
+#include "static_name.h"
 
 static struct dmutex__cond *
 make(struct dmutex_client *c, const char *name, size_t len, clockid_t clock)
@@ -56,17 +56,13 @@ bind_static(dcond_t *c, struct dmutex__cond **out)
 	struct dmutex__cond *cx, *expected = NULL;
 	struct dmutex_client *cl;
 	const char *name = c->__static_name;
-	char shim_name[DMUTEX_NAME_MAX + 1];
+	char buf[DMUTEX_NAME_MAX + 1];
 	size_t len;
-	int err;
+	int type, err;
 
-	/* A pthread shim initializer names its definition site; the
-	 * namespace is added now. */
-	if (c->__reserved[0] == DMUTEX__SHIM_SITE) {
-		if ((err = dmutex__shim_static_name(DMUTEX__SHIM_COND, c, name, shim_name)))
-			return err;
-		name = shim_name;
-	}
+	/* A layer's initializer is named by that layer (static_name.h). */
+	if ((err = dmutex__static_name(DMUTEX__STATIC_COND, c, c->__reserved[0], &name, buf, &type)))
+		return err;
 	if ((err = dmutex__name_ok(name, &len)))
 		return err;
 	if ((err = dmutex__client_default(&cl)))

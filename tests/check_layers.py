@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""The core does not depend on the pthread shim (STYLE.md, "Layers").
+
+Two ways an arrow could run back up from src/ to shim/, both checked:
+- an #include in src/ of a header that lives in shim/;
+- a symbol the core's object files need that a shim object file defines
+  (read with nm from the objects the build made, so it is the code's).
+
+usage: check_layers.py SOURCE_ROOT OBJDIR
+"""
+import os
+import re
+import subprocess
+import sys
+
+
+def symbols(obj):
+    defined, needed = set(), set()
+    out = subprocess.run(['nm', obj], check=True, capture_output=True,
+                         text=True).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == 'U':
+            needed.add(parts[1])
+        elif len(parts) == 3 and parts[1] in 'TDBR':
+            defined.add(parts[2])
+    return defined, needed
+
+
+def main():
+    root, objdir = sys.argv[1], sys.argv[2]
+    bad = []
+    # What the build's include path (meson.build's inc) would find.
+    search = ['include', '.', 'src', 'src/backend']
+    inc = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+    for d, _, files in os.walk(os.path.join(root, 'src')):
+        for f in files:
+            if not f.endswith(('.c', '.h')):
+                continue
+            path = os.path.join(d, f)
+            with open(path) as fh:
+                for n, line in enumerate(fh, 1):
+                    m = inc.match(line)
+                    if not m:
+                        continue
+                    found = [os.path.realpath(os.path.join(b, m.group(1)))
+                             for b in [d] + [os.path.join(root, s) for s in search]
+                             if os.path.exists(os.path.join(b, m.group(1)))]
+                    if found and found[0].startswith(
+                            os.path.realpath(os.path.join(root, 'shim')) + os.sep):
+                        bad.append('%s:%d includes %s from shim/' % (
+                            os.path.relpath(path, root), n, m.group(1)))
+    objs = [o for o in os.listdir(objdir) if o.endswith('.o')]
+    shim_defs = {}
+    for o in objs:
+        if o.startswith('shim_'):
+            for s in symbols(os.path.join(objdir, o))[0]:
+                shim_defs[s] = o
+    core = [o for o in objs if o.startswith('src_')]
+    if not core or not shim_defs:
+        print('no core or shim objects in %s' % objdir)
+        return 1
+    for o in core:
+        for s in sorted(symbols(os.path.join(objdir, o))[1]):
+            if s in shim_defs:
+                bad.append('%s needs %s from %s' % (o, s, shim_defs[s]))
+    for b in bad:
+        print(b)
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
