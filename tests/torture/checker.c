@@ -7,8 +7,9 @@
  *  token       a fencing token not strictly greater than that of every hold
  *              granted before this one was asked for (or one handed twice);
  *  stale       the resource accepted a write out of token order, a write
- *              nobody made, or rejected a write of a holder never told it
- *              lost the lock (a newer token had written during its hold);
+ *              nobody made, or refused a read or a write of a holder never
+ *              told it lost the lock (a newer token had read or written
+ *              during its hold);
  *  lost update the final value is not the number of accepted writes;
  *  stranded    a lock key without expiry, with more than a lease to live,
  *              still there after its unlock was confirmed, or outliving
@@ -42,7 +43,7 @@ struct hold {
 	uint32_t seq;
 	int64_t t_inv, t_ok, t_end, t_unlocked;
 	uint64_t token;
-	int has_token, lost, inner_lost, ended, unlock_rc, write_rc, write_inv;
+	int has_token, lost, inner_lost, ended, unlock_rc, write_rc, write_inv, read_rc;
 	uint64_t write_token;
 	int64_t write_t;
 };
@@ -352,6 +353,10 @@ worker_rec(struct ctx *c, const struct tt_rec *r)
 					r->rc, strerror(r->rc));
 		}
 		break;
+	case R_READ:
+		if (h)
+			h->read_rc = r->rc;
+		break;
 	case R_WRITE_INV:
 		if (h) {
 			h->write_inv = 1;
@@ -525,8 +530,14 @@ check_writes(struct ctx *c, int64_t final_value, const uint64_t *log, size_t log
 		struct hold *h = &c->h[i];
 		if (h->write_rc == 0 && !h->lost) {
 			violation(c, "stale: the write of pid %d thread %u hold %u (token %" PRIu64
-					") was rejected (a newer token wrote during its hold), and it was never told it lost the lock",
+					") was rejected (a newer token read or wrote during its hold), and it was never told it lost the lock",
 					h->pid, h->thr, h->seq, h->write_token);
+			hold_excerpt(c, h);
+		}
+		if (h->read_rc == -2 && !h->lost) {
+			violation(c, "stale: the read of pid %d thread %u hold %u (token %" PRIu64
+					") was refused (a newer token had read), and it was never told it lost the lock",
+					h->pid, h->thr, h->seq, h->token);
 			hold_excerpt(c, h);
 		}
 		if (h->write_inv)

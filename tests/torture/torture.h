@@ -36,7 +36,7 @@ enum tt_type {
 	R_CONSISTENT,   /* rc (after EOWNERDEAD) */
 	R_RELOCK,       /* recursive: the inner lock, rc */
 	R_FENCE,        /* rc, token */
-	R_READ,         /* rc (0 ok, -1 failed), value */
+	R_READ,         /* rc (0 ok, -1 failed, -2 refused: a newer token), value */
 	R_WRITE_INV,    /* token, value = the value written */
 	R_WRITE,        /* rc 1 accepted, 0 rejected, -1 no answer; token; value = resource's max token */
 	R_INNER_UNLOCK, /* recursive: rc */

@@ -27,12 +27,23 @@
 #define FL_RECURSIVE 2
 #define FL_UNSAFE    4
 
-/* The protected resource: accepts a write only with a token larger than
- * every token it accepted before, and logs what it accepted. */
+/* The protected resource, fenced for reads and writes alike: a read
+ * raises the resource's token to the reader's, and a read or a write with
+ * a token below it is refused.  Fencing only the write would let a holder
+ * whose lease ran out while it worked write a value computed from a read
+ * that a newer holder had read too: both writes accepted, in token order,
+ * one update lost -- the lock behaving as documented, the resource not
+ * protecting itself.  The write logs what it accepted. */
+static const char read_lua[] =
+	"local max = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
+	"local tok = tonumber(ARGV[1])\n"
+	"if tok < max then return {0, max} end\n"
+	"if tok > max then redis.call('SET', KEYS[2], ARGV[1]) end\n"
+	"return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}\n";
 static const char write_lua[] =
 	"local max = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
 	"local tok = tonumber(ARGV[1])\n"
-	"if tok <= max then return {0, max} end\n"
+	"if tok < max then return {0, max} end\n"
 	"redis.call('SET', KEYS[2], ARGV[1])\n"
 	"redis.call('SET', KEYS[1], ARGV[2])\n"
 	"redis.call('RPUSH', KEYS[3], ARGV[1])\n"
@@ -112,22 +123,32 @@ res_connect(struct thr *t)
 	return 0;
 }
 
-/* GET value: 0 and *v, or -1. */
+/* Fenced read: 0 and *v, -2 refused (a newer token read or wrote), -1 no
+ * answer. */
 static int
-res_read(struct thr *t, int64_t *v)
+res_read(struct thr *t, uint64_t token, int64_t *v)
 {
 	redisReply *r;
+	int rc = -1;
 
 	if (!t->res && res_connect(t))
 		return -1;
-	r = redisCommand(t->res, "GET value");
+	r = redisCommand(t->res, "EVAL %s 2 value maxtok %" PRIu64, read_lua, token);
 	if (!r) {
 		res_connect(t);
 		return -1;
 	}
-	*v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+			r->element[0]->type == REDIS_REPLY_INTEGER &&
+			r->element[1]->type == REDIS_REPLY_INTEGER) {
+		rc = r->element[0]->integer ? 0 : -2;
+		*v = r->element[1]->integer;
+	} else {
+		fprintf(stderr, "torture worker: resource answered %s\n",
+				r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected shape");
+	}
 	freeReplyObject(r);
-	return 0;
+	return rc;
 }
 
 /* 1 accepted, 0 rejected (*max: the resource's token), -1 no answer. */
@@ -216,7 +237,7 @@ one_round(struct thr *t)
 	rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
 	if (!rc) {
 		atomic_store(&t->slot->token, token);
-		rc = res_read(t, &v);
+		rc = res_read(t, token, &v);
 		rec(t, R_READ, 0, rc, token, v);
 		if (!rc) {
 			/* The critical section's work: mostly short, sometimes
