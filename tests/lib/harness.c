@@ -970,8 +970,13 @@ static pid_t spawn_server(const struct th_redis *r)
 		/* child: async-signal-safe calls only */
 		setpgid(0, 0);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127); /* the test process already died */
+		if (getppid() != parent) {
+			/* the test process already died */
+			static const char gone[] = "th_redis: the test process is gone\n";
+			ssize_t ignored = write(errfd, gone, sizeof gone - 1);
+			(void)ignored;
+			_exit(127);
+		}
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
@@ -980,8 +985,12 @@ static pid_t spawn_server(const struct th_redis *r)
 		dfl.sa_handler = SIG_DFL;
 		for (int s = 1; s < NSIG; s++)
 			sigaction(s, &dfl, NULL);
-		if (dup2(nullfd, 0) < 0 || dup2(errfd, 1) < 0 || dup2(errfd, 2) < 0)
+		if (dup2(nullfd, 0) < 0 || dup2(errfd, 1) < 0 || dup2(errfd, 2) < 0) {
+			static const char dupf[] = "th_redis: dup2 failed\n";
+			ssize_t ignored = write(errfd, dupf, sizeof dupf - 1);
+			(void)ignored;
 			_exit(127);
+		}
 		if (close_range(3, ~0U, 0) != 0)
 			for (long fd = 3; fd < maxfd; fd++)
 				close((int)fd);
