@@ -230,14 +230,16 @@ Test(shim, bank_conserves_money_across_processes)
 
 /* The control: the same program with its lock calls compiled out loses
  * transfers, so the test above would notice a lock that does not exclude.
- * (Lost updates of one counter by 9 threads in 3 processes are certain in
- * practice, not by construction: only "fewer" is asserted.) */
+ * (Lost updates of one counter by 9 threads in 3 processes are likely, not
+ * certain: on a loaded machine the processes can run one after the other.
+ * Only "fewer" is asserted, and the control gets three runs to see it.) */
 Test(shim, bank_without_locks_loses_transfers)
 {
-	long long money, transfers;
+	long long money, transfers = BANK_TOTAL;
 
-	bank_run(env_path("BANK_NOLOCK"), &money, &transfers);
-	cr_assert_lt(transfers, BANK_TOTAL, "no transfer lost without locks: the test cannot see a broken lock");
+	for (int run = 0; run < 3 && transfers >= BANK_TOTAL; run++)
+		bank_run(env_path("BANK_NOLOCK"), &money, &transfers);
+	cr_assert_lt(transfers, BANK_TOTAL, "no transfer lost without locks in 3 runs: the test cannot see a broken lock");
 	cr_assert_eq(dmt_count_keys(&srv, "dmutex:*"), 0, "the no-lock build used no dmutex");
 }
 
