@@ -5,6 +5,23 @@
 
 #include "cond.h"
 #include "name.h"
+#include "stamp.h"
+
+/* dcond_attr_t's __reserved[0]: the pshared value, only stored. */
+#define ATTR_PSHARED 0
+/* The shim's slots of a dcond_t and a dmutex_t (see mutex.c). */
+#define STAMP(o) (&(o)->__reserved[2])
+
+/* Both objects' state may be read by this process (stamp.h). */
+static int
+usable(dcond_t *c, dmutex_t *m)
+{
+	int err = c ? dmutex__shim_stamp_check(STAMP(c), "pthread condition variable", c) : EINVAL;
+
+	if (!err && m)
+		err = dmutex__shim_stamp_check(STAMP(m), "pthread mutex", m);
+	return err;
+}
 
 static void
 pause_ms(int64_t ms)
@@ -29,6 +46,8 @@ dmutex_shim_cond_init(dcond_t *c, const dcond_attr_t *a, const char *site)
 	}
 	if (err)
 		dmutex__shim_site_release(DMUTEX__SHIM_COND, c);
+	else
+		dmutex__shim_stamp(STAMP(c), a ? (int)(uintptr_t)a->__reserved[ATTR_PSHARED] : 0);
 	return err;
 }
 
@@ -38,6 +57,8 @@ dmutex_shim_cond_destroy(dcond_t *c)
 	int64_t until = dmutex__now_ns() + 2000 * DMUTEX__MS;
 	int err;
 
+	if ((err = usable(c, NULL)))
+		return err;
 	/* POSIX lets a program destroy a condition variable as soon as it has
 	 * woken every waiter; woken waiters may still be leaving (one round
 	 * trip).  Give them that time. */
@@ -54,8 +75,10 @@ dmutex_shim_cond_destroy(dcond_t *c)
 int
 dmutex_shim_cond_wait(dcond_t *c, dmutex_t *m)
 {
-	int err = dcond_wait(c, m);
+	int err = usable(c, m);
 
+	if (!err)
+		err = dcond_wait(c, m);
 	if (err != EIO)
 		return err;
 	pause_ms(100);
@@ -66,8 +89,10 @@ int
 dmutex_shim_cond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struct timespec *at)
 {
 	struct timespec now;
-	int err = dcond_clockwait(c, m, clock, at);
+	int err = usable(c, m);
 
+	if (!err)
+		err = dcond_clockwait(c, m, clock, at);
 	if (err != EIO)
 		return err;
 	pause_ms(100);
@@ -83,7 +108,7 @@ dmutex_shim_cond_timedwait(dcond_t *c, dmutex_t *m, const struct timespec *at)
 	struct dmutex__cond *cx;
 	int err;
 
-	if ((err = dmutex__cond_resolve(c, &cx)))
+	if ((err = usable(c, m)) || (err = dmutex__cond_resolve(c, &cx)))
 		return err;
 	return dmutex_shim_cond_clockwait(c, m, cx->clock, at);
 }
@@ -94,6 +119,8 @@ wake(dcond_t *c, int all)
 {
 	int err;
 
+	if ((err = usable(c, NULL)))
+		return err;
 	for (int attempt = 0; (err = all ? dcond_broadcast(c) : dcond_signal(c)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_cond_%s: waiting for the backend", all ? "broadcast" : "signal");
@@ -119,10 +146,14 @@ dmutex_shim_condattr_setpshared(dcond_attr_t *a, int pshared)
 {
 	clockid_t clock;
 
-	/* Shared by nature: both are accepted. */
-	if (dcond_attr_getclock(a, &clock) ||
-			(pshared != PTHREAD_PROCESS_PRIVATE && pshared != PTHREAD_PROCESS_SHARED))
+	/* Only stored: shared by nature (stamp.h for shared memory). */
+	if (dcond_attr_getclock(a, &clock))
 		return EINVAL;
+	if (pshared != PTHREAD_PROCESS_PRIVATE && pshared != PTHREAD_PROCESS_SHARED) {
+		dmutex__log(DMUTEX_LOG_ERROR, "pthread_condattr_setpshared: unknown value %d", pshared);
+		return EINVAL;
+	}
+	a->__reserved[ATTR_PSHARED] = (void *)(uintptr_t)pshared;
 	return 0;
 }
 
@@ -133,6 +164,6 @@ dmutex_shim_condattr_getpshared(const dcond_attr_t *a, int *pshared)
 
 	if (!pshared || dcond_attr_getclock(a, &clock))
 		return EINVAL;
-	*pshared = PTHREAD_PROCESS_SHARED;
+	*pshared = (int)(uintptr_t)a->__reserved[ATTR_PSHARED];
 	return 0;
 }

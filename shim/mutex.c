@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "name.h"
+#include "stamp.h"
 
 /* shim/pthread.h maps the robustness calls straight to dmutex's. */
 _Static_assert((int)PTHREAD_MUTEX_STALLED == (int)DMUTEX_STALLED && (int)PTHREAD_MUTEX_ROBUST == (int)DMUTEX_ROBUST,
@@ -28,6 +29,21 @@ static int
 attr_ok(const dmutex_attr_t *a)
 {
 	return a && a->__magic == DMUTEX__ATTR_MAGIC;
+}
+
+/* dmutex_attr_t's __reserved[1]: the pshared value, only stored (a dmutex
+ * is shared by nature; stamp.h says what shared memory may do). */
+#define ATTR_PSHARED 1
+
+/* The shim's own slots of a dmutex_t: the core leaves __reserved alone
+ * once a mutex is initialized (its static initializers use [0] and [1]). */
+#define STAMP(m) (&(m)->__reserved[2])
+
+/* The mutex's state may be read by this process (stamp.h). */
+static int
+usable(dmutex_t *m)
+{
+	return m ? dmutex__shim_stamp_check(STAMP(m), "pthread mutex", m) : EINVAL;
 }
 
 int
@@ -51,14 +67,18 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 	}
 	if (err && !given)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+	if (!err)
+		dmutex__shim_stamp(STAMP(m), attr_ok(a) ? (int)(uintptr_t)a->__reserved[ATTR_PSHARED] : 0);
 	return err;
 }
 
 int
 dmutex_shim_mutex_destroy(dmutex_t *m)
 {
-	int err = dmutex_destroy(m);
+	int err = usable(m);
 
+	if (!err)
+		err = dmutex_destroy(m);
 	if (!err)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 	return err;
@@ -69,6 +89,8 @@ dmutex_shim_mutex_lock(dmutex_t *m)
 {
 	int err;
 
+	if ((err = usable(m)))
+		return err;
 	for (int attempt = 0; (err = dmutex_lock(m)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_lock: waiting for the backend");
@@ -80,7 +102,10 @@ dmutex_shim_mutex_lock(dmutex_t *m)
 int
 dmutex_shim_mutex_trylock(dmutex_t *m)
 {
-	int err = dmutex_trylock(m);
+	int err = usable(m);
+
+	if (!err)
+		err = dmutex_trylock(m);
 
 	/* "Not now" is what a trylock caller is ready for. */
 	return err == EIO ? EBUSY : err;
@@ -100,6 +125,8 @@ dmutex_shim_mutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec 
 {
 	int err;
 
+	if ((err = usable(m)))
+		return err;
 	for (int attempt = 0; (err = dmutex_clocklock(m, clock, at)) == EIO; attempt++) {
 		if (passed(clock, at))
 			return ETIMEDOUT;
@@ -119,8 +146,10 @@ dmutex_shim_mutex_timedlock(dmutex_t *m, const struct timespec *at)
 int
 dmutex_shim_mutex_unlock(dmutex_t *m)
 {
-	int err = dmutex_unlock(m);
+	int err = usable(m);
 
+	if (!err)
+		err = dmutex_unlock(m);
 	/* Not confirmed: the hold is forgotten here, the release retried in
 	 * the background, and the lease ends it anyway (logged). */
 	return err == EIO ? 0 : err;
@@ -159,9 +188,14 @@ dmutex_shim_mutexattr_gettype(const dmutex_attr_t *a, int *type)
 int
 dmutex_shim_mutexattr_setpshared(dmutex_attr_t *a, int pshared)
 {
-	/* A dmutex is shared by nature: both are accepted. */
-	if (!attr_ok(a) || (pshared != PTHREAD_PROCESS_PRIVATE && pshared != PTHREAD_PROCESS_SHARED))
+	/* Only stored: a dmutex is shared by nature (stamp.h for shared memory). */
+	if (!attr_ok(a))
 		return EINVAL;
+	if (pshared != PTHREAD_PROCESS_PRIVATE && pshared != PTHREAD_PROCESS_SHARED) {
+		dmutex__log(DMUTEX_LOG_ERROR, "pthread_mutexattr_setpshared: unknown value %d", pshared);
+		return EINVAL;
+	}
+	a->__reserved[ATTR_PSHARED] = (void *)(uintptr_t)pshared;
 	return 0;
 }
 
@@ -170,7 +204,7 @@ dmutex_shim_mutexattr_getpshared(const dmutex_attr_t *a, int *pshared)
 {
 	if (!attr_ok(a) || !pshared)
 		return EINVAL;
-	*pshared = PTHREAD_PROCESS_SHARED;
+	*pshared = (int)(uintptr_t)a->__reserved[ATTR_PSHARED];
 	return 0;
 }
 

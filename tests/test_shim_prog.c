@@ -134,7 +134,7 @@ api(void)
 	CHECK(6, pthread_mutexattr_settype(&a, 12345) == EINVAL);
 	CHECK(7, pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) == 0);
 	CHECK(8, pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_PRIVATE) == 0);
-	CHECK(9, pthread_mutexattr_getpshared(&a, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
+	CHECK(9, pthread_mutexattr_getpshared(&a, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
 	CHECK(10, pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_NONE) == 0);
 	CHECK(11, pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT) == ENOTSUP);
 	CHECK(12, pthread_mutexattr_getprotocol(&a, &v) == 0 && v == PTHREAD_PRIO_NONE);
