@@ -5,21 +5,21 @@
 
 #include "cond.h"
 #include "name.h"
+#include "object.h"
 #include "stamp.h"
 
 /* dcond_attr_t's __reserved[0]: the pshared value, only stored. */
 #define ATTR_PSHARED 0
-/* The shim's slots of a dcond_t and a dmutex_t (see mutex.c). */
-#define STAMP(o) (&(o)->__reserved[2])
+#define STAMP(o) DMUTEX__SHIM_STAMP(o)
 
-/* Both objects' state may be read by this process (stamp.h). */
+/* Both objects may be handed to the core (object.h). */
 static int
-usable(dcond_t *c, dmutex_t *m)
+usable(dcond_t *c, dmutex_t *m, const char *call)
 {
-	int err = c ? dmutex__shim_stamp_check(STAMP(c), "pthread condition variable", c) : EINVAL;
+	int err = dmutex__shim_cond_ready(c, call);
 
 	if (!err && m)
-		err = dmutex__shim_stamp_check(STAMP(m), "pthread mutex", m);
+		err = dmutex__shim_mutex_ready(m, call);
 	return err;
 }
 
@@ -57,7 +57,7 @@ dmutex_shim_cond_destroy(dcond_t *c)
 	int64_t until = dmutex__now_ns() + 2000 * DMUTEX__MS;
 	int err;
 
-	if ((err = usable(c, NULL)))
+	if ((err = usable(c, NULL, "pthread_cond_destroy")))
 		return err;
 	/* POSIX lets a program destroy a condition variable as soon as it has
 	 * woken every waiter; woken waiters may still be leaving (one round
@@ -75,7 +75,7 @@ dmutex_shim_cond_destroy(dcond_t *c)
 int
 dmutex_shim_cond_wait(dcond_t *c, dmutex_t *m)
 {
-	int err = usable(c, m);
+	int err = usable(c, m, "pthread_cond_wait");
 
 	if (!err)
 		err = dcond_wait(c, m);
@@ -89,7 +89,7 @@ int
 dmutex_shim_cond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struct timespec *at)
 {
 	struct timespec now;
-	int err = usable(c, m);
+	int err = usable(c, m, "pthread_cond_clockwait");
 
 	if (!err)
 		err = dcond_clockwait(c, m, clock, at);
@@ -108,7 +108,7 @@ dmutex_shim_cond_timedwait(dcond_t *c, dmutex_t *m, const struct timespec *at)
 	struct dmutex__cond *cx;
 	int err;
 
-	if ((err = usable(c, m)) || (err = dmutex__cond_resolve(c, &cx)))
+	if ((err = usable(c, m, "pthread_cond_timedwait")) || (err = dmutex__cond_resolve(c, &cx)))
 		return err;
 	return dmutex_shim_cond_clockwait(c, m, cx->clock, at);
 }
@@ -119,7 +119,7 @@ wake(dcond_t *c, int all)
 {
 	int err;
 
-	if ((err = usable(c, NULL)))
+	if ((err = usable(c, NULL, (all ? "pthread_cond_broadcast" : "pthread_cond_signal"))))
 		return err;
 	for (int attempt = 0; (err = all ? dcond_broadcast(c) : dcond_signal(c)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */

@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "name.h"
+#include "object.h"
 #include "stamp.h"
 
 /* shim/pthread.h maps the robustness calls straight to dmutex's. */
@@ -35,16 +36,7 @@ attr_ok(const dmutex_attr_t *a)
  * is shared by nature; stamp.h says what shared memory may do). */
 #define ATTR_PSHARED 1
 
-/* The shim's own slots of a dmutex_t: the core leaves __reserved alone
- * once a mutex is initialized (its static initializers use [0] and [1]). */
-#define STAMP(m) (&(m)->__reserved[2])
-
-/* The mutex's state may be read by this process (stamp.h). */
-static int
-usable(dmutex_t *m)
-{
-	return m ? dmutex__shim_stamp_check(STAMP(m), "pthread mutex", m) : EINVAL;
-}
+#define STAMP(m) DMUTEX__SHIM_STAMP(m)
 
 int
 dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
@@ -75,7 +67,7 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 int
 dmutex_shim_mutex_destroy(dmutex_t *m)
 {
-	int err = usable(m);
+	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_destroy");
 
 	if (!err)
 		err = dmutex_destroy(m);
@@ -89,7 +81,7 @@ dmutex_shim_mutex_lock(dmutex_t *m)
 {
 	int err;
 
-	if ((err = usable(m)))
+	if ((err = dmutex__shim_mutex_ready(m, "pthread_mutex_lock")))
 		return err;
 	for (int attempt = 0; (err = dmutex_lock(m)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */
@@ -102,7 +94,7 @@ dmutex_shim_mutex_lock(dmutex_t *m)
 int
 dmutex_shim_mutex_trylock(dmutex_t *m)
 {
-	int err = usable(m);
+	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_trylock");
 
 	if (!err)
 		err = dmutex_trylock(m);
@@ -125,7 +117,7 @@ dmutex_shim_mutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec 
 {
 	int err;
 
-	if ((err = usable(m)))
+	if ((err = dmutex__shim_mutex_ready(m, "pthread_mutex_clocklock")))
 		return err;
 	for (int attempt = 0; (err = dmutex_clocklock(m, clock, at)) == EIO; attempt++) {
 		if (passed(clock, at))
@@ -146,7 +138,7 @@ dmutex_shim_mutex_timedlock(dmutex_t *m, const struct timespec *at)
 int
 dmutex_shim_mutex_unlock(dmutex_t *m)
 {
-	int err = usable(m);
+	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_unlock");
 
 	if (!err)
 		err = dmutex_unlock(m);

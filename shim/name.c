@@ -1,4 +1,5 @@
 /* Names for what the pthread shim defines: namespace, site, ordinal. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -72,6 +73,39 @@ compose(const char *site, size_t ord, char out[DMUTEX_NAME_MAX + 1])
 	if (n < 0 || n > DMUTEX_NAME_MAX) {
 		dmutex__log(DMUTEX_LOG_ERROR, "shim: the name of the object defined at %s is longer than %d bytes; "
 				"name it with pthread_mutexattr_setname_np", site, DMUTEX_NAME_MAX);
+		return EINVAL;
+	}
+	return 0;
+}
+
+/* ---- zero-filled objects in static storage ---- */
+
+int
+dmutex__shim_zero_name(const void *obj, char site[DMUTEX__SHIM_SITE_MAX + 1], char out[DMUTEX_NAME_MAX + 1])
+{
+	char exe[4096];
+	const char *module, *slash;
+	Dl_info info;
+	int n;
+
+	pthread_once(&ns_once, ns_read);
+	if (ns_err)
+		return ns_err;
+	/* Static storage is inside a loaded module; the heap, a stack or a
+	 * mapping is not, and has no name every process agrees on. */
+	if (!dladdr(obj, &info) || !info.dli_fbase)
+		return ESRCH;
+	module = info.dli_fname && *info.dli_fname ? info.dli_fname : program_name(exe, sizeof exe);
+	if ((slash = strrchr(module, '/')))
+		module = slash + 1;
+	n = snprintf(site, DMUTEX__SHIM_SITE_MAX + 1, "@%s+0x%lx", module,
+			(unsigned long)((const char *)obj - (const char *)info.dli_fbase));
+	if (n < 0 || n > DMUTEX__SHIM_SITE_MAX)
+		return EINVAL;
+	n = snprintf(out, DMUTEX_NAME_MAX + 1, "%s/%s", ns, site);
+	if (n < 0 || n > DMUTEX_NAME_MAX) {
+		dmutex__log(DMUTEX_LOG_ERROR, "shim: the name of the zero-filled object at %s is longer than %d bytes",
+				site, DMUTEX_NAME_MAX);
 		return EINVAL;
 	}
 	return 0;
@@ -318,6 +352,17 @@ dmutex__shim_intern(const char *name)
 static int
 namer(int kind, const void *obj, char out[DMUTEX_NAME_MAX + 1], int *type)
 {
+	/* Both kinds start with the same fields (dmutex.h). */
+	const dmutex_t *o = obj;
+
+	if (o->__reserved[0] == DMUTEX__SHIM_ZERO) {
+		/* Named when it was found zero-filled (object.c). */
+		*type = (int)(uintptr_t)o->__reserved[1];
+		if (strlen(o->__static_name) > DMUTEX_NAME_MAX)
+			return EINVAL;
+		strcpy(out, o->__static_name);
+		return 0;
+	}
 	if (kind == DMUTEX__STATIC_MUTEX) {
 		const dmutex_t *m = obj;
 

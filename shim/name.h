@@ -30,6 +30,22 @@ int dmutex__shim_site_name(int kind, const void *obj, const char *site,
 		char out[DMUTEX_NAME_MAX + 1]);
 /* The object is destroyed (or its init failed): its ordinal is free. */
 void dmutex__shim_site_release(int kind, const void *obj);
+/* Longest site the shim makes: "FILE:LINE" or "@MODULE+0xOFFSET". */
+#define DMUTEX__SHIM_SITE_MAX 1024
+/* __reserved[0] of a zero-filled dmutex_t/dcond_t in static storage once
+ * the shim has seen it: __static_name is its whole name (interned),
+ * __reserved[1] the mutex type, __reserved[4] its site (interned); [2] is
+ * 0, no stamp (object.h). */
+#define DMUTEX__SHIM_ZERO ((void *)(uintptr_t)0x7a65726fu) /* "zero" */
+/*
+ * The site and name of a zero-filled object in static storage:
+ * "@MODULE+0xOFFSET" (the module's file name and the object's offset from
+ * its load address, so every process of one build agrees), and
+ * NAMESPACE/SITE.  0; ESRCH: obj is not in a loaded module (heap, stack,
+ * mapping); EINVAL (too long, bad namespace: logged).
+ */
+int dmutex__shim_zero_name(const void *obj, char site[DMUTEX__SHIM_SITE_MAX + 1],
+		char out[DMUTEX_NAME_MAX + 1]);
 /* A copy of name that lives as long as the process (the same pointer for
  * equal names), or NULL on ENOMEM. */
 const char *dmutex__shim_intern(const char *name);
