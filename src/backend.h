@@ -28,6 +28,7 @@ struct dmutex__acq {
 	const char *token;
 	unsigned lease_ms;
 	long tid;
+	int robust;             /* recorded for operators: "owner died" or "expired" */
 	/* out */
 	int status;
 	uint64_t fence;

@@ -470,6 +470,7 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 	c->pid = getpid();
 	if (gethostname(c->host, sizeof c->host - 1))
 		strcpy(c->host, "unknown");
+	dmutex__hostid(c->hostid, sizeof c->hostid);
 	if ((err = dmutex__url_parse(url, &c->cfg)))
 		goto fail;
 	err = c->cfg.nnodes > 1 ? dmutex__backend_redlock_create(c, &c->be)

@@ -158,8 +158,16 @@ struct dmutex_client {
 	pid_t pid;                      /* the process that owns the threads */
 
 	char host[256];
+	/* "boot_id/pid namespace": operators on the same machine and pid
+	 * namespace can tell whether a holder's pid is alive (a hostname alone
+	 * is shared by containers).  "" when /proc does not say. */
+	char hostid[64];
 	struct dmutex_client *next_all; /* dmutex__clients list */
 };
+
+/* ---- hostid.c ---- */
+/* "boot_id/pidns inode" of this process, or "" (see struct dmutex_client). */
+void dmutex__hostid(char *buf, size_t len);
 
 /* ---- client.c ---- */
 int dmutex__client_default(struct dmutex_client **out);

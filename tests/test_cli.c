@@ -1268,3 +1268,151 @@ Test(cli, list_odd_prefix_and_names)
 	assert_json("a", "sorted(x[\"name\"] for x in d) == [\"a\\\"b\\\\c\\td\", \"caf\\u00e9\\ufffd\"] "
 			"and d[0][\"fence_counter\"] == 5");
 }
+
+/* A child process that takes NAME and stays (until killed), or with cond
+ * set waits on the condition variable NAME with it. */
+struct sitter { char url[700]; const char *name; int robust; unsigned lease_ms; int cond; };
+
+static int
+sit_holding(void *p)
+{
+	struct sitter *s = p;
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	dcond_attr_t ca;
+	dcond_t cv;
+	dmutex_t m;
+
+	if (dmutex_client_open(&c, s->url))
+		return 10;
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, c);
+	if (s->robust)
+		dmutex_attr_setrobust(&a, DMUTEX_ROBUST);
+	if (s->lease_ms)
+		dmutex_attr_setlease(&a, s->lease_ms);
+	if (dmutex_init(&m, s->name, &a) || dmutex_lock(&m))
+		return 11;
+	if (s->cond) {
+		dcond_attr_init(&ca);
+		dcond_attr_setclient(&ca, c);
+		if (dcond_init(&cv, s->name, &ca))
+			return 12;
+		for (;;)
+			dcond_wait(&cv, &m);
+	}
+	for (;;)
+		pause();
+}
+
+static pid_t
+sit(const char *name, int robust, unsigned lease_ms, int cond)
+{
+	static struct sitter s;
+	pid_t pid;
+
+	s = (struct sitter){ .name = name, .robust = robust, .lease_ms = lease_ms, .cond = cond };
+	snprintf(s.url, sizeof s.url, "%s", srv.url);
+	pid = th_spawn(sit_holding, &s);
+	cr_assert_gt(pid, 0);
+	return pid;
+}
+
+static int
+cond_registered(void *name)
+{
+	return th_redis_int(&srv, "ZCARD dmutex:cond:{%s}", (const char *)name) == 1;
+}
+
+static int
+lock_gone_cond(void *name)
+{
+	return lock_exists(name) == 0;
+}
+
+/* Issue 17.6: a holder on this machine is shown alive, and once killed as
+ * gone with the lease's end, never as if it still held the lock. */
+Test(cli, status_holder_alive_then_gone)
+{
+	pid_t pid = sit("live", 0, 30000, 0);
+	char *o;
+
+	cr_assert(th_wait_until(lock_exists_cond, "live", 5000), "the holder never held");
+	ASSERT_ST(DM_RUN(10000, "a", "status", "live"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "process:     alive (same machine and pid namespace)");
+	cr_assert_null(strstr(o, "gone"), "%s", o);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "live"), 0, "b");
+	assert_json("b", "d[0][\"held\"] is True and d[0][\"holder_alive\"] is True");
+
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(th_wait_child(pid, 5000), 128 + SIGKILL);
+	ASSERT_ST(DM_RUN(10000, "c", "status", "live"), 0, "c");
+	o = out_of("c");
+	assert_contains(o, "(process gone)");
+	assert_contains(o, "process:     gone; the lock is free when the lease ends in ");
+	cr_assert_null(strstr(o, "alive"), "%s", o);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "d", "status", "--json", "live"), 0, "d");
+	assert_json("d", "d[0][\"held\"] is True and d[0][\"holder_alive\"] is False");
+	ASSERT_ST(DM_RUN(10000, "e", "list"), 0, "e");
+	o = out_of("e");
+	assert_contains(o, "(process gone)");
+	free(o);
+}
+
+/* Issue 17.6: "owner died" is what a robust locker is told; a lock that is
+ * not robust and whose holder vanished has merely expired. */
+Test(cli, status_not_robust_expired_not_owner_died)
+{
+	pid_t pid = sit("plain", 0, 200, 0);
+	char *o;
+
+	cr_assert(th_wait_until(lock_exists_cond, "plain", 5000), "the holder never held");
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(th_wait_child(pid, 5000), 128 + SIGKILL);
+	cr_assert(th_wait_until(lock_gone_cond, "plain", 5000), "the lease never ran out");
+	ASSERT_ST(DM_RUN(10000, "a", "status", "plain"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "robust:      expired");
+	cr_assert_null(strstr(o, "owner died"), "%s", o);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "plain"), 0, "b");
+	assert_json("b", "d[0][\"robust\"] == \"expired\" and d[0][\"held\"] is False");
+	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
+	o = out_of("c");
+	assert_contains(o, "expired");
+	cr_assert_null(strstr(o, "owner died"), "%s", o);
+	free(o);
+
+	/* The same with a robust lock: owner died. */
+	pid = sit("tough", 1, 200, 0);
+	cr_assert(th_wait_until(lock_exists_cond, "tough", 5000), "the holder never held");
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(th_wait_child(pid, 5000), 128 + SIGKILL);
+	cr_assert(th_wait_until(lock_gone_cond, "tough", 5000), "the lease never ran out");
+	ASSERT_ST(DM_RUN(10000, "d", "status", "--json", "tough"), 0, "d");
+	assert_json("d", "d[0][\"robust\"] == \"owner_died\"");
+}
+
+/* Issue 17.6: threads waiting on a condition variable are seen. */
+Test(cli, status_shows_cond_waiters)
+{
+	pid_t pid = sit("cv", 0, 0, 1);
+	char *o;
+
+	cr_assert(th_wait_until(cond_registered, "cv", 5000), "the waiter never registered");
+	ASSERT_ST(DM_RUN(10000, "a", "status", "cv"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "cond waits:  1 thread on condition variable 'cv'");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "cv"), 0, "b");
+	assert_json("b", "d[0][\"cond_waiters\"] == 1");
+	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
+	o = out_of("c");
+	assert_contains(o, "1 cond");
+	free(o);
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(th_wait_child(pid, 5000), 128 + SIGKILL);
+}

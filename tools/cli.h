@@ -73,7 +73,10 @@ const char *cli_conn_node(const struct cli_conn *cc, size_t i);
 
 /* ---- what Redis says about one lock (inspect.c) ---------------------- */
 
-enum { ROBUST_CONSISTENT, ROBUST_OWNER_DIED, ROBUST_NOTREC };
+/* ROBUST_EXPIRED: a lock whose holder recorded it as not robust ended
+ * without an unlock (its lease ran out); only a robust lock's next holder
+ * is told "owner died" (EOWNERDEAD), so only a robust one shows it. */
+enum { ROBUST_CONSISTENT, ROBUST_OWNER_DIED, ROBUST_EXPIRED, ROBUST_NOTREC };
 
 struct cli_lock {
 	char *name;
@@ -90,6 +93,12 @@ struct cli_lock {
 	int robust;                     /* ROBUST_* */
 	char state[16];                 /* meta state, "" = clean */
 	long long waiters;              /* clients subscribed to the wake channel */
+	char hostid[64];                /* the holder's "boot_id/pidns"; "" unknown */
+	int alive;                      /* the holder's pid: 1 alive, 0 gone, -1 cannot know
+	                                 * (another machine or pid namespace) */
+	int robust_recorded;            /* meta "robust": 1, 0, -1 not recorded */
+	long long cond_waiters;         /* registered on condition variable NAME; -1 unknown */
+	long long cond_expires_ms;      /* the latest registration's expiry (server ms); -1 */
 	char error[256];                /* non-empty: this record could not be read */
 };
 
@@ -114,6 +123,8 @@ const char *cli_robust_text(int robust);
 const char *cli_robust_json(int robust);
 /* "host1 pid 4242 tid 4243", or "an unknown holder" */
 void cli_holder(char *buf, size_t len, const struct cli_lock *l, int with_tid);
+/* Whether the holder lives: "alive", "process gone", "" when it cannot be known. */
+const char *cli_alive_text(const struct cli_lock *l);
 
 /* A JSON string: quotes, escapes, invalid UTF-8 as U+FFFD. */
 void cli_json_str(FILE *f, const char *s);

@@ -1,10 +1,16 @@
 /*
  * What Redis holds about one lock, in one round trip: the lock hash and its
  * PTTL (present only while held), the persistent meta hash (fencing counter,
- * robust state) and the number of clients subscribed to the wake channel.
+ * robust state), the number of clients subscribed to the wake channel, and
+ * the waiters registered on the condition variable of the same name.
  */
+#define NREPLIES 6
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "internal.h"
 
 #include "cli.h"
 #include "keys.h"
@@ -31,15 +37,18 @@ connection_failed(struct dmutex__conn *c)
 int
 cli_inspect_append(struct dmutex__conn *c, const char *prefix, const char *name)
 {
-	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], ck[DMUTEX__KEY_MAX];
 
 	dmutex__key(lk, prefix, "lock", name);
 	dmutex__key(mk, prefix, "meta", name);
 	dmutex__key(ch, prefix, "wake", name);
+	dmutex__key(ck, prefix, "cond", name);
 	if (dmutex__conn_appendf(c, "HGETALL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "PTTL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "HGETALL %b", mk, strlen(mk)) ||
-	    dmutex__conn_appendf(c, "PUBSUB NUMSUB %b", ch, strlen(ch)))
+	    dmutex__conn_appendf(c, "PUBSUB NUMSUB %b", ch, strlen(ch)) ||
+	    dmutex__conn_appendf(c, "ZCARD %b", ck, strlen(ck)) ||
+	    dmutex__conn_appendf(c, "ZRANGE %b -1 -1 WITHSCORES", ck, strlen(ck)))
 		return connection_failed(c);
 	return 0;
 }
@@ -58,10 +67,24 @@ field(const redisReply *r, const char *name)
 	return NULL;
 }
 
+/* 1 alive, 0 gone, -1 cannot know: the pid means something here only when
+ * the holder ran on this boot of this machine, in our pid namespace. */
+static int
+holder_alive(const struct cli_lock *l)
+{
+	char here[64];
+
+	dmutex__hostid(here, sizeof here);
+	if (!here[0] || !l->hostid[0] || strcmp(here, l->hostid) || l->pid <= 0)
+		return -1;
+	return kill((pid_t)l->pid, 0) == 0 || errno == EPERM;
+}
+
 static void
-fill(struct cli_lock *l, const char *prefix, redisReply *const rep[4])
+fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 {
 	const redisReply *lock = rep[0], *pttl = rep[1], *meta = rep[2], *subs = rep[3];
+	const redisReply *ncond = rep[4], *last = rep[5];
 	const char *s;
 	char key[DMUTEX__KEY_MAX];
 
@@ -88,40 +111,52 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[4])
 		l->lease_ms = num(field(lock, "lease"));
 		l->fence = num(field(lock, "fence"));
 		l->acquired_after_death = num(field(lock, "died")) == 1;
+		snprintf(l->hostid, sizeof l->hostid, "%s", (s = field(lock, "hostid")) ? s : "");
+		l->alive = holder_alive(l);
 		if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
 			l->pttl_ms = pttl->integer;
 	}
 	l->fence_counter = num(field(meta, "fence"));
 	snprintf(l->state, sizeof l->state, "%s", (s = field(meta, "state")) ? s : "");
+	l->robust_recorded = num(field(meta, "robust"));
 	/* The states of acquire.lua / release.lua: "held" with no lock key
 	 * means the last holder's lease ran out without an unlock. */
 	if (!strcmp(l->state, "notrec"))
 		l->robust = ROBUST_NOTREC;
 	else if (!strcmp(l->state, "died") || (!strcmp(l->state, "held") && !l->held))
-		l->robust = ROBUST_OWNER_DIED;
+		l->robust = l->robust_recorded == 1 ? ROBUST_OWNER_DIED : ROBUST_EXPIRED;
 	else
 		l->robust = ROBUST_CONSISTENT;
 	if (subs->type == REDIS_REPLY_ARRAY && subs->elements == 2 &&
 	    subs->element[1]->type == REDIS_REPLY_INTEGER)
 		l->waiters = subs->element[1]->integer;
+	if (ncond->type == REDIS_REPLY_INTEGER) {
+		l->cond_waiters = ncond->integer;
+		l->exists |= ncond->integer > 0;
+	}
+	if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
+	    last->element[1]->type == REDIS_REPLY_STRING)
+		l->cond_expires_ms = num(last->element[1]->str);
 }
 
 int
 cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l)
 {
-	redisReply *rep[4] = { NULL, NULL, NULL, NULL };
-	int64_t deadline = dmutex__conn_deadline(c);   /* for the four together */
+	redisReply *rep[NREPLIES] = { NULL };
+	int64_t deadline = dmutex__conn_deadline(c);   /* for all of them together */
 	int status = 0;
 
 	memset(l, 0, sizeof *l);
 	l->pid = l->tid = l->since_ms = l->lease_ms = l->pttl_ms = -1;
 	l->fence = l->fence_counter = l->waiters = -1;
+	l->alive = l->robust_recorded = -1;
+	l->cond_waiters = l->cond_expires_ms = -1;
 	if (!(l->name = strdup(name))) {
 		cli_err("out of memory");
 		status = CLI_INTERNAL;
 	}
-	/* Read all four even after a failure, to keep the pipeline in step. */
-	for (int i = 0; i < 4; i++) {
+	/* Read them all even after a failure, to keep the pipeline in step. */
+	for (int i = 0; i < NREPLIES; i++) {
 		void *r = NULL;
 		if (dmutex__conn_get(c, &r, deadline)) {
 			status = connection_failed(c);
@@ -131,7 +166,7 @@ cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name, s
 	}
 	if (!status)
 		fill(l, prefix, rep);
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < NREPLIES; i++)
 		if (rep[i])
 			freeReplyObject(rep[i]);
 	return status;

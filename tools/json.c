@@ -121,5 +121,8 @@ cli_json_lock(FILE *f, const struct cli_lock *l, const char *node)
 		fputs(",\"robust\":null", f);
 	fprintf(f, ",\"acquired_after_owner_died\":%s", l->acquired_after_death ? "true" : "false");
 	num_or_null(f, "waiters", l->waiters);
+	fprintf(f, ",\"holder_alive\":%s", !l->held || l->alive < 0 ? "null"
+			: l->alive ? "true" : "false");
+	num_or_null(f, "cond_waiters", l->cond_waiters);
 	putc('}', f);
 }

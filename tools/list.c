@@ -183,6 +183,11 @@ print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 			snprintf(fence, sizeof fence, "%lld", f);
 		if (l->waiters >= 0)
 			snprintf(waiting, sizeof waiting, "%lld", l->waiters);
+		if (l->cond_waiters > 0 && !strcmp(waiting, "-"))
+			waiting[0] = '\0';
+		if (l->cond_waiters > 0)
+			snprintf(waiting + strlen(waiting), sizeof waiting - strlen(waiting),
+					"%s%lld cond", waiting[0] ? ", " : "", l->cond_waiters);
 		printf("%-*s  %-5s  %-*s  %-10s  %-10s  %-6s  %-15s  %s\n", wname, name,
 				l->held ? "held" : "free", whold, holder, held_for, left, fence,
 				cli_robust_text(l->robust), waiting);

@@ -57,14 +57,16 @@ const char *
 cli_robust_text(int robust)
 {
 	return robust == ROBUST_NOTREC ? "not recoverable"
-		: robust == ROBUST_OWNER_DIED ? "owner died" : "consistent";
+		: robust == ROBUST_OWNER_DIED ? "owner died"
+		: robust == ROBUST_EXPIRED ? "expired" : "consistent";
 }
 
 const char *
 cli_robust_json(int robust)
 {
 	return robust == ROBUST_NOTREC ? "not_recoverable"
-		: robust == ROBUST_OWNER_DIED ? "owner_died" : "consistent";
+		: robust == ROBUST_OWNER_DIED ? "owner_died"
+		: robust == ROBUST_EXPIRED ? "expired" : "consistent";
 }
 
 void
@@ -79,5 +81,12 @@ cli_holder(char *buf, size_t len, const struct cli_lock *l, int with_tid)
 	if (!l->host[0] && l->pid < 0)
 		snprintf(buf, len, "an unknown holder");
 	else
-		snprintf(buf, len, "%s%s%s", l->host[0] ? l->host : "?", pid, tid);
+		snprintf(buf, len, "%s%s%s%s", l->host[0] ? l->host : "?", pid, tid,
+				l->held && l->alive == 0 ? " (process gone)" : "");
+}
+
+const char *
+cli_alive_text(const struct cli_lock *l)
+{
+	return !l->held || l->alive < 0 ? "" : l->alive ? "alive" : "process gone";
 }

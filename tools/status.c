@@ -10,7 +10,8 @@
 static const char usage[] =
 	"usage: dmutex status [--json] [--url URL] NAME...\n"
 	"Show each lock's holder (host, pid, thread), since when, lease left,\n"
-	"fencing token, robust state and waiting clients.\n";
+	"whether its process is alive (when that can be known here), fencing\n"
+	"token, robust state, waiting clients and condition variable waiters.\n";
 
 static void
 print_text(FILE *f, const struct cli_lock *l, const char *node)
@@ -30,6 +31,18 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 	if (l->held) {
 		cli_holder(buf, sizeof buf, l, 1);
 		fprintf(f, "  holder:      %s\n", buf);
+		/* A pid is only a name: never show a dead one as if it held. */
+		if (l->alive == 1) {
+			fputs("  process:     alive (same machine and pid namespace)\n", f);
+		} else if (l->alive == 0) {
+			cli_duration(buf, sizeof buf, l->pttl_ms);
+			fprintf(f, "  process:     gone; the lock is free when the lease ends in %s\n",
+					l->pttl_ms >= 0 ? buf : "(unknown)");
+		} else if (l->lease_ms > 0 && l->pttl_ms >= 0) {
+			cli_duration(buf, sizeof buf, l->lease_ms - l->pttl_ms);
+			fprintf(f, "  process:     on another machine or pid namespace; "
+					"last renewed %s ago\n", buf);
+		}
 		if (l->since_ms >= 0) {
 			time_t t = (time_t)(l->since_ms / 1000);
 			struct tm tm;
@@ -57,6 +70,9 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 			" (the holder took over from a holder that died)" : "");
 	if (l->waiters >= 0)
 		fprintf(f, "  waiting:     %lld client%s\n", l->waiters, l->waiters == 1 ? "" : "s");
+	if (l->cond_waiters > 0)
+		fprintf(f, "  cond waits:  %lld thread%s on condition variable '%s'\n",
+				l->cond_waiters, l->cond_waiters == 1 ? "" : "s", name);
 }
 
 int

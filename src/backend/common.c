@@ -35,6 +35,8 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->argv[5] = x->pid;
 	x->argv[6] = x->tid;
 	x->argv[7] = x->since;
+	x->argv[8] = c->hostid;
+	x->argv[9] = a->robust ? "1" : "0";
 }
 
 int

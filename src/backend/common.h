@@ -17,7 +17,7 @@
 struct dmutex__acq_argv {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX];
 	char lease[16], pid[24], tid[24], since[24];
-	const char *argv[8];            /* 2 keys, 6 args */
+	const char *argv[10];           /* 2 keys, 8 args */
 };
 
 struct dmutex__rel_argv {

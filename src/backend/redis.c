@@ -29,7 +29,7 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 	a->maybe_done = a->refused = 0;
 	dmutex__acq_argv(be, a, &x);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, 8, x.argv, &md))) {
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, 10, x.argv, &md))) {
 		a->refused = md == DMUTEX__REFUSED;
 		a->maybe_done = md == 1;
 		return EIO;

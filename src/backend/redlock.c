@@ -300,7 +300,7 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 	a->maybe_done = a->refused = a->split = 0;
 	dmutex__acq_argv(be, a, &x);
-	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, 8, x.argv, nt, calls);
+	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, 10, x.argv, nt, calls);
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__acq one = *a;
 		fences[i] = 0;

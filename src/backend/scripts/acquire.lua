@@ -2,7 +2,9 @@
 --
 -- KEYS[1]  lock hash, expires with the lease: token, fence, died, owner info
 -- KEYS[2]  meta hash, persistent: fence counter, robust state
--- ARGV     token, lease_ms, host, pid, tid, since_ms (wall clock, for operators)
+-- ARGV     token, lease_ms, host, pid, tid, since_ms (wall clock), hostid
+--          (boot id/pid namespace), robust (1/0): the last four for operators
+--          (`dmutex status`: is the holder alive; owner died or expired)
 --
 -- Returns {0, fence, died}  acquired (died = 1: the previous hold ended
 --                           without an unlock)
@@ -45,9 +47,9 @@ if state == 'held' or state == 'died' then
 	died = 1
 end
 local fence = redis.call('HINCRBY', KEYS[2], 'fence', 1)
-redis.call('HSET', KEYS[2], 'state', 'held')
+redis.call('HSET', KEYS[2], 'state', 'held', 'robust', ARGV[8])
 redis.call('HSET', KEYS[1], 'token', tok, 'fence', fence, 'died', died,
 	'host', ARGV[3], 'pid', ARGV[4], 'tid', ARGV[5], 'since', ARGV[6],
-	'lease', ARGV[2])
+	'lease', ARGV[2], 'hostid', ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {0, fence, died}
