@@ -27,7 +27,7 @@ struct ctx {
 	struct bench *b;
 	struct hand hand;
 	redisContext *c;                /* scripts by hand; counters */
-	char lk[128], mk[128], ch[128], pid[16], host[256];
+	char lk[128], mk[128], ch[128], pid[16], host[256], hostid[64];
 	dmutex_client_t *cli;
 	dmutex_t m;
 	int64_t lock_ns;                /* LIB: the lock's part of the last cycle */
@@ -42,11 +42,12 @@ scripts_cycle(struct ctx *x)
 	redisReply *r;
 	int ok;
 
-	/* What the library sends: a fresh token, its host, pid, tid, time. */
+	/* What the library sends: a fresh token, its host, pid, tid, time,
+	 * host identity (boot id/pid namespace) and robustness. */
 	bench_token(tok);
 	snprintf(since, sizeof since, "%" PRId64, bench_now_ns() / 1000000);
-	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 10000 %s %s %s %s", acq->sha, x->lk, x->mk, tok,
-			x->host, x->pid, x->pid, since);
+	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 10000 %s %s %s %s %s 0", acq->sha, x->lk, x->mk,
+			tok, x->host, x->pid, x->pid, since, x->hostid);
 	ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 			r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 0;
 	freeReplyObject(r);
@@ -119,6 +120,8 @@ setup(struct ctx *x, struct bench *b)
 	snprintf(x->ch, sizeof x->ch, "bench:wake:{%s:byhand}", b->run_id);
 	snprintf(x->pid, sizeof x->pid, "%ld", (long)getpid());
 	gethostname(x->host, sizeof x->host - 1);
+	/* The shape of src/hostid.c's "boot_id/pid namespace inode". */
+	snprintf(x->hostid, sizeof x->hostid, "%s", "5b1f3ac2-7d2e-4c4b-9a0f-2d7c1e9b8a61/4026531836");
 	if ((err = dmutex_client_open(&x->cli, b->tgt.url))) {
 		fprintf(stderr, "bench: dmutex_client_open: %s\n", dmutex_strerror(err));
 		return -1;

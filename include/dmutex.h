@@ -122,6 +122,27 @@ DMUTEX_EXPORT int dmutex_client_open(dmutex_client_t **client, const char *url);
  */
 DMUTEX_EXPORT int dmutex_client_close(dmutex_client_t *client);
 
+/*
+ * This client's own counters since it opened, for lock `name` or, with
+ * name NULL, every name summed (a name never locked: all zero).  They are
+ * what the client adds to Redis, where `dmutex metrics` shows the sums of
+ * every process.  client NULL: the default client.
+ * Returns 0; EINVAL (NULL out, name empty or longer than DMUTEX_NAME_MAX);
+ * EIO, ENOMEM (client NULL and the default client cannot be opened).
+ */
+typedef struct dmutex_metrics {
+	uint64_t acquisitions;          /* locks acquired */
+	uint64_t contended;             /* ... that waited for another holder */
+	uint64_t leases_lost;           /* holds lost (onlost) */
+	uint64_t renewals;              /* lease renewals confirmed */
+	uint64_t backend_errors;        /* backend calls that failed */
+	uint64_t holds;                 /* holds ended by an unlock */
+	double wait_seconds;            /* time lock calls waited, acquired ones */
+	double hold_seconds;            /* time the ended holds lasted */
+} dmutex_metrics_t;
+DMUTEX_EXPORT int dmutex_client_metrics(dmutex_client_t *client, const char *name,
+		dmutex_metrics_t *out);
+
 /* ---- attributes ------------------------------------------------------- */
 
 /* 0; EINVAL (NULL). */

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "internal.h"
 #include "lockorder.h"
+#include "metrics.h"
 #include "node.h"
 #include "waiter.h"
 
@@ -99,6 +100,7 @@ atfork_child(void)
 		c->be->ops->atfork_child(c->be);
 		dmutex__waiter_atfork_child(c);
 		dmutex__renewer_atfork_child(&c->renewer);
+		dmutex__met_atfork_child(c);
 		dmutex__mu_unlock(&c->mu, DMUTEX__LK_CLIENT);
 	}
 	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
@@ -431,6 +433,7 @@ free_client(struct dmutex_client *c)
 	if (c->be)
 		c->be->ops->destroy(c->be);
 	dmutex__config_free(&c->cfg);
+	dmutex__met_free(c);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->renewer.mu);
 	pthread_cond_destroy(&c->renewer.cv);
@@ -471,6 +474,8 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 	if (gethostname(c->host, sizeof c->host - 1))
 		strcpy(c->host, "unknown");
 	dmutex__hostid(c->hostid, sizeof c->hostid);
+	if ((err = dmutex__met_init(c)))
+		goto fail;
 	if ((err = dmutex__url_parse(url, &c->cfg)))
 		goto fail;
 	err = c->cfg.nnodes > 1 ? dmutex__backend_redlock_create(c, &c->be)
@@ -519,6 +524,7 @@ dmutex_client_close_impl(dmutex_client_t *c)
 		*pp = c->next_all;
 	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 	dmutex__renewer_stop(c);
+	dmutex__met_flush(c);           /* the last second's counts */
 	dmutex__waiter_stop(c);
 	free_client(c);
 	return 0;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "metrics.h"
 
 static size_t
 hash(const char *s)
@@ -128,6 +129,7 @@ dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lo
 	if (!e->lost || e->lost_reported)
 		return;
 	e->lost_reported = 1;
+	dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
 	out->report = 1;
 	out->fence = e->fence;
 	out->cb = e->onlost;

@@ -162,6 +162,7 @@ struct dmutex_client {
 	 * namespace can tell whether a holder's pid is alive (a hostname alone
 	 * is shared by containers).  "" when /proc does not say. */
 	char hostid[64];
+	struct dmutex__metrics *metrics;  /* metrics.c */
 	struct dmutex_client *next_all; /* dmutex__clients list */
 };
 

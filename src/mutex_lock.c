@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "internal.h"
 #include "lockorder.h"
+#include "metrics.h"
 #include "waiter.h"
 
 #define NO_DEADLINE INT64_MAX
@@ -44,7 +45,7 @@ abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, uns
 
 /* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD. */
 static int
-acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline)
+acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int *busy)
 {
 	struct dmutex__entry *e = mx->entry;
 	struct dmutex_client *c = e->client;
@@ -118,6 +119,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			break;
 		}
 		if (err) {
+			dmutex__met_count(c, e->name, DMUTEX__MET_ERRORS);
 			/* An answer of "no" from Redis will not change by asking again. */
 			if (mode == TRY || a.refused || now >= io_until || now >= until) {
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': backend failing, giving up", e->name);
@@ -129,6 +131,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			continue;
 		}
 		/* Held by someone else.  The backend answered: fresh I/O budget. */
+		*busy = 1;
 		io_until = now + io_budget;
 		io_attempt = 0;
 		if (mode == TRY) {
@@ -180,7 +183,8 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	pthread_t self = pthread_self();
 	struct timespec ts;
 	uint64_t gen;
-	int err;
+	int64_t t0 = dmutex__now_ns();
+	int err, contended = 0;
 
 	if ((err = dmutex__resolve(m, &mx)))
 		return err;
@@ -226,6 +230,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
 			return mode == TRY ? EBUSY : bad_deadline ? EINVAL : ETIMEDOUT;
 		}
+		contended = 1;  /* another thread of ours holds it */
 		if (until == NO_DEADLINE)
 			pthread_cond_wait(&e->cv, &e->mu);
 		else
@@ -234,7 +239,9 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 
-	err = acquire_remote(mx, mode, until, bad_deadline);
+	err = acquire_remote(mx, mode, until, bad_deadline, &contended);
+	if (err == 0 || err == EOWNERDEAD)
+		dmutex__met_acquired(e->client, e->name, t0, dmutex__now_ns(), contended);
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "metrics.h"
 #include "lockorder.h"
 
 static int
@@ -44,6 +45,7 @@ dmutex_unlock_impl(dmutex_t *m)
 	 * delete by token, so one already in flight cannot resurrect it. */
 	dmutex__renewer_remove(c, e);
 	err = dmutex__release(c, e->name, token, mode);
+	dmutex__met_released(c, e->name);
 	if (mode == DMUTEX__REL_NOTREC && !err)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
 				"it is not recoverable until reset", e->name);

@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "internal.h"
+#include "metrics.h"
 #include "lockorder.h"
 
 /* Renewals due within this much of the first are sent in the same batch. */
@@ -178,6 +179,10 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			continue;
 		}
+		/* (A hold found gone is counted lost where it is reported.) */
+		if (rn[i].result != 0)
+			dmutex__met_count(c, e->name, rn[i].result == 1 ? DMUTEX__MET_RENEWALS
+					: DMUTEX__MET_ERRORS);
 		if (rn[i].result == 1 && t0 < e->deadline_ns) {
 			e->deadline_ns = t0 + (int64_t)e->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(e->lease_ms);
 			due = t0 + renew_interval(e->lease_ms);
@@ -268,6 +273,16 @@ renewer_main(void *arg)
 		for (size_t i = 0; i < r->norphans; i++)
 			if (r->orphans[i].next_ns < first)
 				first = r->orphans[i].next_ns;
+		/* The counters ride along: sent from here, never from a lock call. */
+		int64_t flush = dmutex__met_due(c);
+		if (flush <= now) {
+			dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+			dmutex__met_flush(c);
+			dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+			continue;
+		}
+		if (flush < first)
+			first = flush;
 		if (first > now) {
 			r->wake_ns = first;
 			if (first == INT64_MAX) {

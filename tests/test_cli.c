@@ -922,7 +922,7 @@ Test(cli, usage_errors)
 	ASSERT_ST(DM_RUN(10000, "k"), ST_USAGE, "k");
 	/* main's table names every subcommand. */
 	char *e = err_of("g");
-	assert_contains(e, "dmutex: unknown command 'frobnicate' (run, status, list, reset)\n");
+	assert_contains(e, "dmutex: unknown command 'frobnicate' (run, status, list, reset, metrics, top)\n");
 	free(e);
 }
 

@@ -18,6 +18,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "metrics.h"
 #include "node.h"
 #include "url.h"
 
@@ -131,6 +132,28 @@ void cli_json_str(FILE *f, const char *s);
 /* One lock as a JSON object (node: NULL to leave it out). */
 void cli_json_lock(FILE *f, const struct cli_lock *l, const char *node);
 
+/* ---- per-lock counters (metread.c, prom.c, httpd.c) ----------------- */
+
+struct cli_metset {
+	char *name;                     /* NULL when other */
+	int other;                      /* the names past the top, summed */
+	uint64_t v[DMUTEX__MET_NFIELDS]; /* src/metrics.h */
+};
+struct cli_metrics {
+	struct cli_metset *sets;        /* busiest first; then other, if any */
+	size_t n;
+};
+/* The top names (by acquisitions) and the rest summed.  0, CLI_BACKEND,
+ * CLI_INTERNAL (message said). */
+int cli_metrics_read(struct dmutex__conn *c, const char *prefix, size_t top,
+		struct cli_metrics *out);
+void cli_metrics_free(struct cli_metrics *m);
+/* Prometheus text format 0.0.4. */
+void cli_prom_write(FILE *f, const struct cli_metrics *m);
+/* Serve GET /metrics on ADDR:PORT with render()'s text until SIGINT/SIGTERM.
+ * render returns 0 or a CLI_ status (then 503).  The exit status. */
+int cli_http_serve(const char *addr, int (*render)(FILE *f, void *arg), void *arg);
+
 /* ---- subcommands ---------------------------------------------------- */
 
 /* One file each (run.c, status.c...), called by main (dmutex.c) with the
@@ -140,6 +163,8 @@ int cli_cmd_run(int argc, char **argv, const char *url);
 int cli_cmd_status(int argc, char **argv, const char *url);
 int cli_cmd_list(int argc, char **argv, const char *url);
 int cli_cmd_reset(int argc, char **argv, const char *url);
+int cli_cmd_metrics(int argc, char **argv, const char *url);
+int cli_cmd_top(int argc, char **argv, const char *url);
 
 /* ---- run's helpers -------------------------------------------------- */
 

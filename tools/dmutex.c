@@ -30,6 +30,10 @@ static const struct {
 	  "every lock under the prefix (PATTERN: a Redis glob, default *)" },
 	{ "reset", cli_cmd_reset, "[--force] NAME",
 	  "force-release NAME and clear an owner-died or not-recoverable state" },
+	{ "metrics", cli_cmd_metrics, "[--top N] [--listen ADDR:PORT]",
+	  "per-lock counters of every process, Prometheus text format (or served over HTTP)" },
+	{ "top", cli_cmd_top, "[--interval SECONDS] [--names N] [--once]",
+	  "a live view of the locks, most contended first (q quits)" },
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

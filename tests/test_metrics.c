@@ -1,0 +1,277 @@
+/*
+ * Per-lock counters (issue 17.7): gathered in the process, added to Redis
+ * by the renewal thread (not per acquisition), read back by the process
+ * (dmutex_client_metrics) and by every operator (`dmutex metrics`, in the
+ * Prometheus text format that promtool accepts, and over HTTP).
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "dmt.h"
+#include "harness.h"
+
+static struct th_redis srv;
+static char tmpdir[256];
+
+static void
+up(void)
+{
+	cr_assert(getenv("DMUTEX_BIN"), "DMUTEX_BIN is not set (run through meson test)");
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+	snprintf(tmpdir, sizeof tmpdir, "%s/dmutex-metrics-XXXXXX",
+			getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	cr_assert(mkdtemp(tmpdir));
+	setenv("DMUTEX_URL", srv.url, 1);
+	setenv("DMUTEX_LOG", "warn", 1);
+}
+
+static void
+down(void)
+{
+	char cmd[600];
+
+	th_redis_stop(&srv);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	if (system(cmd))
+		fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+TestSuite(metrics, .init = up, .fini = down, .timeout = 60);
+
+/* A file's content (malloc'd; "" when missing). */
+static char *
+slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	int c;
+
+	cr_assert(m);
+	if (f) {
+		while ((c = getc(f)) != EOF)
+			putc(c, m);
+		fclose(f);
+	}
+	fclose(m);
+	return buf;
+}
+
+/* sh -c SCRIPT with $DMUTEX_BIN and $DMUTEX_URL set; stdout+stderr to
+ * tmpdir/TAG.  Exit status. */
+static int
+sh(const char *tag, const char *script)
+{
+	char out[600];
+	const char *argv[] = { "sh", "-c", script, NULL };
+
+	snprintf(out, sizeof out, "%s/%s", tmpdir, tag);
+	return th_run(argv, NULL, out, 20000);
+}
+
+static char *
+out_of(const char *tag)
+{
+	char p[600];
+
+	snprintf(p, sizeof p, "%s/%s", tmpdir, tag);
+	return slurp(p);
+}
+
+#define assert_contains(hay, needle) \
+	cr_assert(strstr((hay), (needle)), "expected \"%s\" in:\n%s", (needle), (hay))
+
+static void
+cycles(dmutex_client_t *c, const char *name, int n)
+{
+	dmutex_attr_t a;
+	dmutex_t m;
+
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(dmutex_init(&m, name, &a), 0);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(dmutex_lock(&m), 0);
+		cr_assert_eq(dmutex_unlock(&m), 0);
+	}
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	dmutex_attr_destroy(&a);
+}
+
+static int
+total_written(void *arg)
+{
+	(void)arg;
+	return th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:total acq") == 5;
+}
+
+/* Counted in the process at once; in Redis only when the renewal thread
+ * flushes (at most once a second), in one transaction, never a write per
+ * acquisition; read back by the process. */
+Test(metrics, own_counters_and_flush_not_per_acquisition)
+{
+	dmutex_client_t *c;
+	dmutex_metrics_t m;
+	long long exec0 = dmt_cmd_calls(&srv, "exec", (const char *)NULL);
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cycles(c, "m1", 3);
+	cycles(c, "m2", 2);
+	/* Not written per acquisition: nothing in Redis yet. */
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:metrics:{metrics}:total"), 0);
+	cr_assert_eq(dmt_cmd_calls(&srv, "exec", (const char *)NULL), exec0);
+
+	cr_assert_eq(dmutex_client_metrics(c, "m1", &m), 0);
+	cr_assert_eq(m.acquisitions, 3);
+	cr_assert_eq(m.holds, 3);
+	cr_assert_eq(m.contended, 0);
+	cr_assert_eq(m.leases_lost, 0);
+	cr_assert_eq(m.backend_errors, 0);
+	cr_assert(m.wait_seconds >= 0 && m.wait_seconds < 5);
+	cr_assert_eq(dmutex_client_metrics(c, NULL, &m), 0);
+	cr_assert_eq(m.acquisitions, 5);
+	cr_assert_eq(dmutex_client_metrics(c, "never", &m), 0);
+	cr_assert_eq(m.acquisitions, 0);
+	cr_assert_eq(dmutex_client_metrics(c, NULL, NULL), EINVAL);
+	cr_assert_eq(dmutex_client_metrics(c, "", &m), EINVAL);
+
+	/* The renewal thread sends them, without any further call of ours. */
+	cr_assert(th_wait_until(total_written, NULL, 5000), "the counters never reached Redis");
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:n:m1 acq"), 3);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:n:m2 holds"), 2);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* Every process's sums, the top names one by one and the rest summed; the
+ * text passes promtool. */
+Test(metrics, prometheus_text_capped_and_promtool_clean)
+{
+	dmutex_client_t *c;
+	char *o;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cycles(c, "busy", 4);
+	cycles(c, "some", 2);
+	cycles(c, "rare\"%", 1);
+	cycles(c, "rarer", 1);
+	/* Closing sends what the last second gathered. */
+	cr_assert_eq(dmutex_client_close(c), 0);
+
+	cr_assert_eq(sh("a", "\"$DMUTEX_BIN\" metrics --top 2"), 0);
+	o = out_of("a");
+	assert_contains(o, "# TYPE dmutex_acquisitions_total counter\n");
+	assert_contains(o, "dmutex_acquisitions_total{name=\"busy\"} 4\n");
+	assert_contains(o, "dmutex_acquisitions_total{name=\"some\"} 2\n");
+	assert_contains(o, "dmutex_acquisitions_total{name=\"(other)\"} 2\n");
+	cr_assert_null(strstr(o, "name=\"rarer\""), "past the top: %s", o);
+	assert_contains(o, "# TYPE dmutex_wait_seconds histogram\n");
+	assert_contains(o, "dmutex_hold_seconds_bucket{name=\"busy\",le=\"+Inf\"} 4\n");
+	assert_contains(o, "dmutex_hold_seconds_count{name=\"busy\"} 4\n");
+	assert_contains(o, "dmutex_renewals_total{name=\"busy\"} 0\n");
+	free(o);
+	cr_assert_eq(sh("b", "\"$DMUTEX_BIN\" metrics --top 10"), 0);
+	o = out_of("b");
+	/* A name is any bytes: escaped so that no two share a series. */
+	assert_contains(o, "dmutex_acquisitions_total{name=\"rare\\\"%25\"} 1\n");
+	cr_assert_null(strstr(o, "(other)"), "%s", o);
+	free(o);
+
+	cr_assert_eq(sh("c", "command -v promtool"), 0,
+			"promtool is not installed (Debian package prometheus)");
+	cr_assert_eq(sh("d", "\"$DMUTEX_BIN\" metrics --top 2 | promtool check metrics"), 0,
+			"promtool: %s", out_of("d"));
+	cr_assert_eq(sh("e", "\"$DMUTEX_BIN\" metrics --top 10 | promtool check metrics"), 0,
+			"promtool: %s", out_of("e"));
+	cr_assert_eq(sh("f", "\"$DMUTEX_BIN\" metrics --top x"), 64);
+}
+
+struct listener { char log[600]; pid_t pid; int port; };
+
+static int
+listening(void *arg)
+{
+	struct listener *l = arg;
+	char *s = slurp(l->log), *p = strstr(s, "http://127.0.0.1:");
+
+	if (p)
+		l->port = atoi(p + strlen("http://127.0.0.1:"));
+	free(s);
+	return l->port > 0;
+}
+
+/* GET path from 127.0.0.1:port; the whole answer (malloc'd). */
+static char *
+get(int port, const char *path)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	char req[256], buf[4096];
+	char *out = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&out, &len);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ssize_t n;
+
+	cr_assert(fd >= 0 && m);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "connect: %s", strerror(errno));
+	snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	while ((n = read(fd, buf, sizeof buf)) > 0)
+		fwrite(buf, 1, (size_t)n, m);
+	close(fd);
+	fclose(m);
+	return out;
+}
+
+Test(metrics, served_over_http)
+{
+	struct listener l = { .port = 0 };
+	dmutex_client_t *c;
+	char *o;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cycles(c, "web", 3);
+	cr_assert_eq(dmutex_client_close(c), 0);
+
+	snprintf(l.log, sizeof l.log, "%s/listen.err", tmpdir);
+	fflush(NULL);
+	if (!(l.pid = fork())) {
+		if (!freopen(l.log, "w", stderr))
+			_exit(120);
+		execl(getenv("DMUTEX_BIN"), "dmutex", "metrics", "--listen", "127.0.0.1:0",
+				(char *)NULL);
+		_exit(121);
+	}
+	cr_assert_gt(l.pid, 0);
+	cr_assert(th_wait_until(listening, &l, 10000), "dmutex never listened: %s", slurp(l.log));
+
+	o = get(l.port, "/metrics");
+	assert_contains(o, "HTTP/1.1 200 OK\r\n");
+	assert_contains(o, "Content-Type: text/plain; version=0.0.4");
+	assert_contains(o, "dmutex_acquisitions_total{name=\"web\"} 3\n");
+	free(o);
+	/* Read afresh for each scrape. */
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cycles(c, "web", 2);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	o = get(l.port, "/metrics");
+	assert_contains(o, "dmutex_acquisitions_total{name=\"web\"} 5\n");
+	free(o);
+	o = get(l.port, "/elsewhere");
+	assert_contains(o, "HTTP/1.1 404 Not Found\r\n");
+	free(o);
+
+	cr_assert_eq(kill(l.pid, SIGTERM), 0);
+	cr_assert_eq(th_wait_child(l.pid, 5000), 0);
+}
