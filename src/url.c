@@ -24,14 +24,18 @@
 #define HOST_MAX 255
 #define PREFIX_DEFAULT "dmutex:"
 
-/* meson defines DMUTEX_HAVE_TLS as 0 while hiredis_ssl is not wired in. */
+/* meson.build defines DMUTEX_HAVE_TLS 1 (src/backend/tls.c, OpenSSL); a build
+ * of these sources without it refuses rediss:// with ENOTSUP. */
 #if defined(DMUTEX_HAVE_TLS) && DMUTEX_HAVE_TLS
 #define TLS_SUPPORTED 1
 #else
 #define TLS_SUPPORTED 0
 #endif
 
-enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_PREFIX, OPT_COUNT };
+enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_PREFIX,
+	/* Options of one URL (one node), not of the client: */
+	OPT_PASSWORD_FILE, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_SERVER_NAME,
+	OPT_TLS_VERIFY, OPT_COUNT };
 
 static const struct {
 	const char *name;
@@ -43,6 +47,13 @@ static const struct {
 	[OPT_LEASE] = { "lease_ms", DMUTEX_LEASE_MIN, DMUTEX_LEASE_MAX },
 	[OPT_NODE] = { "node_timeout_ms", 1, TIMEOUT_MAX },
 	[OPT_PREFIX] = { "prefix", 0, 0 },  /* not a number: see set_prefix */
+	/* Not numbers either: see set_node_string, set_verify. */
+	[OPT_PASSWORD_FILE] = { "password_file", 0, 0 },
+	[OPT_TLS_CA] = { "tls_ca", 0, 0 },
+	[OPT_TLS_CERT] = { "tls_cert", 0, 0 },
+	[OPT_TLS_KEY] = { "tls_key", 0, 0 },
+	[OPT_TLS_SERVER_NAME] = { "tls_server_name", 0, 0 },
+	[OPT_TLS_VERIFY] = { "tls_verify", 0, 0 },
 };
 
 struct parse {
@@ -50,6 +61,7 @@ struct parse {
 	size_t index, count;   /* the node being parsed, for log lines */
 	const char *display;   /* NULL until the password is known to be cut out */
 	unsigned seen;         /* client-wide options given so far, bit per OPT_ */
+	unsigned node_seen;    /* this node's options given so far, bit per OPT_ */
 	int db_seen;           /* this node's db was given */
 };
 
@@ -361,6 +373,74 @@ set_prefix(struct parse *p, const char *v, size_t n)
 	return 0;
 }
 
+static char **
+node_string(struct dmutex__node_addr *node, int o)
+{
+	switch (o) {
+	case OPT_PASSWORD_FILE: return &node->password_file;
+	case OPT_TLS_CA: return &node->tls_ca;
+	case OPT_TLS_CERT: return &node->tls_cert;
+	case OPT_TLS_KEY: return &node->tls_key;
+	case OPT_TLS_SERVER_NAME: return &node->tls_server_name;
+	}
+	return NULL;
+}
+
+/* A file name or server name, percent-decoded (a path may hold '&' or ','). */
+static int
+set_node_string(struct parse *p, int o, const char *v, size_t n, struct dmutex__node_addr *node)
+{
+	char **field = node_string(node, o), *val;
+	size_t len;
+	int err = pct_decode(v, n, &val, &len);
+
+	if (err == EINVAL)
+		bad(p, "malformed percent escape (or %%00) in %s", options[o].name);
+	if (err)
+		return err;
+	if (!len) {
+		bad(p, "empty %s", options[o].name);
+		free(val);
+		return EINVAL;
+	}
+	if (o == OPT_TLS_SERVER_NAME && (len > HOST_MAX || !valid_hostname(val, len))) {
+		bad(p, "bad tls_server_name '%.64s'", val);
+		free(val);
+		return EINVAL;
+	}
+	if (*field) {
+		err = strcmp(val, *field) ? EINVAL : 0;
+		if (err)
+			bad(p, "%s given twice with different values", options[o].name);
+		free(val);
+		return err;
+	}
+	*field = val;
+	return 0;
+}
+
+static int
+set_verify(struct parse *p, const char *v, size_t n, struct dmutex__node_addr *node)
+{
+	int on;
+
+	if (n == 2 && !memcmp(v, "on", 2))
+		on = 1;
+	else if (n == 3 && !memcmp(v, "off", 3))
+		on = 0;
+	else {
+		bad(p, "bad tls_verify '%.*s' (on or off)", n > 16 ? 16 : (int)n, v);
+		return EINVAL;
+	}
+	if (p->node_seen & 1u << OPT_TLS_VERIFY && node->tls_verify != on) {
+		bad(p, "tls_verify given twice with different values");
+		return EINVAL;
+	}
+	p->node_seen |= 1u << OPT_TLS_VERIFY;
+	node->tls_verify = on;
+	return 0;
+}
+
 static int
 set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr *node)
 {
@@ -390,6 +470,10 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 	vlen = n - nlen - 1;
 	if (o == OPT_PREFIX)
 		return set_prefix(p, v, vlen);
+	if (o == OPT_TLS_VERIFY)
+		return set_verify(p, v, vlen, node);
+	if (node_string(node, o))
+		return set_node_string(p, o, v, vlen, node);
 	if (parse_num(v, vlen, options[o].min, options[o].max, &num)) {
 		bad(p, "bad %s '%.*s' (%lu..%lu)", options[o].name, (int)vlen, v,
 				options[o].min, options[o].max);
@@ -452,6 +536,30 @@ parse_unix_path(struct parse *p, const char *s, size_t n, struct dmutex__node_ad
 	return 0;
 }
 
+/* Options that make sense only together, or only over TLS. */
+static int
+check_node(struct parse *p, const struct dmutex__node_addr *node)
+{
+	const char *tls_opt = node->tls_ca ? "tls_ca" : node->tls_cert ? "tls_cert"
+		: node->tls_key ? "tls_key" : node->tls_server_name ? "tls_server_name"
+		: p->node_seen & 1u << OPT_TLS_VERIFY ? "tls_verify" : NULL;
+
+	if (tls_opt && !node->tls) {
+		bad(p, "%s is an option of rediss:// (TLS) URLs", tls_opt);
+		return EINVAL;
+	}
+	if (!node->tls_cert != !node->tls_key) {
+		bad(p, "%s without %s: a client certificate needs its key", node->tls_cert
+				? "tls_cert" : "tls_key", node->tls_cert ? "tls_key" : "tls_cert");
+		return EINVAL;
+	}
+	if (node->password_file && node->password) {
+		bad(p, "a password and password_file both given");
+		return EINVAL;
+	}
+	return 0;
+}
+
 /*
  * The authority ends at the first '/' or '?' and the user information at
  * its last '@'.  A raw '@' anywhere else means a password with a raw '/' or
@@ -479,6 +587,7 @@ parse_node(struct parse *p, const char *elem, size_t len, size_t slen,
 		return err;
 	p->display = node->display;
 	node->tls = slen == sizeof "rediss" - 1;
+	node->tls_verify = 1;
 	if (at && (err = parse_userinfo(p, rest, (size_t)(at - rest), node)))
 		return err;
 	host = at ? at + 1 : rest;
@@ -506,9 +615,9 @@ parse_node(struct parse *p, const char *elem, size_t len, size_t slen,
 	}
 	if (err)
 		return err;
-	if (q < end)
-		return parse_query(p, q + 1, (size_t)(end - q - 1), node);
-	return 0;
+	if (q < end && (err = parse_query(p, q + 1, (size_t)(end - q - 1), node)))
+		return err;
+	return check_node(p, node);
 }
 
 /* Length of the scheme (redis 5, rediss 6, unix 4), 0 if unknown. */
@@ -595,6 +704,7 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 
 		p.display = NULL;
 		p.db_seen = 0;
+		p.node_seen = 0;
 		/* scheme_len cannot fail here: check_list passed. */
 		err = parse_node(&p, s, len, scheme_len(&p, s, len), &cfg->nodes[p.index]);
 		if (err)
@@ -638,6 +748,11 @@ dmutex__config_free(struct dmutex__config *cfg)
 			free(n->password);
 		}
 		free(n->display);
+		free(n->password_file);
+		free(n->tls_ca);
+		free(n->tls_cert);
+		free(n->tls_key);
+		free(n->tls_server_name);
 	}
 	free(cfg->nodes);
 	free(cfg->prefix);

@@ -13,6 +13,14 @@ struct dmutex__node_addr {
 	char *password;  /* percent-decoded; NULL: none.  Never logged. */
 	int db;          /* default 0 */
 	int tls;         /* rediss:// */
+	/* Options of this URL (NULL: not given).  The files are read when the
+	 * client opens (src/backend/node.c, tls.c), not by the parser. */
+	char *password_file;    /* password_file=: the password is its first line */
+	char *tls_ca;           /* CA bundle (PEM); NULL: the system store */
+	char *tls_cert;         /* client certificate chain (PEM), with tls_key */
+	char *tls_key;          /* its private key (PEM) */
+	char *tls_server_name;  /* SNI and the name verified; NULL: the host */
+	int tls_verify;         /* 1 (default), 0: tls_verify=off */
 	char *display;   /* the URL with the password replaced by "***", for logs */
 };
 
@@ -34,7 +42,7 @@ struct dmutex__config {
 /*
  * Parse `url` (never NULL here) into *cfg.  Returns 0; EINVAL with a log line
  * naming the problem (and never the password); ENOTSUP for rediss:// when
- * built without TLS (DMUTEX_HAVE_TLS undefined); ENOMEM.  On error *cfg is
+ * built without TLS (DMUTEX_HAVE_TLS 0); ENOMEM.  No file is opened here.  On error *cfg is
  * left empty (nothing to free, though freeing is harmless).
  */
 int dmutex__url_parse(const char *url, struct dmutex__config *cfg);

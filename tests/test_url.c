@@ -466,6 +466,45 @@ Test(url, rediss_supported, .disabled = !TLS_BUILD)
 	ok("rediss://h:6380");
 	cr_assert_eq(cfg.nodes[0].tls, 1);
 }
+/* TLS options are per URL (node) and read nothing at parse time. */
+Test(url, tls_options)
+{
+	ok("rediss://h:6380?tls_ca=/etc/ca%26b.pem&tls_cert=/c.pem&tls_key=/k.pem"
+			"&tls_server_name=redis.example&tls_verify=off,rediss://g?lease_ms=5000");
+	cr_assert_str_eq(cfg.nodes[0].tls_ca, "/etc/ca&b.pem");
+	cr_assert_str_eq(cfg.nodes[0].tls_cert, "/c.pem");
+	cr_assert_str_eq(cfg.nodes[0].tls_key, "/k.pem");
+	cr_assert_str_eq(cfg.nodes[0].tls_server_name, "redis.example");
+	cr_assert_eq(cfg.nodes[0].tls_verify, 0);
+	cr_assert_null(cfg.nodes[1].tls_ca);
+	cr_assert_eq(cfg.nodes[1].tls_verify, 1);
+	cr_assert_eq(cfg.lease_ms, 5000);
+}
+
+Test(url, tls_option_needs_rediss) { fails("redis://h?tls_ca=/ca.pem", EINVAL); }
+Test(url, tls_verify_needs_rediss) { fails("unix:///s?tls_verify=on", EINVAL); }
+Test(url, tls_cert_needs_key) { fails("rediss://h?tls_cert=/c.pem", EINVAL); }
+Test(url, tls_key_needs_cert) { fails("rediss://h?tls_key=/k.pem", EINVAL); }
+Test(url, tls_verify_on_off_only) { fails("rediss://h?tls_verify=no", EINVAL); }
+Test(url, tls_option_empty) { fails("rediss://h?tls_ca=", EINVAL); }
+Test(url, tls_server_name_bad) { fails("rediss://h?tls_server_name=a%20b", EINVAL); }
+Test(url, tls_option_twice) { fails("rediss://h?tls_ca=/a&tls_ca=/b", EINVAL); }
+
+Test(url, password_file)
+{
+	ok("redis://alice@h?password_file=/run/secrets/redis,unix:///s?password_file=/p");
+	cr_assert_str_eq(cfg.nodes[0].password_file, "/run/secrets/redis");
+	cr_assert_str_eq(cfg.nodes[0].user, "alice");
+	cr_assert_null(cfg.nodes[0].password);
+	cr_assert_str_eq(cfg.nodes[1].password_file, "/p");
+}
+
+Test(url, password_file_and_password)
+{
+	fails("redis://:SECRETPW@h?password_file=/p", EINVAL);
+	cr_assert_null(strstr(logged[0], "SECRETPW"));
+}
+
 /* Malformed wins over unsupported, so the answer does not depend on the build. */
 Test(url, rediss_malformed_is_einval) { fails("rediss://h:0", EINVAL); }
 

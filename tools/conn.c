@@ -37,9 +37,25 @@ cli_conn_parse(struct cli_conn *cc, const char *url)
 		cli_err("out of memory");
 		return CLI_INTERNAL;
 	}
-	for (size_t i = 0; i < cc->cfg.nnodes; i++)
-		dmutex__node_init(&cc->nodes[i], &cc->cfg.nodes[i],
-				cc->cfg.connect_timeout_ms, cc->cfg.command_timeout_ms);
+	for (size_t i = 0; i < cc->cfg.nnodes; i++) {
+		/* A file the URL names (password_file, tls_*) is unusable:
+		 * logged, naming it. */
+		if ((err = dmutex__node_init(&cc->nodes[i], &cc->cfg.nodes[i],
+				cc->cfg.connect_timeout_ms, cc->cfg.command_timeout_ms))) {
+			while (i--)
+				dmutex__node_fini(&cc->nodes[i]);
+			free(cc->nodes);
+			free(cc->ctx);
+			dmutex__config_free(&cc->cfg);
+			memset(cc, 0, sizeof *cc);
+			if (err == ENOMEM) {
+				cli_err("out of memory");
+				return CLI_INTERNAL;
+			}
+			cli_err("bad backend URL");
+			return CLI_BADURL;
+		}
+	}
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include "conn.h"
 #include "internal.h"
+#include "tls.h"
 #include "url.h"
 
 /* Big enough that a typical reply arrives in one recv; on the heap so that
@@ -160,12 +161,44 @@ dial_tcp(const char *host, int port, int64_t deadline, int *out, char *why, size
 	return -1;
 }
 
+/* The TLS handshake, driven by poll until the deadline (the connect
+ * timeout, which covers TCP and what follows it). */
+static int
+handshake(struct dmutex__conn *c, struct ssl_ctx_st *tls, const struct dmutex__node_addr *a,
+		int64_t deadline, char *why, size_t whylen, int *refused)
+{
+	char msg[160];
+	int rc;
+
+	if (!(c->ssl = dmutex__tls_new(tls, c->fd, a, why, whylen)))
+		return -1;
+	while ((rc = dmutex__tls_handshake(c->ssl, &c->want, msg, sizeof msg)) != 1) {
+		if (rc != DMUTEX__TLS_WAIT) {
+			*refused = rc == DMUTEX__TLS_REFUSED;
+			snprintf(why, whylen, "%s", msg);
+			return -1;
+		}
+		switch (wait_fd(c->fd, c->want, deadline)) {
+		case 0:
+			snprintf(why, whylen, "timed out in the TLS handshake");
+			return -1;
+		case -1:
+			snprintf(why, whylen, "poll: %s", strerror(errno));
+			return -1;
+		}
+	}
+	c->want = 0;
+	return 0;
+}
+
 struct dmutex__conn *
-dmutex__conn_dial(const struct dmutex__node_addr *a, int64_t deadline, char *why, size_t whylen)
+dmutex__conn_dial(const struct dmutex__node_addr *a, struct ssl_ctx_st *tls, int64_t deadline,
+		char *why, size_t whylen, int *refused)
 {
 	struct dmutex__conn *c;
 	int fd = -1, e;
 
+	*refused = 0;
 	if (a->path) {
 		if ((e = dial_unix(a->path, deadline, &fd))) {
 			snprintf(why, whylen, "%s", strerror(e));
@@ -179,6 +212,10 @@ dmutex__conn_dial(const struct dmutex__node_addr *a, int64_t deadline, char *why
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
+	if (tls && handshake(c, tls, a, deadline, why, whylen, refused)) {
+		dmutex__conn_free(c);
+		return NULL;
+	}
 	return c;
 }
 
@@ -187,6 +224,8 @@ dmutex__conn_free(struct dmutex__conn *c)
 {
 	if (!c)
 		return;
+	if (c->ssl)
+		dmutex__tls_free(c->ssl);
 	if (c->fd >= 0)
 		close(c->fd);
 	redisReaderFree(c->rd);
@@ -251,23 +290,98 @@ dmutex__conn_appendf(struct dmutex__conn *c, const char *fmt, ...)
 	return push(c, cmd, len);
 }
 
+/* A TLS call's failure: BROKEN or REFUSED. */
+static void
+tls_err(struct dmutex__conn *c, ssize_t rc, const char *why)
+{
+	char msg[128];
+
+	snprintf(msg, sizeof msg, "TLS: %.110s", why);
+	set_err(c, msg, 0);
+	c->tls_refused = rc == DMUTEX__TLS_REFUSED;
+}
+
+/* Bytes sent, 0 if it would block, -1 broken. */
+static ssize_t
+send_some(struct dmutex__conn *c, const char *buf, size_t len)
+{
+	ssize_t k;
+
+	if (c->ssl) {
+		char why[112], alert[112];
+		short want;
+		c->want = 0;
+		if ((k = dmutex__tls_write(c->ssl, buf, len, &c->want, why, sizeof why)) >= 0)
+			return k;
+		/* A server that refused us (our certificate, TLS 1.3) sends an
+		 * alert and closes: a write that meets the reset is explained
+		 * by the alert waiting to be read. */
+		if (k == DMUTEX__TLS_BROKEN && dmutex__tls_read(c->ssl, c->in, DMUTEX__CONN_IN, &want,
+				alert, sizeof alert) == DMUTEX__TLS_REFUSED)
+			tls_err(c, DMUTEX__TLS_REFUSED, alert);
+		else
+			tls_err(c, k, why);
+		return -1;
+	}
+	for (;;) {
+		/* MSG_NOSIGNAL: a reset connection gives EPIPE here, never a
+		 * SIGPIPE that would kill the program (tls.c does the same). */
+		if ((k = send(c->fd, buf, len, MSG_NOSIGNAL)) >= 0)
+			return k;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		set_err(c, "send", errno);
+		return -1;
+	}
+}
+
+/* Bytes received, 0 if it would block, -1 broken (EOF included). */
+static ssize_t
+recv_some(struct dmutex__conn *c)
+{
+	ssize_t k;
+
+	if (c->ssl) {
+		char why[112];
+		c->want = 0;
+		if ((k = dmutex__tls_read(c->ssl, c->in, DMUTEX__CONN_IN, &c->want, why,
+				sizeof why)) < 0)
+			tls_err(c, k, why);
+		return k < 0 ? -1 : k;
+	}
+	for (;;) {
+		if ((k = recv(c->fd, c->in, DMUTEX__CONN_IN, 0)) > 0)
+			return k;
+		if (k == 0) {
+			set_err(c, "connection closed by server", 0);
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		set_err(c, "recv", errno);
+		return -1;
+	}
+}
+
+short
+dmutex__conn_events(const struct dmutex__conn *c, short events)
+{
+	return (short)(events | c->want);
+}
+
 int
 dmutex__conn_write(struct dmutex__conn *c)
 {
 	if (c->err)
 		return -1;
 	while (c->outoff < c->outlen) {
-		/* MSG_NOSIGNAL: a reset connection gives EPIPE here, never a
-		 * SIGPIPE that would kill the program. */
-		ssize_t k = send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return 0;
-			set_err(c, "send", errno);
-			return -1;
-		}
+		ssize_t k = send_some(c, c->out + c->outoff, c->outlen - c->outoff);
+		if (k <= 0)
+			return k < 0 ? -1 : 0;
 		c->outoff += (size_t)k;
 	}
 	c->outoff = c->outlen = 0;
@@ -281,7 +395,7 @@ dmutex__conn_flush(struct dmutex__conn *c, int64_t deadline)
 		int rc = dmutex__conn_write(c);
 		if (rc)
 			return rc < 0 ? -1 : 0;
-		switch (wait_fd(c->fd, POLLOUT, deadline)) {
+		switch (wait_fd(c->fd, c->ssl && c->want ? c->want : POLLOUT, deadline)) {
 		case 0:
 			set_err(c, "timed out sending", 0);
 			return -1;
@@ -298,26 +412,17 @@ dmutex__conn_fill(struct dmutex__conn *c)
 	if (c->err)
 		return -1;
 	for (;;) {
-		ssize_t k = recv(c->fd, c->in, DMUTEX__CONN_IN, 0);
-		if (k > 0) {
-			if (redisReaderFeed(c->rd, c->in, (size_t)k) != REDIS_OK) {
-				set_err(c, "out of memory reading", ENOMEM);
-				return -1;
-			}
-			if (k < DMUTEX__CONN_IN)
-				return 0;
-			continue;
-		}
-		if (k == 0) {
-			set_err(c, "connection closed by server", 0);
+		ssize_t k = recv_some(c);
+		if (k <= 0)
+			return k < 0 ? -1 : 0;
+		if (redisReaderFeed(c->rd, c->in, (size_t)k) != REDIS_OK) {
+			set_err(c, "out of memory reading", ENOMEM);
 			return -1;
 		}
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
+		/* A short plain read emptied the socket; TLS returns one
+		 * record at a time, so it reads on until it would block. */
+		if (!c->ssl && k < DMUTEX__CONN_IN)
 			return 0;
-		set_err(c, "recv", errno);
-		return -1;
 	}
 }
 
@@ -350,7 +455,9 @@ dmutex__conn_get(struct dmutex__conn *c, void **reply, int64_t deadline)
 			return -1;
 		if (*reply)
 			return 0;
-		switch (wait_fd(c->fd, POLLIN, deadline)) {
+		if (c->ssl && dmutex__tls_pending(c->ssl) > 0)
+			goto fill;
+		switch (wait_fd(c->fd, c->ssl && c->want ? c->want : POLLIN, deadline)) {
 		case 0:
 			set_err(c, "timed out waiting for the reply", 0);
 			return -1;
@@ -358,6 +465,7 @@ dmutex__conn_get(struct dmutex__conn *c, void **reply, int64_t deadline)
 			set_err(c, "poll", errno);
 			return -1;
 		}
+	fill:
 		if (dmutex__conn_fill(c))
 			return -1;
 	}

@@ -14,6 +14,8 @@
 #include <hiredis/hiredis.h>
 
 struct dmutex__node_addr;
+struct ssl_ctx_st;
+struct ssl_st;
 
 struct dmutex__conn {
 	int fd;
@@ -26,13 +28,18 @@ struct dmutex__conn {
 	char *out;                      /* formatted commands not yet sent */
 	size_t outlen, outoff, outcap;
 	char *in;                       /* recv buffer, DMUTEX__CONN_IN bytes */
+	struct ssl_st *ssl;             /* rediss://: the session over fd, else NULL */
+	short want;                     /* TLS: the poll event it waits for */
+	int tls_refused;                /* err came from TLS: a certificate or an
+	                                 * alert, not the network */
 };
 
-/* Connect (DNS, TCP or unix) by the deadline; NULL with why filled on
- * failure.  The socket is non-blocking, close-on-exec, TCP_NODELAY and
- * keep-alive. */
-struct dmutex__conn *dmutex__conn_dial(const struct dmutex__node_addr *a, int64_t deadline,
-		char *why, size_t whylen);
+/* Connect (DNS, TCP or unix; then the TLS handshake when tls is not NULL)
+ * by the deadline; NULL with why filled on failure, *refused set when TLS
+ * refused (a certificate not accepted, by either side).  The socket is
+ * non-blocking, close-on-exec, TCP_NODELAY and keep-alive. */
+struct dmutex__conn *dmutex__conn_dial(const struct dmutex__node_addr *a, struct ssl_ctx_st *tls,
+		int64_t deadline, char *why, size_t whylen, int *refused);
 void dmutex__conn_free(struct dmutex__conn *c);
 
 /* Queue one command; 0 or -1 (out of memory, c->err set). */
@@ -44,7 +51,9 @@ int dmutex__conn_appendf(struct dmutex__conn *c, const char *fmt, ...);
 int dmutex__conn_write(struct dmutex__conn *c);
 /* Send everything by the deadline: 0 or -1. */
 int dmutex__conn_flush(struct dmutex__conn *c, int64_t deadline);
-/* Read what has arrived without waiting: 0, or -1 broken (EOF included). */
+/* Read what has arrived without waiting: 0, or -1 broken (EOF included).
+ * Over TLS it reads until the socket is empty, so that no decrypted reply
+ * waits inside OpenSSL while the caller polls the socket. */
 int dmutex__conn_fill(struct dmutex__conn *c);
 /* One parsed reply if buffered (*reply NULL if none): 0, or -1 on a
  * protocol error. */
@@ -52,6 +61,9 @@ int dmutex__conn_next(struct dmutex__conn *c, void **reply);
 /* Flush, then wait for the next reply until the deadline: 0 with *reply,
  * or -1 (c->err set; a timeout breaks the connection: a reply is owed). */
 int dmutex__conn_get(struct dmutex__conn *c, void **reply, int64_t deadline);
+/* The events to poll c->fd for, given those the caller wants (POLLIN,
+ * POLLOUT): over TLS a read may need to write first, and the reverse. */
+short dmutex__conn_events(const struct dmutex__conn *c, short events);
 /* now + c->command_ms. */
 int64_t dmutex__conn_deadline(const struct dmutex__conn *c);
 /* appendf + get. NULL on failure. */

@@ -8,16 +8,40 @@
 #include "internal.h"
 #include "node.h"
 #include "scripts.h"
+#include "secret.h"
+#include "tls.h"
 
-void
+static void
+free_password(char *p)
+{
+	if (p) {
+		/* Do not leave it lying in freed heap memory. */
+		explicit_bzero(p, strlen(p));
+		free(p);
+	}
+}
+
+int
 dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		unsigned connect_ms, unsigned command_ms)
 {
+	int err;
+
 	memset(n, 0, sizeof *n);
 	n->addr = addr;
 	n->connect_ms = connect_ms;
 	n->command_ms = command_ms;
+	/* Read now, so that a wrong path shows at open, and once. */
+	if (addr->password_file &&
+			(err = dmutex__secret_read(addr->display, addr->password_file, &n->password)))
+		return err;
+	if (addr->tls && (err = dmutex__tls_ctx_new(addr, &n->tls))) {
+		free_password(n->password);
+		n->password = NULL;
+		return err;
+	}
 	pthread_mutex_init(&n->mu, NULL);
+	return 0;
 }
 
 void
@@ -26,13 +50,19 @@ dmutex__node_fini(struct dmutex__node *n)
 	for (int i = 0; i < n->nidle; i++)
 		dmutex__conn_free(n->idle[i]);
 	n->nidle = 0;
+	free_password(n->password);
+	n->password = NULL;
+	dmutex__tls_ctx_free(n->tls);
+	n->tls = NULL;
 	pthread_mutex_destroy(&n->mu);
 }
 
 void
 dmutex__node_atfork_child(struct dmutex__node *n)
 {
-	/* The parent still uses these sockets: close our copies, say nothing. */
+	/* The parent still uses these sockets: close our copies, say nothing
+	 * (over TLS: nothing written, not even a close_notify; the session
+	 * state stays the parent's, the context is kept for new ones). */
 	for (int i = 0; i < n->nidle; i++)
 		dmutex__conn_free(n->idle[i]);
 	n->nidle = 0;
@@ -57,7 +87,8 @@ note_down(struct dmutex__node *n, const char *what, const char *why)
  * the address: a caller that gave up may close the client meanwhile.
  */
 struct connect_job {
-	struct dmutex__node_addr a;
+	struct dmutex__node_addr a;     /* password: the node's, from its file too */
+	struct ssl_ctx_st *tls;         /* a reference of the job's own */
 	int64_t deadline;
 	unsigned command_ms;
 	struct dmutex__conn *c;         /* the result, or NULL */
@@ -72,14 +103,13 @@ job_free(void *p)
 	struct connect_job *j = p;
 
 	dmutex__conn_free(j->c);
+	dmutex__tls_ctx_free(j->tls);
 	free(j->a.host);
 	free(j->a.path);
 	free(j->a.user);
-	if (j->a.password) {
-		explicit_bzero(j->a.password, strlen(j->a.password));
-		free(j->a.password);
-	}
+	free_password(j->a.password);
 	free(j->a.display);
+	free(j->a.tls_server_name);
 	free(j);
 }
 
@@ -91,21 +121,28 @@ dup_or_null(char **to, const char *from)
 }
 
 static struct connect_job *
-job_new(const struct dmutex__node_addr *a, int64_t deadline, unsigned command_ms)
+job_new(const struct dmutex__node *n, int64_t deadline)
 {
+	const struct dmutex__node_addr *a = n->addr;
 	struct connect_job *j = calloc(1, sizeof *j);
 
 	if (!j)
 		return NULL;
 	j->a = *a;
+	/* The files were read by node_init: the job needs none of their names. */
+	j->a.password_file = j->a.tls_ca = j->a.tls_cert = j->a.tls_key = NULL;
 	j->deadline = deadline;
-	j->command_ms = command_ms;
+	j->command_ms = n->command_ms;
 	if (dup_or_null(&j->a.host, a->host) | dup_or_null(&j->a.path, a->path) |
-			dup_or_null(&j->a.user, a->user) | dup_or_null(&j->a.password, a->password) |
-			dup_or_null(&j->a.display, a->display)) {
+			dup_or_null(&j->a.user, a->user) |
+			dup_or_null(&j->a.password, n->password ? n->password : a->password) |
+			dup_or_null(&j->a.display, a->display) |
+			dup_or_null(&j->a.tls_server_name, a->tls_server_name)) {
 		job_free(j);
 		return NULL;
 	}
+	dmutex__tls_ctx_ref(n->tls);
+	j->tls = n->tls;
 	return j;
 }
 
@@ -116,6 +153,19 @@ fail(struct connect_job *j, int refused, const char *what, const char *why)
 	snprintf(j->what, sizeof j->what, "%s", what);
 	snprintf(j->why, sizeof j->why, "%s", why);
 	return -1;
+}
+
+/* A command that got no reply.  Over TLS the server judges our
+ * certificate after our side of the handshake is done (TLS 1.3): its
+ * refusal arrives as an alert at the first read. */
+static int
+no_reply(struct connect_job *j, const char *what)
+{
+	/* conn.c's "TLS: " would say it twice. */
+	if (j->c->tls_refused)
+		return fail(j, 1, "TLS handshake failed", j->c->errstr +
+				(strncmp(j->c->errstr, "TLS: ", 5) ? 0 : 5));
+	return fail(j, 0, what, j->c->errstr);
 }
 
 static int
@@ -132,7 +182,7 @@ handshake(struct connect_job *j)
 		else
 			r = dmutex__conn_command(c, j->deadline, "AUTH %s", a->password);
 		if (!r)
-			return fail(j, 0, "AUTH", c->errstr);
+			return no_reply(j, "AUTH");
 		/* Redis's message names no password; ours neither. */
 		if (r->type == REDIS_REPLY_ERROR)
 			rc = fail(j, 1, "authentication failed", r->str);
@@ -143,12 +193,23 @@ handshake(struct connect_job *j)
 	if (a->db) {
 		r = dmutex__conn_command(c, j->deadline, "SELECT %d", a->db);
 		if (!r)
-			return fail(j, 0, "SELECT", c->errstr);
+			return no_reply(j, "SELECT");
 		if (r->type == REDIS_REPLY_ERROR) {
 			char what[32];
 			snprintf(what, sizeof what, "SELECT %d failed", a->db);
 			rc = fail(j, 1, what, r->str);
 		}
+		freeReplyObject(r);
+		if (rc)
+			return rc;
+	}
+	/* Over TLS, a PING within the connect timeout: the server's verdict
+	 * on our certificate comes back as its answer (see no_reply). */
+	if (c->ssl) {
+		if (!(r = dmutex__conn_command(c, j->deadline, "PING")))
+			return no_reply(j, "PING");
+		if (r->type == REDIS_REPLY_ERROR)
+			rc = fail(j, !dmutex__node_transient(r), "PING failed", r->str);
 		freeReplyObject(r);
 	}
 	return rc;
@@ -159,9 +220,10 @@ connect_main(void *p)
 {
 	struct connect_job *j = p;
 	char why[160];
+	int refused;
 
-	if (!(j->c = dmutex__conn_dial(&j->a, j->deadline, why, sizeof why))) {
-		fail(j, 0, "cannot connect", why);
+	if (!(j->c = dmutex__conn_dial(&j->a, j->tls, j->deadline, why, sizeof why, &refused))) {
+		fail(j, refused, refused ? "TLS handshake failed" : "cannot connect", why);
 		return;
 	}
 	j->c->command_ms = j->command_ms;
@@ -188,7 +250,7 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 
 	/* The timeout bounds DNS, TCP and the handshake together: the dial
 	 * thread stops at the deadline and we stop waiting for it then. */
-	if (!(j = job_new(a, deadline, n->command_ms))) {
+	if (!(j = job_new(n, deadline))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: out of memory connecting", a->display);
 		return NULL;
 	}

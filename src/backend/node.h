@@ -15,6 +15,8 @@
 
 struct dmutex__node {
 	const struct dmutex__node_addr *addr;
+	char *password;                 /* read from addr->password_file, or NULL */
+	struct ssl_ctx_st *tls;         /* rediss://: the URL's TLS context, or NULL */
 	unsigned connect_ms;
 	unsigned command_ms;
 	pthread_mutex_t mu;             /* leaf */
@@ -23,7 +25,10 @@ struct dmutex__node {
 	int down_logged;                /* rate-limits "unreachable" warnings; 2: quiet (opening) */
 };
 
-void dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
+/* Also reads the files the URL names (password_file, TLS certificates and
+ * keys): 0, EINVAL (one of them cannot be used: logged, naming it) or
+ * ENOMEM.  On failure nothing is left to finish. */
+int dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		unsigned connect_ms, unsigned command_ms);
 void dmutex__node_fini(struct dmutex__node *n);
 void dmutex__node_atfork_child(struct dmutex__node *n);

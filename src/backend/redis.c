@@ -174,10 +174,15 @@ int
 dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **out)
 {
 	struct redis_backend *rb = calloc(1, sizeof *rb);
+	int err;
+
 	if (!rb)
 		return ENOMEM;
-	dmutex__node_init(&rb->node, &c->cfg.nodes[0], c->cfg.connect_timeout_ms,
-			c->cfg.command_timeout_ms);
+	if ((err = dmutex__node_init(&rb->node, &c->cfg.nodes[0], c->cfg.connect_timeout_ms,
+			c->cfg.command_timeout_ms))) {
+		free(rb);
+		return err;
+	}
 	rb->base.ops = &redis_ops;
 	rb->base.client = c;
 	rb->base.nodes = &rb->node;

@@ -478,9 +478,17 @@ dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend *
 		free(rl);
 		return ENOMEM;
 	}
-	for (size_t i = 0; i < n; i++)
-		dmutex__node_init(&rl->nodes[i], &c->cfg.nodes[i], c->cfg.connect_timeout_ms,
-				c->cfg.command_timeout_ms);
+	for (size_t i = 0; i < n; i++) {
+		int err = dmutex__node_init(&rl->nodes[i], &c->cfg.nodes[i],
+				c->cfg.connect_timeout_ms, c->cfg.command_timeout_ms);
+		if (err) {
+			while (i--)
+				dmutex__node_fini(&rl->nodes[i]);
+			free(rl->down_until);
+			free(rl);
+			return err;
+		}
+	}
 	rl->quorum = n / 2 + 1;
 	rl->base.ops = &redlock_ops;
 	rl->base.client = c;

@@ -1,0 +1,620 @@
+/*
+ * rediss:// against a real redis-server with TLS (issue 14 item 2), and
+ * password_file=.  Each test makes its own CA, server certificate (SAN
+ * DNS:localhost, IP:127.0.0.1), client certificate and a second, unrelated
+ * CA with the openssl command, then starts redis-server with a TLS port
+ * (its plain port stays for the harness's own probes and admin commands).
+ *
+ * Environment: DMUTEX_BIN, the dmutex command (the CLI case).
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+#include "dmt.h"
+
+#define PASSWORD "tlsS3cretPassw0rd"
+
+/* Each criterion test runs in its own worker process: these are per test. */
+static char dir[256];                   /* the certificates */
+static struct th_redis srv[3];
+static int tls_port[3];
+static int listener = -1;
+
+static void
+rm_dir(void)
+{
+	if (dir[0]) {
+		const char *argv[] = { "rm", "-rf", dir, NULL };
+		th_run(argv, NULL, NULL, 10000);
+		dir[0] = 0;
+	}
+}
+
+static void
+down(void)
+{
+	dmutex_set_logger(NULL, NULL);
+	for (int i = 0; i < 3; i++)
+		th_redis_stop(&srv[i]);
+	if (listener >= 0)
+		close(listener);
+	rm_dir();
+}
+
+/* ------------------------------------------------------------------ */
+/* certificates and servers                                            */
+/* ------------------------------------------------------------------ */
+
+static void
+path(char *buf, size_t len, const char *file)
+{
+	snprintf(buf, len, "%s/%s", dir, file);
+}
+
+static void
+write_file(const char *file, const char *text)
+{
+	char p[400];
+	FILE *f;
+
+	path(p, sizeof p, file);
+	f = fopen(p, "w");
+	cr_assert_not_null(f, "cannot write %s", p);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void
+openssl(const char *const *args)
+{
+	const char *argv[32] = { "openssl" };
+	char log[400];
+	int n = 1, st;
+
+	for (; args[n - 1] && n < 31; n++)
+		argv[n] = args[n - 1];
+	argv[n] = NULL;
+	path(log, sizeof log, "openssl.log");
+	st = th_run(argv, NULL, log, 60000);
+	cr_assert_eq(st, 0, "openssl %s %s failed (%d): see %s", args[0], args[1], st, log);
+}
+
+/* A P-256 key and a certificate for subject cn signed by ca (NULL: self-signed CA). */
+static void
+make_cert(const char *name, const char *cn, const char *ca, const char *ext)
+{
+	char key[400], crt[400], csr[400], subj[128], cacrt[400], cakey[400], extf[400], f[64];
+
+	snprintf(f, sizeof f, "%s.key", name);
+	path(key, sizeof key, f);
+	snprintf(f, sizeof f, "%s.crt", name);
+	path(crt, sizeof crt, f);
+	snprintf(f, sizeof f, "%s.csr", name);
+	path(csr, sizeof csr, f);
+	snprintf(subj, sizeof subj, "/CN=%s", cn);
+	if (!ca) {
+		const char *a[] = { "req", "-x509", "-newkey", "ec", "-pkeyopt",
+			"ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", crt,
+			"-days", "2", "-subj", subj, NULL };
+		openssl(a);
+		return;
+	}
+	snprintf(f, sizeof f, "%s.crt", ca);
+	path(cacrt, sizeof cacrt, f);
+	snprintf(f, sizeof f, "%s.key", ca);
+	path(cakey, sizeof cakey, f);
+	snprintf(f, sizeof f, "%s.ext", name);
+	write_file(f, ext);
+	path(extf, sizeof extf, f);
+	const char *r[] = { "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+		"-nodes", "-keyout", key, "-out", csr, "-subj", subj, NULL };
+	openssl(r);
+	const char *x[] = { "x509", "-req", "-in", csr, "-CA", cacrt, "-CAkey", cakey,
+		"-CAcreateserial", "-out", crt, "-days", "2", "-extfile", extf, NULL };
+	openssl(x);
+}
+
+static void
+make_certs(void)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(dir, sizeof dir, "%s/dmutex-tls-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	cr_assert_not_null(mkdtemp(dir), "mkdtemp");
+	make_cert("ca", "dmutex test CA", NULL, NULL);
+	make_cert("other-ca", "some other CA", NULL, NULL);
+	make_cert("server", "localhost", "ca",
+			"subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
+	make_cert("client", "dmutex client", "ca", "extendedKeyUsage=clientAuth\n");
+}
+
+/* Server i with a TLS port; auth_clients: "no", "yes" or "optional". */
+static void
+start_server(int i, const char *auth_clients, const char *more)
+{
+	char extra[2048], crt[400], key[400], ca[400];
+
+	path(crt, sizeof crt, "server.crt");
+	path(key, sizeof key, "server.key");
+	path(ca, sizeof ca, "ca.crt");
+	for (int attempt = 0; attempt < 5; attempt++) {
+		tls_port[i] = th_free_port();
+		cr_assert_gt(tls_port[i], 0);
+		snprintf(extra, sizeof extra, "tls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
+				"tls-ca-cert-file %s\ntls-auth-clients %s\n%s", tls_port[i], crt, key, ca,
+				auth_clients, more ? more : "");
+		if (th_redis_start(&srv[i], extra) == 0)
+			return;
+	}
+	cr_assert_fail("redis-server with TLS did not start");
+}
+
+static void
+up(void)
+{
+	make_certs();
+	start_server(0, "no", NULL);
+}
+
+static void
+up_mutual(void)
+{
+	make_certs();
+	start_server(0, "yes", NULL);
+}
+
+static void
+up_password(void)
+{
+	make_certs();
+	start_server(0, "no", "requirepass " PASSWORD "\n");
+}
+
+TestSuite(tls, .fini = down, .timeout = 120);
+
+/* rediss://HOST:PORT?tls_ca=DIR/ca.crt&more */
+static void
+url_for(char *buf, size_t len, const char *host, int port, const char *more)
+{
+	snprintf(buf, len, "rediss://%s:%d?tls_ca=%s/ca.crt%s%s", host, port, dir,
+			more && *more ? "&" : "", more ? more : "");
+}
+
+/* ------------------------------------------------------------------ */
+/* log capture                                                         */
+/* ------------------------------------------------------------------ */
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[64 * 1024];
+static size_t log_len;
+
+static void
+capture(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (getenv("TLS_TEST_DEBUG"))
+		fprintf(stderr, "log %d: %s\n", level, msg);
+	if (level > DMUTEX_LOG_WARN)
+		return;
+	pthread_mutex_lock(&log_mu);
+	log_len += (size_t)snprintf(log_text + log_len, sizeof log_text - log_len, "%s\n", msg);
+	if (log_len >= sizeof log_text)
+		log_len = sizeof log_text - 1;
+	pthread_mutex_unlock(&log_mu);
+}
+
+static void
+log_start(void)
+{
+	pthread_mutex_lock(&log_mu);
+	log_len = 0;
+	log_text[0] = 0;
+	pthread_mutex_unlock(&log_mu);
+	dmutex_set_logger(capture, NULL);
+}
+
+/* Lines (errors and warnings) that contain s. */
+static int
+log_lines(const char *s)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&log_mu);
+	for (const char *p = log_text; (p = strstr(p, s)); p += strlen(s))
+		n++;
+	pthread_mutex_unlock(&log_mu);
+	return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Open on url, lock, check the holder in Redis (over the plain port),
+ * have a second client find it busy, unlock, have that one take it. */
+static const char *admin_pw;   /* the server's password, for our checks */
+
+static void
+lock_cycle(const char *url, const char *name)
+{
+	dmutex_client_t *a = NULL, *b = NULL;
+	dmutex_t ma, mb;
+	char key[300];
+	int rc;
+
+	rc = dmt_open_mutex(&a, &ma, url, name, NULL);
+	cr_assert_eq(rc, 0, "open %s: %s\n%s", url, dmutex_strerror(rc), log_text);
+	rc = dmt_open_mutex(&b, &mb, url, name, NULL);
+	cr_assert_eq(rc, 0, "second open: %s", dmutex_strerror(rc));
+	cr_assert_eq(dmutex_lock(&ma), 0);
+	dmt_lock_key(key, sizeof key, name);
+	{
+		redisReply *r = th_redis_cmd_as(&srv[0], NULL, admin_pw, 0, "EXISTS %s", key);
+		cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1,
+				"no lock key while held");
+		freeReplyObject(r);
+	}
+	cr_assert_eq(dmutex_trylock(&mb), EBUSY);
+	cr_assert_eq(dmutex_unlock(&ma), 0);
+	cr_assert_eq(dmutex_trylock(&mb), 0);
+	cr_assert_eq(dmutex_unlock(&mb), 0);
+	dmt_close_mutex(a, &ma);
+	dmt_close_mutex(b, &mb);
+}
+
+static void
+open_fails(const char *url, int want)
+{
+	dmutex_client_t *c = NULL;
+	int rc = dmutex_client_open(&c, url);
+
+	cr_assert_eq(rc, want, "open %s: got %s, want %s\n%s", url, dmutex_strerror(rc),
+			dmutex_strerror(want), log_text);
+}
+
+/* ------------------------------------------------------------------ */
+/* tests                                                               */
+/* ------------------------------------------------------------------ */
+
+Test(tls, lock_unlock_contention_by_name, .init = up)
+{
+	char url[2000];
+
+	url_for(url, sizeof url, "localhost", tls_port[0], NULL);
+	lock_cycle(url, "tls-by-name");
+	/* The TLS port speaks TLS only: the same lock without it is refused. */
+	snprintf(url, sizeof url, "redis://localhost:%d?connect_timeout_ms=3000", tls_port[0]);
+	open_fails(url, EIO);
+}
+
+Test(tls, verify_by_ip, .init = up)
+{
+	char url[2000];
+
+	log_start();
+	url_for(url, sizeof url, "127.0.0.1", tls_port[0], NULL);
+	lock_cycle(url, "tls-by-ip");
+	cr_assert_eq(log_lines("TLS"), 0, "%s", log_text);
+}
+
+Test(tls, wrong_ca_is_eio, .init = up)
+{
+	char url[2000];
+
+	log_start();
+	snprintf(url, sizeof url, "rediss://localhost:%d?tls_ca=%s/other-ca.crt", tls_port[0], dir);
+	open_fails(url, EIO);
+	/* "self-signed certificate in certificate chain" when the server sends
+	 * its CA along, "unable to get local issuer certificate" if not. */
+	cr_assert_eq(log_lines("TLS handshake failed: certificate verify failed: "), 1, "%s",
+			log_text);
+}
+
+Test(tls, system_store_does_not_know_our_ca, .init = up)
+{
+	char url[2000];
+
+	log_start();
+	snprintf(url, sizeof url, "rediss://localhost:%d", tls_port[0]);
+	open_fails(url, EIO);
+	cr_assert_eq(log_lines("certificate verify failed"), 1, "%s", log_text);
+}
+
+Test(tls, wrong_server_name_is_eio, .init = up)
+{
+	char url[2000];
+
+	log_start();
+	url_for(url, sizeof url, "localhost", tls_port[0], "tls_server_name=redis.example.com");
+	open_fails(url, EIO);
+	cr_assert_eq(log_lines("certificate verify failed: hostname mismatch"), 1, "%s", log_text);
+	/* The name the certificate has, given explicitly, with an IP host. */
+	url_for(url, sizeof url, "127.0.0.1", tls_port[0], "tls_server_name=localhost");
+	lock_cycle(url, "tls-server-name");
+}
+
+Test(tls, wrong_ip_is_eio, .init = up)
+{
+	char url[2000];
+
+	log_start();
+	/* An IP address as the name to verify: the certificate has
+	 * 127.0.0.1 only. */
+	url_for(url, sizeof url, "127.0.0.1", tls_port[0], "tls_server_name=127.0.0.2");
+	open_fails(url, EIO);
+	cr_assert_eq(log_lines("certificate verify failed: IP address mismatch"), 1, "%s", log_text);
+}
+
+Test(tls, verify_off_warns_once, .init = up)
+{
+	char url[2000];
+
+	log_start();
+	/* Neither the CA nor the name would pass. */
+	snprintf(url, sizeof url, "rediss://localhost:%d?tls_ca=%s/other-ca.crt&tls_verify=off"
+			"&tls_server_name=redis.example.com", tls_port[0], dir);
+	{
+		dmutex_client_t *c = NULL;
+		int rc = dmutex_client_open(&c, url);
+		cr_assert_eq(rc, 0, "%s\n%s", dmutex_strerror(rc), log_text);
+		cr_assert_eq(log_lines("tls_verify=off: the server's certificate is not checked"), 1,
+				"%s", log_text);
+		dmutex_client_close(c);
+	}
+	lock_cycle(url, "tls-verify-off");
+}
+
+Test(tls, mutual_tls, .init = up_mutual)
+{
+	char url[2000], more[1200];
+
+	log_start();
+	snprintf(more, sizeof more, "tls_cert=%s/client.crt&tls_key=%s/client.key", dir, dir);
+	url_for(url, sizeof url, "localhost", tls_port[0], more);
+	lock_cycle(url, "tls-mutual");
+	url_for(url, sizeof url, "localhost", tls_port[0], NULL);
+	open_fails(url, EIO);
+	cr_assert_eq(log_lines("TLS handshake failed: the server requires a client certificate"), 1,
+			"%s", log_text);
+}
+
+Test(tls, unreadable_files_are_einval, .init = up)
+{
+	char url[2000], more[1200];
+
+	log_start();
+	snprintf(url, sizeof url, "rediss://localhost:%d?tls_ca=%s/nonexistent.crt", tls_port[0], dir);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("cannot read tls_ca"), 1, "%s", log_text);
+	cr_assert_eq(log_lines("/nonexistent.crt: No such file or directory"), 1, "%s", log_text);
+
+	/* Not a certificate at all. */
+	write_file("garbage.pem", "not a certificate\n");
+	snprintf(url, sizeof url, "rediss://localhost:%d?tls_ca=%s/garbage.pem", tls_port[0], dir);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("cannot use tls_ca"), 1, "%s", log_text);
+
+	snprintf(more, sizeof more, "tls_cert=%s/client.crt&tls_key=%s/missing.key", dir, dir);
+	url_for(url, sizeof url, "localhost", tls_port[0], more);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("cannot read tls_key"), 1, "%s", log_text);
+
+	/* Readable by nobody (unless we are root, who reads anything). */
+	if (geteuid() != 0) {
+		char key[400];
+		path(key, sizeof key, "client.key");
+		cr_assert_eq(chmod(key, 0), 0);
+		snprintf(more, sizeof more, "tls_cert=%s/client.crt&tls_key=%s", dir, key);
+		url_for(url, sizeof url, "localhost", tls_port[0], more);
+		open_fails(url, EINVAL);
+		cr_assert_eq(log_lines("client.key: Permission denied"), 1, "%s", log_text);
+	}
+}
+
+Test(tls, certificate_without_its_key_is_einval, .init = up)
+{
+	char url[2000], more[1200];
+
+	log_start();
+	/* No key at all: the URL is refused. */
+	snprintf(more, sizeof more, "tls_cert=%s/client.crt", dir);
+	url_for(url, sizeof url, "localhost", tls_port[0], more);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("tls_cert without tls_key"), 1, "%s", log_text);
+	/* A key, but another certificate's. */
+	snprintf(more, sizeof more, "tls_cert=%s/client.crt&tls_key=%s/server.key", dir, dir);
+	url_for(url, sizeof url, "localhost", tls_port[0], more);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("server.key: not the key of the certificate in tls_cert"), 1, "%s",
+			log_text);
+}
+
+/* A server that accepts TCP (the kernel's backlog) and never answers the
+ * handshake: connect_timeout_ms bounds it. */
+Test(tls, connect_timeout_covers_the_handshake, .init = up)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof sa;
+	char url[2000];
+	long long t0, took;
+
+	listener = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_geq(listener, 0);
+	cr_assert_eq(bind(listener, (struct sockaddr *)&sa, sizeof sa), 0);
+	cr_assert_eq(listen(listener, 16), 0);
+	cr_assert_eq(getsockname(listener, (struct sockaddr *)&sa, &len), 0);
+	url_for(url, sizeof url, "localhost", ntohs(sa.sin_port), "connect_timeout_ms=700");
+	t0 = th_now_ms();
+	open_fails(url, EIO);
+	took = th_now_ms() - t0;
+	cr_assert_geq(took, 690, "gave up after %lld ms, before the timeout", took);
+	/* One try (open) of 700 ms, and slack for a loaded machine. */
+	cr_assert_lt(took, 700 + 3000, "took %lld ms with connect_timeout_ms=700", took);
+}
+
+Test(tls, password_file, .init = up_password)
+{
+	char url[2000], more[1200], pw[400];
+
+	log_start();
+	admin_pw = PASSWORD;
+	write_file("pw", PASSWORD "\n");
+	path(pw, sizeof pw, "pw");
+	snprintf(more, sizeof more, "password_file=%s", pw);
+	url_for(url, sizeof url, "localhost", tls_port[0], more);
+	lock_cycle(url, "tls-password-file");
+	/* Plain redis:// too, with a user name (the default user). */
+	snprintf(url, sizeof url, "redis://default@127.0.0.1:%d?password_file=%s", srv[0].port, pw);
+	lock_cycle(url, "plain-password-file");
+	/* Without it the server says NOAUTH. */
+	url_for(url, sizeof url, "localhost", tls_port[0], NULL);
+	open_fails(url, EIO);
+	/* A wrong one. */
+	write_file("wrong", "not the password\r\n");
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d?password_file=%s/wrong", srv[0].port, dir);
+	open_fails(url, EIO);
+	/* An unreadable file: EINVAL, naming it. */
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d?password_file=%s/missing", srv[0].port, dir);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("cannot read password_file"), 1, "%s", log_text);
+	cr_assert_eq(log_lines("/missing: No such file or directory"), 1, "%s", log_text);
+	cr_assert_eq(log_lines(PASSWORD), 0, "the password was logged:\n%s", log_text);
+}
+
+Test(tls, redlock_of_three_tls_servers, .init = up)
+{
+	char url[8000], one[2000];
+	size_t len = 0;
+
+	start_server(1, "no", NULL);
+	start_server(2, "no", NULL);
+	for (int i = 0; i < 3; i++) {
+		url_for(one, sizeof one, "localhost", tls_port[i], NULL);
+		len += (size_t)snprintf(url + len, sizeof url - len, "%s%s", i ? "," : "", one);
+	}
+	lock_cycle(url, "tls-redlock");
+	/* The lock was taken on every server. */
+	{
+		dmutex_client_t *c = NULL;
+		dmutex_t m;
+		char key[300];
+		cr_assert_eq(dmt_open_mutex(&c, &m, url, "tls-redlock2", NULL), 0);
+		cr_assert_eq(dmutex_lock(&m), 0);
+		dmt_lock_key(key, sizeof key, "tls-redlock2");
+		for (int i = 0; i < 3; i++)
+			cr_assert_eq(th_redis_int(&srv[i], "EXISTS %s", key), 1, "server %d", i);
+		cr_assert_eq(dmutex_unlock(&m), 0);
+		dmt_close_mutex(c, &m);
+	}
+}
+
+/* DMUTEX_URL (what the shim reads) and the CLI's --url take rediss:// too. */
+Test(tls, env_and_cli, .init = up)
+{
+	char url[2000], out[400];
+	const char *bin = getenv("DMUTEX_BIN");
+	dmutex_client_t *c = NULL;
+	int rc;
+
+	url_for(url, sizeof url, "localhost", tls_port[0], NULL);
+	cr_assert_eq(setenv("DMUTEX_URL", url, 1), 0);
+	rc = dmutex_client_open(&c, NULL);
+	cr_assert_eq(rc, 0, "open with DMUTEX_URL=%s: %s", url, dmutex_strerror(rc));
+	dmutex_client_close(c);
+	unsetenv("DMUTEX_URL");
+
+	cr_assert_not_null(bin, "DMUTEX_BIN not set");
+	path(out, sizeof out, "cli.out");
+	{
+		const char *argv[] = { bin, "--url", url, "run", "-n", "tls-cli", "--", "true", NULL };
+		int st = th_run(argv, NULL, out, 60000);
+		cr_assert_eq(st, 0, "dmutex run over TLS exited %d (see %s)", st, out);
+	}
+	{
+		const char *argv[] = { bin, "--url", url, "status", "tls-cli", NULL };
+		int st = th_run(argv, NULL, out, 60000);
+		cr_assert_eq(st, 0, "dmutex status over TLS exited %d (see %s)", st, out);
+	}
+}
+
+static dmutex_t fork_m;
+
+static int
+child_locks(void *arg)
+{
+	(void)arg;
+	/* A fresh connection: the parent's session is not this process's. */
+	if (dmutex_lock(&fork_m))
+		return 1;
+	if (dmutex_unlock(&fork_m))
+		return 2;
+	return 0;
+}
+
+/* A fork child never writes on its parent's TLS sessions: had it done so,
+ * the parent's next record would be out of sequence and fail. */
+Test(tls, fork_child_does_not_share_sessions, .init = up)
+{
+	dmutex_client_t *c = NULL;
+	char url[2000];
+	pid_t pid;
+
+	url_for(url, sizeof url, "localhost", tls_port[0], NULL);
+	cr_assert_eq(dmt_open_mutex(&c, &fork_m, url, "tls-fork", NULL), 0);
+	cr_assert_eq(dmutex_lock(&fork_m), 0);
+	cr_assert_eq(dmutex_unlock(&fork_m), 0);
+	pid = th_spawn(child_locks, NULL);
+	cr_assert_gt(pid, 0);
+	cr_assert_eq(th_wait_child(pid, 60000), 0, "the child could not lock over TLS");
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(dmutex_lock(&fork_m), 0);
+		cr_assert_eq(dmutex_unlock(&fork_m), 0);
+	}
+	dmt_close_mutex(c, &fork_m);
+}
+
+/* The cost of TLS, printed for the record (asserted only to work): the
+ * first open pays the handshake, then a lock cycle on a pooled connection. */
+static void
+measure(const char *url, const char *what)
+{
+	dmutex_client_t *c = NULL;
+	dmutex_t m;
+	int64_t t0 = dmt_now_ns(), t1;
+	int n = 200;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "tls-measure", NULL), 0);
+	t1 = dmt_now_ns();
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	int64_t t2 = dmt_now_ns();
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(dmutex_lock(&m), 0);
+		cr_assert_eq(dmutex_unlock(&m), 0);
+	}
+	fprintf(stderr, "%s: open %.2f ms, lock+unlock %.3f ms (mean of %d)\n", what,
+			(double)(t1 - t0) / 1e6, (double)(dmt_now_ns() - t2) / 1e6 / n, n);
+	dmt_close_mutex(c, &m);
+}
+
+Test(tls, figures, .init = up)
+{
+	char url[2000];
+
+	snprintf(url, sizeof url, "redis://localhost:%d", srv[0].port);
+	measure(url, "plain");
+	url_for(url, sizeof url, "localhost", tls_port[0], NULL);
+	measure(url, "tls");
+}
