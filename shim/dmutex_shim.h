@@ -29,7 +29,15 @@ extern "C" {
 
 #define DMUTEX__SHIM_STR2(x) #x
 #define DMUTEX__SHIM_STR(x) DMUTEX__SHIM_STR2(x)
+/* A site from a translation unit compiled with -DDMUTEX_SHIM_LOCAL_FILE
+ * starts with this mark: its mutexes and condition variables stay local to
+ * each process (plain pthread objects). */
+#define DMUTEX__SHIM_LOCAL_MARK "\001"
+#ifdef DMUTEX_SHIM_LOCAL_FILE
+#define DMUTEX__SHIM_HERE DMUTEX__SHIM_LOCAL_MARK __FILE__ ":" DMUTEX__SHIM_STR(__LINE__)
+#else
 #define DMUTEX__SHIM_HERE __FILE__ ":" DMUTEX__SHIM_STR(__LINE__)
+#endif
 
 #define DMUTEX__SHIM_MUTEX_INITIALIZER(type) \
 	{ DMUTEX__MAGIC_STATIC, DMUTEX__SHIM_HERE, 0, \
@@ -46,6 +54,7 @@ DMUTEX_EXPORT int dmutex_shim_mutex_timedlock(dmutex_t *m, const struct timespec
 DMUTEX_EXPORT int dmutex_shim_mutex_clocklock(dmutex_t *m, clockid_t clock,
 		const struct timespec *abstime);
 DMUTEX_EXPORT int dmutex_shim_mutex_unlock(dmutex_t *m);
+DMUTEX_EXPORT int dmutex_shim_mutex_consistent(dmutex_t *m);
 
 /* mutex attributes, with the pthread values of type, pshared, protocol */
 DMUTEX_EXPORT int dmutex_shim_mutexattr_settype(dmutex_attr_t *attr, int type);

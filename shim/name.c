@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "local.h"
 #include "name.h"
 #include "static_name.h"
 
@@ -62,6 +63,9 @@ compose(const char *site, size_t ord, char out[DMUTEX_NAME_MAX + 1])
 	pthread_once(&ns_once, ns_read);
 	if (ns_err)
 		return ns_err;
+	/* The mark of a DMUTEX_SHIM_LOCAL_FILE unit is no part of the name. */
+	if (site && *site == DMUTEX__SHIM_LOCAL_MARK[0])
+		site++;
 	if (!site || !(colon = strrchr(site, ':'))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "shim: bad definition site");
 		return EINVAL;
@@ -355,21 +359,24 @@ namer(int kind, const void *obj, char out[DMUTEX_NAME_MAX + 1], int *type)
 	/* Both kinds start with the same fields (dmutex.h). */
 	const dmutex_t *o = obj;
 
+	const char *what = kind == DMUTEX__STATIC_MUTEX ? "mutex" : "condition variable";
+	int err;
+
+	if (kind == DMUTEX__STATIC_MUTEX)
+		*type = (int)(uintptr_t)o->__reserved[1];
 	if (o->__reserved[0] == DMUTEX__SHIM_ZERO) {
 		/* Named when it was found zero-filled (object.c). */
-		*type = (int)(uintptr_t)o->__reserved[1];
 		if (strlen(o->__static_name) > DMUTEX_NAME_MAX)
 			return EINVAL;
 		strcpy(out, o->__static_name);
+		dmutex__shim_announce(what, out, o->__reserved[4], 0);
 		return 0;
 	}
-	if (kind == DMUTEX__STATIC_MUTEX) {
-		const dmutex_t *m = obj;
-
-		*type = (int)(uintptr_t)m->__reserved[1];
-		return dmutex__shim_static_name(DMUTEX__SHIM_MUTEX, m, m->__static_name, out);
-	}
-	return dmutex__shim_static_name(DMUTEX__SHIM_COND, obj, ((const dcond_t *)obj)->__static_name, out);
+	err = dmutex__shim_static_name(kind == DMUTEX__STATIC_MUTEX ? DMUTEX__SHIM_MUTEX : DMUTEX__SHIM_COND,
+			obj, o->__static_name, out);
+	if (!err)
+		dmutex__shim_announce(what, out, o->__static_name, 0);
+	return err;
 }
 
 /* Before main and before any constructor of a program linked with us:

@@ -8,6 +8,8 @@
 #ifndef DMUTEX_SHIM_OBJECT_H
 #define DMUTEX_SHIM_OBJECT_H
 
+#include <pthread.h>
+
 #include "dmutex.h"
 
 /* The shim's slots of a dmutex_t/dcond_t it initialized: the core leaves
@@ -15,8 +17,9 @@
  * [0] and [1]; zero-filled ones [0], [1] and [4], name.h). */
 #define DMUTEX__SHIM_STAMP(o) (&(o)->__reserved[2])
 
-/* 0: m may be handed to the core; EINVAL (logged, naming call and m). */
-int dmutex__shim_mutex_ready(dmutex_t *m, const char *call);
-int dmutex__shim_cond_ready(dcond_t *c, const char *call);
+/* 0 and *local NULL: m may be handed to the core; 0 and *local set: m is
+ * local (local.h), use *local; EINVAL (logged, naming call and m). */
+int dmutex__shim_mutex_ready(dmutex_t *m, const char *call, pthread_mutex_t **local);
+int dmutex__shim_cond_ready(dcond_t *c, const char *call, pthread_cond_t **local);
 
 #endif

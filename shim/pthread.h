@@ -96,9 +96,9 @@
 #undef pthread_mutex_unlock
 #define pthread_mutex_unlock dmutex_shim_mutex_unlock
 #undef pthread_mutex_consistent
-#define pthread_mutex_consistent dmutex_consistent
+#define pthread_mutex_consistent dmutex_shim_mutex_consistent
 #undef pthread_mutex_consistent_np
-#define pthread_mutex_consistent_np dmutex_consistent
+#define pthread_mutex_consistent_np dmutex_shim_mutex_consistent
 
 #undef pthread_mutex_getprioceiling
 #define pthread_mutex_getprioceiling pthread_mutex_getprioceiling__not_available_through_the_dmutex_shim
