@@ -209,6 +209,12 @@ Test(lease, renewal_keeps_hold_across_many_leases)
 
 #define BATCH_N 200
 
+static int no_lock_key_left(void *arg)
+{
+	(void)arg;
+	return dmt_count_keys(&srv, "dmutex:lock:*") == 0;
+}
+
 Test(lease, renewal_of_many_locks_is_batched)
 {
 	static dmutex_t ms[BATCH_N];
@@ -242,7 +248,13 @@ Test(lease, renewal_of_many_locks_is_batched)
 		cr_assert_eq(dmutex_destroy(&ms[i]), 0);
 	}
 	cr_assert_eq(atomic_load(&lost), 0);
-	cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0);
+	/* One server: the unlock deleted the key.  Redlock: an unlock is
+	 * confirmed by a majority; a node too slow to answer keeps its copy
+	 * until the lease (600 ms) ends, never longer. */
+	if (dmt_nodes() == 1)
+		cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0);
+	else
+		cr_assert(th_wait_until(no_lock_key_left, NULL, 600 + 400), "a node kept a lock key past its lease");
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
 

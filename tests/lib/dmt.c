@@ -118,6 +118,19 @@ dmt_backend_up(struct th_redis *first)
 	return 0;
 }
 
+long long
+dmt_max_int(struct th_redis *first, const char *cmd)
+{
+	long long max = th_redis_int(first, cmd);
+
+	for (int i = 0; i < nextra; i++) {
+		long long v = th_redis_int(&extra[i], cmd);
+		if (v > max)
+			max = v;
+	}
+	return max;
+}
+
 void
 dmt_backend_down(void)
 {

@@ -68,6 +68,11 @@ int dmt_backend_up(struct th_redis *first);
 void dmt_backend_down(void);
 /* Number of Redis masters in this run (1, or N). */
 int dmt_nodes(void);
+/* The largest integer answer to cmd over every master of the run (first
+ * and the extra Redlock nodes): on Redlock a counter such as the fence is
+ * decided by the nodes together, and one slow node may lag behind.
+ * LLONG_MIN if no node answered. */
+long long dmt_max_int(struct th_redis *first, const char *cmd);
 /* Skip the calling test in a Redlock run: it makes a fault on, or reads
  * state from, one server, which by design does not decide on N. */
 #define DMT_SINGLE_NODE() do { \
