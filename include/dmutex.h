@@ -456,6 +456,102 @@ DMUTEX_EXPORT int dbarrier_destroy(dbarrier_t *b);
  */
 DMUTEX_EXPORT int dbarrier_wait(dbarrier_t *b);
 
+
+/* ---- read-write locks ---------------------------------------------------
+ *
+ * A drwlock_t mirrors pthread_rwlock_t across processes and hosts: readers
+ * share it, a writer holds it alone.  Two drwlock_t with the same name on
+ * the same backend are one lock (a mutex of the same name is another lock).
+ * Threads of one process that read at the same time hold ONE share in the
+ * backend between them, counted locally; only the first reader and the last
+ * unlock of such a group talk to the backend.
+ *
+ * Writers are preferred: while a writer waits, no new share is given to a
+ * process, and a process that holds one stops letting more of its threads
+ * join it once it learns a writer waits (at the latest at its share's next
+ * renewal, a third of its lease), so that overlapping readers cannot starve
+ * a writer.  A thread that already reads may read again (recursively) even
+ * while writers wait, as POSIX asks.  Shares and the write lock have leases
+ * renewed by the client's renewal thread like a mutex's; a process that dies
+ * holding one blocks the others until that lease ends.  A writer gets a
+ * fencing token (drwlock_fence).  One Redis master only: a client over
+ * several masters (Redlock) gets ENOTSUP.
+ *
+ * Attributes are a dmutex_attr_t: its lease, client and onlost handler
+ * apply; its type and robustness must stay the defaults (EINVAL otherwise:
+ * a rwlock is never recursive for writers, and has no owner-died state).
+ */
+
+/* Fixed-size, caller-allocated.  Fields are private. */
+typedef struct drwlock {
+	/* private */
+	unsigned long __magic;
+	const char *__static_name;  /* set by DRWLOCK_INITIALIZER only */
+	void *__impl;               /* bound lazily for static ones */
+	void *__reserved[5];
+} drwlock_t;
+
+#define DRWLOCK__MAGIC_STATIC 0x6472776cUL /* "drwl" */
+
+/* Static initializer: default attributes, default client; the first use
+ * binds it, thread-safely.  `name` must have static storage duration. */
+#define DRWLOCK_INITIALIZER(name) \
+	{ DRWLOCK__MAGIC_STATIC, (name), 0, { 0, 0, 0, 0, 0 } }
+
+/*
+ * 0; EINVAL (NULL rw, bad name, bad attr, a non-default type or
+ * robustness); ENOTSUP (client over several masters); EIO/EINVAL/ENOTSUP
+ * from opening the default client when attr names none; ENOMEM.
+ */
+DMUTEX_EXPORT int drwlock_init(drwlock_t *rw, const char *name, const dmutex_attr_t *attr);
+/* 0; EINVAL (NULL, uninitialized, destroyed); EBUSY (held or waited for by
+ * a thread of this process). */
+DMUTEX_EXPORT int drwlock_destroy(drwlock_t *rw);
+/*
+ * Take a read share.  0; EDEADLK (the caller holds the write lock);
+ * EAGAIN (the caller's read count would pass INT_MAX); ENOLCK (the caller
+ * reads already and the process's share is known lost; nothing changes);
+ * EINVAL (NULL, uninitialized, destroyed); EIO (backend failed for
+ * command_timeout_ms x 3, no share taken); ENOMEM.
+ */
+DMUTEX_EXPORT int drwlock_rdlock(drwlock_t *rw);
+/* As drwlock_rdlock without waiting: EBUSY while a writer holds it or
+ * waits for it (unless the caller reads already); EIO after one attempt. */
+DMUTEX_EXPORT int drwlock_tryrdlock(drwlock_t *rw);
+/* As drwlock_rdlock, plus ETIMEDOUT at the CLOCK_REALTIME deadline; EINVAL
+ * for a NULL deadline or a bad tv_nsec only when it would wait. */
+DMUTEX_EXPORT int drwlock_timedrdlock(drwlock_t *rw, const struct timespec *abs_realtime);
+/* As drwlock_timedrdlock on CLOCK_REALTIME or CLOCK_MONOTONIC (else EINVAL). */
+DMUTEX_EXPORT int drwlock_clockrdlock(drwlock_t *rw, clockid_t clock,
+		const struct timespec *abstime);
+/*
+ * Take the write lock.  0; EDEADLK (the caller holds it already, or reads:
+ * no upgrade); EINVAL; EIO (as drwlock_rdlock); ENOMEM.
+ */
+DMUTEX_EXPORT int drwlock_wrlock(drwlock_t *rw);
+/* As drwlock_wrlock without waiting: EBUSY when held by anyone, the caller
+ * included (as glibc's pthread_rwlock_trywrlock); EIO after one attempt. */
+DMUTEX_EXPORT int drwlock_trywrlock(drwlock_t *rw);
+/* As drwlock_wrlock, plus ETIMEDOUT; EINVAL for a NULL deadline or a bad
+ * tv_nsec only when it would wait. */
+DMUTEX_EXPORT int drwlock_timedwrlock(drwlock_t *rw, const struct timespec *abs_realtime);
+/* As drwlock_timedwrlock on CLOCK_REALTIME or CLOCK_MONOTONIC (else EINVAL). */
+DMUTEX_EXPORT int drwlock_clockwrlock(drwlock_t *rw, clockid_t clock,
+		const struct timespec *abstime);
+/*
+ * Give up the caller's write lock, or one level of its read share.
+ * 0; EPERM (the caller neither reads nor writes it); ENOLCK (the hold was
+ * lost: the caller's count is forgotten); EIO (release not confirmed: the
+ * hold is forgotten locally and ends in the backend with its lease at the
+ * latest); EINVAL.
+ */
+DMUTEX_EXPORT int drwlock_unlock(drwlock_t *rw);
+/* The writer's fencing token: strictly greater than every earlier writer's
+ * of the same name on the same backend.  0 and *token; EPERM (the caller
+ * does not hold the write lock: readers have none); ENOLCK (the hold was
+ * lost); EINVAL. */
+DMUTEX_EXPORT int drwlock_fence(drwlock_t *rw, uint64_t *token);
+
 #ifdef __cplusplus
 }
 #endif

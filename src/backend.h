@@ -45,7 +45,9 @@ struct dmutex__renewal {
 	const char *name;
 	const char *token;
 	unsigned lease_ms;
+	int rw;                 /* a read-write lock's hold: 'r' share, 'w' write; 0 a mutex */
 	int result;             /* out: 1 renewed, 0 not ours any more, -1 failed */
+	int writer_waits;       /* out, rw 'r': a writer waits for the lock */
 };
 
 struct dmutex__backend;

@@ -92,6 +92,7 @@ atfork_child(void)
 				dmutex__entry_init_sync(e);
 				e->held = 0;
 				e->acquiring = 0;
+				e->rw_wwait = 0;
 				dmutex__entry_forget(e);
 				e->registered = 0;
 			}

@@ -56,13 +56,20 @@ dmutex__entry_init_sync(struct dmutex__entry *e)
 int
 dmutex__entry_get(struct dmutex_client *c, const char *name, struct dmutex__entry **out)
 {
+	return dmutex__entry_get_kind(c, name, DMUTEX__KIND_MUTEX, out);
+}
+
+int
+dmutex__entry_get_kind(struct dmutex_client *c, const char *name, int kind,
+		struct dmutex__entry **out)
+{
 	struct dmutex__entry *e;
 	size_t len = strlen(name);
 
 	pthread_mutex_lock(&c->mu);
 	if (c->tab_size) {
 		for (e = c->tab[hash(name) & (c->tab_size - 1)]; e; e = e->next)
-			if (e->name_len == len && !memcmp(e->name, name, len)) {
+			if (e->name_len == len && e->kind == kind && !memcmp(e->name, name, len)) {
 				__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
 				pthread_mutex_unlock(&c->mu);
 				*out = e;
@@ -80,6 +87,7 @@ dmutex__entry_get(struct dmutex_client *c, const char *name, struct dmutex__entr
 	e->client = c;
 	e->refs = 1;
 	e->name_len = len;
+	e->kind = kind;
 	memcpy(e->name, name, len + 1);
 	dmutex__entry_init_sync(e);
 	e->next = c->tab[hash(name) & (c->tab_size - 1)];
@@ -109,6 +117,7 @@ dmutex__entry_put(struct dmutex__entry *e)
 	pthread_mutex_unlock(&c->mu);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
+	free(e->readers);
 	free(e);
 }
 
@@ -159,6 +168,9 @@ dmutex__entry_forget(struct dmutex__entry *e)
 	e->lost = 0;
 	e->lost_reported = 0;
 	e->inconsistent = 0;
+	e->rw_write = 0;
+	e->rw_remote_wwait = 0;
+	e->nreaders = 0;
 	e->gen++;
 	memset(e->token, 0, sizeof e->token);
 	pthread_cond_broadcast(&e->cv);

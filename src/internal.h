@@ -110,8 +110,27 @@ struct dmutex__entry {
 	int registered;
 	int64_t due_ns;
 
+	/* A read-write lock's (kind DMUTEX__KIND_RW; rwlock.h), under mu.
+	 * held with rw_write 0 is the process's read share, shared by the
+	 * threads in readers[]; with rw_write 1, owner writes. */
+	int kind;                       /* fixed at creation */
+	int rw_write;
+	int rw_wwait;                   /* threads of this process waiting to write */
+	int rw_remote_wwait;            /* a renewal said a writer elsewhere waits */
+	struct dmutex__reader *readers;
+	size_t nreaders, readers_cap;
+
 	char name[];                    /* NUL-terminated */
 };
+
+/* A thread that reads a read-write lock, and how many times. */
+struct dmutex__reader {
+	pthread_t thread;
+	int count;
+};
+
+/* What an entry is the local state of: the same name is another lock. */
+enum { DMUTEX__KIND_MUTEX = 0, DMUTEX__KIND_RW = 1 };
 
 /* The private state behind a dmutex_t. */
 struct dmutex__mutex {
@@ -185,6 +204,9 @@ void dmutex__thread_unhold(struct dmutex__entry *e);
 /* ---- hold.c ---- */
 void dmutex__entry_init_sync(struct dmutex__entry *e);
 int dmutex__entry_get(struct dmutex_client *c, const char *name,
+		struct dmutex__entry **out);
+/* As dmutex__entry_get for an entry of another kind (DMUTEX__KIND_*). */
+int dmutex__entry_get_kind(struct dmutex_client *c, const char *name, int kind,
 		struct dmutex__entry **out);
 void dmutex__entry_put(struct dmutex__entry *e);
 /* What one caller must do about a lost hold once it has dropped e->mu:

@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "metrics.h"
 #include "lockorder.h"
+#include "rwlock.h"
 
 /* Renewals due within this much of the first are sent in the same batch. */
 #define BATCH_SLACK_NS (50 * DMUTEX__MS)
@@ -144,7 +145,7 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 	struct dmutex__entry **live = malloc(n * sizeof *live);
 	char (*tokens)[DMUTEX__TOKEN_HEX + 1] = malloc(n * sizeof *tokens);
 	uint64_t *gens = malloc(n * sizeof *gens);
-	size_t k = 0;
+	size_t k = 0, nrw = 0;
 	int64_t t0;
 
 	if (!rn || !live || !tokens || !gens)
@@ -153,12 +154,16 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 		struct dmutex__entry *e = es[i];
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		if (e->held && !e->lost && !e->releasing) {
-			memcpy(tokens[k], e->token, sizeof tokens[k]);
-			rn[k].name = e->name;
-			rn[k].token = tokens[k];
-			rn[k].lease_ms = e->lease_ms;
-			gens[k] = e->gen;
-			live[k++] = e;
+			/* Mutexes from the front, read-write locks (their own
+			 * script: rwlock.h) from the back. */
+			size_t j = e->kind == DMUTEX__KIND_RW ? n - ++nrw : k++;
+			memcpy(tokens[j], e->token, sizeof tokens[j]);
+			rn[j].name = e->name;
+			rn[j].token = tokens[j];
+			rn[j].lease_ms = e->lease_ms;
+			rn[j].rw = e->kind != DMUTEX__KIND_RW ? 0 : e->rw_write ? 'w' : 'r';
+			gens[j] = e->gen;
+			live[j] = e;
 			/* The call must not outlive any lease it guards. */
 			if (e->deadline_ns < bound)
 				bound = e->deadline_ns;
@@ -167,8 +172,12 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 	}
 	/* Validity counts from before the request went out. */
 	t0 = dmutex__now_ns();
-	c->be->ops->renew(c->be, rn, k, bound);
-	for (size_t i = 0; i < k; i++) {
+	if (k)
+		c->be->ops->renew(c->be, rn, k, bound);
+	if (nrw)
+		dmutex__rw_renew(c, rn + n - nrw, nrw, bound);
+	/* Both ends of rn, skipping the gap between them. */
+	for (size_t i = k ? 0 : n - nrw; i < n; i = i + 1 == k ? n - nrw : i + 1) {
 		struct dmutex__entry *e = live[i];
 		struct dmutex__lost lost;
 		int64_t now = dmutex__now_ns(), due;
@@ -184,6 +193,8 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 			dmutex__met_count(c, e->name, rn[i].result == 1 ? DMUTEX__MET_RENEWALS
 					: DMUTEX__MET_ERRORS);
 		if (rn[i].result == 1 && t0 < e->deadline_ns) {
+			if (rn[i].writer_waits)
+				e->rw_remote_wwait = 1;
 			e->deadline_ns = t0 + (int64_t)e->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(e->lease_ms);
 			due = t0 + renew_interval(e->lease_ms);
 		} else {

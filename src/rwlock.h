@@ -1,0 +1,67 @@
+/*
+ * Read-write locks: the private state behind a drwlock_t, and the backend
+ * calls the public drwlock_* calls are built from.
+ *
+ * In Redis (default prefix), per lock NAME:
+ *   dmutex:rw:{NAME}      hash: the writer's token and lease end, the last
+ *                         fencing token
+ *   dmutex:rwr:{NAME}     sorted set: one read share per reading process,
+ *                         scored by its lease end (server ms)
+ *   dmutex:rwq:{NAME}     sorted set: writers waiting, scored likewise
+ *   dmutex:rwwake:{NAME}  channel: the last reader, the writer or the last
+ *                         waiting writer left
+ * Leases are kept as server times inside the keys (a share is not a key of
+ * its own), so the keys themselves only expire when idle: their TTL is a
+ * garbage collector, never what decides a hold.
+ *
+ * Locally, every drwlock_t of a name on a client shares one hold entry
+ * (kind DMUTEX__KIND_RW): held with rw_write 0 is the process's read share
+ * and readers[] the threads in it; with rw_write 1, owner writes.
+ */
+#ifndef DMUTEX_RWLOCK_H
+#define DMUTEX_RWLOCK_H
+
+#include "backend.h"
+#include "internal.h"
+
+#define DRWLOCK__MAGIC_INIT 0x4452574cUL /* "DRWL" */
+
+struct dmutex__rwlock {
+	struct dmutex__entry *entry;
+	unsigned lease_ms;
+	void (*onlost)(const char *, void *);
+	void *onlost_arg;
+};
+
+int dmutex__rwlock_resolve(drwlock_t *rw, struct dmutex__rwlock **out);
+/* 0 and the thread's slot in e->readers, or NULL; under e->mu. */
+struct dmutex__reader *dmutex__rw_reader(struct dmutex__entry *e, pthread_t self);
+/* Under e->mu: take self out of readers[]. */
+void dmutex__rw_reader_drop(struct dmutex__entry *e, struct dmutex__reader *r);
+
+/* Backend, one master.  op 'r' share, 'w' write lock, 'q' (release only) a
+ * waiting writer's intent.  0 or EIO (logged); *maybe_done as backend.h. */
+struct dmutex__rw_acq {
+	int op;
+	const char *token;
+	unsigned lease_ms;
+	int wait;               /* a writer that will wait: register its intent */
+	/* out */
+	int taken;
+	uint64_t fence;
+	long long pttl_ms;      /* not taken: the blocking hold ends in at most this */
+	int maybe_done;
+	int refused;
+};
+int dmutex__rw_acquire(struct dmutex_client *c, const char *name, struct dmutex__rw_acq *a);
+/* 0 and *released (1 while still valid, 0 not ours), or EIO. */
+int dmutex__rw_release(struct dmutex_client *c, const char *name, int op, const char *token,
+		int *released, int *maybe_done);
+/* The renewal thread's batch of rw holds (rn[i].rw 'r' or 'w'); fills
+ * result and writer_waits, ending by deadline (CLOCK_MONOTONIC ns). */
+void dmutex__rw_renew(struct dmutex_client *c, struct dmutex__renewal *rn, size_t n,
+		int64_t deadline);
+/* The wake channel. Caller frees. */
+char *dmutex__rw_channel(struct dmutex_client *c, const char *name);
+
+#endif

@@ -1,0 +1,509 @@
+/*
+ * Read-write locks (drwlock_*) against a real redis-server: the error
+ * table, readers that really overlap (threads of one process in ONE share),
+ * readers and writers across three processes with shared state in Redis
+ * that detects a violation, a reader and a writer killed (SIGKILL) while
+ * holding it, and a writer that overlapping readers must not starve.
+ *
+ * Violation detectors are Redis counters: "w" (writers inside), "r"
+ * (readers inside) and "n", read-modify-written by every writer.  A writer
+ * that sees w != 1 or r != 0, or a reader that sees w != 0, fails.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+static struct th_redis srv, srv2;
+static pid_t kids[6];
+
+static void srv_up(void)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+}
+
+static void srv_down(void)
+{
+	for (size_t i = 0; i < sizeof kids / sizeof kids[0]; i++)
+		if (kids[i] > 0) {
+			kill(kids[i], SIGKILL);
+			th_wait_child(kids[i], 5000);
+			kids[i] = 0;
+		}
+	th_redis_stop(&srv);
+	if (srv2.pid)
+		th_redis_stop(&srv2);
+}
+
+TestSuite(rwlock, .init = srv_up, .fini = srv_down, .timeout = 60);
+
+static struct timespec in_ms(clockid_t clock, long ms)
+{
+	struct timespec t;
+
+	clock_gettime(clock, &t);
+	t.tv_sec += ms / 1000;
+	t.tv_nsec += (ms % 1000) * 1000000L;
+	if (t.tv_nsec >= 1000000000L) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	return t;
+}
+
+/* One call on another thread: its result. */
+enum { RD, TRYRD, WR, TRYWR, UNLOCK, TIMEDWR };
+struct call { drwlock_t *rw; int op; long ms; int result; };
+
+static void *call_main(void *arg)
+{
+	struct call *c = arg;
+	struct timespec at = in_ms(CLOCK_REALTIME, c->ms);
+
+	switch (c->op) {
+	case RD: c->result = drwlock_rdlock(c->rw); break;
+	case TRYRD: c->result = drwlock_tryrdlock(c->rw); break;
+	case WR: c->result = drwlock_wrlock(c->rw); break;
+	case TRYWR: c->result = drwlock_trywrlock(c->rw); break;
+	case TIMEDWR: c->result = drwlock_timedwrlock(c->rw, &at); break;
+	default: c->result = drwlock_unlock(c->rw); break;
+	}
+	return NULL;
+}
+
+static int on_thread(drwlock_t *rw, int op, long ms)
+{
+	struct call c = { rw, op, ms, -1 };
+	pthread_t t;
+
+	cr_assert_eq(pthread_create(&t, NULL, call_main, &c), 0);
+	pthread_join(t, NULL);
+	return c.result;
+}
+
+Test(rwlock, error_table)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw, other;
+	struct timespec past = { 0, 0 }, bad = { 0, 1000000000L };
+	uint64_t f1 = 0, f2 = 0;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(NULL, "e", &a), EINVAL);
+	cr_assert_eq(drwlock_init(&rw, NULL, &a), EINVAL);
+	cr_assert_eq(drwlock_init(&rw, "", &a), EINVAL);
+	cr_assert_eq(dmutex_attr_settype(&a, DMUTEX_RECURSIVE), 0);
+	cr_assert_eq(drwlock_init(&rw, "e", &a), EINVAL, "a rwlock has no mutex type");
+	cr_assert_eq(dmutex_attr_settype(&a, DMUTEX_DEFAULT), 0);
+	cr_assert_eq(dmutex_attr_setrobust(&a, DMUTEX_ROBUST), 0);
+	cr_assert_eq(drwlock_init(&rw, "e", &a), EINVAL, "a rwlock is not robust");
+	cr_assert_eq(dmutex_attr_setrobust(&a, DMUTEX_STALLED), 0);
+	cr_assert_eq(drwlock_rdlock(NULL), EINVAL);
+	cr_assert_eq(drwlock_wrlock(NULL), EINVAL);
+	cr_assert_eq(drwlock_unlock(NULL), EINVAL);
+	cr_assert_eq(drwlock_destroy(NULL), EINVAL);
+
+	cr_assert_eq(drwlock_init(&rw, "e", &a), 0);
+	cr_assert_eq(drwlock_init(&other, "e", &a), 0);
+	cr_assert_eq(drwlock_unlock(&rw), EPERM, "unlock of a free lock");
+	cr_assert_eq(drwlock_fence(&rw, &f1), EPERM);
+
+	/* Writer. */
+	cr_assert_eq(drwlock_wrlock(&rw), 0);
+	cr_assert_eq(drwlock_fence(&rw, NULL), EINVAL);
+	cr_assert_eq(drwlock_fence(&rw, &f1), 0);
+	cr_assert_eq(drwlock_wrlock(&rw), EDEADLK, "relock by the writer");
+	cr_assert_eq(drwlock_wrlock(&other), EDEADLK, "another object, the same lock");
+	cr_assert_eq(drwlock_trywrlock(&rw), EBUSY);
+	cr_assert_eq(drwlock_rdlock(&rw), EDEADLK, "rdlock by the writer");
+	cr_assert_eq(drwlock_tryrdlock(&rw), EBUSY);
+	cr_assert_eq(drwlock_timedwrlock(&rw, &bad), EINVAL, "it would block: the bad deadline first");
+	cr_assert_eq(drwlock_clockrdlock(&rw, CLOCK_PROCESS_CPUTIME_ID, &past), EINVAL);
+	cr_assert_eq(drwlock_destroy(&rw), EBUSY);
+	cr_assert_eq(on_thread(&rw, UNLOCK, 0), EPERM, "unlock by a non-holder");
+	cr_assert_eq(on_thread(&rw, TRYRD, 0), EBUSY);
+	cr_assert_eq(on_thread(&rw, TRYWR, 0), EBUSY);
+	cr_assert_eq(on_thread(&rw, TIMEDWR, 100), ETIMEDOUT);
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:rwq:{e}"), 0, "a writer that gave up left no intent");
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(drwlock_unlock(&rw), EPERM);
+	cr_assert_eq(drwlock_wrlock(&rw), 0);
+	cr_assert_eq(drwlock_fence(&rw, &f2), 0);
+	cr_assert_gt(f2, f1, "fencing tokens increase");
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+
+	/* Reader, recursively. */
+	cr_assert_eq(drwlock_timedrdlock(&rw, &bad), 0, "a free lock: the deadline is not looked at");
+	cr_assert_eq(drwlock_rdlock(&rw), 0);
+	cr_assert_eq(drwlock_tryrdlock(&other), 0);
+	cr_assert_eq(drwlock_fence(&rw, &f1), EPERM, "readers have no fencing token");
+	cr_assert_eq(drwlock_wrlock(&rw), EDEADLK, "no upgrade");
+	cr_assert_eq(drwlock_trywrlock(&rw), EBUSY);
+	cr_assert_eq(drwlock_timedwrlock(&rw, &past), EDEADLK);
+	cr_assert_eq(on_thread(&rw, TRYWR, 0), EBUSY);
+	cr_assert_eq(on_thread(&rw, TIMEDWR, 100), ETIMEDOUT);
+	cr_assert_eq(on_thread(&rw, UNLOCK, 0), EPERM);
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:rwr:{e}"), 1);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(drwlock_unlock(&other), 0);
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:rwr:{e}"), 1, "one level left");
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:rwr:{e}"), 0, "the last unlock gives the share up");
+	cr_assert_eq(drwlock_unlock(&rw), EPERM);
+
+	/* The client is not closed under a rwlock. */
+	cr_assert_eq(dmutex_client_close(c), EBUSY);
+	cr_assert_eq(drwlock_destroy(&other), 0);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(drwlock_destroy(&rw), EINVAL);
+	cr_assert_eq(drwlock_rdlock(&rw), EINVAL);
+
+	/* One master only. */
+	cr_assert_eq(th_redis_start(&srv2, NULL), 0);
+	{
+		dmutex_client_t *rl;
+		dmutex_attr_t ra;
+		char url[1300];
+
+		snprintf(url, sizeof url, "%s,%s", srv.url, srv2.url);
+		cr_assert_eq(dmutex_client_open(&rl, url), 0);
+		cr_assert_eq(dmutex_attr_init(&ra), 0);
+		cr_assert_eq(dmutex_attr_setclient(&ra, rl), 0);
+		cr_assert_eq(drwlock_init(&rw, "e", &ra), ENOTSUP);
+		cr_assert_eq(dmutex_client_close(rl), 0);
+	}
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+static drwlock_t stat_rw = DRWLOCK_INITIALIZER("static-rw");
+
+Test(rwlock, static_initializer)
+{
+	char env[700];
+
+	snprintf(env, sizeof env, "%s", srv.url);
+	setenv("DMUTEX_URL", env, 1);
+	cr_assert_eq(drwlock_rdlock(&stat_rw), 0);
+	cr_assert_eq(drwlock_unlock(&stat_rw), 0);
+	cr_assert_eq(drwlock_wrlock(&stat_rw), 0);
+	cr_assert_eq(drwlock_unlock(&stat_rw), 0);
+	cr_assert_eq(drwlock_destroy(&stat_rw), 0);
+}
+
+/* ---- readers overlap; threads of a process hold one share ------------- */
+
+#define NTHREADS 4
+
+struct overlap { drwlock_t *rw; int want; int result; };
+
+static int inside_at_least(void *arg)
+{
+	return th_redis_int(&srv, "GET inside") >= *(int *)arg;
+}
+
+/* The test has looked at the shares: readers may leave. */
+static int let_go(void *arg)
+{
+	(void)arg;
+	return th_redis_int(&srv, "EXISTS go") == 1;
+}
+
+static void *overlap_thread(void *arg)
+{
+	struct overlap *o = arg;
+
+	o->result = 1;
+	if (drwlock_rdlock(o->rw))
+		return NULL;
+	th_redis_int(&srv, "INCR inside");
+	/* Every reader must be inside at once: readers that excluded each
+	 * other would never all get there. */
+	if (th_wait_until(inside_at_least, &o->want, 10000) && th_wait_until(let_go, NULL, 10000))
+		o->result = 0;
+	drwlock_unlock(o->rw);
+	return NULL;
+}
+
+static int overlap_proc(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	pthread_t t[NTHREADS];
+	struct overlap o[NTHREADS];
+	int bad = 0;
+
+	if (dmutex_client_open(&c, srv.url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+			drwlock_init(&rw, "overlap", &a))
+		return 10;
+	for (int i = 0; i < NTHREADS; i++) {
+		o[i] = (struct overlap){ &rw, *(int *)arg, 1 };
+		pthread_create(&t[i], NULL, overlap_thread, &o[i]);
+	}
+	for (int i = 0; i < NTHREADS; i++) {
+		pthread_join(t[i], NULL);
+		bad |= o[i].result;
+	}
+	drwlock_destroy(&rw);
+	dmutex_client_close(c);
+	return bad;
+}
+
+Test(rwlock, readers_overlap_one_share_per_process)
+{
+	int want = 3 * NTHREADS;
+
+	th_redis_int(&srv, "DEL inside go");
+	for (int i = 0; i < 3; i++)
+		cr_assert_gt(kids[i] = th_spawn(overlap_proc, &want), 0);
+	cr_assert(th_wait_until(inside_at_least, &want, 20000), "readers did not all get in together");
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:rwr:{overlap}"), 3,
+			"%d threads in each of 3 processes: 3 shares", NTHREADS);
+	th_redis_int(&srv, "SET go 1");
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(th_wait_child(kids[i], 20000), 0, "process %d: a reader failed", i);
+		kids[i] = 0;
+	}
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:rwr:{overlap}"), 0);
+}
+
+/* ---- three processes, readers and writers ------------------------------ */
+
+#define ROUNDS 30
+
+static int mixed_proc(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	int seed = *(int *)arg, bad = 0;
+
+	if (dmutex_client_open(&c, srv.url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+			drwlock_init(&rw, "mixed", &a))
+		return 10;
+	for (int i = 0; i < ROUNDS; i++) {
+		if ((i + seed) % 3 == 0) {
+			if (drwlock_wrlock(&rw))
+				return 11;
+			if (th_redis_int(&srv, "INCR w") != 1 || th_redis_int(&srv, "GET r") != 0)
+				bad = 1;
+			long long n = th_redis_int(&srv, "GET n");
+			th_redis_int(&srv, "SET n %lld", n + 1);
+			th_redis_int(&srv, "DECR w");
+		} else {
+			if (drwlock_rdlock(&rw))
+				return 12;
+			th_redis_int(&srv, "INCR r");
+			if (th_redis_int(&srv, "GET w") != 0)
+				bad = 1;
+			th_redis_int(&srv, "DECR r");
+		}
+		if (drwlock_unlock(&rw))
+			return 13;
+	}
+	drwlock_destroy(&rw);
+	dmutex_client_close(c);
+	return bad;
+}
+
+Test(rwlock, three_processes_no_violation)
+{
+	int seeds[3] = { 0, 1, 2 };
+	long long writes = 0;
+
+	th_redis_int(&srv, "MSET w 0 r 0 n 0");
+	for (int i = 0; i < 3; i++) {
+		cr_assert_gt(kids[i] = th_spawn(mixed_proc, &seeds[i]), 0);
+		for (int k = 0; k < ROUNDS; k++)
+			writes += (k + seeds[i]) % 3 == 0;
+	}
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(th_wait_child(kids[i], 50000), 0, "process %d failed or saw a violation", i);
+		kids[i] = 0;
+	}
+	cr_assert_eq(th_redis_int(&srv, "GET n"), writes, "a write was lost");
+}
+
+/* ---- a holder killed ------------------------------------------------------ */
+
+#define LEASE 1000
+
+static int hold_and_hang(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	char url[700];
+	struct th_sync *sy = ((void **)arg)[0];
+	int write = *(int *)((void **)arg)[1];
+
+	snprintf(url, sizeof url, "%s?lease_ms=%d", srv.url, LEASE);
+	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+			drwlock_init(&rw, "crash", &a) || (write ? drwlock_wrlock(&rw) : drwlock_rdlock(&rw)))
+		return 10;
+	th_sync_post(sy);
+	pause();
+	return 0;
+}
+
+static void killed_holder(int write)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	struct th_sync sy;
+	void *args[2] = { &sy, &write };
+	char url[700];
+	long long t0, waited;
+
+	cr_assert_eq(th_sync_init(&sy), 0);
+	snprintf(url, sizeof url, "%s?lease_ms=%d", srv.url, LEASE);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "crash", &a), 0);
+	cr_assert_gt(kids[0] = th_spawn(hold_and_hang, args), 0);
+	cr_assert_eq(th_sync_wait(&sy, 10000), 0);
+	/* Let the child renew once or twice: the lease then runs from its
+	 * last renewal, not from its acquire. */
+	cr_assert_eq(drwlock_trywrlock(&rw), EBUSY);
+	kill(kids[0], SIGKILL);
+	cr_assert_eq(th_wait_child(kids[0], 5000), 128 + SIGKILL);
+	kids[0] = 0;
+	t0 = th_now_ms();
+	cr_assert_eq(write ? drwlock_rdlock(&rw) : drwlock_wrlock(&rw), 0);
+	waited = th_now_ms() - t0;
+	cr_assert_leq(waited, LEASE + 500, "waited %lld ms for a dead %s with a %d ms lease",
+			waited, write ? "writer" : "reader", LEASE);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	th_sync_close(&sy);
+}
+
+Test(rwlock, killed_reader_loses_its_share_at_lease_end)
+{
+	killed_holder(0);
+}
+
+Test(rwlock, killed_writer_loses_the_lock_at_lease_end)
+{
+	killed_holder(1);
+}
+
+/* ---- writer preference ------------------------------------------------- */
+
+struct reader_loop { drwlock_t *rw; volatile int *stop; int result; };
+
+static void *reader_loop_main(void *arg)
+{
+	struct reader_loop *l = arg;
+	struct timespec hold = { 0, 40 * 1000000L };
+
+	l->result = 0;
+	while (!*l->stop) {
+		if (drwlock_rdlock(l->rw)) {
+			l->result = 1;
+			break;
+		}
+		nanosleep(&hold, NULL);     /* the read section's work */
+		drwlock_unlock(l->rw);
+	}
+	return NULL;
+}
+
+static volatile sig_atomic_t stop_readers;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop_readers = 1;
+}
+
+/* Two threads whose read sections overlap, so the process's share is never
+ * given up by itself, until SIGTERM. */
+static int reader_proc(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	pthread_t t[2];
+	struct reader_loop l[2];
+	volatile int stop = 0;
+	char url[700];
+
+	(void)arg;
+	signal(SIGTERM, on_term);
+	snprintf(url, sizeof url, "%s?lease_ms=%d", srv.url, LEASE);
+	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+			drwlock_init(&rw, "starve", &a))
+		return 10;
+	for (int i = 0; i < 2; i++) {
+		l[i] = (struct reader_loop){ &rw, &stop, 0 };
+		pthread_create(&t[i], NULL, reader_loop_main, &l[i]);
+		nanosleep(&(struct timespec){ 0, 20 * 1000000L }, NULL);
+	}
+	while (!stop_readers)
+		pause();
+	stop = 1;
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	drwlock_destroy(&rw);
+	dmutex_client_close(c);
+	return l[0].result | l[1].result;
+}
+
+static int two_shares(void *arg)
+{
+	(void)arg;
+	return th_redis_int(&srv, "ZCARD dmutex:rwr:{starve}") == 2;
+}
+
+Test(rwlock, overlapping_readers_do_not_starve_a_writer)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	char url[700];
+	struct timespec at;
+	long long t0, waited;
+
+	for (int i = 0; i < 2; i++)
+		cr_assert_gt(kids[i] = th_spawn(reader_proc, NULL), 0);
+	cr_assert(th_wait_until(two_shares, NULL, 10000), "the readers never overlapped");
+	snprintf(url, sizeof url, "%s?lease_ms=%d", srv.url, LEASE);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "starve", &a), 0);
+	cr_assert_eq(drwlock_tryrdlock(&rw), 0, "readers share");
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	t0 = th_now_ms();
+	/* Readers renew every third of a lease and then stop letting new
+	 * threads in; the last one out lets the writer in. */
+	at = in_ms(CLOCK_REALTIME, 4 * LEASE);
+	cr_assert_eq(drwlock_timedwrlock(&rw, &at), 0, "the writer starved");
+	waited = th_now_ms() - t0;
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:rwr:{starve}"), 0);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_log_info("writer waited %lld ms under overlapping readers (lease %d ms)", waited, LEASE);
+	for (int i = 0; i < 2; i++) {
+		kill(kids[i], SIGTERM);
+		cr_assert_eq(th_wait_child(kids[i], 10000), 0, "reader process %d failed", i);
+		kids[i] = 0;
+	}
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
