@@ -371,6 +371,29 @@ static void expected_names(char *out, size_t len, const char *ns, int gate, int 
 	sort_join(names, n, out, len);
 }
 
+/* examples/pool: a thread pool per process (its queue's locks local, by
+ * DMUTEX_SHIM_LOCAL_FILE in pool_queue.c) and one ledger in Redis whose
+ * mutex is distributed: the ledger is exact across 3 processes, and only
+ * the ledger's lock ever reached Redis. */
+Test(shim, pool_local_queue_shared_ledger_across_3_processes)
+{
+	const char *path = env_path("POOL_SHIM");
+	char port[16];
+	struct proc p[3];
+
+	snprintf(port, sizeof port, "%d", srv.port);
+	for (int i = 0; i < 3; i++)
+		start(&p[i], path, NULL, (char *[]){ "pool", "-p", port, "-t", "3", "-n", "40", NULL });
+	for (int i = 0; i < 3; i++) {
+		char out[4096];
+		read_all(&p[i], out, sizeof out, 60000);
+		cr_assert_eq(finish(&p[i], 60000), 0, "pool %d failed: %s", i, out);
+	}
+	cr_assert_eq(get_int("pool:ledger"), 120);
+	cr_assert_eq(dmt_count_keys(&srv, "dmutex:meta:{pool-shim/pool.c:*}"), 1);
+	cr_assert_eq(dmt_count_keys(&srv, "dmutex:*pool_queue.c*"), 0, "the queue's locks reached Redis");
+}
+
 Test(shim, one_binary_agrees_on_every_name)
 {
 	const char *prog = env_path("SHIM_PROG");
