@@ -47,7 +47,7 @@ DMUTEX_EXPORT int dmutex_shim_barrier_destroy(dbarrier_t *b);
  * with the same request id, so that the arrival counts once. */
 DMUTEX_EXPORT int dmutex_shim_barrier_wait(dbarrier_t *b);
 
-static inline int
+static __inline__ int
 dmutex_shim_barrierattr_init(dmutex_shim_barrierattr_t *a)
 {
 	if (!a)
@@ -57,7 +57,7 @@ dmutex_shim_barrierattr_init(dmutex_shim_barrierattr_t *a)
 	return 0;
 }
 
-static inline int
+static __inline__ int
 dmutex_shim_barrierattr_destroy(dmutex_shim_barrierattr_t *a)
 {
 	if (!a || a->__magic != DMUTEX__SHIM_BATTR_MAGIC)
@@ -67,7 +67,7 @@ dmutex_shim_barrierattr_destroy(dmutex_shim_barrierattr_t *a)
 }
 
 /* Either value is accepted; every barrier is shared regardless. */
-static inline int
+static __inline__ int
 dmutex_shim_barrierattr_setpshared(dmutex_shim_barrierattr_t *a, int pshared)
 {
 	if (!a || a->__magic != DMUTEX__SHIM_BATTR_MAGIC || (pshared != 0 && pshared != 1))
@@ -76,7 +76,7 @@ dmutex_shim_barrierattr_setpshared(dmutex_shim_barrierattr_t *a, int pshared)
 	return 0;
 }
 
-static inline int
+static __inline__ int
 dmutex_shim_barrierattr_getpshared(const dmutex_shim_barrierattr_t *a, int *pshared)
 {
 	if (!a || a->__magic != DMUTEX__SHIM_BATTR_MAGIC || !pshared)

@@ -62,11 +62,29 @@
  * A call that has no meaning for a distributed object: an expression that
  * fails to compile with the reason.  Used without a call (as a function
  * pointer) the name stays an undeclared identifier that says the same.
+ *
+ * A static assertion inside a struct says it while parsing.  Before C11
+ * under a strict -std (c89, c99), glibc's <sys/cdefs.h> defines
+ * _Static_assert as a macro that is a syntax error there, so the call
+ * becomes one to a function declared with the error attribute instead:
+ * GCC and Clang (14+) reject it with the same message.
  */
+#if defined(_Static_assert) && !defined(__cplusplus)
+#define DMUTEX__SHIM_CAT2(a, b) a##b
+#define DMUTEX__SHIM_CAT(a, b) DMUTEX__SHIM_CAT2(a, b)
+#define DMUTEX__SHIM_UNAVAILABLE(what, why) \
+	DMUTEX__SHIM_UNAVAILABLE2(DMUTEX__SHIM_CAT(dmutex__shim_unavailable_, __COUNTER__), what, why)
+#define DMUTEX__SHIM_UNAVAILABLE2(fn, what, why) \
+	(__extension__ ({ \
+		extern int fn(void) __attribute__((__error__( \
+			what " is not available through the dmutex pthread shim: " why))); \
+		fn(); }))
+#else
 #define DMUTEX__SHIM_UNAVAILABLE(what, why) \
 	((int)sizeof(struct { \
 		_Static_assert(0, what " is not available through the dmutex pthread shim: " why); \
 		int dmutex__shim_unavailable; }))
+#endif
 
 /*
  * The init calls record their call site, so they can only be called: used
