@@ -206,7 +206,7 @@ parallel(struct redlock *rl, int script, int nkeys, int argc, const char **argv,
 		for (size_t i = 0; i < n; i++)
 			if (calls[i].state == CALL_PENDING) {
 				pf[np].fd = calls[i].c->fd;
-				pf[np].events = POLLIN;
+				pf[np].events = dmutex__conn_events(calls[i].c, POLLIN);
 				pf[np].revents = 0;
 				idx[np++] = i;
 			}

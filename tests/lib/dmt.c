@@ -89,17 +89,79 @@ dmt_nodes(void)
 	return n < 1 ? 1 : n > DMT_MAX_NODES ? DMT_MAX_NODES : n;
 }
 
+/* DMUTEX_TEST_TLS=DIR (DIR/ca.crt, server.crt, server.key): the servers
+ * also listen with TLS, and the URLs are rediss:// to that port. */
+static const char *
+tls_dir(void)
+{
+	const char *d = getenv("DMUTEX_TEST_TLS");
+	return d && *d ? d : NULL;
+}
+
+static struct {
+	int port, tls_port;
+} tls_ports[DMT_MAX_NODES];
+static int ntls;
+
+static int
+tls_port_of(int port)
+{
+	for (int i = 0; i < ntls; i++)
+		if (tls_ports[i].port == port)
+			return tls_ports[i].tls_port;
+	return 0;
+}
+
+/* One node of a URL list: rediss:// when port's server has TLS on. */
+static size_t
+node_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
+{
+	int ui = userinfo && *userinfo, op = opts && *opts, tp = tls_port_of(port);
+
+	if (tp)
+		return (size_t)snprintf(buf, len, "rediss://%s%s127.0.0.1:%d?tls_ca=%s/ca.crt%s%s",
+				ui ? userinfo : "", ui ? "@" : "", tp, tls_dir(), op ? "&" : "",
+				op ? opts : "");
+	return (size_t)snprintf(buf, len, "redis://%s%s127.0.0.1:%d%s%s", ui ? userinfo : "",
+			ui ? "@" : "", port, op ? "?" : "", op ? opts : "");
+}
+
 void
 dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
 {
-	int ui = userinfo && *userinfo, op = opts && *opts;
-	size_t off;
+	size_t off = node_url(buf, len, userinfo, port, opts);
 
-	off = (size_t)snprintf(buf, len, "redis://%s%s127.0.0.1:%d%s%s", ui ? userinfo : "",
-			ui ? "@" : "", port, op ? "?" : "", op ? opts : "");
-	for (int i = 0; i < nextra && off < len; i++)
-		off += (size_t)snprintf(buf + off, len - off, ",redis://%s%s127.0.0.1:%d",
-				ui ? userinfo : "", ui ? "@" : "", extra[i].port);
+	for (int i = 0; i < nextra && off + 1 < len; i++) {
+		buf[off++] = ',';
+		off += node_url(buf + off, len - off, userinfo, extra[i].port, NULL);
+	}
+}
+
+/* Turn TLS on in a running server (CONFIG SET), on a free port. */
+static int
+tls_on(const struct th_redis *r)
+{
+	const char *d = tls_dir();
+	char crt[512], key[512], ca[512];
+
+	snprintf(crt, sizeof crt, "%s/server.crt", d);
+	snprintf(key, sizeof key, "%s/server.key", d);
+	snprintf(ca, sizeof ca, "%s/ca.crt", d);
+	for (int attempt = 0; attempt < 5 && ntls < DMT_MAX_NODES; attempt++) {
+		int port = th_free_port();
+		redisReply *rep = th_redis_cmd(r, "CONFIG SET tls-cert-file %s tls-key-file %s "
+				"tls-ca-cert-file %s tls-auth-clients no tls-port %d", crt, key, ca, port);
+		int ok = rep && rep->type == REDIS_REPLY_STATUS;
+		if (rep)
+			freeReplyObject(rep);
+		if (ok) {
+			tls_ports[ntls].port = r->port;
+			tls_ports[ntls++].tls_port = port;
+			return 0;
+		}
+	}
+	fprintf(stderr, "dmt: cannot turn TLS on in the server on port %d\n", r->port);
+	return -1;
 }
 
 int
@@ -108,12 +170,20 @@ dmt_backend_up(struct th_redis *first)
 	int n = dmt_nodes();
 
 	nextra = 0;
+	ntls = 0;
 	for (int i = 0; i < n - 1; i++) {
 		if (th_redis_start(&extra[i], first->extra[0] ? first->extra : NULL))
 			return -1;
 		nextra++;
 	}
-	if (nextra)
+	if (tls_dir()) {
+		if (tls_on(first))
+			return -1;
+		for (int i = 0; i < nextra; i++)
+			if (tls_on(&extra[i]))
+				return -1;
+	}
+	if (nextra || ntls)
 		dmt_url(first->url, sizeof first->url, NULL, first->port, NULL);
 	return 0;
 }

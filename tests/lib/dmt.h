@@ -58,7 +58,9 @@ void dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *
 
 /*
  * The backend-independent suites run twice: on one Redis, and (meson suite
- * 'redlock', environment DMUTEX_TEST_NODES=N) on N masters.  Call after
+ * 'redlock', environment DMUTEX_TEST_NODES=N) on N masters; some also over
+ * TLS (suite 'tls', DMUTEX_TEST_TLS=DIR of tests/lib/tls: every server
+ * also gets a TLS port, and first->url and dmt_url say rediss://).  Call after
  * starting `first`: in a Redlock run it starts N-1 more servers and turns
  * first->url into the list of all of them.  0, or -1 if a server did not
  * start.
