@@ -81,11 +81,16 @@ dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token
 }
 
 int
-dmutex__rel_reply(const redisReply *r, int *released)
+dmutex__rel_reply(const char *display, const char *name, const redisReply *r, int *released)
 {
-	if (r->type != REDIS_REPLY_INTEGER)
+	if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 2)
 		return -1;
-	*released = r->integer == 1;
+	/* 2: released, but the PUBLISH was refused (release.lua). */
+	if (r->integer == 2)
+		dmutex__log(DMUTEX_LOG_WARN, "%s: released '%s' but its waiters were not told: the ACL "
+				"denies the wake channel (they wait for the lease to end); see "
+				"dmutex_client_open(3) for the ACL dmutex needs", display, name);
+	*released = r->integer != 0;
 	return 0;
 }
 

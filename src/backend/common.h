@@ -40,8 +40,10 @@ int dmutex__acq_reply(const redisReply *r, struct dmutex__acq *a);
 
 void dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token,
 		int mode, struct dmutex__rel_argv *x);
-/* 0 and *released, or -1 for an unexpected shape. */
-int dmutex__rel_reply(const redisReply *r, int *released);
+/* 0 and *released, or -1 for an unexpected shape; a release whose wake-up
+ * the server refused is logged against display and name. */
+int dmutex__rel_reply(const char *display, const char *name, const redisReply *r,
+		int *released);
 
 int dmutex__renew_argv_init(struct dmutex__renew_argv *x);
 void dmutex__renew_argv_free(struct dmutex__renew_argv *x);

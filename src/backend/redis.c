@@ -59,7 +59,7 @@ redis_release(struct dmutex__backend *be, const char *name, const char *token,
 		*maybe_done = *maybe_done == 1;
 		return EIO;
 	}
-	if (dmutex__rel_reply(r, released)) {
+	if (dmutex__rel_reply(n->addr->display, name, r, released)) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: release of '%s': unexpected reply shape",
 				n->addr->display, name);
 		freeReplyObject(r);

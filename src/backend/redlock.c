@@ -253,7 +253,7 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 	parallel(rl, DMUTEX__SCRIPT_RELEASE, 2, 5, x.argv, timeout_ms, calls);
 	for (size_t i = 0; i < n; i++) {
 		int rel;
-		if (calls[i].state == CALL_DONE && !dmutex__rel_reply(calls[i].r, &rel)) {
+		if (calls[i].state == CALL_DONE && !dmutex__rel_reply(rl->base.nodes[i].addr->display, name, calls[i].r, &rel)) {
 			if (rel)
 				++*released;
 			else

@@ -14,15 +14,18 @@
 -- A retry after a lost reply carries the same token: it finds the lock
 -- already ours and answers as the first attempt did, so a lost reply never
 -- strands a lock and never bumps the fencing counter twice.
+--
+-- Every read comes before the first write: a script that fails (WRONGTYPE
+-- on foreign data, a command the ACL denies) must not have changed anything.
 local tok = ARGV[1]
 local cur = redis.call('HGET', KEYS[1], 'token')
 if cur == tok then
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	local fence = tonumber(redis.call('HGET', KEYS[1], 'fence'))
 	-- Redlock: while our first attempt's key sat here, another holder may
 	-- have raised this node's counter (fence_raise); a token handed out
 	-- now must still be above it.  On one node the two are always equal.
 	local counter = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0')
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	if counter > fence then
 		fence = redis.call('HINCRBY', KEYS[2], 'fence', 1)
 		redis.call('HSET', KEYS[1], 'fence', fence)

@@ -18,17 +18,24 @@ if done then
 	local g, s = string.match(done, '(%d+):(%d)')
 	return { tonumber(g), tonumber(s) }
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-	redis.call('HSET', KEYS[1], 'count', ARGV[2], 'gen', 0, 'arrived', 0)
+-- Reads and the PUBLISH before any write: a script that fails (a channel
+-- the ACL denies, foreign data) must not have counted the arrival.
+local b = redis.call('HMGET', KEYS[1], 'count', 'gen', 'arrived')
+local count, gen, arrived = tonumber(ARGV[2]), 0, 0
+if b[1] then
+	count, gen, arrived = tonumber(b[1]), tonumber(b[2]), tonumber(b[3])
+	if not (count and gen and arrived) then
+		return redis.error_reply('WRONGTYPE barrier key holds data dmutex did not write')
+	end
 end
-local count = tonumber(redis.call('HGET', KEYS[1], 'count'))
-local gen = tonumber(redis.call('HGET', KEYS[1], 'gen'))
-local arrived = redis.call('HINCRBY', KEYS[1], 'arrived', 1)
+arrived = arrived + 1
 local serial = 0
 if arrived >= count then
-	redis.call('HSET', KEYS[1], 'gen', gen + 1, 'arrived', 0)
 	redis.call('PUBLISH', ARGV[3], gen + 1)
+	redis.call('HSET', KEYS[1], 'count', count, 'gen', gen + 1, 'arrived', 0)
 	serial = 1
+else
+	redis.call('HSET', KEYS[1], 'count', count, 'gen', gen, 'arrived', arrived)
 end
 redis.call('SET', KEYS[2], string.format('%d:%d', gen, serial), 'PX', ARGV[4])
 return { gen, serial }

@@ -12,30 +12,50 @@
 -- waiters' periodic refreshes make sure it is handed on even if nobody
 -- signals again.
 --
+-- Reads and PUBLISHes come first, writes last (see cond_signal.lua).
+--
 -- Returns 1: still a waiter, its expiry moved on; 0: not a waiter any more
 -- (woken, or expired), and the wake-up is acknowledged.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ack = string.format('%.0f', now + tonumber(ARGV[4]))
 
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local owed = redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-while owed > 0 do
-	local w = redis.call('ZPOPMIN', KEYS[1])
-	if #w == 0 then
+local owed = redis.call('ZCOUNT', KEYS[2], '-inf', now)
+local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local still = mine and tonumber(mine) > now
+local live, woken, tried = {}, {}, 0
+if owed > 0 then
+	live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now), '+inf')
+end
+for _, w in ipairs(live) do
+	if #woken >= owed then
 		break
 	end
-	if redis.call('PUBLISH', ARGV[3] .. w[1], 's') > 0 then
-		redis.call('ZADD', KEYS[2], ack, w[1])
-		-- Kept well past its deadlines: an expired entry is what tells
-		-- that a wake-up is owed.
-		local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-		redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(last[2]) + 86400000))
-		owed = owed - 1
+	tried = tried + 1
+	if w == ARGV[1] then
+		still = false
+	end
+	if redis.call('PUBLISH', ARGV[3] .. w, 's') > 0 then
+		woken[#woken + 1] = w
 	end
 end
 
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+for i = 1, tried do
+	redis.call('ZREM', KEYS[1], live[i])
+end
+for _, w in ipairs(woken) do
+	redis.call('ZADD', KEYS[2], ack, w)
+end
+if #woken > 0 then
+	-- Kept well past its deadlines: an expired entry is what tells that a
+	-- wake-up is owed.
+	local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+	redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(last[2]) + 86400000))
+end
+
+if not still then
 	-- Woken: this acknowledges it (see cond_signal.lua).
 	redis.call('ZREM', KEYS[2], ARGV[1])
 	return 0

@@ -13,38 +13,51 @@
 -- wake-up is handed on (here, or by a waiter's cond_refresh.lua).
 -- Registrations past their expiry belong to waiters that died: dropped.
 --
+-- Reads and PUBLISHes come first, writes last: a script that fails part
+-- way (a channel the ACL denies, foreign data) has changed nothing.
+--
 -- Returns the number of waiters woken.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ack = string.format('%.0f', now + tonumber(ARGV[2]))
 
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local owed = redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local owed = redis.call('ZCOUNT', KEYS[2], '-inf', now)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now), '+inf')
 
 if ARGV[3] == '1' then
 	-- Every waiter registered now; that also pays what was owed.
-	local ws = redis.call('ZRANGE', KEYS[1], 0, -1)
-	redis.call('DEL', KEYS[1])
 	local n = 0
-	for _, w in ipairs(ws) do
+	for _, w in ipairs(live) do
 		n = n + redis.call('PUBLISH', ARGV[1] .. w, 'b')
 	end
+	redis.call('DEL', KEYS[1])
+	redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 	return n
 end
 
-local want, woken = 1 + owed, 0
-while woken < want do
-	local w = redis.call('ZPOPMIN', KEYS[1])
-	if #w == 0 then
+local want, woken, tried = 1 + owed, {}, 0
+for _, w in ipairs(live) do
+	if #woken >= want then
 		break
 	end
-	if redis.call('PUBLISH', ARGV[1] .. w[1], 's') > 0 then
-		redis.call('ZADD', KEYS[2], ack, w[1])
-		-- Kept well past its deadlines: an expired entry is what tells
-		-- that a wake-up is owed.
-		local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-		redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(last[2]) + 86400000))
-		woken = woken + 1
+	tried = tried + 1
+	if redis.call('PUBLISH', ARGV[1] .. w, 's') > 0 then
+		woken[#woken + 1] = w
 	end
 end
-return woken
+
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+for i = 1, tried do
+	redis.call('ZREM', KEYS[1], live[i])
+end
+for _, w in ipairs(woken) do
+	redis.call('ZADD', KEYS[2], ack, w)
+end
+if #woken > 0 then
+	-- Kept well past its deadlines: an expired entry is what tells that a
+	-- wake-up is owed.
+	local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+	redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(last[2]) + 86400000))
+end
+return #woken

@@ -9,10 +9,20 @@
 --          mode 3: abandon an acquire whose reply was lost: put the robust
 --                  state back as the acquire found it
 --
--- Returns 1 released, 0 not ours (expired, or another holder's now).
+-- Returns 1 released, 0 not ours (expired, or another holder's now), 2
+-- released but the waiters could not be told (the ACL denies the channel:
+-- they wake at the end of the lease they wait on).
+--
+-- Nothing may fail after the first write: a script that failed after
+-- releasing would make the retry, finding the lock gone, report a clean
+-- unlock as lost.  So the meta hash is read first (WRONGTYPE on foreign
+-- data) and the PUBLISH is tried first, under pcall.  Its message reaches
+-- the waiters only after the script ends, so nobody sees it early.
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
 	return 0
 end
+redis.call('HGET', KEYS[2], 'state')
+local told = redis.pcall('PUBLISH', ARGV[3], 'r')
 local mode = ARGV[2]
 if mode == '3' then
 	if redis.call('HGET', KEYS[1], 'died') == '1' then
@@ -29,5 +39,7 @@ elseif mode == '1' then
 else
 	redis.call('HSET', KEYS[2], 'state', 'died')
 end
-redis.call('PUBLISH', ARGV[3], 'r')
+if type(told) == 'table' then
+	return 2
+end
 return 1

@@ -15,26 +15,36 @@ local done = redis.call('GET', KEYS[2])
 if done then
 	return tonumber(done)
 end
+-- Reads and the PUBLISH before any write: a script that fails (a channel
+-- the ACL denies, foreign data) must not have taken or returned a permit.
 local v = redis.call('HGET', KEYS[1], 'v')
-if not v then
-	redis.call('HSET', KEYS[1], 'v', ARGV[2], 'init', ARGV[2])
+local create = not v
+if create then
 	v = ARGV[2]
 end
 v = tonumber(v)
+if not v then
+	return redis.error_reply('WRONGTYPE semaphore key holds data dmutex did not write')
+end
 local r
 if ARGV[1] == 't' then
 	r = 0
 	if v > 0 then
-		redis.call('HINCRBY', KEYS[1], 'v', -1)
 		r = 1
 	end
+elseif v >= tonumber(ARGV[3]) then
+	r = -1
 else
-	if v >= tonumber(ARGV[3]) then
-		r = -1
-	else
-		r = redis.call('HINCRBY', KEYS[1], 'v', 1)
-		redis.call('PUBLISH', ARGV[4], 'p')
-	end
+	r = v + 1
+	redis.call('PUBLISH', ARGV[4], 'p')
+end
+if create then
+	redis.call('HSET', KEYS[1], 'v', ARGV[2], 'init', ARGV[2])
+end
+if r == 1 and ARGV[1] == 't' then
+	redis.call('HINCRBY', KEYS[1], 'v', -1)
+elseif ARGV[1] == 'p' and r >= 0 then
+	r = redis.call('HINCRBY', KEYS[1], 'v', 1)
 end
 -- A failed take changed nothing: no need to remember it.
 if ARGV[1] == 'p' or r == 1 then
