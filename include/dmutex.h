@@ -109,10 +109,13 @@ typedef struct dmutex_mutex {
 
 /*
  * Open a client for `url` (NULL: $DMUTEX_URL, else redis://127.0.0.1:6379).
- * Connects and authenticates once to fail early.
+ * Connects, authenticates and checks the server's permissions once to fail
+ * early.
  * Returns 0; EINVAL (NULL client, malformed URL, unknown option, value out
- * of range); ENOTSUP (rediss:// in a build without TLS); EIO (backend
- * unreachable, authentication refused); ENOMEM.
+ * of range, a Redlock URL naming one server twice); ENOTSUP (rediss:// in a build without TLS); EACCES (the ACL
+ * denies a command, the keys or the channels dmutex needs: see
+ * dmutex_client_open(3); logged); EIO (backend unreachable, authentication
+ * refused); ENOMEM.
  */
 DMUTEX_EXPORT int dmutex_client_open(dmutex_client_t **client, const char *url);
 
@@ -159,7 +162,8 @@ DMUTEX_EXPORT int dmutex_attr_setrobust(dmutex_attr_t *attr, int robust);
 DMUTEX_EXPORT int dmutex_attr_getrobust(const dmutex_attr_t *attr, int *robust);
 /* 0; EINVAL (NULL, not initialized, lease outside 100 ms .. 24 h). */
 DMUTEX_EXPORT int dmutex_attr_setlease(dmutex_attr_t *attr, unsigned lease_ms);
-/* 0; EINVAL (NULL, not initialized).  0 in *lease_ms means "the client's". */
+/* 0; EINVAL (NULL, not initialized).  0 in *lease_ms means "the client's":
+ * dmutex_getlease gives the lease a mutex really uses. */
 DMUTEX_EXPORT int dmutex_attr_getlease(const dmutex_attr_t *attr, unsigned *lease_ms);
 /* 0; EINVAL (NULL attr, not initialized).  NULL client: the default one. */
 DMUTEX_EXPORT int dmutex_attr_setclient(dmutex_attr_t *attr, dmutex_client_t *client);
@@ -213,6 +217,14 @@ DMUTEX_EXPORT int dmutex_unlock(dmutex_t *m);
 DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
 /* 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost); EINVAL. */
 DMUTEX_EXPORT int dmutex_fence(dmutex_t *m, uint64_t *token);
+
+/*
+ * The lease of m's holds in ms: its attribute's, or its client's lease_ms
+ * (default 10000).  A static mutex is bound to the default client first.
+ * 0; EINVAL (NULL, uninitialized or destroyed m, NULL lease_ms); errors of
+ * opening the default client for a static mutex.
+ */
+DMUTEX_EXPORT int dmutex_getlease(const dmutex_t *m, unsigned *lease_ms);
 
 /* A static string for any value the library returns; never NULL. */
 DMUTEX_EXPORT const char *dmutex_strerror(int err);

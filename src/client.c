@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "check.h"
 #include "internal.h"
 #include "lockorder.h"
 #include "metrics.h"
@@ -392,23 +393,55 @@ set_quiet(struct dmutex_client *c, int quiet)
 	}
 }
 
+/* The same server listed twice would cast several Redlock votes: one server
+ * could make a quorum alone, and every clean unlock would see "its" other
+ * copies already released.  Written the same way, or two ways (127.0.0.1
+ * and localhost, two databases) with one run_id. */
+static int
+duplicate(const struct dmutex_client *c, char (*run_id)[DMUTEX__RUN_ID_MAX])
+{
+	const struct dmutex__node_addr *a = c->cfg.nodes;
+
+	for (size_t i = 0; i < c->cfg.nnodes; i++)
+		for (size_t j = 0; j < i; j++) {
+			int same_addr = a[i].port == a[j].port &&
+				!strcmp(a[i].host ? a[i].host : "", a[j].host ? a[j].host : "") &&
+				!strcmp(a[i].path ? a[i].path : "", a[j].path ? a[j].path : "");
+			if (!same_addr && (!run_id[i][0] || strcmp(run_id[i], run_id[j])))
+				continue;
+			dmutex__log(DMUTEX_LOG_ERROR, "Redlock URL lists one server twice: %s and %s are %s; "
+					"Redlock needs independent servers", a[j].display, a[i].display,
+					same_addr ? "the same address" : "the same server (same run_id)");
+			return EINVAL;
+		}
+	return 0;
+}
+
 static int
 verify(struct dmutex_client *c, int source)
 {
 	size_t up = 0, n = c->be->nnodes, need = n > 1 ? n / 2 + 1 : 1;
+	char (*run_id)[DMUTEX__RUN_ID_MAX] = calloc(n, sizeof *run_id);
+	int refused = 0, err;
 
-	/* Connect, authenticate and PING each node once so that a wrong
-	 * address or password shows at open, not at the first lock.  Redlock
-	 * works with a minority down, so it needs only a quorum now. */
+	if (!run_id)
+		return ENOMEM;
+
+	/* Connect, authenticate, PING and check each node once so that a
+	 * wrong address, password or ACL shows at open, not at the first
+	 * lock.  Redlock works with a minority down, so it needs only a
+	 * quorum now; a node that answers but refuses what we need is a
+	 * configuration error all the same. */
 	set_quiet(c, 1);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && !refused; i++) {
 		struct dmutex__node *node = &c->be->nodes[i];
 		struct dmutex__conn *ctx = dmutex__node_get(node);
+		int64_t deadline = dmutex__now_ns() + (int64_t)node->command_ms * DMUTEX__MS;
 		redisReply *r;
+		int rc;
 		if (!ctx)
 			continue;
-		r = dmutex__conn_command(ctx, dmutex__now_ns() + (int64_t)node->command_ms * DMUTEX__MS,
-				"PING");
+		r = dmutex__conn_command(ctx, deadline, "PING");
 		if (!r || r->type == REDIS_REPLY_ERROR) {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: PING failed: %s", node->addr->display,
 					r ? r->str : ctx->errstr);
@@ -418,10 +451,19 @@ verify(struct dmutex_client *c, int source)
 			continue;
 		}
 		freeReplyObject(r);
+		if ((rc = dmutex__node_check(node, ctx, c->cfg.prefix, deadline, run_id[i]))) {
+			dmutex__conn_free(ctx);
+			refused = rc == EACCES;
+			continue;
+		}
 		dmutex__node_put(node, ctx);
 		up++;
 	}
 	set_quiet(c, 0);
+	err = refused ? EACCES : n > 1 ? duplicate(c, run_id) : 0;
+	free(run_id);
+	if (err)
+		return err;
 	if (up >= need)
 		return 0;
 	unreachable(c, source, up, need);

@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,7 +190,7 @@ Test(acl, legacy_requirepass)
 }
 
 /* ------------------------------------------------------------------ */
-/* 3. a user without the script commands: NOPERM -> EIO               */
+/* 3. a user without the script commands: EACCES at open, EIO later   */
 /* ------------------------------------------------------------------ */
 
 Test(acl, user_without_script_commands_gets_eio)
@@ -198,14 +199,26 @@ Test(acl, user_without_script_commands_gets_eio)
 	dmutex_client_t *c;
 	dmutex_t m;
 	struct timespec dl;
+	redisReply *r;
 	int rc;
 
 	start("user bob on >" BOB_PW " ~* &* +@all -evalsha -eval\n");
 	log_start();
 	dmt_url(url, sizeof url, "bob:" BOB_PW, srv.port, "command_timeout_ms=200");
-	/* PING is allowed: the open succeeds. */
+	/* PING is allowed, EVALSHA is not: refused at open, naming it. */
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, EACCES, "open as bob: %s", dmutex_strerror(rc));
+	cr_assert(log_has("may not run EVALSHA or EVAL"), "the log does not name EVALSHA:\n%s", log_text);
+
+	/* Allowed at open, revoked later: NOPERM at lock time is EIO. */
+	r = th_redis_cmd(&srv, "ACL SETUSER bob +evalsha +eval");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
 	rc = dmutex_client_open(&c, url);
 	cr_assert_eq(rc, 0, "open as bob: %s", dmutex_strerror(rc));
+	r = th_redis_cmd(&srv, "ACL SETUSER bob -evalsha -eval");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
 	cr_assert_eq(dmt_init_mutex(&m, "acl-bob", c, NULL), 0);
 
 	rc = dmutex_lock(&m);
@@ -259,9 +272,12 @@ Test(acl, passwords_never_logged)
 	cr_assert_eq(rc, EINVAL, "out-of-range option: %s", dmutex_strerror(rc));
 	assert_no_password_logged();
 
-	/* NOPERM at lock time. */
+	/* Refused at open (EACCES), then NOPERM at lock time (EIO). */
 	dmt_url(url, sizeof url, "bob:" BOB_PW, srv.port, "command_timeout_ms=200");
+	cr_assert_eq(dmutex_client_open(&c, url), EACCES);
+	freeReplyObject(th_redis_cmd_as(&srv, "alice", ALICE_PW, 0, "ACL SETUSER bob +evalsha +eval"));
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	freeReplyObject(th_redis_cmd_as(&srv, "alice", ALICE_PW, 0, "ACL SETUSER bob -evalsha -eval"));
 	cr_assert_eq(dmt_init_mutex(&m, "acl-nolog", c, NULL), 0);
 	cr_assert_eq(dmutex_lock(&m), EIO);
 	cr_assert_eq(dmutex_destroy(&m), 0);
@@ -292,4 +308,151 @@ Test(acl, unix_socket_with_acl_user)
 	assert_open_refused(url, "unix socket, wrong password");
 	snprintf(url, sizeof url, "unix://%s", srv.sock);
 	assert_open_refused(url, "unix socket, no credentials");
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. confined users (issue 16 item 2)                                 */
+/* ------------------------------------------------------------------ */
+
+/* The ACL dmutex_client_open(3) and README document, word for word. */
+#define LIB_ACL "~dmutex:* &dmutex:* -@all +ping +evalsha +eval +subscribe +unsubscribe " \
+	"+info +config|get +time +hget +hmget +hset +hincrby +hdel +exists +pexpire " \
+	"+pexpireat +pttl +persist +del +zadd +zrem +zscore +zcount +zrange " \
+	"+zrangebyscore +zremrangebyscore +get +set +publish"
+
+/* Keys under the prefix but no channel (Redis 7 denies channels by
+ * default): refused at open, the log naming the channel pattern. */
+Test(acl, keys_only_user_refused_at_open_naming_the_channel)
+{
+	char url[700];
+	dmutex_client_t *c = NULL;
+	int rc;
+
+	start("user kim on >" BOB_PW " ~dmutex:* +@all\n");
+	log_start();
+	dmt_url(url, sizeof url, "kim:" BOB_PW, srv.port, NULL);
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, EACCES, "open as a keys-only user: %s", dmutex_strerror(rc));
+	cr_assert(log_has("publish to channels matching dmutex:*"),
+			"the log does not name the channel pattern:\n%s", log_text);
+	/* Nothing left behind by the check. */
+	cr_assert_eq(th_redis_int(&srv, "DBSIZE"), 0);
+	assert_no_password_logged();
+
+	/* Keys elsewhere: the log names the key pattern. */
+	freeReplyObject(th_redis_cmd(&srv, "ACL SETUSER kim resetkeys ~other:* &*"));
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, EACCES, "open as a user of other keys: %s", dmutex_strerror(rc));
+	cr_assert(log_has("access keys matching dmutex:*"), "the log does not name the keys:\n%s", log_text);
+
+	/* Channels to publish but SUBSCRIBE denied. */
+	freeReplyObject(th_redis_cmd(&srv, "ACL SETUSER kim resetkeys ~dmutex:* -subscribe"));
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, EACCES, "open without SUBSCRIBE: %s", dmutex_strerror(rc));
+	cr_assert(log_has("may not run SUBSCRIBE"), "the log does not name SUBSCRIBE:\n%s", log_text);
+
+	/* One command the scripts use, denied. */
+	freeReplyObject(th_redis_cmd(&srv, "ACL SETUSER kim +subscribe -zcount"));
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, EACCES, "open without ZCOUNT: %s", dmutex_strerror(rc));
+	cr_assert(log_has("may not run ZCOUNT in a script"), "the log does not name ZCOUNT:\n%s", log_text);
+}
+
+struct waiter_arg {
+	dmutex_t *m;
+	atomic_int done;
+	int rc, unlock_rc;
+};
+
+static void *
+lock_in_thread(void *p)
+{
+	struct waiter_arg *w = p;
+
+	w->rc = dmutex_lock(w->m);
+	atomic_store(&w->done, 1);
+	/* Ownership is per thread: the owner unlocks. */
+	w->unlock_rc = dmutex_unlock(w->m);
+	return NULL;
+}
+
+static int
+wake_subscribed(void *arg)
+{
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB %s", (const char *)arg);
+	int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer >= 1;
+	freeReplyObject(r);
+	return ok;
+}
+
+static int
+thread_done(void *arg)
+{
+	return atomic_load(&((struct waiter_arg *)arg)->done);
+}
+
+/* The documented ACL and nothing more: lock, unlock and wake-ups work, and
+ * a clean unlock is never reported lost. */
+Test(acl, documented_acl_locks_and_wakes)
+{
+	struct dmt_attr o = { .lease_ms = 20000, .onlost = dmt_count_lost };
+	char url[700];
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	atomic_int lost = 0;
+	struct waiter_arg w = { .m = &m2 };
+	pthread_t t;
+	int64_t t0;
+
+	o.arg = &lost;
+	start("user lib on >" BOB_PW " " LIB_ACL "\n");
+	log_start();
+	dmt_url(url, sizeof url, "lib:" BOB_PW, srv.port, NULL);
+	cr_assert_eq(dmt_open_mutex(&c1, &m1, url, "acl-wake", &o), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, url, "acl-wake", &o), 0);
+	lock_cycle(c1, "acl-cycle", NULL, NULL);
+
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	cr_assert_eq(dmutex_trylock(&m2), EBUSY);
+	cr_assert_eq(pthread_create(&t, NULL, lock_in_thread, &w), 0);
+	cr_assert(th_wait_until(wake_subscribed, "dmutex:wake:{acl-wake}", 5000), "the waiter never subscribed");
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	/* Woken by the release, not by the 20 s lease. */
+	cr_assert(th_wait_until(thread_done, &w, 5000), "the waiter was not woken");
+	cr_assert_lt(dmt_now_ns() - t0, 5000LL * 1000000, "woken late");
+	pthread_join(t, NULL);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_eq(w.unlock_rc, 0);
+	cr_assert_eq(atomic_load(&lost), 0, "a clean unlock was reported lost");
+	dmt_close_mutex(c1, &m1);
+	dmt_close_mutex(c2, &m2);
+}
+
+/* The channel revoked after open: the unlock still releases (0, not a
+ * false ENOLCK + onlost, as when release.lua failed after its writes),
+ * and says the waiters were not told. */
+Test(acl, channel_revoked_after_open_unlock_is_clean)
+{
+	struct dmt_attr o = { .onlost = dmt_count_lost };
+	char url[700];
+	dmutex_client_t *c;
+	dmutex_t m;
+	atomic_int lost = 0;
+	int rc;
+
+	o.arg = &lost;
+	start("user lib on >" BOB_PW " " LIB_ACL "\n");
+	log_start();
+	dmt_url(url, sizeof url, "lib:" BOB_PW, srv.port, NULL);
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "acl-revoked", &o), 0);
+	freeReplyObject(th_redis_cmd(&srv, "ACL SETUSER lib resetchannels"));
+	cr_assert_eq(dmutex_lock(&m), 0);
+	rc = dmutex_unlock(&m);
+	cr_assert_eq(rc, 0, "unlock: %s", dmutex_strerror(rc));
+	cr_assert_eq(atomic_load(&lost), 0, "a clean unlock was reported lost");
+	cr_assert_eq(dmt_lock_exists(&srv, "acl-revoked"), 0, "the lock was not released");
+	cr_assert(log_has("waiters were not told"), "no log line:\n%s", log_text);
+	dmt_close_mutex(c, &m);
 }

@@ -70,72 +70,34 @@ Test(hostile, huge_pttl_is_eio_not_an_overflow)
  * No SIGPIPE: a server that closed a pooled connection makes the next
  * send fail with EPIPE (deterministic on a unix socket), which must be an
  * error, never a signal that kills a program with the default disposition.
- * The peer answers the client's PING at open, then closes; later
+ * The fake server answers the client's open, then hangs up; later
  * connections are closed at once.
  */
-#include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
-static int lfd = -1;
-static atomic_int closed_first;
+#include "fake_redis.h"
 
-static void *
-closing_peer(void *arg)
+static char *
+refuse_all(int argc, char **argv, void *arg)
 {
-	char buf[256];
-	int fd;
-
+	(void)argc;
+	(void)argv;
 	(void)arg;
-	if ((fd = accept(lfd, NULL, NULL)) < 0)
-		return NULL;
-	/* "*1\r\n$4\r\nPING\r\n" is 14 bytes. */
-	for (size_t got = 0; got < 14;) {
-		ssize_t k = read(fd, buf, sizeof buf);
-		if (k <= 0)
-			break;
-		got += (size_t)k;
-	}
-	if (write(fd, "+PONG\r\n", 7) != 7)
-		return NULL;
-	close(fd);
-	atomic_store(&closed_first, 1);
-	while ((fd = accept(lfd, NULL, NULL)) >= 0)
-		close(fd);
-	return NULL;
-}
-
-static int
-first_closed(void *arg)
-{
-	(void)arg;
-	return atomic_load(&closed_first);
+	return strdup("-ERR not here\r\n");
 }
 
 Test(hostile, closed_connection_is_eio_not_sigpipe)
 {
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	char url[300];
+	struct fake_redis *f;
 	dmutex_client_t *c;
 	dmutex_t m;
-	pthread_t t;
 
 	signal(SIGPIPE, SIG_DFL);
-	cr_assert_lt(strlen(srv.dir) + 11, sizeof sun.sun_path);
-	snprintf(sun.sun_path, sizeof sun.sun_path, "%.90s/fake.sock", srv.dir);
-	cr_assert((lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
-	cr_assert_eq(bind(lfd, (struct sockaddr *)&sun, sizeof sun), 0);
-	cr_assert_eq(listen(lfd, 8), 0);
-	cr_assert_eq(pthread_create(&t, NULL, closing_peer, NULL), 0);
-	snprintf(url, sizeof url, "unix://%s", sun.sun_path);
-	cr_assert_eq(dmt_open_mutex(&c, &m, url, "hostile-pipe", NULL), 0);
-	cr_assert(th_wait_until(first_closed, NULL, 5000), "the fake peer never closed");
+	cr_assert_eq(fake_redis_start(&f, srv.dir, "fake", refuse_all, NULL), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, fake_redis_url(f), "hostile-pipe", NULL), 0);
+	fake_redis_hang_up(f);
 	/* The pooled connection is closed at the other end: EPIPE, not death. */
 	cr_assert_eq(dmutex_trylock(&m), EIO);
 	dmt_close_mutex(c, &m);
-	shutdown(lfd, SHUT_RDWR);
-	close(lfd);
-	pthread_join(t, NULL);
+	fake_redis_stop(f);
 }
