@@ -451,7 +451,7 @@ verify(struct dmutex_client *c, int source)
 			continue;
 		}
 		freeReplyObject(r);
-		if ((rc = dmutex__node_check(node, ctx, c->cfg.prefix, deadline, run_id[i]))) {
+		if ((rc = dmutex__node_check(node, ctx, c->cfg.prefix, run_id[i]))) {
 			dmutex__conn_free(ctx);
 			refused = rc == EACCES;
 			continue;

@@ -39,13 +39,17 @@ no_answer(const struct dmutex__node *n, struct dmutex__conn *c, const char *what
 	return EIO;
 }
 
-/* One command by argv; NULL when there is no reply (logged by the caller). */
+/* One command by argv, bounded by command_timeout_ms on its own: the
+ * checks are several exchanges, made once per open, and one budget for
+ * all of them failed opens on a loaded machine.  NULL when there is no
+ * reply (logged by the caller). */
 static redisReply *
-call(struct dmutex__conn *c, int64_t deadline, int argc, const char **argv)
+call(struct dmutex__conn *c, int argc, const char **argv)
 {
 	void *v;
 
-	if (dmutex__conn_append_argv(c, argc, argv, NULL) || dmutex__conn_get(c, &v, deadline))
+	if (dmutex__conn_append_argv(c, argc, argv, NULL) ||
+			dmutex__conn_get(c, &v, dmutex__conn_deadline(c)))
 		return NULL;
 	return v;
 }
@@ -53,7 +57,7 @@ call(struct dmutex__conn *c, int64_t deadline, int argc, const char **argv)
 /* The scripts' commands, by the probe script, and EVAL itself. */
 static int
 check_scripts(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix,
-		const char *key, const char *chan, int64_t deadline)
+		const char *key, const char *chan)
 {
 	const struct dmutex__script *s = &dmutex__scripts[DMUTEX__SCRIPT_PROBE];
 	const char *evalsha[] = { "EVALSHA", s->sha, "1", key, chan };
@@ -62,11 +66,11 @@ check_scripts(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix
 	redisReply *r;
 	int rc = 0;
 
-	if (!(r = call(c, deadline, 5, evalsha)))
+	if (!(r = call(c, 5, evalsha)))
 		return no_answer(n, c, "checking permissions");
 	if (dmutex__node_noscript(r)) {
 		freeReplyObject(r);
-		if (!(r = call(c, deadline, 5, eval)))
+		if (!(r = call(c, 5, eval)))
 			return no_answer(n, c, "checking permissions");
 	}
 	if (noperm(r)) {
@@ -100,7 +104,7 @@ check_scripts(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix
 	/* EVALSHA falls back to EVAL after a server restart flushed the
 	 * script cache: both must be allowed. */
 	const char *trivial[] = { "EVAL", "return 1", "0" };
-	if (!(r = call(c, deadline, 3, trivial)))
+	if (!(r = call(c, 3, trivial)))
 		return no_answer(n, c, "checking permissions");
 	if (noperm(r))
 		rc = refuse(n, prefix, "run EVAL", r->str);
@@ -112,14 +116,14 @@ check_scripts(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix
  * subscriber mode again when it unsubscribes from its only channel. */
 static int
 check_subscribe(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix,
-		const char *chan, int64_t deadline)
+		const char *chan)
 {
 	const char *sub[] = { "SUBSCRIBE", chan }, *unsub[] = { "UNSUBSCRIBE", chan };
 	char what[2 * DMUTEX__KEY_MAX + 64];
 	redisReply *r;
 	int rc = 0;
 
-	if (!(r = call(c, deadline, 2, sub)))
+	if (!(r = call(c, 2, sub)))
 		return no_answer(n, c, "checking permissions");
 	if (noperm(r)) {
 		if (strstr(r->str, "channel"))
@@ -138,7 +142,7 @@ check_subscribe(struct dmutex__node *n, struct dmutex__conn *c, const char *pref
 		return EIO;
 	}
 	freeReplyObject(r);
-	if (!(r = call(c, deadline, 2, unsub)))
+	if (!(r = call(c, 2, unsub)))
 		return no_answer(n, c, "checking permissions");
 	if (noperm(r))
 		rc = refuse(n, prefix, "run UNSUBSCRIBE", r->str);
@@ -164,12 +168,12 @@ once(int *flag)
  * volatile-* policies are as unsafe as allkeys-*.
  */
 static int
-check_policy(struct dmutex__node *n, struct dmutex__conn *c, int64_t deadline)
+check_policy(struct dmutex__node *n, struct dmutex__conn *c)
 {
 	const char *get[] = { "CONFIG", "GET", "maxmemory-policy" };
 	redisReply *r;
 
-	if (!(r = call(c, deadline, 3, get)))
+	if (!(r = call(c, 3, get)))
 		return no_answer(n, c, "reading maxmemory-policy");
 	if (r->type == REDIS_REPLY_ERROR) {
 		if (once(&said_no_config))
@@ -192,15 +196,14 @@ check_policy(struct dmutex__node *n, struct dmutex__conn *c, int64_t deadline)
 /* The server's identity: the same server written two ways (127.0.0.1 and
  * localhost) has one run_id. */
 static int
-read_run_id(struct dmutex__node *n, struct dmutex__conn *c, int64_t deadline,
-		char run_id[DMUTEX__RUN_ID_MAX])
+read_run_id(struct dmutex__node *n, struct dmutex__conn *c, char run_id[DMUTEX__RUN_ID_MAX])
 {
 	const char *info[] = { "INFO", "server" };
 	redisReply *r;
 	const char *p;
 	size_t k;
 
-	if (!(r = call(c, deadline, 2, info)))
+	if (!(r = call(c, 2, info)))
 		return no_answer(n, c, "reading the server's run_id");
 	if (r->type == REDIS_REPLY_ERROR) {
 		if (once(&said_no_info))
@@ -222,7 +225,7 @@ read_run_id(struct dmutex__node *n, struct dmutex__conn *c, int64_t deadline,
 
 int
 dmutex__node_check(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix,
-		int64_t deadline, char run_id[DMUTEX__RUN_ID_MAX])
+		char run_id[DMUTEX__RUN_ID_MAX])
 {
 	char tok[DMUTEX__TOKEN_HEX + 1], key[DMUTEX__KEY_MAX], chan[DMUTEX__KEY_MAX];
 	int rc;
@@ -233,9 +236,9 @@ dmutex__node_check(struct dmutex__node *n, struct dmutex__conn *c, const char *p
 		return EIO;
 	dmutex__key(key, prefix, "probe", tok);
 	dmutex__key(chan, prefix, "probe", tok);
-	if ((rc = check_scripts(n, c, prefix, key, chan, deadline)) ||
-			(rc = check_subscribe(n, c, prefix, chan, deadline)) ||
-			(rc = check_policy(n, c, deadline)))
+	if ((rc = check_scripts(n, c, prefix, key, chan)) ||
+			(rc = check_subscribe(n, c, prefix, chan)) ||
+			(rc = check_policy(n, c)))
 		return rc;
-	return read_run_id(n, c, deadline, run_id);
+	return read_run_id(n, c, run_id);
 }

@@ -10,7 +10,7 @@
 #define DMUTEX__RUN_ID_MAX 48
 
 /*
- * On connection c to node n, by deadline:
+ * On connection c to node n, each exchange bounded by command_timeout_ms:
  *  - the ACL lets this user do everything the library does (the scripts'
  *    commands on a scratch key, PUBLISH and SUBSCRIBE on a scratch channel,
  *    all under prefix): else EACCES and one log line naming what is
@@ -22,6 +22,6 @@
  * be in any state: the caller closes it.
  */
 int dmutex__node_check(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix,
-		int64_t deadline, char run_id[DMUTEX__RUN_ID_MAX]);
+		char run_id[DMUTEX__RUN_ID_MAX]);
 
 #endif
