@@ -20,7 +20,7 @@ local steps = {
 	{ 'HGET', k, 'f' }, { 'HMGET', k, 'f' }, { 'HINCRBY', k, 'f', '1' },
 	{ 'HDEL', k, 'f' }, { 'EXISTS', k }, { 'PERSIST', k }, { 'DEL', k },
 	{ 'ZADD', k, '1', 'a' }, { 'PEXPIREAT', k, soon }, { 'ZSCORE', k, 'a' },
-	{ 'ZCOUNT', k, '-inf', '+inf' }, { 'ZRANGE', k, '0', '-1' },
+	{ 'ZCOUNT', k, '-inf', '+inf' }, { 'ZCARD', k }, { 'ZRANGE', k, '0', '-1' },
 	{ 'ZRANGEBYSCORE', k, '-inf', '+inf' }, { 'ZREMRANGEBYSCORE', k, '-inf', '0' },
 	{ 'ZREM', k, 'a' }, { 'DEL', k },
 	{ 'SET', k, '1', 'PX', '60000' }, { 'GET', k }, { 'DEL', k },
