@@ -175,6 +175,8 @@ dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns
 	int64_t wait_ns = now_ns - start_ns;
 	struct met *r;
 
+	if (!c->cfg.metrics)
+		return;
 	if (wait_ns < 0)
 		wait_ns = 0;
 	pthread_mutex_lock(&m->mu);
@@ -190,14 +192,16 @@ dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns
 }
 
 void
-dmutex__met_released(struct dmutex_client *c, const char *name)
+dmutex__met_released(struct dmutex_client *c, const char *name, int64_t now_ns)
 {
 	struct dmutex__metrics *m = c->metrics;
 	struct met *r;
 
+	if (!c->cfg.metrics)
+		return;
 	pthread_mutex_lock(&m->mu);
 	if ((r = lookup(m, name)) && r->since_ns) {
-		int64_t held = dmutex__now_ns() - r->since_ns;
+		int64_t held = now_ns - r->since_ns;
 		add(m, r, DMUTEX__MET_HOLDS, 1);
 		add(m, r, DMUTEX__MET_HOLD_US, (uint64_t)held / 1000);
 		add(m, r, DMUTEX__MET_HOLD_B0 + bucket(held), 1);
@@ -212,6 +216,8 @@ dmutex__met_count(struct dmutex_client *c, const char *name, int field)
 	struct dmutex__metrics *m = c->metrics;
 	struct met *r;
 
+	if (!c->cfg.metrics)
+		return;
 	pthread_mutex_lock(&m->mu);
 	if ((r = lookup(m, name)))
 		add(m, r, field, 1);

@@ -56,7 +56,7 @@ void dmutex__met_atfork_child(struct dmutex_client *c);
 /* The hooks; cheap (a hash lookup under a leaf mutex), never any I/O. */
 void dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns,
 		int64_t now_ns, int contended);
-void dmutex__met_released(struct dmutex_client *c, const char *name);
+void dmutex__met_released(struct dmutex_client *c, const char *name, int64_t now_ns);
 void dmutex__met_count(struct dmutex_client *c, const char *name, int field);
 
 /* CLOCK_MONOTONIC ns when a flush is due; INT64_MAX when nothing waits. */

@@ -43,9 +43,13 @@ abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, uns
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
 }
 
-/* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD. */
+/* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
+ * For the counters, without clock reads of their own: *busy set when
+ * another holder made us wait, *first the first request's send time, *done
+ * when the grant arrived. */
 static int
-acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int *busy)
+acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int *busy,
+		int64_t *first, int64_t *done)
 {
 	struct dmutex__entry *e = mx->entry;
 	struct dmutex_client *c = e->client;
@@ -69,6 +73,8 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		if (sub)
 			seq = dmutex__wsub_seq(c, sub);
 		sent = dmutex__now_ns();
+		if (!*first)
+			*first = sent;
 		err = be->ops->acquire(be, &a);
 		now = dmutex__now_ns();
 		/* Whatever the answer, a request that may have been applied must
@@ -85,6 +91,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			err = EIO;
 		}
 		if (!err && a.status == DMUTEX__ACQ_OK) {
+			*done = now;
 			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 			memcpy(e->token, token, sizeof e->token);
 			e->held = 1;
@@ -183,7 +190,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	pthread_t self = pthread_self();
 	struct timespec ts;
 	uint64_t gen;
-	int64_t t0 = dmutex__now_ns();
+	int64_t t0 = 0, done = 0;      /* t0: a local wait's start */
 	int err, contended = 0;
 
 	if ((err = dmutex__resolve(m, &mx)))
@@ -231,6 +238,8 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 			return mode == TRY ? EBUSY : bad_deadline ? EINVAL : ETIMEDOUT;
 		}
 		contended = 1;  /* another thread of ours holds it */
+		if (!t0)
+			t0 = dmutex__now_ns();
 		if (until == NO_DEADLINE)
 			pthread_cond_wait(&e->cv, &e->mu);
 		else
@@ -239,9 +248,12 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 
-	err = acquire_remote(mx, mode, until, bad_deadline, &contended);
-	if (err == 0 || err == EOWNERDEAD)
-		dmutex__met_acquired(e->client, e->name, t0, dmutex__now_ns(), contended);
+	{
+		int64_t first = 0;
+		err = acquire_remote(mx, mode, until, bad_deadline, &contended, &first, &done);
+		if ((err == 0 || err == EOWNERDEAD) && done)
+			dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
+	}
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;

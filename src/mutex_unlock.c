@@ -15,6 +15,7 @@ dmutex_unlock_impl(dmutex_t *m)
 	char token[DMUTEX__TOKEN_HEX + 1];
 	int err, lost, mode;
 	unsigned lease_ms;
+	int64_t now;
 
 	if ((err = dmutex__resolve(m, &mx)))
 		return err;
@@ -25,7 +26,8 @@ dmutex_unlock_impl(dmutex_t *m)
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return EPERM;
 	}
-	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
+	now = dmutex__now_ns();
+	dmutex__entry_check_lost(e, now, &lost_rep);
 	lost = e->lost;
 	if (!lost && e->depth > 1) {
 		/* Only the outermost unlock talks to the backend. */
@@ -45,7 +47,7 @@ dmutex_unlock_impl(dmutex_t *m)
 	 * delete by token, so one already in flight cannot resurrect it. */
 	dmutex__renewer_remove(c, e);
 	err = dmutex__release(c, e->name, token, mode);
-	dmutex__met_released(c, e->name);
+	dmutex__met_released(c, e->name, now);
 	if (mode == DMUTEX__REL_NOTREC && !err)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
 				"it is not recoverable until reset", e->name);

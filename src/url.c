@@ -32,7 +32,7 @@
 #define TLS_SUPPORTED 0
 #endif
 
-enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_PREFIX,
+enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_PREFIX, OPT_METRICS,
 	/* Options of one URL (one node), not of the client: */
 	OPT_PASSWORD_FILE, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_SERVER_NAME,
 	OPT_TLS_VERIFY, OPT_COUNT };
@@ -47,6 +47,7 @@ static const struct {
 	[OPT_LEASE] = { "lease_ms", DMUTEX_LEASE_MIN, DMUTEX_LEASE_MAX },
 	[OPT_NODE] = { "node_timeout_ms", 1, TIMEOUT_MAX },
 	[OPT_PREFIX] = { "prefix", 0, 0 },  /* not a number: see set_prefix */
+	[OPT_METRICS] = { "metrics", 0, 1 },
 	/* Not numbers either: see set_node_string, set_verify. */
 	[OPT_PASSWORD_FILE] = { "password_file", 0, 0 },
 	[OPT_TLS_CA] = { "tls_ca", 0, 0 },
@@ -121,7 +122,8 @@ parse_num(const char *s, size_t n, unsigned long min, unsigned long max,
 		unsigned d = (unsigned char)s[i] - '0';
 		if (d > 9)
 			return EINVAL;
-		if (v > (max - d) / 10)
+		/* d > max first: max - d must not wrap (metrics: max 1). */
+		if (d > max || v > (max - d) / 10)
 			return EINVAL;
 		v = v * 10 + d;
 	}
@@ -484,6 +486,7 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 	field = o == OPT_CONNECT ? &p->cfg->connect_timeout_ms
 		: o == OPT_COMMAND ? &p->cfg->command_timeout_ms
 		: o == OPT_NODE ? &p->cfg->node_timeout_ms
+		: o == OPT_METRICS ? &p->cfg->metrics
 		: &p->cfg->lease_ms;
 	if (p->seen & 1u << o && *field != num) {
 		bad(p, "%s given twice with different values (%u and %lu)",
@@ -699,6 +702,7 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 	cfg->connect_timeout_ms = DMUTEX__CONNECT_TIMEOUT_DEFAULT;
 	cfg->command_timeout_ms = DMUTEX__COMMAND_TIMEOUT_DEFAULT;
 	cfg->lease_ms = DMUTEX_LEASE_DEFAULT;
+	cfg->metrics = 1;
 	for (p.index = 0; p.index < p.count; p.index++) {
 		size_t len = strcspn(s, ",");
 

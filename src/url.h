@@ -33,6 +33,7 @@ struct dmutex__config {
 	unsigned node_timeout_ms;     /* Redlock per-node timeout; 0 (default): 5 % of
 	                               * the lease, 50 .. 300 ms; 1 .. 600000 */
 	char *prefix;                 /* default "dmutex:", 0 .. 128 bytes */
+	unsigned metrics;             /* per-lock counters: 1 (default) or 0 (none) */
 };
 
 #define DMUTEX__CONNECT_TIMEOUT_DEFAULT 2000u

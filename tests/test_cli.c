@@ -1403,12 +1403,22 @@ Test(cli, status_shows_cond_waiters)
 	char *o;
 
 	cr_assert(th_wait_until(cond_registered, "cv", 5000), "the waiter never registered");
+	char want[128];
+
 	ASSERT_ST(DM_RUN(10000, "a", "status", "cv"), 0, "a");
 	o = out_of("a");
 	assert_contains(o, "cond waits:  1 thread on condition variable 'cv'");
+	/* Who waits, and since when. */
+	snprintf(want, sizeof want, " pid %ld tid ", (long)pid);
+	assert_contains(o, want);
+	assert_contains(o, ", waiting for ");
+	assert_contains(o, " (alive)\n");
 	free(o);
 	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "cv"), 0, "b");
-	assert_json("b", "d[0][\"cond_waiters\"] == 1");
+	snprintf(want, sizeof want, "d[0][\"cond_waiting\"][0][\"pid\"] == %ld", (long)pid);
+	assert_json("b", "d[0][\"cond_waiters\"] == 1 and len(d[0][\"cond_waiting\"]) == 1 and "
+			"d[0][\"cond_waiting\"][0][\"alive\"] is True");
+	assert_json("b", want);
 	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
 	o = out_of("c");
 	assert_contains(o, "1 cond");

@@ -275,3 +275,21 @@ Test(metrics, served_over_http)
 	cr_assert_eq(kill(l.pid, SIGTERM), 0);
 	cr_assert_eq(th_wait_child(l.pid, 5000), 0);
 }
+
+/* ?metrics=0: nothing counted, nothing written. */
+Test(metrics, off_by_url_option)
+{
+	dmutex_client_t *c;
+	dmutex_metrics_t m;
+	char url[700];
+
+	snprintf(url, sizeof url, "%s?metrics=0", srv.url);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cycles(c, "quiet", 3);
+	cr_assert_eq(dmutex_client_metrics(c, NULL, &m), 0);
+	cr_assert_eq(m.acquisitions, 0);
+	cr_assert_eq(m.holds, 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:metrics:{metrics}:total"), 0);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:metrics:{metrics}:n:quiet"), 0);
+}

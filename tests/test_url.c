@@ -90,6 +90,20 @@ Test(url, defaults)
 	cr_assert_eq(cfg.command_timeout_ms, 1000);
 	cr_assert_eq(cfg.lease_ms, 10000);
 	cr_assert_str_eq(cfg.prefix, "dmutex:");
+	cr_assert_eq(cfg.metrics, 1);
+}
+
+/* Per-lock counters on (default) or off; nothing else is a value. */
+Test(url, metrics_option)
+{
+	ok("redis://h?metrics=0");
+	cr_assert_eq(cfg.metrics, 0);
+	dmutex__config_free(&cfg);
+	ok("redis://h?metrics=1");
+	cr_assert_eq(cfg.metrics, 1);
+	dmutex__config_free(&cfg);
+	fails("redis://h?metrics=2", EINVAL);
+	fails("redis://h?metrics=off", EINVAL);
 }
 
 Test(url, no_log_on_success)

@@ -99,7 +99,14 @@ struct cli_lock {
 	                                 * (another machine or pid namespace) */
 	int robust_recorded;            /* meta "robust": 1, 0, -1 not recorded */
 	long long cond_waiters;         /* registered on condition variable NAME; -1 unknown */
-	long long cond_expires_ms;      /* the latest registration's expiry (server ms); -1 */
+	/* The first CLI_COND_SHOWN of them, as they registered. */
+#define CLI_COND_SHOWN 16
+	struct cli_cond_waiter {
+		char host[64];
+		long long pid, tid, since_ms;
+		int alive;              /* as for the holder */
+	} cond[CLI_COND_SHOWN];
+	size_t ncond;
 	char error[256];                /* non-empty: this record could not be read */
 };
 

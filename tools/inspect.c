@@ -4,7 +4,7 @@
  * robust state), the number of clients subscribed to the wake channel, and
  * the waiters registered on the condition variable of the same name.
  */
-#define NREPLIES 6
+#define NREPLIES 7
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -38,17 +38,20 @@ int
 cli_inspect_append(struct dmutex__conn *c, const char *prefix, const char *name)
 {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], ck[DMUTEX__KEY_MAX];
+	char ik[DMUTEX__KEY_MAX];
 
 	dmutex__key(lk, prefix, "lock", name);
 	dmutex__key(mk, prefix, "meta", name);
 	dmutex__key(ch, prefix, "wake", name);
 	dmutex__key(ck, prefix, "cond", name);
+	dmutex__key(ik, prefix, "cinfo", name);
 	if (dmutex__conn_appendf(c, "HGETALL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "PTTL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "HGETALL %b", mk, strlen(mk)) ||
 	    dmutex__conn_appendf(c, "PUBSUB NUMSUB %b", ch, strlen(ch)) ||
 	    dmutex__conn_appendf(c, "ZCARD %b", ck, strlen(ck)) ||
-	    dmutex__conn_appendf(c, "ZRANGE %b -1 -1 WITHSCORES", ck, strlen(ck)))
+	    dmutex__conn_appendf(c, "ZRANGE %b 0 %d", ck, strlen(ck), CLI_COND_SHOWN - 1) ||
+	    dmutex__conn_appendf(c, "HGETALL %b", ik, strlen(ik)))
 		return connection_failed(c);
 	return 0;
 }
@@ -68,23 +71,50 @@ field(const redisReply *r, const char *name)
 }
 
 /* 1 alive, 0 gone, -1 cannot know: the pid means something here only when
- * the holder ran on this boot of this machine, in our pid namespace. */
+ * the process ran on this boot of this machine, in our pid namespace. */
 static int
-holder_alive(const struct cli_lock *l)
+pid_alive(const char *hostid, long long pid)
 {
 	char here[64];
 
 	dmutex__hostid(here, sizeof here);
-	if (!here[0] || !l->hostid[0] || strcmp(here, l->hostid) || l->pid <= 0)
+	if (!here[0] || !hostid[0] || strcmp(here, hostid) || pid <= 0)
 		return -1;
-	return kill((pid_t)l->pid, 0) == 0 || errno == EPERM;
+	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* The registered waiters (zset members, oldest first) with what each
+ * recorded (cond_register.lua: "host pid tid since_ms hostid"). */
+static void
+cond_waiters(struct cli_lock *l, const redisReply *members, const redisReply *info)
+{
+	if (members->type != REDIS_REPLY_ARRAY)
+		return;
+	for (size_t i = 0; i < members->elements && l->ncond < CLI_COND_SHOWN; i++) {
+		struct cli_cond_waiter *w = &l->cond[l->ncond];
+		const char *s;
+		char hostid[64] = "";
+		if (members->element[i]->type != REDIS_REPLY_STRING)
+			continue;
+		memset(w, 0, sizeof *w);
+		w->pid = w->tid = w->since_ms = -1;
+		w->alive = -1;
+		if ((s = field(info, members->element[i]->str)) &&
+		    sscanf(s, "%63s %lld %lld %lld %63s", w->host, &w->pid, &w->tid, &w->since_ms,
+				    hostid) >= 4)
+			w->alive = pid_alive(hostid, w->pid);
+		for (char *h = w->host; *h; h++)
+			if ((unsigned char)*h < 0x20 || *h == 0x7f)
+				*h = '?';
+		l->ncond++;
+	}
 }
 
 static void
 fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 {
 	const redisReply *lock = rep[0], *pttl = rep[1], *meta = rep[2], *subs = rep[3];
-	const redisReply *ncond = rep[4], *last = rep[5];
+	const redisReply *ncond = rep[4], *members = rep[5], *info = rep[6];
 	const char *s;
 	char key[DMUTEX__KEY_MAX];
 
@@ -112,7 +142,7 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 		l->fence = num(field(lock, "fence"));
 		l->acquired_after_death = num(field(lock, "died")) == 1;
 		snprintf(l->hostid, sizeof l->hostid, "%s", (s = field(lock, "hostid")) ? s : "");
-		l->alive = holder_alive(l);
+		l->alive = pid_alive(l->hostid, l->pid);
 		if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
 			l->pttl_ms = pttl->integer;
 	}
@@ -134,9 +164,7 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 		l->cond_waiters = ncond->integer;
 		l->exists |= ncond->integer > 0;
 	}
-	if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
-	    last->element[1]->type == REDIS_REPLY_STRING)
-		l->cond_expires_ms = num(last->element[1]->str);
+	cond_waiters(l, members, info);
 }
 
 int
@@ -150,7 +178,7 @@ cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name, s
 	l->pid = l->tid = l->since_ms = l->lease_ms = l->pttl_ms = -1;
 	l->fence = l->fence_counter = l->waiters = -1;
 	l->alive = l->robust_recorded = -1;
-	l->cond_waiters = l->cond_expires_ms = -1;
+	l->cond_waiters = -1;
 	if (!(l->name = strdup(name))) {
 		cli_err("out of memory");
 		status = CLI_INTERNAL;

@@ -124,5 +124,14 @@ cli_json_lock(FILE *f, const struct cli_lock *l, const char *node)
 	fprintf(f, ",\"holder_alive\":%s", !l->held || l->alive < 0 ? "null"
 			: l->alive ? "true" : "false");
 	num_or_null(f, "cond_waiters", l->cond_waiters);
+	fputs(",\"cond_waiting\":[", f);
+	for (size_t i = 0; i < l->ncond; i++) {
+		const struct cli_cond_waiter *w = &l->cond[i];
+		fputs(i ? ",{\"host\":" : "{\"host\":", f);
+		cli_json_str(f, w->host);
+		fprintf(f, ",\"pid\":%lld,\"tid\":%lld,\"since_ms\":%lld,\"alive\":%s}", w->pid, w->tid,
+				w->since_ms, w->alive < 0 ? "null" : w->alive ? "true" : "false");
+	}
+	putc(']', f);
 	putc('}', f);
 }

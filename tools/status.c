@@ -73,6 +73,18 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 	if (l->cond_waiters > 0)
 		fprintf(f, "  cond waits:  %lld thread%s on condition variable '%s'\n",
 				l->cond_waiters, l->cond_waiters == 1 ? "" : "s", name);
+	for (size_t i = 0; i < l->ncond; i++) {
+		const struct cli_cond_waiter *w = &l->cond[i];
+		if (w->pid < 0) {
+			fputs("    (a waiter that did not say who it is)\n", f);
+			continue;
+		}
+		cli_duration(buf, sizeof buf, now - w->since_ms);
+		fprintf(f, "    %s pid %lld tid %lld, waiting for %s%s\n", w->host, w->pid, w->tid, buf,
+				w->alive == 0 ? " (process gone)" : w->alive == 1 ? " (alive)" : "");
+	}
+	if (l->cond_waiters > (long long)l->ncond && l->ncond == CLI_COND_SHOWN)
+		fprintf(f, "    ... and %lld more\n", l->cond_waiters - (long long)l->ncond);
 }
 
 int

@@ -1,8 +1,10 @@
 /* The backend calls of condition variables: one script on every node, a
  * majority of answers required (one node: that node). */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "cond.h"
@@ -11,7 +13,7 @@
 #include "scripts.h"
 
 struct cargs {
-	char wk[DMUTEX__KEY_MAX], sk[DMUTEX__KEY_MAX], ch[DMUTEX__CHANNEL_MAX];
+	char wk[DMUTEX__KEY_MAX], sk[DMUTEX__KEY_MAX], ik[DMUTEX__KEY_MAX], ch[DMUTEX__CHANNEL_MAX];
 	char ttl[16], ack[16];
 };
 
@@ -42,6 +44,7 @@ fill(const struct dmutex__cond *cx, struct cargs *a)
 
 	dmutex__key(a->wk, cx->client->cfg.prefix, "cond", cx->name);
 	dmutex__key(a->sk, cx->client->cfg.prefix, "csig", cx->name);
+	dmutex__key(a->ik, cx->client->cfg.prefix, "cinfo", cx->name);
 	dmutex__cond_channel(cx, NULL, a->ch);
 	snprintf(a->ttl, sizeof a->ttl, "%u", ttl);
 	/* A woken waiter acknowledges in one round trip; a third of the
@@ -86,9 +89,14 @@ dmutex__cond_register(struct dmutex__cond *cx, const char *token)
 	struct cargs a;
 	struct tally t;
 
+	char info[512];
+
 	fill(cx, &a);
-	const char *argv[] = { a.wk, token, a.ttl };
-	return call_all(cx, "wait", DMUTEX__SCRIPT_COND_REGISTER, 1, 3, argv, &t);
+	/* Who waits, for operators: host pid tid since_ms hostid. */
+	snprintf(info, sizeof info, "%s %ld %ld %" PRId64 " %s", cx->client->host, (long)getpid(),
+			dmutex__tid(), dmutex__wall_ms(), cx->client->hostid);
+	const char *argv[] = { a.wk, a.ik, token, a.ttl, info };
+	return call_all(cx, "wait", DMUTEX__SCRIPT_COND_REGISTER, 2, 5, argv, &t);
 }
 
 int
@@ -99,8 +107,8 @@ dmutex__cond_refresh(struct dmutex__cond *cx, const char *token, int *still)
 	int err;
 
 	fill(cx, &a);
-	const char *argv[] = { a.wk, a.sk, token, a.ttl, a.ch, a.ack };
-	if ((err = call_all(cx, "refresh", DMUTEX__SCRIPT_COND_REFRESH, 2, 6, argv, &t)))
+	const char *argv[] = { a.wk, a.sk, a.ik, token, a.ttl, a.ch, a.ack };
+	if ((err = call_all(cx, "refresh", DMUTEX__SCRIPT_COND_REFRESH, 3, 7, argv, &t)))
 		return err;
 	/* Woken on any node counts: a spurious wake-up at worst. */
 	*still = t.zero == 0;
@@ -115,8 +123,8 @@ dmutex__cond_leave(struct dmutex__cond *cx, const char *token, int *still)
 	int err;
 
 	fill(cx, &a);
-	const char *argv[] = { a.wk, a.sk, token };
-	if ((err = call_all(cx, "leave", DMUTEX__SCRIPT_COND_LEAVE, 2, 3, argv, &t)))
+	const char *argv[] = { a.wk, a.sk, a.ik, token };
+	if ((err = call_all(cx, "leave", DMUTEX__SCRIPT_COND_LEAVE, 3, 4, argv, &t)))
 		return err;
 	*still = t.zero == 0;
 	return 0;

@@ -4,6 +4,7 @@
 --
 -- KEYS[1]  waiters zset: token -> registration expiry (server time, ms)
 -- KEYS[2]  woken zset: token -> acknowledgement deadline (server time, ms)
+-- KEYS[3]  waiters' info hash (see cond_register.lua)
 -- ARGV     token, ttl_ms, channel prefix (a waiter's channel is prefix ..
 --          token), ack_ms
 --
@@ -58,9 +59,11 @@ end
 if not still then
 	-- Woken: this acknowledges it (see cond_signal.lua).
 	redis.call('ZREM', KEYS[2], ARGV[1])
+	redis.call('HDEL', KEYS[3], ARGV[1])
 	return 0
 end
 redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[1], last[2])
+redis.call('PEXPIREAT', KEYS[3], last[2])
 return 1
