@@ -567,7 +567,8 @@ dmutex_client_close_impl(dmutex_client_t *c)
 		*pp = c->next_all;
 	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 	dmutex__renewer_stop(c);
-	dmutex__met_flush(c);           /* the last second's counts */
+	/* The last second's counts, bounded like any command. */
+	dmutex__met_flush(c, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	dmutex__waiter_stop(c);
 	free_client(c);
 	return 0;

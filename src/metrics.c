@@ -18,6 +18,9 @@
 #include "node.h"
 
 #define FLUSH_NS (1000 * DMUTEX__MS)
+/* After a flush that failed, the node is left alone this long: a stopped
+ * or paused server must not cost a wait every second. */
+#define BACKOFF_NS (10000 * DMUTEX__MS)
 #define BATCH 64                /* names per MULTI/EXEC */
 
 const char *const dmutex__met_fields[DMUTEX__MET_NFIELDS] = {
@@ -45,6 +48,7 @@ struct dmutex__metrics {
 	size_t size, n;
 	struct met *dirty;
 	int64_t last_flush_ns;
+	int64_t backoff_until_ns;
 };
 
 int
@@ -232,6 +236,8 @@ dmutex__met_due(struct dmutex_client *c)
 
 	pthread_mutex_lock(&m->mu);
 	due = m->dirty ? m->last_flush_ns + FLUSH_NS : INT64_MAX;
+	if (due < m->backoff_until_ns)
+		due = m->backoff_until_ns;
 	pthread_mutex_unlock(&m->mu);
 	return due;
 }
@@ -261,13 +267,14 @@ put_back(struct dmutex__metrics *m, struct pending *p, size_t n)
 
 /* One MULTI/EXEC of plain HINCRBYs (not a script: the library's script
  * calls stay what they were, and the tests that count them still mean
- * what they say).  0 sent, or given up after it may have been applied
- * (dropped: a count is never added twice); -1 nothing was sent. */
+ * what they say), done by `until`.  0 sent; 1 given up after it may have
+ * been applied (dropped: a count is never added twice); -1 nothing was
+ * sent. */
 static int
-send_batch(struct dmutex_client *c, struct pending *p, size_t n)
+send_batch(struct dmutex_client *c, struct pending *p, size_t n, int64_t until)
 {
 	struct dmutex__node *nd = &c->be->nodes[0];
-	struct dmutex__conn *cn = dmutex__node_get(nd);
+	struct dmutex__conn *cn = dmutex__node_get_by(nd, until);
 	char tk[DMUTEX__MET_KEY_MAX], ik[DMUTEX__MET_KEY_MAX], nk[DMUTEX__MET_KEY_MAX];
 	const char *pre = c->cfg.prefix;
 	int64_t deadline;
@@ -277,6 +284,8 @@ send_batch(struct dmutex_client *c, struct pending *p, size_t n)
 	if (!cn)
 		return -1;
 	deadline = dmutex__conn_deadline(cn);
+	if (deadline > until)
+		deadline = until;
 	dmutex__met_key(tk, pre, "total", NULL);
 	dmutex__met_key(ik, pre, "index", NULL);
 	bad |= dmutex__conn_appendf(cn, "MULTI");
@@ -317,15 +326,16 @@ send_batch(struct dmutex_client *c, struct pending *p, size_t n)
 		dmutex__conn_free(cn);
 	else
 		dmutex__node_put(nd, cn);
-	return 0;
+	return bad;
 }
 
 void
-dmutex__met_flush(struct dmutex_client *c)
+dmutex__met_flush(struct dmutex_client *c, int64_t until)
 {
 	struct dmutex__metrics *m = c->metrics;
 	struct pending *p = NULL;
 	size_t n = 0, cap = 0;
+	int failed = 0;
 
 	pthread_mutex_lock(&m->mu);
 	m->last_flush_ns = dmutex__now_ns();
@@ -357,8 +367,15 @@ dmutex__met_flush(struct dmutex_client *c)
 	pthread_mutex_unlock(&m->mu);
 	for (size_t i = 0; i < n; i += BATCH) {
 		size_t k = n - i < BATCH ? n - i : BATCH;
-		if (send_batch(c, p + i, k) < 0)
+		int st = failed ? -1 : send_batch(c, p + i, k, until);
+		if (st < 0)
 			put_back(m, p + i, k);
+		failed |= st != 0;
+	}
+	if (failed) {
+		pthread_mutex_lock(&m->mu);
+		m->backoff_until_ns = dmutex__now_ns() + BACKOFF_NS;
+		pthread_mutex_unlock(&m->mu);
 	}
 	for (size_t i = 0; i < n; i++)
 		free(p[i].name);

@@ -61,7 +61,9 @@ void dmutex__met_count(struct dmutex_client *c, const char *name, int field);
 
 /* CLOCK_MONOTONIC ns when a flush is due; INT64_MAX when nothing waits. */
 int64_t dmutex__met_due(struct dmutex_client *c);
-/* Add the counters gathered since the last flush to Redis (first node). */
-void dmutex__met_flush(struct dmutex_client *c);
+/* Add the counters gathered since the last flush to Redis (first node),
+ * giving up at `until` (CLOCK_MONOTONIC ns): the renewal thread passes its
+ * next renewal, so that a slow or stopped server never delays one. */
+void dmutex__met_flush(struct dmutex_client *c, int64_t until);
 
 #endif

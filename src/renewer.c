@@ -21,6 +21,11 @@
 /* Renewals due within this much of the first are sent in the same batch. */
 #define BATCH_SLACK_NS (50 * DMUTEX__MS)
 #define RETRY_NS       (50 * DMUTEX__MS)
+/* A counters flush gets at most this long (and a tenth of the client's
+ * lease), and starts only with at least METRICS_ROOM_NS before the next
+ * renewal. */
+#define METRICS_BUDGET_NS (250 * DMUTEX__MS)
+#define METRICS_ROOM_NS   (20 * DMUTEX__MS)
 
 static int64_t
 renew_interval(unsigned lease_ms)
@@ -284,15 +289,22 @@ renewer_main(void *arg)
 		for (size_t i = 0; i < r->norphans; i++)
 			if (r->orphans[i].next_ns < first)
 				first = r->orphans[i].next_ns;
-		/* The counters ride along: sent from here, never from a lock call. */
+		/* The counters ride along: sent from here, never from a lock
+		 * call, and only while no renewal is due, given up before the
+		 * next one (and after METRICS_BUDGET_NS at most). */
 		int64_t flush = dmutex__met_due(c);
-		if (flush <= now) {
+		if (flush <= now && first > now + METRICS_ROOM_NS) {
+			int64_t budget = (int64_t)c->cfg.lease_ms * DMUTEX__MS / 10;
+			int64_t until;
+			if (budget > METRICS_BUDGET_NS)
+				budget = METRICS_BUDGET_NS;
+			until = now + budget < first ? now + budget : first;
 			dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
-			dmutex__met_flush(c);
+			dmutex__met_flush(c, until);
 			dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 			continue;
 		}
-		if (flush < first)
+		if (flush < first && (flush > now || first > now + METRICS_ROOM_NS))
 			first = flush;
 		if (first > now) {
 			r->wake_ns = first;
