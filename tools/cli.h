@@ -110,7 +110,9 @@ struct cli_lock {
 	char error[256];                /* non-empty: this record could not be read */
 };
 
-/* Pipelined: queue the reads for one name, then collect them in order.
+/* Pipelined: queue the reads for one name, then collect them in order
+ * (list, top: condition variable waiters counted; cli_inspect also names
+ * them).
  * read returns 0, or CLI_BACKEND (connection failed: message said) —
  * a Redis error about one key (foreign data) goes into l->error instead. */
 int cli_inspect_append(struct dmutex__conn *c, const char *prefix, const char *name);

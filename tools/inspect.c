@@ -5,6 +5,7 @@
  * the waiters registered on the condition variable of the same name.
  */
 #define NREPLIES 7
+#define NSUMMARY 5      /* list and top: the waiters counted, not named */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -34,8 +35,8 @@ connection_failed(struct dmutex__conn *c)
 	return CLI_BACKEND;
 }
 
-int
-cli_inspect_append(struct dmutex__conn *c, const char *prefix, const char *name)
+static int
+append(struct dmutex__conn *c, const char *prefix, const char *name, int detail)
 {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], ck[DMUTEX__KEY_MAX];
 	char ik[DMUTEX__KEY_MAX];
@@ -49,11 +50,18 @@ cli_inspect_append(struct dmutex__conn *c, const char *prefix, const char *name)
 	    dmutex__conn_appendf(c, "PTTL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "HGETALL %b", mk, strlen(mk)) ||
 	    dmutex__conn_appendf(c, "PUBSUB NUMSUB %b", ch, strlen(ch)) ||
-	    dmutex__conn_appendf(c, "ZCARD %b", ck, strlen(ck)) ||
-	    dmutex__conn_appendf(c, "ZRANGE %b 0 %d", ck, strlen(ck), CLI_COND_SHOWN - 1) ||
-	    dmutex__conn_appendf(c, "HGETALL %b", ik, strlen(ik)))
+	    dmutex__conn_appendf(c, "ZCARD %b", ck, strlen(ck)))
+		return connection_failed(c);
+	if (detail && (dmutex__conn_appendf(c, "ZRANGE %b 0 %d", ck, strlen(ck), CLI_COND_SHOWN - 1) ||
+			dmutex__conn_appendf(c, "HGETALL %b", ik, strlen(ik))))
 		return connection_failed(c);
 	return 0;
+}
+
+int
+cli_inspect_append(struct dmutex__conn *c, const char *prefix, const char *name)
+{
+	return append(c, prefix, name, 0);
 }
 
 /* A hash reply's field, or NULL. */
@@ -164,11 +172,13 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 		l->cond_waiters = ncond->integer;
 		l->exists |= ncond->integer > 0;
 	}
-	cond_waiters(l, members, info);
+	if (members && info)
+		cond_waiters(l, members, info);
 }
 
-int
-cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l)
+static int
+read_replies(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l,
+		int n)
 {
 	redisReply *rep[NREPLIES] = { NULL };
 	int64_t deadline = dmutex__conn_deadline(c);   /* for all of them together */
@@ -184,7 +194,7 @@ cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name, s
 		status = CLI_INTERNAL;
 	}
 	/* Read them all even after a failure, to keep the pipeline in step. */
-	for (int i = 0; i < NREPLIES; i++) {
+	for (int i = 0; i < n; i++) {
 		void *r = NULL;
 		if (dmutex__conn_get(c, &r, deadline)) {
 			status = connection_failed(c);
@@ -201,15 +211,21 @@ cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name, s
 }
 
 int
+cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l)
+{
+	return read_replies(c, prefix, name, l, NSUMMARY);
+}
+
+int
 cli_inspect(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l)
 {
-	int status = cli_inspect_append(c, prefix, name);
+	int status = append(c, prefix, name, 1);
 
 	if (status) {
 		memset(l, 0, sizeof *l);
 		return status;
 	}
-	return cli_inspect_read(c, prefix, name, l);
+	return read_replies(c, prefix, name, l, NREPLIES);
 }
 
 void
