@@ -49,6 +49,8 @@ struct dmutex__metrics {
 	struct met *dirty;
 	int64_t last_flush_ns;
 	int64_t backoff_until_ns;
+	int multi_ok;           /* flusher only: MULTI was accepted once */
+	int refused;            /* the server refuses them: never sent again */
 };
 
 int
@@ -235,7 +237,7 @@ dmutex__met_due(struct dmutex_client *c)
 	int64_t due;
 
 	pthread_mutex_lock(&m->mu);
-	due = m->dirty ? m->last_flush_ns + FLUSH_NS : INT64_MAX;
+	due = m->dirty && !m->refused ? m->last_flush_ns + FLUSH_NS : INT64_MAX;
 	if (due < m->backoff_until_ns)
 		due = m->backoff_until_ns;
 	pthread_mutex_unlock(&m->mu);
@@ -279,7 +281,7 @@ send_batch(struct dmutex_client *c, struct pending *p, size_t n, int64_t until)
 	const char *pre = c->cfg.prefix;
 	int64_t deadline;
 	size_t q = 0;
-	int bad = 0;
+	int bad = 0, refused = 0;
 
 	if (!cn)
 		return -1;
@@ -288,8 +290,31 @@ send_batch(struct dmutex_client *c, struct pending *p, size_t n, int64_t until)
 		deadline = until;
 	dmutex__met_key(tk, pre, "total", NULL);
 	dmutex__met_key(ik, pre, "index", NULL);
-	bad |= dmutex__conn_appendf(cn, "MULTI");
-	q++;
+	if (!c->metrics->multi_ok) {
+		/* Once per client, MULTI alone: refused (an ACL without it),
+		 * the increments that follow would run one by one, half of
+		 * them refused too.  Then the counters stay in the process. */
+		redisReply *r = dmutex__conn_command(cn, deadline, "MULTI");
+		if (!r) {
+			dmutex__conn_free(cn);
+			return -1;
+		}
+		if (r->type == REDIS_REPLY_ERROR) {
+			dmutex__log(DMUTEX_LOG_WARN, "per-lock counters not stored: %s (they need "
+					"MULTI, EXEC, HINCRBY, ZINCRBY; ?metrics=0 turns them off)", r->str);
+			pthread_mutex_lock(&c->metrics->mu);
+			c->metrics->refused = 1;
+			pthread_mutex_unlock(&c->metrics->mu);
+			freeReplyObject(r);
+			dmutex__node_put(nd, cn);
+			return 1;
+		}
+		freeReplyObject(r);
+		c->metrics->multi_ok = 1;
+	} else {
+		bad |= dmutex__conn_appendf(cn, "MULTI");
+		q++;
+	}
 	for (size_t i = 0; i < n && !bad; i++) {
 		dmutex__met_key(nk, pre, "n:", p[i].name);
 		for (int f = 0; f < DMUTEX__MET_NFIELDS && !bad; f++) {
@@ -311,15 +336,21 @@ send_batch(struct dmutex_client *c, struct pending *p, size_t n, int64_t until)
 	bad |= dmutex__conn_appendf(cn, "EXEC");
 	q++;
 	for (size_t i = 0; i < q && !bad; i++) {
-		void *r = NULL;
-		if (dmutex__conn_get(cn, &r, deadline)) {
+		redisReply *r = NULL;
+		if (dmutex__conn_get(cn, (void **)&r, deadline)) {
 			bad = 1;
 			break;
 		}
-		if (i == q - 1 && ((redisReply *)r)->type != REDIS_REPLY_ARRAY)
-			dmutex__log(DMUTEX_LOG_DEBUG, "metrics: not stored: %s",
-					((redisReply *)r)->type == REDIS_REPLY_ERROR ?
-					((redisReply *)r)->str : "transaction refused");
+		/* A command refused inside MULTI aborts the whole transaction:
+		 * nothing was added; said once, and not sent again. */
+		if (r->type == REDIS_REPLY_ERROR && !refused) {
+			refused = 1;
+			dmutex__log(DMUTEX_LOG_WARN, "per-lock counters not stored: %s (they need "
+					"MULTI, EXEC, HINCRBY, ZINCRBY; ?metrics=0 turns them off)", r->str);
+			pthread_mutex_lock(&c->metrics->mu);
+			c->metrics->refused = 1;
+			pthread_mutex_unlock(&c->metrics->mu);
+		}
 		freeReplyObject(r);
 	}
 	if (bad)
@@ -339,6 +370,16 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 
 	pthread_mutex_lock(&m->mu);
 	m->last_flush_ns = dmutex__now_ns();
+	if (m->refused) {
+		/* Kept in the process (dmutex_client_metrics), never sent. */
+		for (struct met *r = m->dirty; r; r = r->dirty_next) {
+			memset(r->delta, 0, sizeof r->delta);
+			r->dirty = 0;
+		}
+		m->dirty = NULL;
+		pthread_mutex_unlock(&m->mu);
+		return;
+	}
 	for (struct met *r = m->dirty; r; r = r->dirty_next) {
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 16;
@@ -367,7 +408,7 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 	pthread_mutex_unlock(&m->mu);
 	for (size_t i = 0; i < n; i += BATCH) {
 		size_t k = n - i < BATCH ? n - i : BATCH;
-		int st = failed ? -1 : send_batch(c, p + i, k, until);
+		int st = failed ? -1 : m->refused ? 1 : send_batch(c, p + i, k, until);
 		if (st < 0)
 			put_back(m, p + i, k);
 		failed |= st != 0;

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,4 +293,44 @@ Test(metrics, off_by_url_option)
 	cr_assert_eq(dmutex_client_close(c), 0);
 	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:metrics:{metrics}:total"), 0);
 	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:metrics:{metrics}:n:quiet"), 0);
+}
+
+static atomic_int refusals;
+
+static void
+count_refusals(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (strstr(msg, "per-lock counters not stored") && level == DMUTEX_LOG_WARN)
+		atomic_fetch_add(&refusals, 1);
+}
+
+/* A user with the lock's commands only (the documented ACL): locks work,
+ * the counters are refused once, said once, and dropped. */
+Test(metrics, acl_user_without_multi_warned_once)
+{
+	dmutex_client_t *c;
+	char url[700];
+	redisReply *r;
+
+	r = th_redis_cmd(&srv, "ACL SETUSER app on >pw ~dmutex:* &dmutex:* -@all +ping +evalsha "
+			"+eval +subscribe +unsubscribe +info +config|get +time +hget +hmget +hset "
+			"+hincrby +hdel +exists +pexpire +pexpireat +pttl +persist +del +zadd +zrem "
+			"+zscore +zcount +zcard +zrange +zrangebyscore +zremrangebyscore +get +set "
+			"+publish");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	snprintf(url, sizeof url, "redis://app:pw@127.0.0.1:%d", srv.port);
+	atomic_init(&refusals, 0);
+	dmutex_set_logger(count_refusals, NULL);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cycles(c, "acl1", 2);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cycles(c, "acl2", 2);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	dmutex_set_logger(NULL, NULL);
+	/* Once per client. */
+	cr_assert_eq(atomic_load(&refusals), 2);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:metrics:{metrics}:total"), 0);
 }
