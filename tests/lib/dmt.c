@@ -114,14 +114,18 @@ tls_port_of(int port)
 
 /* One node of a URL list: rediss:// when port's server has TLS on. */
 static size_t
-node_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
+node_url(char *buf, size_t len, const char *userinfo, int port, const char *opts, int first)
 {
 	int ui = userinfo && *userinfo, op = opts && *opts, tp = tls_port_of(port);
 
+	/* A handshake under valgrind on a loaded machine outlasts the
+	 * default 2 s connect timeout (a client-wide option: on the first
+	 * URL of a list only, where opts go, and not if opts set it). */
 	if (tp)
-		return (size_t)snprintf(buf, len, "rediss://%s%s127.0.0.1:%d?tls_ca=%s/ca.crt%s%s",
+		return (size_t)snprintf(buf, len, "rediss://%s%s127.0.0.1:%d?tls_ca=%s/ca.crt%s%s%s",
 				ui ? userinfo : "", ui ? "@" : "", tp, tls_dir(), op ? "&" : "",
-				op ? opts : "");
+				op ? opts : "", !first || (op && strstr(opts, "connect_timeout_ms"))
+				? "" : "&connect_timeout_ms=20000");
 	return (size_t)snprintf(buf, len, "redis://%s%s127.0.0.1:%d%s%s", ui ? userinfo : "",
 			ui ? "@" : "", port, op ? "?" : "", op ? opts : "");
 }
@@ -129,11 +133,11 @@ node_url(char *buf, size_t len, const char *userinfo, int port, const char *opts
 void
 dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
 {
-	size_t off = node_url(buf, len, userinfo, port, opts);
+	size_t off = node_url(buf, len, userinfo, port, opts, 1);
 
 	for (int i = 0; i < nextra && off + 1 < len; i++) {
 		buf[off++] = ',';
-		off += node_url(buf + off, len - off, userinfo, extra[i].port, NULL);
+		off += node_url(buf + off, len - off, userinfo, extra[i].port, NULL, 0);
 	}
 }
 
