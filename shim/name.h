@@ -11,7 +11,7 @@
 #include "dmutex.h"
 #include "dmutex_shim.h"
 
-enum { DMUTEX__SHIM_MUTEX, DMUTEX__SHIM_COND, DMUTEX__SHIM_SEM, DMUTEX__SHIM_BARRIER };
+enum { DMUTEX__SHIM_MUTEX, DMUTEX__SHIM_COND, DMUTEX__SHIM_SEM, DMUTEX__SHIM_BARRIER, DMUTEX__SHIM_RWLOCK };
 
 /* The name of object obj of the given kind from a static initializer at
  * site "FILE:LINE".  Warns (once) when another object got the same name:

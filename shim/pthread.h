@@ -18,8 +18,9 @@
  * Every pthread call that takes a mutex, a condition variable or their
  * attributes is mapped here, or is a compile-time error that says why; none
  * can silently receive a dmutex where it expects a pthread mutex.  Spin
- * locks and barriers are distributed too (dmutex_shim_sync.h); read-write
- * locks and pthread_once stay local to each process.
+ * locks and barriers are distributed too (dmutex_shim_sync.h), and so are
+ * read-write locks (dmutex_shim_rwlock.h); pthread_once stays local to
+ * each process.
  */
 #pragma GCC system_header
 
@@ -203,5 +204,7 @@
 
 /* spin locks (distributed mutexes) and barriers: shim/dmutex_shim_sync.h */
 #include "dmutex_shim_sync.h"
+/* read-write locks (drwlock_t): shim/dmutex_shim_rwlock.h */
+#include "dmutex_shim_rwlock.h"
 
 #endif /* DMUTEX_SHIM_PTHREAD_H */

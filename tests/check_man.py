@@ -42,7 +42,7 @@ def header_errnos(headers):
                              text, re.S):
             comment = m.group(1) or ""
             words = set(re.findall(r"\bE[A-Z0-9]+\b", comment))
-            refs = set(re.findall(r"\bAs (d(?:mutex|cond|sem|barrier|rwlock)_\w+)", comment))
+            refs = set(re.findall(r"\bAs (d(?:mutex|cond|sem|barrier|rwlock)_\w+|dmutex_shim_\w+)", comment))
             found[m.group(2)] = (words & ERRNOS, refs)
     return found
 
