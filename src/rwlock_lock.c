@@ -232,12 +232,14 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		dmutex__lost_report(e, &lost);
 		return err;
 	}
-	if ((err = reserve_reader(e))) {
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		return err;
-	}
 	dmutex__ns_to_ts(until, &ts);
 	for (;;) {
+		/* Here, not once before the loop: others join while we wait.
+		 * The first reader's slot too (record() fills it later). */
+		if ((err = reserve_reader(e))) {
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			return err;
+		}
 		if (e->held && !e->rw_write && !e->releasing && !e->lost && !e->rw_wwait &&
 				!e->rw_remote_wwait && dmutex__now_ns() < e->deadline_ns) {
 			/* Join the process's share: no I/O. */
