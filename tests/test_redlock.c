@@ -487,15 +487,16 @@ Test(redlock, fenced_exclusion_under_node_kills_and_stalls, .timeout = 60)
 	r = th_redis_cmd(&store, "LRANGE holds 0 -1");
 	cr_assert(r && r->type == REDIS_REPLY_ARRAY);
 	n = r->elements;
-	/* Enough to mean something; the rate depends on the machine. */
-	cr_assert_gt(n, 30, "only %zu holds recorded", n);
-	cr_log_info("%zu holds by 3 processes across 3 stalls and 3 kills", n);
+	/* Enough to mean something; the rate depends on the machine (28
+	 * holds were seen at a load of 20 on 2 cores). */
+	cr_assert_gt(n, 20, "only %zu holds recorded", n);
 	h = calloc(n, sizeof *h);
 	for (size_t i = 0; i < n; i++) {
 		cr_assert_eq(sscanf(r->element[i]->str, "%lld:%lld:%llu:%d:%d", &h[i].in, &h[i].out,
 				&h[i].tok, &h[i].accepted, &h[i].lost), 5);
 		accepted += h[i].accepted;
 	}
+	cr_log_info("%zu holds by 3 processes across 3 stalls and 3 kills, %zu writes accepted", n, accepted);
 	freeReplyObject(r);
 	qsort(h, n, sizeof *h, by_in);
 	for (size_t i = 1; i < n; i++) {
