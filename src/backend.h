@@ -19,7 +19,8 @@ struct dmutex__node;
 enum {
 	DMUTEX__ACQ_OK = 0,
 	DMUTEX__ACQ_BUSY = 1,
-	DMUTEX__ACQ_NOTREC = 2
+	DMUTEX__ACQ_NOTREC = 2,
+	DMUTEX__ACQ_VERSION = 3         /* keys written by another version: EIO */
 };
 
 struct dmutex__acq {

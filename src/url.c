@@ -32,7 +32,7 @@
 #define TLS_SUPPORTED 0
 #endif
 
-enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_PREFIX, OPT_METRICS,
+enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_IDLE, OPT_PREFIX, OPT_METRICS,
 	/* Options of one URL (one node), not of the client: */
 	OPT_PASSWORD_FILE, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_SERVER_NAME,
 	OPT_TLS_VERIFY, OPT_COUNT };
@@ -46,6 +46,7 @@ static const struct {
 	[OPT_COMMAND] = { "command_timeout_ms", 1, TIMEOUT_MAX },
 	[OPT_LEASE] = { "lease_ms", DMUTEX_LEASE_MIN, DMUTEX_LEASE_MAX },
 	[OPT_NODE] = { "node_timeout_ms", 1, TIMEOUT_MAX },
+	[OPT_IDLE] = { "idle_ms", DMUTEX__IDLE_MIN, DMUTEX__IDLE_MAX },
 	[OPT_PREFIX] = { "prefix", 0, 0 },  /* not a number: see set_prefix */
 	[OPT_METRICS] = { "metrics", 0, 1 },
 	/* Not numbers either: see set_node_string, set_verify. */
@@ -487,6 +488,7 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 		: o == OPT_COMMAND ? &p->cfg->command_timeout_ms
 		: o == OPT_NODE ? &p->cfg->node_timeout_ms
 		: o == OPT_METRICS ? &p->cfg->metrics
+		: o == OPT_IDLE ? &p->cfg->idle_ms
 		: &p->cfg->lease_ms;
 	if (p->seen & 1u << o && *field != num) {
 		bad(p, "%s given twice with different values (%u and %lu)",
@@ -703,6 +705,7 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 	cfg->command_timeout_ms = DMUTEX__COMMAND_TIMEOUT_DEFAULT;
 	cfg->lease_ms = DMUTEX_LEASE_DEFAULT;
 	cfg->metrics = 1;
+	cfg->idle_ms = DMUTEX__IDLE_DEFAULT;
 	for (p.index = 0; p.index < p.count; p.index++) {
 		size_t len = strcspn(s, ",");
 

@@ -34,7 +34,14 @@ struct dmutex__config {
 	                               * the lease, 50 .. 300 ms; 1 .. 600000 */
 	char *prefix;                 /* default "dmutex:", 0 .. 128 bytes */
 	unsigned metrics;             /* per-lock counters: 1 (default) or 0 (none) */
+	unsigned idle_ms;             /* a name's state in Redis expires this long
+	                               * after its last use (lease end): default
+	                               * 3600000, 100 .. 2592000000 (30 days) */
 };
+
+#define DMUTEX__IDLE_DEFAULT 3600000u
+#define DMUTEX__IDLE_MIN 100u
+#define DMUTEX__IDLE_MAX 2592000000u
 
 #define DMUTEX__CONNECT_TIMEOUT_DEFAULT 2000u
 #define DMUTEX__COMMAND_TIMEOUT_DEFAULT 1000u

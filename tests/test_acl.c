@@ -316,7 +316,7 @@ Test(acl, unix_socket_with_acl_user)
 
 /* The ACL dmutex_client_open(3) and README document, word for word. */
 #define LIB_ACL "~dmutex:* &dmutex:* -@all +ping +evalsha +eval +subscribe +unsubscribe " \
-	"+info +config|get +time +hget +hmget +hset +hincrby +hdel +exists +pexpire " \
+	"+info +config|get +time +hget +hmget +hset +hincrby +hdel +exists +type +pexpire " \
 	"+pexpireat +pttl +persist +del +zadd +zrem +zscore +zcount +zcard +zrange " \
 	"+zrangebyscore +zremrangebyscore +get +set +publish"
 

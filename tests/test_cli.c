@@ -390,18 +390,21 @@ Test(cli, run_passes_command_status)
 	cr_assert_eq(lock_exists("job"), 0);
 	meta_state("job", st, sizeof st);
 	cr_assert_str_eq(st, "");
-	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:meta:{job} fence"), 3);
+	/* Three holds taken (n: fencing tokens come from the clock). */
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:meta:{job} n"), 3);
 }
 
 Test(cli, run_gives_command_name_and_fence)
 {
-	char *o;
+	char *o, want[64];
 
 	ASSERT_ST(DM_RUN(10000, "a", "run", "job", "--", "true"), 0, "a");
 	ASSERT_ST(DM_RUN(10000, "b", "run", "job", "--", "sh", "-c",
 			"echo \"$DMUTEX_NAME $DMUTEX_FENCE ${DMUTEX_OWNER_DIED-unset}\""), 0, "b");
 	o = out_of("b");
-	cr_assert_str_eq(o, "job 2 unset\n");
+	/* The token of b's hold: the last one handed out. */
+	snprintf(want, sizeof want, "job %lld unset\n", th_redis_int(&srv, "HGET dmutex:meta:{job} fence"));
+	cr_assert_str_eq(o, want);
 	free(o);
 }
 
@@ -1042,7 +1045,7 @@ Test(cli, status_reports_holder_and_fence)
 	hold(&h, "job", 0, 5000);
 	cr_assert_eq(dmutex_lock(&h.m), 0);
 	cr_assert_eq(dmutex_fence(&h.m, &tok), 0);
-	cr_assert_eq(tok, 2);
+	cr_assert_eq(tok, (uint64_t)th_redis_int(&srv, "HGET dmutex:meta:{job} fence"));
 	ASSERT_ST(DM_RUN(10000, "b", "status", "job"), 0, "b");
 	o = out_of("b");
 	assert_contains(o, "job: held");
@@ -1084,11 +1087,12 @@ Test(cli, status_no_such_lock)
 
 /* The robust states, made by the library: a holder exits holding the lock
  * (owner died); a robust locker unlocks without dmutex_consistent (not
- * recoverable) — then reset, which keeps the fencing counter. */
+ * recoverable) — then reset, which forgets the name; tokens still grow. */
 Test(cli, status_robust_states_and_reset)
 {
 	struct holder h;
-	char *o, st[32];
+	char *o, st[32], expr[300];
+	long long before;
 
 	owner_dies("job");
 	ASSERT_ST(DM_RUN(10000, "a", "status", "job"), 0, "a");
@@ -1096,13 +1100,16 @@ Test(cli, status_robust_states_and_reset)
 	assert_contains(o, "robust:      owner died");
 	free(o);
 	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "job"), 0, "b");
-	assert_json("b", "d[0][\"robust\"] == \"owner_died\" and d[0][\"held\"] is False and d[0][\"fence_counter\"] == 1");
+	assert_json("b", "d[0][\"robust\"] == \"owner_died\" and d[0][\"held\"] is False and d[0][\"fence_counter\"] > 0");
 
 	hold(&h, "job", 1, 0);
+	before = th_redis_int(&srv, "HGET dmutex:meta:{job} fence");
 	cr_assert_eq(dmutex_lock(&h.m), EOWNERDEAD);
-	/* Held after an owner died: the holder took over. */
+	/* Held after an owner died: the holder took over, with a new token. */
 	ASSERT_ST(DM_RUN(10000, "c", "status", "--json", "job"), 0, "c");
-	assert_json("c", "d[0][\"held\"] is True and d[0][\"acquired_after_owner_died\"] is True and d[0][\"fence\"] == 2");
+	snprintf(expr, sizeof expr, "d[0][\"held\"] is True and d[0][\"acquired_after_owner_died\"] is True "
+			"and d[0][\"fence\"] > %lld", before);
+	assert_json("c", expr);
 	cr_assert_eq(dmutex_unlock(&h.m), 0);
 	unhold(&h);
 	meta_state("job", st, sizeof st);
@@ -1125,10 +1132,11 @@ Test(cli, status_robust_states_and_reset)
 	free(o);
 	meta_state("job", st, sizeof st);
 	cr_assert_str_eq(st, "");
-	/* The fencing counter went on from where it was. */
+	/* The reset forgot the name, and tokens still grow. */
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:meta:{job}"), 0);
 	ASSERT_ST(DM_RUN(10000, "h", "run", "job", "--", "sh", "-c", "echo $DMUTEX_FENCE"), 0, "h");
 	o = out_of("h");
-	cr_assert_str_eq(o, "3\n");
+	cr_assert_gt(strtoll(o, NULL, 10), before, "token %s after the reset, %lld before", o, before);
 	free(o);
 	ASSERT_ST(DM_RUN(10000, "i", "reset", "job"), 0, "i");
 	o = out_of("i");
@@ -1158,11 +1166,12 @@ Test(cli, reset_refuses_then_forces)
 	struct numsub ns = { "job", 1 };
 	char want[100], *o, *e;
 	pid_t waiter;
-	long long t0;
+	long long t0, fence;
 
 	/* A long lease: a waiter that got in quickly was woken, not timed out. */
 	hold(&h, "job", 0, 10000);
 	cr_assert_eq(dmutex_lock(&h.m), 0);
+	fence = th_redis_int(&srv, "HGET dmutex:lock:{job} fence");
 	ASSERT_ST(DM_RUN(10000, "a", "reset", "job"), ST_REFUSED, "a");
 	e = err_of("a");
 	assert_contains(e, "--force");
@@ -1179,7 +1188,8 @@ Test(cli, reset_refuses_then_forces)
 	assert_contains(o, want);
 	snprintf(want, sizeof want, " pid %d tid ", (int)getpid());
 	assert_contains(o, want);
-	assert_contains(o, "(fence 1,");
+	snprintf(want, sizeof want, "(fence %lld,", fence);
+	assert_contains(o, want);
 	free(o);
 	/* Woken by the reset's message, not by a lease running out. */
 	ASSERT_ST(th_wait_child(waiter, 10000), 0, "w");

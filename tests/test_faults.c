@@ -67,14 +67,14 @@ static int no_lock_keys(void *arg)
 	return dmt_count_keys(&srv, "dmutex:lock:*") == 0;
 }
 
-/* The fencing counter in the meta hash: how many acquisitions ran in Redis
- * (0 if none). */
+/* How many acquisitions ran in Redis (0 if none): the meta hash's n (the
+ * fencing token, from the server's clock, no longer counts them). */
 static long long meta_fence(const char *name)
 {
 	char k[600];
 	long long v;
 	dmt_meta_key(k, sizeof k, name);
-	v = th_redis_int(&srv, "HGET %s fence", k);
+	v = th_redis_int(&srv, "HGET %s n", k);
 	return v == LLONG_MIN ? 0 : v;
 }
 

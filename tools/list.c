@@ -1,7 +1,9 @@
 /*
  * dmutex list [--json] [PATTERN]: every lock under the prefix.  Every name
- * ever locked has a persistent meta hash, so the meta keys are the index;
- * they are walked with SCAN (never KEYS, which blocks the server).
+ * in use has a meta hash, kept until idle_ms after its last lease (or for
+ * ever when not recoverable), so the meta keys are the index and dead names
+ * drop out by themselves; they are walked with SCAN (never KEYS, which
+ * blocks the server).
  */
 #include <getopt.h>
 #include <stdio.h>

@@ -2,8 +2,9 @@
  * dmutex reset [--force] NAME: force-release a lock and clear an owner-died
  * or not-recoverable state, saying exactly what was removed.
  *
- * The fencing counter is never touched: tokens must keep growing across a
- * reset, or a stale writer's token could look new again.  The check and
+ * The meta hash goes too (the name is forgotten): tokens keep growing all
+ * the same, as the next one starts from the server's clock (acquire.lua),
+ * above every token handed out before.  The check and
  * the change are one WATCH/MULTI/EXEC transaction, so a lock taken between
  * them is never released without --force.
  */
@@ -17,7 +18,7 @@
 static const char usage[] =
 	"usage: dmutex reset [--force] [--url URL] NAME\n"
 	"Release NAME whoever holds it (only with --force while it is held) and\n"
-	"clear an owner-died or not-recoverable state; the fencing counter stays.\n";
+	"clear an owner-died or not-recoverable state; fencing tokens keep growing.\n";
 
 #define ATTEMPTS 10
 
@@ -91,7 +92,7 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 		}
 		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "MULTI"))) ||
 		    (l.held && (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", lk, strlen(lk))))) ||
-		    (l.state[0] && (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "HDEL %b state", mk, strlen(mk))))) ||
+		    (l.state[0] && (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", mk, strlen(mk))))) ||
 		    (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "PUBLISH %b r", ch, strlen(ch)))))
 			goto unwatch;
 		if (!(r = dmutex__conn_command(c, dmutex__conn_deadline(c), "EXEC"))) {

@@ -27,6 +27,7 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	snprintf(x->pid, sizeof x->pid, "%ld", (long)getpid());
 	snprintf(x->tid, sizeof x->tid, "%ld", a->tid);
 	snprintf(x->since, sizeof x->since, "%" PRId64, dmutex__wall_ms());
+	snprintf(x->idle, sizeof x->idle, "%u", c->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = a->token;
@@ -37,25 +38,63 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->argv[7] = x->since;
 	x->argv[8] = c->hostid;
 	x->argv[9] = a->robust ? "1" : "0";
+	x->argv[10] = x->idle;
+}
+
+/* A fencing token: a decimal string (acquire.lua: it may pass 2^53),
+ * 1 .. INT64_MAX (what HINCRBY can count to). */
+static int
+fence_elem(const redisReply *r, size_t i, uint64_t *out)
+{
+	const redisReply *e;
+	uint64_t v = 0;
+
+	if (r->type != REDIS_REPLY_ARRAY || i >= r->elements)
+		return -1;
+	e = r->element[i];
+	if (e->type == REDIS_REPLY_INTEGER) {
+		if (e->integer <= 0)
+			return -1;
+		*out = (uint64_t)e->integer;
+		return 0;
+	}
+	if (e->type != REDIS_REPLY_STRING || e->len < 1 || e->len > 19)
+		return -1;
+	for (size_t k = 0; k < e->len; k++) {
+		if (e->str[k] < '0' || e->str[k] > '9')
+			return -1;
+		v = v * 10 + (uint64_t)(e->str[k] - '0');
+	}
+	if (!v || v > INT64_MAX)
+		return -1;
+	*out = v;
+	return 0;
 }
 
 int
-dmutex__acq_reply(const redisReply *r, struct dmutex__acq *a)
+dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__acq *a)
 {
-	long long st, v1 = 0, v2 = 0;
+	long long st, v2 = 0, v1 = 0;
+	uint64_t fence = 0;
 
-	if (int_elem(r, 0, &st) || st < 0 || st > 2)
+	if (int_elem(r, 0, &st) || st < 0 || st > 3)
 		return -1;
-	if (st == DMUTEX__ACQ_OK && (int_elem(r, 1, &v1) || int_elem(r, 2, &v2) || v1 <= 0))
+	if (st == DMUTEX__ACQ_OK && (fence_elem(r, 1, &fence) || int_elem(r, 2, &v2)))
 		return -1;
 	/* A holder's remaining lease is at most the longest lease (24 h), or
 	 * -1/-2 (no expiry, no key): anything else would overflow the
 	 * deadline computed from it. */
 	if (st == DMUTEX__ACQ_BUSY && (int_elem(r, 1, &v1) || v1 < -2 || v1 > DMUTEX__PTTL_MAX))
 		return -1;
+	if (st == DMUTEX__ACQ_VERSION) {
+		const redisReply *v = r->elements > 1 ? r->element[1] : NULL;
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: the keys of '%s' were written by dmutex key version "
+				"%.16s; this library reads and writes version 2 only", display, a->name,
+				v && v->type == REDIS_REPLY_STRING ? v->str : "?");
+	}
 	a->status = (int)st;
 	if (st == DMUTEX__ACQ_OK) {
-		a->fence = (uint64_t)v1;
+		a->fence = fence;
 		a->died = v2 != 0;
 	} else if (st == DMUTEX__ACQ_BUSY) {
 		a->pttl_ms = v1;
@@ -73,11 +112,13 @@ dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token
 	dmutex__key(x->mk, prefix, "meta", name);
 	dmutex__key(x->ch, prefix, "wake", name);
 	snprintf(x->mode, sizeof x->mode, "%d", mode);
+	snprintf(x->idle, sizeof x->idle, "%u", be->client->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = token;
 	x->argv[3] = x->mode;
 	x->argv[4] = x->ch;
+	x->argv[5] = x->idle;
 }
 
 int
@@ -97,9 +138,9 @@ dmutex__rel_reply(const char *display, const char *name, const redisReply *r, in
 int
 dmutex__renew_argv_init(struct dmutex__renew_argv *x)
 {
-	x->keys = malloc(DMUTEX__RENEW_CHUNK * sizeof *x->keys);
+	x->keys = malloc(2 * DMUTEX__RENEW_CHUNK * sizeof *x->keys);
 	x->leases = malloc(DMUTEX__RENEW_CHUNK * sizeof *x->leases);
-	x->argv = malloc(3 * DMUTEX__RENEW_CHUNK * sizeof *x->argv);
+	x->argv = malloc(DMUTEX__RENEW_ARGC(DMUTEX__RENEW_CHUNK) * sizeof *x->argv);
 	if (x->keys && x->leases && x->argv)
 		return 0;
 	dmutex__renew_argv_free(x);
@@ -124,12 +165,16 @@ dmutex__renew_chunk(struct dmutex__backend *be, const struct dmutex__renewal *rn
 	size_t lo = c * DMUTEX__RENEW_CHUNK;
 	size_t k = n - lo < DMUTEX__RENEW_CHUNK ? n - lo : DMUTEX__RENEW_CHUNK;
 
+	snprintf(x->idle, sizeof x->idle, "%u", be->client->cfg.idle_ms);
+	x->argv[2 * k] = x->idle;
 	for (size_t i = 0; i < k; i++) {
-		dmutex__key(x->keys[i], be->client->cfg.prefix, "lock", rn[lo + i].name);
+		dmutex__key(x->keys[2 * i], be->client->cfg.prefix, "lock", rn[lo + i].name);
+		dmutex__key(x->keys[2 * i + 1], be->client->cfg.prefix, "meta", rn[lo + i].name);
 		snprintf(x->leases[i], sizeof x->leases[i], "%u", rn[lo + i].lease_ms);
-		x->argv[i] = x->keys[i];
-		x->argv[k + 2 * i] = rn[lo + i].token;
-		x->argv[k + 2 * i + 1] = x->leases[i];
+		x->argv[2 * i] = x->keys[2 * i];
+		x->argv[2 * i + 1] = x->keys[2 * i + 1];
+		x->argv[2 * k + 1 + 2 * i] = rn[lo + i].token;
+		x->argv[2 * k + 2 + 2 * i] = x->leases[i];
 	}
 	return k;
 }

@@ -14,29 +14,38 @@
 /* Keys per renew script call: bounds one script's run time in Redis. */
 #define DMUTEX__RENEW_CHUNK 256
 
+/* Script argument counts, keys included (see each .lua). */
+#define DMUTEX__ACQ_ARGC 11
+#define DMUTEX__REL_ARGC 6
+#define DMUTEX__RENEW_NKEYS(k) (2 * (k))
+#define DMUTEX__RENEW_ARGC(k) (4 * (k) + 1)
+
 struct dmutex__acq_argv {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX];
-	char lease[16], pid[24], tid[24], since[24];
-	const char *argv[10];           /* 2 keys, 8 args */
+	char lease[16], pid[24], tid[24], since[24], idle[16];
+	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 9 args */
 };
 
 struct dmutex__rel_argv {
-	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], mode[4];
-	const char *argv[5];            /* 2 keys, 3 args */
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], mode[4], idle[16];
+	const char *argv[DMUTEX__REL_ARGC];     /* 2 keys, 4 args */
 };
 
 /* Buffers for one renew chunk. */
 struct dmutex__renew_argv {
-	char (*keys)[DMUTEX__KEY_MAX];
+	char (*keys)[DMUTEX__KEY_MAX];          /* lock, meta, lock, meta... */
 	char (*leases)[12];
+	char idle[16];
 	const char **argv;
 };
 
 void dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 		struct dmutex__acq_argv *x);
 /* Fill a->status, fence, died, pttl_ms from an acquire reply; -1 if the
- * reply does not have the shape acquire.lua returns. */
-int dmutex__acq_reply(const redisReply *r, struct dmutex__acq *a);
+ * reply does not have the shape acquire.lua returns or a number is out of
+ * range.  DMUTEX__ACQ_VERSION (keys of another version) is logged here
+ * against display. */
+int dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__acq *a);
 
 void dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token,
 		int mode, struct dmutex__rel_argv *x);

@@ -29,12 +29,12 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 	a->maybe_done = a->refused = 0;
 	dmutex__acq_argv(be, a, &x);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, 10, x.argv, &md))) {
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md))) {
 		a->refused = md == DMUTEX__REFUSED;
 		a->maybe_done = md == 1;
 		return EIO;
 	}
-	if (dmutex__acq_reply(r, a)) {
+	if (dmutex__acq_reply(n->addr->display, r, a)) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply (shape, or a number out of range)",
 				n->addr->display, a->name);
 		freeReplyObject(r);
@@ -43,6 +43,10 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 		return EIO;
 	}
 	freeReplyObject(r);
+	if (a->status == DMUTEX__ACQ_VERSION) {
+		a->refused = 1;
+		return EIO;
+	}
 	return 0;
 }
 
@@ -55,7 +59,7 @@ redis_release(struct dmutex__backend *be, const char *name, const char *token,
 	redisReply *r;
 
 	dmutex__rel_argv(be, name, token, mode, &x);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_RELEASE, 2, 5, x.argv, maybe_done))) {
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, maybe_done))) {
 		*maybe_done = *maybe_done == 1;
 		return EIO;
 	}
@@ -99,7 +103,7 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, in
 	 * buffers can be reused. */
 	for (; sent < chunks; sent++) {
 		k = dmutex__renew_chunk(be, rn, n, sent, &x);
-		if (dmutex__node_script_append(ctx, DMUTEX__SCRIPT_RENEW, 1, (int)k, (int)(3 * k), x.argv, NULL))
+		if (dmutex__node_script_append(ctx, DMUTEX__SCRIPT_RENEW, 1, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, NULL))
 			break;
 	}
 	for (size_t c = 0; c < sent; c++) {
@@ -125,7 +129,7 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, in
 		if (!noscript[c])
 			continue;
 		k = dmutex__renew_chunk(be, rn, n, c, &x);
-		r = dmutex__node_script(node, ctx, DMUTEX__SCRIPT_RENEW, (int)k, (int)(3 * k), x.argv, NULL, &md, deadline);
+		r = dmutex__node_script(node, ctx, DMUTEX__SCRIPT_RENEW, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, NULL, &md, deadline);
 		if (!r)
 			break;
 		dmutex__renew_reply(node->addr->display, r, k, res);

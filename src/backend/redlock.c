@@ -250,7 +250,7 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 
 	*released = *not_ours = *lost = 0;
 	dmutex__rel_argv(&rl->base, name, token, mode, &x);
-	parallel(rl, DMUTEX__SCRIPT_RELEASE, 2, 5, x.argv, timeout_ms, calls);
+	parallel(rl, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, timeout_ms, calls);
 	for (size_t i = 0; i < n; i++) {
 		int rel;
 		if (calls[i].state == CALL_DONE && !dmutex__rel_reply(rl->base.nodes[i].addr->display, name, calls[i].r, &rel)) {
@@ -268,15 +268,18 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 }
 
 static int
-raise_fence(struct redlock *rl, const char *meta_key, uint64_t fence, unsigned timeout_ms)
+raise_fence(struct redlock *rl, const char *meta_key, uint64_t fence, unsigned lease_ms,
+		unsigned timeout_ms)
 {
 	size_t n = rl->base.nnodes, ok = 0;
-	char v[24];
-	const char *argv[2] = { meta_key, v };
+	char v[24], keep[24];
+	const char *argv[3] = { meta_key, v, keep };
 	struct call calls[n];
 
 	snprintf(v, sizeof v, "%" PRIu64, fence);
-	parallel(rl, DMUTEX__SCRIPT_FENCE_RAISE, 1, 2, argv, timeout_ms, calls);
+	snprintf(keep, sizeof keep, "%llu",
+			(unsigned long long)lease_ms + rl->base.client->cfg.idle_ms);
+	parallel(rl, DMUTEX__SCRIPT_FENCE_RAISE, 1, 3, argv, timeout_ms, calls);
 	for (size_t i = 0; i < n; i++)
 		ok += calls[i].state == CALL_DONE && calls[i].r->type == REDIS_REPLY_INTEGER;
 	free_calls(calls, n);
@@ -300,17 +303,18 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 	a->maybe_done = a->refused = a->split = 0;
 	dmutex__acq_argv(be, a, &x);
-	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, 10, x.argv, nt, calls);
+	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, nt, calls);
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__acq one = *a;
 		fences[i] = 0;
-		int bad = calls[i].state == CALL_DONE && dmutex__acq_reply(calls[i].r, &one);
+		int bad = calls[i].state == CALL_DONE &&
+			dmutex__acq_reply(rl->nodes[i].addr->display, calls[i].r, &one);
 		if (bad)
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply (shape, or a number out of range)",
 					rl->nodes[i].addr->display, a->name);
-		if (calls[i].state != CALL_DONE || bad) {
+		if (calls[i].state != CALL_DONE || bad || one.status == DMUTEX__ACQ_VERSION) {
 			down++;
-			refused += calls[i].refused;
+			refused += calls[i].refused || (!bad && calls[i].state == CALL_DONE);
 			maybe |= calls[i].state == CALL_LOST || calls[i].state == CALL_DONE;
 			continue;
 		}
@@ -334,7 +338,7 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	 * quorum of the acquiring nodes already counted to it (nodes in step,
 	 * the usual case) that is so without the write-back round. */
 	if (ok >= rl->quorum && dmutex__now_ns() < valid_until &&
-			(at_max >= rl->quorum || !raise_fence(rl, x.mk, fence, nt)) &&
+			(at_max >= rl->quorum || !raise_fence(rl, x.mk, fence, a->lease_ms, nt)) &&
 			dmutex__now_ns() < valid_until) {
 		a->status = DMUTEX__ACQ_OK;
 		a->fence = fence;
@@ -420,7 +424,7 @@ rl_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64
 			nt = (unsigned)(left / DMUTEX__MS) + 1;
 		memset(ones, 0, k * sizeof *ones);
 		memset(zeros, 0, k * sizeof *zeros);
-		parallel(rl, DMUTEX__SCRIPT_RENEW, (int)k, (int)(3 * k), x.argv, nt, calls);
+		parallel(rl, DMUTEX__SCRIPT_RENEW, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, nt, calls);
 		for (size_t i = 0; i < nn; i++) {
 			if (calls[i].state != CALL_DONE)
 				continue;

@@ -38,13 +38,17 @@ check(const redisReply *r)
 	struct dmutex__acq a = { .name = "fuzz", .token = "t", .lease_ms = 100 };
 	int released = -1, out[9];
 
-	if (dmutex__acq_reply(r, &a) == 0) {
-		if (a.status < DMUTEX__ACQ_OK || a.status > DMUTEX__ACQ_NOTREC)
+	if (dmutex__acq_reply("fuzz", r, &a) == 0) {
+		if (a.status < DMUTEX__ACQ_OK || a.status > DMUTEX__ACQ_VERSION)
 			abort();
-		if (a.status == DMUTEX__ACQ_OK && a.fence == 0)
+		/* A token is 1 .. INT64_MAX whatever the server sent. */
+		if (a.status == DMUTEX__ACQ_OK && (a.fence == 0 || a.fence > INT64_MAX))
+			abort();
+		/* A holder's PTTL that would overflow a deadline is refused. */
+		if (a.status == DMUTEX__ACQ_BUSY && (a.pttl_ms < -2 || a.pttl_ms > 86400000LL))
 			abort();
 	}
-	if (dmutex__rel_reply(r, &released) == 0 && released != 0 && released != 1)
+	if (dmutex__rel_reply("fuzz", "fuzz", r, &released) == 0 && released != 0 && released != 1)
 		abort();
 	for (size_t k = 0; k < 9; k++) {
 		dmutex__renew_reply("fuzz", r, k, out);

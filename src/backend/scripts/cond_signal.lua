@@ -55,9 +55,12 @@ for _, w in ipairs(woken) do
 	redis.call('ZADD', KEYS[2], ack, w)
 end
 if #woken > 0 then
-	-- Kept well past its deadlines: an expired entry is what tells that a
-	-- wake-up is owed.
+	-- Kept past its last deadline: an expired entry is what tells that a
+	-- wake-up is owed.  Every live waiter refreshes within its
+	-- registration (3 ack periods), so two registrations later each has
+	-- seen it, or is gone; then the key goes (issue 16 item 3: no state
+	-- kept for a day).
 	local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-	redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(last[2]) + 86400000))
+	redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(last[2]) + 6 * tonumber(ARGV[2])))
 end
 return #woken

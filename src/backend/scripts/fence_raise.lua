@@ -1,14 +1,18 @@
 -- Redlock: raise a node's fencing counter to the token just handed out.
 --
 -- KEYS[1]  meta hash
--- ARGV[1]  the token (the maximum of the counters of the acquiring nodes)
+-- ARGV     the token (the maximum of the counters of the acquiring nodes,
+--          a decimal string: see acquire.lua), lease_ms + idle_ms
 --
 -- Written to a quorum before the lock call returns, so that the quorum of
 -- the next acquisition, which must share a node with this one, starts
 -- counting above it.  Never lowers a counter.
-local cur = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-local want = tonumber(ARGV[1])
-if cur < want then
-	redis.call('HSET', KEYS[1], 'fence', want)
+local cur = redis.call('HGET', KEYS[1], 'fence') or '0'
+local want = ARGV[1]
+if #cur < #want or (#cur == #want and cur < want) then
+	redis.call('HSET', KEYS[1], 'v', '2', 'fence', want)
+	if redis.call('PTTL', KEYS[1]) ~= -1 then
+		redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	end
 end
 return 1

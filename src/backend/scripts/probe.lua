@@ -18,7 +18,7 @@ local k = KEYS[1]
 local steps = {
 	{ 'HSET', k, 'f', '1' }, { 'PEXPIRE', k, '60000' }, { 'PTTL', k },
 	{ 'HGET', k, 'f' }, { 'HMGET', k, 'f' }, { 'HINCRBY', k, 'f', '1' },
-	{ 'HDEL', k, 'f' }, { 'EXISTS', k }, { 'PERSIST', k }, { 'DEL', k },
+	{ 'HDEL', k, 'f' }, { 'EXISTS', k }, { 'TYPE', k }, { 'PERSIST', k }, { 'DEL', k },
 	{ 'ZADD', k, '1', 'a' }, { 'PEXPIREAT', k, soon }, { 'ZSCORE', k, 'a' },
 	{ 'ZCOUNT', k, '-inf', '+inf' }, { 'ZCARD', k }, { 'ZRANGE', k, '0', '-1' },
 	{ 'ZRANGEBYSCORE', k, '-inf', '+inf' }, { 'ZREMRANGEBYSCORE', k, '-inf', '0' },

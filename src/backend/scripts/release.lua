@@ -1,7 +1,8 @@
 -- Release a lock we hold, and wake the waiters.
 --
 -- KEYS[1]  lock hash, KEYS[2] meta hash
--- ARGV     token, mode, wake channel
+-- ARGV     token, mode, wake channel, idle_ms (how long the meta hash
+--          outlives the hold, see acquire.lua)
 --          mode 0: clean unlock
 --          mode 1: unlocked after EOWNERDEAD without dmutex_consistent:
 --                  the lock becomes not recoverable
@@ -34,10 +35,15 @@ end
 redis.call('DEL', KEYS[1])
 if mode == '0' then
 	redis.call('HDEL', KEYS[2], 'state')
+	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 elseif mode == '1' then
+	-- Not recoverable until an operator says so: never expires silently.
 	redis.call('HSET', KEYS[2], 'state', 'notrec')
+	redis.call('PERSIST', KEYS[2])
 else
+	-- Owner died: told to the next robust locker within idle_ms.
 	redis.call('HSET', KEYS[2], 'state', 'died')
+	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
 if type(told) == 'table' then
 	return 2
