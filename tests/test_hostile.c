@@ -101,3 +101,51 @@ Test(hostile, closed_connection_is_eio_not_sigpipe)
 	dmt_close_mutex(c, &m);
 	fake_redis_stop(f);
 }
+
+/*
+ * A reply trickled one byte at a time (issue 16 item 6): trylock and unlock
+ * end with EIO within command_timeout_ms in total, the retry on a fresh
+ * connection included, however long the server would take.
+ */
+static char *
+acquire_ok(int argc, char **argv, void *arg)
+{
+	(void)argc;
+	(void)argv;
+	(void)arg;
+	/* Acquired, token 7, no owner died; or released (release.lua's 1):
+	 * the lock script's reply for either call. */
+	if (argc == 14 && strstr(argv[3], ":lock:"))    /* acquire.lua: 2 keys, 9 args */
+		return strdup("*3\r\n:0\r\n$1\r\n7\r\n:0\r\n");
+	return strdup(":1\r\n");
+}
+
+Test(hostile, trickled_reply_is_eio_within_command_timeout)
+{
+	struct fake_redis *f;
+	dmutex_client_t *c;
+	dmutex_t m;
+	char url[300];
+	int64_t t0, took;
+
+	cr_assert_eq(fake_redis_start(&f, srv.dir, "trickle", acquire_ok, NULL), 0);
+	snprintf(url, sizeof url, "%s?command_timeout_ms=200", fake_redis_url(f));
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "hostile-trickle", NULL), 0);
+	/* 20 bytes at 100 ms each: 2 s, ten times the budget. */
+	fake_redis_trickle(f, 100);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_trylock(&m), EIO);
+	took = (dmt_now_ns() - t0) / 1000000;
+	cr_assert_lt(took, 200 + 250, "trylock took %lld ms with command_timeout_ms=200", (long long)took);
+
+	fake_redis_trickle(f, 0);
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	fake_redis_trickle(f, 100);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_unlock(&m), EIO);
+	took = (dmt_now_ns() - t0) / 1000000;
+	cr_assert_lt(took, 200 + 250, "unlock took %lld ms with command_timeout_ms=200", (long long)took);
+	fake_redis_trickle(f, 0);
+	dmt_close_mutex(c, &m);
+	fake_redis_stop(f);
+}

@@ -119,11 +119,11 @@ static int
 put(int fd, const char *s, size_t len, int byte_ms)
 {
 	if (!byte_ms)
-		return write(fd, s, len) == (ssize_t)len ? 0 : -1;
+		return send(fd, s, len, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
 	for (size_t i = 0; i < len; i++) {
 		/* The server's own pace: this is what is under test. */
 		struct timespec ts = { byte_ms / 1000, (long)(byte_ms % 1000) * 1000000 };
-		if (write(fd, s + i, 1) != 1)
+		if (send(fd, s + i, 1, MSG_NOSIGNAL) != 1)
 			return -1;
 		nanosleep(&ts, NULL);
 	}
