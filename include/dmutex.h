@@ -197,7 +197,9 @@ DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
  */
 DMUTEX_EXPORT int dmutex_lock(dmutex_t *m);
 /* As dmutex_lock, plus EBUSY when held by anyone (including the owner of a
- * NORMAL/ERRORCHECK mutex); EIO after one attempt. */
+ * NORMAL/ERRORCHECK mutex); EIO after one attempt: on one Redis within
+ * command_timeout_ms in total, the retry on a fresh connection and a reply
+ * the server trickles included (connecting has connect_timeout_ms). */
 DMUTEX_EXPORT int dmutex_trylock(dmutex_t *m);
 /* As dmutex_lock, plus ETIMEDOUT; EINVAL for a bad tv_nsec only when it
  * would block (before EDEADLK). */
@@ -208,8 +210,9 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
 		const struct timespec *abstime);
 /*
  * 0; EPERM (caller does not hold it); ENOLCK (the hold was lost; it is
- * forgotten); EIO (release not confirmed; the hold is forgotten locally and
- * the release retried in the background until the lease ends); EINVAL.
+ * forgotten); EIO (release not confirmed, on one Redis within
+ * command_timeout_ms in total as for trylock; the hold is forgotten locally
+ * and the release retried in the background until the lease ends); EINVAL.
  */
 DMUTEX_EXPORT int dmutex_unlock(dmutex_t *m);
 /* 0; EINVAL (not robust, or not inconsistent, or bad m); EPERM (not held
