@@ -456,3 +456,40 @@ Test(acl, channel_revoked_after_open_unlock_is_clean)
 	cr_assert(log_has("waiters were not told"), "no log line:\n%s", log_text);
 	dmt_close_mutex(c, &m);
 }
+
+/* The same for a read-write lock: rw_release.lua published before it
+ * removed a share or the writer only since this test; a channel revoked
+ * after open left the script failing after its write, and the unlock
+ * reported a clean release as lost. */
+Test(acl, channel_revoked_after_open_rwlock_unlocks_are_clean)
+{
+	char url[700];
+	dmutex_client_t *c, *other;
+	dmutex_attr_t a;
+	drwlock_t rw, rw2;
+
+	start("user lib on >" BOB_PW " " LIB_ACL "\n");
+	dmt_url(url, sizeof url, "lib:" BOB_PW, srv.port, NULL);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_client_open(&other, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "acl-rw", &a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, other), 0);
+	cr_assert_eq(drwlock_init(&rw2, "acl-rw", &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	freeReplyObject(th_redis_cmd(&srv, "ACL SETUSER lib resetchannels"));
+
+	cr_assert_eq(drwlock_rdlock(&rw), 0);
+	cr_assert_eq(drwlock_unlock(&rw), 0, "read unlock after the channel was revoked");
+	cr_assert_eq(drwlock_wrlock(&rw), 0);
+	cr_assert_eq(drwlock_unlock(&rw), 0, "write unlock after the channel was revoked");
+	/* Released for real: another client writes at once. */
+	cr_assert_eq(drwlock_trywrlock(&rw2), 0);
+	cr_assert_eq(drwlock_unlock(&rw2), 0);
+
+	cr_assert_eq(drwlock_destroy(&rw2), 0);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(other), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}

@@ -8,6 +8,13 @@
 -- taken).  A writer's release also drops its intent (an acquire whose reply
 -- was lost).  Waiters are woken when the last reader leaves, when the
 -- writer leaves, and when the last intent goes (readers held back by it).
+--
+-- Nothing may fail after the first write (as in release.lua): a script
+-- that failed after its ZREM would make the retry, finding the share gone,
+-- report a clean unlock as lost.  So every read comes first and each
+-- PUBLISH is tried before the writes, under pcall (a user whose channel
+-- was revoked still releases; its waiters wake at their own deadline).
+-- The messages reach subscribers only after the script ends.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local op, tok, ch = ARGV[1], ARGV[2], ARGV[3]
@@ -17,29 +24,36 @@ if op == 'r' then
 	if not s then
 		return 0
 	end
-	redis.call('ZREM', KEYS[2], tok)
-	if redis.call('ZCARD', KEYS[2]) == 0 then
-		redis.call('PUBLISH', ch, 'r')
+	if redis.call('ZCARD', KEYS[2]) == 1 then
+		redis.pcall('PUBLISH', ch, 'r')
 	end
+	redis.call('ZREM', KEYS[2], tok)
 	if tonumber(s) <= now then
 		return 0
 	end
 	return 1
 end
 
-local dropped = redis.call('ZREM', KEYS[3], tok)
-if dropped == 1 and redis.call('ZCARD', KEYS[3]) == 0 then
-	redis.call('PUBLISH', ch, 'q')
+local intent = redis.call('ZSCORE', KEYS[3], tok)
+local mine = op == 'w' and redis.call('HGET', KEYS[1], 'w') == tok
+local wexp = mine and tonumber(redis.call('HGET', KEYS[1], 'wexp'))
+if intent and redis.call('ZCARD', KEYS[3]) == 1 then
+	redis.pcall('PUBLISH', ch, 'q')
+end
+if mine then
+	redis.pcall('PUBLISH', ch, 'w')
+end
+local dropped = 0
+if intent then
+	dropped = redis.call('ZREM', KEYS[3], tok)
 end
 if op == 'q' then
 	return dropped
 end
-if redis.call('HGET', KEYS[1], 'w') ~= tok then
+if not mine then
 	return 0
 end
-local wexp = tonumber(redis.call('HGET', KEYS[1], 'wexp'))
 redis.call('HDEL', KEYS[1], 'w', 'wexp')
-redis.call('PUBLISH', ch, 'w')
 if wexp <= now then
 	return 0
 end
