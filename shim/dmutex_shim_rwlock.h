@@ -71,7 +71,7 @@ DMUTEX_EXPORT int dmutex_shim_rwlock_clockwrlock(drwlock_t *rw, clockid_t clock,
  * confirm: it ends with its lease); EPERM; ENOLCK; EINVAL. */
 DMUTEX_EXPORT int dmutex_shim_rwlock_unlock(drwlock_t *rw);
 
-static inline int
+static __inline__ int
 dmutex_shim_rwlockattr_init(dmutex_shim_rwlockattr_t *a)
 {
 	if (!a)
@@ -82,7 +82,7 @@ dmutex_shim_rwlockattr_init(dmutex_shim_rwlockattr_t *a)
 	return 0;
 }
 
-static inline int
+static __inline__ int
 dmutex_shim_rwlockattr_destroy(dmutex_shim_rwlockattr_t *a)
 {
 	if (!a || a->__magic != DMUTEX__SHIM_RWATTR_MAGIC)
@@ -92,7 +92,7 @@ dmutex_shim_rwlockattr_destroy(dmutex_shim_rwlockattr_t *a)
 }
 
 /* Either value round-trips; every lock is shared regardless. */
-static inline int
+static __inline__ int
 dmutex_shim_rwlockattr_setpshared(dmutex_shim_rwlockattr_t *a, int pshared)
 {
 	if (!a || a->__magic != DMUTEX__SHIM_RWATTR_MAGIC || (pshared != 0 && pshared != 1))
@@ -101,7 +101,7 @@ dmutex_shim_rwlockattr_setpshared(dmutex_shim_rwlockattr_t *a, int pshared)
 	return 0;
 }
 
-static inline int
+static __inline__ int
 dmutex_shim_rwlockattr_getpshared(const dmutex_shim_rwlockattr_t *a, int *pshared)
 {
 	if (!a || a->__magic != DMUTEX__SHIM_RWATTR_MAGIC || !pshared)
@@ -111,7 +111,7 @@ dmutex_shim_rwlockattr_getpshared(const dmutex_shim_rwlockattr_t *a, int *pshare
 }
 
 /* glibc's kinds 0..2 round-trip; every lock prefers writers regardless. */
-static inline int
+static __inline__ int
 dmutex_shim_rwlockattr_setkind_np(dmutex_shim_rwlockattr_t *a, int kind)
 {
 	if (!a || a->__magic != DMUTEX__SHIM_RWATTR_MAGIC || kind < 0 || kind > 2)
@@ -120,7 +120,7 @@ dmutex_shim_rwlockattr_setkind_np(dmutex_shim_rwlockattr_t *a, int kind)
 	return 0;
 }
 
-static inline int
+static __inline__ int
 dmutex_shim_rwlockattr_getkind_np(const dmutex_shim_rwlockattr_t *a, int *kind)
 {
 	if (!a || a->__magic != DMUTEX__SHIM_RWATTR_MAGIC || !kind)

@@ -315,7 +315,7 @@ Test(metrics, acl_user_without_multi_warned_once)
 
 	r = th_redis_cmd(&srv, "ACL SETUSER app on >pw ~dmutex:* &dmutex:* -@all +ping +evalsha "
 			"+eval +subscribe +unsubscribe +info +config|get +time +hget +hmget +hset "
-			"+hincrby +hdel +exists +pexpire +pexpireat +pttl +persist +del +zadd +zrem "
+			"+hincrby +hdel +exists +type +pexpire +pexpireat +pttl +persist +del +zadd +zrem "
 			"+zscore +zcount +zcard +zrange +zrangebyscore +zremrangebyscore +get +set "
 			"+publish");
 	cr_assert(r && r->type == REDIS_REPLY_STATUS);
