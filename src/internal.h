@@ -73,6 +73,12 @@ int dmutex__token(char out[DMUTEX__TOKEN_HEX + 1]);
 int dmutex__random_init(void);
 /* Uniform in [0, upper), the library's own stream; 0 if upper < 2. */
 uint32_t dmutex__random_uniform(uint32_t upper);
+/* The wait before retry `attempt` (0, 1, ...) of a lock whose backend
+ * failed: 25 ms, 50, 100, then 200 ms, jittered from that stream. */
+int64_t dmutex__backoff_ns(int attempt);
+/* A lock retries a failing backend for this many command timeouts
+ * before EIO. */
+#define DMUTEX__IO_RETRY_FACTOR 3
 long dmutex__tid(void);
 
 /*

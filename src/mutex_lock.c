@@ -19,18 +19,6 @@
 
 enum { BLOCK, TRY };
 
-/* Retry on backend failure for this many command timeouts before EIO. */
-#define IO_RETRY_FACTOR 3
-
-static int64_t
-backoff_ns(int attempt)
-{
-	/* 25 ms, 50, 100, then 200 ms, jittered so that a crowd that lost its
-	 * server does not come back in step. */
-	int64_t base = 25 * DMUTEX__MS << (attempt < 3 ? attempt : 3);
-	return base / 2 + (int64_t)dmutex__random_uniform(1000) * (base / 2) / 1000;
-}
-
 /* A lost reply may have given us the lock: take it back, or make sure it
  * is taken back in the background, so that nobody waits for a lock that
  * nobody knows it holds. */
@@ -57,7 +45,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__wsub *sub = NULL;
 	char *channel = NULL;
-	int64_t io_budget = (int64_t)IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
+	int64_t io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
 	int64_t io_until = dmutex__now_ns() + io_budget;
 	int maybe_done = 0, io_attempt = 0, err;
 	uint64_t seq = 0;
@@ -133,7 +121,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 				err = EIO;
 				break;
 			}
-			int64_t wake = now + backoff_ns(io_attempt++);
+			int64_t wake = now + dmutex__backoff_ns(io_attempt++);
 			dmutex__sleep_until(wake < until ? wake : until);
 			continue;
 		}

@@ -22,17 +22,6 @@
 
 enum { BLOCK, TRY };
 
-/* Retry on backend failure for this many command timeouts before EIO. */
-#define IO_RETRY_FACTOR 3
-
-static int64_t
-backoff_ns(int attempt)
-{
-	/* 25 ms, 50, 100, then 200 ms, jittered. */
-	int64_t base = 25 * DMUTEX__MS << (attempt < 3 ? attempt : 3);
-	return base / 2 + (int64_t)dmutex__random_uniform(1000) * (base / 2) / 1000;
-}
-
 /* Room for one more reader, so that a share once taken can be recorded. */
 static int
 reserve_reader(struct dmutex__entry *e)
@@ -102,7 +91,7 @@ acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int b
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__wsub *sub = NULL;
 	char *channel = NULL;
-	int64_t io_budget = (int64_t)IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
+	int64_t io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
 	int64_t io_until = dmutex__now_ns() + io_budget;
 	int64_t valid_ns = (int64_t)rx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(rx->lease_ms);
 	int maybe_done = 0, intent = 0, io_attempt = 0, err;
@@ -146,7 +135,7 @@ acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int b
 				err = EIO;
 				break;
 			}
-			int64_t wake = now + backoff_ns(io_attempt++);
+			int64_t wake = now + dmutex__backoff_ns(io_attempt++);
 			dmutex__sleep_until(wake < until ? wake : until);
 			continue;
 		}

@@ -109,3 +109,12 @@ dmutex__sleep_until(int64_t until_ns)
 		;
 	dmutex__cancel_restore(cs);
 }
+
+int64_t
+dmutex__backoff_ns(int attempt)
+{
+	/* Jittered so that a crowd that lost its server does not come back
+	 * in step. */
+	int64_t base = 25 * DMUTEX__MS << (attempt < 3 ? attempt : 3);
+	return base / 2 + (int64_t)dmutex__random_uniform(1000) * (base / 2) / 1000;
+}
