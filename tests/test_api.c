@@ -757,7 +757,7 @@ Test(api, recursive_k_locks_need_k_unlocks)
 
 Test(api, recursive_only_outermost_reach_redis)
 {
-	long long base, n;
+	long long base, n, outer;
 	dmutex_t m;
 
 	open_client(NULL);
@@ -770,17 +770,23 @@ Test(api, recursive_only_outermost_reach_redis)
 	base = evalsha_calls();
 	cr_assert_eq(dmutex_lock(&m), 0);
 	n = evalsha_calls();
-	cr_assert_eq(n, base + 1, "outermost lock: %lld EVALSHA calls", n - base);
+	/* On Redlock a node whose counter lags the quorum's largest token is
+	 * raised by a second script (fence_raise.lua): the nodes' clocks are
+	 * rarely in the same millisecond, so the outermost lock may cost 2. */
+	outer = n - base;
+	cr_assert(outer == 1 || (dmt_nodes() > 1 && outer == 2),
+			"outermost lock: %lld EVALSHA calls", outer);
 	for (int i = 0; i < 10; i++)
 		cr_assert_eq(dmutex_lock(&m), 0);
 	for (int i = 0; i < 10; i++)
 		cr_assert_eq(dmutex_unlock(&m), 0);
 	n = evalsha_calls();
-	cr_assert_eq(n, base + 1, "10 inner lock/unlock pairs made %lld EVALSHA calls", n - base - 1);
+	cr_assert_eq(n, base + outer, "10 inner lock/unlock pairs made %lld EVALSHA calls",
+			n - base - outer);
 	cr_assert(key_exists("rec-io"));
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	n = evalsha_calls();
-	cr_assert_eq(n, base + 2, "outermost unlock: %lld EVALSHA calls", n - base - 1);
+	cr_assert_eq(n, base + outer + 1, "outermost unlock: %lld EVALSHA calls", n - base - outer);
 	cr_assert_not(key_exists("rec-io"));
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	close_client();
