@@ -35,7 +35,8 @@
 enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_IDLE, OPT_PREFIX, OPT_METRICS,
 	/* Options of one URL (one node), not of the client: */
 	OPT_PASSWORD_FILE, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_SERVER_NAME,
-	OPT_TLS_VERIFY, OPT_COUNT };
+	OPT_TLS_VERIFY, OPT_SENTINEL_USER, OPT_SENTINEL_PASSWORD, OPT_SENTINEL_PASSWORD_FILE,
+	OPT_COUNT };
 
 static const struct {
 	const char *name;
@@ -56,6 +57,22 @@ static const struct {
 	[OPT_TLS_KEY] = { "tls_key", 0, 0 },
 	[OPT_TLS_SERVER_NAME] = { "tls_server_name", 0, 0 },
 	[OPT_TLS_VERIFY] = { "tls_verify", 0, 0 },
+	/* Of redis-sentinel:// URLs: how to authenticate to the sentinels. */
+	[OPT_SENTINEL_USER] = { "sentinel_user", 0, 0 },
+	[OPT_SENTINEL_PASSWORD] = { "sentinel_password", 0, 0 },
+	[OPT_SENTINEL_PASSWORD_FILE] = { "sentinel_password_file", 0, 0 },
+};
+
+/* The schemes; only those with `redlock` set may be listed (Redlock). */
+static const struct scheme {
+	const char *name;
+	int tls, is_unix, sentinel, redlock;
+} schemes[] = {
+	{ "redis", 0, 0, 0, 1 },
+	{ "rediss", 1, 0, 0, 1 },
+	{ "unix", 0, 1, 0, 1 },
+	{ "redis-sentinel", 0, 0, 1, 0 },
+	{ "rediss-sentinel", 1, 0, 1, 0 },
 };
 
 struct parse {
@@ -203,7 +220,43 @@ parse_userinfo(struct parse *p, const char *s, size_t n, struct dmutex__node_add
 	return userinfo_part(p, colon + 1, n - ulen - 1, "password", &node->password);
 }
 
-/* Cut the password out: scheme://user:***@rest. */
+/* A copy of d with the value of every sentinel_password= in its query
+ * replaced by "***"; d is freed.  NULL: out of memory. */
+static char *
+mask_query_secret(char *d)
+{
+	static const char key[] = "sentinel_password=";
+	char *out, *o, *q = d ? strchr(d, '?') : NULL;
+	const char *s;
+
+	if (!d || !q)
+		return d;
+	/* The value may be shorter than "***". */
+	if (!(out = malloc(strlen(d) * 2 + 4))) {
+		free(d);
+		return NULL;
+	}
+	o = out + (q - d);
+	memcpy(out, d, (size_t)(q - d));
+	for (s = q; *s; ) {
+		size_t n = strcspn(s + 1, "&") + 1;   /* one '?' or '&' and its option */
+		if (!strncmp(s + 1, key, sizeof key - 1)) {
+			memcpy(o, s, sizeof key);
+			o += sizeof key;
+			memcpy(o, "***", 3);
+			o += 3;
+		} else {
+			memcpy(o, s, n);
+			o += n;
+		}
+		s += n;
+	}
+	*o = 0;
+	free(d);
+	return out;
+}
+
+/* Cut the passwords out: scheme://user:***@rest?sentinel_password=***. */
 static int
 make_display(const char *elem, size_t len, const char *ui, const char *at,
 		struct dmutex__node_addr *node)
@@ -212,7 +265,7 @@ make_display(const char *elem, size_t len, const char *ui, const char *at,
 	size_t head, tail;
 
 	if (!colon) {
-		node->display = dupn(elem, len);
+		node->display = mask_query_secret(dupn(elem, len));
 		return node->display ? 0 : ENOMEM;
 	}
 	head = (size_t)(colon + 1 - elem);
@@ -224,7 +277,8 @@ make_display(const char *elem, size_t len, const char *ui, const char *at,
 	memcpy(node->display + head, "***", 3);
 	memcpy(node->display + head + 3, at, tail);
 	node->display[head + 3 + tail] = 0;
-	return 0;
+	node->display = mask_query_secret(node->display);
+	return node->display ? 0 : ENOMEM;
 }
 
 static int
@@ -278,11 +332,11 @@ dup_ipv6(const char *s, size_t n)
 }
 
 static int
-parse_hostport(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+parse_hostport(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node,
+		unsigned long port)
 {
 	const char *host = s, *rest, *end = s + n;
 	size_t hlen;
-	unsigned long port = PORT_DEFAULT;
 
 	if (n && s[0] == '[') {
 		const char *close = memchr(s, ']', n);
@@ -385,6 +439,9 @@ node_string(struct dmutex__node_addr *node, int o)
 	case OPT_TLS_CERT: return &node->tls_cert;
 	case OPT_TLS_KEY: return &node->tls_key;
 	case OPT_TLS_SERVER_NAME: return &node->tls_server_name;
+	case OPT_SENTINEL_USER: return &node->sentinel_user;
+	case OPT_SENTINEL_PASSWORD: return &node->sentinel_password;
+	case OPT_SENTINEL_PASSWORD_FILE: return &node->sentinel_password_file;
 	}
 	return NULL;
 }
@@ -562,7 +619,109 @@ check_node(struct parse *p, const struct dmutex__node_addr *node)
 		bad(p, "a password and password_file both given");
 		return EINVAL;
 	}
+	if (!node->master_name && (node->sentinel_user || node->sentinel_password
+			|| node->sentinel_password_file)) {
+		bad(p, "%s is an option of redis-sentinel:// URLs", node->sentinel_user
+				? "sentinel_user" : node->sentinel_password ? "sentinel_password"
+				: "sentinel_password_file");
+		return EINVAL;
+	}
+	if (node->sentinel_password && node->sentinel_password_file) {
+		bad(p, "sentinel_password and sentinel_password_file both given");
+		return EINVAL;
+	}
 	return 0;
+}
+
+/* "sentinel HOST:PORT", for log lines. */
+static char *
+sentinel_display(const struct dmutex__node_addr *s)
+{
+	int v6 = strchr(s->host, ':') != NULL;
+	size_t len = strlen(s->host) + 32;
+	char *d = malloc(len);
+
+	if (d)
+		snprintf(d, len, "sentinel %s%s%s:%d", v6 ? "[" : "", s->host, v6 ? "]" : "", s->port);
+	return d;
+}
+
+static int
+dup_opt(char **to, const char *from)
+{
+	return from && !(*to = strdup(from)) ? ENOMEM : 0;
+}
+
+/* The sentinels are reached as the master is (TLS and its options), and
+ * authenticate as the sentinel_* options say. */
+static int
+finish_sentinels(struct dmutex__node_addr *node)
+{
+	for (size_t i = 0; i < node->nsentinels; i++) {
+		struct dmutex__node_addr *s = &node->sentinels[i];
+		s->tls = node->tls;
+		s->tls_verify = node->tls_verify;
+		if (!(s->display = sentinel_display(s)) || dup_opt(&s->user, node->sentinel_user)
+				|| dup_opt(&s->password, node->sentinel_password)
+				|| dup_opt(&s->password_file, node->sentinel_password_file)
+				|| dup_opt(&s->tls_ca, node->tls_ca) || dup_opt(&s->tls_cert, node->tls_cert)
+				|| dup_opt(&s->tls_key, node->tls_key)
+				|| dup_opt(&s->tls_server_name, node->tls_server_name))
+			return ENOMEM;
+	}
+	return 0;
+}
+
+/* h1:p1,h2:p2,... of a redis-sentinel:// URL. */
+static int
+parse_sentinel_hosts(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+{
+	size_t count = 1;
+	int err;
+
+	for (size_t i = 0; i < n; i++)
+		count += s[i] == ',';
+	if (count > NODES_MAX) {
+		bad(p, "%zu sentinels, at most %d", count, NODES_MAX);
+		return EINVAL;
+	}
+	if (!(node->sentinels = calloc(count, sizeof *node->sentinels)))
+		return ENOMEM;
+	node->nsentinels = count;
+	for (size_t i = 0; i < count; i++) {
+		size_t len = strcspn_n(s, n, ",");
+		if (!len) {
+			bad(p, "empty element in the sentinel list");
+			return EINVAL;
+		}
+		if ((err = parse_hostport(p, s, len, &node->sentinels[i],
+				DMUTEX__SENTINEL_PORT_DEFAULT)))
+			return err;
+		s += len + 1;
+		n -= len + (i + 1 < count);
+	}
+	return 0;
+}
+
+/* /MASTERNAME, percent-decoded. */
+static int
+parse_master_name(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+{
+	size_t len;
+	int err;
+
+	if (n < 2 || *s != '/') {
+		bad(p, "no master name: redis-sentinel://HOST:PORT,.../MASTERNAME");
+		return EINVAL;
+	}
+	err = pct_decode(s + 1, n - 1, &node->master_name, &len);
+	if (err == EINVAL)
+		bad(p, "malformed percent escape (or %%00) in the master name");
+	if (!err && len > HOST_MAX) {
+		bad(p, "master name longer than %d bytes", HOST_MAX);
+		err = EINVAL;
+	}
+	return err;
 }
 
 /*
@@ -571,13 +730,12 @@ check_node(struct parse *p, const struct dmutex__node_addr *node)
  * '?' was cut apart, so nothing of this node may be echoed then.
  */
 static int
-parse_node(struct parse *p, const char *elem, size_t len, size_t slen,
+parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *sc,
 		struct dmutex__node_addr *node)
 {
-	const char *rest = elem + slen + 3, *end = elem + len;
+	const char *rest = elem + strlen(sc->name) + 3, *end = elem + len;
 	const char *auth_end = rest + strcspn_n(rest, (size_t)(end - rest), "/?");
 	const char *at = NULL, *host, *q;
-	int is_unix = slen == sizeof "unix" - 1;
 	int err;
 
 	for (const char *c = rest; c < auth_end; c++)
@@ -591,7 +749,7 @@ parse_node(struct parse *p, const char *elem, size_t len, size_t slen,
 	if (err)
 		return err;
 	p->display = node->display;
-	node->tls = slen == sizeof "rediss" - 1;
+	node->tls = sc->tls;
 	node->tls_verify = 1;
 	if (at && (err = parse_userinfo(p, rest, (size_t)(at - rest), node)))
 		return err;
@@ -599,14 +757,17 @@ parse_node(struct parse *p, const char *elem, size_t len, size_t slen,
 	q = memchr(auth_end, '?', (size_t)(end - auth_end));
 	if (!q)
 		q = end;
-	if (is_unix) {
+	if (sc->sentinel) {
+		if (!(err = parse_sentinel_hosts(p, host, (size_t)(auth_end - host), node)))
+			err = parse_master_name(p, auth_end, (size_t)(q - auth_end), node);
+	} else if (sc->is_unix) {
 		if (host < auth_end) {
 			bad(p, "unix socket path is not absolute");
 			return EINVAL;
 		}
 		err = parse_unix_path(p, auth_end, (size_t)(q - auth_end), node);
 	} else {
-		err = parse_hostport(p, host, (size_t)(auth_end - host), node);
+		err = parse_hostport(p, host, (size_t)(auth_end - host), node, PORT_DEFAULT);
 		if (!err && auth_end < q) {
 			unsigned long db;
 			const char *d = auth_end + 1;
@@ -622,35 +783,61 @@ parse_node(struct parse *p, const char *elem, size_t len, size_t slen,
 		return err;
 	if (q < end && (err = parse_query(p, q + 1, (size_t)(end - q - 1), node)))
 		return err;
-	return check_node(p, node);
+	if ((err = check_node(p, node)))
+		return err;
+	return sc->sentinel ? finish_sentinels(node) : 0;
 }
 
-/* Length of the scheme (redis 5, rediss 6, unix 4), 0 if unknown. */
-static size_t
-scheme_len(struct parse *p, const char *elem, size_t len)
+static int
+scheme_char(char c)
 {
-	static const char *const known[] = { "redis", "rediss", "unix" };
+	return c == '+' || c == '-' || c == '.' || (c >= '0' && c <= '9')
+		|| ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+}
+
+/* Length of the scheme at s if s starts "scheme://", else 0. */
+static size_t
+scheme_at(const char *s, size_t len)
+{
 	size_t n = 0;
 
-	while (n < len && (elem[n] == '+' || elem[n] == '-' || elem[n] == '.'
-			|| (elem[n] >= '0' && elem[n] <= '9')
-			|| ((elem[n] | 0x20) >= 'a' && (elem[n] | 0x20) <= 'z')))
+	while (n < len && scheme_char(s[n]))
 		n++;
-	if (!n || len - n < 3 || memcmp(elem + n, "://", 3)) {
-		bad(p, "no scheme (redis://, rediss:// or unix://)%s",
-				p->count > 1 ? "; a ',' inside a URL must be written %2C" : "");
-		return 0;
+	return n && len - n >= 3 && !memcmp(s + n, "://", 3) ? n : 0;
+}
+
+/* A ',' starts a new URL only when "scheme://" follows it: inside one URL
+ * it separates sentinels, or is part of a password. */
+static size_t
+elem_len(const char *s)
+{
+	size_t n = 0;
+
+	while (s[n] && !(s[n] == ',' && scheme_at(s + n + 1, strlen(s + n + 1))))
+		n++;
+	return n;
+}
+
+/* The scheme of an element, NULL if unknown (logged). */
+static const struct scheme *
+scheme_of(struct parse *p, const char *elem, size_t len)
+{
+	size_t n = scheme_at(elem, len);
+
+	if (!n) {
+		bad(p, "no scheme (redis://, rediss://, unix:// or redis-sentinel://)");
+		return NULL;
 	}
-	for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-		if (strlen(known[i]) == n && !strncasecmp(known[i], elem, n))
-			return n;
+	for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
+		if (strlen(schemes[i].name) == n && !strncasecmp(schemes[i].name, elem, n))
+			return &schemes[i];
 	bad(p, "unknown scheme '%.*s'", n > 16 ? 16 : (int)n, elem);
-	return 0;
+	return NULL;
 }
 
 /*
- * Every element is checked for shape before any is parsed: a password with
- * a raw ',' splits into pieces, and only the later pieces look wrong.
+ * Every element is checked for shape before any is parsed, so that a list
+ * is refused before any of it is read.
  */
 static int
 check_list(struct parse *p, const char *url)
@@ -658,15 +845,19 @@ check_list(struct parse *p, const char *url)
 	const char *s = url;
 
 	p->count = 1;
-	for (const char *c = url; *c; c++)
-		p->count += *c == ',';
+	for (const char *c = url; *c; c += elem_len(c) + 1) {
+		if (!c[elem_len(c)])
+			break;
+		p->count++;
+	}
 	if (p->count > NODES_MAX) {
 		dmutex__log(DMUTEX_LOG_ERROR, "bad URL: %zu nodes, at most %d",
 				p->count, NODES_MAX);
 		return EINVAL;
 	}
 	for (p->index = 0; p->index < p->count; p->index++) {
-		size_t len = strcspn(s, ",");
+		size_t len = elem_len(s);
+		const struct scheme *sc;
 		if (!len) {
 			bad(p, p->count > 1 ? "empty element in the node list" : "empty URL");
 			return EINVAL;
@@ -676,8 +867,13 @@ check_list(struct parse *p, const char *url)
 				bad(p, "space or control character (percent-encode it)");
 				return EINVAL;
 			}
-		if (!scheme_len(p, s, len))
+		if (!(sc = scheme_of(p, s, len)))
 			return EINVAL;
+		if (p->count > 1 && !sc->redlock) {
+			bad(p, "a Redlock list may only contain redis://, rediss:// and unix:// "
+					"URLs, not %s://", sc->name);
+			return EINVAL;
+		}
 		s += len + 1;
 	}
 	return 0;
@@ -707,13 +903,13 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 	cfg->metrics = 1;
 	cfg->idle_ms = DMUTEX__IDLE_DEFAULT;
 	for (p.index = 0; p.index < p.count; p.index++) {
-		size_t len = strcspn(s, ",");
+		size_t len = elem_len(s);
 
 		p.display = NULL;
 		p.db_seen = 0;
 		p.node_seen = 0;
-		/* scheme_len cannot fail here: check_list passed. */
-		err = parse_node(&p, s, len, scheme_len(&p, s, len), &cfg->nodes[p.index]);
+		/* scheme_of cannot fail here: check_list passed. */
+		err = parse_node(&p, s, len, scheme_of(&p, s, len), &cfg->nodes[p.index]);
 		if (err)
 			goto fail;
 		tls |= cfg->nodes[p.index].tls;
@@ -739,28 +935,45 @@ fail:
 	return err;
 }
 
+static void
+free_secret(char *s)
+{
+	if (s) {
+		/* Do not leave it lying in freed heap memory. */
+		explicit_bzero(s, strlen(s));
+		free(s);
+	}
+}
+
+static void
+addr_free(struct dmutex__node_addr *n)
+{
+	free(n->host);
+	free(n->path);
+	free(n->user);
+	free_secret(n->password);
+	free(n->display);
+	free(n->password_file);
+	free(n->tls_ca);
+	free(n->tls_cert);
+	free(n->tls_key);
+	free(n->tls_server_name);
+	free(n->master_name);
+	for (size_t i = 0; i < n->nsentinels; i++)
+		addr_free(&n->sentinels[i]);
+	free(n->sentinels);
+	free(n->sentinel_user);
+	free_secret(n->sentinel_password);
+	free(n->sentinel_password_file);
+}
+
 void
 dmutex__config_free(struct dmutex__config *cfg)
 {
 	if (!cfg)
 		return;
-	for (size_t i = 0; i < cfg->nnodes; i++) {
-		struct dmutex__node_addr *n = &cfg->nodes[i];
-		free(n->host);
-		free(n->path);
-		free(n->user);
-		if (n->password) {
-			/* Do not leave it lying in freed heap memory. */
-			explicit_bzero(n->password, strlen(n->password));
-			free(n->password);
-		}
-		free(n->display);
-		free(n->password_file);
-		free(n->tls_ca);
-		free(n->tls_cert);
-		free(n->tls_key);
-		free(n->tls_server_name);
-	}
+	for (size_t i = 0; i < cfg->nnodes; i++)
+		addr_free(&cfg->nodes[i]);
 	free(cfg->nodes);
 	free(cfg->prefix);
 	memset(cfg, 0, sizeof *cfg);

@@ -22,11 +22,22 @@ struct dmutex__node_addr {
 	char *tls_server_name;  /* SNI and the name verified; NULL: the host */
 	int tls_verify;         /* 1 (default), 0: tls_verify=off */
 	char *display;   /* the URL with the password replaced by "***", for logs */
+	/* redis-sentinel:// and rediss-sentinel://: this address is the master's
+	 * template (user, password, db, TLS options); its host stays NULL, the
+	 * sentinels name the master (src/backend/sentinel.c). */
+	char *master_name;
+	struct dmutex__node_addr *sentinels;  /* user, password (or its file):
+	                                       * the sentinel_* options; TLS: the URL's */
+	size_t nsentinels;
+	char *sentinel_user;                  /* options as given, NULL: none */
+	char *sentinel_password;
+	char *sentinel_password_file;
 };
 
 struct dmutex__config {
 	struct dmutex__node_addr *nodes;
-	size_t nnodes;                /* 1, or N for Redlock */
+	size_t nnodes;                /* 1, or N for Redlock (redis://, rediss://
+	                               * and unix:// only) */
 	unsigned connect_timeout_ms;  /* default 2000, 1 .. 600000 */
 	unsigned command_timeout_ms;  /* default 1000, 1 .. 600000 */
 	unsigned lease_ms;            /* default 10000, 100 .. 86400000 */
@@ -46,6 +57,8 @@ struct dmutex__config {
 #define DMUTEX__CONNECT_TIMEOUT_DEFAULT 2000u
 #define DMUTEX__COMMAND_TIMEOUT_DEFAULT 1000u
 #define DMUTEX__PREFIX_MAX 128u
+
+#define DMUTEX__SENTINEL_PORT_DEFAULT 26379
 
 /*
  * Parse `url` (never NULL here) into *cfg.  Returns 0; EINVAL with a log line

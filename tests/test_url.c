@@ -564,11 +564,15 @@ Test(url, password_never_logged)
 		"redis://u:SECRETXYZZY@h?lease_ms=1",
 		"redis://u:SECRET%zzXYZZY@host",
 		"redis://:SECRETXYZZY@host?prefix=a,redis://v:SECRETXYZZY@h2?prefix=b",
-		"redis://u:SECRET,XYZZY@host",
 		"redis://u:SECRET/XYZZY@host",
 		"redis://u:SECRET?XYZZY@host",
 		"redis://u:SECRET XYZZY@host",
-		"redis://u:SECRET,,XYZZY@host",
+		"redis://u:SECRET,,XYZZY@host:0",
+		"redis-sentinel://u:SECRETXYZZY@h1,h2:0/m",
+		"redis-sentinel://h1/m?sentinel_password=SECRETXYZZY&bogus=1",
+		"redis-sentinel://h1/m?sentinel_password=SECRETXYZZY&sentinel_password=x",
+		"redis-sentinel://h1/m?sentinel_password=SECRETXYZZY&sentinel_password_file=/f",
+		"redis://h?sentinel_password=SECRETXYZZY",
 		"unix://u:SECRETXYZZY@tmp/redis.sock",
 		"unix://u:SECRETXYZZY@",
 		"u:SECRETXYZZY@host",
@@ -596,4 +600,124 @@ Test(url, error_names_the_problem)
 	cr_assert_str_eq(logged[0], "bad URL redis://u:***@h?foo=1: unknown option 'foo'");
 	fails("redis://a,redis://u:pw@b:0", EINVAL);
 	cr_assert_str_eq(logged[0], "bad URL redis://u:***@b:0: bad port '0' (1..65535)");
+}
+
+/* Sentinel (issue 14 item 3): the user information is the master's, the
+ * sentinel_* options the sentinels', TLS options apply to all of them. */
+Test(url, sentinel_list)
+{
+	const struct dmutex__node_addr *m;
+
+	ok("redis-sentinel://u:pw@s1:1,s2,[::1]:3/my%20master?sentinel_user=su&"
+	   "sentinel_password=sp&db=2&lease_ms=500");
+	cr_assert_eq(cfg.nnodes, 1);
+	m = &cfg.nodes[0];
+	cr_assert_null(m->host);
+	cr_assert_null(m->path);
+	cr_assert_str_eq(m->master_name, "my master");
+	cr_assert_str_eq(m->user, "u");
+	cr_assert_str_eq(m->password, "pw");
+	cr_assert_eq(m->db, 2);
+	cr_assert_eq(cfg.lease_ms, 500);
+	cr_assert_str_eq(m->display, "redis-sentinel://u:***@s1:1,s2,[::1]:3/my%20master?"
+			"sentinel_user=su&sentinel_password=***&db=2&lease_ms=500");
+	cr_assert_eq(m->nsentinels, 3);
+	cr_assert_str_eq(m->sentinels[0].host, "s1");
+	cr_assert_eq(m->sentinels[0].port, 1);
+	cr_assert_str_eq(m->sentinels[1].host, "s2");
+	cr_assert_eq(m->sentinels[1].port, 26379);
+	cr_assert_str_eq(m->sentinels[2].host, "::1");
+	cr_assert_eq(m->sentinels[2].port, 3);
+	cr_assert_str_eq(m->sentinels[2].display, "sentinel [::1]:3");
+	for (size_t i = 0; i < 3; i++) {
+		cr_assert_str_eq(m->sentinels[i].user, "su");
+		cr_assert_str_eq(m->sentinels[i].password, "sp");
+		cr_assert_eq(m->sentinels[i].db, 0);
+		cr_assert_eq(m->sentinels[i].tls, 0);
+	}
+}
+
+Test(url, sentinel_short_secret_still_hidden)
+{
+	ok("redis-sentinel://h/m?sentinel_password=a");
+	cr_assert_str_eq(cfg.nodes[0].display, "redis-sentinel://h/m?sentinel_password=***");
+	cr_assert_str_eq(cfg.nodes[0].sentinels[0].password, "a");
+	cr_assert_null(cfg.nodes[0].sentinels[0].user);
+}
+
+Test(url, sentinel_password_file)
+{
+	ok("redis-sentinel://h/m?sentinel_password_file=/run/s&password_file=/run/m");
+	cr_assert_str_eq(cfg.nodes[0].password_file, "/run/m");
+	cr_assert_str_eq(cfg.nodes[0].sentinels[0].password_file, "/run/s");
+	cr_assert_null(cfg.nodes[0].sentinels[0].password);
+}
+
+Test(url, sentinel_tls_to_all, .disabled = !TLS_BUILD)
+{
+	ok("rediss-sentinel://h1,h2/m?tls_ca=/ca.pem&tls_server_name=redis.example");
+	cr_assert_eq(cfg.nodes[0].tls, 1);
+	for (size_t i = 0; i < 2; i++) {
+		cr_assert_eq(cfg.nodes[0].sentinels[i].tls, 1);
+		cr_assert_eq(cfg.nodes[0].sentinels[i].tls_verify, 1);
+		cr_assert_str_eq(cfg.nodes[0].sentinels[i].tls_ca, "/ca.pem");
+		cr_assert_str_eq(cfg.nodes[0].sentinels[i].tls_server_name, "redis.example");
+	}
+}
+
+Test(url, sentinel_tls_not_supported, .disabled = TLS_BUILD)
+{
+	fails("rediss-sentinel://h1/m", ENOTSUP);
+}
+
+Test(url, sentinel_needs_master_name)
+{
+	fails("redis-sentinel://h1,h2", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL redis-sentinel://h1,h2: no master name: "
+			"redis-sentinel://HOST:PORT,.../MASTERNAME");
+	fails("redis-sentinel://h1,h2/", EINVAL);
+	fails("redis-sentinel://h1/?db=1", EINVAL);
+	fails("redis-sentinel://h1/m%zz", EINVAL);
+}
+
+Test(url, sentinel_bad_lists)
+{
+	fails("redis-sentinel://h1,,h2/m", EINVAL);
+	fails("redis-sentinel://h1,/m", EINVAL);
+	fails("redis-sentinel://,h1/m", EINVAL);
+	fails("redis-sentinel://h1:0/m", EINVAL);
+	fails("redis-sentinel:///m", EINVAL);
+}
+
+Test(url, sentinel_options_only_on_sentinel_urls)
+{
+	fails("redis://h?sentinel_user=u", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL redis://h?sentinel_user=u: sentinel_user is an "
+			"option of redis-sentinel:// URLs");
+	fails("unix:///s?sentinel_password_file=/f", EINVAL);
+	fails("redis-sentinel://h/m?sentinel_password=a&sentinel_password_file=/f", EINVAL);
+	fails("redis-sentinel://h/m?sentinel_user=", EINVAL);
+	fails("redis-sentinel://h/m?tls_ca=/ca.pem", EINVAL);
+}
+
+/* A ',' starts a new URL only when "scheme://" follows it. */
+Test(url, comma_inside_a_url)
+{
+	ok("redis://u:pa,ss@h,redis://v:,x@h2:7,unix:///s");
+	cr_assert_eq(cfg.nnodes, 3);
+	cr_assert_str_eq(cfg.nodes[0].password, "pa,ss");
+	cr_assert_str_eq(cfg.nodes[1].password, ",x");
+	cr_assert_eq(cfg.nodes[1].port, 7);
+	cr_assert_str_eq(cfg.nodes[2].path, "/s");
+	fails("redis://a,b", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL redis://a,b: bad host 'a,b'");
+}
+
+Test(url, redlock_lists_only_plain_urls)
+{
+	fails("redis://a,redis-sentinel://h1,h2/m", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL (node 2 of 2): a Redlock list may only contain "
+			"redis://, rediss:// and unix:// URLs, not redis-sentinel://");
+	fails("redis-sentinel://h1/m,redis://a", EINVAL);
+	fails("rediss-sentinel://h1/m,redis://a,redis://b", EINVAL);
 }

@@ -31,6 +31,11 @@ dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 	n->addr = addr;
 	n->connect_ms = connect_ms;
 	n->command_ms = command_ms;
+	if (addr->master_name) {
+		/* Parsed, not yet followed: src/backend/sentinel.c comes next. */
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: Sentinel is not supported yet", addr->display);
+		return ENOTSUP;
+	}
 	/* Read now, so that a wrong path shows at open, and once. */
 	if (addr->password_file &&
 			(err = dmutex__secret_read(addr->display, addr->password_file, &n->password)))
