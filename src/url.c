@@ -66,13 +66,15 @@ static const struct {
 /* The schemes; only those with `redlock` set may be listed (Redlock). */
 static const struct scheme {
 	const char *name;
-	int tls, is_unix, sentinel, redlock;
+	int tls, is_unix, sentinel, redlock, cluster;
 } schemes[] = {
-	{ "redis", 0, 0, 0, 1 },
-	{ "rediss", 1, 0, 0, 1 },
-	{ "unix", 0, 1, 0, 1 },
-	{ "redis-sentinel", 0, 0, 1, 0 },
-	{ "rediss-sentinel", 1, 0, 1, 0 },
+	{ "redis", 0, 0, 0, 1, 0 },
+	{ "rediss", 1, 0, 0, 1, 0 },
+	{ "unix", 0, 1, 0, 1, 0 },
+	{ "redis-sentinel", 0, 0, 1, 0, 0 },
+	{ "rediss-sentinel", 1, 0, 1, 0, 0 },
+	{ "redis-cluster", 0, 0, 0, 0, 1 },
+	{ "rediss-cluster", 1, 0, 0, 0, 1 },
 };
 
 struct parse {
@@ -672,9 +674,11 @@ finish_sentinels(struct dmutex__node_addr *node)
 	return 0;
 }
 
-/* h1:p1,h2:p2,... of a redis-sentinel:// URL. */
+/* h1:p1,h2:p2,... of a redis-sentinel:// (what: "sentinel") or a
+ * redis-cluster:// URL (what: "seed node"). */
 static int
-parse_sentinel_hosts(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+parse_host_list(struct parse *p, const char *s, size_t n, const char *what, unsigned long port,
+		struct dmutex__node_addr **list, size_t *nlist)
 {
 	size_t count = 1;
 	int err;
@@ -682,25 +686,31 @@ parse_sentinel_hosts(struct parse *p, const char *s, size_t n, struct dmutex__no
 	for (size_t i = 0; i < n; i++)
 		count += s[i] == ',';
 	if (count > NODES_MAX) {
-		bad(p, "%zu sentinels, at most %d", count, NODES_MAX);
+		bad(p, "%zu %ss, at most %d", count, what, NODES_MAX);
 		return EINVAL;
 	}
-	if (!(node->sentinels = calloc(count, sizeof *node->sentinels)))
+	if (!(*list = calloc(count, sizeof **list)))
 		return ENOMEM;
-	node->nsentinels = count;
+	*nlist = count;
 	for (size_t i = 0; i < count; i++) {
 		size_t len = strcspn_n(s, n, ",");
 		if (!len) {
-			bad(p, "empty element in the sentinel list");
+			bad(p, "empty element in the %s list", what);
 			return EINVAL;
 		}
-		if ((err = parse_hostport(p, s, len, &node->sentinels[i],
-				DMUTEX__SENTINEL_PORT_DEFAULT)))
+		if ((err = parse_hostport(p, s, len, &(*list)[i], port)))
 			return err;
 		s += len + 1;
 		n -= len + (i + 1 < count);
 	}
 	return 0;
+}
+
+static int
+parse_sentinel_hosts(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
+{
+	return parse_host_list(p, s, n, "sentinel", DMUTEX__SENTINEL_PORT_DEFAULT,
+			&node->sentinels, &node->nsentinels);
 }
 
 /* /MASTERNAME, percent-decoded. */
@@ -767,7 +777,12 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 		}
 		err = parse_unix_path(p, auth_end, (size_t)(q - auth_end), node);
 	} else {
-		err = parse_hostport(p, host, (size_t)(auth_end - host), node, PORT_DEFAULT);
+		node->cluster = sc->cluster;
+		if (sc->cluster)
+			err = parse_host_list(p, host, (size_t)(auth_end - host), "seed node",
+					PORT_DEFAULT, &node->seeds, &node->nseeds);
+		else
+			err = parse_hostport(p, host, (size_t)(auth_end - host), node, PORT_DEFAULT);
 		if (!err && auth_end < q) {
 			unsigned long db;
 			const char *d = auth_end + 1;
@@ -785,6 +800,11 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 		return err;
 	if ((err = check_node(p, node)))
 		return err;
+	/* Redis Cluster serves database 0 only. */
+	if (sc->cluster && node->db) {
+		bad(p, "a cluster has only db 0");
+		return EINVAL;
+	}
 	return sc->sentinel ? finish_sentinels(node) : 0;
 }
 
@@ -825,7 +845,7 @@ scheme_of(struct parse *p, const char *elem, size_t len)
 	size_t n = scheme_at(elem, len);
 
 	if (!n) {
-		bad(p, "no scheme (redis://, rediss://, unix:// or redis-sentinel://)");
+		bad(p, "no scheme (redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://)");
 		return NULL;
 	}
 	for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
@@ -965,6 +985,9 @@ addr_free(struct dmutex__node_addr *n)
 	free(n->sentinel_user);
 	free_secret(n->sentinel_password);
 	free(n->sentinel_password_file);
+	for (size_t i = 0; i < n->nseeds; i++)
+		addr_free(&n->seeds[i]);
+	free(n->seeds);
 }
 
 void

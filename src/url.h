@@ -32,6 +32,13 @@ struct dmutex__node_addr {
 	char *sentinel_user;                  /* options as given, NULL: none */
 	char *sentinel_password;
 	char *sentinel_password_file;
+	/* redis-cluster:// and rediss-cluster://: this address is the template
+	 * of every node of the cluster (user, password, TLS options); its host
+	 * stays NULL, the seeds (host and port only) lead to the others
+	 * (src/backend/cluster.c). */
+	int cluster;
+	struct dmutex__node_addr *seeds;
+	size_t nseeds;
 };
 
 struct dmutex__config {

@@ -578,6 +578,8 @@ Test(url, password_never_logged)
 		"u:SECRETXYZZY@host",
 		"http://u:SECRETXYZZY@host",
 		"rediss://u:SECRETXYZZY@host:0",
+		"redis-cluster://u:SECRETXYZZY@a:1,b:0",
+		"redis-cluster://u:SECRET,XYZZY@a:1,b?lease_ms=1",
 	};
 
 	for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
@@ -721,3 +723,47 @@ Test(url, redlock_lists_only_plain_urls)
 	fails("redis-sentinel://h1/m,redis://a", EINVAL);
 	fails("rediss-sentinel://h1/m,redis://a,redis://b", EINVAL);
 }
+
+/* A cluster URL: one template address (credentials, options) and its seeds. */
+Test(url, cluster_seeds)
+{
+	const struct dmutex__node_addr *a;
+
+	ok("redis-cluster://u:p,w@a:7000,b,[::1]:7002?lease_ms=500");
+	cr_assert_eq(cfg.nnodes, 1);
+	cr_assert_eq(cfg.lease_ms, 500);
+	a = &cfg.nodes[0];
+	cr_assert(a->cluster);
+	cr_assert_null(a->host);
+	cr_assert_str_eq(a->user, "u");
+	cr_assert_str_eq(a->password, "p,w");
+	cr_assert_str_eq(a->display, "redis-cluster://u:***@a:7000,b,[::1]:7002?lease_ms=500");
+	cr_assert_eq(a->nseeds, 3);
+	cr_assert_str_eq(a->seeds[0].host, "a");
+	cr_assert_eq(a->seeds[0].port, 7000);
+	cr_assert_str_eq(a->seeds[1].host, "b");
+	cr_assert_eq(a->seeds[1].port, 6379);
+	cr_assert_str_eq(a->seeds[2].host, "::1");
+	cr_assert_eq(a->seeds[2].port, 7002);
+	cr_assert_eq(a->tls, 0);
+}
+
+Test(url, cluster_tls)
+{
+	if (!TLS_BUILD)
+		return;
+	ok("rediss-cluster://a:1,b:2/0?tls_verify=off&password_file=/p");
+	cr_assert(cfg.nodes[0].cluster && cfg.nodes[0].tls);
+	cr_assert_eq(cfg.nodes[0].tls_verify, 0);
+	cr_assert_str_eq(cfg.nodes[0].password_file, "/p");
+	cr_assert_eq(cfg.nodes[0].nseeds, 2);
+}
+
+Test(url, cluster_not_in_redlock) { fails("redis://a,redis-cluster://b,c", EINVAL); }
+Test(url, cluster_then_redlock) { fails("redis-cluster://b,c,redis://a", EINVAL); }
+Test(url, cluster_empty_seed) { fails("redis-cluster://a,,b", EINVAL); }
+Test(url, cluster_trailing_comma) { fails("redis-cluster://a,", EINVAL); }
+Test(url, cluster_db) { fails("redis-cluster://a,b/1", EINVAL); }
+Test(url, cluster_db_option) { fails("redis-cluster://a,b?db=2", EINVAL); }
+Test(url, cluster_tls_option_plain) { fails("redis-cluster://a?tls_ca=/x", EINVAL); }
+Test(url, cluster_unix) { fails("redis-cluster://u@/tmp/s", EINVAL); }

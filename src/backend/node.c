@@ -36,6 +36,11 @@ dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: Sentinel is not supported yet", addr->display);
 		return ENOTSUP;
 	}
+	if (addr->cluster) {
+		/* Parsed, not yet followed: src/backend/cluster.c comes next. */
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: Redis Cluster is not supported yet", addr->display);
+		return ENOTSUP;
+	}
 	/* Read now, so that a wrong path shows at open, and once. */
 	if (addr->password_file &&
 			(err = dmutex__secret_read(addr->display, addr->password_file, &n->password)))
