@@ -402,7 +402,9 @@ Test(wait, threads_of_one_process_wait_locally)
 	 * thread, with a little slack for a wake-up that finds it taken. */
 	total = script_calls() - bw.base - during;
 	fprintf(stderr, "wait: %lld script calls for the release and %d hand-overs\n", total, LOCAL_THREADS);
-	cr_assert_leq(total, 1 + 2 * LOCAL_THREADS + 2);
+	/* On Redlock an acquisition may also raise a lagging node's counter
+	 * (fence_raise.lua): one more call per hand-over at most. */
+	cr_assert_leq(total, 1 + (dmt_nodes() > 1 ? 3 : 2) * LOCAL_THREADS + 2);
 	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:lock:{crowd}"), 0);
 	finish_holder(pid);
 	dmt_close_mutex(c, &m);
