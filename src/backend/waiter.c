@@ -116,6 +116,18 @@ find(struct dmutex__waiter *w, const char *ch, size_t len)
 	return NULL;
 }
 
+/* The next connection attempt of a node, with a back-off that only a
+ * working connection (a confirmed reply) resets: a server that accepts and
+ * then resets every connection must not make us spin. */
+static void
+schedule_retry(struct wnode *wn)
+{
+	wn->retry_ns = dmutex__now_ns() + wn->backoff_ns;
+	wn->backoff_ns = wn->backoff_ns ? wn->backoff_ns * 2 : 50 * DMUTEX__MS;
+	if (wn->backoff_ns > 1000 * DMUTEX__MS)
+		wn->backoff_ns = 1000 * DMUTEX__MS;
+}
+
 static void
 drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 {
@@ -124,6 +136,7 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 	dmutex__log(DMUTEX_LOG_DEBUG, "%s: wake-up connection lost: %s", wn->node->addr->display, why);
 	dmutex__conn_free(wn->ctx);
 	wn->ctx = NULL;
+	schedule_retry(wn);
 	pthread_mutex_lock(&w->mu);
 	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
 		s->state[i] = ST_NONE;
@@ -191,6 +204,8 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 		if (!strcmp(kind, "message")) {
 			s->seq++;
 		} else if (!strcmp(kind, "subscribe")) {
+			/* The connection works: the next loss retries at once. */
+			w->nodes[node].backoff_ns = 0;
 			if (s->state[node] == ST_SUB_SENT)
 				s->state[node] = ST_SUBSCRIBED;
 			/* A release published before the first subscription landed
@@ -229,9 +244,9 @@ read_node(struct dmutex__waiter *w, size_t i)
 			return;
 		if (on_reply(w, i, v)) {
 			freeReplyObject(v);
+			/* Not at once (drop_node backs off): a loading server
+			 * says the same again. */
 			drop_node(w, i, "subscribe refused");
-			/* Not at once: a loading server says the same again. */
-			w->nodes[i].retry_ns = dmutex__now_ns() + 50 * DMUTEX__MS;
 			return;
 		}
 		freeReplyObject(v);
@@ -267,25 +282,21 @@ waiter_main(void *arg)
 			struct wnode *wn = &w->nodes[i];
 			if (wn->ctx)
 				continue;
-			if (now >= wn->retry_ns) {
-				wn->ctx = dmutex__node_connect(wn->node);
-				if (wn->ctx) {
-					wn->backoff_ns = 0;
-				} else {
-					wn->backoff_ns = wn->backoff_ns ? wn->backoff_ns * 2 : 50 * DMUTEX__MS;
-					if (wn->backoff_ns > 1000 * DMUTEX__MS)
-						wn->backoff_ns = 1000 * DMUTEX__MS;
-					wn->retry_ns = dmutex__now_ns() + wn->backoff_ns;
-				}
-			}
-			if (!wn->ctx && wn->retry_ns < next)
-				next = wn->retry_ns;
+			if (now >= wn->retry_ns && !(wn->ctx = dmutex__node_connect(wn->node)))
+				schedule_retry(wn);
 		}
 		pthread_mutex_lock(&w->mu);
 		sync_subs(w);
 		pthread_mutex_unlock(&w->mu);
-		for (size_t i = 0; i < w->nnodes; i++)
+		/* The retry times are read after the flush: a connection that
+		 * fails its first write is down again, and a poll without a
+		 * timeout would then wait for ever (a server restarted while
+		 * we connected to its dying listener). */
+		for (size_t i = 0; i < w->nnodes; i++) {
 			flush_node(w, i);
+			if (!w->nodes[i].ctx && w->nodes[i].retry_ns < next)
+				next = w->nodes[i].retry_ns;
+		}
 
 		pf[0].fd = w->pipe[0];
 		pf[0].events = POLLIN;
