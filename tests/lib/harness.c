@@ -939,6 +939,16 @@ static void dump_logs(const struct th_redis *r, long log_off)
 }
 
 /* fork+exec redis-server on r's config; returns pid or -1 */
+/* In a forked child: closing the old stdout may be interrupted. */
+static int dup_to(int from, int to)
+{
+	int rc;
+	do
+		rc = dup2(from, to);
+	while (rc < 0 && errno == EINTR);
+	return rc;
+}
+
 static pid_t spawn_server(const struct th_redis *r)
 {
 	char conf[512], errpath[512];
@@ -985,9 +995,15 @@ static pid_t spawn_server(const struct th_redis *r)
 		dfl.sa_handler = SIG_DFL;
 		for (int s = 1; s < NSIG; s++)
 			sigaction(s, &dfl, NULL);
-		if (dup2(nullfd, 0) < 0 || dup2(errfd, 1) < 0 || dup2(errfd, 2) < 0) {
-			static const char dupf[] = "th_redis: dup2 failed\n";
-			ssize_t ignored = write(errfd, dupf, sizeof dupf - 1);
+		if (dup_to(nullfd, 0) < 0 || dup_to(errfd, 1) < 0 || dup_to(errfd, 2) < 0) {
+			char dupf[64] = "th_redis: dup2 failed: errno ";
+			size_t n = strlen(dupf);
+			int e = errno;
+			dupf[n++] = (char)('0' + e / 100 % 10);
+			dupf[n++] = (char)('0' + e / 10 % 10);
+			dupf[n++] = (char)('0' + e % 10);
+			dupf[n++] = '\n';
+			ssize_t ignored = write(errfd, dupf, n);
 			(void)ignored;
 			_exit(127);
 		}
