@@ -378,3 +378,11 @@ dmt_reap(pid_t *pid)
 	waitpid(*pid, NULL, 0);
 	*pid = 0;
 }
+
+int dmt_slowdown(void)
+{
+	int f = DMT_ASAN_FORK_UNSAFE ? 3 : 1;
+	const char *tls = getenv("DMUTEX_TEST_TLS");
+
+	return tls && *tls ? 2 * f : f;
+}

@@ -142,4 +142,9 @@ void dmt_reap(pid_t *pid);
 #define DMT_ASAN_FORK_REASON "libasan (GCC 12) is not fork-safe while other threads allocate; " \
 	"the plain build runs this case"
 
+/* How much slower than the plain build this run is, for windows that a
+ * test must hit before a deadline it sets itself (not for bounds that the
+ * contract names): 3 under ASan, twice that over TLS. */
+int dmt_slowdown(void);
+
 #endif /* DMUTEX_TEST_DMT_H */
