@@ -68,17 +68,35 @@ struct dmutex__backend_ops {
 	/* In a fork child: drop inherited connections without talking on them. */
 	void (*atfork_child)(struct dmutex__backend *be);
 	void (*destroy)(struct dmutex__backend *be);
+	/* Optional: what dmutex_client_open checks (reachable, ACL); 0, EIO or
+	 * EACCES, logged.  NULL: each of nodes[0..nnodes) is checked, a
+	 * majority must pass. */
+	int (*verify)(struct dmutex__backend *be);
+	/* Optional, sharded wake-ups (cluster): the waiter's node i < nsub
+	 * (NULL: none yet), the one serving a channel (-1: unknown yet), and a
+	 * hint that the slot map is out of date (a subscription was moved or
+	 * refused).  NULL: every channel on every one of nodes[0..nnodes). */
+	struct dmutex__node *(*sub_node)(struct dmutex__backend *be, size_t i);
+	int (*sub_route)(struct dmutex__backend *be, const char *channel);
+	void (*sub_stale)(struct dmutex__backend *be);
 };
 
 struct dmutex__backend {
 	const struct dmutex__backend_ops *ops;
 	struct dmutex_client *client;
-	struct dmutex__node *nodes;     /* the waiter subscribes on each */
+	struct dmutex__node *nodes;     /* independent copies: Redlock's N, else 1 */
 	size_t nnodes;
+	size_t nsub;                    /* sub_node: the waiter's nodes at most */
 };
 
 int dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **out);
 int dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend **out);
+int dmutex__backend_cluster_create(struct dmutex_client *c, struct dmutex__backend **out);
+/* One master's acquire and release, on node n (a cluster: its face). */
+int dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n,
+		struct dmutex__acq *a);
+int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n,
+		const char *name, const char *token, int mode, int *released, int *maybe_done);
 /* The wake channel of a lock, the same on every backend. */
 char *dmutex__backend_channel(struct dmutex__backend *be, const char *name);
 

@@ -426,6 +426,10 @@ verify(struct dmutex_client *c, int source)
 
 	if (!run_id)
 		return ENOMEM;
+	if (c->be->ops->verify) {
+		free(run_id);
+		return c->be->ops->verify(c->be);
+	}
 
 	/* Connect, authenticate, PING and check each node once so that a
 	 * wrong address, password or ACL shows at open, not at the first
@@ -451,7 +455,7 @@ verify(struct dmutex_client *c, int source)
 			continue;
 		}
 		freeReplyObject(r);
-		if ((rc = dmutex__node_check(node, ctx, c->cfg.prefix, run_id[i]))) {
+		if ((rc = dmutex__node_check(node, ctx, c->cfg.prefix, NULL, run_id[i]))) {
 			dmutex__conn_free(ctx);
 			refused = rc == EACCES;
 			continue;
@@ -521,7 +525,8 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 		goto fail;
 	if ((err = dmutex__url_parse(url, &c->cfg)))
 		goto fail;
-	err = c->cfg.nnodes > 1 ? dmutex__backend_redlock_create(c, &c->be)
+	err = c->cfg.nodes[0].cluster ? dmutex__backend_cluster_create(c, &c->be)
+		: c->cfg.nnodes > 1 ? dmutex__backend_redlock_create(c, &c->be)
 		: dmutex__backend_redis_create(c, &c->be);
 	if (!err)
 		err = verify(c, source);

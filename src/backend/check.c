@@ -59,7 +59,7 @@ static int
 check_scripts(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix,
 		const char *key, const char *chan)
 {
-	const struct dmutex__script *s = &dmutex__scripts[DMUTEX__SCRIPT_PROBE];
+	const struct dmutex__script *s = &dmutex__node_scripts(n)[DMUTEX__SCRIPT_PROBE];
 	const char *evalsha[] = { "EVALSHA", s->sha, "1", key, chan };
 	const char *eval[] = { "EVAL", s->src, "1", key, chan };
 	char what[2 * DMUTEX__KEY_MAX + 64];
@@ -90,7 +90,8 @@ check_scripts(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix
 				n->addr->display);
 		rc = EIO;
 	} else if (r->elements == 2) {
-		if (!strcasecmp(r->element[0]->str, "PUBLISH"))
+		if (!strcasecmp(r->element[0]->str, "PUBLISH") ||
+				!strcasecmp(r->element[0]->str, "SPUBLISH"))
 			snprintf(what, sizeof what, "publish to channels matching %s* (tried %s)",
 					prefix, chan);
 		else
@@ -118,7 +119,9 @@ static int
 check_subscribe(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix,
 		const char *chan)
 {
-	const char *sub[] = { "SUBSCRIBE", chan }, *unsub[] = { "UNSUBSCRIBE", chan };
+	/* A cluster's wake-ups are sharded. */
+	const char *sub[] = { n->sharded ? "SSUBSCRIBE" : "SUBSCRIBE", chan };
+	const char *unsub[] = { n->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", chan };
 	char what[2 * DMUTEX__KEY_MAX + 64];
 	redisReply *r;
 	int rc = 0;
@@ -130,22 +133,22 @@ check_subscribe(struct dmutex__node *n, struct dmutex__conn *c, const char *pref
 			snprintf(what, sizeof what, "subscribe to channels matching %s* (tried %s)",
 					prefix, chan);
 		else
-			snprintf(what, sizeof what, "run SUBSCRIBE");
+			snprintf(what, sizeof what, "run %s", sub[0]);
 		rc = refuse(n, prefix, what, r->str);
 		freeReplyObject(r);
 		return rc;
 	}
 	if (r->type != REDIS_REPLY_ARRAY) {
 		freeReplyObject(r);
-		dmutex__log(DMUTEX_LOG_ERROR, "%s: checking permissions: SUBSCRIBE: unexpected reply",
-				n->addr->display);
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: checking permissions: %s: unexpected reply",
+				n->addr->display, sub[0]);
 		return EIO;
 	}
 	freeReplyObject(r);
 	if (!(r = call(c, 2, unsub)))
 		return no_answer(n, c, "checking permissions");
 	if (noperm(r))
-		rc = refuse(n, prefix, "run UNSUBSCRIBE", r->str);
+		rc = refuse(n, prefix, n->sharded ? "run SUNSUBSCRIBE" : "run UNSUBSCRIBE", r->str);
 	else if (r->type != REDIS_REPLY_ARRAY)
 		rc = EIO;
 	freeReplyObject(r);
@@ -225,14 +228,16 @@ read_run_id(struct dmutex__node *n, struct dmutex__conn *c, char run_id[DMUTEX__
 
 int
 dmutex__node_check(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix,
-		char run_id[DMUTEX__RUN_ID_MAX])
+		const char *name, char run_id[DMUTEX__RUN_ID_MAX])
 {
 	char tok[DMUTEX__TOKEN_HEX + 1], key[DMUTEX__KEY_MAX], chan[DMUTEX__KEY_MAX];
 	int rc;
 
 	run_id[0] = '\0';
 	/* A scratch name of its own: clients opening at once do not meet. */
-	if (dmutex__token(tok))
+	if (name)
+		snprintf(tok, sizeof tok, "%s", name);
+	else if (dmutex__token(tok))
 		return EIO;
 	dmutex__key(key, prefix, "probe", tok);
 	dmutex__key(chan, prefix, "probe", tok);

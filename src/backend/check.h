@@ -18,10 +18,12 @@
  *  - maxmemory-policy: a policy that may evict our keys is warned about;
  *  - the server's run_id into run_id ("" when INFO is refused), for
  *    Redlock's duplicate check.
+ * The scratch key and channel are named after `name` (a cluster: one whose
+ * slot n serves), or after a random token when it is NULL.
  * 0, EACCES, or EIO (no answer; logged).  On an error the connection may
  * be in any state: the caller closes it.
  */
 int dmutex__node_check(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix,
-		char run_id[DMUTEX__RUN_ID_MAX]);
+		const char *name, char run_id[DMUTEX__RUN_ID_MAX]);
 
 #endif

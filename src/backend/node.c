@@ -37,9 +37,10 @@ dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		return ENOTSUP;
 	}
 	if (addr->cluster) {
-		/* Parsed, not yet followed: src/backend/cluster.c comes next. */
-		dmutex__log(DMUTEX_LOG_ERROR, "%s: Redis Cluster is not supported yet", addr->display);
-		return ENOTSUP;
+		/* A cluster's template address: src/backend/cluster.c, not a node. */
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: a cluster URL where one node was expected",
+				addr->display);
+		return EINVAL;
 	}
 	/* Read now, so that a wrong path shows at open, and once. */
 	if (addr->password_file &&
@@ -348,10 +349,25 @@ redisReply *
 dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done)
 {
-	struct dmutex__conn *c = dmutex__node_pooled(n);
-	int64_t budget = (int64_t)n->command_ms * DMUTEX__MS, start = dmutex__now_ns();
+	return dmutex__node_call_by(n, script, nkeys, argc, argv, maybe_done,
+			dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS);
+}
+
+redisReply *
+dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done, int64_t deadline)
+{
+	struct dmutex__conn *c;
+	int64_t start = dmutex__now_ns(), budget = deadline - start;
 	redisReply *r;
 	int md = 0;
+
+	if (n->route)
+		return n->route(n, script, nkeys, argc, argv, maybe_done, deadline);
+	*maybe_done = 0;
+	if (budget <= 0)
+		return NULL;
+	c = dmutex__node_pooled(n);
 
 	/* command_timeout_ms bounds the exchanges in total, the retry on a
 	 * fresh connection included (only connecting has its own timeout):
@@ -410,11 +426,17 @@ dmutex__node_put(struct dmutex__node *n, struct dmutex__conn *c)
 		dmutex__conn_free(c);
 }
 
-static int
-append_script(struct dmutex__conn *c, int script, int by_sha, int nkeys, int argc,
-		const char **argv, const size_t *lens)
+const struct dmutex__script *
+dmutex__node_scripts(const struct dmutex__node *n)
 {
-	const struct dmutex__script *s = &dmutex__scripts[script];
+	return n && n->sharded ? dmutex__scripts_sharded : dmutex__scripts;
+}
+
+static int
+append_script(const struct dmutex__node *n, struct dmutex__conn *c, int script, int by_sha,
+		int nkeys, int argc, const char **argv, const size_t *lens)
+{
+	const struct dmutex__script *s = &dmutex__node_scripts(n)[script];
 	const char *av[argc + 3];
 	size_t al[argc + 3];
 	char nk[16];
@@ -436,10 +458,10 @@ append_script(struct dmutex__conn *c, int script, int by_sha, int nkeys, int arg
 }
 
 int
-dmutex__node_script_append(struct dmutex__conn *c, int script, int by_sha, int nkeys, int argc,
-		const char **argv, const size_t *lens)
+dmutex__node_script_append(const struct dmutex__node *n, struct dmutex__conn *c, int script,
+		int by_sha, int nkeys, int argc, const char **argv, const size_t *lens)
 {
-	return append_script(c, script, by_sha, nkeys, argc, argv, lens);
+	return append_script(n, c, script, by_sha, nkeys, argc, argv, lens);
 }
 
 int
@@ -460,10 +482,20 @@ dmutex__node_transient(const redisReply *r)
 }
 
 int
+dmutex__node_redirect(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR && ((r->len > 6 && !memcmp(r->str, "MOVED ", 6)) ||
+			(r->len > 4 && !memcmp(r->str, "ASK ", 4)) ||
+			(r->len >= 8 && !memcmp(r->str, "TRYAGAIN", 8)));
+}
+
+int
 dmutex__node_noscript(const redisReply *r)
 {
 	return r->type == REDIS_REPLY_ERROR && r->len >= 8 && !memcmp(r->str, "NOSCRIPT", 8);
 }
+
+static redisReply *script_result(struct dmutex__node *n, int script, void *v, int *maybe_done);
 
 redisReply *
 dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
@@ -474,7 +506,7 @@ dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
 
 	*maybe_done = 0;
 	for (int by_sha = 1; by_sha >= 0; by_sha--) {
-		if (append_script(c, script, by_sha, nkeys, argc, argv, lens)) {
+		if (append_script(n, c, script, by_sha, nkeys, argc, argv, lens)) {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot queue command: %s",
 					n->addr->display, c->errstr);
 			return NULL;
@@ -490,8 +522,53 @@ dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
 		freeReplyObject(v);
 		v = NULL;
 	}
+	return script_result(n, script, v, maybe_done);
+}
+
+redisReply *
+dmutex__node_call_asking(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done, int64_t deadline)
+{
+	struct dmutex__conn *c = dmutex__node_get_by(n, deadline);
+	void *ok = NULL, *v = NULL;
+
+	*maybe_done = 0;
+	if (!c)
+		return NULL;
+	/* ASKING holds for the next command only: the script goes by source,
+	 * so that no NOSCRIPT calls for a second command. */
+	if (dmutex__conn_appendf(c, "ASKING") ||
+			append_script(n, c, script, 0, nkeys, argc, argv, NULL)) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot queue command: %s", n->addr->display,
+				c->errstr);
+		dmutex__node_put(n, c);
+		return NULL;
+	}
+	if (dmutex__conn_get(c, &ok, deadline) || dmutex__conn_get(c, &v, deadline)) {
+		*maybe_done = 1;
+		note_down(n, dmutex__scripts[script].name, c->errstr);
+		if (ok)
+			freeReplyObject(ok);
+		dmutex__node_put(n, c);
+		return NULL;
+	}
+	freeReplyObject(ok);
+	dmutex__node_put(n, c);
+	return script_result(n, script, v, maybe_done);
+}
+
+/* An error reply logged and turned into NULL, but for redirections. */
+static redisReply *
+script_result(struct dmutex__node *n, int script, void *v, int *maybe_done)
+{
 	if (!v)
 		return NULL;
+	if (((redisReply *)v)->type == REDIS_REPLY_ERROR && n->redirects &&
+			dmutex__node_redirect(v)) {
+		/* The cluster backend follows it (cluster.c). */
+		*maybe_done = DMUTEX__REDIRECT;
+		return v;
+	}
 	if (((redisReply *)v)->type == REDIS_REPLY_ERROR) {
 		int passing = dmutex__node_transient(v);
 		dmutex__log(passing ? DMUTEX_LOG_WARN : DMUTEX_LOG_ERROR, "%s: %s script failed: %s",

@@ -23,6 +23,15 @@ struct dmutex__node {
 	struct dmutex__conn *idle[DMUTEX__POOL_MAX];
 	int nidle;
 	int down_logged;                /* rate-limits "unreachable" warnings; 2: quiet (opening) */
+	/* Redis Cluster (src/backend/cluster.c). */
+	int sharded;                    /* scripts publish with SPUBLISH */
+	int redirects;                  /* a member: MOVED, ASK and TRYAGAIN come back as
+	                                 * replies, with *maybe_done DMUTEX__REDIRECT */
+	/* Set on a cluster's face: dmutex__node_call(_by) runs the script on the
+	 * member serving the slot of its first key, following redirections. */
+	struct redisReply *(*route)(struct dmutex__node *n, int script, int nkeys, int argc,
+			const char **argv, int *maybe_done, int64_t deadline);
+	void *route_arg;
 };
 
 /* Also reads the files the URL names (password_file, TLS certificates and
@@ -62,6 +71,8 @@ redisReply *dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, 
 /* maybe_done values besides 0/1: Redis answered with an error (WRONGTYPE,
  * NOPERM, OOM...): the script did not apply, and asking again will not help. */
 #define DMUTEX__REFUSED 2
+/* A cluster member answered MOVED, ASK or TRYAGAIN: the reply is returned. */
+#define DMUTEX__REDIRECT 3
 
 /*
  * get + script + put, for one call.  A pooled connection that fails is
@@ -71,12 +82,25 @@ redisReply *dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, 
  */
 redisReply *dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done);
+/* A cluster member that answered ASK: ASKING, then the script (by source),
+ * on one connection by deadline. */
+redisReply *dmutex__node_call_asking(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done, int64_t deadline);
+/* The same, ending by deadline instead of command_timeout_ms from now. */
+redisReply *dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done, int64_t deadline);
+/* The node's scripts: dmutex__scripts, or their SPUBLISH variants (n NULL:
+ * a plain Redis). */
+const struct dmutex__script *dmutex__node_scripts(const struct dmutex__node *n);
 
 /* Pipelined: append one script call, by SHA or (after NOSCRIPT) by source. */
-int dmutex__node_script_append(struct dmutex__conn *c, int script, int by_sha, int nkeys,
-		int argc, const char **argv, const size_t *lens);
+/* n NULL: a plain Redis. */
+int dmutex__node_script_append(const struct dmutex__node *n, struct dmutex__conn *c, int script,
+		int by_sha, int nkeys, int argc, const char **argv, const size_t *lens);
 /* 1 if an error reply is a passing condition (LOADING, BUSY, READONLY...). */
 int dmutex__node_transient(const redisReply *r);
+/* 1 for MOVED, ASK and TRYAGAIN (a cluster's slot is elsewhere or moving). */
+int dmutex__node_redirect(const redisReply *r);
 /* 1 if the reply says the server does not know the script. */
 int dmutex__node_noscript(const redisReply *r);
 /* A new connection with a connect timeout of timeout_ms (Redlock uses its

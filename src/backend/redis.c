@@ -19,10 +19,10 @@ node_of(struct dmutex__backend *be)
 	return &((struct redis_backend *)be)->node;
 }
 
-static int
-redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
+int
+dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n,
+		struct dmutex__acq *a)
 {
-	struct dmutex__node *n = node_of(be);
 	struct dmutex__acq_argv x;
 	redisReply *r;
 	int md;
@@ -51,10 +51,15 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 }
 
 static int
-redis_release(struct dmutex__backend *be, const char *name, const char *token,
-		int mode, int *released, int *maybe_done)
+redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 {
-	struct dmutex__node *n = node_of(be);
+	return dmutex__backend_redis_acquire(be, node_of(be), a);
+}
+
+int
+dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n,
+		const char *name, const char *token, int mode, int *released, int *maybe_done)
+{
 	struct dmutex__rel_argv x;
 	redisReply *r;
 
@@ -72,6 +77,14 @@ redis_release(struct dmutex__backend *be, const char *name, const char *token,
 	}
 	freeReplyObject(r);
 	return 0;
+}
+
+static int
+redis_release(struct dmutex__backend *be, const char *name, const char *token,
+		int mode, int *released, int *maybe_done)
+{
+	return dmutex__backend_redis_release(be, node_of(be), name, token, mode, released,
+			maybe_done);
 }
 
 static void
@@ -103,7 +116,7 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, in
 	 * buffers can be reused. */
 	for (; sent < chunks; sent++) {
 		k = dmutex__renew_chunk(be, rn, n, sent, &x);
-		if (dmutex__node_script_append(ctx, DMUTEX__SCRIPT_RENEW, 1, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, NULL))
+		if (dmutex__node_script_append(node, ctx, DMUTEX__SCRIPT_RENEW, 1, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, NULL))
 			break;
 	}
 	for (size_t c = 0; c < sent; c++) {

@@ -88,7 +88,7 @@ static int
 write_on(struct call *k, int script, int nkeys, int argc, const char **argv)
 {
 	k->by_sha = 1;
-	if (dmutex__node_script_append(k->c, script, 1, nkeys, argc, argv, NULL) || flush(k->c))
+	if (dmutex__node_script_append(NULL, k->c, script, 1, nkeys, argc, argv, NULL) || flush(k->c))
 		return -1;
 	k->state = CALL_PENDING;
 	return 0;
@@ -165,7 +165,7 @@ receive_one(struct redlock *rl, size_t i, struct call *k, int script, int nkeys,
 			/* This node restarted and forgot the script. */
 			freeReplyObject(v);
 			k->by_sha = 0;
-			if (dmutex__node_script_append(k->c, script, 0, nkeys, argc, argv, NULL) || flush(k->c)) {
+			if (dmutex__node_script_append(NULL, k->c, script, 0, nkeys, argc, argv, NULL) || flush(k->c)) {
 				lose(k);
 				return 0;
 			}

@@ -150,8 +150,10 @@ renew_chunk(struct dmutex_client *c, struct dmutex__node *node, struct dmutex__c
 	}
 	gc_ms(longest, gc, sizeof gc);
 	argv[6 * k] = gc;
-	r = dmutex__node_script(node, conn, DMUTEX__SCRIPT_RW_RENEW, (int)(3 * k), (int)(6 * k + 1),
-			argv, NULL, &md, deadline);
+	r = conn ? dmutex__node_script(node, conn, DMUTEX__SCRIPT_RW_RENEW, (int)(3 * k),
+			(int)(6 * k + 1), argv, NULL, &md, deadline)
+		: dmutex__node_call_by(node, DMUTEX__SCRIPT_RW_RENEW, (int)(3 * k), (int)(6 * k + 1),
+			argv, &md, deadline);
 	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == k) {
 		for (size_t i = 0; i < k; i++)
 			if (r->element[i]->type == REDIS_REPLY_INTEGER) {
@@ -183,7 +185,15 @@ dmutex__rw_renew(struct dmutex_client *c, struct dmutex__renewal *rn, size_t n, 
 	}
 	if (until < deadline)
 		deadline = until;
-	if (!n || deadline <= now || !(conn = dmutex__node_get_by(node, deadline)))
+	if (!n || deadline <= now)
+		return;
+	if (node->route) {
+		/* A cluster: one script per hold, each on the node of its slot. */
+		for (size_t i = 0; i < n && dmutex__now_ns() < deadline; i++)
+			renew_chunk(c, node, NULL, rn + i, 1, deadline);
+		return;
+	}
+	if (!(conn = dmutex__node_get_by(node, deadline)))
 		return;
 	for (size_t lo = 0; lo < n && !conn->err; lo += RENEW_CHUNK)
 		renew_chunk(c, node, conn, rn + lo, n - lo < RENEW_CHUNK ? n - lo : RENEW_CHUNK, deadline);

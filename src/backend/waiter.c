@@ -7,6 +7,12 @@
  * When a connection breaks, every sequence is bumped too: a release may
  * have been missed, so waiters look again (a spurious wake-up, never a
  * lost one).
+ *
+ * Sharded (a cluster, backend.h sub_route): a channel is subscribed with
+ * SSUBSCRIBE on the one node serving its slot, connected to when first
+ * needed.  A node that gives the slot away unsubscribes us itself
+ * (sunsubscribe): the sequence is bumped, the slot map refreshed, and the
+ * channel subscribed again where it now lives.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +35,7 @@ struct dmutex__wsub {
 	unsigned refs;
 	uint64_t seq;
 	int confirmed;
+	int target;                     /* sharded: the node serving it, -1 unknown */
 	unsigned char state[];          /* per node */
 };
 
@@ -48,6 +55,9 @@ struct dmutex__waiter {
 	struct dmutex__wsub *subs;
 	size_t nnodes;
 	struct wnode *nodes;
+	struct dmutex__backend *be;
+	int sharded;
+	int stale;                      /* sharded: the slot map needs a refresh */
 };
 
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -83,12 +93,15 @@ get_waiter(struct dmutex_client *c)
 
 	pthread_mutex_lock(&create_mu);
 	if (!(w = c->waiter) && (w = calloc(1, sizeof *w))) {
-		w->nnodes = c->be->nnodes;
+		w->be = c->be;
+		w->sharded = c->be->ops->sub_route != NULL;
+		w->nnodes = c->be->ops->sub_node ? c->be->nsub : c->be->nnodes;
 		if (!(w->nodes = calloc(w->nnodes, sizeof *w->nodes))) {
 			free(w);
 			w = NULL;
 		} else {
-			for (size_t i = 0; i < w->nnodes; i++)
+			/* Sub nodes are looked up when first needed. */
+			for (size_t i = 0; i < w->nnodes && !c->be->ops->sub_node; i++)
 				w->nodes[i].node = &c->be->nodes[i];
 			w->pipe[0] = w->pipe[1] = -1;
 			init_sync(w);
@@ -157,11 +170,14 @@ sync_subs(struct dmutex__waiter *w)
 		int any = 0;
 		for (size_t i = 0; i < w->nnodes; i++) {
 			struct dmutex__conn *ctx = w->nodes[i].ctx;
-			if (ctx && s->refs && s->state[i] == ST_NONE) {
-				dmutex__conn_appendf(ctx, "SUBSCRIBE %s", s->channel);
+			int want = s->refs && (!w->sharded || s->target == (int)i);
+			if (ctx && want && s->state[i] == ST_NONE) {
+				dmutex__conn_appendf(ctx, w->sharded ? "SSUBSCRIBE %s" : "SUBSCRIBE %s",
+						s->channel);
 				s->state[i] = ST_SUB_SENT;
-			} else if (ctx && !s->refs && (s->state[i] == ST_SUB_SENT || s->state[i] == ST_SUBSCRIBED)) {
-				dmutex__conn_appendf(ctx, "UNSUBSCRIBE %s", s->channel);
+			} else if (ctx && !want && (s->state[i] == ST_SUB_SENT || s->state[i] == ST_SUBSCRIBED)) {
+				dmutex__conn_appendf(ctx, w->sharded ? "SUNSUBSCRIBE %s" : "UNSUBSCRIBE %s",
+						s->channel);
 				s->state[i] = ST_UNSUB_SENT;
 				/* A thread that reuses this record must wait for its
 				 * own SUBSCRIBE to land, not trust the old one. */
@@ -192,13 +208,19 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 			r->element[0]->type != REDIS_REPLY_STRING ||
 			r->element[1]->type != REDIS_REPLY_STRING) {
 		if (r->type == REDIS_REPLY_ERROR) {
-			dmutex__log(DMUTEX_LOG_WARN, "%s: subscribe failed: %s",
+			/* A cluster's MOVED: the map is out of date, not worth a
+			 * warning. */
+			dmutex__log(w->sharded && !strncmp(r->str, "MOVED ", 6) ? DMUTEX_LOG_DEBUG
+					: DMUTEX_LOG_WARN, "%s: subscribe failed: %s",
 					w->nodes[node].node->addr->display, r->str);
 			return -1;
 		}
 		return 0;
 	}
 	kind = r->element[0]->str;
+	/* smessage, ssubscribe, sunsubscribe: the same with sharded pub/sub. */
+	if (w->sharded && kind[0] == 's')
+		kind++;
 	pthread_mutex_lock(&w->mu);
 	if ((s = find(w, r->element[1]->str, r->element[1]->len))) {
 		if (!strcmp(kind, "message")) {
@@ -216,8 +238,16 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 				s->seq++;
 			s->confirmed = 1;
 		} else if (!strcmp(kind, "unsubscribe")) {
-			if (s->state[node] == ST_UNSUB_SENT)
+			if (s->state[node] == ST_UNSUB_SENT) {
 				s->state[node] = ST_NONE;
+			} else if (s->state[node] != ST_NONE) {
+				/* Not asked for: the node gave the slot away.  A
+				 * release may be published where it went before we
+				 * subscribe there: look again now. */
+				s->state[node] = ST_NONE;
+				s->seq++;
+				w->stale = 1;
+			}
 		}
 		pthread_cond_broadcast(&w->cv);
 	}
@@ -247,6 +277,9 @@ read_node(struct dmutex__waiter *w, size_t i)
 			/* Not at once (drop_node backs off): a loading server
 			 * says the same again. */
 			drop_node(w, i, "subscribe refused");
+			pthread_mutex_lock(&w->mu);
+			w->stale |= w->sharded;
+			pthread_mutex_unlock(&w->mu);
 			return;
 		}
 		freeReplyObject(v);
@@ -263,24 +296,60 @@ flush_node(struct dmutex__waiter *w, size_t i)
 		drop_node(w, i, ctx->errstr);
 }
 
+/* Under w->mu, sharded: where each channel lives now, and which nodes that
+ * makes needed.  1 if some channel's node is not known. */
+static int
+route_subs(struct dmutex__waiter *w, unsigned char *need)
+{
+	int unknown = 0;
+
+	memset(need, 0, w->nnodes);
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
+		s->target = w->be->ops->sub_route(w->be, s->channel);
+		if (s->target >= (int)w->nnodes)
+			s->target = -1;
+		if (s->target >= 0)
+			need[s->target] = 1;
+		unknown |= s->refs && s->target < 0;
+		/* Still subscribed elsewhere: keep that connection to undo it. */
+		for (size_t i = 0; i < w->nnodes; i++)
+			need[i] |= s->state[i] != ST_NONE;
+	}
+	if (unknown)
+		w->stale = 1;
+	return unknown;
+}
+
 static void *
 waiter_main(void *arg)
 {
 	struct dmutex__waiter *w = arg;
 	struct pollfd *pf = calloc(w->nnodes + 1, sizeof *pf);
+	unsigned char *need = calloc(w->nnodes, 1);
 
-	if (!pf)
+	if (!pf || !need) {
+		free(pf);
+		free(need);
 		return NULL;
+	}
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop) {
 		int64_t now = dmutex__now_ns(), next = INT64_MAX;
-		int timeout;
+		int timeout, stale;
 
+		if (w->sharded && route_subs(w, need))
+			next = now + 50 * DMUTEX__MS;   /* a slot's owner unknown: again soon */
+		stale = w->stale;
+		w->stale = 0;
 		pthread_mutex_unlock(&w->mu);
+		if (stale)
+			w->be->ops->sub_stale(w->be);
 		/* Connect what is down, with backoff; outside the lock. */
 		for (size_t i = 0; i < w->nnodes; i++) {
 			struct wnode *wn = &w->nodes[i];
-			if (wn->ctx)
+			if (wn->ctx || (w->sharded && !need[i]))
+				continue;
+			if (!wn->node && !(wn->node = w->be->ops->sub_node(w->be, i)))
 				continue;
 			if (now >= wn->retry_ns && !(wn->ctx = dmutex__node_connect(wn->node)))
 				schedule_retry(wn);
@@ -323,6 +392,7 @@ waiter_main(void *arg)
 	}
 	pthread_mutex_unlock(&w->mu);
 	free(pf);
+	free(need);
 	return NULL;
 }
 

@@ -1,0 +1,398 @@
+/*
+ * Redis Cluster (redis-cluster://): six real nodes on loopback, three
+ * masters with a replica each, joined by `redis-cli --cluster create`
+ * (tests/lib/harness_cluster.c).  Each test starts its own cluster, so each
+ * does several things: a cluster takes seconds to create.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "dmutex.h"
+#include "harness.h"
+
+static struct th_cluster clu;
+
+static void
+down(void)
+{
+	th_cluster_stop(&clu);
+}
+
+TestSuite(cluster, .fini = down, .timeout = 240);
+
+static void
+up(void)
+{
+	cr_assert_eq(th_cluster_start(&clu, NULL, 0), 0, "the cluster did not start");
+}
+
+static dmutex_client_t *
+open_client(const char *opts)
+{
+	char url[1024];
+	dmutex_client_t *c;
+	int rc;
+
+	snprintf(url, sizeof url, "%s%s%s", clu.url, opts ? "?" : "", opts ? opts : "");
+	rc = dmutex_client_open(&c, url);
+	cr_assert_eq(rc, 0, "open(%s) = %d", url, rc);
+	return c;
+}
+
+static void
+init_on(dmutex_t *m, const char *name, dmutex_client_t *c)
+{
+	dmutex_attr_t a;
+
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(dmutex_init(m, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+}
+
+/* The master serving a lock name (its keys are tagged {name}). */
+static int
+owner_of(const char *name)
+{
+	int slot = th_cluster_keyslot(&clu, name, strlen(name));
+
+	cr_assert_geq(slot, 0);
+	return th_cluster_slot_owner(&clu, slot);
+}
+
+static long long
+exists_on(int node, const char *name)
+{
+	char key[600];
+	redisReply *r;
+	long long n;
+
+	snprintf(key, sizeof key, "dmutex:lock:{%s}", name);
+	r = th_cluster_cmd(&clu, node, "EXISTS %s", key);
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER, "EXISTS on node %d", node);
+	n = r->integer;
+	freeReplyObject(r);
+	return n;
+}
+
+static int
+another_master(int not)
+{
+	for (int i = 0; i < TH_CLUSTER_NODES; i++)
+		if (i != not && th_cluster_master_of(&clu, i) == i)
+			return i;
+	return -1;
+}
+
+/* Lock and unlock on every master; a second client sees each lock held;
+ * a slot moved for good (MOVED) and a slot being migrated (ASK) are
+ * followed. */
+Test(cluster, lock_unlock_moved_ask)
+{
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	char names[3][32];
+	int owners[3], n = 0, to, slot;
+	uint64_t f1, f2;
+	struct th_migration mig;
+
+	up();
+	c1 = open_client(NULL);
+	c2 = open_client(NULL);
+
+	/* One name on each master. */
+	for (int i = 0; n < 3 && i < 1000; i++) {
+		char name[32];
+		int o, seen = 0;
+		snprintf(name, sizeof name, "n%d", i);
+		o = owner_of(name);
+		for (int j = 0; j < n; j++)
+			seen |= owners[j] == o;
+		if (seen)
+			continue;
+		owners[n] = o;
+		strcpy(names[n++], name);
+	}
+	cr_assert_eq(n, 3);
+	for (int i = 0; i < 3; i++) {
+		init_on(&m1, names[i], c1);
+		init_on(&m2, names[i], c2);
+		cr_assert_eq(dmutex_lock(&m1), 0, "%s", names[i]);
+		cr_assert_eq(exists_on(owners[i], names[i]), 1, "%s not on its master", names[i]);
+		cr_assert_eq(dmutex_trylock(&m2), EBUSY);
+		cr_assert_eq(dmutex_fence(&m1, &f1), 0);
+		cr_assert_eq(dmutex_unlock(&m1), 0);
+		cr_assert_eq(exists_on(owners[i], names[i]), 0);
+		cr_assert_eq(dmutex_trylock(&m2), 0);
+		cr_assert_eq(dmutex_fence(&m2, &f2), 0);
+		cr_assert_gt(f2, f1, "fencing tokens must increase");
+		cr_assert_eq(dmutex_unlock(&m2), 0);
+		cr_assert_eq(dmutex_destroy(&m1), 0);
+		cr_assert_eq(dmutex_destroy(&m2), 0);
+	}
+
+	/* MOVED: names[0]'s slot goes to another master while nobody holds
+	 * it; the clients' maps still name the old one. */
+	slot = th_cluster_keyslot(&clu, names[0], strlen(names[0]));
+	to = another_master(owners[0]);
+	cr_assert_geq(to, 0);
+	cr_assert_eq(th_cluster_migrate_slot(&clu, slot, to, 10, NULL, NULL, 60000), 0);
+	init_on(&m1, names[0], c1);
+	init_on(&m2, names[0], c2);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	cr_assert_eq(exists_on(to, names[0]), 1, "the lock is not on the slot's new master");
+	cr_assert_eq(dmutex_trylock(&m2), EBUSY);
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert_eq(dmutex_destroy(&m1), 0);
+	cr_assert_eq(dmutex_destroy(&m2), 0);
+
+	/* ASK: names[1] held while its slot goes half-way to another master,
+	 * its keys already moved: the source answers ASK, and the hold is
+	 * seen, released and renewed on the target. */
+	slot = th_cluster_keyslot(&clu, names[1], strlen(names[1]));
+	to = another_master(owners[1]);
+	init_on(&m1, names[1], c1);
+	init_on(&m2, names[1], c2);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	cr_assert_eq(th_cluster_migrate_begin(&clu, slot, to, &mig), 0);
+	while (th_cluster_migrate_keys(&clu, &mig, 10) > 0)
+		;
+	cr_assert_eq(dmutex_trylock(&m2), EBUSY);
+	cr_assert_eq(dmutex_fence(&m1, &f1), 0);
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert_eq(th_cluster_migrate_end(&clu, &mig, 60000), 0);
+	cr_assert_eq(dmutex_trylock(&m2), 0);
+	cr_assert_eq(exists_on(to, names[1]), 1);
+	cr_assert_eq(dmutex_fence(&m2, &f2), 0);
+	cr_assert_gt(f2, f1);
+	cr_assert_eq(dmutex_trylock(&m1), EBUSY);
+	cr_assert_eq(dmutex_unlock(&m2), 0);
+	cr_assert_eq(dmutex_destroy(&m1), 0);
+	cr_assert_eq(dmutex_destroy(&m2), 0);
+
+	cr_assert_eq(dmutex_client_close(c1), 0);
+	cr_assert_eq(dmutex_client_close(c2), 0);
+}
+
+struct waiter_arg {
+	dmutex_t *m;
+	int rc;
+	int64_t got_ms;
+};
+
+static void *
+lock_thread(void *p)
+{
+	struct waiter_arg *w = p;
+
+	w->rc = dmutex_lock(w->m);
+	w->got_ms = th_now_ms();
+	if (!w->rc)
+		w->rc = dmutex_unlock(w->m);
+	return NULL;
+}
+
+static long long
+shard_subscribers(int node, const char *channel)
+{
+	redisReply *r = th_cluster_cmd(&clu, node, "PUBSUB SHARDNUMSUB %s", channel);
+	long long n = -1;
+
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+			r->element[1]->type == REDIS_REPLY_INTEGER)
+		n = r->element[1]->integer;
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+/* A waiter is woken by the release's SPUBLISH, on the master serving the
+ * lock's slot, long before the 20 s lease would have run out. */
+Test(cluster, wake_up_by_sharded_pubsub)
+{
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	pthread_t t;
+	struct waiter_arg w = { .m = &m2 };
+	int owner;
+	int64_t deadline, released;
+
+	up();
+	c1 = open_client("lease_ms=20000");
+	c2 = open_client("lease_ms=20000");
+	init_on(&m1, "woken", c1);
+	init_on(&m2, "woken", c2);
+	owner = owner_of("woken");
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	cr_assert_eq(pthread_create(&t, NULL, lock_thread, &w), 0);
+	/* Released only once the waiter listens where the release publishes. */
+	deadline = th_now_ms() + 20000;
+	while (shard_subscribers(owner, "dmutex:wake:{woken}") < 1 && th_now_ms() < deadline)
+		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+	cr_assert_eq(shard_subscribers(owner, "dmutex:wake:{woken}"), 1,
+			"the waiter did not SSUBSCRIBE on the lock's master");
+	released = th_now_ms();
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_lt(w.got_ms - released, 5000, "woken after %lld ms: no wake-up",
+			(long long)(w.got_ms - released));
+	printf("cluster wake-up: %lld ms\n", (long long)(w.got_ms - released));
+	cr_assert_eq(dmutex_destroy(&m1), 0);
+	cr_assert_eq(dmutex_destroy(&m2), 0);
+	cr_assert_eq(dmutex_client_close(c1), 0);
+	cr_assert_eq(dmutex_client_close(c2), 0);
+}
+
+/* Opening: no seed reachable is EIO; a wrong password is refused. */
+Test(cluster, open_errors)
+{
+	char url[1024];
+	dmutex_client_t *c;
+
+	up();
+	cr_assert_eq(dmutex_client_open(&c, "redis-cluster://127.0.0.1:1?connect_timeout_ms=500"),
+			EIO);
+	/* The second seed answers. */
+	snprintf(url, sizeof url, "redis-cluster://127.0.0.1:1,%s", clu.url + strlen("redis-cluster://"));
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* A slot migrated while several processes contend for a lock in it    */
+/* ------------------------------------------------------------------ */
+
+#define WORKERS 3
+
+/* Shared by the worker processes (MAP_SHARED): the protected resource. */
+struct arena {
+	int stop;
+	int inside;                     /* holders in the critical section */
+	uint64_t last_fence;            /* the resource's largest token */
+	long long acquired, attempts, errors;
+	long long overlaps;             /* entered while another was inside */
+	long long stale_fences;         /* a token not above the last one */
+};
+
+static struct arena *arena;
+
+static int
+worker(void *p)
+{
+	long id = (long)p;
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	dmutex_t m;
+	char url[1024];
+
+	snprintf(url, sizeof url, "%s?lease_ms=1000", clu.url);
+	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+			dmutex_init(&m, "hot", &a))
+		return 1;
+	while (!__atomic_load_n(&arena->stop, __ATOMIC_ACQUIRE)) {
+		uint64_t f = 0;
+		long long n;
+		int rc;
+
+		__atomic_add_fetch(&arena->attempts, 1, __ATOMIC_RELAXED);
+		if ((rc = dmutex_lock(&m))) {
+			/* A migration longer than the call's deadline: EIO,
+			 * never a second holder. */
+			__atomic_add_fetch(&arena->errors, 1, __ATOMIC_RELAXED);
+			continue;
+		}
+		if (__atomic_add_fetch(&arena->inside, 1, __ATOMIC_ACQ_REL) != 1)
+			__atomic_add_fetch(&arena->overlaps, 1, __ATOMIC_RELAXED);
+		if (dmutex_fence(&m, &f) || f <= arena->last_fence)
+			__atomic_add_fetch(&arena->stale_fences, 1, __ATOMIC_RELAXED);
+		else
+			arena->last_fence = f;
+		n = __atomic_add_fetch(&arena->acquired, 1, __ATOMIC_RELAXED);
+		/* Now and then a hold long enough to be renewed mid-migration. */
+		nanosleep(&(struct timespec){ 0, (n + id) % 25 == 0 ? 450000000L : 1000000L }, NULL);
+		__atomic_sub_fetch(&arena->inside, 1, __ATOMIC_ACQ_REL);
+		if (dmutex_unlock(&m))
+			__atomic_add_fetch(&arena->errors, 1, __ATOMIC_RELAXED);
+	}
+	dmutex_destroy(&m);
+	dmutex_client_close(c);
+	return 0;
+}
+
+struct phase_goal {
+	long long acquired;             /* at least this many more, */
+	long long attempts;             /* or this many more attempts */
+};
+
+static int
+progressed(void *p)
+{
+	const struct phase_goal *g = p;
+
+	return __atomic_load_n(&arena->acquired, __ATOMIC_RELAXED) >= g->acquired ||
+		__atomic_load_n(&arena->attempts, __ATOMIC_RELAXED) >= g->attempts;
+}
+
+/* Each stage of the migration lasts until the workers made progress in it:
+ * locks taken (or, once keys are split and new holds must wait, attempts
+ * made). */
+static int
+mid_migration(void *arg, int phase, const struct th_migration *m)
+{
+	struct phase_goal g = {
+		.acquired = __atomic_load_n(&arena->acquired, __ATOMIC_RELAXED) + 20,
+		.attempts = __atomic_load_n(&arena->attempts, __ATOMIC_RELAXED) + 2 * WORKERS,
+	};
+
+	(void)arg;
+	(void)m;
+	(void)phase;
+	return th_wait_until(progressed, &g, 20000) ? 0 : -1;
+}
+
+Test(cluster, slot_migrated_under_contention)
+{
+	pid_t pids[WORKERS];
+	int slot, from, to, moves = 0;
+	long long before;
+
+	up();
+	arena = mmap(NULL, sizeof *arena, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(arena, MAP_FAILED);
+	memset(arena, 0, sizeof *arena);
+	slot = th_cluster_keyslot(&clu, "hot", 3);
+	from = th_cluster_slot_owner(&clu, slot);
+	to = another_master(from);
+	for (long i = 0; i < WORKERS; i++)
+		cr_assert_gt(pids[i] = th_spawn(worker, (void *)i), 0);
+	/* Contended before anything moves. */
+	struct phase_goal g = { .acquired = 30, .attempts = LLONG_MAX };
+	cr_assert(th_wait_until(progressed, &g, 30000), "the workers do not get the lock");
+	/* There and back: both directions, keys one at a time. */
+	for (; moves < 2; moves++) {
+		cr_assert_eq(th_cluster_migrate_slot(&clu, slot, moves ? from : to, 1, mid_migration,
+				NULL, 60000), 0, "migration %d failed", moves);
+		before = __atomic_load_n(&arena->acquired, __ATOMIC_RELAXED);
+		g.acquired = before + 20;
+		cr_assert(th_wait_until(progressed, &g, 30000),
+				"no lock taken after migration %d", moves);
+	}
+	__atomic_store_n(&arena->stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < WORKERS; i++)
+		cr_assert_eq(th_wait_child(pids[i], 30000), 0, "worker %d", i);
+	printf("cluster migration: %lld locks taken, %lld attempts, %lld EIO, %lld overlaps, "
+			"%lld stale fences\n", arena->acquired, arena->attempts, arena->errors,
+			arena->overlaps, arena->stale_fences);
+	cr_assert_eq(arena->overlaps, 0, "two holders at once");
+	cr_assert_eq(arena->stale_fences, 0, "a fencing token did not increase");
+	cr_assert_eq(th_cluster_slot_owner(&clu, slot), from);
+	munmap(arena, sizeof *arena);
+}
