@@ -49,12 +49,12 @@ scripts_cycle(struct ctx *x)
 	 * host identity (boot id/pid namespace) and robustness. */
 	bench_token(tok);
 	snprintf(since, sizeof since, "%" PRId64, bench_now_ns() / 1000000);
-	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 10000 %s %s %s %s %s 0", acq->sha, x->lk, x->mk,
+	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 10000 %s %s %s %s %s 0 3600000 0", acq->sha, x->lk, x->mk,
 			tok, x->host, x->pid, x->pid, since, x->hostid);
 	ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 			r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 0;
 	freeReplyObject(r);
-	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 0 %s", rel->sha, x->lk, x->mk, tok, x->ch);
+	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 0 %s 3600000", rel->sha, x->lk, x->mk, tok, x->ch);
 	ok = ok && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
 	freeReplyObject(r);
 	return ok ? 0 : -1;

@@ -30,6 +30,9 @@ struct dmutex__acq {
 	unsigned lease_ms;
 	long tid;
 	int robust;             /* recorded for operators: "owner died" or "expired" */
+	int wait;               /* the caller listens for the wake-up and waits if
+	                         * the lock is busy: the holder's release publishes
+	                         * only for such callers (acquire.lua) */
 	/* out */
 	int status;
 	uint64_t fence;

@@ -55,7 +55,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	for (;;) {
 		struct dmutex__acq a = { .name = e->name, .token = token,
 			.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
-			.robust = mx->robust == DMUTEX_ROBUST };
+			.robust = mx->robust == DMUTEX_ROBUST, .wait = sub != NULL };
 		int64_t sent, now;
 
 		if (sub)

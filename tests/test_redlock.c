@@ -367,10 +367,12 @@ struct worker {
 	int iters;
 };
 
+/* Tokens compared as decimal strings: they pass 2^53, where Lua's numbers
+ * (doubles) would make two tokens a few apart equal. */
 static const char *cas =
-	"local last = tonumber(redis.call('GET', KEYS[1]) or '0') "
-	"if tonumber(ARGV[1]) <= last then return 0 end "
-	"redis.call('SET', KEYS[1], ARGV[1]) return 1";
+	"local last = redis.call('GET', KEYS[1]) or '0' local t = ARGV[1] "
+	"if #t < #last or (#t == #last and t <= last) then return 0 end "
+	"redis.call('SET', KEYS[1], t) return 1";
 
 static long long th_redis_int_on(redisContext *c, const char *cmd);
 

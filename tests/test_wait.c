@@ -295,6 +295,7 @@ Test(wait, unlock_wakes_waiter_long_before_lease_ends)
 	struct waiter w = { .m = &m };
 	struct backend_wait bw = { .name = "wake", .calls = 2 };
 	int64_t t_unlock, latency;
+	long long pub;
 	pthread_t tid;
 	pid_t pid;
 
@@ -302,6 +303,7 @@ Test(wait, unlock_wakes_waiter_long_before_lease_ends)
 	warm_up(&m);
 	pid = start_holder("wake", 0, 0);   /* 10 s lease */
 	bw.base = script_calls();
+	pub = dmt_cmd_calls(&srv, "publish", (const char *)NULL);
 	start_waiter(&tid, &w);
 	/* Subscribed and asked again after subscribing: from now on only a
 	 * notification (or the end of the 10 s lease) wakes it. */
@@ -314,10 +316,37 @@ Test(wait, unlock_wakes_waiter_long_before_lease_ends)
 	cr_assert_eq(w.unlock_rc, 0);
 	latency = (w.t_done - t_unlock) / MS;
 	fprintf(stderr, "wait: acquired %lld ms after the holder's unlock\n", (long long)latency);
+	/* The waiter marked the lock: the holder's release published. */
+	cr_assert_geq(dmt_cmd_calls(&srv, "publish", (const char *)NULL), pub + 1);
 	cr_assert_gt(w.t_done, t_unlock);
 	cr_assert_leq(latency, 200, "woken %lld ms after the unlock: not by the notification",
 			(long long)latency);
 	finish_holder(pid);
+	dmt_close_mutex(c, &m);
+}
+
+/* Issue 15 item 3: a release publishes only when a waiter marked the lock
+ * (acquire.lua); trylock and uncontended locks never mark it. */
+Test(wait, unlock_with_nobody_waiting_publishes_nothing)
+{
+	dmutex_client_t *c, *c2;
+	dmutex_t m, m2;
+	long long base;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "quiet", NULL), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, srv.url, "quiet", NULL), 0);
+	warm_up(&m);
+	base = dmt_cmd_calls(&srv, "publish", (const char *)NULL);
+	cr_assert_geq(base, 0);
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(dmutex_lock(&m), 0);
+		/* Busy, but a trylock does not wait: no mark. */
+		cr_assert_eq(dmutex_trylock(&m2), EBUSY);
+		cr_assert_eq(dmutex_unlock(&m), 0);
+	}
+	cr_assert_eq(dmt_cmd_calls(&srv, "publish", (const char *)NULL), base,
+			"a release published with nobody waiting");
+	dmt_close_mutex(c2, &m2);
 	dmt_close_mutex(c, &m);
 }
 

@@ -39,6 +39,7 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->argv[8] = c->hostid;
 	x->argv[9] = a->robust ? "1" : "0";
 	x->argv[10] = x->idle;
+	x->argv[11] = a->wait ? "1" : "0";
 }
 
 /* A fencing token: a decimal string (acquire.lua: it may pass 2^53),

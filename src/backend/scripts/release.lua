@@ -1,4 +1,4 @@
--- Release a lock we hold, and wake the waiters.
+-- Release a lock we hold, and wake the waiters if there are any.
 --
 -- KEYS[1]  lock hash, KEYS[2] meta hash
 -- ARGV     token, mode, wake channel, idle_ms (how long the meta hash
@@ -14,25 +14,29 @@
 -- released but the waiters could not be told (the ACL denies the channel:
 -- they wake at the end of the lease they wait on).
 --
+-- Publishes only when a waiter marked the lock key (w, acquire.lua): a
+-- waiter subscribes before the attempt that marks it, and both scripts are
+-- atomic, so a release either sees the mark or comes before the attempt,
+-- which then finds the lock free.
+--
 -- Nothing may fail after the first write: a script that failed after
 -- releasing would make the retry, finding the lock gone, report a clean
--- unlock as lost.  So the meta hash is read first (WRONGTYPE on foreign
--- data) and the PUBLISH is tried first, under pcall.  Its message reaches
--- the waiters only after the script ends, so nobody sees it early.
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+-- unlock as lost.  So the meta hash is written first (WRONGTYPE on foreign
+-- data fails there, before anything changed) and the PUBLISH runs under
+-- pcall.  Its message reaches the waiters only after the script ends, so
+-- nobody sees it early.
+local cur, w, died = unpack(redis.call('HMGET', KEYS[1], 'token', 'w', 'died'))
+if cur ~= ARGV[1] then
 	return 0
 end
-redis.call('HGET', KEYS[2], 'state')
-local told = redis.pcall('PUBLISH', ARGV[3], 'r')
 local mode = ARGV[2]
 if mode == '3' then
-	if redis.call('HGET', KEYS[1], 'died') == '1' then
+	if died == '1' then
 		mode = '2'
 	else
 		mode = '0'
 	end
 end
-redis.call('DEL', KEYS[1])
 if mode == '0' then
 	redis.call('HDEL', KEYS[2], 'state')
 	redis.call('PEXPIRE', KEYS[2], ARGV[4])
@@ -45,7 +49,8 @@ else
 	redis.call('HSET', KEYS[2], 'state', 'died')
 	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
-if type(told) == 'table' then
+redis.call('DEL', KEYS[1])
+if w and type(redis.pcall('PUBLISH', ARGV[3], 'r')) == 'table' then
 	return 2
 end
 return 1
