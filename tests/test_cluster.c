@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dmutex.h"
 #include "harness.h"
@@ -395,4 +396,79 @@ Test(cluster, slot_migrated_under_contention)
 	cr_assert_eq(arena->stale_fences, 0, "a fencing token did not increase");
 	cr_assert_eq(th_cluster_slot_owner(&clu, slot), from);
 	munmap(arena, sizeof *arena);
+}
+
+/* ------------------------------------------------------------------ */
+/* The dmutex command over every master                                */
+/* ------------------------------------------------------------------ */
+
+static char out_path[512];
+
+/* $DMUTEX_BIN args... with stdout and stderr in out_path; its exit status. */
+static int
+cli(const char *a1, const char *a2, const char *a3)
+{
+	const char *argv[] = { getenv("DMUTEX_BIN"), a1, "--url", clu.url, a2, a3, NULL };
+
+	cr_assert(argv[0], "DMUTEX_BIN is not set (run through meson test)");
+	unlink(out_path);
+	return th_run(argv, NULL, out_path, 30000);
+}
+
+static int
+output_has(const char *what)
+{
+	char buf[8192];
+	FILE *f = fopen(out_path, "r");
+	size_t n;
+
+	cr_assert(f, "no output file");
+	n = fread(buf, 1, sizeof buf - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return strstr(buf, what) != NULL;
+}
+
+Test(cluster, cli_list_status_reset)
+{
+	dmutex_client_t *c;
+	dmutex_t m[3];
+	char names[3][32];
+	int owners[3], n = 0;
+
+	up();
+	snprintf(out_path, sizeof out_path, "%s/cli.out", clu.node[0].dir);
+	c = open_client(NULL);
+	for (int i = 0; n < 3 && i < 1000; i++) {
+		int o, seen = 0;
+		snprintf(names[n], sizeof names[n], "cli%d", i);
+		o = owner_of(names[n]);
+		for (int j = 0; j < n; j++)
+			seen |= owners[j] == o;
+		if (!seen)
+			owners[n++] = o;
+	}
+	cr_assert_eq(n, 3);
+	for (int i = 0; i < 3; i++) {
+		init_on(&m[i], names[i], c);
+		cr_assert_eq(dmutex_lock(&m[i]), 0);
+	}
+	/* Every master's locks, each once. */
+	cr_assert_eq(cli("list", NULL, NULL), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert(output_has(names[i]), "list does not show %s", names[i]);
+	cr_assert_eq(cli("status", names[2], NULL), 0);
+	cr_assert(output_has("held"));
+	cr_assert(!output_has("cannot read"), "status asked a master that does not serve the name");
+	cr_assert_eq(cli("status", "nosuchname", NULL), 84);
+	/* reset refuses a held lock, and --force takes it away. */
+	cr_assert_eq(cli("reset", names[1], NULL), 85);
+	cr_assert_eq(cli("reset", "-f", names[1]), 0);
+	cr_assert_eq(dmutex_unlock(&m[1]), ENOLCK);
+	cr_assert_eq(cli("reset", "nosuchname", NULL), 84);
+	cr_assert_eq(dmutex_unlock(&m[0]), 0);
+	cr_assert_eq(dmutex_unlock(&m[2]), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(dmutex_destroy(&m[i]), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
 }

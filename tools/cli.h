@@ -58,8 +58,13 @@ int cli_parse_seconds(const char *s, int64_t *ms);
 
 struct cli_conn {
 	struct dmutex__config cfg;
-	struct dmutex__node *nodes;     /* cfg.nnodes */
+	size_t nnodes;                  /* cfg.nnodes; a cluster: its masters, once connected */
+	struct dmutex__node *nodes;     /* nnodes */
 	struct dmutex__conn **ctx;             /* one per node; NULL when unreachable */
+	/* A cluster (redis-cluster://): the slot map read at connect, and the
+	 * map's member index of each node. */
+	struct dmutex__slotmap *map;
+	int *member;
 };
 
 /* Parse the URL and connect to every node.  0; CLI_BADURL; CLI_BACKEND
@@ -71,6 +76,9 @@ int cli_conn_connect(struct cli_conn *cc, int quiet);
 void cli_conn_close(struct cli_conn *cc);
 /* A node's name for people (password masked). */
 const char *cli_conn_node(const struct cli_conn *cc, size_t i);
+/* 1 if node i holds name's keys: every node of a Redlock list, the master
+ * serving the name's slot in a cluster. */
+int cli_conn_serves(const struct cli_conn *cc, size_t i, const char *name);
 
 /* ---- what Redis says about one lock (inspect.c) ---------------------- */
 

@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "cli.h"
+#include "internal.h"
+#include "keys.h"
+#include "slotmap.h"
 
 int
 cli_conn_parse(struct cli_conn *cc, const char *url)
@@ -27,6 +30,10 @@ cli_conn_parse(struct cli_conn *cc, const char *url)
 			cli_err("bad backend URL");
 		return CLI_BADURL;
 	}
+	/* A cluster's nodes are known once connected (cluster_connect). */
+	if (cc->cfg.nodes[0].cluster)
+		return 0;
+	cc->nnodes = cc->cfg.nnodes;
 	cc->nodes = calloc(cc->cfg.nnodes, sizeof *cc->nodes);
 	cc->ctx = calloc(cc->cfg.nnodes, sizeof *cc->ctx);
 	if (!cc->nodes || !cc->ctx) {
@@ -59,12 +66,66 @@ cli_conn_parse(struct cli_conn *cc, const char *url)
 	return 0;
 }
 
+/* The masters of a cluster, from the slot map the seeds give: each a node
+ * of its own, serving the slots the map says. */
+static int
+cluster_connect(struct cli_conn *cc, int quiet)
+{
+	const struct dmutex__node_addr *tmpl = &cc->cfg.nodes[0];
+	int64_t deadline = dmutex__now_ns() + (int64_t)cc->cfg.connect_timeout_ms * DMUTEX__MS;
+	size_t n = 0;
+
+	if (!(cc->map = calloc(1, sizeof *cc->map)))
+		goto oom;
+	dmutex__slotmap_init(cc->map, tmpl, cc->cfg.connect_timeout_ms, cc->cfg.command_timeout_ms);
+	/* Logged (no seed answered, or a file of the URL is unusable). */
+	if (dmutex__slotmap_refresh(cc->map, deadline, 1, 1)) {
+		if (!quiet)
+			cli_err("backend unreachable or refusing: %s", tmpl->display);
+		return CLI_BACKEND;
+	}
+	if (!(cc->nodes = calloc(DMUTEX__MEMBERS_MAX, sizeof *cc->nodes)) ||
+			!(cc->ctx = calloc(DMUTEX__MEMBERS_MAX, sizeof *cc->ctx)) ||
+			!(cc->member = calloc(DMUTEX__MEMBERS_MAX, sizeof *cc->member)))
+		goto oom;
+	for (size_t m = 0; m < DMUTEX__MEMBERS_MAX && dmutex__slotmap_node(cc->map, m); m++) {
+		int serves = 0;
+		for (unsigned slot = 0; slot < DMUTEX__SLOTS && !serves; slot++)
+			serves = dmutex__slotmap_owner(cc->map, slot) == (int)m;
+		/* A replica (a seed) serves none: its keys are its master's. */
+		if (!serves)
+			continue;
+		if (dmutex__node_init(&cc->nodes[n], dmutex__slotmap_node(cc->map, m)->addr,
+				cc->cfg.connect_timeout_ms, cc->cfg.command_timeout_ms))
+			goto oom;
+		cc->member[n++] = (int)m;
+		cc->nnodes = n;
+	}
+	return 0;
+oom:
+	cli_err("out of memory");
+	return CLI_INTERNAL;
+}
+
+int
+cli_conn_serves(const struct cli_conn *cc, size_t i, const char *name)
+{
+	char key[DMUTEX__KEY_MAX];
+
+	if (!cc->map)
+		return 1;
+	dmutex__key(key, cc->cfg.prefix, "meta", name);
+	return dmutex__slotmap_owner(cc->map, dmutex__key_slot(key, strlen(key))) == cc->member[i];
+}
+
 int
 cli_conn_connect(struct cli_conn *cc, int quiet)
 {
 	int status = 0;
 
-	for (size_t i = 0; i < cc->cfg.nnodes; i++) {
+	if (cc->cfg.nodes[0].cluster && !cc->map && (status = cluster_connect(cc, quiet)))
+		return status;
+	for (size_t i = 0; i < cc->nnodes; i++) {
 		if (cc->ctx[i])
 			continue;
 		/* NULL: the library logged why (refused, timeout, AUTH, SELECT). */
@@ -94,7 +155,7 @@ void
 cli_conn_close(struct cli_conn *cc)
 {
 	if (cc->nodes) {
-		for (size_t i = 0; i < cc->cfg.nnodes; i++) {
+		for (size_t i = 0; i < cc->nnodes; i++) {
 			if (cc->ctx && cc->ctx[i])
 				dmutex__conn_free(cc->ctx[i]);
 			dmutex__node_fini(&cc->nodes[i]);
@@ -102,6 +163,10 @@ cli_conn_close(struct cli_conn *cc)
 	}
 	free(cc->ctx);
 	free(cc->nodes);
+	free(cc->member);
+	if (cc->map)
+		dmutex__slotmap_fini(cc->map);
+	free(cc->map);
 	dmutex__config_free(&cc->cfg);
 	memset(cc, 0, sizeof *cc);
 }
@@ -109,5 +174,5 @@ cli_conn_close(struct cli_conn *cc)
 const char *
 cli_conn_node(const struct cli_conn *cc, size_t i)
 {
-	return cc->cfg.nodes[i].display;
+	return cc->nodes[i].addr->display;
 }

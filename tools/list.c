@@ -143,7 +143,7 @@ static void
 print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 {
 	int wname = 4, whold = 6, wnode = 4;
-	int multi = cc->cfg.nnodes > 1;
+	int multi = cc->nnodes > 1;
 	char name[CLI_NAME_TEXT], holder[512];
 
 	for (size_t i = 0; i < n; i++) {
@@ -231,7 +231,7 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		return status;
 	if ((status = cli_conn_connect(&cc, 0))) {
 		size_t up = 0;
-		for (size_t n = 0; n < cc.cfg.nnodes; n++)
+		for (size_t n = 0; n < cc.nnodes; n++)
 			up += cc.ctx[n] != NULL;
 		if (!up)
 			goto out;
@@ -243,7 +243,7 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		goto out;
 	}
 	sprintf(match, "%smeta:{%s}", esc, pattern);
-	for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+	for (size_t n = 0; n < cc.nnodes; n++) {
 		int st;
 		if (cc.ctx[n] && (st = scan_node(cc.ctx[n], cc.cfg.prefix, match, &ns))) {
 			status = st;
@@ -251,21 +251,25 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		}
 	}
 	names_unique(&ns);
-	if (ns.n && !(rows = calloc(ns.n * cc.cfg.nnodes, sizeof *rows))) {
+	if (ns.n && !(rows = calloc(ns.n * cc.nnodes, sizeof *rows))) {
 		cli_err("out of memory");
 		status = CLI_INTERNAL;
 		goto out;
 	}
-	for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+	for (size_t n = 0; n < cc.nnodes; n++) {
 		if (!cc.ctx[n])
 			continue;
 		for (size_t lo = 0; lo < ns.n; lo += BATCH) {
 			size_t hi = lo + BATCH < ns.n ? lo + BATCH : ns.n;
 			int st = 0;
+			/* A cluster: each name on the master serving it. */
 			for (size_t i = lo; i < hi && !st; i++)
-				st = cli_inspect_append(cc.ctx[n], cc.cfg.prefix, ns.v[i]);
+				if (cli_conn_serves(&cc, n, ns.v[i]))
+					st = cli_inspect_append(cc.ctx[n], cc.cfg.prefix, ns.v[i]);
 			for (size_t i = lo; i < hi && !st; i++) {
 				struct row *r = &rows[nrows];
+				if (!cli_conn_serves(&cc, n, ns.v[i]))
+					continue;
 				st = cli_inspect_read(cc.ctx[n], cc.cfg.prefix, ns.v[i], &r->l);
 				r->node = n;
 				nrows++;
@@ -285,7 +289,7 @@ cli_cmd_list(int argc, char **argv, const char *url)
 			if (i)
 				fputc(',', stdout);
 			cli_json_lock(stdout, &rows[i].l,
-					cc.cfg.nnodes > 1 ? cli_conn_node(&cc, rows[i].node) : NULL);
+					cc.nnodes > 1 ? cli_conn_node(&cc, rows[i].node) : NULL);
 		}
 		fputs("]\n", stdout);
 	} else if (nrows) {

@@ -169,14 +169,16 @@ cli_cmd_reset(int argc, char **argv, const char *url)
 		return status;
 	if (!force) {
 		/* Refuse before touching any node. */
-		for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+		for (size_t n = 0; n < cc.nnodes; n++) {
 			struct cli_lock l;
+			if (!cli_conn_serves(&cc, n, name))
+				continue;
 			if ((status = cli_inspect(cc.ctx[n], cc.cfg.prefix, name, &l))) {
 				cli_lock_free(&l);
 				goto out;
 			}
 			if (l.held) {
-				say_refused(&l, cc.cfg.nnodes > 1 ? cli_conn_node(&cc, n) : NULL);
+				say_refused(&l, cc.nnodes > 1 ? cli_conn_node(&cc, n) : NULL);
 				status = CLI_REFUSED;
 			}
 			cli_lock_free(&l);
@@ -184,15 +186,19 @@ cli_cmd_reset(int argc, char **argv, const char *url)
 				goto out;
 		}
 	}
-	for (size_t n = 0; n < cc.cfg.nnodes; n++) {
+	for (size_t n = 0; n < cc.nnodes; n++) {
 		int what = 0;
+		if (!cli_conn_serves(&cc, n, name)) {
+			absent++;      /* a cluster: another master's name */
+			continue;
+		}
 		if ((status = reset_node(cc.ctx[n], cc.cfg.prefix, name, force,
-				cc.cfg.nnodes > 1 ? cli_conn_node(&cc, n) : NULL, &what)))
+				cc.nnodes > 1 ? cli_conn_node(&cc, n) : NULL, &what)))
 			goto out;
 		absent += what < 0;
 		removed += what > 0;
 	}
-	if (absent == (int)cc.cfg.nnodes) {
+	if (absent == (int)cc.nnodes) {
 		cli_err("no such lock '%s'", name);
 		status = CLI_NOLOCK;
 	} else if (!removed) {

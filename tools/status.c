@@ -119,7 +119,7 @@ cli_cmd_status(int argc, char **argv, const char *url)
 	/* With several nodes (Redlock), show the reachable ones. */
 	if ((status = cli_conn_connect(&cc, 0))) {
 		size_t up = 0;
-		for (size_t n = 0; n < cc.cfg.nnodes; n++)
+		for (size_t n = 0; n < cc.nnodes; n++)
 			up += cc.ctx[n] != NULL;
 		if (!up)
 			goto out;
@@ -128,12 +128,12 @@ cli_cmd_status(int argc, char **argv, const char *url)
 		fputc('[', stdout);
 	for (int i = optind; i < argc; i++) {
 		int exists = 0;
-		for (size_t n = 0; n < cc.cfg.nnodes; n++) {
-			const char *node = cc.cfg.nnodes > 1 ? cli_conn_node(&cc, n) : NULL;
+		for (size_t n = 0; n < cc.nnodes; n++) {
+			const char *node = cc.nnodes > 1 ? cli_conn_node(&cc, n) : NULL;
 			struct cli_lock l;
 			int st;
 
-			if (!cc.ctx[n])
+			if (!cc.ctx[n] || !cli_conn_serves(&cc, n, argv[i]))
 				continue;
 			if ((st = cli_inspect(cc.ctx[n], cc.cfg.prefix, argv[i], &l))) {
 				status = st;

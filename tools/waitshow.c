@@ -39,8 +39,8 @@ describe(struct cli_conn *cc, int *connected, const char *name, char *buf, size_
 			return;
 		*connected = 1;
 	}
-	for (size_t n = 0; n < cc->cfg.nnodes; n++) {
-		if (!cc->ctx[n])
+	for (size_t n = 0; n < cc->nnodes; n++) {
+		if (!cc->ctx[n] || !cli_conn_serves(cc, n, name))
 			continue;
 		if (cli_inspect(cc->ctx[n], cc->cfg.prefix, name, &l)) {
 			/* A broken context is not reused: connect again next time. */
