@@ -115,7 +115,7 @@ acquire_ok(int argc, char **argv, void *arg)
 	(void)arg;
 	/* Acquired, token 7, no owner died; or released (release.lua's 1):
 	 * the lock script's reply for either call. */
-	if (argc == 15 && strstr(argv[3], ":lock:"))    /* acquire.lua: 2 keys, 10 args */
+	if (argc == 16 && strstr(argv[3], ":lock:"))    /* acquire.lua: 2 keys, 11 args */
 		return strdup("*3\r\n:0\r\n$1\r\n7\r\n:0\r\n");
 	return strdup(":1\r\n");
 }

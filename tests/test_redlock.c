@@ -88,18 +88,6 @@ counter_on(int i, const char *name)
 	return th_redis_int(&nodes[i], "HGET dmutex:meta:{%s} fence", name);
 }
 
-struct counter_is {
-	int node;
-	const char *name;
-	long long want;
-};
-
-static int
-counter_is(void *arg)
-{
-	struct counter_is *k = arg;
-	return counter_on(k->node, k->name) == k->want;
-}
 
 struct key_gone {
 	int node;
@@ -126,16 +114,21 @@ plain_cycle(int n)
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_fence(&m, &tok), 0);
 	cr_assert_gt(tok, 0);
+	/* The token stands on a quorum before the lock returns (the nodes
+	 * that counted to it, or the write-back), so that the next quorum
+	 * starts above it wherever it lands; no node is above it.  A node
+	 * outside that quorum may lag (a new name starts from each node's
+	 * clock, and two nodes may agree without the third). */
+	int at = 0;
 	for (int i = 0; i < n; i++) {
-		struct counter_is want = { i, "rl-basic", (long long)tok };
+		long long v = counter_on(i, "rl-basic");
 		cr_assert_eq(exists_on(i, "rl-basic"), 1, "node %d lacks the lock", i);
-		/* Written back to every node that answered: the next quorum
-		 * starts above it wherever it lands.  Each node now issues
-		 * server-time tokens of its own, so the write-back is the rule,
-		 * and it may land just after the lock returned. */
-		cr_assert(th_wait_until(counter_is, &want, 2000), "node %d's counter is %lld, not %llu", i,
-				counter_on(i, "rl-basic"), (unsigned long long)tok);
+		cr_assert_leq(v, (long long)tok, "node %d's counter %lld is above the token %llu", i, v,
+				(unsigned long long)tok);
+		at += v == (long long)tok;
 	}
+	cr_assert_geq(at, n / 2 + 1, "only %d of %d nodes stand at the token %llu", at, n,
+			(unsigned long long)tok);
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	for (int i = 0; i < n; i++)
 		cr_assert_eq(exists_on(i, "rl-basic"), 0, "node %d kept the lock", i);

@@ -40,6 +40,9 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->argv[9] = a->robust ? "1" : "0";
 	x->argv[10] = x->idle;
 	x->argv[11] = a->wait ? "1" : "0";
+	/* Redlock: count on from the counter, so that the nodes stay in step
+	 * and the fencing write-back round is rare (acquire.lua). */
+	x->argv[12] = be->nnodes > 1 ? "1" : "0";
 }
 
 /* A fencing token: a decimal string (acquire.lua: it may pass 2^53),

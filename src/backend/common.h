@@ -15,7 +15,7 @@
 #define DMUTEX__RENEW_CHUNK 256
 
 /* Script argument counts, keys included (see each .lua). */
-#define DMUTEX__ACQ_ARGC 12
+#define DMUTEX__ACQ_ARGC 13
 #define DMUTEX__REL_ARGC 6
 #define DMUTEX__RENEW_NKEYS(k) (2 * (k))
 #define DMUTEX__RENEW_ARGC(k) (4 * (k) + 1)
@@ -23,7 +23,7 @@
 struct dmutex__acq_argv {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX];
 	char lease[16], pid[24], tid[24], since[24], idle[16];
-	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 10 args */
+	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 11 args */
 };
 
 struct dmutex__rel_argv {

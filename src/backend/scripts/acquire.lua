@@ -10,7 +10,8 @@
 --          (boot id/pid namespace), robust (1/0): the last four for operators
 --          (`dmutex status`: is the holder alive; owner died or expired),
 --          idle_ms, wait (1: the caller listens on the wake channel and
---          waits if the lock is busy; 0: trylock, or not subscribed yet)
+--          waits if the lock is busy; 0: trylock, or not subscribed yet),
+--          step (1: Redlock, count on from the counter, see below)
 --
 -- Returns {0, fence, died}  acquired (fence a decimal string: it may pass
 --                           2^53, where Lua's numbers lose digits; died = 1:
@@ -25,6 +26,16 @@
 -- token it handed out before: tokens stay strictly increasing without
 -- keeping every name for ever (as long as the server's clock does not go
 -- back).
+--
+-- Redlock (step 1): a name with state counts on, last + 1, without the
+-- clock.  Each node has its own clock, so with the clock in every token
+-- the nodes would almost never agree and every acquisition would need the
+-- write-back round (fence_raise.lua, src/backend/redlock.c).  Counting on,
+-- nodes that took part in the same holds stay equal, and the write-back
+-- runs only after a node missed some.  Tokens still grow across expiry: a
+-- counter grows by one a hold, far less than 2^20 a millisecond, so it
+-- does not run ahead of the clock (by more than the nodes' clocks differ,
+-- when the write-back raised it to another node's value).
 
 -- A retry after a lost reply carries the same token: it finds the lock
 -- already ours and answers as the first attempt did, so a lost reply never
@@ -78,6 +89,9 @@ end
 
 -- The next token: above the counter and the clock.  The caller writes it.
 local function next_fence()
+	if counter and mv and ARGV[11] == '1' then
+		return plus1(counter)
+	end
 	local c = clock()
 	if counter and not above(c, counter) then
 		return plus1(counter)
