@@ -34,19 +34,25 @@
  * that a newer holder had read too: both writes accepted, in token order,
  * one update lost -- the lock behaving as documented, the resource not
  * protecting itself.  The write logs what it accepted. */
+/* Tokens are compared as decimal strings: they pass 2^53, where Lua's
+ * numbers (doubles) would make tokens a few apart equal and let a stale
+ * one through.  lt(a, b): a < b. */
+#define TOKEN_LT "local function lt(a, b) if #a ~= #b then return #a < #b end return a < b end\n"
 static const char read_lua[] =
-	"local max = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-	"local tok = tonumber(ARGV[1])\n"
-	"if tok < max then return {0, max} end\n"
-	"if tok > max then redis.call('SET', KEYS[2], ARGV[1]) end\n"
-	"return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}\n";
+	TOKEN_LT
+	"local max = redis.call('GET', KEYS[2]) or '0'\n"
+	"local tok = ARGV[1]\n"
+	"if lt(tok, max) then return {0, max} end\n"
+	"if lt(max, tok) then redis.call('SET', KEYS[2], tok) end\n"
+	"return {1, redis.call('GET', KEYS[1]) or '0'}\n";
 static const char write_lua[] =
-	"local max = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-	"local tok = tonumber(ARGV[1])\n"
-	"if tok < max then return {0, max} end\n"
-	"redis.call('SET', KEYS[2], ARGV[1])\n"
+	TOKEN_LT
+	"local max = redis.call('GET', KEYS[2]) or '0'\n"
+	"local tok = ARGV[1]\n"
+	"if lt(tok, max) then return {0, max} end\n"
+	"redis.call('SET', KEYS[2], tok)\n"
 	"redis.call('SET', KEYS[1], ARGV[2])\n"
-	"redis.call('RPUSH', KEYS[3], ARGV[1])\n"
+	"redis.call('RPUSH', KEYS[3], tok)\n"
 	"return {1, tok}\n";
 
 struct worker {
@@ -140,9 +146,9 @@ res_read(struct thr *t, uint64_t token, int64_t *v)
 	}
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
 			r->element[0]->type == REDIS_REPLY_INTEGER &&
-			r->element[1]->type == REDIS_REPLY_INTEGER) {
+			r->element[1]->type == REDIS_REPLY_STRING) {
 		rc = r->element[0]->integer ? 0 : -2;
-		*v = r->element[1]->integer;
+		*v = strtoll(r->element[1]->str, NULL, 10);
 	} else {
 		fprintf(stderr, "torture worker: resource answered %s\n",
 				r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected shape");
@@ -168,9 +174,9 @@ res_write(struct thr *t, uint64_t token, int64_t value, uint64_t *max)
 	}
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
 			r->element[0]->type == REDIS_REPLY_INTEGER &&
-			r->element[1]->type == REDIS_REPLY_INTEGER) {
+			r->element[1]->type == REDIS_REPLY_STRING) {
 		rc = (int)r->element[0]->integer;
-		*max = (uint64_t)r->element[1]->integer;
+		*max = strtoull(r->element[1]->str, NULL, 10);
 	} else {
 		fprintf(stderr, "torture worker: resource answered %s\n",
 				r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected shape");
