@@ -197,9 +197,10 @@ DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
  */
 DMUTEX_EXPORT int dmutex_lock(dmutex_t *m);
 /* As dmutex_lock, plus EBUSY when held by anyone (including the owner of a
- * NORMAL/ERRORCHECK mutex); EIO after one attempt: on one Redis within
- * command_timeout_ms in total, the retry on a fresh connection and a reply
- * the server trickles included (connecting has connect_timeout_ms). */
+ * NORMAL/ERRORCHECK mutex); EIO after one attempt, within
+ * command_timeout_ms in total: retries, a new connection, a reply the
+ * server trickles and every Redlock node and round included (a release the
+ * attempt owes is finished in the background). */
 DMUTEX_EXPORT int dmutex_trylock(dmutex_t *m);
 /* As dmutex_lock, plus ETIMEDOUT; EINVAL for a bad tv_nsec only when it
  * would block (before EDEADLK). */
@@ -210,15 +211,16 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
 		const struct timespec *abstime);
 /*
  * 0; EPERM (caller does not hold it); ENOLCK (the hold was lost; it is
- * forgotten); EIO (release not confirmed, on one Redis within
- * command_timeout_ms in total as for trylock; the hold is forgotten locally
- * and the release retried in the background until the lease ends); EINVAL.
+ * forgotten); EIO (release not confirmed within command_timeout_ms in
+ * total, as for trylock; the hold is forgotten locally and the release
+ * retried in the background until the lease ends); EINVAL.
  */
 DMUTEX_EXPORT int dmutex_unlock(dmutex_t *m);
 /* 0; EINVAL (not robust, or not inconsistent, or bad m); EPERM (not held
  * by the caller). */
 DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
-/* 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost); EINVAL. */
+/* 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost); EINVAL.
+ * No I/O: it answers at once from the hold's local state and clock. */
 DMUTEX_EXPORT int dmutex_fence(dmutex_t *m, uint64_t *token);
 
 /*
@@ -331,7 +333,9 @@ DMUTEX_EXPORT int dcond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock,
 		const struct timespec *abstime);
 /* Wake at least one current waiter, if any; the caller need not hold the
  * mutex.  0; EINVAL (NULL, uninitialized, destroyed); EIO (the backend did
- * not confirm: a waiter may or may not have been woken). */
+ * not confirm within command_timeout_ms in total, retries, a new connection
+ * and every Redlock node included: a waiter may or may not have been
+ * woken). */
 DMUTEX_EXPORT int dcond_signal(dcond_t *c);
 /* Wake every waiter registered before the call.  As dcond_signal. */
 DMUTEX_EXPORT int dcond_broadcast(dcond_t *c);

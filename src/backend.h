@@ -33,6 +33,9 @@ struct dmutex__acq {
 	int wait;               /* the caller listens for the wake-up and waits if
 	                         * the lock is busy: the holder's release publishes
 	                         * only for such callers (acquire.lua) */
+	int64_t deadline;       /* CLOCK_MONOTONIC ns by which the call ends, every
+	                         * node, phase and dial included (trylock); 0: each
+	                         * attempt bounded by the backend's own timeouts */
 	/* out */
 	int status;
 	uint64_t fence;
@@ -58,8 +61,9 @@ struct dmutex__backend;
 
 struct dmutex__backend_ops {
 	int (*acquire)(struct dmutex__backend *be, struct dmutex__acq *a);
+	/* Ends by deadline (CLOCK_MONOTONIC ns), every node included. */
 	int (*release)(struct dmutex__backend *be, const char *name, const char *token,
-			int mode, int *released, int *maybe_done);
+			int mode, int64_t deadline, int *released, int *maybe_done);
 	/* Batched: few round trips for many leases.  Fills each result.  Ends
 	 * by deadline (CLOCK_MONOTONIC ns; the earliest lease deadline it
 	 * guards) whatever the command timeout says: a renewal confirmed
@@ -99,7 +103,8 @@ int dmutex__backend_cluster_create(struct dmutex_client *c, struct dmutex__backe
 int dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n,
 		struct dmutex__acq *a);
 int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n,
-		const char *name, const char *token, int mode, int *released, int *maybe_done);
+		const char *name, const char *token, int mode, int64_t deadline, int *released,
+		int *maybe_done);
 /* The wake channel of a lock, the same on every backend. */
 char *dmutex__backend_channel(struct dmutex__backend *be, const char *name);
 

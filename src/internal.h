@@ -266,5 +266,9 @@ enum {
  * 0 released; ENOLCK not ours; EIO unconfirmed. */
 int dmutex__release(struct dmutex_client *c, const char *name,
 		const char *token, int mode);
+/* The same, ending by until (CLOCK_MONOTONIC ns) instead of
+ * command_timeout_ms from now; EIO at once if until has passed. */
+int dmutex__release_by(struct dmutex_client *c, const char *name,
+		const char *token, int mode, int64_t until);
 
 #endif

@@ -23,9 +23,13 @@ enum { BLOCK, TRY };
  * is taken back in the background, so that nobody waits for a lock that
  * nobody knows it holds. */
 static void
-abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms)
+abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms,
+		int64_t until)
 {
-	int err = dmutex__release(c, e->name, token, DMUTEX__REL_ABANDON);
+	/* A trylock's release shares its deadline (past it: at once to the
+	 * background), so that its EIO comes within command_timeout_ms. */
+	int err = until ? dmutex__release_by(c, e->name, token, DMUTEX__REL_ABANDON, until)
+		: dmutex__release(c, e->name, token, DMUTEX__REL_ABANDON);
 	if (err == EIO)
 		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_ABANDON,
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
@@ -47,6 +51,9 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	char *channel = NULL;
 	int64_t io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
 	int64_t io_until = dmutex__now_ns() + io_budget;
+	/* trylock: one attempt, its release included, within command_timeout_ms. */
+	int64_t try_until = mode == TRY ? dmutex__now_ns() +
+		(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS : 0;
 	int maybe_done = 0, io_attempt = 0, err;
 	uint64_t seq = 0;
 
@@ -55,7 +62,8 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	for (;;) {
 		struct dmutex__acq a = { .name = e->name, .token = token,
 			.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
-			.robust = mx->robust == DMUTEX_ROBUST, .wait = sub != NULL };
+			.robust = mx->robust == DMUTEX_ROBUST, .wait = sub != NULL,
+			.deadline = try_until };
 		int64_t sent, now;
 
 		if (sub)
@@ -99,7 +107,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			if (err) {
 				dmutex__entry_forget(e);
 				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(c, e, token, mx->lease_ms);
+				abandon(c, e, token, mx->lease_ms, try_until);
 				break;
 			}
 			err = e->inconsistent ? EOWNERDEAD : 0;
@@ -166,7 +174,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		dmutex__waiter_unsub(c, sub);
 	free(channel);
 	if (err && err != EOWNERDEAD && maybe_done)
-		abandon(c, e, token, mx->lease_ms);
+		abandon(c, e, token, mx->lease_ms, try_until);
 	return err;
 }
 

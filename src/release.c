@@ -12,17 +12,29 @@
 int
 dmutex__release(struct dmutex_client *c, const char *name, const char *token, int mode)
 {
+	return dmutex__release_by(c, name, token, mode,
+			dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
+}
+
+int
+dmutex__release_by(struct dmutex_client *c, const char *name, const char *token, int mode,
+		int64_t until)
+{
 	struct dmutex__backend *be = c->be;
-	int64_t until = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 	int released = 0, maybe = 0, any_maybe = 0, err;
 
+	/* Every attempt ends by until, not each its own command timeout: the
+	 * EIO of an unlock comes within command_timeout_ms in total. */
 	for (int attempt = 0;; attempt++) {
-		err = be->ops->release(be, name, token, mode, &released, &maybe);
+		if (dmutex__now_ns() >= until)
+			return EIO;
+		err = be->ops->release(be, name, token, mode, until, &released, &maybe);
 		any_maybe |= maybe;
 		if (!err)
 			return released || any_maybe ? 0 : ENOLCK;
-		if (attempt >= 2 || dmutex__now_ns() >= until)
+		if (attempt >= 2)
 			return EIO;
-		dmutex__sleep_until(dmutex__now_ns() + 20 * DMUTEX__MS * (attempt + 1));
+		int64_t wake = dmutex__now_ns() + 20 * DMUTEX__MS * (attempt + 1);
+		dmutex__sleep_until(wake < until ? wake : until);
 	}
 }

@@ -165,9 +165,9 @@ cl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 static int
 cl_release(struct dmutex__backend *be, const char *name, const char *token,
-		int mode, int *released, int *maybe_done)
+		int mode, int64_t deadline, int *released, int *maybe_done)
 {
-	return dmutex__backend_redis_release(be, &cl_of(be)->face, name, token, mode, released,
+	return dmutex__backend_redis_release(be, &cl_of(be)->face, name, token, mode, deadline, released,
 			maybe_done);
 }
 

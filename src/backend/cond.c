@@ -2,6 +2,7 @@
  * majority of answers required (one node: that node). */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,7 +22,6 @@ struct cargs {
 struct tally {
 	size_t answered;        /* with an integer */
 	size_t zero;            /* ... that was 0 */
-	long long sum;
 };
 
 void
@@ -53,24 +53,34 @@ fill(const struct dmutex__cond *cx, struct cargs *a)
 	snprintf(a->ack, sizeof a->ack, "%u", ttl / 3 ? ttl / 3 : 1);
 }
 
+/* Every script answers an integer from 0 to max (1: still a waiter or not;
+ * signal: how many it woke); anything else is a reply from something that
+ * is not our script, counted as no answer. */
 static int
 call_all(struct dmutex__cond *cx, const char *what, int script, int nkeys, int argc,
-		const char **argv, struct tally *t)
+		const char **argv, long long max, struct tally *t)
 {
 	struct dmutex__backend *be = cx->client->be;
+	/* One deadline for every node and retry: signal and broadcast end
+	 * within command_timeout_ms in total.  The nodes are asked one after
+	 * the other, each given an equal share of what is left, so that one
+	 * stalled node leaves time for the others' quorum. */
+	int64_t until = dmutex__now_ns() + (int64_t)cx->client->cfg.command_timeout_ms * DMUTEX__MS;
 
 	memset(t, 0, sizeof *t);
 	for (size_t i = 0; i < be->nnodes; i++) {
+		int64_t now = dmutex__now_ns();
+		int64_t by = now >= until ? now : now + (until - now) / (int64_t)(be->nnodes - i);
 		int md = 0;
-		redisReply *r = dmutex__node_call(&be->nodes[i], script, nkeys, argc, argv, &md);
+		redisReply *r = now >= until ? NULL
+			: dmutex__node_call_by(&be->nodes[i], script, nkeys, argc, argv, &md, by);
 
-		if (r && r->type == REDIS_REPLY_INTEGER) {
+		if (r && r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= max) {
 			t->answered++;
 			t->zero += r->integer == 0;
-			t->sum += r->integer;
 		} else if (r) {
-			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of condition variable '%s': unexpected reply shape",
-					be->nodes[i].addr->display, what, cx->name);
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of condition variable '%s': unexpected reply "
+					"(shape, or a number out of range)", be->nodes[i].addr->display, what, cx->name);
 		}
 		if (r)
 			freeReplyObject(r);
@@ -96,7 +106,7 @@ dmutex__cond_register(struct dmutex__cond *cx, const char *token)
 	snprintf(info, sizeof info, "%s %ld %ld %" PRId64 " %s", cx->client->host, (long)getpid(),
 			dmutex__tid(), dmutex__wall_ms(), cx->client->hostid);
 	const char *argv[] = { a.wk, a.ik, token, a.ttl, info };
-	return call_all(cx, "wait", DMUTEX__SCRIPT_COND_REGISTER, 2, 5, argv, &t);
+	return call_all(cx, "wait", DMUTEX__SCRIPT_COND_REGISTER, 2, 5, argv, 1, &t);
 }
 
 int
@@ -108,7 +118,7 @@ dmutex__cond_refresh(struct dmutex__cond *cx, const char *token, int *still)
 
 	fill(cx, &a);
 	const char *argv[] = { a.wk, a.sk, a.ik, token, a.ttl, a.ch, a.ack };
-	if ((err = call_all(cx, "refresh", DMUTEX__SCRIPT_COND_REFRESH, 3, 7, argv, &t)))
+	if ((err = call_all(cx, "refresh", DMUTEX__SCRIPT_COND_REFRESH, 3, 7, argv, 1, &t)))
 		return err;
 	/* Woken on any node counts: a spurious wake-up at worst. */
 	*still = t.zero == 0;
@@ -124,7 +134,7 @@ dmutex__cond_leave(struct dmutex__cond *cx, const char *token, int *still)
 
 	fill(cx, &a);
 	const char *argv[] = { a.wk, a.sk, a.ik, token };
-	if ((err = call_all(cx, "leave", DMUTEX__SCRIPT_COND_LEAVE, 3, 4, argv, &t)))
+	if ((err = call_all(cx, "leave", DMUTEX__SCRIPT_COND_LEAVE, 3, 4, argv, 1, &t)))
 		return err;
 	*still = t.zero == 0;
 	return 0;
@@ -138,5 +148,7 @@ dmutex__cond_wake(struct dmutex__cond *cx, int all)
 
 	fill(cx, &a);
 	const char *argv[] = { a.wk, a.sk, a.ch, a.ack, all ? "1" : "0" };
-	return call_all(cx, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 5, argv, &t);
+	/* PUBLISH counts receivers: at most one per client connection. */
+	return call_all(cx, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 5, argv,
+			INT_MAX, &t);
 }

@@ -345,17 +345,43 @@ dmutex__node_drop_idle(struct dmutex__node *n)
 		dmutex__conn_free(idle[i]);
 }
 
+static redisReply *
+call_until(struct dmutex__node *n, int script, int nkeys, int argc, const char **argv,
+		int *maybe_done, int64_t deadline, int dial_counts);
+
 redisReply *
 dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done)
 {
-	return dmutex__node_call_by(n, script, nkeys, argc, argv, maybe_done,
-			dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS);
+	return call_until(n, script, nkeys, argc, argv, maybe_done,
+			dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS, 0);
 }
 
 redisReply *
 dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done, int64_t deadline)
+{
+	return call_until(n, script, nkeys, argc, argv, maybe_done, deadline, 1);
+}
+
+/* A new connection whose dial ends by deadline too (connect_timeout_ms
+ * still caps it); NULL when no time is left. */
+static struct dmutex__conn *
+dial_by(struct dmutex__node *n, int64_t deadline)
+{
+	int64_t left = deadline - dmutex__now_ns();
+	unsigned ms = n->connect_ms;
+
+	if (left <= 0)
+		return NULL;
+	if (left / DMUTEX__MS < (int64_t)ms)
+		ms = (unsigned)((left + DMUTEX__MS - 1) / DMUTEX__MS);
+	return dmutex__node_connect_timeout(n, ms);
+}
+
+static redisReply *
+call_until(struct dmutex__node *n, int script, int nkeys, int argc, const char **argv,
+		int *maybe_done, int64_t deadline, int dial_counts)
 {
 	struct dmutex__conn *c;
 	int64_t start = dmutex__now_ns(), budget = deadline - start;
@@ -369,9 +395,12 @@ dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
 		return NULL;
 	c = dmutex__node_pooled(n);
 
-	/* command_timeout_ms bounds the exchanges in total, the retry on a
-	 * fresh connection included (only connecting has its own timeout):
-	 * a server that trickles its reply cannot stretch a call. */
+	/* The deadline bounds the exchanges in total, the retry on a fresh
+	 * connection included: a server that trickles its reply cannot
+	 * stretch a call.  A caller's own deadline (call_by: trylock, unlock,
+	 * signal, broadcast, renewals) bounds the dial as well; a plain
+	 * call's dial has only connect_timeout_ms (a blocking lock's
+	 * attempts, sem, barrier). */
 	if (c) {
 		r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, &md, start + budget);
 		if (r || !c->err) {
@@ -387,12 +416,12 @@ dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
 			return NULL;
 		}
 	}
-	if (!(c = dmutex__node_connect(n))) {
+	if (!(c = dial_counts ? dial_by(n, deadline) : dmutex__node_connect(n))) {
 		*maybe_done = md;
 		return NULL;
 	}
 	r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, maybe_done,
-			dmutex__now_ns() + budget);
+			dial_counts ? deadline : dmutex__now_ns() + budget);
 	/* The first attempt may have run: that outweighs a later "no". */
 	if (md == 1)
 		*maybe_done = 1;

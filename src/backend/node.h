@@ -86,7 +86,10 @@ redisReply *dmutex__node_call(struct dmutex__node *n, int script, int nkeys, int
  * on one connection by deadline. */
 redisReply *dmutex__node_call_asking(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done, int64_t deadline);
-/* The same, ending by deadline instead of command_timeout_ms from now. */
+/* The same, ending by deadline (CLOCK_MONOTONIC ns) instead of
+ * command_timeout_ms from now, a new connection's dial included: the calls
+ * whose EIO comes within command_timeout_ms in total (trylock, unlock,
+ * signal, broadcast) share one deadline over their retries and nodes. */
 redisReply *dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done, int64_t deadline);
 /* The node's scripts: dmutex__scripts, or their SPUBLISH variants (n NULL:

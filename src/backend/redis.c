@@ -29,7 +29,10 @@ dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n
 
 	a->maybe_done = a->refused = 0;
 	dmutex__acq_argv(be, a, &x);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md))) {
+	/* A trylock's deadline bounds the call, its dial included. */
+	r = a->deadline ? dmutex__node_call_by(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md,
+			a->deadline) : dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md);
+	if (!r) {
 		a->refused = md == DMUTEX__REFUSED;
 		a->maybe_done = md == 1;
 		return EIO;
@@ -58,13 +61,15 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 int
 dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n,
-		const char *name, const char *token, int mode, int *released, int *maybe_done)
+		const char *name, const char *token, int mode, int64_t deadline, int *released,
+		int *maybe_done)
 {
 	struct dmutex__rel_argv x;
 	redisReply *r;
 
 	dmutex__rel_argv(be, name, token, mode, &x);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, maybe_done))) {
+	if (!(r = dmutex__node_call_by(n, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, maybe_done,
+			deadline))) {
 		*maybe_done = *maybe_done == 1;
 		return EIO;
 	}
@@ -81,9 +86,9 @@ dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n
 
 static int
 redis_release(struct dmutex__backend *be, const char *name, const char *token,
-		int mode, int *released, int *maybe_done)
+		int mode, int64_t deadline, int *released, int *maybe_done)
 {
-	return dmutex__backend_redis_release(be, node_of(be), name, token, mode, released,
+	return dmutex__backend_redis_release(be, node_of(be), name, token, mode, deadline, released,
 			maybe_done);
 }
 

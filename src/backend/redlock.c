@@ -79,16 +79,17 @@ lose(struct call *k)
 /* A script call is a few hundred bytes: it fits the socket buffer of a
  * fresh or idle connection, so this rarely waits at all. */
 static int
-flush(struct dmutex__conn *c)
+flush(struct dmutex__conn *c, unsigned timeout_ms)
 {
-	return dmutex__conn_flush(c, dmutex__now_ns() + NODE_TIMEOUT_MAX_MS * DMUTEX__MS);
+	return dmutex__conn_flush(c, dmutex__now_ns() + (int64_t)timeout_ms * DMUTEX__MS);
 }
 
 static int
-write_on(struct call *k, int script, int nkeys, int argc, const char **argv)
+write_on(struct call *k, int script, int nkeys, int argc, const char **argv, unsigned timeout_ms)
 {
 	k->by_sha = 1;
-	if (dmutex__node_script_append(NULL, k->c, script, 1, nkeys, argc, argv, NULL) || flush(k->c))
+	if (dmutex__node_script_append(NULL, k->c, script, 1, nkeys, argc, argv, NULL) ||
+			flush(k->c, timeout_ms))
 		return -1;
 	k->state = CALL_PENDING;
 	return 0;
@@ -115,7 +116,7 @@ resend_fresh(struct redlock *rl, size_t i, struct call *k, int script, int nkeys
 		k->state = CALL_LOST;   /* the first request may have gone out */
 		return 0;
 	}
-	if (write_on(k, script, nkeys, argc, argv))
+	if (write_on(k, script, nkeys, argc, argv, timeout_ms))
 		lose(k);
 	return 0;
 }
@@ -137,7 +138,7 @@ send_one(struct redlock *rl, size_t i, struct call *k, int script, int nkeys, in
 		__atomic_store_n(&rl->down_until[i], now + DOWN_NS, __ATOMIC_RELAXED);
 		return;
 	}
-	if (write_on(k, script, nkeys, argc, argv) &&
+	if (write_on(k, script, nkeys, argc, argv, timeout_ms) &&
 			resend_fresh(rl, i, k, script, nkeys, argc, argv, timeout_ms))
 		lose(k);
 }
@@ -165,7 +166,8 @@ receive_one(struct redlock *rl, size_t i, struct call *k, int script, int nkeys,
 			/* This node restarted and forgot the script. */
 			freeReplyObject(v);
 			k->by_sha = 0;
-			if (dmutex__node_script_append(NULL, k->c, script, 0, nkeys, argc, argv, NULL) || flush(k->c)) {
+			if (dmutex__node_script_append(NULL, k->c, script, 0, nkeys, argc, argv, NULL) ||
+					flush(k->c, timeout_ms)) {
 				lose(k);
 				return 0;
 			}
@@ -187,18 +189,36 @@ receive_one(struct redlock *rl, size_t i, struct call *k, int script, int nkeys,
 	}
 }
 
-/* The same script on every node at once, for at most timeout_ms. */
+/*
+ * The same script on every node at once, for at most timeout_ms and never
+ * past until (the call's deadline: its phases, and each node's dial, share
+ * it).  With no time left nothing is sent: every call CALL_FAILED.
+ */
 static void
 parallel(struct redlock *rl, int script, int nkeys, int argc, const char **argv,
-		unsigned timeout_ms, struct call *calls)
+		unsigned timeout_ms, int64_t until, struct call *calls)
 {
 	size_t n = rl->base.nnodes;
-	int64_t deadline = dmutex__now_ns() + (int64_t)timeout_ms * DMUTEX__MS;
+	int64_t now = dmutex__now_ns(), deadline = now + (int64_t)timeout_ms * DMUTEX__MS;
 	struct pollfd pf[n];
 	size_t idx[n];
 
-	for (size_t i = 0; i < n; i++)
-		send_one(rl, i, &calls[i], script, nkeys, argc, argv, timeout_ms);
+	if (until < deadline) {
+		deadline = until;
+		timeout_ms = until > now ? (unsigned)((until - now + DMUTEX__MS - 1) / DMUTEX__MS) : 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!timeout_ms || dmutex__now_ns() >= deadline) {
+			memset(&calls[i], 0, sizeof calls[i]);
+			calls[i].state = CALL_FAILED;
+			continue;
+		}
+		/* Dials are sequential: each gets what is left, not a full timeout. */
+		int64_t left = deadline - dmutex__now_ns();
+		unsigned t = left / DMUTEX__MS < (int64_t)timeout_ms
+			? (unsigned)((left + DMUTEX__MS - 1) / DMUTEX__MS) : timeout_ms;
+		send_one(rl, i, &calls[i], script, nkeys, argc, argv, t);
+	}
 	for (;;) {
 		size_t np = 0;
 		int64_t left = deadline - dmutex__now_ns();
@@ -215,8 +235,12 @@ parallel(struct redlock *rl, int script, int nkeys, int argc, const char **argv,
 		if (poll(pf, np, (int)((left + DMUTEX__MS - 1) / DMUTEX__MS)) <= 0)
 			continue;
 		for (size_t j = 0; j < np; j++)
-			if (pf[j].revents)
-				receive_one(rl, idx[j], &calls[idx[j]], script, nkeys, argc, argv, timeout_ms);
+			if (pf[j].revents) {
+				int64_t l = deadline - dmutex__now_ns();
+				unsigned t = l <= 0 ? 1 : l / DMUTEX__MS < (int64_t)timeout_ms
+					? (unsigned)((l + DMUTEX__MS - 1) / DMUTEX__MS) : timeout_ms;
+				receive_one(rl, idx[j], &calls[idx[j]], script, nkeys, argc, argv, t);
+			}
 	}
 	for (size_t i = 0; i < n; i++)
 		if (calls[i].state == CALL_PENDING) {
@@ -241,7 +265,7 @@ free_calls(struct call *calls, size_t n)
 /* Release on every node; 1 if some node may still carry the token. */
 static int
 release_everywhere(struct redlock *rl, const char *name, const char *token, int mode,
-		unsigned timeout_ms, size_t *released, size_t *not_ours, size_t *lost)
+		unsigned timeout_ms, int64_t until, size_t *released, size_t *not_ours, size_t *lost)
 {
 	size_t n = rl->base.nnodes;
 	struct dmutex__rel_argv x;
@@ -250,7 +274,7 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 
 	*released = *not_ours = *lost = 0;
 	dmutex__rel_argv(&rl->base, name, token, mode, &x);
-	parallel(rl, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, timeout_ms, calls);
+	parallel(rl, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, timeout_ms, until, calls);
 	for (size_t i = 0; i < n; i++) {
 		int rel;
 		if (calls[i].state == CALL_DONE && !dmutex__rel_reply(rl->base.nodes[i].addr->display, name, calls[i].r, &rel)) {
@@ -269,7 +293,7 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 
 static int
 raise_fence(struct redlock *rl, const char *meta_key, uint64_t fence, unsigned lease_ms,
-		unsigned timeout_ms)
+		unsigned timeout_ms, int64_t until)
 {
 	size_t n = rl->base.nnodes, ok = 0;
 	char v[24], keep[24];
@@ -279,9 +303,10 @@ raise_fence(struct redlock *rl, const char *meta_key, uint64_t fence, unsigned l
 	snprintf(v, sizeof v, "%" PRIu64, fence);
 	snprintf(keep, sizeof keep, "%llu",
 			(unsigned long long)lease_ms + rl->base.client->cfg.idle_ms);
-	parallel(rl, DMUTEX__SCRIPT_FENCE_RAISE, 1, 3, argv, timeout_ms, calls);
+	parallel(rl, DMUTEX__SCRIPT_FENCE_RAISE, 1, 3, argv, timeout_ms, until, calls);
 	for (size_t i = 0; i < n; i++)
-		ok += calls[i].state == CALL_DONE && calls[i].r->type == REDIS_REPLY_INTEGER;
+		ok += calls[i].state == CALL_DONE && calls[i].r->type == REDIS_REPLY_INTEGER &&
+			calls[i].r->integer == 1;       /* fence_raise.lua's only answer */
 	free_calls(calls, n);
 	return ok >= rl->quorum ? 0 : -1;
 }
@@ -299,11 +324,14 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	uint64_t fence = 0, fences[n];
 	size_t at_max = 0;
 	long long pttl = -1;
-	int died = 0, maybe = 0;
+	int died = 0, maybe = 0, raise_failed = 0;
+	/* A trylock's deadline covers the three rounds (acquire, write-back,
+	 * give-back) together; a blocking lock's attempts have only nt each. */
+	int64_t until = a->deadline ? a->deadline : INT64_MAX;
 
 	a->maybe_done = a->refused = a->split = 0;
 	dmutex__acq_argv(be, a, &x);
-	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, nt, calls);
+	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, nt, until, calls);
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__acq one = *a;
 		fences[i] = 0;
@@ -338,7 +366,8 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	 * quorum of the acquiring nodes already counted to it (nodes in step,
 	 * the usual case) that is so without the write-back round. */
 	if (ok >= rl->quorum && dmutex__now_ns() < valid_until &&
-			(at_max >= rl->quorum || !raise_fence(rl, x.mk, fence, a->lease_ms, nt)) &&
+			(at_max >= rl->quorum ||
+			 !(raise_failed = raise_fence(rl, x.mk, fence, a->lease_ms, nt, until))) &&
 			dmutex__now_ns() < valid_until) {
 		a->status = DMUTEX__ACQ_OK;
 		a->fence = fence;
@@ -348,8 +377,15 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	if (ok || maybe) {
 		/* A failed attempt gives back what it took, everywhere. */
 		size_t rel, nours, lost;
-		if (release_everywhere(rl, a->name, a->token, DMUTEX__REL_ABANDON, nt, &rel, &nours, &lost))
+		if (release_everywhere(rl, a->name, a->token, DMUTEX__REL_ABANDON, nt, until, &rel, &nours,
+				&lost))
 			a->maybe_done = 1;
+	}
+	if (raise_failed) {
+		/* No quorum confirmed the token: a backend failure, not a holder. */
+		dmutex__log(DMUTEX_LOG_ERROR, "'%s': the token could not be written back to a quorum",
+				a->name);
+		return EIO;
 	}
 	if (ok >= rl->quorum)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s': quorum reached too late (validity gone); retrying", a->name);
@@ -378,12 +414,12 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 static int
 rl_release(struct dmutex__backend *be, const char *name, const char *token,
-		int mode, int *released, int *maybe_done)
+		int mode, int64_t deadline, int *released, int *maybe_done)
 {
 	struct redlock *rl = rl_of(be);
 	size_t rel, nours, lost;
 	int unsure = release_everywhere(rl, name, token, mode,
-			node_timeout(rl, be->client->cfg.lease_ms) * 2, &rel, &nours, &lost);
+			node_timeout(rl, be->client->cfg.lease_ms) * 2, deadline, &rel, &nours, &lost);
 
 	*maybe_done = 0;
 	if (rel >= rl->quorum || nours >= rl->quorum) {
@@ -424,7 +460,8 @@ rl_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64
 			nt = (unsigned)(left / DMUTEX__MS) + 1;
 		memset(ones, 0, k * sizeof *ones);
 		memset(zeros, 0, k * sizeof *zeros);
-		parallel(rl, DMUTEX__SCRIPT_RENEW, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, nt, calls);
+		parallel(rl, DMUTEX__SCRIPT_RENEW, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, nt,
+				deadline, calls);
 		for (size_t i = 0; i < nn; i++) {
 			if (calls[i].state != CALL_DONE)
 				continue;

@@ -1,0 +1,373 @@
+/*
+ * Issue 16 item 6: a hostile or broken server, on one node and on three
+ * (Redlock).  Fake servers (tests/lib/fake_redis) answer the lock, release,
+ * write-back and condvar scripts with what the test chose: numbers out of
+ * range, the wrong type, an error, or a reply trickled a byte at a time.
+ * Every call returns EIO (never a hold with a bogus fencing token, never a
+ * crash or a hang), and trylock, unlock, dcond_signal and dcond_broadcast
+ * return within command_timeout_ms in total, retries and every Redlock
+ * node included.
+ */
+#include <criterion/criterion.h>
+
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "dmt.h"
+#include "fake_redis.h"
+
+/* What the fake servers answer, per script; set by the test. */
+struct script_replies {
+	pthread_mutex_t mu;
+	char acquire[256], release[64], raise[64], signal[64];
+	int node_token[3];      /* > 0: acquire answers this token on node i */
+};
+
+static struct script_replies rep = { .mu = PTHREAD_MUTEX_INITIALIZER };
+static char dir[64];
+static struct fake_redis *fk[3];
+
+static void
+set_reply(char *field, size_t len, const char *v)
+{
+	pthread_mutex_lock(&rep.mu);
+	snprintf(field, len, "%s", v);
+	pthread_mutex_unlock(&rep.mu);
+}
+#define SET(field, v) set_reply(rep.field, sizeof rep.field, (v))
+
+static char *
+answer(int argc, char **argv, void *arg)
+{
+	int node = (int)(intptr_t)arg;
+	char *r;
+
+	/* EVALSHA sha nkeys KEYS... ARGS...: told apart by key and count. */
+	pthread_mutex_lock(&rep.mu);
+	if (argc < 4)
+		r = strdup("-ERR unknown\r\n");
+	else if (strstr(argv[3], ":lock:") && argc >= 14) {   /* acquire; release has 9 */
+		if (rep.node_token[node] > 0)
+			r = fake_fmt("*3\r\n:0\r\n$%d\r\n%d\r\n:0\r\n",
+					snprintf(NULL, 0, "%d", rep.node_token[node]), rep.node_token[node]);
+		else
+			r = strdup(rep.acquire);
+	} else if (strstr(argv[3], ":lock:"))
+		r = strdup(rep.release);
+	else if (strstr(argv[3], ":meta:"))
+		r = strdup(rep.raise);
+	else if (strstr(argv[3], ":cond:"))
+		r = strdup(rep.signal);
+	else
+		r = strdup("-ERR not faked\r\n");
+	pthread_mutex_unlock(&rep.mu);
+	return r;
+}
+
+static void
+up(void)
+{
+	snprintf(dir, sizeof dir, "/tmp/dmt-hostile-XXXXXX");
+	cr_assert(mkdtemp(dir), "mkdtemp");
+	pthread_mutex_lock(&rep.mu);
+	snprintf(rep.acquire, sizeof rep.acquire, "*3\r\n:0\r\n$1\r\n7\r\n:0\r\n");
+	snprintf(rep.release, sizeof rep.release, ":1\r\n");
+	snprintf(rep.raise, sizeof rep.raise, ":1\r\n");
+	snprintf(rep.signal, sizeof rep.signal, ":0\r\n");
+	memset(rep.node_token, 0, sizeof rep.node_token);
+	pthread_mutex_unlock(&rep.mu);
+	for (int i = 0; i < 3; i++) {
+		char name[8];
+		snprintf(name, sizeof name, "n%d", i);
+		cr_assert_eq(fake_redis_start(&fk[i], dir, name, answer, (void *)(intptr_t)i), 0);
+	}
+}
+
+static void
+down(void)
+{
+	for (int i = 0; i < 3; i++)
+		fake_redis_stop(fk[i]);
+	rmdir(dir);
+}
+
+TestSuite(hostile_values, .init = up, .fini = down, .timeout = 60);
+
+/* "URL?opts" on node 0, or the three nodes with opts on the first. */
+static void
+url_of(char *buf, size_t len, int redlock, const char *opts)
+{
+	if (redlock)
+		snprintf(buf, len, "%s?%s,%s,%s", fake_redis_url(fk[0]), opts, fake_redis_url(fk[1]),
+				fake_redis_url(fk[2]));
+	else
+		snprintf(buf, len, "%s?%s", fake_redis_url(fk[0]), opts);
+}
+
+static void
+trickle_all(int byte_ms)
+{
+	for (int i = 0; i < 3; i++)
+		fake_redis_trickle(fk[i], byte_ms);
+}
+
+static long long
+ms_since(int64_t t0)
+{
+	return (long long)((dmt_now_ns() - t0) / 1000000);
+}
+
+/* Acquire replies no Redis running acquire.lua gives: each is EIO, with
+ * no hold left behind (fence says EPERM), whatever the token says. */
+static const char *const bad_acquires[] = {
+	"*3\r\n:0\r\n$1\r\n0\r\n:0\r\n",                                   /* token 0 */
+	"*3\r\n:0\r\n$2\r\n-5\r\n:0\r\n",                                  /* negative */
+	"*3\r\n:0\r\n$19\r\n9223372036854775808\r\n:0\r\n",                /* INT64_MAX + 1 */
+	"*3\r\n:0\r\n$20\r\n99999999999999999999\r\n:0\r\n",               /* past UINT64_MAX */
+	"*3\r\n:0\r\n$3\r\n1e9\r\n:0\r\n",                                 /* not decimal */
+	"*3\r\n:0\r\n$0\r\n\r\n:0\r\n",                                    /* empty */
+	"*3\r\n:0\r\n:0\r\n:0\r\n",                                        /* integer 0 */
+	"*3\r\n:0\r\n:-9223372036854775808\r\n:0\r\n",                     /* integer min */
+	"*3\r\n:0\r\n$-1\r\n:0\r\n",                                       /* nil */
+	"*3\r\n:0\r\n*1\r\n:7\r\n:0\r\n",                                  /* nested array */
+	"*1\r\n:0\r\n",                                                    /* too short */
+	"*3\r\n:4\r\n$1\r\n7\r\n:0\r\n",                                   /* status 4 */
+	"*3\r\n:-1\r\n$1\r\n7\r\n:0\r\n",                                  /* status -1 */
+	"*2\r\n:1\r\n:10000000000000\r\n",                                 /* busy, PTTL 10^13 */
+	"*2\r\n:1\r\n:-3\r\n",                                             /* busy, PTTL -3 */
+	"*2\r\n:1\r\n$2\r\n10\r\n",                                        /* busy, PTTL a string */
+	":1\r\n",                                                          /* not an array */
+	"$5\r\nhello\r\n",
+	"+OK\r\n",
+	"*0\r\n",
+	"-ERR no\r\n",
+};
+
+static void
+bad_acquire_values(int redlock)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	char url[1024];
+	uint64_t tok;
+
+	url_of(url, sizeof url, redlock, "command_timeout_ms=300");
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "hv", NULL), 0);
+	for (size_t i = 0; i < sizeof bad_acquires / sizeof bad_acquires[0]; i++) {
+		int64_t t0;
+		int err;
+
+		SET(acquire, bad_acquires[i]);
+		t0 = dmt_now_ns();
+		err = dmutex_trylock(&m);
+		cr_assert_eq(err, EIO, "reply %zu: trylock gave %d, want EIO", i, err);
+		cr_assert_lt(ms_since(t0), 300 + 250, "reply %zu: trylock took %lld ms", i, ms_since(t0));
+		cr_assert_eq(dmutex_fence(&m, &tok), EPERM, "reply %zu left a hold", i);
+	}
+	/* The largest token acquire.lua can give is taken as it is. */
+	SET(acquire, "*3\r\n:0\r\n$19\r\n9223372036854775807\r\n:0\r\n");
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+	cr_assert_eq(tok, (uint64_t)INT64_MAX);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+}
+
+Test(hostile_values, fence_token_out_of_range_is_eio)
+{
+	bad_acquire_values(0);
+}
+
+Test(hostile_values, fence_token_out_of_range_is_eio_redlock)
+{
+	bad_acquire_values(1);
+}
+
+/* Redlock's write-back round: the nodes gave different tokens, and the
+ * nodes' answers to fence_raise.lua are not its 1: no quorum stands behind
+ * the token, so no hold. */
+Test(hostile_values, redlock_write_back_bad_answer_is_eio)
+{
+	static const char *const bad[] = { ":0\r\n", ":2\r\n", ":-1\r\n", "$1\r\n1\r\n", "*0\r\n",
+		"-ERR no\r\n" };
+	dmutex_client_t *c;
+	dmutex_t m;
+	char url[1024];
+	uint64_t tok;
+
+	url_of(url, sizeof url, 1, "command_timeout_ms=300");
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "hv-raise", NULL), 0);
+	pthread_mutex_lock(&rep.mu);
+	rep.node_token[0] = 5;
+	rep.node_token[1] = 6;
+	rep.node_token[2] = 7;
+	pthread_mutex_unlock(&rep.mu);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int err;
+		SET(raise, bad[i]);
+		err = dmutex_trylock(&m);
+		cr_assert_eq(err, EIO, "fence_raise reply %zu: trylock gave %d", i, err);
+		cr_assert_eq(dmutex_fence(&m, &tok), EPERM);
+	}
+	SET(raise, ":1\r\n");
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+	cr_assert_eq(tok, 7);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+}
+
+/* Release replies release.lua never gives: EIO, the hold forgotten. */
+Test(hostile_values, bad_release_answer_is_eio)
+{
+	static const char *const bad[] = { ":3\r\n", ":-1\r\n", ":9223372036854775807\r\n",
+		"$1\r\n1\r\n", "*1\r\n:1\r\n", "+OK\r\n" };
+	dmutex_client_t *c;
+	dmutex_t m;
+	char url[1024];
+	uint64_t tok;
+
+	url_of(url, sizeof url, 0, "command_timeout_ms=300");
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "hv-rel", NULL), 0);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int64_t t0;
+		int err;
+		SET(release, ":1\r\n");
+		cr_assert_eq(dmutex_trylock(&m), 0);
+		SET(release, bad[i]);
+		t0 = dmt_now_ns();
+		err = dmutex_unlock(&m);
+		cr_assert_eq(err, EIO, "release reply %zu: unlock gave %d", i, err);
+		cr_assert_lt(ms_since(t0), 300 + 250, "reply %zu: unlock took %lld ms", i, ms_since(t0));
+		cr_assert_eq(dmutex_fence(&m, &tok), EPERM);
+	}
+	SET(release, ":1\r\n");
+	dmt_close_mutex(c, &m);
+}
+
+/* cond_signal.lua answers how many waiters it woke (0 or more, at most one
+ * per connection): anything else is EIO for signal and broadcast. */
+static void
+bad_signal_values(int redlock)
+{
+	static const char *const bad[] = { ":-1\r\n", ":9223372036854775807\r\n",
+		":-9223372036854775808\r\n", ":2147483648\r\n", "$1\r\n1\r\n", "*0\r\n", "+OK\r\n",
+		"-ERR no\r\n", "$-1\r\n" };
+	dmutex_client_t *c;
+	dcond_attr_t a;
+	dcond_t cv;
+	char url[1024];
+
+	url_of(url, sizeof url, redlock, "command_timeout_ms=300");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dcond_attr_init(&a), 0);
+	cr_assert_eq(dcond_attr_setclient(&a, c), 0);
+	cr_assert_eq(dcond_init(&cv, "hv-cond", &a), 0);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int64_t t0;
+		int err;
+		SET(signal, bad[i]);
+		t0 = dmt_now_ns();
+		err = dcond_signal(&cv);
+		cr_assert_eq(err, EIO, "signal reply %zu: gave %d", i, err);
+		err = dcond_broadcast(&cv);
+		cr_assert_eq(err, EIO, "broadcast reply %zu: gave %d", i, err);
+		cr_assert_lt(ms_since(t0), 2 * 300 + 250, "reply %zu: took %lld ms", i, ms_since(t0));
+	}
+	SET(signal, ":2147483647\r\n");
+	cr_assert_eq(dcond_signal(&cv), 0);
+	cr_assert_eq(dcond_broadcast(&cv), 0);
+	cr_assert_eq(dcond_destroy(&cv), 0);
+	dcond_attr_destroy(&a);
+	dmutex_client_close(c);
+}
+
+Test(hostile_values, signal_count_out_of_range_is_eio)
+{
+	bad_signal_values(0);
+}
+
+Test(hostile_values, signal_count_out_of_range_is_eio_redlock)
+{
+	bad_signal_values(1);
+}
+
+/*
+ * Every node trickles its replies, a byte every 100 ms (a reply is 4 to
+ * 20 bytes: 0.4 to 2 s).  With command_timeout_ms=200 and a per-node
+ * timeout of 300 ms, trylock, unlock, signal and broadcast each return EIO
+ * within 200 ms and scheduling slack: the deadline is the call's, shared
+ * by its rounds (acquire, give-back), its retries and its nodes.
+ */
+static void
+trickled_total_bound(int redlock, long long *took)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	dcond_attr_t a;
+	dcond_t cv;
+	char url[1024];
+	int64_t t0;
+
+	url_of(url, sizeof url, redlock, "command_timeout_ms=200&node_timeout_ms=300");
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "hv-slow", NULL), 0);
+	cr_assert_eq(dcond_attr_init(&a), 0);
+	cr_assert_eq(dcond_attr_setclient(&a, c), 0);
+	cr_assert_eq(dcond_init(&cv, "hv-slow", &a), 0);
+
+	trickle_all(100);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_trylock(&m), EIO);
+	took[0] = ms_since(t0);
+
+	/* Redlock skips a node that did not answer for 200 ms: until then
+	 * trylock says EIO at once. */
+	trickle_all(0);
+	int64_t until = dmt_now_ns() + 5000 * 1000000LL;
+	int err;
+	while ((err = dmutex_trylock(&m)) == EIO && dmt_now_ns() < until)
+		poll(NULL, 0, 10);
+	cr_assert_eq(err, 0);
+	trickle_all(100);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_unlock(&m), EIO);
+	took[1] = ms_since(t0);
+
+	t0 = dmt_now_ns();
+	cr_assert_eq(dcond_signal(&cv), EIO);
+	took[2] = ms_since(t0);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dcond_broadcast(&cv), EIO);
+	took[3] = ms_since(t0);
+	trickle_all(0);
+
+	cr_assert_eq(dcond_destroy(&cv), 0);
+	dcond_attr_destroy(&a);
+	dmt_close_mutex(c, &m);
+	fprintf(stderr, "%s, command_timeout_ms=200: trylock %lld ms, unlock %lld ms, signal %lld ms, "
+			"broadcast %lld ms\n", redlock ? "Redlock x3" : "one Redis", took[0], took[1],
+			took[2], took[3]);
+	for (int i = 0; i < 4; i++)
+		cr_assert_lt(took[i], 200 + 250, "call %d took %lld ms with command_timeout_ms=200",
+				i, took[i]);
+}
+
+Test(hostile_values, trickled_replies_total_bound)
+{
+	long long took[4];
+
+	trickled_total_bound(0, took);
+}
+
+Test(hostile_values, trickled_replies_total_bound_redlock)
+{
+	long long took[4];
+
+	trickled_total_bound(1, took);
+}
