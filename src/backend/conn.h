@@ -32,6 +32,8 @@ struct dmutex__conn {
 	short want;                     /* TLS: the poll event it waits for */
 	int tls_refused;                /* err came from TLS: a certificate or an
 	                                 * alert, not the network */
+	unsigned gen;                   /* redis-sentinel://: the generation of the
+	                                 * master's address it was dialled for */
 };
 
 /* Connect (DNS, TCP or unix; then the TLS handshake when tls is not NULL)

@@ -31,11 +31,6 @@ dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 	n->addr = addr;
 	n->connect_ms = connect_ms;
 	n->command_ms = command_ms;
-	if (addr->master_name) {
-		/* Parsed, not yet followed: src/backend/sentinel.c comes next. */
-		dmutex__log(DMUTEX_LOG_ERROR, "%s: Sentinel is not supported yet", addr->display);
-		return ENOTSUP;
-	}
 	if (addr->cluster) {
 		/* A cluster's template address: src/backend/cluster.c, not a node. */
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: a cluster URL where one node was expected",
@@ -46,18 +41,28 @@ dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 	if (addr->password_file &&
 			(err = dmutex__secret_read(addr->display, addr->password_file, &n->password)))
 		return err;
-	if (addr->tls && (err = dmutex__tls_ctx_new(addr, &n->tls))) {
-		free_password(n->password);
-		n->password = NULL;
-		return err;
+	if (addr->tls && (err = dmutex__tls_ctx_new(addr, &n->tls)))
+		goto fail;
+	if (addr->master_name && (err = dmutex__sentinel_new(addr, connect_ms, command_ms,
+			&n->sentinel))) {
+		dmutex__tls_ctx_free(n->tls);
+		n->tls = NULL;
+		goto fail;
 	}
 	pthread_mutex_init(&n->mu, NULL);
 	return 0;
+fail:
+	free_password(n->password);
+	n->password = NULL;
+	return err;
 }
 
 void
 dmutex__node_fini(struct dmutex__node *n)
 {
+	/* First: its watch thread drops this node's idle connections. */
+	dmutex__sentinel_free(n->sentinel);
+	n->sentinel = NULL;
 	for (int i = 0; i < n->nidle; i++)
 		dmutex__conn_free(n->idle[i]);
 	n->nidle = 0;
@@ -78,6 +83,8 @@ dmutex__node_atfork_child(struct dmutex__node *n)
 		dmutex__conn_free(n->idle[i]);
 	n->nidle = 0;
 	pthread_mutex_init(&n->mu, NULL);
+	if (n->sentinel)
+		dmutex__sentinel_atfork_child(n->sentinel);
 }
 
 /* Log once per outage, not once per attempt. */
@@ -104,6 +111,8 @@ struct connect_job {
 	unsigned command_ms;
 	struct dmutex__conn *c;         /* the result, or NULL */
 	int refused;                    /* the server said no (AUTH, SELECT) */
+	int check_role;                 /* redis-sentinel://: ROLE must say master */
+	int not_master;                 /* it did not */
 	char what[32];
 	char why[200];
 };
@@ -132,7 +141,7 @@ dup_or_null(char **to, const char *from)
 }
 
 static struct connect_job *
-job_new(const struct dmutex__node *n, int64_t deadline)
+job_new(const struct dmutex__node *n, int64_t deadline, const char *host, int port)
 {
 	const struct dmutex__node_addr *a = n->addr;
 	struct connect_job *j = calloc(1, sizeof *j);
@@ -144,7 +153,12 @@ job_new(const struct dmutex__node *n, int64_t deadline)
 	j->a.password_file = j->a.tls_ca = j->a.tls_cert = j->a.tls_key = NULL;
 	j->deadline = deadline;
 	j->command_ms = n->command_ms;
-	if (dup_or_null(&j->a.host, a->host) | dup_or_null(&j->a.path, a->path) |
+	/* redis-sentinel://: the master the sentinels named. */
+	if (host) {
+		j->a.port = port;
+		j->check_role = 1;
+	}
+	if (dup_or_null(&j->a.host, host ? host : a->host) | dup_or_null(&j->a.path, a->path) |
 			dup_or_null(&j->a.user, a->user) |
 			dup_or_null(&j->a.password, n->password ? n->password : a->password) |
 			dup_or_null(&j->a.display, a->display) |
@@ -214,6 +228,25 @@ handshake(struct connect_job *j)
 		if (rc)
 			return rc;
 	}
+	/* The sentinels may lag, or a demoted master come back: only the
+	 * server knows it is the master. */
+	if (j->check_role) {
+		if (!(r = dmutex__conn_command(c, j->deadline, "ROLE")))
+			return no_reply(j, "ROLE");
+		if (r->type == REDIS_REPLY_ERROR)
+			rc = fail(j, !dmutex__node_transient(r), "ROLE failed", r->str);
+		else if (r->type != REDIS_REPLY_ARRAY || !r->elements
+				|| r->element[0]->type != REDIS_REPLY_STRING
+				|| strcmp(r->element[0]->str, "master")) {
+			j->not_master = 1;
+			rc = fail(j, 0, "not the master", r->type == REDIS_REPLY_ARRAY && r->elements
+					&& r->element[0]->type == REDIS_REPLY_STRING
+					? r->element[0]->str : "unexpected reply to ROLE");
+		}
+		freeReplyObject(r);
+		if (rc)
+			return rc;
+	}
 	/* Over TLS, a PING within the connect timeout: the server's verdict
 	 * on our certificate comes back as its answer (see no_reply). */
 	if (c->ssl) {
@@ -257,16 +290,26 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 	int64_t deadline = dmutex__now_ns() + (int64_t)timeout_ms * DMUTEX__MS;
 	struct dmutex__conn *c;
 	struct connect_job *j;
-	int err;
+	char host[256], why[200];
+	unsigned gen = 0;
+	int err, port = 0;
 
+	/* The timeout bounds the sentinels' answer too. */
+	if (n->sentinel && dmutex__sentinel_locate(n->sentinel, deadline, host, sizeof host, &port,
+			&gen, why, sizeof why)) {
+		note_down(n, "cannot find the master", why);
+		return NULL;
+	}
 	/* The timeout bounds DNS, TCP and the handshake together: the dial
 	 * thread stops at the deadline and we stop waiting for it then. */
-	if (!(j = job_new(n, deadline))) {
+	if (!(j = job_new(n, deadline, n->sentinel ? host : NULL, port))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: out of memory connecting", a->display);
 		return NULL;
 	}
 	if ((err = dmutex__dial_run(connect_main, job_free, j, deadline))) {
 		if (err == ETIMEDOUT) {
+			if (n->sentinel)
+				dmutex__sentinel_stale(n->sentinel, gen);
 			note_down(n, "cannot connect", "timed out");
 		} else {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot start a connecting thread: %s",
@@ -276,6 +319,9 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 		return NULL;
 	}
 	if (!j->c) {
+		/* The sentinels may know better now. */
+		if (n->sentinel && !j->refused)
+			dmutex__sentinel_stale(n->sentinel, gen);
 		if (j->refused)
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s: %s", a->display, j->what, j->why);
 		else
@@ -284,6 +330,7 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 		return NULL;
 	}
 	c = j->c;
+	c->gen = gen;
 	j->c = NULL;
 	job_free(j);
 	pthread_mutex_lock(&n->mu);
@@ -438,6 +485,11 @@ dmutex__node_put(struct dmutex__node *n, struct dmutex__conn *c)
 		dmutex__conn_free(c);
 		return;
 	}
+	/* Dialled for a master the sentinels have replaced since. */
+	if (n->sentinel && c->gen != dmutex__sentinel_gen(n->sentinel)) {
+		dmutex__conn_free(c);
+		return;
+	}
 	/* Replies still owed would be read by the next user as its own. */
 	if (c->pending) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: closing a connection that owes %u replies",
@@ -550,6 +602,14 @@ dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
 			break;
 		freeReplyObject(v);
 		v = NULL;
+	}
+	/* A master demoted under us: this connection is of no more use, and
+	 * the sentinels know the new one.  Broken, so that node_call asks
+	 * again on a fresh connection. */
+	if (v && n->sentinel && ((redisReply *)v)->type == REDIS_REPLY_ERROR
+			&& !strncmp(((redisReply *)v)->str, "READONLY", 8)) {
+		dmutex__sentinel_stale(n->sentinel, c->gen);
+		c->err = 1;
 	}
 	return script_result(n, script, v, maybe_done);
 }

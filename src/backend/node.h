@@ -8,6 +8,7 @@
 #include <hiredis/hiredis.h>
 
 #include "conn.h"
+#include "sentinel.h"
 
 #include "url.h"
 
@@ -32,11 +33,15 @@ struct dmutex__node {
 	struct redisReply *(*route)(struct dmutex__node *n, int script, int nkeys, int argc,
 			const char **argv, int *maybe_done, int64_t deadline);
 	void *route_arg;
+	struct dmutex__sentinel *sentinel;  /* redis-sentinel://: where the master is */
 };
 
 /* Also reads the files the URL names (password_file, TLS certificates and
- * keys): 0, EINVAL (one of them cannot be used: logged, naming it) or
- * ENOMEM.  On failure nothing is left to finish. */
+ * keys; the sentinels' too): 0, EINVAL (one of them cannot be used: logged,
+ * naming it) or ENOMEM.  On failure nothing is left to finish.  A
+ * redis-sentinel:// node's address is asked of the sentinels at each
+ * connect (sentinel.h), checked with ROLE, and asked again when it proves
+ * wrong (a failed connect, ROLE not master, READONLY). */
 int dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		unsigned connect_ms, unsigned command_ms);
 void dmutex__node_fini(struct dmutex__node *n);

@@ -205,6 +205,10 @@ dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **o
 		free(rb);
 		return err;
 	}
+	/* Without it failovers are still followed, at the first error. */
+	if (rb->node.sentinel && (err = dmutex__sentinel_watch(rb->node.sentinel, &rb->node)))
+		dmutex__log(DMUTEX_LOG_WARN, "%s: cannot start the thread that follows failovers: %s",
+				rb->node.addr->display, strerror(err));
 	rb->base.ops = &redis_ops;
 	rb->base.client = c;
 	rb->base.nodes = &rb->node;

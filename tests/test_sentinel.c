@@ -1,0 +1,317 @@
+/*
+ * Issue 14 items 3 and 4: redis-sentinel:// against real processes (a
+ * master, a replica, three redis-sentinel; tests/lib/harness_sentinel.c),
+ * with a real failover (SIGKILL of the master); and what a holder learns
+ * when its server lost the lock state (a failover that lost writes, a
+ * restart without persistence).
+ *
+ * down-after-milliseconds is 1000 (the harness's default), so that a
+ * failover takes a few seconds.  Every wait polls with a deadline.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dmutex.h"
+#include "dmt.h"
+#include "harness.h"
+
+static struct th_sentinel sen;
+static struct th_redis srv;
+
+static void
+sen_down(void)
+{
+	dmutex_set_logger(NULL, NULL);
+	th_sentinel_stop(&sen);
+	th_redis_stop(&srv);
+}
+
+TestSuite(sentinel, .fini = sen_down, .timeout = 120);
+
+/* Log lines, kept so a test can look for one. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char logged[64][400];
+static int nlogged;
+
+static void
+capture(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	pthread_mutex_lock(&log_mu);
+	if (nlogged < 64)
+		snprintf(logged[nlogged], sizeof logged[0], "%s", msg);
+	nlogged++;
+	pthread_mutex_unlock(&log_mu);
+}
+
+static int
+logged_with(const char *what)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&log_mu);
+	for (int i = 0; i < nlogged && i < 64; i++)
+		found |= strstr(logged[i], what) != NULL;
+	pthread_mutex_unlock(&log_mu);
+	return found;
+}
+
+/* "redis-sentinel://USERINFO@P1,P2,P3/NAME?OPTS" for the running set-up. */
+static void
+sen_url(char *buf, size_t len, const char *userinfo, const char *name, const char *opts)
+{
+	snprintf(buf, len, "redis-sentinel://%s%s127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s%s%s",
+			userinfo ? userinfo : "", userinfo ? "@" : "", sen.sentinel[0].port,
+			sen.sentinel[1].port, sen.sentinel[2].port, name ? name : sen.name,
+			opts ? "?" : "", opts ? opts : "");
+}
+
+static uint64_t
+lock_fence_unlock(dmutex_t *m)
+{
+	uint64_t tok = 0;
+	int rc;
+
+	cr_assert_eq(rc = dmutex_lock(m), 0, "lock: %s", dmutex_strerror(rc));
+	cr_assert_eq(dmutex_fence(m, &tok), 0);
+	cr_assert_eq(dmutex_unlock(m), 0);
+	return tok;
+}
+
+/* Until the new master takes it: trylock, EIO meanwhile (the old master
+ * is gone, or the sentinels still name it).  The token, and the time it
+ * took in *ms. */
+static uint64_t
+lock_after_failover(dmutex_t *m, long long since, long long *ms)
+{
+	long long deadline = th_now_ms() + 30000;
+	uint64_t tok = 0;
+	int rc;
+
+	while ((rc = dmutex_trylock(m)) == EIO && th_now_ms() < deadline)
+		;
+	cr_assert_eq(rc, 0, "trylock after the failover: %s", dmutex_strerror(rc));
+	*ms = th_now_ms() - since;
+	cr_assert_eq(dmutex_fence(m, &tok), 0);
+	cr_assert_eq(dmutex_unlock(m), 0);
+	return tok;
+}
+
+/* Every write of data node `from` reached its replica. */
+static int
+replicated(int from)
+{
+	redisReply *r = th_sentinel_data_cmd(&sen, from, "WAIT 1 5000");
+	int ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+
+	if (r)
+		freeReplyObject(r);
+	return ok;
+}
+
+/* EXISTS of NAME's lock key on data node i (with the set-up's password). */
+static long long
+exists_on(int i, const char *name)
+{
+	char key[600];
+	redisReply *r;
+	long long n = -1;
+
+	dmt_lock_key(key, sizeof key, name);
+	r = th_sentinel_data_cmd(&sen, i, "EXISTS %s", key);
+	if (r && r->type == REDIS_REPLY_INTEGER)
+		n = r->integer;
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+Test(sentinel, finds_the_master_through_any_sentinel_with_credentials)
+{
+	struct th_sentinel_opts o = { .data_pass = "dpw", .sentinel_pass = "spw" };
+	char url[600];
+	dmutex_client_t *c;
+	dmutex_t m;
+	int rc;
+
+	cr_assert_eq(th_sentinel_start(&sen, &o, 0), 0);
+	sen_url(url, sizeof url, ":dpw", NULL, "sentinel_password=spw");
+	cr_assert_eq(rc = dmt_open_mutex(&c, &m, url, "sen-find", NULL), 0, "%s",
+			dmutex_strerror(rc));
+	cr_assert_eq(dmutex_lock(&m), 0);
+	/* On the master, and replicated to the replica. */
+	cr_assert_eq(exists_on(0, "sen-find"), 1);
+	cr_assert(replicated(0));
+	cr_assert_eq(exists_on(1, "sen-find"), 1);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+
+	/* Without the sentinels' password: no sentinel answers. */
+	dmutex_set_logger(capture, NULL);
+	sen_url(url, sizeof url, ":dpw", NULL, "connect_timeout_ms=500");
+	cr_assert_eq(dmutex_client_open(&c, url), EIO);
+	cr_assert(logged_with("NOAUTH") || logged_with("Authentication"), "%s", logged[0]);
+
+	/* A master name no sentinel knows: EIO, and a line saying so. */
+	nlogged = 0;
+	sen_url(url, sizeof url, ":dpw", "nosuchmaster", "sentinel_password=spw");
+	cr_assert_eq(dmutex_client_open(&c, url), EIO);
+	cr_assert(logged_with("does not know a master named 'nosuchmaster'"), "%s", logged[0]);
+	dmutex_set_logger(NULL, NULL);
+
+	/* Two sentinels down: the third one answers. */
+	cr_assert_eq(th_redis_kill(&sen.sentinel[0]), 0);
+	cr_assert_eq(th_redis_kill(&sen.sentinel[1]), 0);
+	sen_url(url, sizeof url, ":dpw", NULL, "sentinel_password=spw&connect_timeout_ms=1000");
+	cr_assert_eq(rc = dmt_open_mutex(&c, &m, url, "sen-find", NULL), 0, "%s",
+			dmutex_strerror(rc));
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+}
+
+/* The replica had every write: the hold survives, the new master serves
+ * lock and unlock within a bound, tokens keep growing. */
+Test(sentinel, failover_is_followed_and_a_replicated_hold_kept)
+{
+	atomic_int lost = 0;
+	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
+	char url[600], key[600];
+	dmutex_client_t *c;
+	dmutex_t held, m;
+	uint64_t before = 0, after;
+	long long t0, t_promoted, t_locked, pttl0;
+	int rc;
+
+	cr_assert_eq(th_sentinel_start(&sen, NULL, 0), 0);
+	/* The lease outlives the failover (a few seconds), with slack. */
+	sen_url(url, sizeof url, NULL, NULL, "lease_ms=8000&connect_timeout_ms=500&command_timeout_ms=500");
+	cr_assert_eq(rc = dmutex_client_open(&c, url), 0, "%s", dmutex_strerror(rc));
+	cr_assert_eq(dmt_init_mutex(&held, "sen-held", c, &a), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "sen-n", c, NULL), 0);
+	for (int i = 0; i < 5; i++) {
+		uint64_t t = lock_fence_unlock(&m);
+		cr_assert_gt(t, before);
+		before = t;
+	}
+	cr_assert_eq(dmutex_lock(&held), 0);
+	cr_assert(replicated(0));
+	cr_assert_eq(exists_on(1, "sen-held"), 1);
+
+	t0 = th_now_ms();
+	cr_assert_eq(th_sentinel_kill_master(&sen, 30000), 1);
+	t_promoted = th_now_ms() - t0;
+	after = lock_after_failover(&m, t0, &t_locked);
+	cr_assert_gt(after, before, "token %llu after the failover, %llu before",
+			(unsigned long long)after, (unsigned long long)before);
+	cr_assert_eq(exists_on(1, "sen-n"), 0, "unlock did not reach the new master");
+
+	/* The hold is renewed on the new master: its TTL goes up again. */
+	dmt_lock_key(key, sizeof key, "sen-held");
+	pttl0 = th_redis_int(&sen.data[1], "PTTL %s", key);
+	cr_assert_gt(pttl0, 0);
+	long long deadline = th_now_ms() + 10000, pttl = pttl0;
+	while (pttl <= pttl0 && th_now_ms() < deadline)
+		pttl = th_redis_int(&sen.data[1], "PTTL %s", key);
+	cr_assert_gt(pttl, pttl0, "the hold was not renewed on the new master");
+	cr_assert_eq(atomic_load(&lost), 0);
+	cr_assert_eq(dmutex_unlock(&held), 0);
+	cr_assert_eq(exists_on(1, "sen-held"), 0);
+	fprintf(stderr, "sentinel failover: promoted %lld ms after the kill, first lock on the "
+			"new master %lld ms after it (down-after %d ms)\n", t_promoted, t_locked,
+			sen.down_after_ms);
+	cr_assert_lt(t_locked, t_promoted + 5000);
+	dmutex_destroy(&held);
+	dmt_close_mutex(c, &m);
+}
+
+/* Writes that never reached the replica: the hold they made is reported
+ * lost, and the tokens they issued are still below the new master's. */
+Test(sentinel, writes_lost_in_failover_lose_the_hold_not_token_order)
+{
+	struct th_sentinel_opts o = { .replica_proxy = 1 };
+	atomic_int lost = 0;
+	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
+	char url[600];
+	dmutex_client_t *c;
+	dmutex_t held, m;
+	uint64_t lost_tok = 0, after;
+	long long t0, t_locked;
+
+	cr_assert_eq(th_sentinel_start(&sen, &o, 0), 0);
+	/* The lease outlives the failover: the hold is lost because the new
+	 * master lacks it, not because its lease ran out. */
+	sen_url(url, sizeof url, NULL, NULL, "lease_ms=8000&connect_timeout_ms=500&command_timeout_ms=500");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	dmutex_set_logger(capture, NULL);
+	cr_assert_eq(dmt_init_mutex(&held, "sen-lost", c, &a), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "sen-n", c, NULL), 0);
+	lock_fence_unlock(&m);
+	cr_assert(replicated(0));
+
+	/* From here on the replica hears nothing. */
+	th_proxy_set_mode(sen.repl_proxy, TH_PROXY_BLACKHOLE);
+	cr_assert_eq(dmutex_lock(&held), 0);
+	for (int i = 0; i < 3; i++)
+		lost_tok = lock_fence_unlock(&m);
+	cr_assert_eq(exists_on(0, "sen-lost"), 1);
+	cr_assert_eq(exists_on(1, "sen-lost"), 0);
+
+	t0 = th_now_ms();
+	cr_assert_eq(th_sentinel_kill_master(&sen, 30000), 1);
+	after = lock_after_failover(&m, t0, &t_locked);
+	cr_assert_gt(after, lost_tok, "token %llu after the failover, %llu lost in it",
+			(unsigned long long)after, (unsigned long long)lost_tok);
+
+	cr_assert(th_wait_until(dmt_lost_once, &lost, 10000), "the hold the new master lacks "
+			"was not reported lost");
+	cr_assert(logged_with("renewal of 'sen-lost': the lock is no longer ours"));
+	cr_assert_eq(dmutex_unlock(&held), ENOLCK);
+	cr_assert_eq(atomic_load(&lost), 1);
+	fprintf(stderr, "sentinel lost writes: first lock on the new master %lld ms after the "
+			"kill; token %llu > %llu\n", t_locked, (unsigned long long)after,
+			(unsigned long long)lost_tok);
+	dmutex_destroy(&held);
+	dmt_close_mutex(c, &m);
+}
+
+/* A standalone server restarted without persistence forgot every lock: a
+ * holder hears of it at its next renewal, and tokens keep growing. */
+Test(sentinel, restart_without_persistence_loses_holds_keeps_token_order)
+{
+	atomic_int lost = 0;
+	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
+	char url[700];
+	dmutex_client_t *c;
+	dmutex_t held, m;
+	uint64_t before, after;
+	long long t0, t_lost;
+
+	cr_assert_eq(th_redis_start(&srv, NULL), 0);
+	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=1500");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmt_init_mutex(&held, "restart-held", c, &a), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "restart-n", c, NULL), 0);
+	before = lock_fence_unlock(&m);
+	cr_assert_eq(dmutex_lock(&held), 0);
+
+	t0 = th_now_ms();
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, "restart-held"), 0);
+	cr_assert(th_wait_until(dmt_lost_once, &lost, 10000), "no onlost after the restart");
+	t_lost = th_now_ms() - t0;
+	cr_assert_eq(dmutex_unlock(&held), ENOLCK);
+	after = lock_fence_unlock(&m);
+	cr_assert_gt(after, before);
+	fprintf(stderr, "restart without persistence: hold reported lost %lld ms after the "
+			"kill (lease 1500 ms)\n", t_lost);
+	dmutex_destroy(&held);
+	dmt_close_mutex(c, &m);
+}
