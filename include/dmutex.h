@@ -219,8 +219,38 @@ DMUTEX_EXPORT int dmutex_unlock(dmutex_t *m);
 /* 0; EINVAL (not robust, or not inconsistent, or bad m); EPERM (not held
  * by the caller). */
 DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
-/* 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost); EINVAL.
- * No I/O: it answers at once from the hold's local state and clock. */
+/*
+ * 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost); EINVAL.
+ * No I/O: it answers at once from the hold's local state and clock.
+ *
+ * What a token guarantees (the one statement; README "Fencing tokens" and
+ * dmutex(7) repeat it).  A token is max(last + 1, T << 20): last is the
+ * name's previous token as the granting master knows it, T that master's
+ * clock in ms (Redis TIME).  So:
+ *  - It is strictly greater than every earlier token of the name that the
+ *    granting master knows, always (expiry of the name's idle state and
+ *    `dmutex reset` included).
+ *  - The state can be lost: a Sentinel failover to a replica that missed
+ *    the last writes (replication is asynchronous), a Cluster replica
+ *    promoted, a server restarted without persistence or flushed.  A token
+ *    granted after the loss is still greater than every lost one as long as
+ *    the new master's clock, when it grants, is past the old master's clock
+ *    when it granted the last lost token: the clocks of the servers must
+ *    not differ (nor a clock step back) by as much as the time between
+ *    the last lost grant and the first grant after the loss.  A Sentinel
+ *    failover takes at least down-after-milliseconds, a restart the time to
+ *    start Redis, so clocks kept by NTP are well inside it.
+ *  - Not guaranteed: clocks further apart than that, or stepped back; and
+ *    while two masters grant at once (an old master cut off by a partition
+ *    keeps granting until Sentinel demotes it) mutual exclusion itself is
+ *    broken: the tokens of the two masters interleave by clock, and a
+ *    resource that refuses tokens below its largest still refuses every
+ *    write older (by those clocks) than one it accepted.
+ * A hold whose state was lost is reported lost (onlost, ENOLCK) at its next
+ * renewal, a third of the lease at most after the new master answers;
+ * until then two holders may overlap, and only fencing protects the
+ * resource.
+ */
 DMUTEX_EXPORT int dmutex_fence(dmutex_t *m, uint64_t *token);
 
 /*

@@ -225,7 +225,7 @@ Test(sentinel, failover_is_followed_and_a_replicated_hold_kept)
 	cr_assert_eq(dmutex_unlock(&held), 0);
 	cr_assert_eq(exists_on(1, "sen-held"), 0);
 	fprintf(stderr, "sentinel failover: promoted %lld ms after the kill, first lock on the "
-			"new master %lld ms after it (down-after %d ms)\n", t_promoted, t_locked,
+			"new master %lld ms after the kill (down-after %d ms)\n", t_promoted, t_locked,
 			sen.down_after_ms);
 	cr_assert_lt(t_locked, t_promoted + 5000);
 	dmutex_destroy(&held);

@@ -22,8 +22,9 @@ struct dmutex__sentinel {
 	size_t n;
 	unsigned command_ms;
 	pthread_mutex_t mu;                     /* leaf: the fields below */
-	char host[HOST_LEN];                    /* the master; "" unknown */
+	char host[HOST_LEN];                    /* the master last named; "" none yet */
 	int port;
+	int valid;                              /* 0: ask again before use */
 	unsigned gen;
 	size_t next;                            /* the sentinel asked first */
 	/* The watch thread. */
@@ -96,7 +97,7 @@ dmutex__sentinel_atfork_child(struct dmutex__sentinel *s)
 		s->stop[0] = s->stop[1] = -1;
 	}
 	pthread_mutex_init(&s->mu, NULL);
-	s->host[0] = 0;
+	s->valid = 0;
 	s->gen++;
 	for (size_t i = 0; i < s->n; i++)
 		dmutex__node_atfork_child(&s->nodes[i]);
@@ -117,26 +118,30 @@ void
 dmutex__sentinel_stale(struct dmutex__sentinel *s, unsigned gen)
 {
 	pthread_mutex_lock(&s->mu);
-	if (s->gen == gen && s->host[0]) {
-		s->host[0] = 0;
+	if (s->gen == gen && s->valid) {
+		s->valid = 0;
 		s->gen++;
 	}
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* Record the master; 1 if it changed. */
+/* Record the master: 2 if it replaced another, 1 if it is the first, 0 if
+ * the same as before. */
 static int
 set_master(struct dmutex__sentinel *s, const char *host, int port, size_t from, unsigned *gen)
 {
 	int changed;
 
 	pthread_mutex_lock(&s->mu);
-	changed = strcmp(s->host, host) || s->port != port;
+	changed = strcmp(s->host, host) || s->port != port ? 1 + !!s->host[0] : 0;
 	if (changed) {
 		snprintf(s->host, sizeof s->host, "%s", host);
 		s->port = port;
 		s->gen++;
+	} else if (!s->valid) {
+		s->gen++;
 	}
+	s->valid = 1;
 	s->next = from;
 	if (gen)
 		*gen = s->gen;
@@ -231,7 +236,7 @@ dmutex__sentinel_locate(struct dmutex__sentinel *s, int64_t deadline, char *host
 	int p;
 
 	pthread_mutex_lock(&s->mu);
-	if (s->host[0] && strlen(s->host) < hostlen) {
+	if (s->valid && strlen(s->host) < hostlen) {
 		memcpy(host, s->host, strlen(s->host) + 1);
 		*port = s->port;
 		*gen = s->gen;
@@ -247,7 +252,7 @@ dmutex__sentinel_locate(struct dmutex__sentinel *s, int64_t deadline, char *host
 		return -1;
 	}
 	if (set_master(s, h, p, from, gen))
-		dmutex__log(DMUTEX_LOG_INFO, "%s: the master is %s:%d (%s)", s->addr->display, h, p,
+		dmutex__log(DMUTEX_LOG_INFO, "%s: the master is %s:%d (by %s)", s->addr->display, h, p,
 				s->nodes[from].addr->display);
 	memcpy(host, h, strlen(h) + 1);
 	*port = p;
@@ -268,7 +273,7 @@ pause_or_stop(struct dmutex__sentinel *s, int ms)
 static void
 switched(struct dmutex__sentinel *s, const char *host, int port, size_t from)
 {
-	if (!set_master(s, host, port, from, NULL))
+	if (set_master(s, host, port, from, NULL) != 2)
 		return;
 	dmutex__log(DMUTEX_LOG_WARN, "%s: failover: the master is now %s:%d (%s)",
 			s->addr->display, host, port, s->nodes[from].addr->display);
