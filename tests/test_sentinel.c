@@ -136,7 +136,7 @@ exists_on(int i, const char *name)
 Test(sentinel, finds_the_master_through_any_sentinel_with_credentials)
 {
 	struct th_sentinel_opts o = { .data_pass = "dpw", .sentinel_pass = "spw" };
-	char url[600];
+	char url[1400];
 	dmutex_client_t *c;
 	dmutex_t m;
 	int rc;
@@ -166,10 +166,17 @@ Test(sentinel, finds_the_master_through_any_sentinel_with_credentials)
 	cr_assert(logged_with("does not know a master named 'nosuchmaster'"), "%s", logged[0]);
 	dmutex_set_logger(NULL, NULL);
 
-	/* Two sentinels down: the third one answers. */
+	/* Two sentinels down: the third one answers; its password from a file. */
 	cr_assert_eq(th_redis_kill(&sen.sentinel[0]), 0);
 	cr_assert_eq(th_redis_kill(&sen.sentinel[1]), 0);
-	sen_url(url, sizeof url, ":dpw", NULL, "sentinel_password=spw&connect_timeout_ms=1000");
+	char file[600], opts[700];
+	FILE *f;
+	snprintf(file, sizeof file, "%s/sentinel-password", sen.sentinel[2].dir);
+	cr_assert_not_null(f = fopen(file, "w"));
+	fputs("spw\n", f);
+	fclose(f);
+	snprintf(opts, sizeof opts, "sentinel_password_file=%s&connect_timeout_ms=1000", file);
+	sen_url(url, sizeof url, ":dpw", NULL, opts);
 	cr_assert_eq(rc = dmt_open_mutex(&c, &m, url, "sen-find", NULL), 0, "%s",
 			dmutex_strerror(rc));
 	cr_assert_eq(dmutex_lock(&m), 0);
@@ -183,7 +190,7 @@ Test(sentinel, failover_is_followed_and_a_replicated_hold_kept)
 {
 	atomic_int lost = 0;
 	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
-	char url[600], key[600];
+	char url[1400], key[600];
 	dmutex_client_t *c;
 	dmutex_t held, m;
 	uint64_t before = 0, after;
@@ -239,7 +246,7 @@ Test(sentinel, writes_lost_in_failover_lose_the_hold_not_token_order)
 	struct th_sentinel_opts o = { .replica_proxy = 1 };
 	atomic_int lost = 0;
 	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
-	char url[600];
+	char url[1400];
 	dmutex_client_t *c;
 	dmutex_t held, m;
 	uint64_t lost_tok = 0, after;
@@ -312,6 +319,72 @@ Test(sentinel, restart_without_persistence_loses_holds_keeps_token_order)
 	cr_assert_gt(after, before);
 	fprintf(stderr, "restart without persistence: hold reported lost %lld ms after the "
 			"kill (lease 1500 ms)\n", t_lost);
+	dmutex_destroy(&held);
+	dmt_close_mutex(c, &m);
+}
+
+/* ROLE of data node 0 says slave. */
+static int
+old_master_demoted(void *arg)
+{
+	redisReply *r = th_sentinel_data_cmd(&sen, 0, "ROLE");
+	int replica = r && r->type == REDIS_REPLY_ARRAY && r->elements
+		&& r->element[0]->type == REDIS_REPLY_STRING && !strcmp(r->element[0]->str, "slave");
+
+	(void)arg;
+	if (r)
+		freeReplyObject(r);
+	return replica;
+}
+
+/* A failover the sentinels are told to make: the old master lives on and
+ * becomes a replica.  Nothing may go on talking to it (its pooled
+ * connections are dropped at +switch-master; a READONLY or a ROLE that is
+ * not master would send the client back to the sentinels). */
+Test(sentinel, manual_failover_leaves_nothing_on_the_demoted_master)
+{
+	atomic_int lost = 0;
+	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
+	char url[1400], key[600];
+	dmutex_client_t *c;
+	dmutex_t held, m;
+	uint64_t before, after;
+	long long t0, t_demoted, t_locked, deadline;
+	redisReply *r;
+
+	cr_assert_eq(th_sentinel_start(&sen, NULL, 0), 0);
+	sen_url(url, sizeof url, NULL, NULL, "lease_ms=6000&connect_timeout_ms=500&command_timeout_ms=500");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmt_init_mutex(&held, "sen-manual-held", c, &a), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "sen-manual", c, NULL), 0);
+	before = lock_fence_unlock(&m);
+	cr_assert_eq(dmutex_lock(&held), 0);
+	cr_assert(replicated(0));
+
+	t0 = th_now_ms();
+	r = th_sentinel_cmd(&sen, 0, "SENTINEL FAILOVER %s", sen.name);
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SENTINEL FAILOVER: %s", r ? r->str : "no reply");
+	freeReplyObject(r);
+	cr_assert(th_wait_until(old_master_demoted, NULL, 30000), "data node 0 is still a master");
+	t_demoted = th_now_ms() - t0;
+	cr_assert_eq(th_sentinel_get_master(&sen, 0), 1);
+	after = lock_after_failover(&m, t0, &t_locked);
+	cr_assert_gt(after, before);
+	cr_assert_eq(exists_on(1, "sen-manual"), 0);
+
+	/* The hold is renewed on the new master. */
+	dmt_lock_key(key, sizeof key, "sen-manual-held");
+	long long pttl0 = th_redis_int(&sen.data[1], "PTTL %s", key), pttl = pttl0;
+	cr_assert_gt(pttl0, 0);
+	deadline = th_now_ms() + 10000;
+	while (pttl <= pttl0 && th_now_ms() < deadline)
+		pttl = th_redis_int(&sen.data[1], "PTTL %s", key);
+	cr_assert_gt(pttl, pttl0, "the hold was not renewed on the new master");
+	cr_assert_eq(atomic_load(&lost), 0);
+	cr_assert_eq(dmutex_unlock(&held), 0);
+	cr_assert_eq(exists_on(1, "sen-manual-held"), 0);
+	fprintf(stderr, "sentinel manual failover: old master a replica %lld ms after SENTINEL "
+			"FAILOVER, first lock on the new master %lld ms after it\n", t_demoted, t_locked);
 	dmutex_destroy(&held);
 	dmt_close_mutex(c, &m);
 }
