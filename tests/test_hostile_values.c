@@ -26,6 +26,7 @@
 struct script_replies {
 	pthread_mutex_t mu;
 	char acquire[256], release[64], raise[64], signal[64];
+	char seminit[64], semop[64], semget[64], barinit[64], barwait[64], rwacq[64], rwrel[64];
 	int node_token[3];      /* > 0: acquire answers this token on node i */
 };
 
@@ -64,6 +65,13 @@ answer(int argc, char **argv, void *arg)
 		r = strdup(rep.raise);
 	else if (strstr(argv[3], ":cond:"))
 		r = strdup(rep.signal);
+	else if (strstr(argv[3], ":sem:"))     /* init, get and unlink 3 args, op 7 */
+		r = strdup(argc == 10 ? rep.semop : argc == 6 && (!strcmp(argv[4], "g") ||
+				!strcmp(argv[4], "u")) ? rep.semget : rep.seminit);
+	else if (strstr(argv[3], ":barrier:"))  /* init 2 args, wait 6 */
+		r = strdup(argc == 5 ? rep.barinit : rep.barwait);
+	else if (strstr(argv[3], ":rw:"))       /* acquire 8 args, release 6 */
+		r = strdup(argc == 11 ? rep.rwacq : rep.rwrel);
 	else
 		r = strdup("-ERR not faked\r\n");
 	pthread_mutex_unlock(&rep.mu);
@@ -80,6 +88,13 @@ up(void)
 	snprintf(rep.release, sizeof rep.release, ":1\r\n");
 	snprintf(rep.raise, sizeof rep.raise, ":1\r\n");
 	snprintf(rep.signal, sizeof rep.signal, ":0\r\n");
+	snprintf(rep.seminit, sizeof rep.seminit, ":1\r\n");
+	snprintf(rep.semop, sizeof rep.semop, ":1\r\n");
+	snprintf(rep.semget, sizeof rep.semget, ":1\r\n");
+	snprintf(rep.barinit, sizeof rep.barinit, ":1\r\n");
+	snprintf(rep.barwait, sizeof rep.barwait, "*2\r\n:0\r\n:1\r\n");
+	snprintf(rep.rwacq, sizeof rep.rwacq, "*3\r\n:0\r\n:0\r\n:0\r\n");
+	snprintf(rep.rwrel, sizeof rep.rwrel, ":1\r\n");
 	memset(rep.node_token, 0, sizeof rep.node_token);
 	pthread_mutex_unlock(&rep.mu);
 	for (int i = 0; i < 3; i++) {
@@ -370,4 +385,118 @@ Test(hostile_values, trickled_replies_total_bound_redlock)
 	long long took[4];
 
 	trickled_total_bound(1, took);
+}
+
+/*
+ * Semaphores, barriers and read-write locks (one node): every number their
+ * scripts answer is range-checked; anything else is EIO, never a value
+ * passed on (a permit count past DSEM_VALUE_MAX, a negated LLONG_MIN).
+ */
+Test(hostile_values, semaphore_numbers_out_of_range_are_eio)
+{
+	static const char *const bad_op[] = { ":2\r\n", ":-1\r\n", ":9223372036854775807\r\n",
+		"$1\r\n1\r\n", "*0\r\n", "+OK\r\n" };
+	static const char *const bad_post[] = { ":-2\r\n", ":2147483648\r\n",
+		":-9223372036854775808\r\n", "$1\r\n1\r\n" };
+	static const char *const bad_get[] = { ":-1\r\n", ":2147483648\r\n", "$1\r\n5\r\n" };
+	static const char *const bad_init[] = { ":2\r\n", ":-3\r\n", ":-9223372036854775808\r\n" };
+	dmutex_client_t *c;
+	dsem_t sem;
+	char url[1024];
+	int v;
+
+	url_of(url, sizeof url, 0, "command_timeout_ms=300");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	for (size_t i = 0; i < sizeof bad_init / sizeof bad_init[0]; i++) {
+		SET(seminit, bad_init[i]);
+		cr_assert_eq(dsem_init(&sem, "hv-sem", 1, c, 0), EIO, "init reply %zu", i);
+	}
+	SET(seminit, ":1\r\n");
+	cr_assert_eq(dsem_init(&sem, "hv-sem", 1, c, 0), 0);
+	for (size_t i = 0; i < sizeof bad_op / sizeof bad_op[0]; i++) {
+		SET(semop, bad_op[i]);
+		cr_assert_eq(dsem_trywait(&sem), EIO, "take reply %zu", i);
+	}
+	for (size_t i = 0; i < sizeof bad_post / sizeof bad_post[0]; i++) {
+		SET(semop, bad_post[i]);
+		cr_assert_eq(dsem_post(&sem), EIO, "post reply %zu", i);
+	}
+	for (size_t i = 0; i < sizeof bad_get / sizeof bad_get[0]; i++) {
+		SET(semget, bad_get[i]);
+		cr_assert_eq(dsem_getvalue(&sem, &v), EIO, "getvalue reply %zu", i);
+		cr_assert_eq(dsem_unlink("hv-sem", c), EIO, "unlink reply %zu", i);
+	}
+	SET(semop, ":2147483647\r\n");
+	cr_assert_eq(dsem_post(&sem), 0);
+	SET(semget, ":2147483647\r\n");
+	cr_assert_eq(dsem_getvalue(&sem, &v), 0);
+	cr_assert_eq(v, 2147483647);
+	cr_assert_eq(dsem_destroy(&sem), 0);
+	dmutex_client_close(c);
+}
+
+Test(hostile_values, barrier_numbers_out_of_range_are_eio)
+{
+	static const char *const bad_init[] = { ":2\r\n", ":-2147483648\r\n",
+		":-9223372036854775808\r\n", "$1\r\n1\r\n" };
+	static const char *const bad_wait[] = { "*2\r\n:-1\r\n:0\r\n", "*2\r\n:0\r\n:2\r\n",
+		"*2\r\n:0\r\n:-1\r\n", "*1\r\n:0\r\n", "*2\r\n$1\r\n0\r\n:1\r\n", ":1\r\n" };
+	dmutex_client_t *c;
+	dbarrier_t b;
+	char url[1024];
+
+	url_of(url, sizeof url, 0, "command_timeout_ms=300");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	for (size_t i = 0; i < sizeof bad_init / sizeof bad_init[0]; i++) {
+		SET(barinit, bad_init[i]);
+		cr_assert_eq(dbarrier_init(&b, "hv-bar", 2, c), EIO, "init reply %zu", i);
+	}
+	SET(barinit, ":-2147483647\r\n");   /* exists with count INT_MAX */
+	cr_assert_eq(dbarrier_init(&b, "hv-bar", 2, c), EINVAL);
+	SET(barinit, ":1\r\n");
+	cr_assert_eq(dbarrier_init(&b, "hv-bar", 2, c), 0);
+	for (size_t i = 0; i < sizeof bad_wait / sizeof bad_wait[0]; i++) {
+		SET(barwait, bad_wait[i]);
+		cr_assert_eq(dbarrier_wait(&b), EIO, "wait reply %zu", i);
+	}
+	SET(barwait, "*2\r\n:9223372036854775807\r\n:1\r\n");
+	cr_assert_eq(dbarrier_wait(&b), DBARRIER_SERIAL_THREAD);
+	cr_assert_eq(dbarrier_destroy(&b), 0);
+	dmutex_client_close(c);
+}
+
+Test(hostile_values, rwlock_numbers_out_of_range_are_eio)
+{
+	static const char *const bad_acq[] = { "*3\r\n:0\r\n:-1\r\n:0\r\n",
+		"*3\r\n:0\r\n:0\r\n:1048576\r\n", "*3\r\n:0\r\n:8796093022208\r\n:0\r\n",
+		"*2\r\n:1\r\n:-5\r\n", "*2\r\n:1\r\n:86400001\r\n", "*3\r\n:2\r\n:0\r\n:0\r\n",
+		":0\r\n" };
+	static const char *const bad_rel[] = { ":2\r\n", ":-1\r\n", ":9223372036854775807\r\n",
+		"+OK\r\n" };
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	char url[1024];
+
+	url_of(url, sizeof url, 0, "command_timeout_ms=300");
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "hv-rw", &a), 0);
+	for (size_t i = 0; i < sizeof bad_acq / sizeof bad_acq[0]; i++) {
+		SET(rwacq, bad_acq[i]);
+		cr_assert_eq(drwlock_tryrdlock(&rw), EIO, "acquire reply %zu", i);
+		cr_assert_eq(drwlock_trywrlock(&rw), EIO, "acquire reply %zu", i);
+	}
+	SET(rwacq, "*3\r\n:0\r\n:0\r\n:0\r\n");
+	for (size_t i = 0; i < sizeof bad_rel / sizeof bad_rel[0]; i++) {
+		SET(rwrel, ":1\r\n");
+		cr_assert_eq(drwlock_tryrdlock(&rw), 0);
+		SET(rwrel, bad_rel[i]);
+		cr_assert_eq(drwlock_unlock(&rw), EIO, "release reply %zu", i);
+	}
+	SET(rwrel, ":1\r\n");
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	dmutex_attr_destroy(&a);
+	dmutex_client_close(c);
 }

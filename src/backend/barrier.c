@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend.h"
+#include <limits.h>
+
 #include "barrier.h"
+#include "common.h"
 #include "keys.h"
 #include "node.h"
 #include "scripts.h"
@@ -17,24 +19,33 @@ dmutex__barrier_channel(const struct dmutex__barrier *bx, char *out)
 	dmutex__key(out, bx->client->cfg.prefix, "barwake", bx->name);
 }
 
-/* One script call; the reply in *out (caller frees), or EIO (logged). */
+/* The numbers a script answers: one integer (n 1) or an array of two
+ * (n 2), each from range[i][0] to range[i][1]. */
+struct want {
+	int n;
+	long long range[2][2];
+};
+
+/* One script call; the numbers in out[], or EIO (logged). */
 static int
 call(struct dmutex_client *c, const char *name, const char *what, int script, int nkeys,
-		int argc, const char **argv, int want_array, redisReply **out)
+		int argc, const char **argv, const struct want *w, long long *out)
 {
 	struct dmutex__backend *be = c->be;
 	int md = 0;
 	redisReply *r = dmutex__node_call(&be->nodes[0], script, nkeys, argc, argv, &md);
 
-	if (r && (want_array ? r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-			r->element[0]->type == REDIS_REPLY_INTEGER &&
-			r->element[1]->type == REDIS_REPLY_INTEGER : r->type == REDIS_REPLY_INTEGER)) {
-		*out = r;
+	if (r && (w->n == 1 ? !dmutex__int_in(r, w->range[0][0], w->range[0][1], &out[0])
+			: r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+			!dmutex__int_elem_in(r, 0, w->range[0][0], w->range[0][1], &out[0]) &&
+			!dmutex__int_elem_in(r, 1, w->range[1][0], w->range[1][1], &out[1]))) {
+		freeReplyObject(r);
 		return 0;
 	}
 	if (r)
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of barrier '%s': %s", be->nodes[0].addr->display,
-				what, name, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply shape");
+				what, name, r->type == REDIS_REPLY_ERROR ? r->str
+				: "unexpected reply (shape, or a number out of range)");
 	else
 		dmutex__log(DMUTEX_LOG_ERROR, "%s of barrier '%s': the backend did not answer", what, name);
 	if (r)
@@ -46,17 +57,18 @@ int
 dmutex__barrier_create(struct dmutex_client *c, const char *name, unsigned count,
 		long long *other)
 {
+	/* 1 created, 0 joined, -N: it exists with count N (1 .. INT_MAX). */
+	static const struct want w = { 1, { { -INT_MAX, 1 } } };
 	char k[DMUTEX__KEY_MAX], n[16];
-	redisReply *r;
+	long long v;
 	int err;
 
 	dmutex__key(k, c->cfg.prefix, "barrier", name);
 	snprintf(n, sizeof n, "%u", count);
 	const char *argv[] = { k, n };
-	if ((err = call(c, name, "init", DMUTEX__SCRIPT_BARRIER_INIT, 1, 2, argv, 0, &r)))
+	if ((err = call(c, name, "init", DMUTEX__SCRIPT_BARRIER_INIT, 1, 2, argv, &w, &v)))
 		return err;
-	*other = r->integer < 0 ? -r->integer : 0;
-	freeReplyObject(r);
+	*other = v < 0 ? -v : 0;
 	return 0;
 }
 
@@ -64,8 +76,10 @@ static int
 wait_call(struct dmutex__barrier *bx, const char *what, const char *op, const char *token,
 		long long *gen, int *serial)
 {
+	/* { generation (a counter: never negative), serial (0 or 1) } */
+	static const struct want w = { 2, { { 0, LLONG_MAX }, { 0, 1 } } };
 	char k[DMUTEX__KEY_MAX], ok[DMUTEX__BARRIER_OPKEY_MAX], ch[DMUTEX__KEY_MAX], n[16];
-	redisReply *r;
+	long long v[2];
 	int err;
 
 	dmutex__key(k, bx->client->cfg.prefix, "barrier", bx->name);
@@ -73,11 +87,10 @@ wait_call(struct dmutex__barrier *bx, const char *what, const char *op, const ch
 	dmutex__barrier_channel(bx, ch);
 	snprintf(n, sizeof n, "%u", bx->count);
 	const char *argv[] = { k, ok, op, n, ch, OP_TTL_MS };
-	if ((err = call(bx->client, bx->name, what, DMUTEX__SCRIPT_BARRIER_WAIT, 2, 6, argv, 1, &r)))
+	if ((err = call(bx->client, bx->name, what, DMUTEX__SCRIPT_BARRIER_WAIT, 2, 6, argv, &w, v)))
 		return err;
-	*gen = r->element[0]->integer;
-	*serial = r->element[1]->integer == 1;
-	freeReplyObject(r);
+	*gen = v[0];
+	*serial = v[1] == 1;
 	return 0;
 }
 

@@ -6,6 +6,23 @@
 #include "common.h"
 #include "internal.h"
 
+int
+dmutex__int_in(const redisReply *r, long long lo, long long hi, long long *out)
+{
+	if (r->type != REDIS_REPLY_INTEGER || r->integer < lo || r->integer > hi)
+		return -1;
+	*out = r->integer;
+	return 0;
+}
+
+int
+dmutex__int_elem_in(const redisReply *r, size_t i, long long lo, long long hi, long long *out)
+{
+	if (r->type != REDIS_REPLY_ARRAY || i >= r->elements)
+		return -1;
+	return dmutex__int_in(r->element[i], lo, hi, out);
+}
+
 static int
 int_elem(const redisReply *r, size_t i, long long *out)
 {

@@ -39,6 +39,12 @@ struct dmutex__renew_argv {
 	const char **argv;
 };
 
+/* Every number from the server is range-checked before use (issue 16
+ * item 6): 0 and *out if r (or element i of the array r) is an integer
+ * from lo to hi, else -1. */
+int dmutex__int_in(const redisReply *r, long long lo, long long hi, long long *out);
+int dmutex__int_elem_in(const redisReply *r, size_t i, long long lo, long long hi, long long *out);
+
 void dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 		struct dmutex__acq_argv *x);
 /* Fill a->status, fence, died, pttl_ms from an acquire reply; -1 if the

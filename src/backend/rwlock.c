@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "keys.h"
 #include "node.h"
 #include "rwlock.h"
@@ -107,14 +108,16 @@ dmutex__rw_release(struct dmutex_client *c, const char *name, int op, const char
 		*maybe_done = *maybe_done == 1;
 		return EIO;
 	}
-	if (r->type != REDIS_REPLY_INTEGER) {
-		dmutex__log(DMUTEX_LOG_ERROR, "%s: rwlock '%s': unexpected reply to a release",
-				n->addr->display, name);
+	/* rw_release.lua: 1 released, 0 not ours (or an intent's ZREM count). */
+	long long v;
+	if (dmutex__int_in(r, 0, 1, &v)) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: rwlock '%s': unexpected reply to a release (shape, "
+				"or a number out of range)", n->addr->display, name);
 		freeReplyObject(r);
 		*maybe_done = 1;
 		return EIO;
 	}
-	*released = r->integer == 1;
+	*released = v == 1;
 	freeReplyObject(r);
 	return 0;
 }
@@ -155,11 +158,15 @@ renew_chunk(struct dmutex_client *c, struct dmutex__node *node, struct dmutex__c
 		: dmutex__node_call_by(node, DMUTEX__SCRIPT_RW_RENEW, (int)(3 * k), (int)(6 * k + 1),
 			argv, &md, deadline);
 	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == k) {
-		for (size_t i = 0; i < k; i++)
-			if (r->element[i]->type == REDIS_REPLY_INTEGER) {
-				rn[i].result = r->element[i]->integer != 0;
-				rn[i].writer_waits = r->element[i]->integer == 2;
+		/* rw_renew.lua: 1 renewed, 2 renewed and a writer waits, 0 not
+		 * ours; anything else leaves the result -1 (failed). */
+		for (size_t i = 0; i < k; i++) {
+			long long v;
+			if (!dmutex__int_elem_in(r, i, 0, 2, &v)) {
+				rn[i].result = v != 0;
+				rn[i].writer_waits = v == 2;
 			}
+		}
 	} else if (r) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: rwlock renew: unexpected reply shape", node->addr->display);
 	}

@@ -1,7 +1,8 @@
 /*
  * libFuzzer target: every Redis reply shape the library reads, parsed from
  * raw RESP by hiredis's own reader (as on a connection) and handed to the
- * functions that interpret acquire, release, renew and NOSCRIPT replies
+ * functions that interpret acquire, release, renew and NOSCRIPT replies, and
+ * the range checks of the cond, sem, barrier and rwlock counts
  * (src/backend/common.c, src/backend/node.c).  Any shape is either understood
  * within the documented values or refused; never a crash.
  */
@@ -57,6 +58,16 @@ check(const redisReply *r)
 				abort();
 	}
 	(void)dmutex__node_noscript(r);
+	/* The counts of cond, sem, barrier and rwlock scripts: a number is
+	 * passed on only inside its range (a semaphore's value, a barrier's
+	 * generation and serial), whatever the server sent. */
+	long long v;
+	if (!dmutex__int_in(r, -1, 2147483647, &v) && (v < -1 || v > 2147483647))
+		abort();
+	if (!dmutex__int_elem_in(r, 0, 0, INT64_MAX, &v) && v < 0)
+		abort();
+	if (!dmutex__int_elem_in(r, 1, 0, 1, &v) && v != 0 && v != 1)
+		abort();
 }
 
 /* hiredis 0.14 allocates an array's announced element count before the
