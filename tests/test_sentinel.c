@@ -388,3 +388,52 @@ Test(sentinel, manual_failover_leaves_nothing_on_the_demoted_master)
 	dmutex_destroy(&held);
 	dmt_close_mutex(c, &m);
 }
+
+/* A forked child has no thread on +switch-master: it finds the new master
+ * by asking again after its connection to the old one fails. */
+static dmutex_t fork_m;
+static struct th_sync fork_sync;
+
+static int
+child_follows(void *arg)
+{
+	long long deadline = th_now_ms() + 40000;
+	int rc;
+
+	(void)arg;
+	if (dmutex_lock(&fork_m) || dmutex_unlock(&fork_m))
+		return 2;
+	/* The parent kills the master now. */
+	th_sync_post(&fork_sync);
+	while (th_sentinel_get_master(&sen, 0) != 1)
+		if (th_now_ms() > deadline)
+			return 3;
+	while ((rc = dmutex_trylock(&fork_m)) == EIO && th_now_ms() < deadline)
+		;
+	if (rc)
+		return 4;
+	return dmutex_unlock(&fork_m) ? 5 : 0;
+}
+
+Test(sentinel, forked_child_follows_by_asking_again)
+{
+	char url[1400];
+	dmutex_client_t *c;
+	pid_t pid;
+
+	if (DMT_ASAN_FORK_UNSAFE)
+		cr_skip_test("%s", DMT_ASAN_FORK_REASON);
+	cr_assert_eq(th_sentinel_start(&sen, NULL, 0), 0);
+	sen_url(url, sizeof url, NULL, NULL, "connect_timeout_ms=500&command_timeout_ms=500");
+	cr_assert_eq(dmt_open_mutex(&c, &fork_m, url, "sen-fork", NULL), 0);
+	lock_fence_unlock(&fork_m);
+	cr_assert_eq(th_sync_init(&fork_sync), 0);
+	cr_assert_gt(pid = th_spawn(child_follows, NULL), 0);
+	cr_assert_eq(th_sync_wait(&fork_sync, 20000), 0, "the child did not lock at all");
+	th_sync_close(&fork_sync);
+	cr_assert_eq(th_sentinel_kill_master(&sen, 30000), 1);
+	cr_assert_eq(th_wait_child(pid, 60000), 0, "the child did not lock on the new master");
+	lock_fence_unlock(&fork_m);
+	cr_assert_eq(exists_on(1, "sen-fork"), 0);
+	dmt_close_mutex(c, &fork_m);
+}
