@@ -1,6 +1,7 @@
 /*
- * The interface every backend implements: one Redis master today, Redlock
- * over N masters next.  The public layer talks only to this.
+ * The interface every backend implements: one Redis master, Redlock over N
+ * masters, a Redis Cluster (src/backend/).  The core talks only to this
+ * and to waiter.h, and never learns which topology is behind it.
  *
  * Every call returns 0 or EIO.  EIO means the backend did not answer or
  * answered an error; the detail goes to the log.  `maybe_done` tells the
@@ -75,10 +76,14 @@ struct dmutex__backend_ops {
 	/* In a fork child: drop inherited connections without talking on them. */
 	void (*atfork_child)(struct dmutex__backend *be);
 	void (*destroy)(struct dmutex__backend *be);
-	/* Optional: what dmutex_client_open checks (reachable, ACL); 0, EIO or
-	 * EACCES, logged.  NULL: each of nodes[0..nnodes) is checked, a
-	 * majority must pass. */
-	int (*verify)(struct dmutex__backend *be);
+	/* What dmutex_client_open checks (reachable, ACL, no server twice):
+	 * 0; EACCES or EINVAL (logged); EIO with *up of *need servers
+	 * reachable (the caller says so, with where the URL came from). */
+	int (*verify)(struct dmutex__backend *be, size_t *up, size_t *need);
+	/* fork: take (prepare) and drop (parent) the backend's mutexes, after
+	 * the waiter's (internal.h's hierarchy: node.mu). */
+	void (*atfork_prepare)(struct dmutex__backend *be);
+	void (*atfork_parent)(struct dmutex__backend *be);
 	/* Optional, sharded wake-ups (cluster): the waiter's node i < nsub
 	 * (NULL: none yet), the one serving a channel (-1: unknown yet), and a
 	 * hint that the slot map is out of date (a subscription was moved or
@@ -96,15 +101,10 @@ struct dmutex__backend {
 	size_t nsub;                    /* sub_node: the waiter's nodes at most */
 };
 
-int dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **out);
-int dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend **out);
-int dmutex__backend_cluster_create(struct dmutex_client *c, struct dmutex__backend **out);
-/* One master's acquire and release, on node n (a cluster: its face). */
-int dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n,
-		struct dmutex__acq *a);
-int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n,
-		const char *name, const char *token, int mode, int64_t deadline, int *released,
-		int *maybe_done);
+/* The backend c->cfg names: one Redis, Redlock (several URLs) or a cluster
+ * (redis-cluster://).  0, ENOMEM, or EINVAL (a file the URL names cannot be
+ * used; logged). */
+int dmutex__backend_create(struct dmutex_client *c, struct dmutex__backend **out);
 /* The wake channel of a lock, the same on every backend. */
 char *dmutex__backend_channel(struct dmutex__backend *be, const char *name);
 

@@ -7,11 +7,9 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "check.h"
 #include "internal.h"
 #include "lockorder.h"
 #include "metrics.h"
-#include "node.h"
 #include "waiter.h"
 
 static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -46,8 +44,7 @@ atfork_prepare(void)
 		dmutex__lo_acquired(DMUTEX__LK_WAITER, "fork: waiter.mu");
 	}
 	for (c = clients; c; c = c->next_all)
-		for (size_t i = 0; i < c->be->nnodes; i++)
-			dmutex__mu_lock(&c->be->nodes[i].mu, DMUTEX__LK_NODE, "fork: node.mu");
+		c->be->ops->atfork_prepare(c->be);
 	dmutex__log_lock();
 }
 
@@ -58,8 +55,7 @@ atfork_parent(void)
 
 	dmutex__log_unlock();
 	for (c = clients; c; c = c->next_all)
-		for (size_t i = 0; i < c->be->nnodes; i++)
-			dmutex__mu_unlock(&c->be->nodes[i].mu, DMUTEX__LK_NODE);
+		c->be->ops->atfork_parent(c->be);
 	for (c = clients; c; c = c->next_all) {
 		dmutex__lo_released(DMUTEX__LK_WAITER);
 		dmutex__waiter_unlock(c);
@@ -380,98 +376,15 @@ unreachable(const struct dmutex_client *c, int source, size_t up, size_t need)
 			from[source], more);
 }
 
-static void
-set_quiet(struct dmutex_client *c, int quiet)
-{
-	for (size_t i = 0; i < c->be->nnodes; i++) {
-		struct dmutex__node *node = &c->be->nodes[i];
-		pthread_mutex_lock(&node->mu);
-		/* 2: failures while opening are summed up by unreachable(),
-		 * the node's own lines go to DEBUG (node.c). */
-		node->down_logged = quiet ? 2 : 0;
-		pthread_mutex_unlock(&node->mu);
-	}
-}
-
-/* The same server listed twice would cast several Redlock votes: one server
- * could make a quorum alone, and every clean unlock would see "its" other
- * copies already released.  Written the same way, or two ways (127.0.0.1
- * and localhost, two databases) with one run_id. */
-static int
-duplicate(const struct dmutex_client *c, char (*run_id)[DMUTEX__RUN_ID_MAX])
-{
-	const struct dmutex__node_addr *a = c->cfg.nodes;
-
-	for (size_t i = 0; i < c->cfg.nnodes; i++)
-		for (size_t j = 0; j < i; j++) {
-			int same_addr = a[i].port == a[j].port &&
-				!strcmp(a[i].host ? a[i].host : "", a[j].host ? a[j].host : "") &&
-				!strcmp(a[i].path ? a[i].path : "", a[j].path ? a[j].path : "");
-			if (!same_addr && (!run_id[i][0] || strcmp(run_id[i], run_id[j])))
-				continue;
-			dmutex__log(DMUTEX_LOG_ERROR, "Redlock URL lists one server twice: %s and %s are %s; "
-					"Redlock needs independent servers", a[j].display, a[i].display,
-					same_addr ? "the same address" : "the same server (same run_id)");
-			return EINVAL;
-		}
-	return 0;
-}
-
 static int
 verify(struct dmutex_client *c, int source)
 {
-	size_t up = 0, n = c->be->nnodes, need = n > 1 ? n / 2 + 1 : 1;
-	char (*run_id)[DMUTEX__RUN_ID_MAX] = calloc(n, sizeof *run_id);
-	int refused = 0, err;
+	size_t up = 0, need = 1;
+	int err = c->be->ops->verify(c->be, &up, &need);
 
-	if (!run_id)
-		return ENOMEM;
-	if (c->be->ops->verify) {
-		free(run_id);
-		return c->be->ops->verify(c->be);
-	}
-
-	/* Connect, authenticate, PING and check each node once so that a
-	 * wrong address, password or ACL shows at open, not at the first
-	 * lock.  Redlock works with a minority down, so it needs only a
-	 * quorum now; a node that answers but refuses what we need is a
-	 * configuration error all the same. */
-	set_quiet(c, 1);
-	for (size_t i = 0; i < n && !refused; i++) {
-		struct dmutex__node *node = &c->be->nodes[i];
-		struct dmutex__conn *ctx = dmutex__node_get(node);
-		int64_t deadline = dmutex__now_ns() + (int64_t)node->command_ms * DMUTEX__MS;
-		redisReply *r;
-		int rc;
-		if (!ctx)
-			continue;
-		r = dmutex__conn_command(ctx, deadline, "PING");
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			dmutex__log(DMUTEX_LOG_ERROR, "%s: PING failed: %s", node->addr->display,
-					r ? r->str : ctx->errstr);
-			if (r)
-				freeReplyObject(r);
-			dmutex__conn_free(ctx);
-			continue;
-		}
-		freeReplyObject(r);
-		if ((rc = dmutex__node_check(node, ctx, c->cfg.prefix, NULL, run_id[i]))) {
-			dmutex__conn_free(ctx);
-			refused = rc == EACCES;
-			continue;
-		}
-		dmutex__node_put(node, ctx);
-		up++;
-	}
-	set_quiet(c, 0);
-	err = refused ? EACCES : n > 1 ? duplicate(c, run_id) : 0;
-	free(run_id);
-	if (err)
-		return err;
-	if (up >= need)
-		return 0;
-	unreachable(c, source, up, need);
-	return EIO;
+	if (err == EIO)
+		unreachable(c, source, up, need);
+	return err;
 }
 
 static void
@@ -525,9 +438,7 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 		goto fail;
 	if ((err = dmutex__url_parse(url, &c->cfg)))
 		goto fail;
-	err = c->cfg.nodes[0].cluster ? dmutex__backend_cluster_create(c, &c->be)
-		: c->cfg.nnodes > 1 ? dmutex__backend_redlock_create(c, &c->be)
-		: dmutex__backend_redis_create(c, &c->be);
+	err = dmutex__backend_create(c, &c->be);
 	if (!err)
 		err = verify(c, source);
 	if (err)

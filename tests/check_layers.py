@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""The core does not depend on the pthread shim (STYLE.md, "Layers").
+"""The core does not depend on the pthread shim (STYLE.md, "Layers"), and
+reaches the backend only through its interface.
 
 Two ways an arrow could run back up from src/ to shim/, both checked:
 - an #include in src/ of a header that lives in shim/;
 - a symbol the core's object files need that a shim object file defines
   (read with nm from the objects the build made, so it is the code's).
+And the core (src/*.c, src/*.h) includes of src/backend/ only the headers
+of its interface (BACKEND_FACE): it does not know which topology (one
+Redis, Redlock, Sentinel, Cluster) it talks to, nor reach a node or a
+connection itself.
 
 usage: check_layers.py SOURCE_ROOT OBJDIR
 """
@@ -25,6 +30,16 @@ def symbols(obj):
         elif len(parts) == 3 and parts[1] in 'TDBR':
             defined.add(parts[2])
     return defined, needed
+
+
+# What the core may include from src/backend/ (backend.h itself is in src/).
+BACKEND_FACE = {'waiter.h'}
+# Known exceptions, each with its reason; shrink, never grow.
+BACKEND_EXCEPTIONS = {
+    # The per-lock counters go to nodes[0] on a connection of their own
+    # (one MULTI); a cluster turns them off.
+    ('metrics.c', 'node.h'),
+}
 
 
 def main():
@@ -50,6 +65,15 @@ def main():
                             os.path.realpath(os.path.join(root, 'shim')) + os.sep):
                         bad.append('%s:%d includes %s from shim/' % (
                             os.path.relpath(path, root), n, m.group(1)))
+                    backend = os.path.realpath(os.path.join(root, 'src', 'backend'))
+                    if (found and d == os.path.join(root, 'src')
+                            and found[0].startswith(backend + os.sep)
+                            and os.path.basename(found[0]) not in BACKEND_FACE
+                            and (f, os.path.basename(found[0])) not in BACKEND_EXCEPTIONS):
+                        bad.append('%s:%d includes %s from src/backend/: the core '
+                                   'reaches the backend through backend.h and %s only' % (
+                                       os.path.relpath(path, root), n, m.group(1),
+                                       ', '.join(sorted(BACKEND_FACE))))
     objs = [o for o in os.listdir(objdir) if o.endswith('.o')]
     shim_defs = {}
     for o in objs:

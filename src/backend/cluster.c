@@ -24,6 +24,8 @@
 #include "internal.h"
 #include "scripts.h"
 #include "slotmap.h"
+#include "topology.h"
+#include "lockorder.h"
 
 /* Redirections one call follows; more is a cluster that cannot agree. */
 #define HOPS_MAX 16
@@ -205,7 +207,7 @@ cl_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64
 /* Each master: reachable, and the ACL lets us do what the scripts do, on a
  * scratch name of a slot it serves. */
 static int
-cl_verify(struct dmutex__backend *be)
+cl_verify(struct dmutex__backend *be, size_t *up_out, size_t *need_out)
 {
 	struct cluster *cl = cl_of(be);
 	const char *prefix = be->client->cfg.prefix;
@@ -213,6 +215,8 @@ cl_verify(struct dmutex__backend *be)
 	size_t up = 0, masters = 0;
 	int refused = 0;
 
+	*up_out = 0;
+	*need_out = 1;
 	if (dmutex__slotmap_refresh(&cl->map, deadline, 1, 1))
 		return EIO;
 	for (size_t i = 0; i < DMUTEX__MEMBERS_MAX && !refused; i++) {
@@ -243,6 +247,8 @@ cl_verify(struct dmutex__backend *be)
 		dmutex__node_put(n, c);
 		up++;
 	}
+	*up_out = up;
+	*need_out = masters;
 	if (refused)
 		return EACCES;
 	if (up < masters)
@@ -250,6 +256,30 @@ cl_verify(struct dmutex__backend *be)
 				"%s: %zu of %zu cluster masters reachable", cl->face.addr->display,
 				up, masters);
 	return up ? 0 : EIO;
+}
+
+/* The map first: no member is added while the members' pools are taken
+ * (nobody holding a node's mutex waits for the map's, nor the reverse). */
+static void
+cl_atfork_prepare(struct dmutex__backend *be)
+{
+	struct cluster *cl = cl_of(be);
+
+	pthread_mutex_lock(&cl->map.mu);
+	dmutex__mu_lock(&cl->face.mu, DMUTEX__LK_NODE, "fork: node.mu");
+	for (size_t i = 0; i < cl->map.nmembers; i++)
+		dmutex__mu_lock(&cl->map.member[i]->node.mu, DMUTEX__LK_NODE, "fork: node.mu");
+}
+
+static void
+cl_atfork_parent(struct dmutex__backend *be)
+{
+	struct cluster *cl = cl_of(be);
+
+	for (size_t i = 0; i < cl->map.nmembers; i++)
+		dmutex__mu_unlock(&cl->map.member[i]->node.mu, DMUTEX__LK_NODE);
+	dmutex__mu_unlock(&cl->face.mu, DMUTEX__LK_NODE);
+	pthread_mutex_unlock(&cl->map.mu);
 }
 
 static void
@@ -300,6 +330,8 @@ static const struct dmutex__backend_ops cluster_ops = {
 	.atfork_child = cl_atfork_child,
 	.destroy = cl_destroy,
 	.verify = cl_verify,
+	.atfork_prepare = cl_atfork_prepare,
+	.atfork_parent = cl_atfork_parent,
 	.sub_node = cl_sub_node,
 	.sub_route = cl_sub_route,
 	.sub_stale = cl_sub_stale,

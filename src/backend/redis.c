@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "node.h"
 #include "scripts.h"
+#include "topology.h"
 
 struct redis_backend {
 	struct dmutex__backend base;
@@ -190,6 +191,9 @@ static const struct dmutex__backend_ops redis_ops = {
 	.channel = dmutex__backend_channel,
 	.atfork_child = redis_atfork_child,
 	.destroy = redis_destroy,
+	.verify = dmutex__backend_verify_nodes,
+	.atfork_prepare = dmutex__backend_lock_nodes,
+	.atfork_parent = dmutex__backend_unlock_nodes,
 };
 
 int

@@ -25,6 +25,7 @@
 #include "internal.h"
 #include "node.h"
 #include "scripts.h"
+#include "topology.h"
 
 #define NODE_TIMEOUT_MIN_MS 50u  /* a loaded machine needs more than 10 */
 #define NODE_TIMEOUT_MAX_MS 300u
@@ -507,6 +508,9 @@ static const struct dmutex__backend_ops redlock_ops = {
 	.channel = dmutex__backend_channel,
 	.atfork_child = rl_atfork_child,
 	.destroy = rl_destroy,
+	.verify = dmutex__backend_verify_nodes,
+	.atfork_prepare = dmutex__backend_lock_nodes,
+	.atfork_parent = dmutex__backend_unlock_nodes,
 };
 
 int

@@ -1,0 +1,30 @@
+/* Inside the backend: the topologies behind backend.h and what they share. */
+#ifndef DMUTEX_TOPOLOGY_H
+#define DMUTEX_TOPOLOGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+struct dmutex__node;
+
+int dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **out);
+int dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend **out);
+int dmutex__backend_cluster_create(struct dmutex_client *c, struct dmutex__backend **out);
+
+/* One master's acquire and release, on node n (a cluster: its face). */
+int dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n,
+		struct dmutex__acq *a);
+int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n,
+		const char *name, const char *token, int mode, int64_t deadline, int *released,
+		int *maybe_done);
+
+/* verify for nodes[0..nnodes) (one Redis, Redlock; open.c): each node
+ * reachable and checked (check.h), a majority up, no server listed twice. */
+int dmutex__backend_verify_nodes(struct dmutex__backend *be, size_t *up, size_t *need);
+/* atfork_prepare / atfork_parent for nodes[0..nnodes). */
+void dmutex__backend_lock_nodes(struct dmutex__backend *be);
+void dmutex__backend_unlock_nodes(struct dmutex__backend *be);
+
+#endif
