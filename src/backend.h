@@ -86,11 +86,12 @@ struct dmutex__backend_ops {
 	void (*atfork_parent)(struct dmutex__backend *be);
 	/* Optional, sharded wake-ups (cluster): the waiter's node i < nsub
 	 * (NULL: none yet), the one serving a channel (-1: unknown yet), and a
-	 * hint that the slot map is out of date (a subscription was moved or
-	 * refused).  NULL: every channel on every one of nodes[0..nnodes). */
+	 * hint that the slot map is out of date (a subscription was moved
+	 * away, or refused; `moved`: the MOVED error a node answered, else
+	 * NULL).  NULL: every channel on every one of nodes[0..nnodes). */
 	struct dmutex__node *(*sub_node)(struct dmutex__backend *be, size_t i);
 	int (*sub_route)(struct dmutex__backend *be, const char *channel);
-	void (*sub_stale)(struct dmutex__backend *be);
+	void (*sub_stale)(struct dmutex__backend *be, const char *moved);
 };
 
 struct dmutex__backend {

@@ -252,6 +252,50 @@ Test(cluster, wake_up_by_sharded_pubsub)
 	cr_assert_eq(dmutex_client_close(c2), 0);
 }
 
+/* The waiter follows the slot: moved while a waiter listens on the old
+ * master, the node unsubscribes it, and it subscribes on the new one in
+ * time for the release's SPUBLISH there. */
+Test(cluster, wake_up_follows_a_moved_slot)
+{
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	pthread_t t;
+	struct waiter_arg w = { .m = &m2 };
+	int from, to, slot;
+	int64_t deadline, released;
+
+	up();
+	c1 = open_client("lease_ms=20000");
+	c2 = open_client("lease_ms=20000");
+	init_on(&m1, "moving", c1);
+	init_on(&m2, "moving", c2);
+	slot = th_cluster_keyslot(&clu, "moving", 6);
+	from = owner_of("moving");
+	to = another_master(from);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	cr_assert_eq(pthread_create(&t, NULL, lock_thread, &w), 0);
+	deadline = th_now_ms() + 20000;
+	while (shard_subscribers(from, "dmutex:wake:{moving}") < 1 && th_now_ms() < deadline)
+		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+	cr_assert_eq(shard_subscribers(from, "dmutex:wake:{moving}"), 1);
+	cr_assert_eq(th_cluster_migrate_slot(&clu, slot, to, 10, NULL, NULL, 60000), 0);
+	while (shard_subscribers(to, "dmutex:wake:{moving}") < 1 && th_now_ms() < deadline)
+		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+	cr_assert_eq(shard_subscribers(to, "dmutex:wake:{moving}"), 1,
+			"the waiter did not subscribe where the slot went");
+	cr_assert_eq(shard_subscribers(from, "dmutex:wake:{moving}"), 0);
+	released = th_now_ms();
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_lt(w.got_ms - released, 5000, "woken after %lld ms: no wake-up",
+			(long long)(w.got_ms - released));
+	cr_assert_eq(dmutex_destroy(&m1), 0);
+	cr_assert_eq(dmutex_destroy(&m2), 0);
+	cr_assert_eq(dmutex_client_close(c1), 0);
+	cr_assert_eq(dmutex_client_close(c2), 0);
+}
+
 /* Opening: no seed reachable is EIO; a wrong password is refused. */
 Test(cluster, open_errors)
 {

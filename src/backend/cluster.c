@@ -314,12 +314,18 @@ cl_sub_route(struct dmutex__backend *be, const char *channel)
 }
 
 static void
-cl_sub_stale(struct dmutex__backend *be)
+cl_sub_stale(struct dmutex__backend *be, const char *moved)
 {
 	struct cluster *cl = cl_of(be);
+	unsigned slot;
+	int to;
 
+	/* The node's word last: a refresh may read a node that has not heard
+	 * of the move yet. */
 	dmutex__slotmap_refresh(&cl->map, dmutex__now_ns() + (int64_t)cl->face.command_ms *
 			DMUTEX__MS, 0, 0);
+	if (moved && (to = redirect_to(cl, moved, &slot)) >= 0)
+		dmutex__slotmap_set(&cl->map, slot, to);
 }
 
 static const struct dmutex__backend_ops cluster_ops = {

@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "internal.h"
 #include "node.h"
+#include "crc16.h"
 #include "waiter.h"
 
 enum { ST_NONE, ST_SUB_SENT, ST_SUBSCRIBED, ST_UNSUB_SENT };
@@ -195,6 +196,27 @@ sync_subs(struct dmutex__waiter *w)
 	}
 }
 
+/* A cluster node answered an SSUBSCRIBE with "MOVED slot host:port": our
+ * map was out of date.  The channels of that slot we asked it for are to
+ * be asked where the slot went (the others on this connection stay). */
+static int
+moved(struct dmutex__waiter *w, size_t node, const char *err)
+{
+	long slot = strtol(err + 6, NULL, 10);
+
+	dmutex__log(DMUTEX_LOG_DEBUG, "%s: subscribe: %s", w->nodes[node].node->addr->display, err);
+	pthread_mutex_lock(&w->mu);
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next)
+		if (s->state[node] == ST_SUB_SENT &&
+				(long)dmutex__key_slot(s->channel, strlen(s->channel)) == slot) {
+			s->state[node] = ST_NONE;
+			s->seq++;
+		}
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	return 1;
+}
+
 /* -1 if the server refused a (UN)SUBSCRIBE: the connection is then
  * dropped and everything subscribed again on a new one (a server still
  * loading its data after a restart answers LOADING to the first). */
@@ -207,11 +229,10 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
 			r->element[0]->type != REDIS_REPLY_STRING ||
 			r->element[1]->type != REDIS_REPLY_STRING) {
+		if (r->type == REDIS_REPLY_ERROR && w->sharded && !strncmp(r->str, "MOVED ", 6))
+			return moved(w, node, r->str);
 		if (r->type == REDIS_REPLY_ERROR) {
-			/* A cluster's MOVED: the map is out of date, not worth a
-			 * warning. */
-			dmutex__log(w->sharded && !strncmp(r->str, "MOVED ", 6) ? DMUTEX_LOG_DEBUG
-					: DMUTEX_LOG_WARN, "%s: subscribe failed: %s",
+			dmutex__log(DMUTEX_LOG_WARN, "%s: subscribe failed: %s",
 					w->nodes[node].node->addr->display, r->str);
 			return -1;
 		}
@@ -260,6 +281,7 @@ read_node(struct dmutex__waiter *w, size_t i)
 {
 	struct dmutex__conn *ctx = w->nodes[i].ctx;
 	void *v;
+	int rc;
 
 	if (dmutex__conn_fill(ctx)) {
 		drop_node(w, i, ctx->errstr);
@@ -272,7 +294,13 @@ read_node(struct dmutex__waiter *w, size_t i)
 		}
 		if (!v)
 			return;
-		if (on_reply(w, i, v)) {
+		if ((rc = on_reply(w, i, v)) > 0) {
+			/* Outside w->mu: the backend may ask the cluster. */
+			w->be->ops->sub_stale(w->be, ((redisReply *)v)->str);
+			freeReplyObject(v);
+			continue;
+		}
+		if (rc) {
 			freeReplyObject(v);
 			/* Not at once (drop_node backs off): a loading server
 			 * says the same again. */
@@ -343,7 +371,7 @@ waiter_main(void *arg)
 		w->stale = 0;
 		pthread_mutex_unlock(&w->mu);
 		if (stale)
-			w->be->ops->sub_stale(w->be);
+			w->be->ops->sub_stale(w->be, NULL);
 		/* Connect what is down, with backoff; outside the lock. */
 		for (size_t i = 0; i < w->nnodes; i++) {
 			struct wnode *wn = &w->nodes[i];
