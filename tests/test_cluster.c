@@ -103,8 +103,16 @@ Test(cluster, lock_unlock_moved_ask)
 	int owners[3], n = 0, to, slot;
 	uint64_t f1, f2;
 	struct th_migration mig;
+	char url[1024];
 
 	up();
+	/* No seed answers: EIO; the second seed answers: open. */
+	cr_assert_eq(dmutex_client_open(&c1, "redis-cluster://127.0.0.1:1?connect_timeout_ms=500"),
+			EIO);
+	snprintf(url, sizeof url, "redis-cluster://127.0.0.1:1,%s",
+			clu.url + strlen("redis-cluster://"));
+	cr_assert_eq(dmutex_client_open(&c1, url), 0);
+	cr_assert_eq(dmutex_client_close(c1), 0);
 	c1 = open_client(NULL);
 	c2 = open_client(NULL);
 
@@ -137,6 +145,23 @@ Test(cluster, lock_unlock_moved_ask)
 		cr_assert_eq(dmutex_unlock(&m2), 0);
 		cr_assert_eq(dmutex_destroy(&m1), 0);
 		cr_assert_eq(dmutex_destroy(&m2), 0);
+	}
+
+	/* Short leases on every master at once, renewed (one pipeline per
+	 * master) for five times their length. */
+	{
+		dmutex_client_t *c3 = open_client("lease_ms=200");
+		dmutex_t m3[3];
+		for (int i = 0; i < 3; i++) {
+			init_on(&m3[i], names[i], c3);
+			cr_assert_eq(dmutex_lock(&m3[i]), 0);
+		}
+		nanosleep(&(struct timespec){ 1, 0 }, NULL);
+		for (int i = 0; i < 3; i++) {
+			cr_assert_eq(dmutex_unlock(&m3[i]), 0, "%s: hold not renewed", names[i]);
+			cr_assert_eq(dmutex_destroy(&m3[i]), 0);
+		}
+		cr_assert_eq(dmutex_client_close(c3), 0);
 	}
 
 	/* MOVED: names[0]'s slot goes to another master while nobody holds
@@ -214,81 +239,56 @@ shard_subscribers(int node, const char *channel)
 	return n;
 }
 
+/* Poll until `channel` has n sharded subscribers on node. */
+static void
+await_subscribers(int node, const char *channel, long long n)
+{
+	int64_t deadline = th_now_ms() + 20000;
+
+	while (shard_subscribers(node, channel) != n && th_now_ms() < deadline)
+		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+	cr_assert_eq(shard_subscribers(node, channel), n, "%s: not %lld subscribers on node %d",
+			channel, n, node);
+}
+
 /* A waiter is woken by the release's SPUBLISH, on the master serving the
- * lock's slot, long before the 20 s lease would have run out. */
-Test(cluster, wake_up_by_sharded_pubsub)
+ * lock's slot, long before the 20 s lease would have run out.  With `move`,
+ * the slot moves while the waiter listens on the old master: that node
+ * unsubscribes it, and it subscribes on the new one in time. */
+static void
+wake_round(const char *name, int move)
 {
 	dmutex_client_t *c1, *c2;
 	dmutex_t m1, m2;
 	pthread_t t;
 	struct waiter_arg w = { .m = &m2 };
-	int owner;
-	int64_t deadline, released;
+	char channel[600];
+	int owner = owner_of(name), to;
+	int64_t released;
 
-	up();
+	snprintf(channel, sizeof channel, "dmutex:wake:{%s}", name);
 	c1 = open_client("lease_ms=20000");
 	c2 = open_client("lease_ms=20000");
-	init_on(&m1, "woken", c1);
-	init_on(&m2, "woken", c2);
-	owner = owner_of("woken");
+	init_on(&m1, name, c1);
+	init_on(&m2, name, c2);
 	cr_assert_eq(dmutex_lock(&m1), 0);
 	cr_assert_eq(pthread_create(&t, NULL, lock_thread, &w), 0);
 	/* Released only once the waiter listens where the release publishes. */
-	deadline = th_now_ms() + 20000;
-	while (shard_subscribers(owner, "dmutex:wake:{woken}") < 1 && th_now_ms() < deadline)
-		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
-	cr_assert_eq(shard_subscribers(owner, "dmutex:wake:{woken}"), 1,
-			"the waiter did not SSUBSCRIBE on the lock's master");
+	await_subscribers(owner, channel, 1);
+	if (move) {
+		to = another_master(owner);
+		cr_assert_eq(th_cluster_migrate_slot(&clu, th_cluster_keyslot(&clu, name,
+				strlen(name)), to, 10, NULL, NULL, 60000), 0);
+		await_subscribers(to, channel, 1);
+		cr_assert_eq(shard_subscribers(owner, channel), 0);
+	}
 	released = th_now_ms();
 	cr_assert_eq(dmutex_unlock(&m1), 0);
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(w.rc, 0);
 	cr_assert_lt(w.got_ms - released, 5000, "woken after %lld ms: no wake-up",
 			(long long)(w.got_ms - released));
-	printf("cluster wake-up: %lld ms\n", (long long)(w.got_ms - released));
-	cr_assert_eq(dmutex_destroy(&m1), 0);
-	cr_assert_eq(dmutex_destroy(&m2), 0);
-	cr_assert_eq(dmutex_client_close(c1), 0);
-	cr_assert_eq(dmutex_client_close(c2), 0);
-}
-
-/* The waiter follows the slot: moved while a waiter listens on the old
- * master, the node unsubscribes it, and it subscribes on the new one in
- * time for the release's SPUBLISH there. */
-Test(cluster, wake_up_follows_a_moved_slot)
-{
-	dmutex_client_t *c1, *c2;
-	dmutex_t m1, m2;
-	pthread_t t;
-	struct waiter_arg w = { .m = &m2 };
-	int from, to, slot;
-	int64_t deadline, released;
-
-	up();
-	c1 = open_client("lease_ms=20000");
-	c2 = open_client("lease_ms=20000");
-	init_on(&m1, "moving", c1);
-	init_on(&m2, "moving", c2);
-	slot = th_cluster_keyslot(&clu, "moving", 6);
-	from = owner_of("moving");
-	to = another_master(from);
-	cr_assert_eq(dmutex_lock(&m1), 0);
-	cr_assert_eq(pthread_create(&t, NULL, lock_thread, &w), 0);
-	deadline = th_now_ms() + 20000;
-	while (shard_subscribers(from, "dmutex:wake:{moving}") < 1 && th_now_ms() < deadline)
-		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
-	cr_assert_eq(shard_subscribers(from, "dmutex:wake:{moving}"), 1);
-	cr_assert_eq(th_cluster_migrate_slot(&clu, slot, to, 10, NULL, NULL, 60000), 0);
-	while (shard_subscribers(to, "dmutex:wake:{moving}") < 1 && th_now_ms() < deadline)
-		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
-	cr_assert_eq(shard_subscribers(to, "dmutex:wake:{moving}"), 1,
-			"the waiter did not subscribe where the slot went");
-	cr_assert_eq(shard_subscribers(from, "dmutex:wake:{moving}"), 0);
-	released = th_now_ms();
-	cr_assert_eq(dmutex_unlock(&m1), 0);
-	cr_assert_eq(pthread_join(t, NULL), 0);
-	cr_assert_eq(w.rc, 0);
-	cr_assert_lt(w.got_ms - released, 5000, "woken after %lld ms: no wake-up",
+	printf("cluster wake-up%s: %lld ms\n", move ? " after a slot move" : "",
 			(long long)(w.got_ms - released));
 	cr_assert_eq(dmutex_destroy(&m1), 0);
 	cr_assert_eq(dmutex_destroy(&m2), 0);
@@ -296,19 +296,11 @@ Test(cluster, wake_up_follows_a_moved_slot)
 	cr_assert_eq(dmutex_client_close(c2), 0);
 }
 
-/* Opening: no seed reachable is EIO; a wrong password is refused. */
-Test(cluster, open_errors)
+Test(cluster, wake_up_by_sharded_pubsub)
 {
-	char url[1024];
-	dmutex_client_t *c;
-
 	up();
-	cr_assert_eq(dmutex_client_open(&c, "redis-cluster://127.0.0.1:1?connect_timeout_ms=500"),
-			EIO);
-	/* The second seed answers. */
-	snprintf(url, sizeof url, "redis-cluster://127.0.0.1:1,%s", clu.url + strlen("redis-cluster://"));
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(dmutex_client_close(c), 0);
+	wake_round("woken", 0);
+	wake_round("moving", 1);
 }
 
 /* ------------------------------------------------------------------ */

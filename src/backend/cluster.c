@@ -173,26 +173,96 @@ cl_release(struct dmutex__backend *be, const char *name, const char *token,
 			maybe_done);
 }
 
-/* One script per lock: the keys of different locks are in different slots,
- * which one script may not touch.  TODO: pipeline the calls per member. */
+/* Renew on one master the holds of rn[] it serves (member[i] == m), one
+ * script per hold, pipelined: one round trip.  A hold whose reply is not a
+ * clean answer (NOSCRIPT, a redirection, an error, no reply) is left with
+ * redo set. */
+static void
+renew_on(struct dmutex__backend *be, int m, struct dmutex__renewal *rn, size_t n,
+		const int *member, unsigned char *redo, struct dmutex__renew_argv *x, int64_t deadline)
+{
+	struct cluster *cl = cl_of(be);
+	struct dmutex__node *node = dmutex__slotmap_node(&cl->map, (size_t)m);
+	struct dmutex__conn *c;
+	size_t sent = 0, mine = 0;
+	void *v;
+	int res;
+
+	for (size_t i = 0; i < n; i++)
+		mine += member[i] == m;
+	if (!mine)
+		return;
+	c = node ? dmutex__node_get_by(node, deadline) : NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t k;
+		if (member[i] != m)
+			continue;
+		redo[i] = 1;
+		if (!c || c->err)
+			continue;
+		k = dmutex__renew_chunk(be, rn + i, 1, 0, x);
+		if (!dmutex__node_script_append(node, c, DMUTEX__SCRIPT_RENEW, 1,
+				(int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x->argv, NULL))
+			sent++;
+	}
+	for (size_t i = 0; c && i < n && sent; i++) {
+		if (member[i] != m)
+			continue;
+		if (dmutex__conn_get(c, &v, deadline))
+			break;          /* the rest stay to redo; c->err: not pooled */
+		sent--;
+		if (((redisReply *)v)->type != REDIS_REPLY_ERROR) {
+			dmutex__renew_reply(node->addr->display, v, 1, &res);
+			rn[i].result = res;
+			redo[i] = 0;
+		}
+		freeReplyObject(v);
+	}
+	if (c)
+		dmutex__node_put(node, c);
+}
+
+/* One script per hold (one script may not touch two slots), pipelined per
+ * master; what did not come back clean is asked again one by one through
+ * route(), which follows redirections and reloads scripts. */
 static void
 cl_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64_t until)
 {
 	struct cluster *cl = cl_of(be);
 	int64_t deadline = dmutex__now_ns() + (int64_t)cl->face.command_ms * DMUTEX__MS;
 	struct dmutex__renew_argv x = { 0 };
+	int *member = malloc(n * sizeof *member);
+	unsigned char *redo = calloc(n, 1);
+	size_t again = 0;
 
 	for (size_t i = 0; i < n; i++)
 		rn[i].result = -1;
 	if (until < deadline)
 		deadline = until;
-	if (dmutex__renew_argv_init(&x))
-		return;
+	if (!n || !member || !redo || dmutex__renew_argv_init(&x))
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		dmutex__renew_chunk(be, rn + i, 1, 0, &x);
+		member[i] = dmutex__slotmap_owner(&cl->map, dmutex__key_slot(x.argv[0],
+				strlen(x.argv[0])));
+		redo[i] = member[i] < 0;
+	}
+	for (int m = 0; m < DMUTEX__MEMBERS_MAX && dmutex__now_ns() < deadline; m++)
+		renew_on(be, m, rn, n, member, redo, &x, deadline);
+	for (size_t i = 0; i < n; i++)
+		again += redo[i];
+	if (again)
+		dmutex__log(DMUTEX_LOG_DEBUG, "%s: renew: %zu of %zu asked again one by one",
+				cl->face.addr->display, again, n);
 	for (size_t i = 0; i < n && dmutex__now_ns() < deadline; i++) {
-		size_t k = dmutex__renew_chunk(be, rn + i, 1, 0, &x);
+		size_t k;
 		redisReply *r;
 		int md, res;
 
+		if (!redo[i])
+			continue;
+		k = dmutex__renew_chunk(be, rn + i, 1, 0, &x);
 		r = route(&cl->face, DMUTEX__SCRIPT_RENEW, (int)DMUTEX__RENEW_NKEYS(k),
 				(int)DMUTEX__RENEW_ARGC(k), x.argv, &md, deadline);
 		if (!r)
@@ -201,7 +271,10 @@ cl_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64
 		rn[i].result = res;
 		freeReplyObject(r);
 	}
+out:
 	dmutex__renew_argv_free(&x);
+	free(member);
+	free(redo);
 }
 
 /* Each master: reachable, and the ACL lets us do what the scripts do, on a
