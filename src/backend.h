@@ -109,4 +109,10 @@ int dmutex__backend_create(struct dmutex_client *c, struct dmutex__backend **out
 /* The wake channel of a lock, the same on every backend. */
 char *dmutex__backend_channel(struct dmutex__backend *be, const char *name);
 
+/* Why the last verify found nodes unreachable: each failing node's last
+ * failure ("cannot connect: Connection refused"; on several nodes each
+ * prefixed with its address, "; " between them), or "" if none is known.
+ * For the open's one summary line: the nodes' own lines went to debug. */
+void dmutex__backend_why(struct dmutex__backend *be, char *out, size_t len);
+
 #endif

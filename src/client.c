@@ -357,7 +357,7 @@ unreachable(const struct dmutex_client *c, int source, size_t up, size_t need)
 		[URL_DEFAULT] = ("the built-in default, as DMUTEX_URL is not set; set DMUTEX_URL=redis://HOST:PORT "
 			"or pass a URL to dmutex_client_open to change it"),
 	};
-	char url[1024] = "", more[96] = "", nodes[128] = "";
+	char url[1024] = "", more[96] = "", nodes[128] = "", why[1024];
 	size_t len = 0;
 	long skipped;
 
@@ -372,8 +372,11 @@ unreachable(const struct dmutex_client *c, int source, size_t up, size_t need)
 	if (c->cfg.nnodes > 1)
 		snprintf(nodes, sizeof nodes, ": %zu of %zu Redlock nodes reachable, %zu needed",
 				up, c->cfg.nnodes, need);
-	dmutex__log(DMUTEX_LOG_ERROR, "cannot reach the lock server at %s%s (%s)%s", url, nodes,
-			from[source], more);
+	/* Why (timed out, refused, authentication...): opening logged each
+	 * node's own failure at debug level only. */
+	dmutex__backend_why(c->be, why, sizeof why);
+	dmutex__log(DMUTEX_LOG_ERROR, "cannot reach the lock server at %s%s%s%s (%s)%s", url, nodes,
+			why[0] ? ": " : "", why, from[source], more);
 }
 
 static int

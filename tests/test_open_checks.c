@@ -215,3 +215,73 @@ Test(checks, redlock_same_server_twice_is_einval)
 	open_close(url, EINVAL);
 	cr_assert_eq(log_count("lists one server twice"), 1, "%s", log_text);
 }
+
+/* ---- the unreachable line says why (issue 16, CI: an open under ASan
+ * failed with "cannot reach the lock server" and no cause) ---- */
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A TCP port on 127.0.0.1 listening with the given backlog (-1: bound,
+ * then closed: connections are refused); its socket in *fd (-1 closed). */
+static int
+local_port(int backlog, int *fd)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof sa;
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert(s >= 0 && !bind(s, (struct sockaddr *)&sa, sizeof sa) &&
+			!getsockname(s, (struct sockaddr *)&sa, &len), "a local port");
+	if (backlog < 0) {
+		close(s);
+		*fd = -1;
+	} else {
+		cr_assert_eq(listen(s, backlog), 0);
+		*fd = s;
+	}
+	return ntohs(sa.sin_port);
+}
+
+Test(checks, unreachable_line_says_why)
+{
+	char url[1024], want[1200];
+	int port, lfd, cfd;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	log_start();
+	/* Nobody listens. */
+	port = local_port(-1, &lfd);
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d?connect_timeout_ms=400", port);
+	open_close(url, EIO);
+	snprintf(want, sizeof want, "cannot reach the lock server at %s: cannot connect: Connection refused (", url);
+	cr_assert_eq(log_count(want), 1, "want \"%s\" in:\n%s", want, log_text);
+
+	/* Listening, its accept queue full: the handshake never completes. */
+	port = local_port(0, &lfd);
+	cfd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_port = htons((uint16_t)port);
+	cr_assert_eq(connect(cfd, (struct sockaddr *)&sa, sizeof sa), 0);
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d?connect_timeout_ms=300", port);
+	open_close(url, EIO);
+	/* The kernel may complete the handshake for the queue (then PING
+	 * gets no answer) or drop it (the dial times out: "timed out after
+	 * 300 ms", or the socket's own "Connection timed out"). */
+	char want2[1200];
+	snprintf(want, sizeof want, "cannot reach the lock server at %s: cannot connect: ", url);
+	snprintf(want2, sizeof want2, "cannot reach the lock server at %s: PING failed: ", url);
+	cr_assert_eq(log_count(want) + log_count(want2), 1, "no cause in:\n%s", log_text);
+	close(cfd);
+	close(lfd);
+
+	/* Redlock: each failing node with its cause. */
+	cr_assert_eq(th_redis_start(&srv[0], NULL), 0);
+	int p1 = local_port(-1, &lfd), p2 = local_port(-1, &lfd);
+	snprintf(url, sizeof url, "%s,redis://127.0.0.1:%d,redis://127.0.0.1:%d", srv[0].url, p1, p2);
+	open_close(url, EIO);
+	snprintf(want, sizeof want, "1 of 3 Redlock nodes reachable, 2 needed: "
+			"redis://127.0.0.1:%d: cannot connect: Connection refused; "
+			"redis://127.0.0.1:%d: cannot connect: Connection refused (", p1, p2);
+	cr_assert_eq(log_count(want), 1, "want \"%s\" in:\n%s", want, log_text);
+}

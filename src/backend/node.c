@@ -95,6 +95,7 @@ note_down(struct dmutex__node *n, const char *what, const char *why)
 	pthread_mutex_lock(&n->mu);
 	first = !n->down_logged;
 	n->down_logged = 1;
+	snprintf(n->last_err, sizeof n->last_err, "%s: %s", what, why);
 	pthread_mutex_unlock(&n->mu);
 	dmutex__log(first ? DMUTEX_LOG_WARN : DMUTEX_LOG_DEBUG, "%s: %s: %s",
 			n->addr->display, what, why);
@@ -310,7 +311,9 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 		if (err == ETIMEDOUT) {
 			if (n->sentinel)
 				dmutex__sentinel_stale(n->sentinel, gen);
-			note_down(n, "cannot connect", "timed out");
+			char why[48];
+			snprintf(why, sizeof why, "timed out after %u ms", timeout_ms);
+			note_down(n, "cannot connect", why);
 		} else {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot start a connecting thread: %s",
 					a->display, strerror(err));

@@ -24,6 +24,8 @@ struct dmutex__node {
 	struct dmutex__conn *idle[DMUTEX__POOL_MAX];
 	int nidle;
 	int down_logged;                /* rate-limits "unreachable" warnings; 2: quiet (opening) */
+	char last_err[200];             /* mu: the last failure ("cannot connect: timed out
+	                                 * after 2000 ms"), for open's summary line */
 	/* Redis Cluster (src/backend/cluster.c). */
 	int sharded;                    /* scripts publish with SPUBLISH */
 	int redirects;                  /* a member: MOVED, ASK and TRYAGAIN come back as

@@ -32,6 +32,8 @@ set_quiet(struct dmutex__backend *be, int quiet)
 		/* 2: failures while opening are summed up by the caller
 		 * (client.c), the node's own lines go to DEBUG (node.c). */
 		node->down_logged = quiet ? 2 : 0;
+		if (quiet)
+			node->last_err[0] = '\0';
 		pthread_mutex_unlock(&node->mu);
 	}
 }
@@ -86,6 +88,10 @@ dmutex__backend_verify_nodes(struct dmutex__backend *be, size_t *up_out, size_t 
 		if (!r || r->type == REDIS_REPLY_ERROR) {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: PING failed: %s", node->addr->display,
 					r ? r->str : ctx->errstr);
+			pthread_mutex_lock(&node->mu);
+			snprintf(node->last_err, sizeof node->last_err, "PING failed: %s",
+					r ? r->str : ctx->errstr);
+			pthread_mutex_unlock(&node->mu);
 			if (r)
 				freeReplyObject(r);
 			dmutex__conn_free(ctx);
@@ -122,4 +128,21 @@ dmutex__backend_unlock_nodes(struct dmutex__backend *be)
 {
 	for (size_t i = 0; i < be->nnodes; i++)
 		dmutex__mu_unlock(&be->nodes[i].mu, DMUTEX__LK_NODE);
+}
+
+void
+dmutex__backend_why(struct dmutex__backend *be, char *out, size_t len)
+{
+	size_t k = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < be->nnodes && k < len; i++) {
+		struct dmutex__node *node = &be->nodes[i];
+		pthread_mutex_lock(&node->mu);
+		if (node->last_err[0])
+			k += (size_t)snprintf(out + k, len - k, "%s%s%s%s", k ? "; " : "",
+					be->nnodes > 1 ? node->addr->display : "", be->nnodes > 1 ? ": " : "",
+					node->last_err);
+		pthread_mutex_unlock(&node->mu);
+	}
 }
