@@ -437,3 +437,24 @@ Test(sentinel, forked_child_follows_by_asking_again)
 	cr_assert_eq(exists_on(1, "sen-fork"), 0);
 	dmt_close_mutex(c, &fork_m);
 }
+
+/* The sentinels may lag behind the servers: a server that says it is no
+ * master (ROLE) is not used, whatever the sentinels say. */
+Test(sentinel, a_server_that_is_no_master_is_refused_by_role)
+{
+	char url[1400];
+	dmutex_client_t *c;
+	redisReply *r;
+
+	cr_assert_eq(th_sentinel_start(&sen, NULL, 0), 0);
+	/* Behind the sentinels' back: the master becomes a replica. */
+	r = th_sentinel_data_cmd(&sen, 0, "REPLICAOF 127.0.0.1 %d", sen.data[1].port);
+	cr_assert(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	cr_assert_eq(th_sentinel_get_master(&sen, 0), 0);
+	dmutex_set_logger(capture, NULL);
+	sen_url(url, sizeof url, NULL, NULL, "connect_timeout_ms=500");
+	cr_assert_eq(dmutex_client_open(&c, url), EIO);
+	dmutex_set_logger(NULL, NULL);
+	cr_assert(logged_with("not the master: slave"), "%s", logged[0]);
+}

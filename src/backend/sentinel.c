@@ -360,8 +360,12 @@ static void *
 watch_main(void *arg)
 {
 	struct dmutex__sentinel *s = arg;
+	size_t first;
 
-	for (size_t i = s->next;; i = (i + 1) % s->n) {
+	pthread_mutex_lock(&s->mu);
+	first = s->next;
+	pthread_mutex_unlock(&s->mu);
+	for (size_t i = first;; i = (i + 1) % s->n) {
 		if (watch_one(s, i) || pause_or_stop(s, WATCH_RETRY_MS))
 			break;
 	}
