@@ -30,8 +30,12 @@
 
 #define MAXC 64
 
-static char sock_path[108];
-static int lfd, wake[2];
+/* Three listening sockets, so that a Redlock list names three distinct
+ * servers (one socket listed three times is refused at open as the same
+ * server twice); all feed from the one input. */
+#define NSOCK 3
+static char sock_path[NSOCK][108];
+static int lfd[NSOCK], wake[2];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static const uint8_t *in;       /* under mu */
@@ -67,20 +71,21 @@ next_piece(const uint8_t **p, size_t *n)
 static void *
 server(void *arg)
 {
-	struct pollfd pfd[MAXC + 2];
+	struct pollfd pfd[MAXC + NSOCK + 1];
 	redisReader *rd[MAXC];
 	int fd[MAXC], n = 0;
 	char buf[4096];
 
 	(void)arg;
 	for (;;) {
-		pfd[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = wake[0], .events = POLLIN };
+		for (int k = 0; k < NSOCK; k++)
+			pfd[k] = (struct pollfd){ .fd = lfd[k], .events = POLLIN };
+		pfd[NSOCK] = (struct pollfd){ .fd = wake[0], .events = POLLIN };
 		for (int i = 0; i < n; i++)
-			pfd[2 + i] = (struct pollfd){ .fd = fd[i], .events = POLLIN };
-		if (poll(pfd, (nfds_t)(2 + n), -1) < 0)
+			pfd[NSOCK + 1 + i] = (struct pollfd){ .fd = fd[i], .events = POLLIN };
+		if (poll(pfd, (nfds_t)(NSOCK + 1 + n), -1) < 0)
 			continue;
-		if (pfd[1].revents) {
+		if (pfd[NSOCK].revents) {
 			while (read(wake[0], buf, sizeof buf) > 0)
 				;
 			pthread_mutex_lock(&mu);
@@ -96,7 +101,7 @@ server(void *arg)
 			continue;
 		}
 		for (int i = n - 1; i >= 0; i--) {
-			if (!pfd[2 + i].revents)
+			if (!pfd[NSOCK + 1 + i].revents)
 				continue;
 			ssize_t got = read(fd[i], buf, sizeof buf);
 			int drop = got <= 0 || redisReaderFeed(rd[i], buf, (size_t)got) != REDIS_OK;
@@ -116,13 +121,14 @@ server(void *arg)
 				n--;
 			}
 		}
-		if (pfd[0].revents && n < MAXC) {
-			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-			if (c >= 0) {
-				fd[n] = c;
-				rd[n++] = redisReaderCreate();
+		for (int k = 0; k < NSOCK; k++)
+			if (pfd[k].revents && n < MAXC) {
+				int c = accept4(lfd[k], NULL, NULL, SOCK_CLOEXEC);
+				if (c >= 0) {
+					fd[n] = c;
+					rd[n++] = redisReaderCreate();
+				}
 			}
-		}
 	}
 	return NULL;
 }
@@ -130,18 +136,23 @@ server(void *arg)
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	pthread_t t;
 
 	(void)argc;
 	(void)argv;
 	dmutex_set_logger(quiet, NULL);
-	snprintf(sock_path, sizeof sock_path, "/tmp/dmutex-fuzz-%d.sock", (int)getpid());
-	unlink(sock_path);
-	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
-	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) || listen(lfd, 64) ||
-	    pipe2(wake, O_NONBLOCK | O_CLOEXEC) || pthread_create(&t, NULL, server, NULL)) {
+	for (int k = 0; k < NSOCK; k++) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		snprintf(sock_path[k], sizeof sock_path[k], "/tmp/dmutex-fuzz-%d-%d.sock", (int)getpid(), k);
+		unlink(sock_path[k]);
+		snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path[k]);
+		lfd[k] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (lfd[k] < 0 || bind(lfd[k], (struct sockaddr *)&sa, sizeof sa) || listen(lfd[k], 64)) {
+			perror("fuzz_session");
+			abort();
+		}
+	}
+	if (pipe2(wake, O_NONBLOCK | O_CLOEXEC) || pthread_create(&t, NULL, server, NULL)) {
 		perror("fuzz_session");
 		abort();
 	}
@@ -220,13 +231,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cursor = 0;
 	pthread_mutex_unlock(&mu);
 	if (flags & 1)
-		snprintf(url, sizeof url, "unix://%s%s,unix://%s,unix://%s", sock_path, opts, sock_path, sock_path);
+		snprintf(url, sizeof url, "unix://%s%s,unix://%s,unix://%s", sock_path[0], opts,
+				sock_path[1], sock_path[2]);
 	else
-		snprintf(url, sizeof url, "unix://%s%s", sock_path, opts);
+		snprintf(url, sizeof url, "unix://%s%s", sock_path[0], opts);
 
 	/* Open now checks each server (ACL probe: EACCES; the same server
-	 * listed twice in a Redlock list: EINVAL, which the three-times-one-
-	 * socket list always is unless the fake's run_id answers differ). */
+	 * twice in a Redlock list, which three distinct sockets are only when
+	 * the input gives two of them the same run_id: EINVAL). */
 	rc = dmutex_client_open(&c, url);
 	if (flags & 1)
 		EXPECT(rc, 0, EIO, EACCES, EINVAL);
