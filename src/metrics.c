@@ -423,21 +423,12 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 	free(p);
 }
 
-int
-dmutex_client_metrics(dmutex_client_t *c, const char *name, dmutex_metrics_t *out)
+void
+dmutex__met_totals(struct dmutex_client *c, const char *name, dmutex_metrics_t *out)
 {
 	uint64_t t[DMUTEX__MET_NFIELDS] = { 0 };
-	struct dmutex__metrics *m;
-	int err;
+	struct dmutex__metrics *m = c->metrics;
 
-	if (!out || (name && (!*name || strlen(name) > DMUTEX_NAME_MAX))) {
-		dmutex__log(DMUTEX_LOG_ERROR, "dmutex_client_metrics: %s", !out ? "out is NULL"
-				: "a lock name is 1 to DMUTEX_NAME_MAX bytes");
-		return EINVAL;
-	}
-	if (!c && (err = dmutex__client_default(&c)))
-		return err;
-	m = c->metrics;
 	pthread_mutex_lock(&m->mu);
 	for (size_t i = 0; i < m->size; i++)
 		for (struct met *r = m->tab[i]; r; r = r->next)
@@ -454,5 +445,4 @@ dmutex_client_metrics(dmutex_client_t *c, const char *name, dmutex_metrics_t *ou
 	out->holds = t[DMUTEX__MET_HOLDS];
 	out->wait_seconds = (double)t[DMUTEX__MET_WAIT_US] / 1e6;
 	out->hold_seconds = (double)t[DMUTEX__MET_HOLD_US] / 1e6;
-	return 0;
 }

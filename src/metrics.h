@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dmutex.h"
+
 /* Upper bounds of the wait and hold histograms, seconds; then +Inf. */
 #define DMUTEX__MET_BUCKETS 10
 #define DMUTEX__MET_BOUNDS { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10 }
@@ -65,5 +67,9 @@ int64_t dmutex__met_due(struct dmutex_client *c);
  * giving up at `until` (CLOCK_MONOTONIC ns): the renewal thread passes its
  * next renewal, so that a slow or stopped server never delays one. */
 void dmutex__met_flush(struct dmutex_client *c, int64_t until);
+/* This process's totals on c, of one lock (name) or all (NULL), into out.
+ * The caller (client_metrics.c) checks the arguments and resolves the
+ * default client: metrics is given its client, it does not find one. */
+void dmutex__met_totals(struct dmutex_client *c, const char *name, dmutex_metrics_t *out);
 
 #endif
