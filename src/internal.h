@@ -114,6 +114,7 @@ struct dmutex__entry {
 
 	/* under client->renewer.mu */
 	int registered;
+	size_t ren_idx;                 /* registered: its place in renewer.items (O(1) removal) */
 	int64_t due_ns;
 
 	/* A read-write lock's (kind DMUTEX__KIND_RW; rwlock.h), under mu.

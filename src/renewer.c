@@ -78,6 +78,7 @@ dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e)
 		r->items = ni;
 		r->cap = ncap;
 	}
+	e->ren_idx = r->n;
 	r->items[r->n++] = e;
 	e->registered = 1;
 	e->due_ns = dmutex__now_ns() + renew_interval(e->lease_ms);
@@ -97,11 +98,12 @@ dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e)
 
 	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	if (e->registered) {
-		for (size_t i = 0; i < r->n; i++)
-			if (r->items[i] == e) {
-				r->items[i] = r->items[--r->n];
-				break;
-			}
+		/* By its index: an unlock must not scan every held lock. */
+		size_t i = e->ren_idx;
+		if (i < r->n && r->items[i] == e) {
+			r->items[i] = r->items[--r->n];
+			r->items[i]->ren_idx = i;
+		}
 		e->registered = 0;
 	}
 	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
