@@ -826,6 +826,9 @@ scheme_at(const char *s, size_t len)
 	return n && len - n >= 3 && !memcmp(s + n, "://", 3) ? n : 0;
 }
 
+/* Known schemes are short: no scheme is looked for further after a ','. */
+#define SCHEME_SCAN 32
+
 /* A ',' starts a new URL only when "scheme://" follows it: inside one URL
  * it separates sentinels, or is part of a password. */
 static size_t
@@ -833,7 +836,8 @@ elem_len(const char *s)
 {
 	size_t n = 0;
 
-	while (s[n] && !(s[n] == ',' && scheme_at(s + n + 1, strlen(s + n + 1))))
+	/* strnlen: a strlen per ',' would make a long list quadratic. */
+	while (s[n] && !(s[n] == ',' && scheme_at(s + n + 1, strnlen(s + n + 1, SCHEME_SCAN))))
 		n++;
 	return n;
 }

@@ -1,6 +1,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dmutex.h"
@@ -767,3 +768,18 @@ Test(url, cluster_db) { fails("redis-cluster://a,b/1", EINVAL); }
 Test(url, cluster_db_option) { fails("redis-cluster://a,b?db=2", EINVAL); }
 Test(url, cluster_tls_option_plain) { fails("redis-cluster://a?tls_ca=/x", EINVAL); }
 Test(url, cluster_unix) { fails("redis-cluster://u@/tmp/s", EINVAL); }
+
+/* Splitting is linear: a run of 4,000,000 commas is refused at once
+ * (a strlen per comma took minutes). */
+Test(url, long_comma_run_is_refused_fast, .timeout = 10)
+{
+	size_t n = 4000000;
+	char *url = malloc(n + 16);
+
+	cr_assert_not_null(url);
+	strcpy(url, "redis://a");
+	memset(url + 9, ',', n);
+	url[9 + n] = 0;
+	fails(url, EINVAL);
+	free(url);
+}
