@@ -73,7 +73,8 @@ struct dmutex__backend_ops {
 			int64_t deadline);
 	/* The channel a release publishes on. Caller frees. */
 	char *(*channel)(struct dmutex__backend *be, const char *name);
-	/* In a fork child: drop inherited connections without talking on them. */
+	/* In a fork child: drop inherited connections without talking on them,
+	 * and make anew what atfork_prepare took. */
 	void (*atfork_child)(struct dmutex__backend *be);
 	void (*destroy)(struct dmutex__backend *be);
 	/* What dmutex_client_open checks (reachable, ACL, no server twice):

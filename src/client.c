@@ -82,8 +82,7 @@ atfork_child(void)
 		/* Made anew below (renewer, waiter, backend): only the count. */
 		dmutex__lo_released(DMUTEX__LK_RENEWER);
 		dmutex__lo_released(DMUTEX__LK_WAITER);
-		for (size_t i = 0; i < c->be->nnodes; i++)
-			dmutex__lo_released(DMUTEX__LK_NODE);
+		/* The backend's own (node.mu) in its atfork_child. */
 		for (size_t i = 0; i < c->tab_size; i++)
 			for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
 				dmutex__entry_init_sync(e);

@@ -508,3 +508,60 @@ Test(cluster, cli_list_status_reset)
 		cr_assert_eq(dmutex_destroy(&m[i]), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
+
+/* ------------------------------------------------------------------ */
+/* fork while threads lock on several masters                          */
+/* ------------------------------------------------------------------ */
+
+static int fork_stop;
+
+static void *
+fork_worker(void *p)
+{
+	dmutex_t *m = p;
+
+	while (!__atomic_load_n(&fork_stop, __ATOMIC_ACQUIRE))
+		if (!dmutex_lock(m))
+			dmutex_unlock(m);
+	return NULL;
+}
+
+/* The child inherits the client with its slot map and no lock taken (the
+ * map's, the members' pools): it locks on it at once. */
+Test(cluster, fork_while_threads_lock)
+{
+	dmutex_client_t *c;
+	dmutex_t m[2];
+	pthread_t t[2];
+	int children = 0;
+	int64_t until;
+
+	up();
+	c = open_client(NULL);
+	init_on(&m[0], "forka", c);
+	init_on(&m[1], "forkb", c);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, fork_worker, &m[i]), 0);
+	until = th_now_ms() + 2000;
+	while (th_now_ms() < until && children < 40) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			dmutex_t cm;
+			dmutex_attr_t a;
+			int rc = dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+				dmutex_init(&cm, "forkchild", &a) || dmutex_lock(&cm) ||
+				dmutex_unlock(&cm) || dmutex_destroy(&cm);
+			_exit(rc ? 1 : 0);
+		}
+		cr_assert_gt(pid, 0);
+		cr_assert_eq(th_wait_child(pid, 15000), 0, "child %d of %d", children, (int)pid);
+		children++;
+	}
+	__atomic_store_n(&fork_stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(pthread_join(t[i], NULL), 0);
+		cr_assert_eq(dmutex_destroy(&m[i]), 0);
+	}
+	cr_assert_geq(children, 5);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}

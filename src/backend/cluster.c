@@ -360,6 +360,9 @@ cl_atfork_child(struct dmutex__backend *be)
 {
 	struct cluster *cl = cl_of(be);
 
+	/* What cl_atfork_prepare took: the face's and every member's. */
+	for (size_t i = 0; i <= cl->map.nmembers; i++)
+		dmutex__lo_released(DMUTEX__LK_NODE);
 	dmutex__slotmap_atfork_child(&cl->map);
 	pthread_mutex_init(&cl->face.mu, NULL);
 }

@@ -124,6 +124,14 @@ dmutex__backend_lock_nodes(struct dmutex__backend *be)
 }
 
 void
+dmutex__backend_child_nodes(struct dmutex__backend *be)
+{
+	/* The child made them anew: only the lock-order count is dropped. */
+	for (size_t i = 0; i < be->nnodes; i++)
+		dmutex__lo_released(DMUTEX__LK_NODE);
+}
+
+void
 dmutex__backend_unlock_nodes(struct dmutex__backend *be)
 {
 	for (size_t i = 0; i < be->nnodes; i++)

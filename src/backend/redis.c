@@ -174,6 +174,7 @@ dmutex__backend_channel(struct dmutex__backend *be, const char *name)
 static void
 redis_atfork_child(struct dmutex__backend *be)
 {
+	dmutex__backend_child_nodes(be);
 	dmutex__node_atfork_child(node_of(be));
 }
 

@@ -487,6 +487,7 @@ out:
 static void
 rl_atfork_child(struct dmutex__backend *be)
 {
+	dmutex__backend_child_nodes(be);
 	for (size_t i = 0; i < be->nnodes; i++)
 		dmutex__node_atfork_child(&rl_of(be)->nodes[i]);
 }

@@ -26,5 +26,8 @@ int dmutex__backend_verify_nodes(struct dmutex__backend *be, size_t *up, size_t 
 /* atfork_prepare / atfork_parent for nodes[0..nnodes). */
 void dmutex__backend_lock_nodes(struct dmutex__backend *be);
 void dmutex__backend_unlock_nodes(struct dmutex__backend *be);
+/* In atfork_child: what dmutex__backend_lock_nodes took, forgotten by the
+ * lock-order checker (the mutexes themselves are made anew). */
+void dmutex__backend_child_nodes(struct dmutex__backend *be);
 
 #endif
