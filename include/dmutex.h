@@ -82,7 +82,8 @@ typedef struct dmutex_attr {
 	dmutex_client_t *__client;
 	void (*__onlost)(const char *name, void *arg);
 	void *__onlost_arg;
-	void *__reserved[4];
+	unsigned long __flags;      /* the size of a pointer, as the slot it took */
+	void *__reserved[3];
 } dmutex_attr_t;
 
 /* Fixed-size, caller-allocated.  Fields are private.  (The tag is not
@@ -177,13 +178,23 @@ DMUTEX_EXPORT int dmutex_attr_setclient(dmutex_attr_t *attr, dmutex_client_t *cl
  */
 DMUTEX_EXPORT int dmutex_attr_setonlost(dmutex_attr_t *attr,
 		void (*onlost)(const char *name, void *arg), void *arg);
+/*
+ * fair 1: waiters across processes queue in Redis and the unlocking thread
+ * hands the lock to the one that waited longest (no barging; README "Fair
+ * locks"); every user of the name must be fair.  0 (the default): as
+ * pthread mutexes.  dmutex_init of a fair mutex over Redlock is ENOTSUP.
+ * 0; EINVAL (NULL, not initialized, fair not 0 or 1).
+ */
+DMUTEX_EXPORT int dmutex_attr_setfair(dmutex_attr_t *attr, int fair);
+/* 0; EINVAL (NULL, not initialized). */
+DMUTEX_EXPORT int dmutex_attr_getfair(const dmutex_attr_t *attr, int *fair);
 
 /* ---- mutexes ---------------------------------------------------------- */
 
 /*
  * 0; EINVAL (NULL m, bad name: NULL, empty or longer than DMUTEX_NAME_MAX,
- * bad attr); EIO/EINVAL/ENOTSUP from opening the default client when attr
- * names none; ENOMEM.
+ * bad attr); ENOTSUP (a fair mutex over Redlock); EIO/EINVAL/ENOTSUP from
+ * opening the default client when attr names none; ENOMEM.
  */
 DMUTEX_EXPORT int dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr);
 /* 0; EINVAL (NULL, uninitialized, destroyed); EBUSY (held in this process). */

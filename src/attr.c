@@ -107,3 +107,21 @@ dmutex_attr_setonlost(dmutex_attr_t *a, void (*onlost)(const char *, void *), vo
 	a->__onlost_arg = arg;
 	return 0;
 }
+
+int
+dmutex_attr_setfair(dmutex_attr_t *a, int fair)
+{
+	if (!ok(a) || (fair != 0 && fair != 1))
+		return EINVAL;
+	a->__flags = fair ? a->__flags | DMUTEX__ATTR_FAIR : a->__flags & ~DMUTEX__ATTR_FAIR;
+	return 0;
+}
+
+int
+dmutex_attr_getfair(const dmutex_attr_t *a, int *fair)
+{
+	if (!ok(a) || !fair)
+		return EINVAL;
+	*fair = (a->__flags & DMUTEX__ATTR_FAIR) != 0;
+	return 0;
+}

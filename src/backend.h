@@ -37,6 +37,7 @@ struct dmutex__acq {
 	int64_t deadline;       /* CLOCK_MONOTONIC ns by which the call ends, every
 	                         * node, phase and dial included (trylock); 0: each
 	                         * attempt bounded by the backend's own timeouts */
+	int fair;               /* queue in Redis (fair_acquire.lua); one Redis only */
 	/* out */
 	int status;
 	uint64_t fence;

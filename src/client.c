@@ -139,7 +139,7 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
 	struct dmutex_client *c = e->client;
 	char token[DMUTEX__TOKEN_HEX + 1];
 	unsigned lease_ms;
-	int robust, err;
+	int robust, mode, err;
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || e->gen != gen || e->releasing || !pthread_equal(e->owner, pthread_self())) {
@@ -149,6 +149,7 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
 	memcpy(token, e->token, sizeof token);
 	lease_ms = e->lease_ms;
 	robust = e->robust;
+	mode = DMUTEX__REL_DIED | (e->fair ? DMUTEX__REL_FAIR : 0);
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	if (robust)
@@ -157,9 +158,9 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
 	else
 		dmutex__log(DMUTEX_LOG_WARN, "'%s': %s while holding it: released", e->name, why);
 	dmutex__renewer_remove(c, e);
-	err = dmutex__release(c, e->name, token, DMUTEX__REL_DIED);
+	err = dmutex__release(c, e->name, token, mode);
 	if (err == EIO)
-		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_DIED,
+		dmutex__renewer_orphan(c, e->name, token, mode,
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	dmutex__entry_forget(e);

@@ -47,6 +47,8 @@
 #define DMUTEX__MAGIC_INIT      0x444d5458UL /* "DMTX" */
 #define DMUTEX__MAGIC_DESTROYED 0x64656164UL /* "dead" */
 #define DMUTEX__ATTR_MAGIC      0x61747472UL /* "attr" */
+/* dmutex_attr_t.__flags */
+#define DMUTEX__ATTR_FAIR       0x1UL
 
 /* 128 random bits as hex: an unguessable token, new for every acquisition. */
 #define DMUTEX__TOKEN_HEX 32
@@ -109,6 +111,10 @@ struct dmutex__entry {
 	int lost_reported;
 	int inconsistent;               /* robust: EOWNERDEAD given, no consistent yet */
 	int robust;                     /* the holder's mutex is DMUTEX_ROBUST */
+	int fair;                       /* the holder's mutex is fair: its release hands on */
+	/* Fair mutexes: threads of this process waiting to ask the backend, in
+	 * arrival order; only the first may (README "Fair locks"). */
+	struct dmutex__fifo *fifo_head, *fifo_tail;
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
 
@@ -130,6 +136,11 @@ struct dmutex__entry {
 	char name[];                    /* NUL-terminated */
 };
 
+/* A thread waiting for a fair mutex of this process: on its own stack. */
+struct dmutex__fifo {
+	struct dmutex__fifo *next;
+};
+
 /* A thread that reads a read-write lock, and how many times. */
 struct dmutex__reader {
 	pthread_t thread;
@@ -144,6 +155,7 @@ struct dmutex__mutex {
 	struct dmutex__entry *entry;
 	int type;
 	int robust;
+	int fair;                       /* queue in Redis (README "Fair locks") */
 	unsigned lease_ms;
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
@@ -260,7 +272,10 @@ enum {
 	DMUTEX__REL_CLEAN = 0,
 	DMUTEX__REL_NOTREC = 1,
 	DMUTEX__REL_DIED = 2,
-	DMUTEX__REL_ABANDON = 3
+	DMUTEX__REL_ABANDON = 3,
+	/* or'ed in: a fair lock's release, which hands the lock to the head
+	 * of its queue (fair_release.lua) */
+	DMUTEX__REL_FAIR = 0x10
 };
 
 /* The release with retries shared by unlock, exit and the orphan list:

@@ -22,8 +22,15 @@ dmutex_init_impl(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
 	c = attr ? attr->__client : NULL;
 	if (!c && (err = dmutex__client_default(&c)))
 		return err;
+	if (attr && (attr->__flags & DMUTEX__ATTR_FAIR) && c->cfg.nnodes > 1) {
+		/* Two masters could hand the lock to two different heads. */
+		dmutex__log(DMUTEX_LOG_ERROR, "dmutex_init('%s'): a fair lock over Redlock is not supported",
+				name);
+		return ENOTSUP;
+	}
 	if (!(mx = calloc(1, sizeof *mx)))
 		return ENOMEM;
+	mx->fair = attr && (attr->__flags & DMUTEX__ATTR_FAIR);
 	mx->type = attr ? attr->__type : DMUTEX_DEFAULT;
 	mx->robust = attr ? attr->__robust : DMUTEX_STALLED;
 	mx->lease_ms = attr && attr->__lease_ms ? attr->__lease_ms : c->cfg.lease_ms;

@@ -24,15 +24,32 @@ enum { BLOCK, TRY };
  * nobody knows it holds. */
 static void
 abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms,
-		int64_t until)
+		int64_t until, int fair)
 {
 	/* A trylock's release shares its deadline (past it: at once to the
-	 * background), so that its EIO comes within command_timeout_ms. */
-	int err = until ? dmutex__release_by(c, e->name, token, DMUTEX__REL_ABANDON, until)
-		: dmutex__release(c, e->name, token, DMUTEX__REL_ABANDON);
+	 * background), so that its EIO comes within command_timeout_ms.
+	 * Fair: also leaves the queue, or hands on a lock handed to us. */
+	int mode = DMUTEX__REL_ABANDON | (fair ? DMUTEX__REL_FAIR : 0);
+	int err = until ? dmutex__release_by(c, e->name, token, mode, until)
+		: dmutex__release(c, e->name, token, mode);
 	if (err == EIO)
-		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_ABANDON,
+		dmutex__renewer_orphan(c, e->name, token, mode,
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+}
+
+/* Under e->mu, fair mutexes only (their acquirer asks while a thread of
+ * ours holds the lock): wait until that thread's unlock has forgotten its
+ * hold, at most until `until`.  1 if it has. */
+static int
+local_release_ended(struct dmutex__entry *e, int64_t until)
+{
+	struct timespec ts;
+
+	dmutex__ns_to_ts(until, &ts);
+	while (e->held)
+		if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT)
+			break;
+	return !e->held;
 }
 
 /* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
@@ -54,7 +71,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	/* trylock: one attempt, its release included, within command_timeout_ms. */
 	int64_t try_until = mode == TRY ? dmutex__now_ns() +
 		(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS : 0;
-	int maybe_done = 0, io_attempt = 0, err;
+	int maybe_done = 0, queued = 0, io_attempt = 0, err;
 	uint64_t seq = 0;
 
 	if ((err = dmutex__token(token)))
@@ -63,7 +80,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		struct dmutex__acq a = { .name = e->name, .token = token,
 			.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
 			.robust = mx->robust == DMUTEX_ROBUST, .wait = sub != NULL,
-			.deadline = try_until };
+			.deadline = try_until, .fair = mx->fair };
 		int64_t sent, now;
 
 		if (sub)
@@ -89,6 +106,16 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		if (!err && a.status == DMUTEX__ACQ_OK) {
 			*done = now;
 			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+			if (e->held && !local_release_ended(e,
+					sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms))) {
+				/* Fair: handed over by a thread of ours that has not
+				 * finished its unlock within our lease (a lost hold it
+				 * keeps): give it back and queue again. */
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
+				maybe_done = 0;
+				continue;
+			}
 			memcpy(e->token, token, sizeof e->token);
 			e->held = 1;
 			e->owner = pthread_self();
@@ -102,12 +129,13 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			e->onlost = mx->onlost;
 			e->onlost_arg = mx->onlost_arg;
 			e->robust = mx->robust == DMUTEX_ROBUST;
+			e->fair = mx->fair;
 			__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
 			err = dmutex__renewer_add(c, e);
 			if (err) {
 				dmutex__entry_forget(e);
 				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(c, e, token, mx->lease_ms, try_until);
+				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
 				break;
 			}
 			err = e->inconsistent ? EOWNERDEAD : 0;
@@ -135,6 +163,8 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		}
 		/* Held by someone else.  The backend answered: fresh I/O budget. */
 		*busy = 1;
+		/* Fair: we hold a place in the queue now, to give back if we go. */
+		queued |= mx->fair && a.wait;
 		io_until = now + io_budget;
 		io_attempt = 0;
 		if (mode == TRY) {
@@ -157,12 +187,17 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 			if (channel)
 				sub = dmutex__waiter_sub(c, channel, sub_until < until ? sub_until : until);
+			if (sub && mx->fair)
+				dmutex__wsub_want(c, sub, token);
 			continue;
 		}
 		/* Sleep until woken, or at most until the holder's lease ends
 		 * (so a lost wake-up costs at most one lease). */
 		int64_t bound = a.pttl_ms >= 0 ? now + (a.pttl_ms + 1) * DMUTEX__MS
 				: now + (int64_t)mx->lease_ms * DMUTEX__MS;
+		/* Fair: our place in the queue lasts a lease; asking keeps it. */
+		if (mx->fair && bound > now + (int64_t)mx->lease_ms * DMUTEX__MS / 3)
+			bound = now + (int64_t)mx->lease_ms * DMUTEX__MS / 3;
 		if (bound > until)
 			bound = until;
 		if (sub && !a.split)
@@ -173,9 +208,39 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	if (sub)
 		dmutex__waiter_unsub(c, sub);
 	free(channel);
-	if (err && err != EOWNERDEAD && maybe_done)
-		abandon(c, e, token, mx->lease_ms, try_until);
+	if (err && err != EOWNERDEAD && (maybe_done || queued))
+		abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
 	return err;
+}
+
+/* Under e->mu: a fair mutex's local queue (README "Fair locks"). */
+static void
+fifo_join(struct dmutex__entry *e, struct dmutex__fifo *me)
+{
+	me->next = NULL;
+	if (e->fifo_tail)
+		e->fifo_tail->next = me;
+	else
+		e->fifo_head = me;
+	e->fifo_tail = me;
+}
+
+static void
+fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
+{
+	struct dmutex__fifo **pp = &e->fifo_head, *prev = NULL;
+
+	while (*pp && *pp != me) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	if (!*pp)
+		return;
+	*pp = me->next;
+	if (e->fifo_tail == me)
+		e->fifo_tail = prev;
+	/* The next in line may now go. */
+	pthread_cond_broadcast(&e->cv);
 }
 
 static int
@@ -185,6 +250,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	struct dmutex__entry *e;
 	pthread_t self = pthread_self();
 	struct timespec ts;
+	struct dmutex__fifo me = { 0 };
 	uint64_t gen;
 	int64_t t0 = 0, done = 0;      /* t0: a local wait's start */
 	int err, contended = 0;
@@ -226,8 +292,12 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 		return err;
 	}
 	dmutex__ns_to_ts(until, &ts);
-	while (e->held || e->acquiring) {
+	if (mx->fair)
+		fifo_join(e, &me);
+	while (mx->fair ? e->acquiring || e->fifo_head != &me : e->held || e->acquiring) {
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
+			if (mx->fair)
+				fifo_leave(e, &me);
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (mode != TRY && bad_deadline)
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
@@ -240,6 +310,15 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 			pthread_cond_wait(&e->cv, &e->mu);
 		else
 			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+	}
+	if (mx->fair) {
+		/* A fair trylock does not overtake a holder of this process. */
+		if (mode == TRY && e->held) {
+			fifo_leave(e, &me);
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			return EBUSY;
+		}
+		fifo_leave(e, &me);
 	}
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);

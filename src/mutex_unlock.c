@@ -37,6 +37,8 @@ dmutex_unlock_impl(dmutex_t *m)
 	}
 	/* A lost hold is forgotten whole, however deep: the caller was told. */
 	mode = lost ? DMUTEX__REL_DIED : e->inconsistent ? DMUTEX__REL_NOTREC : DMUTEX__REL_CLEAN;
+	if (e->fair)
+		mode |= DMUTEX__REL_FAIR;
 	memcpy(token, e->token, sizeof token);
 	lease_ms = e->lease_ms;
 	e->releasing = 1;
@@ -48,7 +50,7 @@ dmutex_unlock_impl(dmutex_t *m)
 	dmutex__renewer_remove(c, e);
 	err = dmutex__release(c, e->name, token, mode);
 	dmutex__met_released(c, e->name, now);
-	if (mode == DMUTEX__REL_NOTREC && !err)
+	if ((mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
 				"it is not recoverable until reset", e->name);
 	if (err == EIO)

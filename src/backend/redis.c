@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "fair.h"
 #include "internal.h"
 #include "node.h"
 #include "scripts.h"
@@ -29,10 +30,19 @@ dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n
 	int md;
 
 	a->maybe_done = a->refused = 0;
-	dmutex__acq_argv(be, a, &x);
-	/* A trylock's deadline bounds the call, its dial included. */
-	r = a->deadline ? dmutex__node_call_by(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md,
-			a->deadline) : dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md);
+	if (a->fair) {
+		struct dmutex__fair_acq_argv f;
+		dmutex__fair_acq_argv(be, a, &f);
+		/* A trylock's deadline bounds the call, its dial included. */
+		r = a->deadline ? dmutex__node_call_by(n, DMUTEX__SCRIPT_FAIR_ACQUIRE, DMUTEX__FAIR_ACQ_NKEYS,
+				DMUTEX__FAIR_ACQ_ARGC, f.argv, &md, a->deadline)
+			: dmutex__node_call(n, DMUTEX__SCRIPT_FAIR_ACQUIRE, DMUTEX__FAIR_ACQ_NKEYS,
+				DMUTEX__FAIR_ACQ_ARGC, f.argv, &md);
+	} else {
+		dmutex__acq_argv(be, a, &x);
+		r = a->deadline ? dmutex__node_call_by(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md,
+				a->deadline) : dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md);
+	}
 	if (!r) {
 		a->refused = md == DMUTEX__REFUSED;
 		a->maybe_done = md == 1;
@@ -68,9 +78,17 @@ dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n
 	struct dmutex__rel_argv x;
 	redisReply *r;
 
-	dmutex__rel_argv(be, name, token, mode, &x);
-	if (!(r = dmutex__node_call_by(n, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, maybe_done,
-			deadline))) {
+	if (mode & DMUTEX__REL_FAIR) {
+		struct dmutex__fair_rel_argv f;
+		dmutex__fair_rel_argv(be, name, token, mode & ~DMUTEX__REL_FAIR, &f);
+		r = dmutex__node_call_by(n, DMUTEX__SCRIPT_FAIR_RELEASE, DMUTEX__FAIR_REL_NKEYS,
+				DMUTEX__FAIR_REL_ARGC, f.argv, maybe_done, deadline);
+	} else {
+		dmutex__rel_argv(be, name, token, mode, &x);
+		r = dmutex__node_call_by(n, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, maybe_done,
+				deadline);
+	}
+	if (!r) {
 		*maybe_done = *maybe_done == 1;
 		return EIO;
 	}

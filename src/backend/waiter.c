@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,6 +38,9 @@ struct dmutex__wsub {
 	uint64_t seq;
 	int confirmed;
 	int target;                     /* sharded: the node serving it, -1 unknown */
+	/* A fair lock's waiter: the token a hand-over must name to wake it
+	 * (fair_release.lua publishes "h:<token>"); "" wakes on everything. */
+	char want[DMUTEX__TOKEN_HEX + 1];
 	unsigned char state[];          /* per node */
 };
 
@@ -217,6 +221,15 @@ moved(struct dmutex__waiter *w, size_t node, const char *err)
 	return 1;
 }
 
+/* A fair lock handed to another waiter: nothing for ours to do. */
+static int
+for_another(const struct dmutex__wsub *s, const redisReply *msg)
+{
+	return s->want[0] && msg->type == REDIS_REPLY_STRING && msg->len > 2 &&
+			!memcmp(msg->str, "h:", 2) &&
+			(msg->len - 2 != strlen(s->want) || memcmp(msg->str + 2, s->want, msg->len - 2));
+}
+
 /* -1 if the server refused a (UN)SUBSCRIBE: the connection is then
  * dropped and everything subscribed again on a new one (a server still
  * loading its data after a restart answers LOADING to the first). */
@@ -245,7 +258,8 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 	pthread_mutex_lock(&w->mu);
 	if ((s = find(w, r->element[1]->str, r->element[1]->len))) {
 		if (!strcmp(kind, "message")) {
-			s->seq++;
+			if (!for_another(s, r->element[2]))
+				s->seq++;
 		} else if (!strcmp(kind, "subscribe")) {
 			/* The connection works: the next loss retries at once. */
 			w->nodes[node].backoff_ns = 0;
@@ -526,11 +540,22 @@ dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq,
 }
 
 void
+dmutex__wsub_want(struct dmutex_client *c, struct dmutex__wsub *s, const char *token)
+{
+	struct dmutex__waiter *w = c->waiter;
+
+	pthread_mutex_lock(&w->mu);
+	snprintf(s->want, sizeof s->want, "%s", token ? token : "");
+	pthread_mutex_unlock(&w->mu);
+}
+
+void
 dmutex__waiter_unsub(struct dmutex_client *c, struct dmutex__wsub *s)
 {
 	struct dmutex__waiter *w = c->waiter;
 
 	pthread_mutex_lock(&w->mu);
+	s->want[0] = 0;
 	if (!--s->refs)
 		poke(w);
 	pthread_mutex_unlock(&w->mu);

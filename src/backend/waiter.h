@@ -25,6 +25,9 @@ uint64_t dmutex__wsub_seq(struct dmutex_client *c, struct dmutex__wsub *s);
 /* Wait until the sequence moves past `seq` (1) or until_ns (0). */
 int dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq,
 		int64_t until_ns);
+/* Wake only on hand-overs to `token` (and on every other message): a fair
+ * lock's waiter.  NULL: wake on everything. */
+void dmutex__wsub_want(struct dmutex_client *c, struct dmutex__wsub *s, const char *token);
 void dmutex__waiter_unsub(struct dmutex_client *c, struct dmutex__wsub *s);
 
 void dmutex__waiter_stop(struct dmutex_client *c);

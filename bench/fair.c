@@ -1,0 +1,248 @@
+/*
+ * Scenario 10: a fair mutex (dmutex_attr_setfair) under contention, by 8
+ * processes of 1 thread and by 1 process of 8 threads.  Issue 15 item 4's
+ * targets: min/max share >= 0.9, and the worst wait (a lock call to its
+ * return) <= 2 x (P-1) x (hold + RTT), P the contenders, hold the median
+ * hold measured here, RTT the PING of the floor (across CPUs for
+ * processes, as scenario 4).
+ *
+ * Each contender loops lock -> record -> unlock; the counts and the waits
+ * live in memory shared by the processes (mmap MAP_SHARED), so Redis sees
+ * nothing of the measuring.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dmutex.h"
+#include "harness.h"
+
+#define CONTENDERS 8
+#define WAITS_CAP 200000
+
+struct shared {
+	atomic_int inside, errors;
+	atomic_long overlaps;
+	atomic_ulong nwaits;
+	int64_t stop_ns;
+	long count[CONTENDERS];
+	int64_t max_wait[CONTENDERS];
+	int64_t hold_sum[CONTENDERS];
+	int64_t waits[WAITS_CAP];
+};
+
+struct ctx {
+	const struct bench *b;
+	struct shared *sh;
+	dmutex_t *m;            /* threads: one mutex; processes: their own */
+	const char *name;
+	int idx;
+	struct th_sync *ready;
+	int go_fd[2];
+};
+
+static int
+open_fair(const struct bench *b, dmutex_client_t **cli, dmutex_t *m, const char *name)
+{
+	dmutex_attr_t a;
+	int err;
+
+	if ((err = dmutex_client_open(cli, b->tgt.url)))
+		return err;
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, *cli);
+	dmutex_attr_setfair(&a, 1);
+	err = dmutex_init(m, name, &a);
+	dmutex_attr_destroy(&a);
+	return err;
+}
+
+static void
+loop(struct ctx *x)
+{
+	struct shared *sh = x->sh;
+
+	while (bench_now_ns() < sh->stop_ns) {
+		int64_t t0 = bench_now_ns(), t1, t2;
+		unsigned long i;
+
+		if (dmutex_lock(x->m)) {
+			atomic_fetch_add(&sh->errors, 1);
+			return;
+		}
+		t1 = bench_now_ns();
+		if (atomic_fetch_add(&sh->inside, 1) != 0)
+			atomic_fetch_add(&sh->overlaps, 1);
+		sh->count[x->idx]++;
+		if (t1 - t0 > sh->max_wait[x->idx])
+			sh->max_wait[x->idx] = t1 - t0;
+		i = atomic_fetch_add(&sh->nwaits, 1);
+		if (i < WAITS_CAP)
+			sh->waits[i] = t1 - t0;
+		atomic_fetch_sub(&sh->inside, 1);
+		t2 = bench_now_ns();
+		sh->hold_sum[x->idx] += t2 - t1;
+		if (dmutex_unlock(x->m)) {
+			atomic_fetch_add(&sh->errors, 1);
+			return;
+		}
+	}
+}
+
+static int
+proc_main(void *arg)
+{
+	struct ctx *x = arg;
+	dmutex_client_t *cli;
+	dmutex_t m;
+	char c;
+
+	close(x->go_fd[1]);
+	if (open_fair(x->b, &cli, &m, x->name))
+		return 10;
+	x->m = &m;
+	th_sync_post(x->ready);
+	while (read(x->go_fd[0], &c, 1) < 0 && errno == EINTR)
+		;
+	loop(x);
+	dmutex_destroy(&m);
+	dmutex_client_close(cli);
+	return 0;
+}
+
+static void *
+thread_main(void *arg)
+{
+	struct ctx *x = arg;
+	char c;
+
+	th_sync_post(x->ready);
+	while (read(x->go_fd[0], &c, 1) < 0 && errno == EINTR)
+		;
+	loop(x);
+	return NULL;
+}
+
+static void
+report(const struct bench *b, struct shared *sh, int procs, const char *label)
+{
+	double rtt = procs && b->ping_cross_ns > 0 ? b->ping_cross_ns : b->ping_ns;
+	long total = 0, lo = -1, hi = 0;
+	int64_t worst = 0, hold = 0;
+	unsigned long n = atomic_load(&sh->nwaits);
+	struct samples s;
+	struct row *r;
+	double bound;
+
+	for (int i = 0; i < CONTENDERS; i++) {
+		total += sh->count[i];
+		hold += sh->hold_sum[i];
+		if (lo < 0 || sh->count[i] < lo)
+			lo = sh->count[i];
+		if (sh->count[i] > hi)
+			hi = sh->count[i];
+		if (sh->max_wait[i] > worst)
+			worst = sh->max_wait[i];
+	}
+	if (n > WAITS_CAP)
+		n = WAITS_CAP;
+	samples_init(&s, n);
+	for (unsigned long i = 0; i < n; i++)
+		samples_add(&s, sh->waits[i]);
+	r = row_new(10, label);
+	r->median_ns = samples_pct(&s, 50);
+	r->p99_ns = samples_pct(&s, 99);
+	bound = 2.0 * (CONTENDERS - 1) * ((total ? (double)hold / total : 0) + rtt);
+	r->ratio = (double)worst / bound;
+	snprintf(r->ratio_to, sizeof r->ratio_to, "bound");
+	row_metric(r, "acquisitions", (double)total, "");
+	row_metric(r, "min/max share", hi ? (double)lo / hi : 0, "x");
+	row_metric(r, "worst wait", (double)worst, "ns");
+	row_metric(r, "bound 2(P-1)(hold+RTT)", bound, "ns");
+	row_metric(r, "hold", total ? (double)hold / total : 0, "ns");
+	row_metric(r, "RTT", rtt, "ns");
+	row_metric(r, "errors", (double)atomic_load(&sh->errors), "");
+	row_metric(r, "overlaps", (double)atomic_load(&sh->overlaps), "");
+	row_target(r, hi && (double)lo / hi >= 0.9 && worst <= bound ? MET_YES : MET_NO,
+			"min/max share ≥ 0.9 (%s), worst wait ≤ bound (%s)",
+			hi && (double)lo / hi >= 0.9 ? "yes" : "no", worst <= bound ? "yes" : "no");
+	if (atomic_load(&sh->overlaps))
+		row_note(r, "MUTUAL EXCLUSION VIOLATED: %ld overlapping holds", atomic_load(&sh->overlaps));
+	samples_free(&s);
+}
+
+static int
+run(struct bench *b, struct shared *sh, int procs)
+{
+	struct ctx x[CONTENDERS];
+	struct th_sync ready;
+	pid_t pids[CONTENDERS];
+	pthread_t th[CONTENDERS];
+	dmutex_client_t *cli = NULL;
+	dmutex_t m;
+	char name[64];
+	int go[2], started = 0, failed = 0;
+	int64_t dur = (b->opt.quick ? 1000 : 3000) * (int64_t)1000000;
+
+	memset(sh, 0, offsetof(struct shared, waits));
+	snprintf(name, sizeof name, "%s:fair%s", b->run_id, procs ? "p" : "t");
+	if (th_sync_init(&ready) || pipe(go))
+		return -1;
+	if (!procs && open_fair(b, &cli, &m, name))
+		return -1;
+	for (int i = 0; i < CONTENDERS; i++) {
+		x[i] = (struct ctx){ b, sh, procs ? NULL : &m, name, i, &ready, { go[0], go[1] } };
+		if (procs ? (pids[i] = th_spawn(proc_main, &x[i])) < 0
+				: pthread_create(&th[i], NULL, thread_main, &x[i]) != 0)
+			break;
+		started++;
+	}
+	for (int i = 0; i < started; i++)
+		if (th_sync_wait(&ready, 10000))
+			failed = 1;
+	sh->stop_ns = bench_now_ns() + dur;
+	close(go[1]);
+	for (int i = 0; i < started; i++) {
+		if (procs) {
+			int st = th_wait_child(pids[i], (int)(dur / 1000000) + 30000);
+			if (st) {
+				fprintf(stderr, "bench: fair: process %d ended with %d\n", i, st);
+				failed = 1;
+			}
+		} else {
+			pthread_join(th[i], NULL);
+		}
+	}
+	close(go[0]);
+	th_sync_close(&ready);
+	if (cli) {
+		dmutex_destroy(&m);
+		dmutex_client_close(cli);
+	}
+	if (failed || started < CONTENDERS || atomic_load(&sh->errors))
+		return -1;
+	report(b, sh, procs, procs ? "fair lock, 8 processes x 1 thread" : "fair lock, 1 process x 8 threads");
+	return 0;
+}
+
+int
+bench_fair(struct bench *b)
+{
+	struct shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int rc;
+
+	if (sh == MAP_FAILED) {
+		perror("bench: mmap");
+		return -1;
+	}
+	rc = run(b, sh, 1);
+	rc |= run(b, sh, 0);
+	munmap(sh, sizeof *sh);
+	return rc;
+}

@@ -1,0 +1,43 @@
+/* Arguments of fair_acquire.lua and fair_release.lua: the keys of the
+ * usual scripts, then the queue's two, then the usual arguments (and for
+ * the release the lease a hand-over starts with). */
+#include <stdio.h>
+#include <string.h>
+
+#include "fair.h"
+#include "internal.h"
+
+static void
+queue_keys(struct dmutex__backend *be, const char *name, char *qk, char *pk)
+{
+	dmutex__key(qk, be->client->cfg.prefix, "queue", name);
+	dmutex__key(pk, be->client->cfg.prefix, "qlive", name);
+}
+
+void
+dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
+		struct dmutex__fair_acq_argv *x)
+{
+	dmutex__acq_argv(be, a, &x->base);
+	queue_keys(be, a->name, x->qk, x->pk);
+	x->argv[0] = x->base.argv[0];
+	x->argv[1] = x->base.argv[1];
+	x->argv[2] = x->qk;
+	x->argv[3] = x->pk;
+	memcpy(&x->argv[4], &x->base.argv[2], (DMUTEX__ACQ_ARGC - 2) * sizeof x->argv[0]);
+}
+
+void
+dmutex__fair_rel_argv(struct dmutex__backend *be, const char *name, const char *token,
+		int mode, struct dmutex__fair_rel_argv *x)
+{
+	dmutex__rel_argv(be, name, token, mode, &x->base);
+	queue_keys(be, name, x->qk, x->pk);
+	snprintf(x->lease, sizeof x->lease, "%u", be->client->cfg.lease_ms);
+	x->argv[0] = x->base.argv[0];
+	x->argv[1] = x->base.argv[1];
+	x->argv[2] = x->qk;
+	x->argv[3] = x->pk;
+	memcpy(&x->argv[4], &x->base.argv[2], (DMUTEX__REL_ARGC - 2) * sizeof x->argv[0]);
+	x->argv[DMUTEX__FAIR_REL_ARGC - 1] = x->lease;
+}

@@ -1,0 +1,31 @@
+/* Fair locks' script arguments (README "Fair locks"): the usual lock and
+ * release arguments plus the name's queue and places. */
+#ifndef DMUTEX_BACKEND_FAIR_H
+#define DMUTEX_BACKEND_FAIR_H
+
+#include "common.h"
+
+#define DMUTEX__FAIR_ACQ_NKEYS 4
+#define DMUTEX__FAIR_ACQ_ARGC (DMUTEX__ACQ_ARGC + 2)
+#define DMUTEX__FAIR_REL_NKEYS 4
+#define DMUTEX__FAIR_REL_ARGC (DMUTEX__REL_ARGC + 3)
+
+struct dmutex__fair_acq_argv {
+	struct dmutex__acq_argv base;
+	char qk[DMUTEX__KEY_MAX], pk[DMUTEX__KEY_MAX];
+	const char *argv[DMUTEX__FAIR_ACQ_ARGC];
+};
+
+struct dmutex__fair_rel_argv {
+	struct dmutex__rel_argv base;
+	char qk[DMUTEX__KEY_MAX], pk[DMUTEX__KEY_MAX], lease[16];
+	const char *argv[DMUTEX__FAIR_REL_ARGC];
+};
+
+void dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
+		struct dmutex__fair_acq_argv *x);
+/* mode without DMUTEX__REL_FAIR. */
+void dmutex__fair_rel_argv(struct dmutex__backend *be, const char *name, const char *token,
+		int mode, struct dmutex__fair_rel_argv *x);
+
+#endif

@@ -1,0 +1,146 @@
+-- Take a fair lock, or queue for it (README "Fair locks").
+--
+-- KEYS[1]  lock hash, KEYS[2] meta hash (as acquire.lua)
+-- KEYS[3]  queue: sorted set of waiting tokens, scored by arrival
+-- KEYS[4]  places: the same tokens, scored by the server time (ms) at which
+--          a waiter that stopped asking loses its place
+-- ARGV     as acquire.lua (token, lease_ms, host, pid, tid, since_ms,
+--          hostid, robust, idle_ms, wait); wait 1 (the caller listens on
+--          the wake channel): queue if not granted; 0 (trylock, or not
+--          subscribed yet): leave the queue as it is
+--
+-- Returns as acquire.lua: {0, fence, died}, {1, pttl_ms}, {2}, {3, v}.
+-- A lock release handed to us (fair_release.lua) already carries our
+-- token: taking it is the "already ours" case, which records us as the
+-- holder.  The lock is granted to a newcomer only when it is free and
+-- nobody is queued ahead: no barging.
+--
+-- Every read comes before the first write (see acquire.lua).
+local VERSION = '2'
+local tok = ARGV[1]
+local lease = tonumber(ARGV[2])
+local keep = lease + tonumber(ARGV[9])
+
+-- ms << 20 as an exact decimal string; x > y for decimal strings
+-- (acquire.lua: the token format).
+local function shifted(ms)
+	local a, b = math.floor(ms / 1000000) * 1048576, (ms % 1000000) * 1048576
+	a, b = a + math.floor(b / 1000000), b % 1000000
+	if a == 0 then
+		return string.format('%d', b)
+	end
+	return string.format('%d%06d', a, b)
+end
+local function above(x, y)
+	if #x ~= #y then
+		return #x > #y
+	end
+	return x > y
+end
+
+local lv, cur, died = unpack(redis.call('HMGET', KEYS[1], 'v', 'token', 'died'))
+local mv, counter, state = unpack(redis.call('HMGET', KEYS[2], 'v', 'fence', 'state'))
+if (lv and lv ~= VERSION) or (mv and mv ~= VERSION) then
+	return {3, lv or mv}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The live head: the first queued token whose place has not run out.
+local queue = redis.call('ZRANGE', KEYS[3], 0, -1)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+local dead = {}
+for _, w in ipairs(gone) do
+	dead[w] = true
+end
+local head
+for _, w in ipairs(queue) do
+	if not dead[w] then
+		head = w
+		break
+	end
+end
+local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+local queued = redis.call('ZSCORE', KEYS[3], tok)
+local pttl = redis.call('PTTL', KEYS[1])
+
+local function prune()
+	for _, w in ipairs(gone) do
+		redis.call('ZREM', KEYS[3], w)
+		redis.call('ZREM', KEYS[4], w)
+	end
+end
+local function leave()
+	redis.call('ZREM', KEYS[3], tok)
+	redis.call('ZREM', KEYS[4], tok)
+end
+-- Queue (or keep our place): a place lasts a lease; the waiter asks again
+-- at least every third of it.
+local function enqueue()
+	if not queued then
+		local last = tail[2] and tonumber(tail[2]) or 0
+		redis.call('ZADD', KEYS[3], last + 1, tok)
+	end
+	redis.call('ZADD', KEYS[4], now + lease, tok)
+	redis.call('PEXPIRE', KEYS[3], keep)
+	redis.call('PEXPIRE', KEYS[4], keep)
+end
+
+if cur == tok then
+	-- Handed to us, or a retry of our own acquire: record the holder.
+	prune()
+	leave()
+	if state == 'handed' or state == 'died' then
+		redis.call('HSET', KEYS[2], 'state', 'held')
+	end
+	redis.call('HSET', KEYS[1], 'host', ARGV[3], 'pid', ARGV[4], 'tid', ARGV[5],
+		'since', ARGV[6], 'lease', ARGV[2], 'hostid', ARGV[7])
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	redis.call('PEXPIRE', KEYS[2], keep)
+	return {0, redis.call('HGET', KEYS[1], 'fence'), tonumber(died or '0')}
+end
+if cur then
+	prune()
+	if ARGV[10] == '1' then
+		enqueue()
+	end
+	return {1, pttl}
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+	return redis.error_reply('WRONGTYPE lock key holds data dmutex did not write')
+end
+if state == 'notrec' then
+	return {2}
+end
+if head and head ~= tok then
+	-- Free, but others came first: the head takes it when it asks.
+	prune()
+	if ARGV[10] == '1' then
+		enqueue()
+	end
+	return {1, -1}
+end
+
+local floor = shifted(now)
+local fence
+prune()
+leave()
+if counter and not above(floor, counter) then
+	-- HGET, not HINCRBY's reply: Lua numbers lose digits past 2^53.
+	redis.call('HINCRBY', KEYS[2], 'fence', 1)
+	fence = redis.call('HGET', KEYS[2], 'fence')
+else
+	fence = floor
+	redis.call('HSET', KEYS[2], 'fence', fence)
+end
+local d = 0
+if state == 'held' or state == 'died' then
+	d = 1
+end
+redis.call('HINCRBY', KEYS[2], 'n', 1)
+redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', ARGV[8])
+redis.call('PEXPIRE', KEYS[2], keep)
+redis.call('HSET', KEYS[1], 'v', VERSION, 'token', tok, 'fence', fence, 'died', d,
+	'host', ARGV[3], 'pid', ARGV[4], 'tid', ARGV[5], 'since', ARGV[6],
+	'lease', ARGV[2], 'hostid', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {0, fence, d}

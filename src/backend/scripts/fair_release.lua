@@ -1,0 +1,118 @@
+-- Release a fair lock: hand it to the head of its queue, or free it.
+--
+-- KEYS     lock hash, meta hash, queue, places (fair_acquire.lua)
+-- ARGV     token, mode, wake channel, idle_ms (as release.lua), lease_ms:
+--          the lease a handed lock starts with, until its new holder
+--          claims it with its own
+--
+-- Returns as release.lua: 1 released (or handed on), 0 not ours, 2
+-- released but the channel is denied.  Not ours also takes the caller out
+-- of the queue: a waiter that gives up (mode 3) leaves through here.
+--
+-- A handed lock gets a new fencing token now, the head's token as owner
+-- and state 'handed' ('died' if the releaser died holding it), so a head
+-- that never claims it is no owner that died.  Not recoverable is never
+-- handed on: every waiter is woken to see it.
+--
+-- Every read and the PUBLISH (under pcall) come before the first write
+-- (see release.lua).
+local VERSION = '2'
+local tok = ARGV[1]
+
+local function shifted(ms)
+	local a, b = math.floor(ms / 1000000) * 1048576, (ms % 1000000) * 1048576
+	a, b = a + math.floor(b / 1000000), b % 1000000
+	if a == 0 then
+		return string.format('%d', b)
+	end
+	return string.format('%d%06d', a, b)
+end
+local function above(x, y)
+	if #x ~= #y then
+		return #x > #y
+	end
+	return x > y
+end
+
+local cur, ldied = unpack(redis.call('HMGET', KEYS[1], 'token', 'died'))
+if cur ~= tok then
+	redis.call('ZSCORE', KEYS[4], tok)
+	redis.call('ZREM', KEYS[3], tok)
+	redis.call('ZREM', KEYS[4], tok)
+	return 0
+end
+local counter = redis.call('HGET', KEYS[2], 'fence')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local queue = redis.call('ZRANGE', KEYS[3], 0, -1)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+local mode = ARGV[2]
+if mode == '3' then
+	if ldied == '1' then
+		mode = '2'
+	else
+		mode = '0'
+	end
+end
+local dead = {}
+for _, w in ipairs(gone) do
+	dead[w] = true
+end
+local head
+if mode ~= '1' then
+	for _, w in ipairs(queue) do
+		if not dead[w] and w ~= tok then
+			head = w
+			break
+		end
+	end
+end
+local msg = 'r'
+if head then
+	msg = 'h:' .. head
+end
+local told = redis.pcall('PUBLISH', ARGV[3], msg)
+
+for _, w in ipairs(gone) do
+	redis.call('ZREM', KEYS[3], w)
+	redis.call('ZREM', KEYS[4], w)
+end
+redis.call('ZREM', KEYS[3], tok)
+redis.call('ZREM', KEYS[4], tok)
+redis.call('DEL', KEYS[1])
+if head then
+	local fence
+	local floor = shifted(now)
+	if counter and not above(floor, counter) then
+		redis.call('HINCRBY', KEYS[2], 'fence', 1)
+		fence = redis.call('HGET', KEYS[2], 'fence')
+	else
+		fence = floor
+		redis.call('HSET', KEYS[2], 'fence', fence)
+	end
+	local d, state = 0, 'handed'
+	if mode == '2' then
+		d, state = 1, 'died'
+	end
+	redis.call('ZREM', KEYS[3], head)
+	redis.call('ZREM', KEYS[4], head)
+	redis.call('HINCRBY', KEYS[2], 'n', 1)
+	redis.call('HSET', KEYS[2], 'v', VERSION, 'state', state)
+	redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]))
+	redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
+		'since', tostring(now), 'lease', ARGV[5])
+	redis.call('PEXPIRE', KEYS[1], ARGV[5])
+elseif mode == '0' then
+	redis.call('HDEL', KEYS[2], 'state')
+	redis.call('PEXPIRE', KEYS[2], ARGV[4])
+elseif mode == '1' then
+	redis.call('HSET', KEYS[2], 'state', 'notrec')
+	redis.call('PERSIST', KEYS[2])
+else
+	redis.call('HSET', KEYS[2], 'state', 'died')
+	redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
+if type(told) == 'table' then
+	return 2
+end
+return 1

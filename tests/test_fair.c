@@ -1,0 +1,390 @@
+/*
+ * Issue 15 item 4: fair mutexes (dmutex_attr_setfair).  Waiters queue in
+ * Redis, in arrival order, and an unlock hands the lock to the head: no
+ * barging by the releaser, no herd, a waiter that gives up or dies loses
+ * its place, tokens keep growing across hand-overs, and over Redlock a
+ * fair mutex is ENOTSUP at init.
+ *
+ * Arrival order is made, not hoped for: each waiter starts only once the
+ * one before it is seen queued (in Redis: the queue's size; for threads of
+ * one process: the thread asleep, polled in /proc).
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+#include "dmt.h"
+
+static struct th_redis srv;
+static char url[700];
+
+static void
+up(void)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0);
+	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=2000");
+}
+
+static void
+down(void)
+{
+	th_redis_stop_all();
+}
+
+TestSuite(fair, .init = up, .fini = down, .timeout = 60);
+
+static int
+fair_mutex(dmutex_t *m, dmutex_client_t *c, const char *name, int robust)
+{
+	dmutex_attr_t a;
+	int err, fair = -1;
+
+	if ((err = dmutex_attr_init(&a)) || (err = dmutex_attr_setfair(&a, 1)) ||
+			(err = dmutex_attr_setclient(&a, c)))
+		return err;
+	if (robust && (err = dmutex_attr_setrobust(&a, DMUTEX_ROBUST)))
+		return err;
+	if ((err = dmutex_attr_getfair(&a, &fair)) || fair != 1)
+		return err ? err : -1;
+	err = dmutex_init(m, name, &a);
+	dmutex_attr_destroy(&a);
+	return err;
+}
+
+static long long
+queued(const char *name)
+{
+	return th_redis_int(&srv, "ZCARD dmutex:queue:{%s}", name);
+}
+
+struct qwait {
+	const char *name;
+	long long n;
+};
+
+static int
+queue_is(void *arg)
+{
+	struct qwait *q = arg;
+	return queued(q->name) == q->n;
+}
+
+/* Shared with the children: the order in which they got the lock. */
+struct order {
+	atomic_int next;
+	int who[8];
+	uint64_t fence[8];
+};
+
+struct child {
+	struct order *o;
+	const char *name;
+	int id;
+};
+
+/* A child process: lock (fair), note its turn and token, unlock. */
+static int
+locker(void *arg)
+{
+	struct child *ch = arg;
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t tok = 0;
+	int turn;
+
+	if (dmutex_client_open(&c, url) || fair_mutex(&m, c, ch->name, 0))
+		return 10;
+	if (dmutex_lock(&m))
+		return 11;
+	turn = atomic_fetch_add(&ch->o->next, 1);
+	if (dmutex_fence(&m, &tok))
+		return 12;
+	ch->o->who[turn] = ch->id;
+	ch->o->fence[turn] = tok;
+	if (dmutex_unlock(&m))
+		return 13;
+	dmt_close_mutex(c, &m);
+	return 0;
+}
+
+static struct order *
+shared_order(void)
+{
+	struct order *o = mmap(NULL, sizeof *o, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(o, MAP_FAILED);
+	memset(o, 0, sizeof *o);
+	return o;
+}
+
+Test(fair, processes_get_the_lock_in_arrival_order_with_growing_tokens)
+{
+	const char *name = "fair-procs";
+	struct order *o = shared_order();
+	struct child ch[4];
+	pid_t pid[4];
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t first = 0;
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &first), 0);
+	for (int i = 0; i < 4; i++) {
+		struct qwait q = { name, i + 1 };
+		ch[i] = (struct child){ o, name, i };
+		pid[i] = th_spawn(locker, &ch[i]);
+		cr_assert_gt(pid[i], 0);
+		cr_assert(th_wait_until(queue_is, &q, 20000), "child %d never queued", i);
+	}
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(th_wait_child(pid[i], 30000), 0, "child %d failed", i);
+	cr_assert_eq(atomic_load(&o->next), 4);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(o->who[i], i, "turn %d went to child %d", i, o->who[i]);
+		cr_assert_gt(o->fence[i], i ? o->fence[i - 1] : first, "token of turn %d does not grow", i);
+	}
+	cr_assert_eq(queued(name), 0);
+	dmt_close_mutex(c, &m);
+	munmap(o, sizeof *o);
+}
+
+Test(fair, the_releaser_cannot_barge_past_a_waiter)
+{
+	const char *name = "fair-barge";
+	struct order *o = shared_order();
+	struct child ch = { o, name, 7 };
+	struct qwait q = { name, 1 };
+	dmutex_client_t *c;
+	dmutex_t m;
+	pid_t pid;
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pid = th_spawn(locker, &ch);
+	cr_assert_gt(pid, 0);
+	cr_assert(th_wait_until(queue_is, &q, 20000));
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	/* Handed over in the release itself: not free for a moment. */
+	cr_assert_eq(dmutex_trylock(&m), EBUSY);
+	cr_assert_eq(th_wait_child(pid, 30000), 0);
+	cr_assert_eq(o->who[0], 7);
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+	munmap(o, sizeof *o);
+}
+
+Test(fair, a_waiter_that_times_out_leaves_the_queue)
+{
+	const char *name = "fair-timeout";
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	struct timespec at;
+
+	cr_assert_eq(dmutex_client_open(&c1, url), 0);
+	cr_assert_eq(dmutex_client_open(&c2, url), 0);
+	cr_assert_eq(fair_mutex(&m1, c1, name, 0), 0);
+	cr_assert_eq(fair_mutex(&m2, c2, name, 0), 0);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_nsec += 300000000;
+	if (at.tv_nsec >= 1000000000) {
+		at.tv_sec++;
+		at.tv_nsec -= 1000000000;
+	}
+	cr_assert_eq(dmutex_timedlock(&m2, &at), ETIMEDOUT);
+	cr_assert_eq(queued(name), 0, "the timed-out waiter kept its place");
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	/* Nobody queued: the unlock freed it. */
+	cr_assert_eq(dmutex_trylock(&m2), 0);
+	cr_assert_eq(dmutex_unlock(&m2), 0);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
+static int
+sleeper(void *arg)
+{
+	struct child *ch = arg;
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	if (dmutex_client_open(&c, url) || fair_mutex(&m, c, ch->name, 1))
+		return 10;
+	dmutex_lock(&m);
+	return 11;      /* never reached: killed while it waits */
+}
+
+Test(fair, a_dead_waiter_gets_the_lock_for_one_lease_and_no_owner_died)
+{
+	const char *name = "fair-dead";
+	struct child ch = { NULL, name, 0 };
+	struct qwait q = { name, 1 };
+	dmutex_client_t *c, *c2;
+	dmutex_t m, m2;
+	pid_t pid;
+	int64_t t0;
+	int err;
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_client_open(&c2, url), 0);
+	cr_assert_eq(fair_mutex(&m, c, name, 1), 0);
+	cr_assert_eq(fair_mutex(&m2, c2, name, 1), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pid = th_spawn(sleeper, &ch);
+	cr_assert_gt(pid, 0);
+	cr_assert(th_wait_until(queue_is, &q, 20000));
+	kill(pid, SIGKILL);
+	th_wait_child(pid, 10000);
+	/* Its place is still good: the unlock hands the lock to it. */
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_trylock(&m2), EBUSY);
+	t0 = th_now_ms();
+	err = dmutex_lock(&m2);
+	/* A hand-over never claimed is not an owner that died. */
+	cr_assert_eq(err, 0, "lock after an unclaimed hand-over: %d", err);
+	cr_assert_lt(th_now_ms() - t0, 20000);
+	cr_assert_eq(dmutex_unlock(&m2), 0);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c, &m);
+}
+
+/* Threads of one process: each waits in turn, in the order they came. */
+struct tstate {
+	dmutex_t *m;
+	atomic_int next;
+	int who[8];
+	atomic_long tid[8];
+};
+
+struct targ {
+	struct tstate *s;
+	int id;
+};
+
+static void *
+thread_locker(void *arg)
+{
+	struct targ *t = arg;
+	int turn;
+
+	atomic_store(&t->s->tid[t->id], (long)syscall(SYS_gettid));
+	if (dmutex_lock(t->s->m))
+		return (void *)1;
+	turn = atomic_fetch_add(&t->s->next, 1);
+	t->s->who[turn] = t->id;
+	if (dmutex_unlock(t->s->m))
+		return (void *)2;
+	return NULL;
+}
+
+struct twait {
+	struct tstate *s;
+	int id;
+};
+
+/* The thread sleeps (in its condition wait, the only place it can). */
+static int
+thread_asleep(void *arg)
+{
+	struct twait *w = arg;
+	char path[64], buf[512], *p;
+	long tid = atomic_load(&w->s->tid[w->id]);
+	FILE *f;
+	size_t n;
+
+	if (!tid)
+		return 0;
+	snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'S';
+}
+
+Test(fair, threads_of_one_process_get_the_lock_in_arrival_order)
+{
+	const char *name = "fair-threads";
+	struct tstate s = { 0 };
+	struct targ t[4];
+	pthread_t th[4];
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
+	s.m = &m;
+	cr_assert_eq(dmutex_lock(&m), 0);
+	for (int i = 0; i < 4; i++) {
+		struct twait w = { &s, i };
+		struct qwait q = { name, 1 };
+		t[i] = (struct targ){ &s, i };
+		cr_assert_eq(pthread_create(&th[i], NULL, thread_locker, &t[i]), 0);
+		/* The first queues in Redis, the others behind it locally. */
+		if (i == 0)
+			cr_assert(th_wait_until(queue_is, &q, 20000));
+		cr_assert(th_wait_until(thread_asleep, &w, 20000));
+	}
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	for (int i = 0; i < 4; i++) {
+		void *rv;
+		pthread_join(th[i], &rv);
+		cr_assert_null(rv, "thread %d failed", i);
+	}
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(s.who[i], i, "turn %d went to thread %d", i, s.who[i]);
+	dmt_close_mutex(c, &m);
+}
+
+Test(fair, attribute_checks)
+{
+	dmutex_attr_t a;
+	int fair = -1;
+
+	cr_assert_eq(dmutex_attr_setfair(NULL, 1), EINVAL);
+	cr_assert_eq(dmutex_attr_getfair(NULL, &fair), EINVAL);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_getfair(&a, &fair), 0);
+	cr_assert_eq(fair, 0, "fair is not the default");
+	cr_assert_eq(dmutex_attr_setfair(&a, 2), EINVAL);
+	cr_assert_eq(dmutex_attr_getfair(&a, NULL), EINVAL);
+	cr_assert_eq(dmutex_attr_setfair(&a, 1), 0);
+	cr_assert_eq(dmutex_attr_getfair(&a, &fair), 0);
+	cr_assert_eq(fair, 1);
+	cr_assert_eq(dmutex_attr_setfair(&a, 0), 0);
+	cr_assert_eq(dmutex_attr_getfair(&a, &fair), 0);
+	cr_assert_eq(fair, 0);
+	dmutex_attr_destroy(&a);
+}
+
+Test(fair, a_fair_mutex_over_redlock_is_not_supported)
+{
+	struct th_redis n2, n3;
+	char rl[2200];
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	cr_assert_eq(th_redis_start(&n2, NULL), 0);
+	cr_assert_eq(th_redis_start(&n3, NULL), 0);
+	snprintf(rl, sizeof rl, "%s,%s,%s", srv.url, n2.url, n3.url);
+	cr_assert_eq(dmutex_client_open(&c, rl), 0);
+	cr_assert_eq(fair_mutex(&m, c, "fair-redlock", 0), ENOTSUP);
+	dmutex_client_close(c);
+}
