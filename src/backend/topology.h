@@ -20,7 +20,7 @@ int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__nod
 		const char *name, const char *token, int mode, int64_t deadline, int *released,
 		int *maybe_done);
 
-/* verify for nodes[0..nnodes) (one Redis, Redlock; open.c): each node
+/* verify for nodes[0..nnodes) (one Redis, Redlock; nodelist.c): each node
  * reachable and checked (check.h), a majority up, no server listed twice. */
 int dmutex__backend_verify_nodes(struct dmutex__backend *be, size_t *up, size_t *need);
 /* atfork_prepare / atfork_parent for nodes[0..nnodes). */

@@ -1,7 +1,7 @@
 /*
- * Which backend a URL names, what opening it checks, and the fork handling
- * of its nodes: what the core needs to know of a topology, and no more
- * (backend.h).
+ * What the topologies with a fixed list of nodes (one Redis, Redlock) share
+ * behind backend.h: the checks made at open, and the fork locking of their
+ * nodes.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -12,16 +12,6 @@
 #include "lockorder.h"
 #include "node.h"
 #include "topology.h"
-
-int
-dmutex__backend_create(struct dmutex_client *c, struct dmutex__backend **out)
-{
-	if (c->cfg.nodes[0].cluster)
-		return dmutex__backend_cluster_create(c, out);
-	if (c->cfg.nnodes > 1)
-		return dmutex__backend_redlock_create(c, out);
-	return dmutex__backend_redis_create(c, out);
-}
 
 static void
 set_quiet(struct dmutex__backend *be, int quiet)
