@@ -1241,3 +1241,20 @@ Test(cluster, acl_user, .fini = clu_down, .timeout = 120)
 	cr_assert_eq(th_cluster_failover(&clu, to, TH_FAILOVER_MANUAL, 30000), rep);
 	assert_str(th_cluster_cmd(&clu, rep, "GET {acl}k"), "v");
 }
+
+/* th_spawn_exec: the child is this binary again, run from its entry with
+ * the string argument; its return value is the exit status. */
+static int
+child_exec_code(const char *arg)
+{
+	return atoi(arg) + (getenv("TH_CHILD") ? 1 : 100);
+}
+TH_CHILD_ENTRY(child_exec_code, child_exec_code)
+
+Test(proc, spawn_exec_runs_the_named_entry_with_its_argument, .timeout = 30)
+{
+	pid_t pid = th_spawn_exec("child_exec_code", "41");
+
+	cr_assert_gt(pid, 0);
+	cr_assert_eq(th_wait_child(pid, 10000), 42);
+}

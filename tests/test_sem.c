@@ -204,7 +204,8 @@ Test(sem, never_more_holders_than_permits)
 
 /* ---- wake-ups -------------------------------------------------------- */
 
-static int waiter(void *arg)
+/* Exec'd (th_spawn_exec): another process is the point, not fork(). */
+static int waiter(const char *url)
 {
 	dmutex_client_t *c;
 	dsem_t s;
@@ -212,13 +213,14 @@ static int waiter(void *arg)
 
 	int err;
 
-	if (dmutex_client_open(&c, (const char *)arg) || dsem_init(&s, "wake", 0, c, 0))
+	if (dmutex_client_open(&c, url) || dsem_init(&s, "wake", 0, c, 0))
 		return 10;
 	err = dsem_timedwait(&s, &at);
 	dsem_destroy(&s);
 	dmutex_client_close(c);
 	return err ? 11 : 0;
 }
+TH_CHILD_ENTRY(waiter, waiter)
 
 /* th_wait_until condition: at least *arg waiters subscribed. */
 static int subscribed(void *arg)
@@ -245,7 +247,7 @@ Test(sem, post_wakes_waiter_through_pubsub)
 	snprintf(url, sizeof url, "%s", srv.url);
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
 	cr_assert_eq(dsem_init(&s, "wake", 0, c, 0), 0);
-	cr_assert_gt(kids[0] = th_spawn(waiter, url), 0);
+	cr_assert_gt(kids[0] = th_spawn_exec("waiter", url), 0);
 	cr_assert(th_wait_until(subscribed, &one, 5000), "the waiter never subscribed");
 	t0 = th_now_ms();
 	cr_assert_eq(dsem_post(&s), 0);
@@ -297,8 +299,8 @@ Test(sem, killed_holder_keeps_its_permit_killed_waiter_takes_none)
 	cr_assert_eq(dsem_destroy(&s), 0);
 	cr_assert_eq(dsem_unlink("crash", c), 0);
 	cr_assert_eq(dsem_init(&s, "wake", 0, c, 0), 0);
-	cr_assert_gt(kids[1] = th_spawn(waiter, url), 0);
-	cr_assert_gt(kids[2] = th_spawn(waiter, url), 0);
+	cr_assert_gt(kids[1] = th_spawn_exec("waiter", url), 0);
+	cr_assert_gt(kids[2] = th_spawn_exec("waiter", url), 0);
 	cr_assert(th_wait_until(subscribed, &two, 5000), "the waiters never subscribed");
 	kill(kids[1], SIGKILL);
 	cr_assert_eq(th_wait_child(kids[1], 5000), 128 + SIGKILL);

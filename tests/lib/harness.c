@@ -234,6 +234,54 @@ pid_t th_spawn(int (*fn)(void *), void *arg)
 
 extern char **environ;
 
+pid_t th_spawn_exec(const char *name, const char *arg)
+{
+	char e1[256], *e2 = NULL;
+	size_t nenv = 0, k = 0;
+	const char **envp;
+
+	th_init();
+	/* Built before the fork: after it the child makes only
+	 * async-signal-safe calls (execve), whatever the allocator's state. */
+	while (environ && environ[nenv])
+		nenv++;
+	if (!(envp = calloc(nenv + 3, sizeof *envp)) ||
+			asprintf(&e2, "TH_CHILD_ARG=%s", arg ? arg : "") < 0) {
+		free(envp);
+		return -1;
+	}
+	snprintf(e1, sizeof e1, "TH_CHILD=%s", name);
+	envp[k++] = e1;
+	envp[k++] = e2;
+	for (size_t i = 0; i < nenv; i++)
+		if (strncmp(environ[i], "TH_CHILD=", 9) && strncmp(environ[i], "TH_CHILD_ARG=", 13))
+			envp[k++] = environ[i];
+	envp[k] = NULL;
+	char *const argv[] = { (char *)"th-child", NULL };
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execve("/proc/self/exe", argv, (char *const *)envp);
+		_exit(127);
+	}
+	free(envp);
+	free(e2);
+	return pid;
+}
+
+void th_child_dispatch(const char *name, int (*fn)(const char *arg))
+{
+	const char *who = getenv("TH_CHILD");
+
+	if (!who || strcmp(who, name))
+		return;
+	/* Parent death ends the child, as for the servers. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	int rc = fn(getenv("TH_CHILD_ARG") ? getenv("TH_CHILD_ARG") : "");
+	fflush(NULL);
+	_exit(rc & 0xff);
+}
+
 int th_run(const char *const argv[], const char *const env[], const char *out_path,
            int timeout_ms)
 {

@@ -170,6 +170,27 @@ int th_wait_until(int (*cond)(void *), void *arg, int timeout_ms);
  * will not kill them, not even via th_redis_stop_all) and the child's copies
  * of th_proxy sockets are closed.  -1 if fork fails. */
 pid_t th_spawn(int (*fn)(void *), void *arg);
+
+/*
+ * A child process that starts afresh: fork, then exec this test binary
+ * (/proc/self/exe) with TH_CHILD=name and TH_CHILD_ARG=arg in its
+ * environment; the entry TH_CHILD_ENTRY(name, fn) of the test file runs
+ * fn(arg) from a constructor, before criterion starts, and _exits with its
+ * return value & 0xff.  Unlike th_spawn the child shares no memory with
+ * the parent: everything it needs travels in arg (a URL, a number).  Use it
+ * where the point is another process, not fork(): GCC 12's libasan can
+ * hand a child forked from a threaded parent its allocator lock already
+ * taken, and the child then hangs in its first malloc.  -1 if fork fails;
+ * the child exits 127 if exec fails.
+ */
+pid_t th_spawn_exec(const char *name, const char *arg);
+#define TH_CHILD_ENTRY(name, fn) \
+	__attribute__((constructor)) static void th_child_entry_##name(void) \
+	{ \
+		th_child_dispatch(#name, fn); \
+	}
+/* For TH_CHILD_ENTRY: if this process is the child `name`, run fn and exit. */
+void th_child_dispatch(const char *name, int (*fn)(const char *arg));
 /* waitpid with a deadline: exit status (0..255), 128+signal if killed by a
  * signal, or -1 on timeout (the child is then SIGKILLed and reaped) or error. */
 int th_wait_child(pid_t pid, int timeout_ms);
