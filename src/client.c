@@ -132,9 +132,13 @@ struct thread_holds {
 static pthread_key_t holds_key;
 static int holds_key_ok;
 
-/* The owner, without e->mu: end the hold gen of e if it is still ours. */
+/* The owner, without e->mu: end the hold gen of e if it is still ours.
+ * Every release of one thread's end shares one command timeout counted from
+ * t0: a thread (or process) that ends holding 200 locks while the server is
+ * down must not take 200 timeouts to go; what is not released by then is
+ * retried in the background, or ends with its lease. */
 static void
-end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
+end_hold(struct dmutex__entry *e, uint64_t gen, const char *why, int64_t t0)
 {
 	struct dmutex_client *c = e->client;
 	char token[DMUTEX__TOKEN_HEX + 1];
@@ -158,7 +162,8 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
 	else
 		dmutex__log(DMUTEX_LOG_WARN, "'%s': %s while holding it: released", e->name, why);
 	dmutex__renewer_remove(c, e);
-	err = dmutex__release(c, e->name, token, mode);
+	err = dmutex__release_by(c, e->name, token, mode,
+			t0 + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	if (err == EIO)
 		dmutex__renewer_orphan(c, e->name, token, mode,
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
@@ -170,10 +175,12 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why)
 static void
 end_thread_holds(struct thread_holds *t, const char *why)
 {
+	int64_t t0 = dmutex__now_ns();
+
 	/* Latest first, as the thread would have unlocked them. */
 	while (t->n) {
 		struct thread_hold th = t->h[--t->n];
-		end_hold(th.e, th.gen, why);
+		end_hold(th.e, th.gen, why, t0);
 		dmutex__entry_put(th.e);
 	}
 	free(t->h);

@@ -560,3 +560,59 @@ Test(procs, exit_while_holding_releases_at_once, .timeout = 20)
 	cr_assert_str_eq(r->str, "died");
 	freeReplyObject(r);
 }
+
+/* A process that exits holding many locks while its server hangs ends
+ * them all within one command timeout, not one timeout per lock. */
+#define EXIT_MANY 20
+static struct th_redis lone;
+static struct th_sync many_locked, many_go;
+
+static int exit_many_child(void *arg)
+{
+	static dmutex_t ms[EXIT_MANY];
+	dmutex_client_t *c;
+	char url[800], name[32];
+
+	(void)arg;
+	dmt_die_with_parent(test_pid);
+	snprintf(url, sizeof url, "%s?command_timeout_ms=300&connect_timeout_ms=300", lone.url);
+	if (dmutex_client_open(&c, url))
+		return 10;
+	for (int i = 0; i < EXIT_MANY; i++) {
+		dmutex_attr_t a;
+		snprintf(name, sizeof name, "many-%d", i);
+		if (dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) || dmutex_init(&ms[i], name, &a))
+			return 11;
+		if (dmutex_lock(&ms[i]))
+			return 12;
+	}
+	th_sync_post(&many_locked);
+	if (th_sync_wait(&many_go, 10000))
+		return 13;
+	exit(0);
+}
+
+Test(procs, exit_holding_many_with_server_down_is_bounded, .timeout = 30)
+{
+	long long t0, took;
+	pid_t pid;
+
+	cr_assert_eq(th_redis_start(&lone, NULL), 0);
+	cr_assert_eq(th_sync_init(&many_locked), 0);
+	cr_assert_eq(th_sync_init(&many_go), 0);
+	cr_assert_gt(pid = th_spawn(exit_many_child, NULL), 0);
+	cr_assert_eq(th_sync_wait(&many_locked, 10000), 0, "the child did not lock");
+	/* Stopped, not gone: every request waits out its timeout. */
+	cr_assert_eq(th_redis_pause(&lone), 0);
+	t0 = th_now_ms();
+	th_sync_post(&many_go);
+	cr_assert_eq(th_wait_child(pid, 20000), 0, "child failed or hung");
+	took = th_now_ms() - t0;
+	fprintf(stderr, "procs: exit with %d holds and no server took %lld ms\n", EXIT_MANY, took);
+	/* One 300 ms command timeout for all (was one per hold: 6 s and more). */
+	cr_assert_lt(took, 300 * 2 * dmt_slowdown() + 1000, "exit took %lld ms", took);
+	th_redis_resume(&lone);
+	th_redis_stop(&lone);
+	th_sync_close(&many_locked);
+	th_sync_close(&many_go);
+}
