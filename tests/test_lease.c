@@ -60,6 +60,12 @@ struct stalled_arg {
 
 static atomic_int child_lost;
 
+static int lost_seen(void *arg)
+{
+	(void)arg;
+	return atomic_load(&child_lost) > 0;
+}
+
 /* Exit codes: 0 as expected; 10.. set-up failed; 14 fence, 15 unlock,
  * 16 second unlock gave the wrong code; 20 + n: onlost ran n times. */
 static int stalled_holder(void *p)
@@ -85,6 +91,9 @@ static int stalled_holder(void *p)
 		return 14;
 	if (dmutex_unlock(&m) != ENOLCK)
 		return 15;
+	/* The handler runs once, on whichever thread saw the loss first: if
+	 * that was the renewal thread, it may still be on its way there. */
+	th_wait_until(lost_seen, NULL, 2000);
 	n = atomic_load(&child_lost);
 	if (n != 1)
 		return 20 + (n > 9 ? 9 : n);
