@@ -50,13 +50,7 @@
 local VERSION = '2'
 local tok = ARGV[1]
 
--- x > y for decimal strings without leading zeros.
-local function above(x, y)
-	if #x ~= #y then
-		return #x > #y
-	end
-	return x > y
-end
+-- @include token.lua
 -- x + 1 for a decimal string, exactly (Lua's numbers stop at 2^53).
 local function plus1(x)
 	local i = #x
@@ -68,17 +62,10 @@ local function plus1(x)
 	end
 	return x:sub(1, i - 1) .. string.char(x:byte(i) + 1) .. string.rep('0', #x - i)
 end
--- The server's TIME in ms << 20 as an exact decimal string (ms < 2^42:
--- the parts stay exact).
+-- The server's TIME in ms << 20.
 local function clock()
 	local t = redis.call('TIME')
-	local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-	local a, b = math.floor(ms / 1000000) * 1048576, (ms % 1000000) * 1048576
-	a, b = a + math.floor(b / 1000000), b % 1000000
-	if a == 0 then
-		return string.format('%d', b)
-	end
-	return string.format('%d%06d', a, b)
+	return shifted(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
 
 local busy = redis.call('EXISTS', KEYS[1]) == 1

@@ -21,22 +21,7 @@ local tok = ARGV[1]
 local lease = tonumber(ARGV[2])
 local keep = lease + tonumber(ARGV[9])
 
--- ms << 20 as an exact decimal string; x > y for decimal strings
--- (acquire.lua: the token format).
-local function shifted(ms)
-	local a, b = math.floor(ms / 1000000) * 1048576, (ms % 1000000) * 1048576
-	a, b = a + math.floor(b / 1000000), b % 1000000
-	if a == 0 then
-		return string.format('%d', b)
-	end
-	return string.format('%d%06d', a, b)
-end
-local function above(x, y)
-	if #x ~= #y then
-		return #x > #y
-	end
-	return x > y
-end
+-- @include token.lua
 
 local lv, cur, died = unpack(redis.call('HMGET', KEYS[1], 'v', 'token', 'died'))
 local mv, counter, state = unpack(redis.call('HMGET', KEYS[2], 'v', 'fence', 'state'))

@@ -19,20 +19,7 @@
 local VERSION = '2'
 local tok = ARGV[1]
 
-local function shifted(ms)
-	local a, b = math.floor(ms / 1000000) * 1048576, (ms % 1000000) * 1048576
-	a, b = a + math.floor(b / 1000000), b % 1000000
-	if a == 0 then
-		return string.format('%d', b)
-	end
-	return string.format('%d%06d', a, b)
-end
-local function above(x, y)
-	if #x ~= #y then
-		return #x > #y
-	end
-	return x > y
-end
+-- @include token.lua
 
 local cur, ldied = unpack(redis.call('HMGET', KEYS[1], 'token', 'died'))
 if cur ~= tok then
