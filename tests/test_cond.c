@@ -90,7 +90,7 @@ static int count_reached(void *arg)
 static void wait_count(long long (*count)(const char *), const char *name, long long n)
 {
 	struct count_is c = { name, n, count };
-	cr_assert(th_wait_until(count_reached, &c, 5000), "count for '%s' never became %lld (is %lld)",
+	cr_assert(th_wait_until(count_reached, &c, 10000), "count for '%s' never became %lld (is %lld)",
 			name, n, count(name));
 }
 
