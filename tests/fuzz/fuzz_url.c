@@ -72,8 +72,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		for (size_t i = 0; i < cfg.nnodes; i++) {
 			const struct dmutex__node_addr *a = &cfg.nodes[i];
-			if (!a->display || (!a->host == !a->path))
+			/* A node is reached one way: a host, a unix path, the
+			 * sentinels that name its master, or a cluster's seeds. */
+			int ways = !!a->host + !!a->path + !!a->nsentinels + !!a->nseeds;
+			if (!a->display || ways != 1 || !a->sentinels != !a->nsentinels ||
+			    !a->seeds != !a->nseeds)
 				abort();
+			for (size_t j = 0; j < a->nsentinels; j++)
+				if (!a->sentinels[j].host || !a->sentinels[j].display)
+					abort();
+			for (size_t j = 0; j < a->nseeds; j++)
+				if (!a->seeds[j].host)
+					abort();
 			/* The marker, once in the input and no percent-decoding
 			 * about, in the password: the display must not show it. */
 			if (a->password && strstr(a->password, "PASSWORD") && !strchr(url, '%') &&
