@@ -61,11 +61,29 @@ struct dmutex__renewal {
 
 struct dmutex__backend;
 
+/* An asynchronous release (ops->release_async): sent, its answer to come.
+ * Counted references: the caller's (dmutex__ticket_put) and the
+ * connection's until the answer is read. */
+struct dmutex__rel_ticket;
+enum {
+	DMUTEX__TICKET_PENDING = 0,     /* no answer read yet */
+	DMUTEX__TICKET_RELEASED,        /* compare-and-delete found our token */
+	DMUTEX__TICKET_NOT_OURS,        /* it found another token, or none */
+	DMUTEX__TICKET_UNKNOWN          /* no usable answer: it may or may not have run */
+};
+
 struct dmutex__backend_ops {
 	int (*acquire)(struct dmutex__backend *be, struct dmutex__acq *a);
 	/* Ends by deadline (CLOCK_MONOTONIC ns), every node included. */
 	int (*release)(struct dmutex__backend *be, const char *name, const char *token,
 			int mode, int64_t deadline, int *released, int *maybe_done);
+	/* Optional (NULL: release synchronously; Redlock, Cluster).  Send a
+	 * release (mode DMUTEX__REL_CLEAN) and return once it is wholly in the
+	 * socket's buffer, without its answer: 0 and *out, or EIO (nothing
+	 * known to be sent: release synchronously).  The answer is read by the
+	 * connection's next user, or dmutex__ticket_wait. */
+	int (*release_async)(struct dmutex__backend *be, const char *name, const char *token,
+			int mode, int64_t deadline, struct dmutex__rel_ticket **out);
 	/* Batched: few round trips for many leases.  Fills each result.  Ends
 	 * by deadline (CLOCK_MONOTONIC ns; the earliest lease deadline it
 	 * guards) whatever the command timeout says: a renewal confirmed
@@ -110,6 +128,15 @@ struct dmutex__backend {
 int dmutex__backend_create(struct dmutex_client *c, struct dmutex__backend **out);
 /* The wake channel of a lock, the same on every backend. */
 char *dmutex__backend_channel(struct dmutex__backend *be, const char *name);
+
+/* An asynchronous release's answer so far (DMUTEX__TICKET_*), without waiting. */
+int dmutex__ticket_state(const struct dmutex__rel_ticket *t);
+/* Its answer, read by the deadline (from its connection, taken out of the
+ * pool, or waiting while another thread uses that connection and so reads
+ * it): DMUTEX__TICKET_PENDING if the deadline came first. */
+int dmutex__ticket_wait(struct dmutex__rel_ticket *t, int64_t deadline);
+void dmutex__ticket_ref(struct dmutex__rel_ticket *t);
+void dmutex__ticket_put(struct dmutex__rel_ticket *t);
 
 /* Why the last verify found nodes unreachable: each failing node's last
  * failure ("cannot connect: Connection refused"; on several nodes each

@@ -224,6 +224,12 @@ dmutex__conn_free(struct dmutex__conn *c)
 {
 	if (!c)
 		return;
+	/* Nobody will read them now: their requests may or may not have run. */
+	while (c->owed) {
+		struct dmutex__conn_owed *o = c->owed;
+		c->owed = o->next;
+		o->done(c, o, NULL);
+	}
 	if (c->ssl)
 		dmutex__tls_free(c->ssl);
 	if (c->fd >= 0)
@@ -259,6 +265,7 @@ push(struct dmutex__conn *c, char *cmd, int len)
 	memcpy(c->out + c->outlen, cmd, (size_t)len);
 	c->outlen += (size_t)len;
 	c->pending++;
+	c->sent++;
 	redisFreeCommand(cmd);
 	return 0;
 }
@@ -432,15 +439,101 @@ dmutex__conn_next(struct dmutex__conn *c, void **reply)
 	*reply = NULL;
 	if (c->err)
 		return -1;
-	if (redisReaderGetReply(c->rd, reply) != REDIS_OK) {
-		char msg[128];
-		snprintf(msg, sizeof msg, "protocol error: %.100s", c->rd->errstr);
-		set_err(c, msg, 0);
+	for (;;) {
+		struct dmutex__conn_owed *o = c->owed;
+
+		if (redisReaderGetReply(c->rd, reply) != REDIS_OK) {
+			char msg[128];
+			snprintf(msg, sizeof msg, "protocol error: %.100s", c->rd->errstr);
+			set_err(c, msg, 0);
+			*reply = NULL;
+			return -1;
+		}
+		if (!*reply)
+			return 0;
+		if (c->pending)
+			c->pending--;
+		if (!o || o->seq != c->got++)
+			return 0;
+		/* Owed: unlink first, done may owe again. */
+		if (!(c->owed = o->next))
+			c->owed_tail = NULL;
+		c->nowed--;
+		o->done(c, o, *reply);
 		*reply = NULL;
+	}
+}
+
+void
+dmutex__conn_owe(struct dmutex__conn *c, struct dmutex__conn_owed *o)
+{
+	o->seq = c->sent - 1;
+	o->next = NULL;
+	if (c->owed_tail)
+		c->owed_tail->next = o;
+	else
+		c->owed = o;
+	c->owed_tail = o;
+	c->nowed++;
+}
+
+/* Wait for input (or TLS's want) by the deadline: 0, or -1 with c->err. */
+static int
+wait_in(struct dmutex__conn *c, int64_t deadline)
+{
+	if (c->ssl && dmutex__tls_pending(c->ssl) > 0)
+		return 0;
+	switch (wait_fd(c->fd, c->ssl && c->want ? c->want : POLLIN, deadline)) {
+	case 0:
+		set_err(c, "timed out waiting for the reply", 0);
+		return -1;
+	case -1:
+		set_err(c, "poll", errno);
 		return -1;
 	}
-	if (*reply && c->pending)
-		c->pending--;
+	return 0;
+}
+
+int
+dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
+{
+	void *v;
+
+	while (c->owed) {
+		/* A NOSCRIPT answer appends the request again. */
+		if (c->outlen > c->outoff && dmutex__conn_flush(c, deadline))
+			return -1;
+		/* Owed replies come first: next returns none of its own. */
+		if (dmutex__conn_next(c, &v))
+			return -1;
+		if (v) {
+			/* A reply owed to a caller before an owed one: a bug. */
+			freeReplyObject(v);
+			set_err(c, "reply out of order", 0);
+			return -1;
+		}
+		if (!c->owed)
+			break;
+		if (wait_in(c, deadline) || dmutex__conn_fill(c))
+			return -1;
+	}
+	return 0;
+}
+
+int
+dmutex__conn_settle_now(struct dmutex__conn *c)
+{
+	void *v = NULL;
+
+	if (!c->owed)
+		return 0;
+	if (dmutex__conn_fill(c) || dmutex__conn_next(c, &v))
+		return -1;
+	if (v) {
+		freeReplyObject(v);
+		set_err(c, "reply out of order", 0);
+		return -1;
+	}
 	return 0;
 }
 
@@ -455,18 +548,7 @@ dmutex__conn_get(struct dmutex__conn *c, void **reply, int64_t deadline)
 			return -1;
 		if (*reply)
 			return 0;
-		if (c->ssl && dmutex__tls_pending(c->ssl) > 0)
-			goto fill;
-		switch (wait_fd(c->fd, c->ssl && c->want ? c->want : POLLIN, deadline)) {
-		case 0:
-			set_err(c, "timed out waiting for the reply", 0);
-			return -1;
-		case -1:
-			set_err(c, "poll", errno);
-			return -1;
-		}
-	fill:
-		if (dmutex__conn_fill(c))
+		if (wait_in(c, deadline) || dmutex__conn_fill(c))
 			return -1;
 	}
 }

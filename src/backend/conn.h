@@ -16,12 +16,32 @@
 struct dmutex__node_addr;
 struct ssl_ctx_st;
 struct ssl_st;
+struct dmutex__conn;
+
+/*
+ * A reply owed to no caller: the answer to a request sent without waiting
+ * (an asynchronous release).  Whichever reader of the connection meets it
+ * first, in the connection's order, hands it to done (dmutex__conn_next),
+ * so pooled connections carry these between users.  done runs in that
+ * reader's thread and must not block nor take locks; it may append to c
+ * (and owe again).  reply is done's to free; NULL when the connection is
+ * freed first: the request may or may not have run.
+ */
+struct dmutex__conn_owed {
+	struct dmutex__conn_owed *next;
+	unsigned long long seq;         /* the reply's place among c's replies */
+	void (*done)(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *reply);
+};
 
 struct dmutex__conn {
 	int fd;
 	int err;                        /* nonzero: broken, never reuse */
 	char errstr[128];
-	unsigned pending;               /* replies appended but not yet read */
+	unsigned pending;               /* replies appended but not yet read,
+	                                 * the owed ones included */
+	unsigned long long sent, got;   /* requests appended, replies read */
+	struct dmutex__conn_owed *owed, *owed_tail;  /* in reply order */
+	unsigned nowed;
 	unsigned command_ms;            /* the node's command timeout, for callers
 	                                 * that have no deadline of their own */
 	redisReader *rd;
@@ -42,12 +62,22 @@ struct dmutex__conn {
  * non-blocking, close-on-exec, TCP_NODELAY and keep-alive. */
 struct dmutex__conn *dmutex__conn_dial(const struct dmutex__node_addr *a, struct ssl_ctx_st *tls,
 		int64_t deadline, char *why, size_t whylen, int *refused);
+/* Owed replies not read get done(NULL) (see above). */
 void dmutex__conn_free(struct dmutex__conn *c);
 
 /* Queue one command; 0 or -1 (out of memory, c->err set). */
 int dmutex__conn_append_argv(struct dmutex__conn *c, int argc, const char **argv,
 		const size_t *lens);
 int dmutex__conn_appendf(struct dmutex__conn *c, const char *fmt, ...);
+
+/* The reply to the request appended last goes to o->done, not to a
+ * caller (see struct dmutex__conn_owed). */
+void dmutex__conn_owe(struct dmutex__conn *c, struct dmutex__conn_owed *o);
+/* Read and hand over every owed reply by the deadline: 0, or -1 (c->err
+ * set; the owed ones left get NULL when c is freed). */
+int dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline);
+/* Hand over the owed replies already arrived, without waiting: 0 or -1. */
+int dmutex__conn_settle_now(struct dmutex__conn *c);
 
 /* Send what can go without waiting: 1 all sent, 0 more to send, -1 broken. */
 int dmutex__conn_write(struct dmutex__conn *c);
@@ -58,7 +88,8 @@ int dmutex__conn_flush(struct dmutex__conn *c, int64_t deadline);
  * waits inside OpenSSL while the caller polls the socket. */
 int dmutex__conn_fill(struct dmutex__conn *c);
 /* One parsed reply if buffered (*reply NULL if none): 0, or -1 on a
- * protocol error. */
+ * protocol error.  Owed replies are handed to their done first, never
+ * returned. */
 int dmutex__conn_next(struct dmutex__conn *c, void **reply);
 /* Flush, then wait for the next reply until the deadline: 0 with *reply,
  * or -1 (c->err set; a timeout breaks the connection: a reply is owed). */

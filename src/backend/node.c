@@ -21,6 +21,17 @@ free_password(char *p)
 	}
 }
 
+static void
+init_back(struct dmutex__node *n)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&n->back, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
 int
 dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		unsigned connect_ms, unsigned command_ms)
@@ -50,6 +61,7 @@ dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		goto fail;
 	}
 	pthread_mutex_init(&n->mu, NULL);
+	init_back(n);
 	return 0;
 fail:
 	free_password(n->password);
@@ -63,14 +75,20 @@ dmutex__node_fini(struct dmutex__node *n)
 	/* First: its watch thread drops this node's idle connections. */
 	dmutex__sentinel_free(n->sentinel);
 	n->sentinel = NULL;
-	for (int i = 0; i < n->nidle; i++)
+	/* Asynchronous releases still owed an answer: read them (one command
+	 * timeout for all), so that the socket closes with nothing unread. */
+	int64_t until = dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS;
+	for (int i = 0; i < n->nidle; i++) {
+		dmutex__conn_settle(n->idle[i], until);
 		dmutex__conn_free(n->idle[i]);
+	}
 	n->nidle = 0;
 	free_password(n->password);
 	n->password = NULL;
 	dmutex__tls_ctx_free(n->tls);
 	n->tls = NULL;
 	pthread_mutex_destroy(&n->mu);
+	pthread_cond_destroy(&n->back);
 }
 
 void
@@ -83,6 +101,7 @@ dmutex__node_atfork_child(struct dmutex__node *n)
 		dmutex__conn_free(n->idle[i]);
 	n->nidle = 0;
 	pthread_mutex_init(&n->mu, NULL);
+	init_back(n);
 	if (n->sentinel)
 		dmutex__sentinel_atfork_child(n->sentinel);
 }
@@ -493,12 +512,19 @@ dmutex__node_put(struct dmutex__node *n, struct dmutex__conn *c)
 		dmutex__conn_free(c);
 		return;
 	}
-	/* Replies still owed would be read by the next user as its own. */
-	if (c->pending) {
-		dmutex__log(DMUTEX_LOG_ERROR, "%s: closing a connection that owes %u replies",
-				n->addr->display, c->pending);
+	/* Replies still owed to a caller would be read by the next user as
+	 * its own; owed ones (an asynchronous release) go to their done
+	 * whoever reads them, and must be on the wire before anyone waits
+	 * for them (a NOSCRIPT resend is appended while reading). */
+	if (c->outlen > c->outoff && dmutex__conn_flush(c, dmutex__conn_deadline(c))) {
 		dmutex__conn_free(c);
-		return;
+		goto out;
+	}
+	if (c->pending > c->nowed) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: closing a connection that owes %u replies",
+				n->addr->display, c->pending - c->nowed);
+		dmutex__conn_free(c);
+		goto out;
 	}
 	pthread_mutex_lock(&n->mu);
 	if (n->nidle < DMUTEX__POOL_MAX) {
@@ -506,8 +532,54 @@ dmutex__node_put(struct dmutex__node *n, struct dmutex__conn *c)
 		c = NULL;
 	}
 	pthread_mutex_unlock(&n->mu);
-	if (c)
+	if (c) {
+		/* Pool full: what it owes is read now, not lost. */
+		dmutex__conn_settle(c, dmutex__conn_deadline(c));
 		dmutex__conn_free(c);
+	}
+out:
+	/* dmutex__node_take may wait for this one (rare: skip the lock). */
+	if (__atomic_load_n(&n->takers, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&n->mu);
+		pthread_cond_broadcast(&n->back);
+		pthread_mutex_unlock(&n->mu);
+	}
+}
+
+int
+dmutex__node_take(struct dmutex__node *n, const struct dmutex__conn *c, int64_t deadline,
+		int (*settled)(void *), void *arg, struct dmutex__conn **out)
+{
+	struct timespec ts;
+	int rc = 0;
+
+	*out = NULL;
+	pthread_mutex_lock(&n->mu);
+	for (;;) {
+		if (settled(arg)) {
+			rc = 1;
+			break;
+		}
+		for (int i = 0; i < n->nidle; i++)
+			if (n->idle[i] == c) {
+				*out = n->idle[i];
+				n->idle[i] = n->idle[--n->nidle];
+				break;
+			}
+		if (*out)
+			break;
+		/* In slices: a connection freed (not pooled) between our look
+		 * and our wait wakes nobody. */
+		int64_t now = dmutex__now_ns(), wake = now + 10 * DMUTEX__MS;
+		if (now >= deadline)
+			break;
+		dmutex__ns_to_ts(wake < deadline ? wake : deadline, &ts);
+		__atomic_add_fetch(&n->takers, 1, __ATOMIC_ACQ_REL);
+		pthread_cond_timedwait(&n->back, &n->mu, &ts);
+		__atomic_sub_fetch(&n->takers, 1, __ATOMIC_ACQ_REL);
+	}
+	pthread_mutex_unlock(&n->mu);
+	return rc || *out ? 0 : -1;
 }
 
 const struct dmutex__script *

@@ -21,6 +21,8 @@ struct dmutex__node {
 	unsigned connect_ms;
 	unsigned command_ms;
 	pthread_mutex_t mu;             /* leaf */
+	pthread_cond_t back;            /* a connection came back (node_put) */
+	unsigned takers;                /* atomic: threads waiting on back */
 	struct dmutex__conn *idle[DMUTEX__POOL_MAX];
 	int nidle;
 	int down_logged;                /* rate-limits "unreachable" warnings; 2: quiet (opening) */
@@ -61,8 +63,16 @@ struct dmutex__conn *dmutex__node_get_by(struct dmutex__node *n, int64_t deadlin
 /* Close every idle connection: after one failed, the rest are suspect. */
 void dmutex__node_drop_idle(struct dmutex__node *n);
 /* Back to the pool; a broken connection (c->err), or one that still owes
- * replies, is closed instead (the latter logged: it is a bug). */
+ * replies to a caller, is closed instead (the latter logged: it is a bug).
+ * Owed replies (conn.h: asynchronous releases) go with it into the pool,
+ * for its next user to read. */
 void dmutex__node_put(struct dmutex__node *n, struct dmutex__conn *c);
+/* The pooled connection c, taken out for the caller, or settled(arg)
+ * true: waits (by deadline) while another thread uses c.  0 with *out c,
+ * or *out NULL when settled; -1 at the deadline.  c is only compared,
+ * never touched: it may have been freed (then settled must say so). */
+int dmutex__node_take(struct dmutex__node *n, const struct dmutex__conn *c, int64_t deadline,
+		int (*settled)(void *), void *arg, struct dmutex__conn **out);
 
 /*
  * Run an embedded script by SHA, falling back to EVAL on NOSCRIPT (a server

@@ -111,6 +111,13 @@ redis_release(struct dmutex__backend *be, const char *name, const char *token,
 			maybe_done);
 }
 
+static int
+redis_release_async(struct dmutex__backend *be, const char *name, const char *token, int mode,
+		int64_t deadline, struct dmutex__rel_ticket **out)
+{
+	return dmutex__backend_redis_release_async(be, node_of(be), name, token, mode, deadline, out);
+}
+
 static void
 redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64_t until)
 {
@@ -206,6 +213,7 @@ redis_destroy(struct dmutex__backend *be)
 static const struct dmutex__backend_ops redis_ops = {
 	.acquire = redis_acquire,
 	.release = redis_release,
+	.release_async = redis_release_async,
 	.renew = redis_renew,
 	.channel = dmutex__backend_channel,
 	.atfork_child = redis_atfork_child,

@@ -20,6 +20,11 @@ int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__nod
 		const char *name, const char *token, int mode, int64_t deadline, int *released,
 		int *maybe_done);
 
+/* release_async (release_async.c) on node n: one Redis, or Sentinel's master. */
+int dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__node *n,
+		const char *name, const char *token, int mode, int64_t deadline,
+		struct dmutex__rel_ticket **out);
+
 /* verify for nodes[0..nnodes) (one Redis, Redlock; nodelist.c): each node
  * reachable and checked (check.h), a majority up, no server listed twice. */
 int dmutex__backend_verify_nodes(struct dmutex__backend *be, size_t *up, size_t *need);
