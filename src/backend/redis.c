@@ -118,6 +118,21 @@ redis_release_async(struct dmutex__backend *be, const char *name, const char *to
 	return dmutex__backend_redis_release_async(be, node_of(be), name, token, mode, deadline, out);
 }
 
+/* Renew chunks in flight at once: enough to keep the server busy through
+ * a round trip, few enough that the next chunk's wait starts from the
+ * previous reply, not from a send of the whole batch. */
+#define RENEW_WINDOW 8
+
+/*
+ * One pipeline of renew.lua chunks, at most RENEW_WINDOW in flight.  Two
+ * bounds: the whole call ends by `until` (the earliest lease deadline it
+ * guards, or what the holds left for later can wait), and each reply gets
+ * command_timeout_ms from the previous one (or from the start), not the
+ * whole batch: 100,000 holds are 391 chunks, whose replies take longer
+ * than one command timeout in all on a loaded machine.  A chunk that times
+ * out leaves its holds and those behind it at -1 (the renewer asks again
+ * while their leases have time); the chunks answered before it count.
+ */
 static void
 redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64_t until)
 {
@@ -127,32 +142,37 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, in
 	unsigned char *noscript = NULL;
 	int *res = NULL;
 	struct dmutex__conn *ctx;
-	int64_t now = dmutex__now_ns(), deadline = now + (int64_t)node->command_ms * DMUTEX__MS;
+	int64_t step = (int64_t)node->command_ms * DMUTEX__MS, now = dmutex__now_ns();
 	void *v;
 	int md;
 
 	for (size_t i = 0; i < n; i++)
 		rn[i].result = -1;
-	if (until < deadline)
-		deadline = until;
-	if (!n || deadline <= now || !(ctx = dmutex__node_get_by(node, deadline)))
+	if (!n || until <= now || !(ctx = dmutex__node_get_by(node, until < now + step ? until : now + step)))
 		return;
 	noscript = calloc(chunks, 1);
 	res = malloc(DMUTEX__RENEW_CHUNK * sizeof *res);
 	if (!noscript || !res || dmutex__renew_argv_init(&x))
 		goto out;
 
-	/* One pipeline: every chunk goes out before the first reply is read.
-	 * hiredis formats each command into its own buffer, so the chunk
-	 * buffers can be reused. */
-	for (; sent < chunks; sent++) {
-		k = dmutex__renew_chunk(be, rn, n, sent, &x);
-		if (dmutex__node_script_append(node, ctx, DMUTEX__SCRIPT_RENEW, 1, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, NULL))
+	for (size_t c = 0; c < chunks; c++) {
+		int64_t deadline;
+		/* Keep the window full; hiredis formats each command into its
+		 * own buffer, so the chunk buffers can be reused. */
+		for (; sent < chunks && sent < c + RENEW_WINDOW; sent++) {
+			k = dmutex__renew_chunk(be, rn, n, sent, &x);
+			if (dmutex__node_script_append(node, ctx, DMUTEX__SCRIPT_RENEW, 1,
+					(int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, NULL))
+				break;
+		}
+		if (c >= sent)
 			break;
-	}
-	for (size_t c = 0; c < sent; c++) {
+		deadline = dmutex__now_ns() + step;
+		if (deadline > until)
+			deadline = until;
 		if (dmutex__conn_get(ctx, &v, deadline)) {
-			dmutex__log(DMUTEX_LOG_WARN, "%s: renew: %s", node->addr->display, ctx->errstr);
+			dmutex__log(DMUTEX_LOG_WARN, "%s: renew: %s (%zu of %zu locks answered)",
+					node->addr->display, ctx->errstr, c * DMUTEX__RENEW_CHUNK, n);
 			dmutex__node_drop_idle(node);
 			goto out;
 		}
@@ -170,10 +190,12 @@ redis_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, in
 	 * which loads it by source. */
 	for (size_t c = 0; c < sent; c++) {
 		redisReply *r;
+		int64_t deadline = dmutex__now_ns() + step;
 		if (!noscript[c])
 			continue;
 		k = dmutex__renew_chunk(be, rn, n, c, &x);
-		r = dmutex__node_script(node, ctx, DMUTEX__SCRIPT_RENEW, (int)DMUTEX__RENEW_NKEYS(k), (int)DMUTEX__RENEW_ARGC(k), x.argv, NULL, &md, deadline);
+		r = dmutex__node_script(node, ctx, DMUTEX__SCRIPT_RENEW, (int)DMUTEX__RENEW_NKEYS(k),
+				(int)DMUTEX__RENEW_ARGC(k), x.argv, NULL, &md, deadline < until ? deadline : until);
 		if (!r)
 			break;
 		dmutex__renew_reply(node->addr->display, r, k, res);
