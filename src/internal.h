@@ -82,6 +82,9 @@ int64_t dmutex__backoff_ns(int attempt);
  * before EIO. */
 #define DMUTEX__IO_RETRY_FACTOR 3
 long dmutex__tid(void);
+/* Fork child: the caller's thread forgets its cached thread id and its
+ * unused random bytes (token.c), which are its parent thread's. */
+void dmutex__token_atfork_child(void);
 
 /*
  * Everything a process knows about one lock name on one client.  Shared by

@@ -54,23 +54,55 @@ dmutex__random_uniform(uint32_t upper)
 	return randombytes_uniform(upper);
 }
 
+/*
+ * Per-thread caches of what cost a system call on every lock: random bytes
+ * for tokens (getrandom(2), 16 tokens a call) and the thread id (gettid).
+ * On a virtual machine a system call costs several µs; a lock+unlock made
+ * nine, three of them for these (issue 15 item 6: 4 threads on distinct
+ * names are bound by CPU).  Forgotten in a fork child by
+ * dmutex__token_atfork_child (client.c's handler, run in the one thread
+ * the child has): the child must never hand out tokens its parent's
+ * thread will, and its thread id is its own.
+ */
+#define TOKEN_POOL (16 * (DMUTEX__TOKEN_HEX / 2))
+static __thread struct {
+	unsigned char bytes[TOKEN_POOL];
+	size_t left;                    /* unused, at the end of bytes */
+	long tid;                       /* 0: not known yet */
+} cache;
+
+void
+dmutex__token_atfork_child(void)
+{
+	sodium_memzero(&cache, sizeof cache);
+}
+
 int
 dmutex__token(char out[DMUTEX__TOKEN_HEX + 1])
 {
-	unsigned char raw[DMUTEX__TOKEN_HEX / 2];
+	unsigned char *raw;
 
 	/* randombytes uses getrandom(2), which is fork-safe. */
 	if (dmutex__random_init())
 		return EIO;
-	randombytes_buf(raw, sizeof raw);
-	sodium_bin2hex(out, DMUTEX__TOKEN_HEX + 1, raw, sizeof raw);
+	if (cache.left < DMUTEX__TOKEN_HEX / 2) {
+		randombytes_buf(cache.bytes, sizeof cache.bytes);
+		cache.left = sizeof cache.bytes;
+	}
+	raw = cache.bytes + sizeof cache.bytes - cache.left;
+	cache.left -= DMUTEX__TOKEN_HEX / 2;
+	sodium_bin2hex(out, DMUTEX__TOKEN_HEX + 1, raw, DMUTEX__TOKEN_HEX / 2);
+	/* Used once: not left in memory for a core dump to show. */
+	sodium_memzero(raw, DMUTEX__TOKEN_HEX / 2);
 	return 0;
 }
 
 long
 dmutex__tid(void)
 {
-	return (long)syscall(SYS_gettid);
+	if (!cache.tid)
+		cache.tid = (long)syscall(SYS_gettid);
+	return cache.tid;
 }
 
 int64_t

@@ -347,6 +347,9 @@ static int fork_child(void *arg)
 	if (!(conn = th_tcp_connect(srv.port, 5000)))
 		return 15;
 	pid = conn_int(conn, "HGET dmutex:lock:{fk} pid");
+	/* For the parent to compare with its own next tokens (token.c keeps
+	 * random bytes per thread: the child must not reuse its parent's). */
+	freeReplyObject(redisCommand(conn, "COPY dmutex:lock:{fk} fk:child"));
 	redisFree(conn);
 	if (pid != (long long)getpid())
 		return 16;
@@ -369,7 +372,7 @@ Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 {
 	dmutex_client_t *c;
 	redisReply *r;
-	char token[64];
+	char token[64], child_token[64];
 	uint64_t fence = 0;
 	int clients_before;
 	pid_t pid;
@@ -409,11 +412,19 @@ Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 
 	th_sync_post(&fk_unlocked);
 	cr_assert_eq(th_wait_child(pid, 10000), 0);
-	/* The parent's connections survived the child's use and exit. */
-	cr_assert_eq(dmutex_lock(&fk_m), 0);
-	cr_assert_eq(dmutex_fence(&fk_m, &fence), 0);
-	cr_assert_gt(fence, fk_parent_fence + 1);
-	cr_assert_eq(dmutex_unlock(&fk_m), 0);
+	cr_assert_eq(dmt_hget(&srv, "fk:child", "token", child_token, sizeof child_token), 1);
+	/* The parent's connections survived the child's use and exit; and
+	 * its next tokens are not the child's (the child's trylock took one,
+	 * its lock the next: a random pool shared across the fork would give
+	 * the parent's second lock below the child's token). */
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(dmutex_lock(&fk_m), 0);
+		cr_assert_eq(dmutex_fence(&fk_m, &fence), 0);
+		cr_assert_gt(fence, fk_parent_fence + 1);
+		cr_assert_eq(dmt_hget(&srv, "dmutex:lock:{fk}", "token", token, sizeof token), 1);
+		cr_assert_str_neq(token, child_token, "the parent's token %d after fork is the child's", i);
+		cr_assert_eq(dmutex_unlock(&fk_m), 0);
+	}
 	dmt_close_mutex(c, &fk_m);
 	th_sync_close(&fk_checked);
 	th_sync_close(&fk_unlocked);

@@ -41,7 +41,9 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	dmutex__key(x->lk, c->cfg.prefix, "lock", a->name);
 	dmutex__key(x->mk, c->cfg.prefix, "meta", a->name);
 	snprintf(x->lease, sizeof x->lease, "%u", a->lease_ms);
-	snprintf(x->pid, sizeof x->pid, "%ld", (long)getpid());
+	/* The client's, kept right across fork (client.c): getpid is a
+	 * system call a lock otherwise. */
+	snprintf(x->pid, sizeof x->pid, "%ld", (long)c->pid);
 	snprintf(x->tid, sizeof x->tid, "%ld", a->tid);
 	snprintf(x->since, sizeof x->since, "%" PRId64, dmutex__wall_ms());
 	snprintf(x->idle, sizeof x->idle, "%u", c->cfg.idle_ms);
