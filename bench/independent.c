@@ -93,10 +93,19 @@ worker_main(void *arg)
 
 /* One slice: NTHREADS workers for slice_ns; adds to *count, *elapsed_ns
  * and the latencies. */
+/* Where a slice's CPU went: this process (the workers, and the library's
+ * threads) and Redis (commandstats), summed over the slices. */
+struct cpu {
+	int64_t client_ns;
+	long long redis_usec;
+};
+
 static int
 run(struct bench *b, int by_hand, dmutex_client_t *cli, int64_t slice_ns, long *count,
-		int64_t *elapsed_ns, struct samples *lat)
+		int64_t *elapsed_ns, struct samples *lat, redisContext *stats, struct cpu *cpu)
 {
+	struct cmdstats s0, s1;
+	int64_t c0;
 	struct worker w[NTHREADS];
 	pthread_t t[NTHREADS];
 	pthread_barrier_t start;
@@ -112,6 +121,8 @@ run(struct bench *b, int by_hand, dmutex_client_t *cli, int64_t slice_ns, long *
 		pthread_create(&t[i], NULL, worker_main, &w[i]);
 	}
 	pthread_barrier_wait(&start);
+	bench_cmdstats(stats, &s0);
+	c0 = bench_process_cpu_ns();
 	t0 = bench_now_ns();
 	/* The passage of time is the measure: run for the slice, then stop. */
 	bench_sleep_ns(slice_ns);
@@ -119,6 +130,9 @@ run(struct bench *b, int by_hand, dmutex_client_t *cli, int64_t slice_ns, long *
 	for (int i = 0; i < NTHREADS; i++)
 		pthread_join(t[i], NULL);
 	*elapsed_ns += bench_now_ns() - t0;
+	cpu->client_ns += bench_process_cpu_ns() - c0;
+	bench_cmdstats(stats, &s1);
+	cpu->redis_usec += s1.usec_client - s0.usec_client;
 	for (int i = 0; i < NTHREADS; i++) {
 		*count += w[i].count;
 		failed |= w[i].failed;
@@ -196,11 +210,17 @@ bench_independent(struct bench *b)
 	const int64_t slice = 500 * (int64_t)1000000;
 	long n[2] = { 0, 0 };
 	int64_t ns[2] = { 0, 0 };
+	struct cpu cpu[2] = { { 0, 0 }, { 0, 0 } };
+	redisContext *stats;
 	struct row *r;
 	int err;
 
 	if ((err = dmutex_client_open(&cli, b->tgt.url))) {
 		fprintf(stderr, "bench: dmutex_client_open: %s\n", dmutex_strerror(err));
+		return -1;
+	}
+	if (!(stats = bench_connect(&b->tgt))) {
+		dmutex_client_close(cli);
 		return -1;
 	}
 	samples_init(&hl, NTHREADS * LAT_CAP);
@@ -211,7 +231,7 @@ bench_independent(struct bench *b)
 		for (int j = 0; j < 2 && !err; j++) {
 			int by_hand = (k + j) % 2;
 			if (run(b, by_hand, by_hand ? NULL : cli, slice, &n[by_hand], &ns[by_hand],
-					by_hand ? &hl : &ll))
+					by_hand ? &hl : &ll, stats, &cpu[by_hand]))
 				err = EIO;
 		}
 	if (err) {
@@ -230,6 +250,10 @@ bench_independent(struct bench *b)
 	r->ratio = r->median_ns / b->cycle_ns;
 	snprintf(r->ratio_to, sizeof r->ratio_to, "cycle");
 	row_metric(r, "cycles/s", hand, "/s");
+	/* On a machine with fewer cores than threads plus Redis, throughput
+	 * is the CPU one cycle costs, client and server together. */
+	row_metric(r, "client CPU/cycle", (double)cpu[1].client_ns / (double)n[1], "ns");
+	row_metric(r, "redis CPU/cycle", (double)cpu[1].redis_usec * 1e3 / (double)n[1], "ns");
 	row_note(r, "timed in %d slices of 0.5 s alternating with the row below", slices);
 
 	r = row_new(7, "4 threads, dmutex lock+unlock, distinct names");
@@ -239,12 +263,15 @@ bench_independent(struct bench *b)
 	snprintf(r->ratio_to, sizeof r->ratio_to, "4-thread cycle");
 	row_metric(r, "acq/s", lib, "/s");
 	row_metric(r, "of hand-made", 100 * lib / hand, "%");
+	row_metric(r, "client CPU/cycle", (double)cpu[0].client_ns / (double)n[0], "ns");
+	row_metric(r, "redis CPU/cycle", (double)cpu[0].redis_usec * 1e3 / (double)n[0], "ns");
 	row_metric(r, "pipelined SET/s (hiredis, -P 16)", set_pipe > 0 ? set_pipe : NAN, "/s");
 	row_metric(r, "redis-benchmark -P 16 -t set", set_rb > 0 ? set_rb : NAN, "/s");
 	row_metric(r, "SETs per lock+unlock", set_pipe > 0 ? set_pipe / lib : NAN, "");
 out:
 	samples_free(&hl);
 	samples_free(&ll);
+	redisFree(stats);
 	dmutex_client_close(cli);
 	return err ? -1 : 0;
 }

@@ -105,6 +105,71 @@ counters(struct ctx *x, int v, int n, double *redis_ns, double *switches)
 	return err;
 }
 
+/* Redis CPU (ns) per call of the command fmt (a "%s" in it gets sha), by
+ * commandstats: the server's side of one call, nothing of the network. */
+static double
+per_call(struct ctx *x, int n, const char *sha, const char *fmt)
+{
+	struct cmdstats a, b;
+
+	bench_cmdstats(x->c, &a);
+	for (int i = 0; i < n; i++)
+		freeReplyObject(bench_cmd(x->c, fmt, sha, x->lk));
+	bench_cmdstats(x->c, &b);
+	return (double)(b.usec_client - a.usec_client) * 1e3 / n;
+}
+
+/*
+ * Issue 15 item 3 asks for Redis CPU per cycle within 1.5x the hand-made
+ * cycle's.  What a script costs before it does anything: EVALSHA of an
+ * empty script, with no arguments and with the acquire's 13; what each
+ * redis.call inside costs; a SET NX PX sent by a client.  From them, how
+ * many redis.calls the library's two scripts may make in all to stay
+ * within 1.5x: a fenced, robust acquire needs at least seven (read the
+ * lock, read the meta hash, TIME, write and expire each key), a release
+ * three (read, clear the robust state, delete).
+ */
+static void
+floor_row(struct ctx *x, double hand_ns)
+{
+	const int n = x->b->opt.quick ? 2000 : 10000;
+	double set, empty, empty13, calls4, call, room;
+	char sha0[64] = "", sha4[64] = "";
+	redisReply *r;
+	struct row *row;
+
+	r = bench_cmd(x->c, "SCRIPT LOAD %s", "return 1");
+	if (r->type == REDIS_REPLY_STRING)
+		snprintf(sha0, sizeof sha0, "%s", r->str);
+	freeReplyObject(r);
+	r = bench_cmd(x->c, "SCRIPT LOAD %s", "redis.call('EXISTS', KEYS[1]) redis.call('EXISTS', KEYS[1]) "
+			"redis.call('EXISTS', KEYS[1]) return redis.call('EXISTS', KEYS[1])");
+	if (r->type == REDIS_REPLY_STRING)
+		snprintf(sha4, sizeof sha4, "%s", r->str);
+	freeReplyObject(r);
+	if (!sha0[0] || !sha4[0])
+		return;
+	set = per_call(x, n, "", "SET %s%s:floor x PX 10000");
+	freeReplyObject(bench_cmd(x->c, "DEL %s:floor", x->lk));
+	empty = per_call(x, n, sha0, "EVALSHA %s 0");
+	empty13 = per_call(x, n, sha0, "EVALSHA %s 2 %s k2 a1 a2 a3 a4 a5 a6 a7 a8 a9 a10 a11");
+	calls4 = per_call(x, n, sha4, "EVALSHA %s 1 %s");
+	call = (calls4 - empty) / 4;
+	/* 1.5x the hand-made cycle, less the two scripts' own cost (the
+	 * acquire with 13 arguments, the release with 6): what is left for
+	 * redis.calls. */
+	room = call > 0 ? (1.5 * hand_ns - empty13 - (empty + empty13) / 2) / call : NAN;
+	row = row_new(2, "(floor) Redis CPU per call, by commandstats");
+	row_metric(row, "SET PX (a write, as the NX that takes)", set, "ns");
+	row_metric(row, "EVALSHA of an empty script", empty, "ns");
+	row_metric(row, "the same with 2 keys, 11 args", empty13, "ns");
+	row_metric(row, "each redis.call inside", call, "ns");
+	row_metric(row, "hand-made cycle", hand_ns, "ns");
+	row_metric(row, "redis.calls that fit 1.5x hand-made", room, "");
+	row_note(row, "the library's scripts make 10 redis.calls a cycle (acquire 7, release 3); "
+			"a fenced robust lock needs at least that many");
+}
+
 static int
 setup(struct ctx *x, struct bench *b)
 {
@@ -243,6 +308,7 @@ bench_uncontended(struct bench *b)
 					"(the scenario 1 cycle was %.1f µs)", b->cycle_ns / 1e3);
 		}
 	}
+	floor_row(&x, redis_ns[HAND]);
 out:
 	for (int v = 0; v < NVARIANTS; v++)
 		samples_free(&s[v]);
