@@ -13,9 +13,82 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
-struct dmutex_client;
 struct dmutex__node;
+struct dmutex__waiter;
+
+/* The longest key or channel name the backend makes (backend/keys.h):
+ * prefix (<= 128) + kind + name (<= 512) + braces. */
+#define DMUTEX__KEY_MAX (128 + 16 + 512 + 4)
+
+/* One Redis master, as a URL names it (url.c parses, the backend reads;
+ * the strings live as long as the client). */
+struct dmutex__node_addr {
+	char *host;      /* TCP host (brackets stripped from IPv6); NULL for unix */
+	int port;        /* TCP port, default 6379 */
+	char *path;      /* unix socket path; NULL for TCP */
+	char *user;      /* ACL user, percent-decoded; NULL: none */
+	char *password;  /* percent-decoded; NULL: none.  Never logged. */
+	int db;          /* default 0 */
+	int tls;         /* rediss:// */
+	/* Options of this URL (NULL: not given).  The files are read when the
+	 * client opens (backend/node.c, tls.c), not by the parser. */
+	char *password_file;    /* password_file=: the password is its first line */
+	char *tls_ca;           /* CA bundle (PEM); NULL: the system store */
+	char *tls_cert;         /* client certificate chain (PEM), with tls_key */
+	char *tls_key;          /* its private key (PEM) */
+	char *tls_server_name;  /* SNI and the name verified; NULL: the host */
+	int tls_verify;         /* 1 (default), 0: tls_verify=off */
+	char *display;   /* the URL with the password replaced by "***", for logs */
+	/* redis-sentinel:// and rediss-sentinel://: this address is the master's
+	 * template (user, password, db, TLS options); its host stays NULL, the
+	 * sentinels name the master (src/backend/sentinel.c). */
+	char *master_name;
+	struct dmutex__node_addr *sentinels;  /* user, password (or its file):
+	                                       * the sentinel_* options; TLS: the URL's */
+	size_t nsentinels;
+	char *sentinel_user;                  /* options as given, NULL: none */
+	char *sentinel_password;
+	char *sentinel_password_file;
+	/* redis-cluster:// and rediss-cluster://: this address is the template
+	 * of every node of the cluster (user, password, TLS options); its host
+	 * stays NULL, the seeds (host and port only) lead to the others
+	 * (src/backend/cluster.c). */
+	int cluster;
+	struct dmutex__node_addr *seeds;
+	size_t nseeds;
+};
+
+/* What the backend is told of the client (the core's struct dmutex_client
+ * stays the core's): pointers into the client, which outlives it. */
+struct dmutex__backend_cfg {
+	const struct dmutex__node_addr *nodes;  /* 1, or N for Redlock; nodes[0].cluster:
+	                                         * the template of a cluster */
+	size_t nnodes;
+	unsigned connect_timeout_ms;
+	unsigned command_timeout_ms;
+	unsigned lease_ms;              /* the client's default lease */
+	unsigned node_timeout_ms;       /* Redlock's per-node timeout; 0: from the lease */
+	unsigned idle_ms;               /* a name's state expires this long after its last use */
+	const char *prefix;             /* of every key */
+	const char *host;               /* this machine, recorded for operators */
+	const char *hostid;             /* "boot_id/pidns", or "" */
+	const pid_t *pid;               /* this process: the client's, set anew in a fork
+	                                 * child before the backend's atfork_child */
+};
+
+/* Release modes, as release.lua reads them. */
+enum {
+	DMUTEX__REL_CLEAN = 0,
+	DMUTEX__REL_NOTREC = 1,
+	DMUTEX__REL_DIED = 2,
+	DMUTEX__REL_ABANDON = 3,
+	/* or'ed in: a fair lock's release, which hands the lock to the head
+	 * of its queue (fair_release.lua) */
+	DMUTEX__REL_FAIR = 0x10
+};
+
 
 enum {
 	DMUTEX__ACQ_OK = 0,
@@ -112,20 +185,29 @@ struct dmutex__backend_ops {
 	struct dmutex__node *(*sub_node)(struct dmutex__backend *be, size_t i);
 	int (*sub_route)(struct dmutex__backend *be, const char *channel);
 	void (*sub_stale)(struct dmutex__backend *be, const char *moved);
+	/* Optional (cluster): the node serving key's slot, NULL if unknown
+	 * yet (the map is refreshed for next time).  NULL op: nodes[0]. */
+	struct dmutex__node *(*node_of)(struct dmutex__backend *be, const char *key);
 };
 
 struct dmutex__backend {
 	const struct dmutex__backend_ops *ops;
-	struct dmutex_client *client;
+	struct dmutex__backend_cfg cfg;
+	/* Redlock: independent masters, a majority decides (rwlocks,
+	 * semaphores, barriers and fair locks need one master).  0: one master
+	 * (Redis, Sentinel, Cluster). */
+	int quorum;
+	/* The backend's own (src/backend/); the core reads none of them. */
 	struct dmutex__node *nodes;     /* independent copies: Redlock's N, else 1 */
 	size_t nnodes;
 	size_t nsub;                    /* sub_node: the waiter's nodes at most */
+	struct dmutex__waiter *waiter;  /* waiter.c, made on first use */
 };
 
-/* The backend c->cfg names: one Redis, Redlock (several URLs) or a cluster
- * (redis-cluster://).  0, ENOMEM, or EINVAL (a file the URL names cannot be
- * used; logged). */
-int dmutex__backend_create(struct dmutex_client *c, struct dmutex__backend **out);
+/* The backend cfg names: one Redis (or a Sentinel's master), Redlock
+ * (several URLs) or a cluster.  Copies *cfg (not what it points to).  0,
+ * ENOMEM, or EINVAL (a file the URL names cannot be used; logged). */
+int dmutex__backend_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out);
 /* The wake channel of a lock, the same on every backend. */
 char *dmutex__backend_channel(struct dmutex__backend *be, const char *name);
 

@@ -31,12 +31,12 @@ open_barrier(struct dmutex_client *c, const char *name, size_t len, unsigned cou
 		dmutex__log(DMUTEX_LOG_ERROR, "barrier '%s': count %u is not 1 to INT_MAX", name, count);
 		return EINVAL;
 	}
-	if (c->be->nnodes != 1) {
+	if (c->be->quorum) {
 		dmutex__log(DMUTEX_LOG_ERROR, "barrier '%s': a client over several masters cannot hold a barrier",
 				name);
 		return ENOTSUP;
 	}
-	if ((err = dmutex__barrier_create(c, name, count, &other)))
+	if ((err = dmutex__barrier_create(c->be, name, count, &other)))
 		return err;
 	if (other) {
 		dmutex__log(DMUTEX_LOG_ERROR, "barrier '%s' exists with count %lld; this process asked for %u",
@@ -164,16 +164,16 @@ dmutex__barrier_wait_token(dbarrier_t *b, const char *token)
 	if ((err = resolve(b, &bx)))
 		return err;
 	cl = bx->client;
-	dmutex__barrier_channel(bx, channel);
+	dmutex__barrier_channel(bx->client->be, bx->name, channel);
 	__atomic_fetch_add(&bx->waiters, 1, __ATOMIC_ACQ_REL);
 	/* 1. */
-	if (!(sub = dmutex__waiter_sub(cl, channel,
+	if (!(sub = dmutex__waiter_sub(cl->be, channel,
 			dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS))) {
 		err = ENOMEM;
 		goto out;
 	}
 	/* 2.  The same token on every try: counted once. */
-	for (int i = 0; (err = dmutex__barrier_arrive(bx, token, &mine, &serial)) == EIO && i + 1 < TRIES; i++)
+	for (int i = 0; (err = dmutex__barrier_arrive(bx->client->be, bx->name, bx->count, token, &mine, &serial)) == EIO && i + 1 < TRIES; i++)
 		dmutex__sleep_until(dmutex__now_ns() + (int64_t)(i + 1) * 50 * DMUTEX__MS);
 	if (err || serial)
 		goto out_sub;
@@ -181,15 +181,15 @@ dmutex__barrier_wait_token(dbarrier_t *b, const char *token)
 	 * and leaving would break the cycle for the others. */
 	recheck_ns = (int64_t)cl->cfg.lease_ms * DMUTEX__MS;
 	for (;;) {
-		uint64_t seq = dmutex__wsub_seq(cl, sub);
+		uint64_t seq = dmutex__wsub_seq(cl->be, sub);
 
-		if (!dmutex__barrier_gen(bx, &now) && now > mine)
+		if (!dmutex__barrier_gen(bx->client->be, bx->name, bx->count, &now) && now > mine)
 			break;
-		dmutex__wsub_wait(cl, sub, seq, dmutex__now_ns() +
+		dmutex__wsub_wait(cl->be, sub, seq, dmutex__now_ns() +
 				(seq ? recheck_ns : recheck_ns / 10 + DMUTEX__MS));
 	}
 out_sub:
-	dmutex__waiter_unsub(cl, sub);
+	dmutex__waiter_unsub(cl->be, sub);
 out:
 	__atomic_fetch_sub(&bx->waiters, 1, __ATOMIC_ACQ_REL);
 	if (err)

@@ -40,7 +40,7 @@ atfork_prepare(void)
 	for (c = clients; c; c = c->next_all)
 		dmutex__mu_lock(&c->renewer.mu, DMUTEX__LK_RENEWER, "fork: renewer.mu");
 	for (c = clients; c; c = c->next_all) {
-		dmutex__waiter_lock(c);
+		dmutex__waiter_lock(c->be);
 		dmutex__lo_acquired(DMUTEX__LK_WAITER, "fork: waiter.mu");
 	}
 	for (c = clients; c; c = c->next_all)
@@ -58,7 +58,7 @@ atfork_parent(void)
 		c->be->ops->atfork_parent(c->be);
 	for (c = clients; c; c = c->next_all) {
 		dmutex__lo_released(DMUTEX__LK_WAITER);
-		dmutex__waiter_unlock(c);
+		dmutex__waiter_unlock(c->be);
 	}
 	for (c = clients; c; c = c->next_all)
 		dmutex__mu_unlock(&c->renewer.mu, DMUTEX__LK_RENEWER);
@@ -96,7 +96,7 @@ atfork_child(void)
 		c->held = 0;
 		c->pid = getpid();
 		c->be->ops->atfork_child(c->be);
-		dmutex__waiter_atfork_child(c);
+		dmutex__waiter_atfork_child(c->be);
 		dmutex__renewer_atfork_child(&c->renewer);
 		dmutex__met_atfork_child(c);
 		dmutex__mu_unlock(&c->mu, DMUTEX__LK_CLIENT);
@@ -449,7 +449,17 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 		goto fail;
 	if ((err = dmutex__url_parse(url, &c->cfg)))
 		goto fail;
-	err = dmutex__backend_create(c, &c->be);
+	{
+		const struct dmutex__backend_cfg bc = {
+			.nodes = c->cfg.nodes, .nnodes = c->cfg.nnodes,
+			.connect_timeout_ms = c->cfg.connect_timeout_ms,
+			.command_timeout_ms = c->cfg.command_timeout_ms,
+			.lease_ms = c->cfg.lease_ms, .node_timeout_ms = c->cfg.node_timeout_ms,
+			.idle_ms = c->cfg.idle_ms, .prefix = c->cfg.prefix,
+			.host = c->host, .hostid = c->hostid, .pid = &c->pid,
+		};
+		err = dmutex__backend_create(&bc, &c->be);
+	}
 	if (!err)
 		err = verify(c, source);
 	if (err)
@@ -496,7 +506,7 @@ dmutex_client_close_impl(dmutex_client_t *c)
 	dmutex__renewer_stop(c);
 	/* The last second's counts, bounded like any command. */
 	dmutex__met_flush(c, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
-	dmutex__waiter_stop(c);
+	dmutex__waiter_stop(c->be);
 	free_client(c);
 	return 0;
 }

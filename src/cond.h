@@ -10,9 +10,7 @@
  *                              acknowledged in time is given to another waiter
  *   dmutex:cwake:{NAME}:TOKEN  channel: the one waiting thread's wake-up
  *
- * With several nodes (Redlock) every call goes to each node; registering
- * and waking need a majority, so that any waker meets any waiter on at
- * least one node.
+ * The backend calls: backend/sync.h.
  */
 #ifndef DMUTEX_COND_H
 #define DMUTEX_COND_H
@@ -20,7 +18,7 @@
 #include <time.h>
 
 #include "internal.h"
-#include "keys.h"
+#include "sync.h"
 
 #define DCOND__MAGIC_INIT 0x44434e44UL /* "DCND" */
 #define DCOND__ATTR_MAGIC 0x63617474UL /* "catt" */
@@ -34,28 +32,5 @@ struct dmutex__cond {
 
 /* The state behind c, binding a statically initialized one on first use. */
 int dmutex__cond_resolve(dcond_t *c, struct dmutex__cond **out);
-
-/* A channel name: prefix + "cwake:{NAME}:" + token. */
-#define DMUTEX__CHANNEL_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)
-void dmutex__cond_channel(const struct dmutex__cond *cx, const char *token, char *out);
-
-/* How long a registration lives without a refresh, and how long a woken
- * waiter has to acknowledge: from the client's lease. */
-unsigned dmutex__cond_ttl_ms(const struct dmutex__cond *cx);
-
-/*
- * Backend calls; each 0 or EIO (fewer than a majority of nodes answered).
- * register: add token to the waiters.
- * refresh:  *still = 1 if token is still a waiter (its expiry moved on),
- *           0 if a wake-up took it (or it expired).  Also hands on the
- *           wake-ups nobody acknowledged.
- * leave:    remove token and acknowledge its wake-up; *still = 1 if it was
- *           still a waiter on every node that answered, i.e. nobody woke it.
- * wake:     all = 0: wake one live waiter (signal); 1: every waiter.
- */
-int dmutex__cond_register(struct dmutex__cond *cx, const char *token);
-int dmutex__cond_refresh(struct dmutex__cond *cx, const char *token, int *still);
-int dmutex__cond_leave(struct dmutex__cond *cx, const char *token, int *still);
-int dmutex__cond_wake(struct dmutex__cond *cx, int all);
 
 #endif

@@ -9,7 +9,7 @@ dcond_signal_impl(dcond_t *c)
 
 	if ((err = dmutex__cond_resolve(c, &cx)))
 		return err;
-	return dmutex__cond_wake(cx, 0);
+	return dmutex__cond_wake(cx->client->be, cx->name, 0);
 }
 
 static int
@@ -20,7 +20,7 @@ dcond_broadcast_impl(dcond_t *c)
 
 	if ((err = dmutex__cond_resolve(c, &cx)))
 		return err;
-	return dmutex__cond_wake(cx, 1);
+	return dmutex__cond_wake(cx->client->be, cx->name, 1);
 }
 
 int

@@ -67,9 +67,9 @@ cancelled(void *arg)
 	int still = 1, err;
 
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
-	if (!dmutex__cond_leave(k->cx, k->token, &still) && !still)
+	if (!dmutex__cond_leave(k->cx->client->be, k->cx->name, k->token, &still) && !still)
 		dcond_signal(k->c);     /* woken as it was cancelled: pass it on */
-	dmutex__waiter_unsub(k->cx->client, k->sub);
+	dmutex__waiter_unsub(k->cx->client->be, k->sub);
 	__atomic_fetch_sub(&k->cx->waiters, 1, __ATOMIC_ACQ_REL);
 	err = dmutex_lock(k->m);
 	if (err == 0 || err == EOWNERDEAD) {
@@ -101,14 +101,14 @@ sleep_until_woken(struct cancel_ctx *k, struct sleep_state *st, int64_t until, i
 		int woke;
 
 		dmutex__cancel_restore(cs);
-		woke = dmutex__wsub_wait(cl, k->sub, st->seq, next < until ? next : until);
+		woke = dmutex__wsub_wait(cl->be, k->sub, st->seq, next < until ? next : until);
 		dmutex__nocancel();
 		if (!woke && dmutex__now_ns() >= until) {
 			st->timed_out = 1;
 			break;
 		}
-		now_seq = dmutex__wsub_seq(cl, k->sub);
-		if (dmutex__cond_refresh(k->cx, k->token, &st->still)) {
+		now_seq = dmutex__wsub_seq(cl->be, k->sub);
+		if (dmutex__cond_refresh(k->cx->client->be, k->cx->name, k->token, &st->still)) {
 			if (!woke)
 				continue;       /* try again at the next refresh */
 			st->unsure = 1;         /* cannot tell: count as woken */
@@ -155,27 +155,27 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	if ((err = dmutex__token(token)))
 		return err;
 	cl = cx->client;
-	dmutex__cond_channel(cx, token, channel);
+	dmutex__cond_channel(cx->client->be, cx->name, token, channel);
 	__atomic_fetch_add(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 
 	/* 1.  The confirmation of a fresh channel moves its sequence: still 0
 	 * means no node confirmed, and a wake-up would find nobody there. */
-	if (!(sub = dmutex__waiter_sub(cl, channel,
+	if (!(sub = dmutex__waiter_sub(cl->be, channel,
 			dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS))) {
 		err = ENOMEM;
 		goto out;
 	}
-	if (!(seq = dmutex__wsub_seq(cl, sub))) {
+	if (!(seq = dmutex__wsub_seq(cl->be, sub))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "wait on condition variable '%s': no wake-up subscription", cx->name);
 		err = EIO;
 		goto out_sub;
 	}
 
 	/* 2. */
-	if ((err = dmutex__cond_register(cx, token))) {
+	if ((err = dmutex__cond_register(cx->client->be, cx->name, token))) {
 		/* It may have landed on some node: take it back (best effort; a
 		 * stale one expires, and a wake-up sent to it is handed on). */
-		dmutex__cond_leave(cx, token, &still);
+		dmutex__cond_leave(cx->client->be, cx->name, token, &still);
 		goto out_sub;
 	}
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
@@ -187,14 +187,14 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	} else if (err && err != EIO) {
 		/* EIO: the release is retried in the background, and the lease
 		 * runs out anyway.  Anything else: the mutex went away. */
-		dmutex__cond_leave(cx, token, &still);
+		dmutex__cond_leave(cx->client->be, cx->name, token, &still);
 		goto out_sub;
 	}
 
 	/* 3.  Any move of the sequence may be a wake-up, or only a node's
 	 * (re)subscription: ask the backend, which also keeps a waiter that
 	 * was not woken registered, so there is no gap. */
-	refresh_ns = (int64_t)dmutex__cond_ttl_ms(cx) * DMUTEX__MS / 3;
+	refresh_ns = (int64_t)dmutex__cond_ttl_ms(cx->client->be) * DMUTEX__MS / 3;
 	k = (struct cancel_ctx){ c, cx, sub, m, e, token, depth };
 	st = (struct sleep_state){ seq, 1, 0, 0 };
 	sleep_until_woken(&k, &st, until, refresh_ns, cs);
@@ -205,9 +205,9 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	/* 4.  If the backend cannot say, count as woken: a spurious wake-up
 	 * is allowed, a lost one is not.  Several nodes may each have woken
 	 * someone else: leave them all. */
-	if ((timed_out || unsure || cl->be->nnodes > 1) && (dmutex__cond_leave(cx, token, &still) || unsure))
+	if ((timed_out || unsure || cl->be->quorum) && (dmutex__cond_leave(cx->client->be, cx->name, token, &still) || unsure))
 		still = 0;
-	dmutex__waiter_unsub(cl, sub);
+	dmutex__waiter_unsub(cl->be, sub);
 	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 
 	/* 5. */
@@ -218,7 +218,7 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	return timed_out && still ? ETIMEDOUT : 0;
 
 out_sub:
-	dmutex__waiter_unsub(cl, sub);
+	dmutex__waiter_unsub(cl->be, sub);
 out:
 	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 	return err;

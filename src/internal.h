@@ -41,6 +41,8 @@
 #include <time.h>
 
 #include "dmutex.h"
+#include "backend.h"
+#include "base.h"
 #include "log.h"
 #include "url.h"
 
@@ -50,38 +52,13 @@
 /* dmutex_attr_t.__flags */
 #define DMUTEX__ATTR_FAIR       0x1UL
 
-/* 128 random bits as hex: an unguessable token, new for every acquisition. */
-#define DMUTEX__TOKEN_HEX 32
-
-struct dmutex__backend;
-struct dmutex__waiter;
-
-/* ---- time ---- */
-int64_t dmutex__now_ns(void);                     /* CLOCK_MONOTONIC */
-int64_t dmutex__wall_ms(void);                    /* CLOCK_REALTIME, for operators */
-void dmutex__ns_to_ts(int64_t ns, struct timespec *ts);
-void dmutex__sleep_until(int64_t until_ns);
-#define DMUTEX__MS 1000000LL
-/* Safety margin for clock drift between us and Redis: 1 % + 2 ms. */
-#define DMUTEX__DRIFT_NS(lease_ms) ((int64_t)(lease_ms) * DMUTEX__MS / 100 + 2 * DMUTEX__MS)
-
 /* ---- cancel.c: every public call runs with cancellation disabled ---- */
 int dmutex__nocancel(void);             /* returns the caller's state */
 void dmutex__cancel_restore(int cs);
 
-/* ---- tokens ---- */
-int dmutex__token(char out[DMUTEX__TOKEN_HEX + 1]);
-/* token.c: libsodium, initialised once per process (0 or EIO, logged). */
-int dmutex__random_init(void);
-/* Uniform in [0, upper), the library's own stream; 0 if upper < 2. */
-uint32_t dmutex__random_uniform(uint32_t upper);
-/* The wait before retry `attempt` (0, 1, ...) of a lock whose backend
- * failed: 25 ms, 50, 100, then 200 ms, jittered from that stream. */
-int64_t dmutex__backoff_ns(int attempt);
 /* A lock retries a failing backend for this many command timeouts
  * before EIO. */
 #define DMUTEX__IO_RETRY_FACTOR 3
-long dmutex__tid(void);
 /* Fork child: the caller's thread forgets its cached thread id and its
  * unused random bytes (token.c), which are its parent thread's. */
 void dmutex__token_atfork_child(void);
@@ -188,7 +165,6 @@ struct dmutex__renewer {
 struct dmutex_client {
 	struct dmutex__config cfg;
 	struct dmutex__backend *be;
-	struct dmutex__waiter *waiter;
 	struct dmutex__renewer renewer;
 
 	pthread_mutex_t mu;             /* entry table */
@@ -269,17 +245,6 @@ void dmutex__renewer_orphan(struct dmutex_client *c, const char *name,
 		const char *token, int mode, int64_t until_ns);
 void dmutex__renewer_stop(struct dmutex_client *c);
 void dmutex__renewer_atfork_child(struct dmutex__renewer *r);
-
-/* Release modes, as release.lua reads them. */
-enum {
-	DMUTEX__REL_CLEAN = 0,
-	DMUTEX__REL_NOTREC = 1,
-	DMUTEX__REL_DIED = 2,
-	DMUTEX__REL_ABANDON = 3,
-	/* or'ed in: a fair lock's release, which hands the lock to the head
-	 * of its queue (fair_release.lua) */
-	DMUTEX__REL_FAIR = 0x10
-};
 
 /* The release with retries shared by unlock, exit and the orphan list:
  * 0 released; ENOLCK not ours; EIO unconfirmed. */

@@ -15,22 +15,12 @@
 #include "backend.h"
 #include "internal.h"
 #include "metrics.h"
-#include "node.h"
 
 #define FLUSH_NS (1000 * DMUTEX__MS)
 /* After a flush that failed, the node is left alone this long: a stopped
  * or paused server must not cost a wait every second. */
 #define BACKOFF_NS (10000 * DMUTEX__MS)
 #define BATCH 64                /* names per MULTI/EXEC */
-
-const char *const dmutex__met_fields[DMUTEX__MET_NFIELDS] = {
-	"acq", "contended", "lost", "renewals", "errors", "wait_us",
-	"wait_b0", "wait_b1", "wait_b2", "wait_b3", "wait_b4",
-	"wait_b5", "wait_b6", "wait_b7", "wait_b8", "wait_b9",
-	"holds", "hold_us",
-	"hold_b0", "hold_b1", "hold_b2", "hold_b3", "hold_b4",
-	"hold_b5", "hold_b6", "hold_b7", "hold_b8", "hold_b9",
-};
 
 struct met {
 	struct met *next;               /* hash chain */
@@ -244,14 +234,9 @@ dmutex__met_due(struct dmutex_client *c)
 	return due;
 }
 
-struct pending {
-	char *name;
-	uint64_t delta[DMUTEX__MET_NFIELDS];
-};
-
 /* A batch that Redis did not take goes back, to ride with the next one. */
 static void
-put_back(struct dmutex__metrics *m, struct pending *p, size_t n)
+put_back(struct dmutex__metrics *m, struct dmutex__count *p, size_t n)
 {
 	pthread_mutex_lock(&m->mu);
 	for (size_t i = 0; i < n; i++) {
@@ -267,104 +252,11 @@ put_back(struct dmutex__metrics *m, struct pending *p, size_t n)
 	pthread_mutex_unlock(&m->mu);
 }
 
-/* One MULTI/EXEC of plain HINCRBYs (not a script: the library's script
- * calls stay what they were, and the tests that count them still mean
- * what they say), done by `until`.  0 sent; 1 given up after it may have
- * been applied (dropped: a count is never added twice); -1 nothing was
- * sent. */
-static int
-send_batch(struct dmutex_client *c, struct pending *p, size_t n, int64_t until)
-{
-	struct dmutex__node *nd = &c->be->nodes[0];
-	struct dmutex__conn *cn = dmutex__node_get_by(nd, until);
-	char tk[DMUTEX__MET_KEY_MAX], ik[DMUTEX__MET_KEY_MAX], nk[DMUTEX__MET_KEY_MAX];
-	const char *pre = c->cfg.prefix;
-	int64_t deadline;
-	size_t q = 0;
-	int bad = 0, refused = 0;
-
-	if (!cn)
-		return -1;
-	deadline = dmutex__conn_deadline(cn);
-	if (deadline > until)
-		deadline = until;
-	dmutex__met_key(tk, pre, "total", NULL);
-	dmutex__met_key(ik, pre, "index", NULL);
-	if (!c->metrics->multi_ok) {
-		/* Once per client, MULTI alone: refused (an ACL without it),
-		 * the increments that follow would run one by one, half of
-		 * them refused too.  Then the counters stay in the process. */
-		redisReply *r = dmutex__conn_command(cn, deadline, "MULTI");
-		if (!r) {
-			dmutex__conn_free(cn);
-			return -1;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			dmutex__log(DMUTEX_LOG_WARN, "per-lock counters not stored: %s (they need "
-					"MULTI, EXEC, HINCRBY, ZINCRBY; ?metrics=0 turns them off)", r->str);
-			pthread_mutex_lock(&c->metrics->mu);
-			c->metrics->refused = 1;
-			pthread_mutex_unlock(&c->metrics->mu);
-			freeReplyObject(r);
-			dmutex__node_put(nd, cn);
-			return 1;
-		}
-		freeReplyObject(r);
-		c->metrics->multi_ok = 1;
-	} else {
-		bad |= dmutex__conn_appendf(cn, "MULTI");
-		q++;
-	}
-	for (size_t i = 0; i < n && !bad; i++) {
-		dmutex__met_key(nk, pre, "n:", p[i].name);
-		for (int f = 0; f < DMUTEX__MET_NFIELDS && !bad; f++) {
-			unsigned long long d = (unsigned long long)p[i].delta[f];
-			if (!d)
-				continue;
-			bad |= dmutex__conn_appendf(cn, "HINCRBY %s %s %llu", nk,
-					dmutex__met_fields[f], d);
-			bad |= dmutex__conn_appendf(cn, "HINCRBY %s %s %llu", tk,
-					dmutex__met_fields[f], d);
-			q += 2;
-			if (f == DMUTEX__MET_ACQ) {
-				bad |= dmutex__conn_appendf(cn, "ZINCRBY %s %llu %b", ik, d,
-						p[i].name, strlen(p[i].name));
-				q++;
-			}
-		}
-	}
-	bad |= dmutex__conn_appendf(cn, "EXEC");
-	q++;
-	for (size_t i = 0; i < q && !bad; i++) {
-		redisReply *r = NULL;
-		if (dmutex__conn_get(cn, (void **)&r, deadline)) {
-			bad = 1;
-			break;
-		}
-		/* A command refused inside MULTI aborts the whole transaction:
-		 * nothing was added; said once, and not sent again. */
-		if (r->type == REDIS_REPLY_ERROR && !refused) {
-			refused = 1;
-			dmutex__log(DMUTEX_LOG_WARN, "per-lock counters not stored: %s (they need "
-					"MULTI, EXEC, HINCRBY, ZINCRBY; ?metrics=0 turns them off)", r->str);
-			pthread_mutex_lock(&c->metrics->mu);
-			c->metrics->refused = 1;
-			pthread_mutex_unlock(&c->metrics->mu);
-		}
-		freeReplyObject(r);
-	}
-	if (bad)
-		dmutex__conn_free(cn);
-	else
-		dmutex__node_put(nd, cn);
-	return bad;
-}
-
 void
 dmutex__met_flush(struct dmutex_client *c, int64_t until)
 {
 	struct dmutex__metrics *m = c->metrics;
-	struct pending *p = NULL;
+	struct dmutex__count *p = NULL;
 	size_t n = 0, cap = 0;
 	int failed = 0;
 
@@ -383,7 +275,7 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 	for (struct met *r = m->dirty; r; r = r->dirty_next) {
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 16;
-			struct pending *np = realloc(p, nc * sizeof *np);
+			struct dmutex__count *np = realloc(p, nc * sizeof *np);
 			if (!np)
 				break;
 			p = np;
@@ -408,10 +300,16 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 	pthread_mutex_unlock(&m->mu);
 	for (size_t i = 0; i < n; i += BATCH) {
 		size_t k = n - i < BATCH ? n - i : BATCH;
-		int st = failed ? -1 : m->refused ? 1 : send_batch(c, p + i, k, until);
-		if (st < 0)
+		int st = failed ? DMUTEX__CNT_NOT_SENT : m->refused ? DMUTEX__CNT_REFUSED
+			: dmutex__backend_counters(c->be, p + i, k, &m->multi_ok, until);
+		if (st == DMUTEX__CNT_NOT_SENT)
 			put_back(m, p + i, k);
-		failed |= st != 0;
+		if (st == DMUTEX__CNT_REFUSED) {
+			pthread_mutex_lock(&m->mu);
+			m->refused = 1;
+			pthread_mutex_unlock(&m->mu);
+		}
+		failed |= st != DMUTEX__CNT_SENT;
 	}
 	if (failed) {
 		pthread_mutex_lock(&m->mu);

@@ -22,7 +22,7 @@ dmutex_init_impl(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
 	c = attr ? attr->__client : NULL;
 	if (!c && (err = dmutex__client_default(&c)))
 		return err;
-	if (attr && (attr->__flags & DMUTEX__ATTR_FAIR) && c->cfg.nnodes > 1) {
+	if (attr && (attr->__flags & DMUTEX__ATTR_FAIR) && c->be->quorum) {
 		/* Two masters could hand the lock to two different heads. */
 		dmutex__log(DMUTEX_LOG_ERROR, "dmutex_init('%s'): a fair lock over Redlock is not supported",
 				name);

@@ -84,7 +84,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		int64_t sent, now;
 
 		if (sub)
-			seq = dmutex__wsub_seq(c, sub);
+			seq = dmutex__wsub_seq(c->be, sub);
 		sent = dmutex__now_ns();
 		if (!*first)
 			*first = sent;
@@ -186,9 +186,9 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			channel = be->ops->channel(be, e->name);
 			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 			if (channel)
-				sub = dmutex__waiter_sub(c, channel, sub_until < until ? sub_until : until);
+				sub = dmutex__waiter_sub(c->be, channel, sub_until < until ? sub_until : until);
 			if (sub && mx->fair)
-				dmutex__wsub_want(c, sub, token);
+				dmutex__wsub_want(c->be, sub, token);
 			continue;
 		}
 		/* Sleep until woken, or at most until the holder's lease ends
@@ -201,12 +201,12 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		if (bound > until)
 			bound = until;
 		if (sub && !a.split)
-			dmutex__wsub_wait(c, sub, seq, bound);
+			dmutex__wsub_wait(c->be, sub, seq, bound);
 		else
 			dmutex__sleep_until(bound);
 	}
 	if (sub)
-		dmutex__waiter_unsub(c, sub);
+		dmutex__waiter_unsub(c->be, sub);
 	free(channel);
 	if (err && err != EOWNERDEAD && (maybe_done || queued))
 		abandon(c, e, token, mx->lease_ms, try_until, mx->fair);

@@ -194,7 +194,7 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 	if (k)
 		c->be->ops->renew(c->be, rn, k, bound);
 	if (nrw)
-		dmutex__rw_renew(c, rn + n - nrw, nrw, bound);
+		dmutex__rw_renew(c->be, rn + n - nrw, nrw, bound);
 	/* Both ends of rn, skipping the gap between them. */
 	for (size_t i = k ? 0 : n - nrw; i < n; i = i + 1 == k ? n - nrw : i + 1) {
 		struct dmutex__entry *e = live[i];

@@ -21,7 +21,7 @@
 #ifndef DMUTEX_RWLOCK_H
 #define DMUTEX_RWLOCK_H
 
-#include "backend.h"
+#include "sync.h"
 #include "internal.h"
 
 #define DRWLOCK__MAGIC_INIT 0x4452574cUL /* "DRWL" */
@@ -38,30 +38,5 @@ int dmutex__rwlock_resolve(drwlock_t *rw, struct dmutex__rwlock **out);
 struct dmutex__reader *dmutex__rw_reader(struct dmutex__entry *e, pthread_t self);
 /* Under e->mu: take self out of readers[]. */
 void dmutex__rw_reader_drop(struct dmutex__entry *e, struct dmutex__reader *r);
-
-/* Backend, one master.  op 'r' share, 'w' write lock, 'q' (release only) a
- * waiting writer's intent.  0 or EIO (logged); *maybe_done as backend.h. */
-struct dmutex__rw_acq {
-	int op;
-	const char *token;
-	unsigned lease_ms;
-	int wait;               /* a writer that will wait: register its intent */
-	/* out */
-	int taken;
-	uint64_t fence;
-	long long pttl_ms;      /* not taken: the blocking hold ends in at most this */
-	int maybe_done;
-	int refused;
-};
-int dmutex__rw_acquire(struct dmutex_client *c, const char *name, struct dmutex__rw_acq *a);
-/* 0 and *released (1 while still valid, 0 not ours), or EIO. */
-int dmutex__rw_release(struct dmutex_client *c, const char *name, int op, const char *token,
-		int *released, int *maybe_done);
-/* The renewal thread's batch of rw holds (rn[i].rw 'r' or 'w'); fills
- * result and writer_waits, ending by deadline (CLOCK_MONOTONIC ns). */
-void dmutex__rw_renew(struct dmutex_client *c, struct dmutex__renewal *rn, size_t n,
-		int64_t deadline);
-/* The wake channel. Caller frees. */
-char *dmutex__rw_channel(struct dmutex_client *c, const char *name);
 
 #endif

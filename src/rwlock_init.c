@@ -13,7 +13,7 @@ open_rw(struct dmutex_client *c, const char *name, const dmutex_attr_t *attr,
 	struct dmutex__rwlock *rx;
 	int err;
 
-	if (c->be->nnodes != 1) {
+	if (c->be->quorum) {
 		dmutex__log(DMUTEX_LOG_ERROR, "rwlock '%s': a client over several masters cannot hold a rwlock",
 				name);
 		return ENOTSUP;

@@ -47,7 +47,7 @@ abandon(struct dmutex_client *c, const char *name, int op, const char *token)
 	int released, md = 0;
 
 	for (int i = 0; i < 3; i++)
-		if (!dmutex__rw_release(c, name, op, token, &released, &md))
+		if (!dmutex__rw_release(c->be, name, op, token, &released, &md))
 			return;
 	dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': could not take back an acquire; it ends with its lease",
 			name);
@@ -105,9 +105,9 @@ acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int b
 		int64_t sent, now, bound;
 
 		if (sub)
-			seq = dmutex__wsub_seq(c, sub);
+			seq = dmutex__wsub_seq(c->be, sub);
 		sent = dmutex__now_ns();
-		err = dmutex__rw_acquire(c, e->name, &a);
+		err = dmutex__rw_acquire(c->be, e->name, &a);
 		now = dmutex__now_ns();
 		maybe_done |= a.maybe_done;
 		if (!err && a.taken && now >= sent + valid_ns) {
@@ -160,8 +160,8 @@ acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int b
 			/* Subscribe, then ask again at once: a release between our
 			 * attempt and the subscription would otherwise be missed. */
 			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
-			if ((channel = dmutex__rw_channel(c, e->name)))
-				sub = dmutex__waiter_sub(c, channel, sub_until < until ? sub_until : until);
+			if ((channel = dmutex__rw_channel(c->be, e->name)))
+				sub = dmutex__waiter_sub(c->be, channel, sub_until < until ? sub_until : until);
 			continue;
 		}
 		/* Until woken, or at most until the blocking hold's lease ends
@@ -173,12 +173,12 @@ acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int b
 		if (bound > until)
 			bound = until;
 		if (sub)
-			dmutex__wsub_wait(c, sub, seq, bound);
+			dmutex__wsub_wait(c->be, sub, seq, bound);
 		else
 			dmutex__sleep_until(bound);
 	}
 	if (sub)
-		dmutex__waiter_unsub(c, sub);
+		dmutex__waiter_unsub(c->be, sub);
 	free(channel);
 	if (err && (maybe_done || intent))
 		abandon(c, e->name, maybe_done ? op : 'q', token);

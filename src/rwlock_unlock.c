@@ -17,7 +17,7 @@ release(struct dmutex_client *c, const char *name, int op, const char *token)
 	int released = 0, maybe = 0, any_maybe = 0, err;
 
 	for (int attempt = 0;; attempt++) {
-		err = dmutex__rw_release(c, name, op, token, &released, &maybe);
+		err = dmutex__rw_release(c->be, name, op, token, &released, &maybe);
 		any_maybe |= maybe;
 		if (!err)
 			return released || any_maybe ? 0 : ENOLCK;

@@ -12,7 +12,7 @@
 #define DMUTEX_SEM_H
 
 #include "internal.h"
-#include "keys.h"
+#include "sync.h"
 
 #define DSEM__MAGIC_INIT 0x4453454dUL /* "DSEM" */
 
@@ -48,26 +48,5 @@ int dmutex__sem_post_token(dsem_t *s, const char *token);
  * EINVAL for another clock or a bad tv_nsec (logged, naming sx). */
 int dmutex__sem_deadline(const char *name, clockid_t clock, const struct timespec *at,
 		int64_t *until);
-
-#define DMUTEX__SEM_OPKEY_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)
-
-/*
- * Backend calls; 0 or EIO (the node did not answer, or answered an error).
- * create:  flags DSEM_EXCL / DSEM_NOCREATE; *created = 1 created,
- *          0 existed, -1 existed and DSEM_EXCL, -2 missing and DSEM_NOCREATE.
- * take:    *taken = 1 or 0 (none free).
- * post:    *value = the new value, -1 at DSEM_VALUE_MAX.
- * get:     *value = free permits.
- * unlink:  *existed = 1 or 0.
- * take and post carry the caller's token: the same token again is not
- * applied twice, it returns the first call's result.
- */
-int dmutex__sem_create(struct dmutex_client *c, const char *name, unsigned value, int flags,
-		int *created);
-int dmutex__sem_take(struct dmutex__sem *sx, const char *token, int *taken);
-int dmutex__sem_post(struct dmutex__sem *sx, const char *token, long long *value);
-int dmutex__sem_get(struct dmutex__sem *sx, long long *value);
-int dmutex__sem_unlink(struct dmutex_client *c, const char *name, int *existed);
-void dmutex__sem_channel_of(const struct dmutex__sem *sx, char *out);
 
 #endif

@@ -14,12 +14,12 @@ open_sem(struct dmutex_client *c, const char *name, size_t len, unsigned value, 
 	struct dmutex__sem *sx;
 	int created, err;
 
-	if (c->be->nnodes != 1) {
+	if (c->be->quorum) {
 		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': a client over several masters cannot hold a semaphore",
 				name);
 		return ENOTSUP;
 	}
-	if ((err = dmutex__sem_create(c, name, value, flags, &created)))
+	if ((err = dmutex__sem_create(c->be, name, value, flags, &created)))
 		return err;
 	if (created == -2) {
 		dmutex__log(DMUTEX_LOG_INFO, "semaphore '%s' does not exist (no creation asked)", name);
@@ -148,7 +148,7 @@ dsem_unlink(const char *name, dmutex_client_t *client)
 		return err;
 	if (!client && (err = dmutex__client_default(&client)))
 		return err;
-	if ((err = dmutex__sem_unlink(client, name, &existed)))
+	if ((err = dmutex__sem_unlink(client->be, name, &existed)))
 		return err;
 	return existed ? 0 : ENOENT;
 }
@@ -189,7 +189,7 @@ dsem_getvalue(dsem_t *s, int *value)
 
 	if (!value)
 		return EINVAL;
-	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_get(sx, &v)))
+	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_get(sx->client->be, sx->name, sx->value, &v)))
 		return err;
 	*value = v < 0 ? 0 : v > DSEM_VALUE_MAX ? (int)DSEM_VALUE_MAX : (int)v;
 	return 0;
@@ -208,7 +208,7 @@ dmutex__sem_take_once(struct dmutex__sem *sx, const char *token, int *taken)
 {
 	int err;
 
-	for (int i = 0; (err = dmutex__sem_take(sx, token, taken)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
+	for (int i = 0; (err = dmutex__sem_take(sx->client->be, sx->name, sx->value, token, taken)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
 		pause_try(i);
 	return err;
 }
@@ -218,7 +218,7 @@ dmutex__sem_post_once(struct dmutex__sem *sx, const char *token, long long *valu
 {
 	int err;
 
-	for (int i = 0; (err = dmutex__sem_post(sx, token, value)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
+	for (int i = 0; (err = dmutex__sem_post(sx->client->be, sx->name, sx->value, token, value)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
 		pause_try(i);
 	return err;
 }

@@ -47,9 +47,9 @@ dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only
 		return ETIMEDOUT;
 
 	cl = sx->client;
-	dmutex__sem_channel_of(sx, channel);
+	dmutex__sem_channel(sx->client->be, sx->name, channel);
 	__atomic_fetch_add(&sx->waiters, 1, __ATOMIC_ACQ_REL);
-	if (!(sub = dmutex__waiter_sub(cl, channel,
+	if (!(sub = dmutex__waiter_sub(cl->be, channel,
 			dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS))) {
 		err = ENOMEM;
 		goto out;
@@ -59,13 +59,13 @@ dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only
 		int64_t next;
 
 		/* Read before asking: a post after the ask moves it. */
-		seq = dmutex__wsub_seq(cl, sub);
+		seq = dmutex__wsub_seq(cl->be, sub);
 		if ((err = dmutex__sem_take_once(sx, token, &taken)) || taken)
 			break;
 		/* No confirmed subscription yet: a post might not reach us;
 		 * try again soon rather than once a lease. */
 		next = dmutex__now_ns() + (seq ? recheck_ns : recheck_ns / 10 + DMUTEX__MS);
-		if (!dmutex__wsub_wait(cl, sub, seq, next < until ? next : until) &&
+		if (!dmutex__wsub_wait(cl->be, sub, seq, next < until ? next : until) &&
 				dmutex__now_ns() >= until) {
 			/* A last try: a permit that came at the deadline is taken. */
 			if (!(err = dmutex__sem_take_once(sx, token, &taken)) && !taken)
@@ -73,7 +73,7 @@ dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only
 			break;
 		}
 	}
-	dmutex__waiter_unsub(cl, sub);
+	dmutex__waiter_unsub(cl->be, sub);
 out:
 	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
 	return err;

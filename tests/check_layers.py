@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The core does not depend on the pthread shim (STYLE.md, "Layers"), and
-reaches the backend only through its interface.
+reaches the backend only through its interface; the backend does not know
+the core.
 
 Two ways an arrow could run back up from src/ to shim/, both checked:
 - an #include in src/ of a header that lives in shim/;
@@ -9,7 +10,11 @@ Two ways an arrow could run back up from src/ to shim/, both checked:
 And the core (src/*.c, src/*.h) includes of src/backend/ only the headers
 of its interface (BACKEND_FACE): it does not know which topology (one
 Redis, Redlock, Sentinel, Cluster) it talks to, nor reach a node or a
-connection itself.
+connection itself; nor does it read the backend's own fields
+(BACKEND_OWN: be->nodes...).  The backend (src/backend/) includes from src/
+only its interface (backend.h) and the ground (GROUND: time, log, lock
+order), which in turn includes nothing from src/: it is told what it needs
+of the client (struct dmutex__backend_cfg), it does not read the client.
 
 usage: check_layers.py SOURCE_ROOT OBJDIR
 """
@@ -33,13 +38,14 @@ def symbols(obj):
 
 
 # What the core may include from src/backend/ (backend.h itself is in src/).
-BACKEND_FACE = {'waiter.h'}
+BACKEND_FACE = {'waiter.h', 'sync.h', 'counters.h'}
 # Known exceptions, each with its reason; shrink, never grow.
-BACKEND_EXCEPTIONS = {
-    # The per-lock counters go to nodes[0] on a connection of their own
-    # (one MULTI); a cluster turns them off.
-    ('metrics.c', 'node.h'),
-}
+BACKEND_EXCEPTIONS = set()
+# What the backend may include from src/ outside src/backend/.
+BACKEND_INTERFACE = {'backend.h'}
+GROUND = {'base.h', 'log.h', 'lockorder.h'}
+# struct dmutex__backend's fields that are the backend's own.
+BACKEND_OWN = re.compile(r'\bbe->(nodes|nnodes|nsub|waiter)\b')
 
 
 def main():
@@ -66,6 +72,19 @@ def main():
                         bad.append('%s:%d includes %s from shim/' % (
                             os.path.relpath(path, root), n, m.group(1)))
                     backend = os.path.realpath(os.path.join(root, 'src', 'backend'))
+                    srcdir = os.path.realpath(os.path.join(root, 'src'))
+                    in_backend = os.path.realpath(d).startswith(backend)
+                    if (found and in_backend
+                            and os.path.dirname(found[0]) == srcdir
+                            and os.path.basename(found[0]) not in BACKEND_INTERFACE | GROUND):
+                        bad.append('%s:%d includes %s from the core: the backend '
+                                   'includes of src/ only %s' % (
+                                       os.path.relpath(path, root), n, m.group(1),
+                                       ', '.join(sorted(BACKEND_INTERFACE | GROUND))))
+                    if (found and d == os.path.join(root, 'src') and f in GROUND
+                            and os.path.realpath(found[0]).startswith(srcdir + os.sep)):
+                        bad.append('%s:%d includes %s: the ground includes nothing '
+                                   'from src/' % (os.path.relpath(path, root), n, m.group(1)))
                     if (found and d == os.path.join(root, 'src')
                             and found[0].startswith(backend + os.sep)
                             and os.path.basename(found[0]) not in BACKEND_FACE
@@ -74,6 +93,14 @@ def main():
                                    'reaches the backend through backend.h and %s only' % (
                                        os.path.relpath(path, root), n, m.group(1),
                                        ', '.join(sorted(BACKEND_FACE))))
+    for f in sorted(os.listdir(os.path.join(root, 'src'))):
+        if not f.endswith(('.c', '.h')):
+            continue
+        with open(os.path.join(root, 'src', f)) as fh:
+            for n, line in enumerate(fh, 1):
+                if BACKEND_OWN.search(line):
+                    bad.append('src/%s:%d reads a field of the backend\'s own (%s)' % (
+                        f, n, BACKEND_OWN.search(line).group(0)))
     objs = [o for o in os.listdir(objdir) if o.endswith('.o')]
     shim_defs = {}
     for o in objs:

@@ -506,7 +506,15 @@ Test(cluster, cli_list_status_reset)
 	cr_assert_eq(dmutex_unlock(&m[2]), 0);
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(dmutex_destroy(&m[i]), 0);
+	/* The per-lock counters of names on three masters: one MULTI on the
+	 * master serving {metrics}, sent at close; `metrics` reads them there. */
 	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(cli("metrics", NULL, NULL), 0);
+	for (int i = 0; i < 3; i++) {
+		char line[192];
+		snprintf(line, sizeof line, "dmutex_acquisitions_total{name=\"%s\"} 1\n", names[i]);
+		cr_assert(output_has(line), "metrics does not count %s", names[i]);
+	}
 }
 
 /* ------------------------------------------------------------------ */

@@ -79,6 +79,11 @@ const char *cli_conn_node(const struct cli_conn *cc, size_t i);
 /* 1 if node i holds name's keys: every node of a Redlock list, the master
  * serving the name's slot in a cluster. */
 int cli_conn_serves(const struct cli_conn *cc, size_t i, const char *name);
+/* The connection to the master serving name's keys (a cluster), else the first. */
+struct dmutex__conn *cli_conn_of(const struct cli_conn *cc, const char *name);
+/* The connection to the node holding the per-lock counters: the first
+ * (Redlock: the first URL's), on a cluster the master serving their slot. */
+struct dmutex__conn *cli_conn_counters(const struct cli_conn *cc);
 
 /* ---- what Redis says about one lock (inspect.c) ---------------------- */
 

@@ -10,6 +10,8 @@
 #include "cli.h"
 #include "internal.h"
 #include "keys.h"
+#include "metrics.h"
+#include "sentinel.h"
 #include "slotmap.h"
 
 int
@@ -47,7 +49,7 @@ cli_conn_parse(struct cli_conn *cc, const char *url)
 	for (size_t i = 0; i < cc->cfg.nnodes; i++) {
 		/* A file the URL names (password_file, tls_*) is unusable:
 		 * logged, naming it. */
-		if ((err = dmutex__node_init(&cc->nodes[i], &cc->cfg.nodes[i],
+		if ((err = dmutex__master_init(&cc->nodes[i], &cc->cfg.nodes[i],
 				cc->cfg.connect_timeout_ms, cc->cfg.command_timeout_ms))) {
 			while (i--)
 				dmutex__node_fini(&cc->nodes[i]);
@@ -116,6 +118,31 @@ cli_conn_serves(const struct cli_conn *cc, size_t i, const char *name)
 		return 1;
 	dmutex__key(key, cc->cfg.prefix, "meta", name);
 	return dmutex__slotmap_owner(cc->map, dmutex__key_slot(key, strlen(key))) == cc->member[i];
+}
+
+struct dmutex__conn *
+cli_conn_of(const struct cli_conn *cc, const char *name)
+{
+	for (size_t i = 0; i < cc->nnodes; i++)
+		if (cli_conn_serves(cc, i, name))
+			return cc->ctx[i];
+	return cc->ctx[0];
+}
+
+struct dmutex__conn *
+cli_conn_counters(const struct cli_conn *cc)
+{
+	char key[DMUTEX__MET_KEY_MAX];
+	int owner;
+
+	if (!cc->map)
+		return cc->ctx[0];
+	dmutex__met_key(key, cc->cfg.prefix, "total", NULL);
+	owner = dmutex__slotmap_owner(cc->map, dmutex__key_slot(key, strlen(key)));
+	for (size_t i = 0; i < cc->nnodes; i++)
+		if (cc->member[i] == owner)
+			return cc->ctx[i];
+	return cc->ctx[0];
 }
 
 int

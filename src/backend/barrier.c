@@ -5,18 +5,19 @@
 
 #include <limits.h>
 
-#include "barrier.h"
 #include "common.h"
 #include "keys.h"
+#include "log.h"
 #include "node.h"
 #include "scripts.h"
+#include "sync.h"
 
 #define OP_TTL_MS "60000"
 
 void
-dmutex__barrier_channel(const struct dmutex__barrier *bx, char *out)
+dmutex__barrier_channel(struct dmutex__backend *be, const char *name, char *out)
 {
-	dmutex__key(out, bx->client->cfg.prefix, "barwake", bx->name);
+	dmutex__key(out, be->cfg.prefix, "barwake", name);
 }
 
 /* The numbers a script answers: one integer (n 1) or an array of two
@@ -28,10 +29,9 @@ struct want {
 
 /* One script call; the numbers in out[], or EIO (logged). */
 static int
-call(struct dmutex_client *c, const char *name, const char *what, int script, int nkeys,
+call(struct dmutex__backend *be, const char *name, const char *what, int script, int nkeys,
 		int argc, const char **argv, const struct want *w, long long *out)
 {
-	struct dmutex__backend *be = c->be;
 	int md = 0;
 	redisReply *r = dmutex__node_call(&be->nodes[0], script, nkeys, argc, argv, &md);
 
@@ -54,7 +54,7 @@ call(struct dmutex_client *c, const char *name, const char *what, int script, in
 }
 
 int
-dmutex__barrier_create(struct dmutex_client *c, const char *name, unsigned count,
+dmutex__barrier_create(struct dmutex__backend *be, const char *name, unsigned count,
 		long long *other)
 {
 	/* 1 created, 0 joined, -N: it exists with count N (1 .. INT_MAX). */
@@ -63,18 +63,18 @@ dmutex__barrier_create(struct dmutex_client *c, const char *name, unsigned count
 	long long v;
 	int err;
 
-	dmutex__key(k, c->cfg.prefix, "barrier", name);
+	dmutex__key(k, be->cfg.prefix, "barrier", name);
 	snprintf(n, sizeof n, "%u", count);
 	const char *argv[] = { k, n };
-	if ((err = call(c, name, "init", DMUTEX__SCRIPT_BARRIER_INIT, 1, 2, argv, &w, &v)))
+	if ((err = call(be, name, "init", DMUTEX__SCRIPT_BARRIER_INIT, 1, 2, argv, &w, &v)))
 		return err;
 	*other = v < 0 ? -v : 0;
 	return 0;
 }
 
 static int
-wait_call(struct dmutex__barrier *bx, const char *what, const char *op, const char *token,
-		long long *gen, int *serial)
+wait_call(struct dmutex__backend *be, const char *name, unsigned count, const char *what,
+		const char *op, const char *token, long long *gen, int *serial)
 {
 	/* { generation (a counter: never negative), serial (0 or 1) } */
 	static const struct want w = { 2, { { 0, LLONG_MAX }, { 0, 1 } } };
@@ -82,12 +82,12 @@ wait_call(struct dmutex__barrier *bx, const char *what, const char *op, const ch
 	long long v[2];
 	int err;
 
-	dmutex__key(k, bx->client->cfg.prefix, "barrier", bx->name);
-	snprintf(ok, sizeof ok, "%sbarop:{%s}:%s", bx->client->cfg.prefix, bx->name, token);
-	dmutex__barrier_channel(bx, ch);
-	snprintf(n, sizeof n, "%u", bx->count);
+	dmutex__key(k, be->cfg.prefix, "barrier", name);
+	snprintf(ok, sizeof ok, "%sbarop:{%s}:%s", be->cfg.prefix, name, token);
+	dmutex__barrier_channel(be, name, ch);
+	snprintf(n, sizeof n, "%u", count);
 	const char *argv[] = { k, ok, op, n, ch, OP_TTL_MS };
-	if ((err = call(bx->client, bx->name, what, DMUTEX__SCRIPT_BARRIER_WAIT, 2, 6, argv, &w, v)))
+	if ((err = call(be, name, what, DMUTEX__SCRIPT_BARRIER_WAIT, 2, 6, argv, &w, v)))
 		return err;
 	*gen = v[0];
 	*serial = v[1] == 1;
@@ -95,16 +95,17 @@ wait_call(struct dmutex__barrier *bx, const char *what, const char *op, const ch
 }
 
 int
-dmutex__barrier_arrive(struct dmutex__barrier *bx, const char *token, long long *gen,
-		int *serial)
+dmutex__barrier_arrive(struct dmutex__backend *be, const char *name, unsigned count,
+		const char *token, long long *gen, int *serial)
 {
-	return wait_call(bx, "wait", "a", token, gen, serial);
+	return wait_call(be, name, count, "wait", "a", token, gen, serial);
 }
 
 int
-dmutex__barrier_gen(struct dmutex__barrier *bx, long long *gen)
+dmutex__barrier_gen(struct dmutex__backend *be, const char *name, unsigned count,
+		long long *gen)
 {
 	int serial;
 
-	return wait_call(bx, "check", "g", "-", gen, &serial);
+	return wait_call(be, name, count, "check", "g", "-", gen, &serial);
 }

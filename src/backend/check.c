@@ -10,7 +10,8 @@
 #include <strings.h>
 
 #include "check.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "keys.h"
 #include "scripts.h"
 

@@ -21,7 +21,8 @@
 
 #include "check.h"
 #include "common.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "scripts.h"
 #include "slotmap.h"
 #include "topology.h"
@@ -283,7 +284,7 @@ static int
 cl_verify(struct dmutex__backend *be, size_t *up_out, size_t *need_out)
 {
 	struct cluster *cl = cl_of(be);
-	const char *prefix = be->client->cfg.prefix;
+	const char *prefix = be->cfg.prefix;
 	int64_t deadline = dmutex__now_ns() + (int64_t)cl->map.connect_ms * DMUTEX__MS;
 	size_t up = 0, masters = 0;
 	int refused = 0;
@@ -404,6 +405,23 @@ cl_sub_stale(struct dmutex__backend *be, const char *moved)
 		dmutex__slotmap_set(&cl->map, slot, to);
 }
 
+/* The member serving key's slot: per-lock counters' MULTI (counters.c),
+ * which the face's routing (scripts only) does not carry. */
+static struct dmutex__node *
+cl_node_of(struct dmutex__backend *be, const char *key)
+{
+	struct cluster *cl = cl_of(be);
+	unsigned slot = dmutex__key_slot(key, strlen(key));
+	int m = dmutex__slotmap_owner(&cl->map, slot);
+
+	if (m < 0) {
+		dmutex__slotmap_refresh(&cl->map, dmutex__now_ns() + (int64_t)cl->face.command_ms *
+				DMUTEX__MS, 0, 0);
+		m = dmutex__slotmap_owner(&cl->map, slot);
+	}
+	return m < 0 ? NULL : dmutex__slotmap_node(&cl->map, (size_t)m);
+}
+
 static const struct dmutex__backend_ops cluster_ops = {
 	.acquire = cl_acquire,
 	.release = cl_release,
@@ -417,34 +435,28 @@ static const struct dmutex__backend_ops cluster_ops = {
 	.sub_node = cl_sub_node,
 	.sub_route = cl_sub_route,
 	.sub_stale = cl_sub_stale,
+	.node_of = cl_node_of,
 };
 
 int
-dmutex__backend_cluster_create(struct dmutex_client *c, struct dmutex__backend **out)
+dmutex__backend_cluster_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out)
 {
 	struct cluster *cl = calloc(1, sizeof *cl);
-	const struct dmutex__node_addr *tmpl = &c->cfg.nodes[0];
+	const struct dmutex__node_addr *tmpl = &cfg->nodes[0];
 
 	if (!cl)
 		return ENOMEM;
-	dmutex__slotmap_init(&cl->map, tmpl, c->cfg.connect_timeout_ms, c->cfg.command_timeout_ms);
+	dmutex__slotmap_init(&cl->map, tmpl, cfg->connect_timeout_ms, cfg->command_timeout_ms);
 	/* The face is never dialled: every call on it is routed. */
 	cl->face.addr = tmpl;
-	cl->face.connect_ms = c->cfg.connect_timeout_ms;
-	cl->face.command_ms = c->cfg.command_timeout_ms;
+	cl->face.connect_ms = cfg->connect_timeout_ms;
+	cl->face.command_ms = cfg->command_timeout_ms;
 	cl->face.sharded = 1;
 	cl->face.route = route;
 	cl->face.route_arg = cl;
 	pthread_mutex_init(&cl->face.mu, NULL);
-	/* Per-lock counters are one MULTI over keys of many slots: a cluster
-	 * refuses that (CROSSSLOT). */
-	if (c->cfg.metrics) {
-		dmutex__log(DMUTEX_LOG_DEBUG, "%s: per-lock counters are not stored on a cluster",
-				tmpl->display);
-		c->cfg.metrics = 0;
-	}
 	cl->base.ops = &cluster_ops;
-	cl->base.client = c;
+	cl->base.cfg = *cfg;
 	cl->base.nodes = &cl->face;
 	cl->base.nnodes = 1;
 	cl->base.nsub = DMUTEX__MEMBERS_MAX;

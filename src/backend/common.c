@@ -4,7 +4,8 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 
 int
 dmutex__int_in(const redisReply *r, long long lo, long long hi, long long *out)
@@ -36,26 +37,24 @@ int_elem(const redisReply *r, size_t i, long long *out)
 void
 dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct dmutex__acq_argv *x)
 {
-	struct dmutex_client *c = be->client;
-
-	dmutex__key(x->lk, c->cfg.prefix, "lock", a->name);
-	dmutex__key(x->mk, c->cfg.prefix, "meta", a->name);
+	dmutex__key(x->lk, be->cfg.prefix, "lock", a->name);
+	dmutex__key(x->mk, be->cfg.prefix, "meta", a->name);
 	snprintf(x->lease, sizeof x->lease, "%u", a->lease_ms);
 	/* The client's, kept right across fork (client.c): getpid is a
 	 * system call a lock otherwise. */
-	snprintf(x->pid, sizeof x->pid, "%ld", (long)c->pid);
+	snprintf(x->pid, sizeof x->pid, "%ld", (long)*be->cfg.pid);
 	snprintf(x->tid, sizeof x->tid, "%ld", a->tid);
 	snprintf(x->since, sizeof x->since, "%" PRId64, dmutex__wall_ms());
-	snprintf(x->idle, sizeof x->idle, "%u", c->cfg.idle_ms);
+	snprintf(x->idle, sizeof x->idle, "%u", be->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = a->token;
 	x->argv[3] = x->lease;
-	x->argv[4] = c->host;
+	x->argv[4] = be->cfg.host;
 	x->argv[5] = x->pid;
 	x->argv[6] = x->tid;
 	x->argv[7] = x->since;
-	x->argv[8] = c->hostid;
+	x->argv[8] = be->cfg.hostid;
 	x->argv[9] = a->robust ? "1" : "0";
 	x->argv[10] = x->idle;
 	x->argv[11] = a->wait ? "1" : "0";
@@ -129,13 +128,13 @@ void
 dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token, int mode,
 		struct dmutex__rel_argv *x)
 {
-	const char *prefix = be->client->cfg.prefix;
+	const char *prefix = be->cfg.prefix;
 
 	dmutex__key(x->lk, prefix, "lock", name);
 	dmutex__key(x->mk, prefix, "meta", name);
 	dmutex__key(x->ch, prefix, "wake", name);
 	snprintf(x->mode, sizeof x->mode, "%d", mode);
-	snprintf(x->idle, sizeof x->idle, "%u", be->client->cfg.idle_ms);
+	snprintf(x->idle, sizeof x->idle, "%u", be->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = token;
@@ -188,11 +187,11 @@ dmutex__renew_chunk(struct dmutex__backend *be, const struct dmutex__renewal *rn
 	size_t lo = c * DMUTEX__RENEW_CHUNK;
 	size_t k = n - lo < DMUTEX__RENEW_CHUNK ? n - lo : DMUTEX__RENEW_CHUNK;
 
-	snprintf(x->idle, sizeof x->idle, "%u", be->client->cfg.idle_ms);
+	snprintf(x->idle, sizeof x->idle, "%u", be->cfg.idle_ms);
 	x->argv[2 * k] = x->idle;
 	for (size_t i = 0; i < k; i++) {
-		dmutex__key(x->keys[2 * i], be->client->cfg.prefix, "lock", rn[lo + i].name);
-		dmutex__key(x->keys[2 * i + 1], be->client->cfg.prefix, "meta", rn[lo + i].name);
+		dmutex__key(x->keys[2 * i], be->cfg.prefix, "lock", rn[lo + i].name);
+		dmutex__key(x->keys[2 * i + 1], be->cfg.prefix, "meta", rn[lo + i].name);
 		snprintf(x->leases[i], sizeof x->leases[i], "%u", rn[lo + i].lease_ms);
 		x->argv[2 * i] = x->keys[2 * i];
 		x->argv[2 * i + 1] = x->keys[2 * i + 1];

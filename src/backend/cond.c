@@ -8,10 +8,11 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "cond.h"
 #include "keys.h"
+#include "log.h"
 #include "node.h"
 #include "scripts.h"
+#include "sync.h"
 
 struct cargs {
 	char wk[DMUTEX__KEY_MAX], sk[DMUTEX__KEY_MAX], ik[DMUTEX__KEY_MAX], ch[DMUTEX__CHANNEL_MAX];
@@ -25,27 +26,27 @@ struct tally {
 };
 
 void
-dmutex__cond_channel(const struct dmutex__cond *cx, const char *token, char *out)
+dmutex__cond_channel(struct dmutex__backend *be, const char *name, const char *token, char *out)
 {
-	snprintf(out, DMUTEX__CHANNEL_MAX, "%scwake:{%s}:%s", cx->client->cfg.prefix, cx->name,
+	snprintf(out, DMUTEX__CHANNEL_MAX, "%scwake:{%s}:%s", be->cfg.prefix, name,
 			token ? token : "");
 }
 
 unsigned
-dmutex__cond_ttl_ms(const struct dmutex__cond *cx)
+dmutex__cond_ttl_ms(struct dmutex__backend *be)
 {
-	return cx->client->cfg.lease_ms;
+	return be->cfg.lease_ms;
 }
 
 static void
-fill(const struct dmutex__cond *cx, struct cargs *a)
+fill(struct dmutex__backend *be, const char *name, struct cargs *a)
 {
-	unsigned ttl = dmutex__cond_ttl_ms(cx);
+	unsigned ttl = dmutex__cond_ttl_ms(be);
 
-	dmutex__key(a->wk, cx->client->cfg.prefix, "cond", cx->name);
-	dmutex__key(a->sk, cx->client->cfg.prefix, "csig", cx->name);
-	dmutex__key(a->ik, cx->client->cfg.prefix, "cinfo", cx->name);
-	dmutex__cond_channel(cx, NULL, a->ch);
+	dmutex__key(a->wk, be->cfg.prefix, "cond", name);
+	dmutex__key(a->sk, be->cfg.prefix, "csig", name);
+	dmutex__key(a->ik, be->cfg.prefix, "cinfo", name);
+	dmutex__cond_channel(be, name, NULL, a->ch);
 	snprintf(a->ttl, sizeof a->ttl, "%u", ttl);
 	/* A woken waiter acknowledges in one round trip; a third of the
 	 * registration's life is ample, and bounds a frozen waiter's hold on
@@ -57,15 +58,14 @@ fill(const struct dmutex__cond *cx, struct cargs *a)
  * signal: how many it woke); anything else is a reply from something that
  * is not our script, counted as no answer. */
 static int
-call_all(struct dmutex__cond *cx, const char *what, int script, int nkeys, int argc,
+call_all(struct dmutex__backend *be, const char *name, const char *what, int script, int nkeys, int argc,
 		const char **argv, long long max, struct tally *t)
 {
-	struct dmutex__backend *be = cx->client->be;
 	/* One deadline for every node and retry: signal and broadcast end
 	 * within command_timeout_ms in total.  The nodes are asked one after
 	 * the other, each given an equal share of what is left, so that one
 	 * stalled node leaves time for the others' quorum. */
-	int64_t until = dmutex__now_ns() + (int64_t)cx->client->cfg.command_timeout_ms * DMUTEX__MS;
+	int64_t until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
 
 	memset(t, 0, sizeof *t);
 	for (size_t i = 0; i < be->nnodes; i++) {
@@ -80,45 +80,45 @@ call_all(struct dmutex__cond *cx, const char *what, int script, int nkeys, int a
 			t->zero += r->integer == 0;
 		} else if (r) {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of condition variable '%s': unexpected reply "
-					"(shape, or a number out of range)", be->nodes[i].addr->display, what, cx->name);
+					"(shape, or a number out of range)", be->nodes[i].addr->display, what, name);
 		}
 		if (r)
 			freeReplyObject(r);
 	}
 	if (t->answered < be->nnodes / 2 + 1) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s of condition variable '%s': %zu of %zu backend nodes answered",
-				what, cx->name, t->answered, be->nnodes);
+				what, name, t->answered, be->nnodes);
 		return EIO;
 	}
 	return 0;
 }
 
 int
-dmutex__cond_register(struct dmutex__cond *cx, const char *token)
+dmutex__cond_register(struct dmutex__backend *be, const char *name, const char *token)
 {
 	struct cargs a;
 	struct tally t;
 
 	char info[512];
 
-	fill(cx, &a);
+	fill(be, name, &a);
 	/* Who waits, for operators: host pid tid since_ms hostid. */
-	snprintf(info, sizeof info, "%s %ld %ld %" PRId64 " %s", cx->client->host, (long)getpid(),
-			dmutex__tid(), dmutex__wall_ms(), cx->client->hostid);
+	snprintf(info, sizeof info, "%s %ld %ld %" PRId64 " %s", be->cfg.host, (long)getpid(),
+			dmutex__tid(), dmutex__wall_ms(), be->cfg.hostid);
 	const char *argv[] = { a.wk, a.ik, token, a.ttl, info };
-	return call_all(cx, "wait", DMUTEX__SCRIPT_COND_REGISTER, 2, 5, argv, 1, &t);
+	return call_all(be, name, "wait", DMUTEX__SCRIPT_COND_REGISTER, 2, 5, argv, 1, &t);
 }
 
 int
-dmutex__cond_refresh(struct dmutex__cond *cx, const char *token, int *still)
+dmutex__cond_refresh(struct dmutex__backend *be, const char *name, const char *token, int *still)
 {
 	struct cargs a;
 	struct tally t;
 	int err;
 
-	fill(cx, &a);
+	fill(be, name, &a);
 	const char *argv[] = { a.wk, a.sk, a.ik, token, a.ttl, a.ch, a.ack };
-	if ((err = call_all(cx, "refresh", DMUTEX__SCRIPT_COND_REFRESH, 3, 7, argv, 1, &t)))
+	if ((err = call_all(be, name, "refresh", DMUTEX__SCRIPT_COND_REFRESH, 3, 7, argv, 1, &t)))
 		return err;
 	/* Woken on any node counts: a spurious wake-up at worst. */
 	*still = t.zero == 0;
@@ -126,29 +126,29 @@ dmutex__cond_refresh(struct dmutex__cond *cx, const char *token, int *still)
 }
 
 int
-dmutex__cond_leave(struct dmutex__cond *cx, const char *token, int *still)
+dmutex__cond_leave(struct dmutex__backend *be, const char *name, const char *token, int *still)
 {
 	struct cargs a;
 	struct tally t;
 	int err;
 
-	fill(cx, &a);
+	fill(be, name, &a);
 	const char *argv[] = { a.wk, a.sk, a.ik, token };
-	if ((err = call_all(cx, "leave", DMUTEX__SCRIPT_COND_LEAVE, 3, 4, argv, 1, &t)))
+	if ((err = call_all(be, name, "leave", DMUTEX__SCRIPT_COND_LEAVE, 3, 4, argv, 1, &t)))
 		return err;
 	*still = t.zero == 0;
 	return 0;
 }
 
 int
-dmutex__cond_wake(struct dmutex__cond *cx, int all)
+dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all)
 {
 	struct cargs a;
 	struct tally t;
 
-	fill(cx, &a);
+	fill(be, name, &a);
 	const char *argv[] = { a.wk, a.sk, a.ch, a.ack, all ? "1" : "0" };
 	/* PUBLISH counts receivers: at most one per client connection. */
-	return call_all(cx, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 5, argv,
+	return call_all(be, name, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 5, argv,
 			INT_MAX, &t);
 }

@@ -13,9 +13,10 @@
 #include <unistd.h>
 
 #include "conn.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "tls.h"
-#include "url.h"
+#include "backend.h"
 
 /* Big enough that a typical reply arrives in one recv; on the heap so that
  * a caller on a small stack does not pay for it. */

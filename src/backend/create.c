@@ -1,13 +1,12 @@
 /* Which backend a URL names: the one place that knows every topology. */
-#include "internal.h"
 #include "topology.h"
 
 int
-dmutex__backend_create(struct dmutex_client *c, struct dmutex__backend **out)
+dmutex__backend_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out)
 {
-	if (c->cfg.nodes[0].cluster)
-		return dmutex__backend_cluster_create(c, out);
-	if (c->cfg.nnodes > 1)
-		return dmutex__backend_redlock_create(c, out);
-	return dmutex__backend_redis_create(c, out);
+	if (cfg->nodes[0].cluster)
+		return dmutex__backend_cluster_create(cfg, out);
+	if (cfg->nnodes > 1)
+		return dmutex__backend_redlock_create(cfg, out);
+	return dmutex__backend_redis_create(cfg, out);
 }

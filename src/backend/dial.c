@@ -5,7 +5,8 @@
 #include <time.h>
 
 #include "dial.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 
 struct dial {
 	pthread_mutex_t mu;

@@ -5,13 +5,14 @@
 #include <string.h>
 
 #include "fair.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 
 static void
 queue_keys(struct dmutex__backend *be, const char *name, char *qk, char *pk)
 {
-	dmutex__key(qk, be->client->cfg.prefix, "queue", name);
-	dmutex__key(pk, be->client->cfg.prefix, "qlive", name);
+	dmutex__key(qk, be->cfg.prefix, "queue", name);
+	dmutex__key(pk, be->cfg.prefix, "qlive", name);
 }
 
 void
@@ -33,7 +34,7 @@ dmutex__fair_rel_argv(struct dmutex__backend *be, const char *name, const char *
 {
 	dmutex__rel_argv(be, name, token, mode, &x->base);
 	queue_keys(be, name, x->qk, x->pk);
-	snprintf(x->lease, sizeof x->lease, "%u", be->client->cfg.lease_ms);
+	snprintf(x->lease, sizeof x->lease, "%u", be->cfg.lease_ms);
 	x->argv[0] = x->base.argv[0];
 	x->argv[1] = x->base.argv[1];
 	x->argv[2] = x->qk;

@@ -5,7 +5,8 @@
 #include <string.h>
 
 #include "dial.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "node.h"
 #include "scripts.h"
 #include "secret.h"
@@ -54,12 +55,6 @@ dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		return err;
 	if (addr->tls && (err = dmutex__tls_ctx_new(addr, &n->tls)))
 		goto fail;
-	if (addr->master_name && (err = dmutex__sentinel_new(addr, connect_ms, command_ms,
-			&n->sentinel))) {
-		dmutex__tls_ctx_free(n->tls);
-		n->tls = NULL;
-		goto fail;
-	}
 	pthread_mutex_init(&n->mu, NULL);
 	init_back(n);
 	return 0;
@@ -72,9 +67,10 @@ fail:
 void
 dmutex__node_fini(struct dmutex__node *n)
 {
-	/* First: its watch thread drops this node's idle connections. */
-	dmutex__sentinel_free(n->sentinel);
-	n->sentinel = NULL;
+	/* First: a sentinel's watch thread drops this node's idle connections. */
+	if (n->loc)
+		n->loc->ops->free(n->loc);
+	n->loc = NULL;
 	/* Asynchronous releases still owed an answer: read them (one command
 	 * timeout for all), so that the socket closes with nothing unread. */
 	int64_t until = dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS;
@@ -102,8 +98,8 @@ dmutex__node_atfork_child(struct dmutex__node *n)
 	n->nidle = 0;
 	pthread_mutex_init(&n->mu, NULL);
 	init_back(n);
-	if (n->sentinel)
-		dmutex__sentinel_atfork_child(n->sentinel);
+	if (n->loc)
+		n->loc->ops->atfork_child(n->loc);
 }
 
 /* Log once per outage, not once per attempt. */
@@ -315,21 +311,21 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 	int err, port = 0;
 
 	/* The timeout bounds the sentinels' answer too. */
-	if (n->sentinel && dmutex__sentinel_locate(n->sentinel, deadline, host, sizeof host, &port,
+	if (n->loc && n->loc->ops->locate(n->loc, deadline, host, sizeof host, &port,
 			&gen, why, sizeof why)) {
 		note_down(n, "cannot find the master", why);
 		return NULL;
 	}
 	/* The timeout bounds DNS, TCP and the handshake together: the dial
 	 * thread stops at the deadline and we stop waiting for it then. */
-	if (!(j = job_new(n, deadline, n->sentinel ? host : NULL, port))) {
+	if (!(j = job_new(n, deadline, n->loc ? host : NULL, port))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: out of memory connecting", a->display);
 		return NULL;
 	}
 	if ((err = dmutex__dial_run(connect_main, job_free, j, deadline))) {
 		if (err == ETIMEDOUT) {
-			if (n->sentinel)
-				dmutex__sentinel_stale(n->sentinel, gen);
+			if (n->loc)
+				n->loc->ops->stale(n->loc, gen);
 			char why[48];
 			snprintf(why, sizeof why, "timed out after %u ms", timeout_ms);
 			note_down(n, "cannot connect", why);
@@ -342,8 +338,8 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 	}
 	if (!j->c) {
 		/* The sentinels may know better now. */
-		if (n->sentinel && !j->refused)
-			dmutex__sentinel_stale(n->sentinel, gen);
+		if (n->loc && !j->refused)
+			n->loc->ops->stale(n->loc, gen);
 		if (j->refused)
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s: %s", a->display, j->what, j->why);
 		else
@@ -508,7 +504,7 @@ dmutex__node_put(struct dmutex__node *n, struct dmutex__conn *c)
 		return;
 	}
 	/* Dialled for a master the sentinels have replaced since. */
-	if (n->sentinel && c->gen != dmutex__sentinel_gen(n->sentinel)) {
+	if (n->loc && c->gen != n->loc->ops->gen(n->loc)) {
 		dmutex__conn_free(c);
 		return;
 	}
@@ -681,9 +677,9 @@ dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
 	/* A master demoted under us: this connection is of no more use, and
 	 * the sentinels know the new one.  Broken, so that node_call asks
 	 * again on a fresh connection. */
-	if (v && n->sentinel && ((redisReply *)v)->type == REDIS_REPLY_ERROR
+	if (v && n->loc && ((redisReply *)v)->type == REDIS_REPLY_ERROR
 			&& !strncmp(((redisReply *)v)->str, "READONLY", 8)) {
-		dmutex__sentinel_stale(n->sentinel, c->gen);
+		n->loc->ops->stale(n->loc, c->gen);
 		c->err = 1;
 	}
 	return script_result(n, script, v, maybe_done);

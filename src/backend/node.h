@@ -8,11 +8,33 @@
 #include <hiredis/hiredis.h>
 
 #include "conn.h"
-#include "sentinel.h"
 
-#include "url.h"
+#include "backend.h"
 
 #define DMUTEX__POOL_MAX 16
+
+/*
+ * Where a node's server is when its address does not say: a
+ * redis-sentinel:// master (sentinel.c makes one).  Asked before each dial,
+ * told when the answer proved wrong; node.c knows no more of it, so the
+ * sentinels (themselves nodes) sit above the node, not beside it.
+ */
+struct dmutex__locator;
+struct dmutex__locator_ops {
+	/* The server's address into host and *port, and the generation it
+	 * belongs to into *gen, by deadline: 0, or -1 with why filled. */
+	int (*locate)(struct dmutex__locator *l, int64_t deadline, char *host, size_t hostlen,
+			int *port, unsigned *gen, char *why, size_t whylen);
+	/* The address of generation gen proved wrong: ask again next time. */
+	void (*stale)(struct dmutex__locator *l, unsigned gen);
+	/* The current generation: a connection of another one is not pooled. */
+	unsigned (*gen)(struct dmutex__locator *l);
+	void (*atfork_child)(struct dmutex__locator *l);
+	void (*free)(struct dmutex__locator *l);
+};
+struct dmutex__locator {
+	const struct dmutex__locator_ops *ops;
+};
 
 struct dmutex__node {
 	const struct dmutex__node_addr *addr;
@@ -37,15 +59,17 @@ struct dmutex__node {
 	struct redisReply *(*route)(struct dmutex__node *n, int script, int nkeys, int argc,
 			const char **argv, int *maybe_done, int64_t deadline);
 	void *route_arg;
-	struct dmutex__sentinel *sentinel;  /* redis-sentinel://: where the master is */
+	struct dmutex__locator *loc;        /* redis-sentinel://: where the master is; the
+	                                     * node owns it (node_fini frees it) */
 };
 
 /* Also reads the files the URL names (password_file, TLS certificates and
- * keys; the sentinels' too): 0, EINVAL (one of them cannot be used: logged,
- * naming it) or ENOMEM.  On failure nothing is left to finish.  A
- * redis-sentinel:// node's address is asked of the sentinels at each
- * connect (sentinel.h), checked with ROLE, and asked again when it proves
- * wrong (a failed connect, ROLE not master, READONLY). */
+ * keys): 0, EINVAL (one of them cannot be used: logged, naming it) or
+ * ENOMEM.  On failure nothing is left to finish.  A redis-sentinel://
+ * template is not dialled until given a locator (sentinel.h's
+ * dmutex__master_init): its address is asked at each connect, checked
+ * with ROLE, and asked again when it proves wrong (a failed connect, ROLE
+ * not master, READONLY). */
 int dmutex__node_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
 		unsigned connect_ms, unsigned command_ms);
 void dmutex__node_fini(struct dmutex__node *n);

@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "lockorder.h"
 #include "node.h"
 #include "topology.h"
@@ -88,7 +89,7 @@ dmutex__backend_verify_nodes(struct dmutex__backend *be, size_t *up_out, size_t 
 			continue;
 		}
 		freeReplyObject(r);
-		if ((rc = dmutex__node_check(node, ctx, be->client->cfg.prefix, NULL, run_id[i]))) {
+		if ((rc = dmutex__node_check(node, ctx, be->cfg.prefix, NULL, run_id[i]))) {
 			dmutex__conn_free(ctx);
 			refused = rc == EACCES;
 			continue;

@@ -5,9 +5,11 @@
 
 #include "common.h"
 #include "fair.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "node.h"
 #include "scripts.h"
+#include "sentinel.h"
 #include "topology.h"
 
 struct redis_backend {
@@ -214,7 +216,7 @@ char *
 dmutex__backend_channel(struct dmutex__backend *be, const char *name)
 {
 	char buf[DMUTEX__KEY_MAX];
-	dmutex__key(buf, be->client->cfg.prefix, "wake", name);
+	dmutex__key(buf, be->cfg.prefix, "wake", name);
 	return strdup(buf);
 }
 
@@ -246,24 +248,24 @@ static const struct dmutex__backend_ops redis_ops = {
 };
 
 int
-dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **out)
+dmutex__backend_redis_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out)
 {
 	struct redis_backend *rb = calloc(1, sizeof *rb);
 	int err;
 
 	if (!rb)
 		return ENOMEM;
-	if ((err = dmutex__node_init(&rb->node, &c->cfg.nodes[0], c->cfg.connect_timeout_ms,
-			c->cfg.command_timeout_ms))) {
+	if ((err = dmutex__master_init(&rb->node, &cfg->nodes[0], cfg->connect_timeout_ms,
+			cfg->command_timeout_ms))) {
 		free(rb);
 		return err;
 	}
 	/* Without it failovers are still followed, at the first error. */
-	if (rb->node.sentinel && (err = dmutex__sentinel_watch(rb->node.sentinel, &rb->node)))
+	if ((err = dmutex__master_watch(&rb->node)))
 		dmutex__log(DMUTEX_LOG_WARN, "%s: cannot start the thread that follows failovers: %s",
 				rb->node.addr->display, strerror(err));
 	rb->base.ops = &redis_ops;
-	rb->base.client = c;
+	rb->base.cfg = *cfg;
 	rb->base.nodes = &rb->node;
 	rb->base.nnodes = 1;
 	*out = &rb->base;

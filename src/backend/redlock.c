@@ -22,7 +22,8 @@
 #include <string.h>
 
 #include "common.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "node.h"
 #include "scripts.h"
 #include "topology.h"
@@ -59,7 +60,7 @@ rl_of(struct dmutex__backend *be)
 static unsigned
 node_timeout(struct redlock *rl, unsigned lease_ms)
 {
-	unsigned t = rl->base.client->cfg.node_timeout_ms;
+	unsigned t = rl->base.cfg.node_timeout_ms;
 
 	if (t)
 		return t;
@@ -303,7 +304,7 @@ raise_fence(struct redlock *rl, const char *meta_key, uint64_t fence, unsigned l
 
 	snprintf(v, sizeof v, "%" PRIu64, fence);
 	snprintf(keep, sizeof keep, "%llu",
-			(unsigned long long)lease_ms + rl->base.client->cfg.idle_ms);
+			(unsigned long long)lease_ms + rl->base.cfg.idle_ms);
 	parallel(rl, DMUTEX__SCRIPT_FENCE_RAISE, 1, 3, argv, timeout_ms, until, calls);
 	for (size_t i = 0; i < n; i++)
 		ok += calls[i].state == CALL_DONE && calls[i].r->type == REDIS_REPLY_INTEGER &&
@@ -420,7 +421,7 @@ rl_release(struct dmutex__backend *be, const char *name, const char *token,
 	struct redlock *rl = rl_of(be);
 	size_t rel, nours, lost;
 	int unsure = release_everywhere(rl, name, token, mode,
-			node_timeout(rl, be->client->cfg.lease_ms) * 2, deadline, &rel, &nours, &lost);
+			node_timeout(rl, be->cfg.lease_ms) * 2, deadline, &rel, &nours, &lost);
 
 	*maybe_done = 0;
 	if (rel >= rl->quorum || nours >= rl->quorum) {
@@ -515,9 +516,9 @@ static const struct dmutex__backend_ops redlock_ops = {
 };
 
 int
-dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend **out)
+dmutex__backend_redlock_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out)
 {
-	size_t n = c->cfg.nnodes;
+	size_t n = cfg->nnodes;
 	struct redlock *rl = calloc(1, sizeof *rl + n * sizeof rl->nodes[0]);
 
 	if (!rl || !(rl->down_until = calloc(n, sizeof *rl->down_until))) {
@@ -525,8 +526,8 @@ dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend *
 		return ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
-		int err = dmutex__node_init(&rl->nodes[i], &c->cfg.nodes[i],
-				c->cfg.connect_timeout_ms, c->cfg.command_timeout_ms);
+		int err = dmutex__node_init(&rl->nodes[i], &cfg->nodes[i],
+				cfg->connect_timeout_ms, cfg->command_timeout_ms);
 		if (err) {
 			while (i--)
 				dmutex__node_fini(&rl->nodes[i]);
@@ -537,9 +538,10 @@ dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend *
 	}
 	rl->quorum = n / 2 + 1;
 	rl->base.ops = &redlock_ops;
-	rl->base.client = c;
+	rl->base.cfg = *cfg;
 	rl->base.nodes = rl->nodes;
 	rl->base.nnodes = n;
+	rl->base.quorum = 1;
 	*out = &rl->base;
 	return 0;
 }

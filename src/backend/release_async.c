@@ -12,7 +12,8 @@
 #include <string.h>
 
 #include "common.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "node.h"
 #include "scripts.h"
 #include "topology.h"

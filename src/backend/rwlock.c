@@ -8,8 +8,9 @@
 
 #include "common.h"
 #include "keys.h"
+#include "log.h"
 #include "node.h"
-#include "rwlock.h"
+#include "sync.h"
 #include "scripts.h"
 
 /* Holds per renew script call: bounds one script's run time in Redis. */
@@ -20,11 +21,11 @@ struct rw_keys {
 };
 
 static void
-keys_of(struct dmutex_client *c, const char *name, struct rw_keys *k)
+keys_of(struct dmutex__backend *be, const char *name, struct rw_keys *k)
 {
-	dmutex__key(k->h, c->cfg.prefix, "rw", name);
-	dmutex__key(k->rd, c->cfg.prefix, "rwr", name);
-	dmutex__key(k->q, c->cfg.prefix, "rwq", name);
+	dmutex__key(k->h, be->cfg.prefix, "rw", name);
+	dmutex__key(k->rd, be->cfg.prefix, "rwr", name);
+	dmutex__key(k->q, be->cfg.prefix, "rwq", name);
 }
 
 /* Idle keys live this long after their last use: longer than any lease
@@ -36,11 +37,11 @@ gc_ms(unsigned lease_ms, char *out, size_t size)
 }
 
 char *
-dmutex__rw_channel(struct dmutex_client *c, const char *name)
+dmutex__rw_channel(struct dmutex__backend *be, const char *name)
 {
 	char buf[DMUTEX__KEY_MAX];
 
-	dmutex__key(buf, c->cfg.prefix, "rwwake", name);
+	dmutex__key(buf, be->cfg.prefix, "rwwake", name);
 	return strdup(buf);
 }
 
@@ -55,9 +56,9 @@ int_at(const redisReply *r, size_t i, long long *out)
 }
 
 int
-dmutex__rw_acquire(struct dmutex_client *c, const char *name, struct dmutex__rw_acq *a)
+dmutex__rw_acquire(struct dmutex__backend *be, const char *name, struct dmutex__rw_acq *a)
 {
-	struct dmutex__node *n = &c->be->nodes[0];
+	struct dmutex__node *n = &be->nodes[0];
 	struct rw_keys k;
 	char op[2] = { (char)a->op, 0 }, lease[16], gc[24];
 	long long st, v1, v2;
@@ -65,7 +66,7 @@ dmutex__rw_acquire(struct dmutex_client *c, const char *name, struct dmutex__rw_
 	int md = 0;
 
 	a->maybe_done = a->refused = 0;
-	keys_of(c, name, &k);
+	keys_of(be, name, &k);
 	snprintf(lease, sizeof lease, "%u", a->lease_ms);
 	gc_ms(a->lease_ms, gc, sizeof gc);
 	const char *argv[] = { k.h, k.rd, k.q, op, a->token, lease, a->wait ? "1" : "0", gc };
@@ -93,16 +94,16 @@ dmutex__rw_acquire(struct dmutex_client *c, const char *name, struct dmutex__rw_
 }
 
 int
-dmutex__rw_release(struct dmutex_client *c, const char *name, int op, const char *token,
+dmutex__rw_release(struct dmutex__backend *be, const char *name, int op, const char *token,
 		int *released, int *maybe_done)
 {
-	struct dmutex__node *n = &c->be->nodes[0];
+	struct dmutex__node *n = &be->nodes[0];
 	struct rw_keys k;
 	char o[2] = { (char)op, 0 }, ch[DMUTEX__KEY_MAX];
 	redisReply *r;
 
-	keys_of(c, name, &k);
-	dmutex__key(ch, c->cfg.prefix, "rwwake", name);
+	keys_of(be, name, &k);
+	dmutex__key(ch, be->cfg.prefix, "rwwake", name);
 	const char *argv[] = { k.h, k.rd, k.q, o, token, ch };
 	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_RW_RELEASE, 3, 6, argv, maybe_done))) {
 		*maybe_done = *maybe_done == 1;
@@ -124,7 +125,7 @@ dmutex__rw_release(struct dmutex_client *c, const char *name, int op, const char
 
 /* One chunk: 3 keys and 3 arguments per hold, then the GC time. */
 static void
-renew_chunk(struct dmutex_client *c, struct dmutex__node *node, struct dmutex__conn *conn,
+renew_chunk(struct dmutex__backend *be, struct dmutex__node *node, struct dmutex__conn *conn,
 		struct dmutex__renewal *rn, size_t k, int64_t deadline)
 {
 	struct rw_keys *keys = malloc(k * sizeof *keys);
@@ -138,7 +139,7 @@ renew_chunk(struct dmutex_client *c, struct dmutex__node *node, struct dmutex__c
 	if (!keys || !leases || !ops || !argv)
 		goto out;
 	for (size_t i = 0; i < k; i++) {
-		keys_of(c, rn[i].name, &keys[i]);
+		keys_of(be, rn[i].name, &keys[i]);
 		snprintf(leases[i], sizeof leases[i], "%u", rn[i].lease_ms);
 		ops[i][0] = (char)rn[i].rw;
 		ops[i][1] = 0;
@@ -180,9 +181,9 @@ out:
 }
 
 void
-dmutex__rw_renew(struct dmutex_client *c, struct dmutex__renewal *rn, size_t n, int64_t until)
+dmutex__rw_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64_t until)
 {
-	struct dmutex__node *node = &c->be->nodes[0];
+	struct dmutex__node *node = &be->nodes[0];
 	int64_t now = dmutex__now_ns(), deadline = now + (int64_t)node->command_ms * DMUTEX__MS;
 	struct dmutex__conn *conn;
 
@@ -197,12 +198,12 @@ dmutex__rw_renew(struct dmutex_client *c, struct dmutex__renewal *rn, size_t n, 
 	if (node->route) {
 		/* A cluster: one script per hold, each on the node of its slot. */
 		for (size_t i = 0; i < n && dmutex__now_ns() < deadline; i++)
-			renew_chunk(c, node, NULL, rn + i, 1, deadline);
+			renew_chunk(be, node, NULL, rn + i, 1, deadline);
 		return;
 	}
 	if (!(conn = dmutex__node_get_by(node, deadline)))
 		return;
 	for (size_t lo = 0; lo < n && !conn->err; lo += RENEW_CHUNK)
-		renew_chunk(c, node, conn, rn + lo, n - lo < RENEW_CHUNK ? n - lo : RENEW_CHUNK, deadline);
+		renew_chunk(be, node, conn, rn + lo, n - lo < RENEW_CHUNK ? n - lo : RENEW_CHUNK, deadline);
 	dmutex__node_put(node, conn);
 }

@@ -8,7 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "node.h"
 #include "sentinel.h"
 
@@ -17,6 +18,7 @@
 #define HOST_LEN 256
 
 struct dmutex__sentinel {
+	struct dmutex__locator loc;             /* first: the master node's view of us */
 	const struct dmutex__node_addr *addr;   /* the master template */
 	struct dmutex__node *nodes;             /* the sentinels */
 	size_t n;
@@ -34,8 +36,10 @@ struct dmutex__sentinel {
 	int stop[2];                            /* a pipe: written to stop it */
 };
 
-int
-dmutex__sentinel_new(const struct dmutex__node_addr *addr, unsigned connect_ms,
+static void sentinel_free(struct dmutex__sentinel *s);
+
+static int
+sentinel_new(const struct dmutex__node_addr *addr, unsigned connect_ms,
 		unsigned command_ms, struct dmutex__sentinel **out)
 {
 	struct dmutex__sentinel *s = calloc(1, sizeof *s);
@@ -53,7 +57,7 @@ dmutex__sentinel_new(const struct dmutex__node_addr *addr, unsigned connect_ms,
 				command_ms)))
 			break;
 	if (err) {
-		dmutex__sentinel_free(s);
+		sentinel_free(s);
 		return err;
 	}
 	pthread_mutex_init(&s->mu, NULL);
@@ -61,8 +65,8 @@ dmutex__sentinel_new(const struct dmutex__node_addr *addr, unsigned connect_ms,
 	return 0;
 }
 
-void
-dmutex__sentinel_free(struct dmutex__sentinel *s)
+static void
+sentinel_free(struct dmutex__sentinel *s)
 {
 	if (!s)
 		return;
@@ -84,8 +88,8 @@ dmutex__sentinel_free(struct dmutex__sentinel *s)
 	free(s);
 }
 
-void
-dmutex__sentinel_atfork_child(struct dmutex__sentinel *s)
+static void
+sentinel_atfork_child(struct dmutex__sentinel *s)
 {
 	/* The watch thread stayed in the parent; the child follows failovers
 	 * by asking again after an error.  What it knew may have been half
@@ -103,8 +107,8 @@ dmutex__sentinel_atfork_child(struct dmutex__sentinel *s)
 		dmutex__node_atfork_child(&s->nodes[i]);
 }
 
-unsigned
-dmutex__sentinel_gen(struct dmutex__sentinel *s)
+static unsigned
+sentinel_gen(struct dmutex__sentinel *s)
 {
 	unsigned gen;
 
@@ -114,8 +118,8 @@ dmutex__sentinel_gen(struct dmutex__sentinel *s)
 	return gen;
 }
 
-void
-dmutex__sentinel_stale(struct dmutex__sentinel *s, unsigned gen)
+static void
+sentinel_stale(struct dmutex__sentinel *s, unsigned gen)
 {
 	pthread_mutex_lock(&s->mu);
 	if (s->gen == gen && s->valid) {
@@ -227,8 +231,8 @@ ask_all(struct dmutex__sentinel *s, int64_t deadline, char *host, int *port, siz
 	return -1;
 }
 
-int
-dmutex__sentinel_locate(struct dmutex__sentinel *s, int64_t deadline, char *host,
+static int
+sentinel_locate(struct dmutex__sentinel *s, int64_t deadline, char *host,
 		size_t hostlen, int *port, unsigned *gen, char *why, size_t whylen)
 {
 	char h[HOST_LEN];
@@ -372,8 +376,8 @@ watch_main(void *arg)
 	return NULL;
 }
 
-int
-dmutex__sentinel_watch(struct dmutex__sentinel *s, struct dmutex__node *master)
+static int
+sentinel_watch(struct dmutex__sentinel *s, struct dmutex__node *master)
 {
 	sigset_t all, old;
 	int err;
@@ -393,4 +397,77 @@ dmutex__sentinel_watch(struct dmutex__sentinel *s, struct dmutex__node *master)
 	}
 	s->running = 1;
 	return 0;
+}
+
+/* ---- the master node's locator ---- */
+
+static struct dmutex__sentinel *
+of(struct dmutex__locator *l)
+{
+	return (struct dmutex__sentinel *)l;
+}
+
+static int
+loc_locate(struct dmutex__locator *l, int64_t deadline, char *host, size_t hostlen, int *port,
+		unsigned *gen, char *why, size_t whylen)
+{
+	return sentinel_locate(of(l), deadline, host, hostlen, port, gen, why, whylen);
+}
+
+static void
+loc_stale(struct dmutex__locator *l, unsigned gen)
+{
+	sentinel_stale(of(l), gen);
+}
+
+static unsigned
+loc_gen(struct dmutex__locator *l)
+{
+	return sentinel_gen(of(l));
+}
+
+static void
+loc_atfork_child(struct dmutex__locator *l)
+{
+	sentinel_atfork_child(of(l));
+}
+
+static void
+loc_free(struct dmutex__locator *l)
+{
+	sentinel_free(of(l));
+}
+
+static const struct dmutex__locator_ops locator_ops = {
+	.locate = loc_locate,
+	.stale = loc_stale,
+	.gen = loc_gen,
+	.atfork_child = loc_atfork_child,
+	.free = loc_free,
+};
+
+int
+dmutex__master_init(struct dmutex__node *n, const struct dmutex__node_addr *addr,
+		unsigned connect_ms, unsigned command_ms)
+{
+	struct dmutex__sentinel *s;
+	int err;
+
+	if ((err = dmutex__node_init(n, addr, connect_ms, command_ms)) || !addr->master_name)
+		return err;
+	if ((err = sentinel_new(addr, connect_ms, command_ms, &s))) {
+		dmutex__node_fini(n);
+		return err;
+	}
+	s->loc.ops = &locator_ops;
+	n->loc = &s->loc;
+	return 0;
+}
+
+int
+dmutex__master_watch(struct dmutex__node *master)
+{
+	if (!master->loc || master->loc->ops != &locator_ops)
+		return 0;
+	return sentinel_watch(of(master->loc), master);
 }

@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "slotmap.h"
 
 /* A refresh that got an answer this recently is not made again: a burst of

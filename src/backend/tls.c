@@ -16,7 +16,7 @@
 
 #include "log.h"
 #include "tls.h"
-#include "url.h"
+#include "backend.h"
 
 /*
  * OpenSSL's socket BIO writes with write(2): a connection reset by the

@@ -9,9 +9,9 @@
 
 struct dmutex__node;
 
-int dmutex__backend_redis_create(struct dmutex_client *c, struct dmutex__backend **out);
-int dmutex__backend_redlock_create(struct dmutex_client *c, struct dmutex__backend **out);
-int dmutex__backend_cluster_create(struct dmutex_client *c, struct dmutex__backend **out);
+int dmutex__backend_redis_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out);
+int dmutex__backend_redlock_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out);
+int dmutex__backend_cluster_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out);
 
 /* One master's acquire and release, on node n (a cluster: its face). */
 int dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n,

@@ -24,7 +24,8 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "internal.h"
+#include "base.h"
+#include "log.h"
 #include "node.h"
 #include "crc16.h"
 #include "waiter.h"
@@ -92,25 +93,25 @@ init_sync(struct dmutex__waiter *w)
 }
 
 static struct dmutex__waiter *
-get_waiter(struct dmutex_client *c)
+get_waiter(struct dmutex__backend *be)
 {
 	struct dmutex__waiter *w;
 
 	pthread_mutex_lock(&create_mu);
-	if (!(w = c->waiter) && (w = calloc(1, sizeof *w))) {
-		w->be = c->be;
-		w->sharded = c->be->ops->sub_route != NULL;
-		w->nnodes = c->be->ops->sub_node ? c->be->nsub : c->be->nnodes;
+	if (!(w = be->waiter) && (w = calloc(1, sizeof *w))) {
+		w->be = be;
+		w->sharded = be->ops->sub_route != NULL;
+		w->nnodes = be->ops->sub_node ? be->nsub : be->nnodes;
 		if (!(w->nodes = calloc(w->nnodes, sizeof *w->nodes))) {
 			free(w);
 			w = NULL;
 		} else {
 			/* Sub nodes are looked up when first needed. */
-			for (size_t i = 0; i < w->nnodes && !c->be->ops->sub_node; i++)
-				w->nodes[i].node = &c->be->nodes[i];
+			for (size_t i = 0; i < w->nnodes && !be->ops->sub_node; i++)
+				w->nodes[i].node = &be->nodes[i];
 			w->pipe[0] = w->pipe[1] = -1;
 			init_sync(w);
-			c->waiter = w;
+			be->waiter = w;
 		}
 	}
 	pthread_mutex_unlock(&create_mu);
@@ -468,9 +469,9 @@ ensure_running(struct dmutex__waiter *w)
 }
 
 struct dmutex__wsub *
-dmutex__waiter_sub(struct dmutex_client *c, const char *channel, int64_t until_ns)
+dmutex__waiter_sub(struct dmutex__backend *be, const char *channel, int64_t until_ns)
 {
-	struct dmutex__waiter *w = get_waiter(c);
+	struct dmutex__waiter *w = get_waiter(be);
 	struct dmutex__wsub *s;
 	size_t len = strlen(channel);
 	struct timespec ts;
@@ -502,9 +503,9 @@ dmutex__waiter_sub(struct dmutex_client *c, const char *channel, int64_t until_n
 }
 
 uint64_t
-dmutex__wsub_seq(struct dmutex_client *c, struct dmutex__wsub *s)
+dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
-	struct dmutex__waiter *w = c->waiter;
+	struct dmutex__waiter *w = be->waiter;
 	uint64_t seq;
 
 	pthread_mutex_lock(&w->mu);
@@ -520,9 +521,9 @@ unlock_mu(void *mu)
 }
 
 int
-dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
+dmutex__wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
 {
-	struct dmutex__waiter *w = c->waiter;
+	struct dmutex__waiter *w = be->waiter;
 	struct timespec ts;
 	int woke;
 
@@ -540,9 +541,9 @@ dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq,
 }
 
 void
-dmutex__wsub_want(struct dmutex_client *c, struct dmutex__wsub *s, const char *token)
+dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token)
 {
-	struct dmutex__waiter *w = c->waiter;
+	struct dmutex__waiter *w = be->waiter;
 
 	pthread_mutex_lock(&w->mu);
 	snprintf(s->want, sizeof s->want, "%s", token ? token : "");
@@ -550,9 +551,9 @@ dmutex__wsub_want(struct dmutex_client *c, struct dmutex__wsub *s, const char *t
 }
 
 void
-dmutex__waiter_unsub(struct dmutex_client *c, struct dmutex__wsub *s)
+dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
-	struct dmutex__waiter *w = c->waiter;
+	struct dmutex__waiter *w = be->waiter;
 
 	pthread_mutex_lock(&w->mu);
 	s->want[0] = 0;
@@ -604,9 +605,9 @@ free_state(struct dmutex__waiter *w)
 }
 
 void
-dmutex__waiter_stop(struct dmutex_client *c)
+dmutex__waiter_stop(struct dmutex__backend *be)
 {
-	struct dmutex__waiter *w = c->waiter;
+	struct dmutex__waiter *w = be->waiter;
 	int running;
 
 	if (!w)
@@ -624,27 +625,27 @@ dmutex__waiter_stop(struct dmutex_client *c)
 	pthread_cond_destroy(&w->cv);
 	free(w->nodes);
 	free(w);
-	c->waiter = NULL;
+	be->waiter = NULL;
 }
 
 void
-dmutex__waiter_lock(struct dmutex_client *c)
+dmutex__waiter_lock(struct dmutex__backend *be)
 {
-	if (c->waiter)
-		pthread_mutex_lock(&c->waiter->mu);
+	if (be->waiter)
+		pthread_mutex_lock(&be->waiter->mu);
 }
 
 void
-dmutex__waiter_unlock(struct dmutex_client *c)
+dmutex__waiter_unlock(struct dmutex__backend *be)
 {
-	if (c->waiter)
-		pthread_mutex_unlock(&c->waiter->mu);
+	if (be->waiter)
+		pthread_mutex_unlock(&be->waiter->mu);
 }
 
 void
-dmutex__waiter_atfork_child(struct dmutex_client *c)
+dmutex__waiter_atfork_child(struct dmutex__backend *be)
 {
-	struct dmutex__waiter *w = c->waiter;
+	struct dmutex__waiter *w = be->waiter;
 
 	if (!w)
 		return;

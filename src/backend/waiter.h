@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-struct dmutex_client;
+struct dmutex__backend;
 struct dmutex__waiter;
 struct dmutex__wsub;
 
@@ -18,24 +18,24 @@ struct dmutex__wsub;
  * subscription (confirmed or not: an unconfirmed one still wakes when the
  * subscription lands) or NULL on ENOMEM.
  */
-struct dmutex__wsub *dmutex__waiter_sub(struct dmutex_client *c, const char *channel,
+struct dmutex__wsub *dmutex__waiter_sub(struct dmutex__backend *be, const char *channel,
 		int64_t until_ns);
 /* The wake sequence: read it before asking the backend, wait on it after. */
-uint64_t dmutex__wsub_seq(struct dmutex_client *c, struct dmutex__wsub *s);
+uint64_t dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s);
 /* Wait until the sequence moves past `seq` (1) or until_ns (0). */
-int dmutex__wsub_wait(struct dmutex_client *c, struct dmutex__wsub *s, uint64_t seq,
+int dmutex__wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
 		int64_t until_ns);
 /* Wake only on hand-overs to `token` (and on every other message): a fair
  * lock's waiter.  NULL: wake on everything. */
-void dmutex__wsub_want(struct dmutex_client *c, struct dmutex__wsub *s, const char *token);
-void dmutex__waiter_unsub(struct dmutex_client *c, struct dmutex__wsub *s);
+void dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
+void dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s);
 
-void dmutex__waiter_stop(struct dmutex_client *c);
+void dmutex__waiter_stop(struct dmutex__backend *be);
 /* fork: hold the lock under which waiters are created. */
 void dmutex__waiter_create_lock(void);
 void dmutex__waiter_create_unlock(void);
-void dmutex__waiter_lock(struct dmutex_client *c);      /* fork prepare */
-void dmutex__waiter_unlock(struct dmutex_client *c);    /* fork parent */
-void dmutex__waiter_atfork_child(struct dmutex_client *c);
+void dmutex__waiter_lock(struct dmutex__backend *be);      /* fork prepare */
+void dmutex__waiter_unlock(struct dmutex__backend *be);    /* fork parent */
+void dmutex__waiter_atfork_child(struct dmutex__backend *be);
 
 #endif

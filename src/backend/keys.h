@@ -5,8 +5,7 @@
 
 #include <stdio.h>
 
-/* prefix (<= 128) + kind + name (<= 512) + braces */
-#define DMUTEX__KEY_MAX (128 + 16 + 512 + 4)
+#include "backend.h"    /* DMUTEX__KEY_MAX */
 
 static inline int
 dmutex__key(char *buf, const char *prefix, const char *kind, const char *name)
