@@ -188,18 +188,6 @@ DMUTEX_EXPORT int dmutex_attr_setonlost(dmutex_attr_t *attr,
 DMUTEX_EXPORT int dmutex_attr_setfair(dmutex_attr_t *attr, int fair);
 /* 0; EINVAL (NULL, not initialized). */
 DMUTEX_EXPORT int dmutex_attr_getfair(const dmutex_attr_t *attr, int *fair);
-/*
- * Cached leases (README "Cached leases"), on a client opened with
- * lease_cache=on (the URL's default is off): with on 1 (the default), an
- * unlock that no other process waits for may leave the lease with the
- * process, and its threads lock again with no round trip.  0: every
- * unlock of mutexes made with attr releases, whatever the client says.
- * Robust and fair mutexes never cache, nor do Redlock and Cluster clients.
- * 0; EINVAL (NULL, not initialized, on not 0 or 1).
- */
-DMUTEX_EXPORT int dmutex_attr_setleasecache(dmutex_attr_t *attr, int on);
-/* 0; EINVAL (NULL, not initialized). */
-DMUTEX_EXPORT int dmutex_attr_getleasecache(const dmutex_attr_t *attr, int *on);
 
 /* ---- mutexes ---------------------------------------------------------- */
 
@@ -209,12 +197,15 @@ DMUTEX_EXPORT int dmutex_attr_getleasecache(const dmutex_attr_t *attr, int *on);
  * opening the default client when attr names none; ENOMEM.
  */
 DMUTEX_EXPORT int dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr);
-/* 0; EINVAL (NULL, uninitialized, destroyed); EBUSY (held in this process). */
+/* 0; EINVAL (NULL, uninitialized, destroyed); EBUSY (held in this process).
+ * Waits (up to command_timeout_ms) for the answer to the last asynchronous
+ * release of the name, if still to come (dmutex_unlock). */
 DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
 /*
  * 0; EOWNERDEAD (robust: acquired, previous owner died); ENOTRECOVERABLE;
  * ENOLCK (the owner locks again a hold known lost; checked first, nothing
- * changes); EDEADLK (NORMAL/ERRORCHECK owner locks again); EAGAIN (recursion
+ * changes; or, once, the caller's last asynchronous release proved not
+ * ours: dmutex_unlock); EDEADLK (NORMAL/ERRORCHECK owner locks again); EAGAIN (recursion
  * count would pass INT_MAX); EINVAL (NULL, uninitialized, destroyed); EIO
  * (backend failed for command_timeout_ms x 3, lock not taken).
  */
@@ -234,17 +225,41 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
 		const struct timespec *abstime);
 /*
  * 0; EPERM (caller does not hold it); ENOLCK (the hold was lost; it is
- * forgotten); EIO (release not confirmed within command_timeout_ms in
- * total, as for trylock; the hold is forgotten locally and the release
- * retried in the background until the lease ends); EINVAL.
+ * forgotten); EIO (synchronous release only: not confirmed within
+ * command_timeout_ms in total, as for trylock; the hold is forgotten
+ * locally and the release retried in the background until the lease
+ * ends); EINVAL.
+ *
+ * On one Redis (or Sentinel's master) a clean release is asynchronous
+ * (URL option async_release=1, the default): the release is written
+ * whole into the connection's socket (so exit or fork right after loses
+ * nothing) and unlock returns 0 without waiting for Redis's answer, which
+ * the connection's next request reads on its way.  It cannot let two
+ * holders overlap: the release deletes the key only if it still holds
+ * our token, so until it runs the lock is at worst held a little longer
+ * (never past its lease, no longer renewed) and never by two.  Meanwhile
+ * another client may still find the lock taken (trylock EBUSY; a blocking
+ * lock is woken by the release); a lock of the same name through this
+ * client waits for the answer first.  An answer saying the key was not
+ * ours (the hold had been lost unnoticed) calls the onlost handler, and
+ * the unlocking thread's next lock, trylock, unlock or fence of the mutex
+ * returns ENOLCK, once; no answer (connection lost, an error) retries the
+ * release in the background until the lease ends.  An unlock, fence or
+ * destroy of a mutex no longer held waits (up to command_timeout_ms) for
+ * the answer.  Redlock, Cluster, fair mutexes, a lost or not-recovered
+ * hold, and async_release=0 release synchronously (Redlock must count a
+ * majority of answers to know it released).
  */
 DMUTEX_EXPORT int dmutex_unlock(dmutex_t *m);
 /* 0; EINVAL (not robust, or not inconsistent, or bad m); EPERM (not held
  * by the caller). */
 DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
 /*
- * 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost); EINVAL.
- * No I/O: it answers at once from the hold's local state and clock.
+ * 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost; or,
+ * once, the caller's last asynchronous release proved not ours); EINVAL.
+ * No I/O: it answers at once from the hold's local state and clock (but
+ * on a mutex the caller no longer holds it first waits for its last
+ * release's answer, as dmutex_unlock says).
  *
  * What a token guarantees (the one statement; README "Fencing tokens" and
  * dmutex(7) repeat it).  A token is max(last + 1, T << 20): last is the
@@ -273,9 +288,6 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
  * renewal, a third of the lease at most after the new master answers;
  * until then two holders may overlap, and only fencing protects the
  * resource.
- * Cached leases: a process that keeps a lease reserves a block of tokens
- * above the hold's (the name's counter moves past the whole block) and
- * hands them to its local holds in order, so they obey the same rules.
  */
 DMUTEX_EXPORT int dmutex_fence(dmutex_t *m, uint64_t *token);
 

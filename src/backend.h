@@ -145,6 +145,13 @@ enum {
 	DMUTEX__TICKET_UNKNOWN          /* no usable answer: it may or may not have run */
 };
 
+/* An asynchronous release that may not have run (no answer, an error,
+ * NOSCRIPT met inside another caller's request): the core retries it in
+ * the background until until_ns (its lease's end).  Called by whichever
+ * thread read the answer, holding no lock of the backend's. */
+typedef void (*dmutex__rescue_fn)(void *arg, const char *name, const char *token,
+		int64_t until_ns);
+
 struct dmutex__backend_ops {
 	int (*acquire)(struct dmutex__backend *be, struct dmutex__acq *a);
 	/* Ends by deadline (CLOCK_MONOTONIC ns), every node included. */
@@ -154,23 +161,17 @@ struct dmutex__backend_ops {
 	 * release (mode DMUTEX__REL_CLEAN) and return once it is wholly in the
 	 * socket's buffer, without its answer: 0 and *out, or EIO (nothing
 	 * known to be sent: release synchronously).  The answer is read by the
-	 * connection's next user, or dmutex__ticket_wait. */
+	 * connection's next user, or dmutex__ticket_wait; one that may not
+	 * have run also goes to rescue(rescue_arg, ...). */
 	int (*release_async)(struct dmutex__backend *be, const char *name, const char *token,
-			int mode, int64_t deadline, struct dmutex__rel_ticket **out);
+			int mode, int64_t deadline, int64_t until_ns, dmutex__rescue_fn rescue,
+			void *rescue_arg, struct dmutex__rel_ticket **out);
 	/* Batched: few round trips for many leases.  Fills each result.  Ends
 	 * by deadline (CLOCK_MONOTONIC ns; the earliest lease deadline it
 	 * guards) whatever the command timeout says: a renewal confirmed
 	 * after its lease ran out proves nothing, and onlost must not wait. */
 	void (*renew)(struct dmutex__backend *be, struct dmutex__renewal *r, size_t n,
 			int64_t deadline);
-	/*
-	 * Keep the lease `token` of `name` for the process (lease_cache.lua):
-	 * reserve `block` fencing tokens, the last in *last.  *result 1 kept,
-	 * 0 not ours, 2 someone asked for it meanwhile.  NULL on backends that
-	 * do not cache (Redlock).
-	 */
-	int (*cache)(struct dmutex__backend *be, const char *name, const char *token,
-			unsigned block, uint64_t *last, int *result);
 	/* The channel a release publishes on. Caller frees. */
 	char *(*channel)(struct dmutex__backend *be, const char *name);
 	/* In a fork child: drop inherited connections without talking on them,

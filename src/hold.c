@@ -115,6 +115,8 @@ dmutex__entry_put(struct dmutex__entry *e)
 	*pp = e->next;
 	c->n_entries--;
 	pthread_mutex_unlock(&c->mu);
+	/* An unanswered release goes on without us (its connection keeps it). */
+	dmutex__rel_drop(e);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
 	free(e->readers);
@@ -173,7 +175,5 @@ dmutex__entry_forget(struct dmutex__entry *e)
 	e->nreaders = 0;
 	e->gen++;
 	memset(e->token, 0, sizeof e->token);
-	/* No lease left to keep either. */
-	dmutex__cache_forget(e);
 	pthread_cond_broadcast(&e->cv);
 }

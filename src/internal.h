@@ -51,7 +51,6 @@
 #define DMUTEX__ATTR_MAGIC      0x61747472UL /* "attr" */
 /* dmutex_attr_t.__flags */
 #define DMUTEX__ATTR_FAIR       0x1UL
-#define DMUTEX__ATTR_NOCACHE    0x2UL   /* dmutex_attr_setleasecache(a, 0) */
 
 /* ---- cancel.c: every public call runs with cancellation disabled ---- */
 int dmutex__nocancel(void);             /* returns the caller's state */
@@ -96,18 +95,22 @@ struct dmutex__entry {
 	/* Fair mutexes: threads of this process waiting to ask the backend, in
 	 * arrival order; only the first may (README "Fair locks"). */
 	struct dmutex__fifo *fifo_head, *fifo_tail;
-	/* A kept (cached) lease, lease_cache.c: the process keeps the lease
-	 * while no thread holds it. */
-	int kept;
-	uint64_t blk_next, blk_last;    /* fencing tokens reserved for local holds */
-	int64_t last_use_ns;            /* the last local hold's start or end */
-	int64_t start_ns;               /* the current lease's acquire was sent */
-	int64_t last_end_ns;            /* the last hold's outermost unlock */
-	int64_t nocache_until_ns;       /* contended lately: unlocks release */
-	struct dmutex__wsub *ksub;      /* the wake channel: another process wants it */
-	uint64_t kseq;                  /* ksub's sequence when the lease was kept */
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
+	/* The last hold's release, sent without waiting for its answer
+	 * (mutex_unlock_async.c), under mu; rel is read unlocked only as a
+	 * hint (atomic), acted on under mu. */
+	struct dmutex__rel_ticket *rel;
+	pthread_t rel_thread;           /* who unlocked */
+	char rel_token[DMUTEX__TOKEN_HEX + 1];
+	int64_t rel_until_ns;           /* its lease's end: the key goes by then anyway */
+	uint64_t rel_fence;
+	void (*rel_onlost)(const char *, void *);
+	void *rel_onlost_arg;
+	/* That release was not ours: nolck_thread's next lock, trylock,
+	 * unlock or fence of this name says ENOLCK, once. */
+	int nolck;
+	pthread_t nolck_thread;
 
 	/* under client->renewer.mu */
 	int registered;
@@ -147,7 +150,6 @@ struct dmutex__mutex {
 	int type;
 	int robust;
 	int fair;                       /* queue in Redis (README "Fair locks") */
-	int cache;                      /* may keep its lease (README "Cached leases") */
 	unsigned lease_ms;
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
@@ -185,6 +187,7 @@ struct dmutex_client {
 	unsigned held;                  /* atomic: entries held through this client */
 	unsigned mutexes;               /* atomic: dmutex_t objects bound to it */
 	pid_t pid;                      /* the process that owns the threads */
+	int closing;                    /* atomic: dmutex_client_close has begun */
 
 	char host[256];
 	/* "boot_id/pid namespace": operators on the same machine and pid
@@ -249,31 +252,26 @@ int dmutex__resolve_object(const void *obj, unsigned long *magic, void **impl,
 		unsigned long init_magic, unsigned long static_magic, const char *what, void **out);
 int dmutex__name_ok(const char *name, size_t *len);
 
-/* ---- lease_cache.c (README "Cached leases") ---- */
-/* mx may keep its lease after an unlock and take a kept one. */
-int dmutex__cache_allowed(const struct dmutex__mutex *mx);
-/* Under e->mu, by the owner at its outermost unlock of a sound hold: 1 the
- * hold ended and the process keeps the lease (no round trip, or two the
- * first time); 0 release it as usual.  May drop e->mu meanwhile (with
- * e->releasing set). */
-int dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
-/* Under e->mu, nobody holding or acquiring: 1 the caller now holds e from
- * the kept lease; 0 it must ask the backend (a kept lease that may not
- * serve it was released).  May drop e->mu meanwhile (e->acquiring set). */
-int dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
-/* Under e->mu, e kept: nobody used it for a renewal period, or another
- * process wants it: release it rather than renew it. */
-int dmutex__cache_idle(const struct dmutex__entry *e, int64_t now);
-/* Without any lock: release e's kept lease by `until` if nobody holds it. */
-void dmutex__cache_release(struct dmutex__entry *e, int64_t until);
-/* Without any lock: the same for every kept lease of c (exit). */
-void dmutex__cache_release_all(struct dmutex_client *c, int64_t until);
-/* Under e->mu: forget the kept lease (its subscription too). */
-void dmutex__cache_forget(struct dmutex__entry *e);
+/* ---- mutex_unlock_async.c: unlock without waiting for the answer ---- */
+/* The owner, without e->mu, after its hold left the renewer: send the
+ * release of `token` and end the hold (forget, local waiters woken) without
+ * its answer.  0 done; -1 not possible here (Redlock, Cluster, turned off,
+ * an earlier answer still awaited, nothing could be sent): release
+ * synchronously. */
+int dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_ms,
+		int64_t now);
+/* Without e->mu: wait (by until) for the answer of the entry's pending
+ * release, if any (mine: only one the calling thread sent), and act on it:
+ * not ours -> onlost and ENOLCK owed to its thread; no answer -> released
+ * again in the background.  Before an acquire of the name, so that the
+ * acquire reaches Redis after the release. */
+void dmutex__rel_settle(struct dmutex__entry *e, int64_t until, int mine);
+/* Under e->mu: 1 (once) if the calling thread is owed an ENOLCK. */
+int dmutex__rel_nolck(struct dmutex__entry *e);
+/* The entry's pending release forgotten (entry freed; fork child). */
+void dmutex__rel_drop(struct dmutex__entry *e);
 
 /* ---- renewer.c ---- */
-/* Look at every kept lease now (one was revoked): any thread, no lock. */
-void dmutex__renewer_kick(struct dmutex_client *c);
 int dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e);
 void dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e);
 /* Keep trying to release `token` in the background until until_ns. */

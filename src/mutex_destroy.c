@@ -20,15 +20,17 @@ dmutex_destroy_impl(dmutex_t *m)
 	mx = __atomic_load_n((struct dmutex__mutex **)&m->__impl, __ATOMIC_ACQUIRE);
 	if (mx) {
 		e = mx->entry;
+		/* The answer to the last unlock's release, if still to come
+		 * (bounded by a command timeout): a program that destroys its
+		 * mutexes before it exits leaves nothing held even if that
+		 * connection broke, and still hears an onlost. */
+		dmutex__rel_settle(e, dmutex__now_ns() +
+				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS, 0);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		busy = e->held || e->acquiring;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		if (busy)
 			return EBUSY;
-		/* A lease kept for the process (lease_cache.c) goes back now: the
-		 * renewer must not keep an entry that is about to be freed. */
-		dmutex__cache_release(e, dmutex__now_ns() +
-				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS);
 		__atomic_fetch_sub(&e->client->mutexes, 1, __ATOMIC_ACQ_REL);
 		dmutex__entry_put(e);
 		free(mx);

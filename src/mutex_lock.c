@@ -124,7 +124,6 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			e->lease_ms = mx->lease_ms;
 			/* Our deadline counts from before the request was sent. */
 			e->deadline_ns = sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms);
-			e->start_ns = sent;     /* lease_cache.c: locked again soon? */
 			e->lost = e->lost_reported = 0;
 			e->inconsistent = a.died && mx->robust == DMUTEX_ROBUST;
 			e->onlost = mx->onlost;
@@ -244,6 +243,17 @@ fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
 	pthread_cond_broadcast(&e->cv);
 }
 
+/* How long an acquire waits for a pending release's answer: a command
+ * timeout, whatever the caller's deadline (a lock free but for our own
+ * release in flight is free: a deadline already passed must still get
+ * it), then it asks all the same: at worst it finds the lock busy and
+ * waits for the release's wake-up or the lease. */
+static int64_t
+rel_until(const struct dmutex__entry *e)
+{
+	return dmutex__now_ns() + (int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
+}
+
 static int
 lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 {
@@ -259,7 +269,16 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	if ((err = dmutex__resolve(m, &mx)))
 		return err;
 	e = mx->entry;
+	/* Our last release of it may be unanswered: its answer decides
+	 * whether this call says ENOLCK (mutex_unlock_async.c). */
+	dmutex__rel_settle(e, rel_until(e), 1);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (dmutex__rel_nolck(e)) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': ENOLCK, the last release of it by this "
+				"thread was not ours", e->name);
+		return ENOLCK;
+	}
 	if (e->held && pthread_equal(e->owner, self)) {
 		struct dmutex__lost lost;
 
@@ -312,18 +331,6 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 		else
 			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
 	}
-	if (!mx->fair && e->kept) {
-		int64_t now = dmutex__now_ns();
-
-		/* The process kept the lease: take it with no round trip. */
-		if (dmutex__cache_lock(mx, e, now)) {
-			gen = e->gen;
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			dmutex__thread_hold(e, gen);
-			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, contended);
-			return 0;
-		}
-	}
 	if (mx->fair) {
 		/* A fair trylock does not overtake a holder of this process. */
 		if (mode == TRY && e->held) {
@@ -335,6 +342,9 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	}
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	/* Another thread's release of it, unanswered, may still be on its way
+	 * on another connection: our acquire must not overtake it. */
+	dmutex__rel_settle(e, rel_until(e), 0);
 
 	{
 		int64_t first = 0;

@@ -24,7 +24,17 @@ dmutex_unlock_impl(dmutex_t *m)
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || !pthread_equal(e->owner, pthread_self()) || e->releasing) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		return EPERM;
+		/* Not ours to unlock, unless our last release, still
+		 * unanswered, turns out not to have been ours either. */
+		dmutex__rel_settle(e, dmutex__now_ns() +
+				(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, 1);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		err = dmutex__rel_nolck(e) ? ENOLCK : EPERM;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		if (err == ENOLCK)
+			dmutex__log(DMUTEX_LOG_ERROR, "unlock of '%s': ENOLCK, its last release was "
+					"not ours", e->name);
+		return err;
 	}
 	now = dmutex__now_ns();
 	dmutex__entry_check_lost(e, now, &lost_rep);
@@ -33,13 +43,6 @@ dmutex_unlock_impl(dmutex_t *m)
 		/* Only the outermost unlock talks to the backend. */
 		e->depth--;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		return 0;
-	}
-	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now)) {
-		/* The process keeps the lease: no release (lease_cache.c). */
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		dmutex__thread_unhold(e);
-		dmutex__met_released(c, e->name, now);
 		return 0;
 	}
 	/* A lost hold is forgotten whole, however deep: the caller was told. */
@@ -55,6 +58,13 @@ dmutex_unlock_impl(dmutex_t *m)
 	/* No renewal may outlive the unlock; the release below is compare-and-
 	 * delete by token, so one already in flight cannot resurrect it. */
 	dmutex__renewer_remove(c, e);
+	/* Without waiting for the answer (mutex_unlock_async.c): Redis runs
+	 * it before anything we send on that connection next. */
+	if (mode == DMUTEX__REL_CLEAN && !dmutex__unlock_async(e, token, lease_ms, now)) {
+		dmutex__met_released(c, e->name, now);
+		dmutex__thread_unhold(e);
+		return 0;
+	}
 	err = dmutex__release(c, e->name, token, mode);
 	dmutex__met_released(c, e->name, now);
 	if ((mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)

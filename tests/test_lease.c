@@ -210,7 +210,7 @@ Test(lease, renewal_keeps_hold_across_many_leases)
 	cr_assert_str_eq(tok_after, tok);
 	pttl = th_redis_int(&srv, "PTTL %s", key);
 	cr_assert(pttl > 0 && pttl <= 300, "PTTL %lld, lease 300", pttl);
-	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmt_unlock_answered(&m), 0);
 	cr_assert_eq(atomic_load(&lost), 0, "onlost called %d times", atomic_load(&lost));
 	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);
@@ -261,7 +261,7 @@ Test(lease, renewal_of_many_locks_is_batched)
 			after - before, BATCH_N);
 	for (int i = 0; i < BATCH_N; i++) {
 		cr_assert_eq(dmutex_fence(&ms[i], &tok), 0, "hold %d lost", i);
-		cr_assert_eq(dmutex_unlock(&ms[i]), 0, "unlock %d", i);
+		cr_assert_eq(dmt_unlock_answered(&ms[i]), 0, "unlock %d", i);
 		cr_assert_eq(dmutex_destroy(&ms[i]), 0);
 	}
 	cr_assert_eq(atomic_load(&lost), 0);
@@ -329,7 +329,7 @@ static void hold_through_stall(const char *name, int how)
 	cr_assert_str_eq(tok_after, tok);
 	pttl = th_redis_int(&srv, "PTTL %s", key);
 	cr_assert(pttl > 0 && pttl <= 1500, "PTTL %lld", pttl);
-	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmt_unlock_answered(&m), 0);
 	cr_assert_eq(atomic_load(&lost), 0, "onlost called %d times", atomic_load(&lost));
 	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
 	cr_assert_eq(dmutex_destroy(&m), 0);

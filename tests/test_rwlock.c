@@ -22,7 +22,6 @@
 
 #include "dmutex.h"
 #include "harness.h"
-#include "rw_sections.h"
 
 static struct th_redis srv, srv2;
 static pid_t kids[6];
@@ -298,11 +297,18 @@ static int mixed_proc(void *arg)
 		if ((i + seed) % 3 == 0) {
 			if (drwlock_wrlock(&rw))
 				return 11;
-			bad |= th_rw_write_section(&srv);
+			if (th_redis_int(&srv, "INCR w") != 1 || th_redis_int(&srv, "GET r") != 0)
+				bad = 1;
+			long long n = th_redis_int(&srv, "GET n");
+			th_redis_int(&srv, "SET n %lld", n + 1);
+			th_redis_int(&srv, "DECR w");
 		} else {
 			if (drwlock_rdlock(&rw))
 				return 12;
-			bad |= th_rw_read_section(&srv);
+			th_redis_int(&srv, "INCR r");
+			if (th_redis_int(&srv, "GET w") != 0)
+				bad = 1;
+			th_redis_int(&srv, "DECR r");
 		}
 		if (drwlock_unlock(&rw))
 			return 13;

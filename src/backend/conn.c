@@ -442,6 +442,7 @@ dmutex__conn_next(struct dmutex__conn *c, void **reply)
 		return -1;
 	for (;;) {
 		struct dmutex__conn_owed *o = c->owed;
+		unsigned long long seq;
 
 		if (redisReaderGetReply(c->rd, reply) != REDIS_OK) {
 			char msg[128];
@@ -454,7 +455,8 @@ dmutex__conn_next(struct dmutex__conn *c, void **reply)
 			return 0;
 		if (c->pending)
 			c->pending--;
-		if (!o || o->seq != c->got++)
+		seq = c->got++;
+		if (!o || o->seq != seq)
 			return 0;
 		/* Owed: unlink first, done may owe again. */
 		if (!(c->owed = o->next))
@@ -501,9 +503,6 @@ dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
 	void *v;
 
 	while (c->owed) {
-		/* A NOSCRIPT answer appends the request again. */
-		if (c->outlen > c->outoff && dmutex__conn_flush(c, deadline))
-			return -1;
 		/* Owed replies come first: next returns none of its own. */
 		if (dmutex__conn_next(c, &v))
 			return -1;
@@ -515,6 +514,9 @@ dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
 		}
 		if (!c->owed)
 			break;
+		/* A NOSCRIPT answer appended the request again. */
+		if (c->outlen > c->outoff && dmutex__conn_flush(c, deadline))
+			return -1;
 		if (wait_in(c, deadline) || dmutex__conn_fill(c))
 			return -1;
 	}
@@ -522,12 +524,10 @@ dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
 }
 
 int
-dmutex__conn_settle_now(struct dmutex__conn *c)
+dmutex__conn_check(struct dmutex__conn *c)
 {
 	void *v = NULL;
 
-	if (!c->owed)
-		return 0;
 	if (dmutex__conn_fill(c) || dmutex__conn_next(c, &v))
 		return -1;
 	if (v) {

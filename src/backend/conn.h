@@ -54,6 +54,11 @@ struct dmutex__conn {
 	                                 * alert, not the network */
 	unsigned gen;                   /* redis-sentinel://: the generation of the
 	                                 * master's address it was dialled for */
+	int abandoned;                  /* freed in a fork child: what it owes
+	                                 * is the parent's business */
+	uint64_t scripts_ok;            /* bit per script (scripts.h) its server
+	                                 * answered without NOSCRIPT: a request
+	                                 * nobody waits for may go by SHA */
 };
 
 /* Connect (DNS, TCP or unix; then the TLS handshake when tls is not NULL)
@@ -76,8 +81,10 @@ void dmutex__conn_owe(struct dmutex__conn *c, struct dmutex__conn_owed *o);
 /* Read and hand over every owed reply by the deadline: 0, or -1 (c->err
  * set; the owed ones left get NULL when c is freed). */
 int dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline);
-/* Hand over the owed replies already arrived, without waiting: 0 or -1. */
-int dmutex__conn_settle_now(struct dmutex__conn *c);
+/* On a connection that owes no caller a reply: read what has arrived
+ * without waiting, handing owed replies over: 0, or -1 if it is broken
+ * (the server closed it: a pooled connection after a restart). */
+int dmutex__conn_check(struct dmutex__conn *c);
 
 /* Send what can go without waiting: 1 all sent, 0 more to send, -1 broken. */
 int dmutex__conn_write(struct dmutex__conn *c);

@@ -93,8 +93,10 @@ dmutex__node_atfork_child(struct dmutex__node *n)
 	/* The parent still uses these sockets: close our copies, say nothing
 	 * (over TLS: nothing written, not even a close_notify; the session
 	 * state stays the parent's, the context is kept for new ones). */
-	for (int i = 0; i < n->nidle; i++)
+	for (int i = 0; i < n->nidle; i++) {
+		n->idle[i]->abandoned = 1;
 		dmutex__conn_free(n->idle[i]);
+	}
 	n->nidle = 0;
 	pthread_mutex_init(&n->mu, NULL);
 	init_back(n);
@@ -669,8 +671,12 @@ dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
 			note_down(n, dmutex__scripts[script].name, c->errstr);
 			return NULL;
 		}
-		if (!dmutex__node_noscript(v))
+		if (!dmutex__node_noscript(v)) {
+			c->scripts_ok |= 1ull << script;
 			break;
+		}
+		/* Its server lost every script (restart, SCRIPT FLUSH). */
+		c->scripts_ok = 0;
 		freeReplyObject(v);
 		v = NULL;
 	}

@@ -18,6 +18,9 @@
 #include "scripts.h"
 #include "topology.h"
 
+/* scripts_ok has a bit per script. */
+_Static_assert(DMUTEX__SCRIPT_COUNT <= 64, "conn.h scripts_ok: one bit per script");
+
 struct dmutex__rel_ticket {
 	struct dmutex__conn_owed owed;  /* first: done is given &owed */
 	struct dmutex__backend *be;
@@ -27,6 +30,9 @@ struct dmutex__rel_ticket {
 	unsigned refs;                  /* atomic */
 	int mode;
 	int by_sha;                     /* 0 once resent by source after NOSCRIPT */
+	int64_t until_ns;               /* for rescue: the lease's end */
+	dmutex__rescue_fn rescue;
+	void *rescue_arg;
 	char token[DMUTEX__TOKEN_HEX + 1];
 	char name[];
 };
@@ -70,6 +76,16 @@ settle(struct dmutex__rel_ticket *t, int state)
 	dmutex__ticket_put(t);
 }
 
+/* It may not have run: the core releases again in the background (a
+ * fork child's copy is the parent's to finish). */
+static void
+settle_unknown(struct dmutex__rel_ticket *t, const struct dmutex__conn *c)
+{
+	if (!c->abandoned)
+		t->rescue(t->rescue_arg, t->name, t->token, t->until_ns);
+	settle(t, DMUTEX__TICKET_UNKNOWN);
+}
+
 /* The connection's reader met our answer (or c is freed: reply NULL). */
 static void
 done(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *v)
@@ -80,18 +96,23 @@ done(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *v)
 	int released;
 
 	if (!r) {
-		settle(t, DMUTEX__TICKET_UNKNOWN);
+		settle_unknown(t, c);
 		return;
 	}
+	if (!dmutex__node_noscript(r))
+		c->scripts_ok |= 1ull << DMUTEX__SCRIPT_RELEASE;
+	else
+		c->scripts_ok = 0;
 	if (t->by_sha && dmutex__node_noscript(r)) {
 		/* The server lost its scripts (restart, SCRIPT FLUSH): the
-		 * release did not run.  Again by source, on this connection, so
-		 * that it stays before whatever this connection sends next; the
-		 * reader owes it like the first (node_put sends it). */
+		 * release did not run.  Again by source on this connection
+		 * when nobody else's request is in flight on it (then it
+		 * simply comes next; node_put or conn_settle sends it), else
+		 * (inside a caller's MULTI, say) in the background. */
 		freeReplyObject(r);
 		t->by_sha = 0;
-		if (append(t, c))
-			settle(t, DMUTEX__TICKET_UNKNOWN);
+		if (c->pending > c->nowed || append(t, c))
+			settle_unknown(t, c);
 		return;
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
@@ -100,36 +121,57 @@ done(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *v)
 		dmutex__log(dmutex__node_transient(r) ? DMUTEX_LOG_WARN : DMUTEX_LOG_ERROR,
 				"%s: release of '%s' failed: %s", display, t->name, r->str);
 		freeReplyObject(r);
-		settle(t, DMUTEX__TICKET_UNKNOWN);
+		settle_unknown(t, c);
 		return;
 	}
 	if (dmutex__rel_reply(display, t->name, r, &released)) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: release of '%s': unexpected reply shape", display,
 				t->name);
 		freeReplyObject(r);
-		settle(t, DMUTEX__TICKET_UNKNOWN);
+		settle_unknown(t, c);
 		return;
 	}
 	freeReplyObject(r);
 	settle(t, released ? DMUTEX__TICKET_RELEASED : DMUTEX__TICKET_NOT_OURS);
 }
 
+/* A pooled connection fit to carry a request we will not wait for: one
+ * that turns out closed (a restarted server) would swallow it silently. */
+static struct dmutex__conn *
+usable_conn(struct dmutex__node *n, int64_t deadline)
+{
+	struct dmutex__conn *c;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (!(c = dmutex__node_get_by(n, deadline)))
+			return NULL;
+		/* Answers already here are read now too: a socket closed with
+		 * unread input (exit right after this unlock) is reset, and a
+		 * reset may drop what we are about to send. */
+		if (!dmutex__conn_check(c) &&
+				(!n->loc || c->gen == n->loc->ops->gen(n->loc)))
+			return c;
+		/* The rest of the pool is suspect too: a fresh one next. */
+		c->err = 1;
+		dmutex__node_put(n, c);
+		dmutex__node_drop_idle(n);
+	}
+	return NULL;
+}
+
 int
 dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__node *n,
-		const char *name, const char *token, int mode, int64_t deadline,
-		struct dmutex__rel_ticket **out)
+		const char *name, const char *token, int mode, int64_t deadline, int64_t until_ns,
+		dmutex__rescue_fn rescue, void *rescue_arg, struct dmutex__rel_ticket **out)
 {
 	size_t len = strlen(name);
 	struct dmutex__rel_ticket *t;
 	struct dmutex__conn *c;
 
 	*out = NULL;
-	if (n->route || !(c = dmutex__node_get_by(n, deadline)))
+	if (n->route || !(c = usable_conn(n, deadline)))
 		return EIO;
-	/* Answers already here are read now: a socket closed with unread
-	 * input (exit right after this unlock) is reset, not closed, and a
-	 * reset may drop what we are about to send. */
-	if (dmutex__conn_settle_now(c) || !(t = calloc(1, sizeof *t + len + 1))) {
+	if (!(t = calloc(1, sizeof *t + len + 1))) {
 		dmutex__node_put(n, c);
 		return EIO;
 	}
@@ -139,7 +181,13 @@ dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__n
 	t->conn = c;
 	t->refs = 2;
 	t->mode = mode;
-	t->by_sha = 1;
+	/* By SHA only where the server is known to have it: nobody may read
+	 * this answer for a while, and a NOSCRIPT unread is a release not
+	 * run (a restarted server's connections are all new: by source). */
+	t->by_sha = (c->scripts_ok >> DMUTEX__SCRIPT_RELEASE) & 1;
+	t->until_ns = until_ns;
+	t->rescue = rescue;
+	t->rescue_arg = rescue_arg;
 	memcpy(t->token, token, sizeof t->token);
 	memcpy(t->name, name, len + 1);
 	if (append(t, c)) {
@@ -149,7 +197,7 @@ dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__n
 	}
 	/* Wholly in the kernel before unlock returns: exit or fork right
 	 * after loses nothing.  A failure breaks c, and node_put's free
-	 * settles the ticket UNKNOWN: the core releases again. */
+	 * settles the ticket UNKNOWN (rescued). */
 	dmutex__conn_flush(c, deadline);
 	dmutex__node_put(n, c);
 	*out = t;

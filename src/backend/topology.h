@@ -22,8 +22,8 @@ int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__nod
 
 /* release_async (release_async.c) on node n: one Redis, or Sentinel's master. */
 int dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__node *n,
-		const char *name, const char *token, int mode, int64_t deadline,
-		struct dmutex__rel_ticket **out);
+		const char *name, const char *token, int mode, int64_t deadline, int64_t until_ns,
+		dmutex__rescue_fn rescue, void *rescue_arg, struct dmutex__rel_ticket **out);
 
 /* verify for nodes[0..nnodes) (one Redis, Redlock; nodelist.c): each node
  * reachable and checked (check.h), a majority up, no server listed twice. */

@@ -3,6 +3,7 @@
  */
 #include "dmt.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -385,4 +386,17 @@ int dmt_slowdown(void)
 	const char *tls = getenv("DMUTEX_TEST_TLS");
 
 	return tls && *tls ? 2 * f : f;
+}
+
+int
+dmt_unlock_answered(dmutex_t *m)
+{
+	uint64_t fence;
+	int rc = dmutex_unlock(m);
+
+	if (rc)
+		return rc;
+	/* 0: a recursive mutex still held (an inner unlock sends nothing). */
+	rc = dmutex_fence(m, &fence);
+	return rc == EPERM || rc == 0 ? 0 : rc;
 }

@@ -41,6 +41,11 @@ int dmt_open_mutex(dmutex_client_t **c, dmutex_t *m, const char *url, const char
 		const struct dmt_attr *o);
 /* dmutex_destroy + dmutex_client_close (results ignored). */
 void dmt_close_mutex(dmutex_client_t *c, dmutex_t *m);
+/* dmutex_unlock, then wait for the release's answer (an unlock does not:
+ * README "Asynchronous release"), so that Redis's state can be read: a
+ * fence of the mutex no longer held waits for it and says EPERM.  The
+ * unlock's error; EPERM's absence is -1. */
+int dmt_unlock_answered(dmutex_t *m);
 
 /* onlost handler counting its calls in the atomic_int that arg points to. */
 void dmt_count_lost(const char *name, void *arg);

@@ -1,0 +1,143 @@
+/*
+ * Unlock without waiting for the release's answer (issue 15 item 2;
+ * README "How it works", "Asynchronous release").
+ *
+ * Why it cannot let two holders overlap: the release is a compare-and-
+ * delete by our token (release.lua), so it removes our hold or nothing.
+ * Until its answer, the key is at worst still ours for a little longer
+ * (and never past its lease: it is no longer renewed); nobody else can
+ * take it meanwhile, and once it is gone we no longer use it.
+ *
+ * What the caller is not told at once, it is told later: an answer that
+ * says the key was not ours (our hold had been lost without our noticing)
+ * goes to the mutex's onlost handler, and the unlocking thread's next
+ * lock, trylock, unlock or fence of the name returns ENOLCK, once; no
+ * answer at all (connection lost, an error, NOSCRIPT inside another
+ * caller's request) hands the release to the renewer's orphan list, as a
+ * synchronous unlock's EIO does.
+ *
+ * Ordering: the answer is read by the connection's next user, which
+ * pipelines behind it; an acquire of the same name in this process first
+ * waits for the answer (dmutex__rel_settle), so that it cannot reach Redis
+ * before our own release, whatever connection it takes.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "backend.h"
+#include "internal.h"
+#include "lockorder.h"
+#include "metrics.h"
+
+/* A release that may not have run: retried in the background, as a
+ * synchronous unlock's EIO is (not once the client is closing: its lease
+ * ends it). */
+static void
+rescue(void *arg, const char *name, const char *token, int64_t until_ns)
+{
+	struct dmutex_client *c = arg;
+
+	if (!__atomic_load_n(&c->closing, __ATOMIC_ACQUIRE))
+		dmutex__renewer_orphan(c, name, token, DMUTEX__REL_CLEAN, until_ns);
+}
+
+int
+dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_ms, int64_t now)
+{
+	struct dmutex_client *c = e->client;
+	struct dmutex__backend *be = c->be;
+	struct dmutex__rel_ticket *t;
+	int64_t until = now + (int64_t)lease_ms * DMUTEX__MS;
+
+	if (!c->cfg.async_release || !be->ops->release_async ||
+			__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE))
+		return -1;
+	if (be->ops->release_async(be, e->name, token, DMUTEX__REL_CLEAN,
+			now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, until, rescue, c, &t))
+		return -1;
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	memcpy(e->rel_token, token, sizeof e->rel_token);
+	e->rel_thread = pthread_self();
+	e->rel_until_ns = until;
+	e->rel_fence = e->fence;
+	e->rel_onlost = e->onlost;
+	e->rel_onlost_arg = e->onlost_arg;
+	__atomic_store_n(&e->rel, t, __ATOMIC_RELEASE);
+	dmutex__entry_forget(e);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	return 0;
+}
+
+void
+dmutex__rel_settle(struct dmutex__entry *e, int64_t until, int mine)
+{
+	struct dmutex__rel_ticket *t;
+	struct dmutex__lost lost = { 0 };
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int64_t token_until = 0;
+	int st;
+
+	/* The common case, nothing pending, costs no lock. */
+	if (!__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE))
+		return;
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	t = e->rel;
+	if (!t || (mine && !pthread_equal(e->rel_thread, pthread_self()))) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return;
+	}
+	dmutex__ticket_ref(t);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+
+	st = dmutex__ticket_wait(t, until);
+
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	/* Another thread may have acted on it meanwhile. */
+	if (e->rel == t && st != DMUTEX__TICKET_PENDING) {
+		__atomic_store_n(&e->rel, NULL, __ATOMIC_RELEASE);
+		dmutex__ticket_put(t);          /* the entry's */
+		if (st == DMUTEX__TICKET_NOT_OURS) {
+			e->nolck = 1;
+			e->nolck_thread = e->rel_thread;
+			dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
+			lost.report = 1;
+			lost.fence = e->rel_fence;
+			lost.cb = e->rel_onlost;
+			lost.arg = e->rel_onlost_arg;
+		} else if (st == DMUTEX__TICKET_UNKNOWN) {
+			memcpy(token, e->rel_token, sizeof token);
+			token_until = e->rel_until_ns;
+		}
+	}
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__ticket_put(t);                  /* ours */
+	/* It may not have run (the background has it too): released here
+	 * and now, before the acquire that may follow, by until.  "Not
+	 * ours" then proves nothing (the first may have run): no report. */
+	if (token_until)
+		dmutex__release_by(e->client, e->name, token, DMUTEX__REL_CLEAN,
+				until < token_until ? until : token_until);
+	if (lost.report)
+		dmutex__log(DMUTEX_LOG_ERROR, "unlock of '%s': its release found the lock no longer "
+				"ours: the hold had been lost", e->name);
+	dmutex__lost_report(e, &lost);
+}
+
+int
+dmutex__rel_nolck(struct dmutex__entry *e)
+{
+	if (!e->nolck || !pthread_equal(e->nolck_thread, pthread_self()))
+		return 0;
+	e->nolck = 0;
+	return 1;
+}
+
+void
+dmutex__rel_drop(struct dmutex__entry *e)
+{
+	struct dmutex__rel_ticket *t = e->rel;
+
+	__atomic_store_n(&e->rel, NULL, __ATOMIC_RELEASE);
+	e->nolck = 0;
+	dmutex__ticket_put(t);
+}
