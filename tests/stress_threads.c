@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "dmutex.h"
+#include "dmt.h"
 #include "harness.h"
 
 #define THREADS 8
@@ -98,9 +99,10 @@ worker(void *arg)
 	return NULL;
 }
 
-/* Holds a 300 ms lease across several renewals while others queue (150 ms
- * was lost now and then under TSan on a busy 2-core machine: a renewal
- * every 50 ms is the machine's test, not the library's). */
+/* Holds a 300 ms lease (900 under a sanitizer) across several renewals
+ * while others queue (150 ms was lost now and then under TSan on a busy
+ * 2-core machine, and 300 under TSan at load 16: a renewal every 100 ms
+ * is then the machine's test, not the library's). */
 static void *
 renewing_holder(void *arg)
 {
@@ -110,7 +112,8 @@ renewing_holder(void *arg)
 		CHECK(dmutex_lock(&shortlease), 0);
 		CHECK(dmutex_fence(&shortlease, &t1), 0);
 		/* The passage of time is what is tested: several leases. */
-		struct timespec d = { 0, 800 * 1000000L };
+		long ms = 800L * dmt_slowdown();
+		struct timespec d = { ms / 1000, ms % 1000 * 1000000L };
 		nanosleep(&d, NULL);
 		CHECK(dmutex_fence(&shortlease, &t2), 0);
 		if (t1 != t2)
@@ -144,7 +147,7 @@ main(void)
 		goto out;
 	init(&plain, "stress-plain", DMUTEX_ERRORCHECK, 0);
 	init(&rec, "stress-rec", DMUTEX_RECURSIVE, 0);
-	init(&shortlease, "stress-short", DMUTEX_NORMAL, 300);
+	init(&shortlease, "stress-short", DMUTEX_NORMAL, 300 * (unsigned)dmt_slowdown());
 
 	pthread_create(&th[THREADS], NULL, renewing_holder, NULL);
 	for (long i = 0; i < THREADS; i++)

@@ -382,7 +382,11 @@ dmt_reap(pid_t *pid)
 
 int dmt_slowdown(void)
 {
-	int f = DMT_ASAN_FORK_UNSAFE ? 3 : 1;
+	int f = 1;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	f = 3;
+#endif
 	const char *tls = getenv("DMUTEX_TEST_TLS");
 
 	return tls && *tls ? 2 * f : f;

@@ -149,7 +149,7 @@ void dmt_reap(pid_t *pid);
 
 /* How much slower than the plain build this run is, for windows that a
  * test must hit before a deadline it sets itself (not for bounds that the
- * contract names): 3 under ASan, twice that over TLS. */
+ * contract names): 3 under ASan or TSan, twice that over TLS. */
 int dmt_slowdown(void);
 
 #endif /* DMUTEX_TEST_DMT_H */
