@@ -458,3 +458,121 @@ Test(sentinel, a_server_that_is_no_master_is_refused_by_role)
 	dmutex_set_logger(NULL, NULL);
 	cr_assert(logged_with("not the master: slave"), "%s", logged[0]);
 }
+
+/* SENTINEL REMOVE and MONITOR on every sentinel: they name data node
+ * `to` from now on, without a failover (no +switch-master, no CLIENT KILL
+ * on the old master: a client keeps its connections to it). */
+static void
+remonitor(int to)
+{
+	for (int i = 0; i < TH_SENTINELS; i++) {
+		redisReply *r = th_sentinel_cmd(&sen, i, "SENTINEL REMOVE %s", sen.name);
+		cr_assert(r && r->type == REDIS_REPLY_STATUS, "REMOVE: %s", r ? r->str : "no reply");
+		freeReplyObject(r);
+		r = th_sentinel_cmd(&sen, i, "SENTINEL MONITOR %s 127.0.0.1 %d 2", sen.name,
+				th_sentinel_data_port(&sen, to));
+		cr_assert(r && r->type == REDIS_REPLY_STATUS, "MONITOR: %s", r ? r->str : "no reply");
+		freeReplyObject(r);
+		r = th_sentinel_cmd(&sen, i, "SENTINEL SET %s down-after-milliseconds %d "
+				"failover-timeout %d", sen.name, sen.down_after_ms, sen.failover_timeout_ms);
+		cr_assert(r && r->type == REDIS_REPLY_STATUS, "SET: %s", r ? r->str : "no reply");
+		freeReplyObject(r);
+	}
+}
+
+/* How many commands data node i refused with READONLY (INFO errorstats). */
+static long long
+readonly_errors(int i)
+{
+	redisReply *r = th_sentinel_data_cmd(&sen, i, "INFO errorstats");
+	const char *p;
+	long long n = 0;
+
+	cr_assert(r && r->type == REDIS_REPLY_STRING, "INFO errorstats");
+	if ((p = strstr(r->str, "errorstat_READONLY:count=")))
+		n = atoll(p + strlen("errorstat_READONLY:count="));
+	freeReplyObject(r);
+	return n;
+}
+
+/* rediss-sentinel://: TLS sentinels name a TLS master (the sentinels, the
+ * replication and the client all on TLS ports).  Then the master changes
+ * under the client without a failover: its pooled connection to the old
+ * one, now a replica, is refused with READONLY, and the client asks the
+ * sentinels again; its hold is renewed on the new master.  Then a real
+ * failover (SIGKILL): followed, tokens still increase.  One set-up for the
+ * three: starting one takes seconds. */
+Test(sentinel, rediss_sentinel_readonly_and_failover)
+{
+	const char *certs = getenv("DMUTEX_TEST_CERTS");
+	struct th_sentinel_opts o = { .tls_dir = certs };
+	atomic_int lost = 0;
+	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
+	char url[1400], key[600];
+	dmutex_client_t *c;
+	dmutex_t held, m;
+	uint64_t before = 0, mid, after;
+	long long t0, ms, pttl0, pttl, deadline;
+	redisReply *r;
+	int rc;
+
+	cr_assert(certs, "DMUTEX_TEST_CERTS is not set (run through meson test)");
+	cr_assert_eq(th_sentinel_start(&sen, &o, 0), 0);
+	cr_assert(!strncmp(sen.url, "rediss-sentinel://", 18), "%s", sen.url);
+	snprintf(url, sizeof url, "%s&lease_ms=8000&connect_timeout_ms=1000&command_timeout_ms=1000",
+			sen.url);
+	cr_assert_eq(rc = dmutex_client_open(&c, url), 0, "%s: %s", url, dmutex_strerror(rc));
+	cr_assert_eq(dmt_init_mutex(&held, "tls-held", c, &a), 0);
+	cr_assert_eq(dmt_init_mutex(&m, "tls-n", c, NULL), 0);
+	for (int i = 0; i < 3; i++) {
+		uint64_t t = lock_fence_unlock(&m);
+		cr_assert_gt(t, before);
+		before = t;
+	}
+	cr_assert_eq(dmutex_lock(&held), 0);
+	cr_assert_eq(exists_on(0, "tls-held"), 1);
+	cr_assert(replicated(0));
+
+	/* The roles swap behind the client's back; the sentinels are told. */
+	r = th_sentinel_data_cmd(&sen, 1, "REPLICAOF NO ONE");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	r = th_sentinel_data_cmd(&sen, 0, "REPLICAOF 127.0.0.1 %d", th_sentinel_data_port(&sen, 1));
+	cr_assert(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	remonitor(1);
+	cr_assert_eq(th_sentinel_get_master(&sen, 0), 1);
+	cr_assert_eq(readonly_errors(0), 0);
+	t0 = th_now_ms();
+	mid = lock_after_failover(&m, t0, &ms);
+	cr_assert_gt(mid, before);
+	cr_assert_geq(readonly_errors(0), 1, "the old master never said READONLY: the client "
+			"did not talk to it after the switch");
+	cr_assert_eq(exists_on(1, "tls-n"), 0);
+	/* The hold is renewed on the new master. */
+	dmt_lock_key(key, sizeof key, "tls-held");
+	pttl0 = th_redis_int(&sen.data[1], "PTTL %s", key);
+	cr_assert_gt(pttl0, 0);
+	for (pttl = pttl0, deadline = th_now_ms() + 10000; pttl <= pttl0 && th_now_ms() < deadline;)
+		pttl = th_redis_int(&sen.data[1], "PTTL %s", key);
+	cr_assert_gt(pttl, pttl0, "the hold was not renewed on the new master");
+	fprintf(stderr, "rediss-sentinel: on the new master %lld ms after the switch (READONLY, "
+			"asked again)\n", ms);
+
+	/* A failover: the sentinels must know the set-up again first. */
+	cr_assert_eq(th_sentinel_wait_agree(&sen, 30000), 1);
+	cr_assert(replicated(1));
+	t0 = th_now_ms();
+	cr_assert_eq(th_sentinel_kill_master(&sen, 30000), 0);
+	after = lock_after_failover(&m, t0, &ms);
+	cr_assert_gt(after, mid, "token %llu after the failover, %llu before",
+			(unsigned long long)after, (unsigned long long)mid);
+	cr_assert_eq(exists_on(0, "tls-n"), 0);
+	cr_assert_eq(atomic_load(&lost), 0);
+	cr_assert_eq(dmutex_unlock(&held), 0);
+	cr_assert_eq(exists_on(0, "tls-held"), 0);
+	fprintf(stderr, "rediss-sentinel failover: first lock on the new master %lld ms after "
+			"the kill\n", ms);
+	dmutex_destroy(&held);
+	dmt_close_mutex(c, &m);
+}

@@ -303,6 +303,14 @@ struct th_sentinel_opts {
 	 * sentinels still see a healthy replica, and make a write miss the
 	 * replica that a failover will promote. */
 	int replica_proxy;
+	/* A directory with ca.crt, server.crt and server.key (for localhost and
+	 * 127.0.0.1), or NULL.  Set: every data node and sentinel also listens
+	 * with TLS (tls-port; clients need no certificate), replication and the
+	 * sentinels' links to the data nodes and to one another go over TLS
+	 * (tls-replication yes), so the sentinels name the TLS ports, and
+	 * s->url is rediss-sentinel:// on the sentinels' TLS ports with
+	 * ?tls_ca=.  The plain ports stay, for the harness's own commands. */
+	const char *tls_dir;
 };
 
 struct th_sentinel {
@@ -315,9 +323,16 @@ struct th_sentinel {
 	int down_after_ms, failover_timeout_ms;
 	char data_user[64], data_pass[64], sentinel_user[64], sentinel_pass[64]; /* "" = none */
 	/* "redis-sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/NAME" (no
-	 * credentials: add them yourself) */
-	char url[256];
+	 * credentials: add them yourself); with tls_dir "rediss-sentinel://"
+	 * on the TLS ports, "?tls_ca=DIR/ca.crt" after it */
+	char url[512];
+	/* tls_dir: the TLS ports (what the sentinels name); else 0 */
+	int data_tls_port[1 + TH_SENTINEL_MAX_REPLICAS];
+	int sentinel_tls_port[TH_SENTINELS];
+	char tls_dir[256];                              /* "" = no TLS */
 };
+/* The port the sentinels know data node i by: its TLS port with tls_dir. */
+int th_sentinel_data_port(const struct th_sentinel *s, int i);
 
 /* Start everything and wait (deadline timeout_ms; <= 0: 30 s) until
  * th_sentinel_wait_agree() holds.  0, or -1 with a message on stderr and

@@ -50,10 +50,15 @@ redisReply *th_sentinel_cmd(struct th_sentinel *s, int i, const char *fmt, ...)
 	return rep;
 }
 
+int th_sentinel_data_port(const struct th_sentinel *s, int i)
+{
+	return s->tls_dir[0] ? s->data_tls_port[i] : s->data[i].port;
+}
+
 static int data_index(const struct th_sentinel *s, int port)
 {
 	for (int i = 0; i < s->ndata; i++)
-		if (s->data[i].port == port)
+		if (th_sentinel_data_port(s, i) == port)
 			return i;
 	return -1;
 }
@@ -136,7 +141,7 @@ static int settled_view(struct th_sentinel *s, int i, char *why, size_t whylen)
 		int found = 0;
 		for (size_t e = 0; e < r->elements && !found; e++) {
 			const char *p = kv(r->element[e], "port"), *f = kv(r->element[e], "flags");
-			found = p && f && atoi(p) == s->data[d].port && strcmp(f, "slave") == 0;
+			found = p && f && atoi(p) == th_sentinel_data_port(s, d) && strcmp(f, "slave") == 0;
 		}
 		if (!found) {
 			snprintf(why, whylen, "sentinel %d: data node %d (port %d) not a healthy replica",
@@ -267,6 +272,18 @@ static void auth_conf(char *out, size_t len, const char *user, const char *pass)
 		out[0] = '\0';
 }
 
+/* With s->tls_dir: the config lines that add a TLS port; else "". */
+static void tls_conf(const struct th_sentinel *s, char *out, size_t len, int port)
+{
+	if (!s->tls_dir[0]) {
+		out[0] = '\0';
+		return;
+	}
+	snprintf(out, len, "tls-port %d\ntls-cert-file %s/server.crt\ntls-key-file %s/server.key\n"
+	         "tls-ca-cert-file %s/ca.crt\ntls-auth-clients no\ntls-replication yes\n", port,
+	         s->tls_dir, s->tls_dir, s->tls_dir);
+}
+
 /* The master lists `want` replicas online and each replica's link is up. */
 static int replication_up(struct th_sentinel *s, int want)
 {
@@ -316,12 +333,23 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 	    copy_opt(s->sentinel_user, sizeof s->sentinel_user, o->sentinel_user, "sentinel_user") != 0 ||
 	    copy_opt(s->sentinel_pass, sizeof s->sentinel_pass, o->sentinel_pass, "sentinel_pass") != 0)
 		return -1;
+	if (o->tls_dir && (strlen(o->tls_dir) >= sizeof s->tls_dir || !o->tls_dir[0])) {
+		fprintf(stderr, "th_sentinel_start: bad tls_dir\n");
+		return -1;
+	}
+	snprintf(s->tls_dir, sizeof s->tls_dir, "%s", o->tls_dir ? o->tls_dir : "");
+	for (int i = 0; s->tls_dir[0] && i < s->ndata; i++)
+		if ((s->data_tls_port[i] = th_free_port()) <= 0)
+			return -1;
+	for (int i = 0; s->tls_dir[0] && i < TH_SENTINELS; i++)
+		if ((s->sentinel_tls_port[i] = th_free_port()) <= 0)
+			return -1;
 	if ((s->data_user[0] && !s->data_pass[0]) || (s->sentinel_user[0] && !s->sentinel_pass[0])) {
 		fprintf(stderr, "th_sentinel_start: a user needs a password\n");
 		return -1;
 	}
 
-	char conf[1024], auth[256], extra[1024];
+	char conf[1024], auth[256], extra[2048], tls[1024];
 	auth_conf(auth, sizeof auth, s->data_user, s->data_pass);
 	/* every data node may become a replica: all of them can authenticate */
 	/* repl-diskless-sync-delay: a replica syncs at once, not after 5 s */
@@ -337,13 +365,18 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 		return -1;
 	}
 
-	if (th_redis_start(&s->data[0], conf) != 0)
+	tls_conf(s, tls, sizeof tls, s->data_tls_port[0]);
+	n = snprintf(extra, sizeof extra, "%s%s", conf, tls);
+	if (n >= (int)sizeof extra || th_redis_start(&s->data[0], extra) != 0)
 		goto fail;
-	if (o->replica_proxy && !(s->repl_proxy = th_proxy_start(s->data[0].port)))
+	if (o->replica_proxy &&
+	    !(s->repl_proxy = th_proxy_start(th_sentinel_data_port(s, 0))))
 		goto fail;
 	for (int i = 1; i < s->ndata; i++) {
-		int port = i == 1 && s->repl_proxy ? th_proxy_port(s->repl_proxy) : s->data[0].port;
-		n = snprintf(extra, sizeof extra, "%sreplicaof 127.0.0.1 %d\n", conf, port);
+		int port = i == 1 && s->repl_proxy ? th_proxy_port(s->repl_proxy)
+		                                   : th_sentinel_data_port(s, 0);
+		tls_conf(s, tls, sizeof tls, s->data_tls_port[i]);
+		n = snprintf(extra, sizeof extra, "%s%sreplicaof 127.0.0.1 %d\n", conf, tls, port);
 		if (n >= (int)sizeof extra || th_redis_start(&s->data[i], extra) != 0)
 			goto fail;
 	}
@@ -362,7 +395,7 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 	             "sentinel down-after-milliseconds %s %d\n"
 	             "sentinel failover-timeout %s %d\n"
 	             "sentinel parallel-syncs %s 2\n",
-	             auth, s->name, s->data[0].port, s->name, s->down_after_ms, s->name,
+	             auth, s->name, th_sentinel_data_port(s, 0), s->name, s->down_after_ms, s->name,
 	             s->failover_timeout_ms, s->name);
 	if (s->data_user[0])
 		n += snprintf(extra + n, sizeof extra - (size_t)n, "sentinel auth-user %s %s\n",
@@ -380,11 +413,21 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 		fprintf(stderr, "th_sentinel_start: sentinel config too long\n");
 		goto fail;
 	}
-	for (int i = 0; i < TH_SENTINELS; i++)
-		if (th_redis_start_as(&s->sentinel[i], extra, TH_REDIS_SENTINEL) != 0)
+	for (int i = 0; i < TH_SENTINELS; i++) {
+		char conf_i[sizeof extra + sizeof tls];
+		tls_conf(s, tls, sizeof tls, s->sentinel_tls_port[i]);
+		snprintf(conf_i, sizeof conf_i, "%s%s", extra, tls);
+		if (th_redis_start_as(&s->sentinel[i], conf_i, TH_REDIS_SENTINEL) != 0)
 			goto fail;
-	snprintf(s->url, sizeof s->url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s",
-	         s->sentinel[0].port, s->sentinel[1].port, s->sentinel[2].port, s->name);
+	}
+	if (s->tls_dir[0])
+		snprintf(s->url, sizeof s->url, "rediss-sentinel://127.0.0.1:%d,127.0.0.1:%d,"
+		         "127.0.0.1:%d/%s?tls_ca=%s/ca.crt", s->sentinel_tls_port[0],
+		         s->sentinel_tls_port[1], s->sentinel_tls_port[2], s->name, s->tls_dir);
+	else
+		snprintf(s->url, sizeof s->url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,"
+		         "127.0.0.1:%d/%s", s->sentinel[0].port, s->sentinel[1].port,
+		         s->sentinel[2].port, s->name);
 
 	long long left = deadline - th_now_ms();
 	if (th_sentinel_wait_agree(s, left > 0 ? (int)left : 0) != 0)
