@@ -188,6 +188,18 @@ DMUTEX_EXPORT int dmutex_attr_setonlost(dmutex_attr_t *attr,
 DMUTEX_EXPORT int dmutex_attr_setfair(dmutex_attr_t *attr, int fair);
 /* 0; EINVAL (NULL, not initialized). */
 DMUTEX_EXPORT int dmutex_attr_getfair(const dmutex_attr_t *attr, int *fair);
+/*
+ * Cached leases (README "Cached leases"), on a client opened with
+ * lease_cache=on (the URL's default is off): with on 1 (the default), an
+ * unlock that no other process waits for may leave the lease with the
+ * process, and its threads lock again with no round trip.  0: every
+ * unlock of mutexes made with attr releases, whatever the client says.
+ * Robust and fair mutexes never cache, nor do Redlock and Cluster clients.
+ * 0; EINVAL (NULL, not initialized, on not 0 or 1).
+ */
+DMUTEX_EXPORT int dmutex_attr_setleasecache(dmutex_attr_t *attr, int on);
+/* 0; EINVAL (NULL, not initialized). */
+DMUTEX_EXPORT int dmutex_attr_getleasecache(const dmutex_attr_t *attr, int *on);
 
 /* ---- mutexes ---------------------------------------------------------- */
 
@@ -288,6 +300,9 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
  * renewal, a third of the lease at most after the new master answers;
  * until then two holders may overlap, and only fencing protects the
  * resource.
+ * Cached leases: a process that keeps a lease reserves a block of tokens
+ * above the hold's (the name's counter moves past the whole block) and
+ * hands them to its local holds in order, so they obey the same rules.
  */
 DMUTEX_EXPORT int dmutex_fence(dmutex_t *m, uint64_t *token);
 

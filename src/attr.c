@@ -125,3 +125,21 @@ dmutex_attr_getfair(const dmutex_attr_t *a, int *fair)
 	*fair = (a->__flags & DMUTEX__ATTR_FAIR) != 0;
 	return 0;
 }
+
+int
+dmutex_attr_setleasecache(dmutex_attr_t *a, int on)
+{
+	if (!ok(a) || (on != 0 && on != 1))
+		return EINVAL;
+	a->__flags = on ? a->__flags & ~DMUTEX__ATTR_NOCACHE : a->__flags | DMUTEX__ATTR_NOCACHE;
+	return 0;
+}
+
+int
+dmutex_attr_getleasecache(const dmutex_attr_t *a, int *on)
+{
+	if (!ok(a) || !on)
+		return EINVAL;
+	*on = !(a->__flags & DMUTEX__ATTR_NOCACHE);
+	return 0;
+}

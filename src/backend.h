@@ -172,6 +172,14 @@ struct dmutex__backend_ops {
 	 * after its lease ran out proves nothing, and onlost must not wait. */
 	void (*renew)(struct dmutex__backend *be, struct dmutex__renewal *r, size_t n,
 			int64_t deadline);
+	/*
+	 * Keep the lease `token` of `name` for the process (lease_cache.lua):
+	 * reserve `block` fencing tokens, the last in *last.  *result 1 kept,
+	 * 0 not ours, 2 someone asked for it meanwhile.  NULL on backends that
+	 * do not cache (Redlock).
+	 */
+	int (*cache)(struct dmutex__backend *be, const char *name, const char *token,
+			unsigned block, uint64_t *last, int *result);
 	/* The channel a release publishes on. Caller frees. */
 	char *(*channel)(struct dmutex__backend *be, const char *name);
 	/* In a fork child: drop inherited connections without talking on them,

@@ -79,6 +79,7 @@ bind_static(dmutex_t *m, struct dmutex__mutex **out)
 	mx->type = type;
 	mx->robust = DMUTEX_STALLED;
 	mx->lease_ms = c->cfg.lease_ms;
+	mx->cache = 1;
 	if ((err = dmutex__entry_get(c, name, &mx->entry))) {
 		free(mx);
 		return err;

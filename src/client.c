@@ -90,6 +90,10 @@ atfork_child(void)
 				e->held = 0;
 				e->acquiring = 0;
 				e->rw_wwait = 0;
+				/* The parent's kept leases are the parent's: forget
+				 * them without a word to the waiter (made anew below);
+				 * the child asks Redis, which says the parent holds it. */
+				e->ksub = NULL;
 				dmutex__entry_forget(e);
 				e->registered = 0;
 				/* The parent's releases: its to answer. */
@@ -259,10 +263,19 @@ at_exit(void)
 {
 	struct thread_holds *t;
 
-	if (!holds_key_ok || !(t = pthread_getspecific(holds_key)))
-		return;
-	pthread_setspecific(holds_key, NULL);
-	end_thread_holds(t, "the process exited");
+	if (holds_key_ok && (t = pthread_getspecific(holds_key))) {
+		pthread_setspecific(holds_key, NULL);
+		end_thread_holds(t, "the process exited");
+	}
+	/* Leases kept for the process (lease_cache.c) that no thread holds:
+	 * given back now, not left to their end, so another process does not
+	 * wait for them.  One command timeout per client for all of them. */
+	dmutex__mu_lock(&clients_mu, DMUTEX__LK_CLIENTS, "clients_mu");
+	for (struct dmutex_client *c = clients; c; c = c->next_all)
+		if (c->pid == getpid())
+			dmutex__cache_release_all(c, dmutex__now_ns() +
+					(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
+	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 }
 
 /*
@@ -507,6 +520,9 @@ dmutex_client_close_impl(dmutex_client_t *c)
 	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 	/* No orphan release is queued from here on (mutex_unlock_async.c). */
 	__atomic_store_n(&c->closing, 1, __ATOMIC_RELEASE);
+	/* Their mutexes gave back their kept leases when destroyed, unless a
+	 * renewal was dropping one at that moment: none may stay behind. */
+	dmutex__cache_release_all(c, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	dmutex__renewer_stop(c);
 	/* The last second's counts, bounded like any command. */
 	dmutex__met_flush(c, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);

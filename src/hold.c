@@ -175,5 +175,7 @@ dmutex__entry_forget(struct dmutex__entry *e)
 	e->nreaders = 0;
 	e->gen++;
 	memset(e->token, 0, sizeof e->token);
+	/* No lease left to keep either. */
+	dmutex__cache_forget(e);
 	pthread_cond_broadcast(&e->cv);
 }

@@ -51,6 +51,7 @@
 #define DMUTEX__ATTR_MAGIC      0x61747472UL /* "attr" */
 /* dmutex_attr_t.__flags */
 #define DMUTEX__ATTR_FAIR       0x1UL
+#define DMUTEX__ATTR_NOCACHE    0x2UL   /* dmutex_attr_setleasecache(a, 0) */
 
 /* ---- cancel.c: every public call runs with cancellation disabled ---- */
 int dmutex__nocancel(void);             /* returns the caller's state */
@@ -95,6 +96,16 @@ struct dmutex__entry {
 	/* Fair mutexes: threads of this process waiting to ask the backend, in
 	 * arrival order; only the first may (README "Fair locks"). */
 	struct dmutex__fifo *fifo_head, *fifo_tail;
+	/* A kept (cached) lease, lease_cache.c: the process keeps the lease
+	 * while no thread holds it. */
+	int kept;
+	uint64_t blk_next, blk_last;    /* fencing tokens reserved for local holds */
+	int64_t last_use_ns;            /* the last local hold's start or end */
+	int64_t start_ns;               /* the current lease's acquire was sent */
+	int64_t last_end_ns;            /* the last hold's outermost unlock */
+	int64_t nocache_until_ns;       /* contended lately: unlocks release */
+	struct dmutex__wsub *ksub;      /* the wake channel: another process wants it */
+	uint64_t kseq;                  /* ksub's sequence when the lease was kept */
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
 	/* The last hold's release, sent without waiting for its answer
@@ -150,6 +161,7 @@ struct dmutex__mutex {
 	int type;
 	int robust;
 	int fair;                       /* queue in Redis (README "Fair locks") */
+	int cache;                      /* may keep its lease (README "Cached leases") */
 	unsigned lease_ms;
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
@@ -270,8 +282,31 @@ void dmutex__rel_settle(struct dmutex__entry *e, int64_t until, int mine);
 int dmutex__rel_nolck(struct dmutex__entry *e);
 /* The entry's pending release forgotten (entry freed; fork child). */
 void dmutex__rel_drop(struct dmutex__entry *e);
+/* ---- lease_cache.c (README "Cached leases") ---- */
+/* mx may keep its lease after an unlock and take a kept one. */
+int dmutex__cache_allowed(const struct dmutex__mutex *mx);
+/* Under e->mu, by the owner at its outermost unlock of a sound hold: 1 the
+ * hold ended and the process keeps the lease (no round trip, or two the
+ * first time); 0 release it as usual.  May drop e->mu meanwhile (with
+ * e->releasing set). */
+int dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
+/* Under e->mu, nobody holding or acquiring: 1 the caller now holds e from
+ * the kept lease; 0 it must ask the backend (a kept lease that may not
+ * serve it was released).  May drop e->mu meanwhile (e->acquiring set). */
+int dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
+/* Under e->mu, e kept: nobody used it for a renewal period, or another
+ * process wants it: release it rather than renew it. */
+int dmutex__cache_idle(const struct dmutex__entry *e, int64_t now);
+/* Without any lock: release e's kept lease by `until` if nobody holds it. */
+void dmutex__cache_release(struct dmutex__entry *e, int64_t until);
+/* Without any lock: the same for every kept lease of c (exit). */
+void dmutex__cache_release_all(struct dmutex_client *c, int64_t until);
+/* Under e->mu: forget the kept lease (its subscription too). */
+void dmutex__cache_forget(struct dmutex__entry *e);
 
 /* ---- renewer.c ---- */
+/* Look at every kept lease now (one was revoked): any thread, no lock. */
+void dmutex__renewer_kick(struct dmutex_client *c);
 int dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e);
 void dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e);
 /* Keep trying to release `token` in the background until until_ns. */

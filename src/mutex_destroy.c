@@ -31,6 +31,10 @@ dmutex_destroy_impl(dmutex_t *m)
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		if (busy)
 			return EBUSY;
+		/* A lease kept for the process (lease_cache.c) goes back now: the
+		 * renewer must not keep an entry that is about to be freed. */
+		dmutex__cache_release(e, dmutex__now_ns() +
+				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS);
 		__atomic_fetch_sub(&e->client->mutexes, 1, __ATOMIC_ACQ_REL);
 		dmutex__entry_put(e);
 		free(mx);

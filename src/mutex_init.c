@@ -31,6 +31,7 @@ dmutex_init_impl(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
 	if (!(mx = calloc(1, sizeof *mx)))
 		return ENOMEM;
 	mx->fair = attr && (attr->__flags & DMUTEX__ATTR_FAIR);
+	mx->cache = !attr || !(attr->__flags & DMUTEX__ATTR_NOCACHE);
 	mx->type = attr ? attr->__type : DMUTEX_DEFAULT;
 	mx->robust = attr ? attr->__robust : DMUTEX_STALLED;
 	mx->lease_ms = attr && attr->__lease_ms ? attr->__lease_ms : c->cfg.lease_ms;

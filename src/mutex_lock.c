@@ -124,6 +124,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 			e->lease_ms = mx->lease_ms;
 			/* Our deadline counts from before the request was sent. */
 			e->deadline_ns = sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms);
+			e->start_ns = sent;     /* lease_cache.c: locked again soon? */
 			e->lost = e->lost_reported = 0;
 			e->inconsistent = a.died && mx->robust == DMUTEX_ROBUST;
 			e->onlost = mx->onlost;
@@ -330,6 +331,18 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 			pthread_cond_wait(&e->cv, &e->mu);
 		else
 			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+	}
+	if (!mx->fair && e->kept) {
+		int64_t now = dmutex__now_ns();
+
+		/* The process kept the lease: take it with no round trip. */
+		if (dmutex__cache_lock(mx, e, now)) {
+			gen = e->gen;
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_hold(e, gen);
+			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, contended);
+			return 0;
+		}
 	}
 	if (mx->fair) {
 		/* A fair trylock does not overtake a holder of this process. */

@@ -45,6 +45,13 @@ dmutex_unlock_impl(dmutex_t *m)
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return 0;
 	}
+	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now)) {
+		/* The process keeps the lease: no release (lease_cache.c). */
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__thread_unhold(e);
+		dmutex__met_released(c, e->name, now);
+		return 0;
+	}
 	/* A lost hold is forgotten whole, however deep: the caller was told. */
 	mode = lost ? DMUTEX__REL_DIED : e->inconsistent ? DMUTEX__REL_NOTREC : DMUTEX__REL_CLEAN;
 	if (e->fair)

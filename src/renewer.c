@@ -122,6 +122,23 @@ dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e)
 }
 
 void
+dmutex__renewer_kick(struct dmutex_client *c)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	int64_t now = dmutex__now_ns();
+
+	/* Which kept lease was revoked is read under its entry's lock by
+	 * the thread: every kept one is due now (e->kept read as a hint; the
+	 * entry's lock comes before ours). */
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+	for (size_t i = 0; i < r->n; i++)
+		if (__atomic_load_n(&r->items[i]->kept, __ATOMIC_RELAXED))
+			r->items[i]->due_ns = now;
+	pthread_cond_signal(&r->cv);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+}
+
+void
 dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *token,
 		int mode, int64_t until_ns)
 {
@@ -164,15 +181,21 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 	struct dmutex__entry **live = malloc(n * sizeof *live);
 	char (*tokens)[DMUTEX__TOKEN_HEX + 1] = malloc(n * sizeof *tokens);
 	uint64_t *gens = malloc(n * sizeof *gens);
-	size_t k = 0, nrw = 0;
+	struct dmutex__entry **idle = malloc(n * sizeof *idle);
+	size_t k = 0, nrw = 0, nidle = 0;
 	int64_t t0;
 
-	if (!rn || !live || !tokens || !gens)
+	if (!rn || !live || !tokens || !gens || !idle)
 		goto out;
+	t0 = dmutex__now_ns();
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__entry *e = es[i];
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		if (e->held && !e->lost && !e->releasing) {
+		if (e->kept && dmutex__cache_idle(e, t0)) {
+			/* A kept lease nobody used since the last renewal, or
+			 * one another process wants: released, not renewed. */
+			idle[nidle++] = e;
+		} else if ((e->held || e->kept) && !e->lost && !e->releasing) {
 			/* Mutexes from the front, read-write locks (their own
 			 * script: rwlock.h) from the back. */
 			size_t j = e->kind == DMUTEX__KIND_RW ? n - ++nrw : k++;
@@ -203,7 +226,16 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 		int gone = 0;
 
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		if (!e->held || e->gen != gens[i] || e->releasing) {
+		if ((!e->held && !e->kept) || e->gen != gens[i] || e->releasing) {
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			continue;
+		}
+		if (!e->held && (rn[i].result == 0 || (rn[i].result != 1 && now >= e->deadline_ns))) {
+			/* A kept lease that is no longer ours, or no longer
+			 * known to be: nobody held it, nothing to report (its
+			 * key, if any is left, expires as 'cached'). */
+			dmutex__renewer_remove(c, e);
+			dmutex__entry_forget(e);
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			continue;
 		}
@@ -245,11 +277,14 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 			dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the lock is no longer ours", e->name);
 		dmutex__lost_report(e, &lost);
 	}
+	for (size_t i = 0; i < nidle; i++)
+		dmutex__cache_release(idle[i], dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 out:
 	free(rn);
 	free(live);
 	free(tokens);
 	free(gens);
+	free(idle);
 }
 
 static void

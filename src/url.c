@@ -34,6 +34,7 @@
 
 enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_IDLE, OPT_PREFIX, OPT_METRICS,
 	OPT_ASYNC_RELEASE,
+	OPT_LEASE_CACHE,
 	/* Options of one URL (one node), not of the client: */
 	OPT_PASSWORD_FILE, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_SERVER_NAME,
 	OPT_TLS_VERIFY, OPT_SENTINEL_USER, OPT_SENTINEL_PASSWORD, OPT_SENTINEL_PASSWORD_FILE,
@@ -52,6 +53,7 @@ static const struct {
 	[OPT_PREFIX] = { "prefix", 0, 0 },  /* not a number: see set_prefix */
 	[OPT_METRICS] = { "metrics", 0, 1 },
 	[OPT_ASYNC_RELEASE] = { "async_release", 0, 1 },
+	[OPT_LEASE_CACHE] = { "lease_cache", 0, 0 },    /* on or off: set_lease_cache */
 	/* Not numbers either: see set_node_string, set_verify. */
 	[OPT_PASSWORD_FILE] = { "password_file", 0, 0 },
 	[OPT_TLS_CA] = { "tls_ca", 0, 0 },
@@ -483,25 +485,48 @@ set_node_string(struct parse *p, int o, const char *v, size_t n, struct dmutex__
 	return 0;
 }
 
+/* "on" 1, "off" 0, anything else -1 (logged, naming option o). */
+static int
+on_off(struct parse *p, int o, const char *v, size_t n)
+{
+	if (n == 2 && !memcmp(v, "on", 2))
+		return 1;
+	if (n == 3 && !memcmp(v, "off", 3))
+		return 0;
+	bad(p, "bad %s '%.*s' (on or off)", options[o].name, n > 16 ? 16 : (int)n, v);
+	return -1;
+}
+
 static int
 set_verify(struct parse *p, const char *v, size_t n, struct dmutex__node_addr *node)
 {
-	int on;
+	int on = on_off(p, OPT_TLS_VERIFY, v, n);
 
-	if (n == 2 && !memcmp(v, "on", 2))
-		on = 1;
-	else if (n == 3 && !memcmp(v, "off", 3))
-		on = 0;
-	else {
-		bad(p, "bad tls_verify '%.*s' (on or off)", n > 16 ? 16 : (int)n, v);
+	if (on < 0)
 		return EINVAL;
-	}
 	if (p->node_seen & 1u << OPT_TLS_VERIFY && node->tls_verify != on) {
 		bad(p, "tls_verify given twice with different values");
 		return EINVAL;
 	}
 	p->node_seen |= 1u << OPT_TLS_VERIFY;
 	node->tls_verify = on;
+	return 0;
+}
+
+/* lease_cache=on|off (README "Cached leases"): client-wide. */
+static int
+set_lease_cache(struct parse *p, const char *v, size_t n)
+{
+	int on = on_off(p, OPT_LEASE_CACHE, v, n);
+
+	if (on < 0)
+		return EINVAL;
+	if (p->seen & 1u << OPT_LEASE_CACHE && p->cfg->lease_cache != (unsigned)on) {
+		bad(p, "lease_cache given twice with different values");
+		return EINVAL;
+	}
+	p->seen |= 1u << OPT_LEASE_CACHE;
+	p->cfg->lease_cache = (unsigned)on;
 	return 0;
 }
 
@@ -536,6 +561,8 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 		return set_prefix(p, v, vlen);
 	if (o == OPT_TLS_VERIFY)
 		return set_verify(p, v, vlen, node);
+	if (o == OPT_LEASE_CACHE)
+		return set_lease_cache(p, v, vlen);
 	if (node_string(node, o))
 		return set_node_string(p, o, v, vlen, node);
 	if (parse_num(v, vlen, options[o].min, options[o].max, &num)) {
@@ -929,6 +956,7 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 	cfg->lease_ms = DMUTEX_LEASE_DEFAULT;
 	cfg->metrics = 1;
 	cfg->async_release = 1;
+	cfg->lease_cache = DMUTEX__LEASE_CACHE_DEFAULT;
 	cfg->idle_ms = DMUTEX__IDLE_DEFAULT;
 	for (p.index = 0; p.index < p.count; p.index++) {
 		size_t len = elem_len(s);

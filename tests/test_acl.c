@@ -379,11 +379,7 @@ lock_in_thread(void *p)
 static int
 wake_subscribed(void *arg)
 {
-	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB %s", (const char *)arg);
-	int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-		r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer >= 1;
-	freeReplyObject(r);
-	return ok;
+	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB %s", (const char *)arg)) >= 1;
 }
 
 static int

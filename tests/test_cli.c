@@ -370,13 +370,8 @@ static int
 waiters_are(void *p)
 {
 	struct numsub *ns = p;
-	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", ns->name);
-	int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-		r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer == ns->want;
 
-	if (r)
-		freeReplyObject(r);
-	return ok;
+	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", ns->name)) == ns->want;
 }
 
 /* ------------------------------------------------------------------ */

@@ -228,15 +228,7 @@ lock_thread(void *p)
 static long long
 shard_subscribers(int node, const char *channel)
 {
-	redisReply *r = th_cluster_cmd(&clu, node, "PUBSUB SHARDNUMSUB %s", channel);
-	long long n = -1;
-
-	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-			r->element[1]->type == REDIS_REPLY_INTEGER)
-		n = r->element[1]->integer;
-	if (r)
-		freeReplyObject(r);
-	return n;
+	return th_numsub(th_cluster_cmd(&clu, node, "PUBSUB SHARDNUMSUB %s", channel));
 }
 
 /* Poll until `channel` has n sharded subscribers on node. */

@@ -371,12 +371,8 @@ struct numsub_arg {
 static int numsub_is(void *p)
 {
 	struct numsub_arg *a = p;
-	redisReply *rep = th_redis_cmd(&srv, "PUBSUB NUMSUB %s", a->channel);
-	int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-		rep->element[1]->type == REDIS_REPLY_INTEGER && rep->element[1]->integer == a->want;
-	if (rep)
-		freeReplyObject(rep);
-	return ok;
+
+	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB %s", a->channel)) == a->want;
 }
 
 static int flag_set(void *p)

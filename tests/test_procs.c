@@ -454,12 +454,7 @@ static void *fw_wait(void *arg)
 static int fw_subscribed(void *arg)
 {
 	(void)arg;
-	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{busy}");
-	int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-		r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer == 1;
-	if (r)
-		freeReplyObject(r);
-	return ok;
+	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{busy}")) == 1;
 }
 
 static int fw_child(void *arg)

@@ -22,6 +22,7 @@
 
 #include "dmutex.h"
 #include "harness.h"
+#include "rw_sections.h"
 
 static struct th_redis srv, srv2;
 static pid_t kids[6];
@@ -297,18 +298,11 @@ static int mixed_proc(void *arg)
 		if ((i + seed) % 3 == 0) {
 			if (drwlock_wrlock(&rw))
 				return 11;
-			if (th_redis_int(&srv, "INCR w") != 1 || th_redis_int(&srv, "GET r") != 0)
-				bad = 1;
-			long long n = th_redis_int(&srv, "GET n");
-			th_redis_int(&srv, "SET n %lld", n + 1);
-			th_redis_int(&srv, "DECR w");
+			bad |= th_rw_write_section(&srv);
 		} else {
 			if (drwlock_rdlock(&rw))
 				return 12;
-			th_redis_int(&srv, "INCR r");
-			if (th_redis_int(&srv, "GET w") != 0)
-				bad = 1;
-			th_redis_int(&srv, "DECR r");
+			bad |= th_rw_read_section(&srv);
 		}
 		if (drwlock_unlock(&rw))
 			return 13;

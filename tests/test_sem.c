@@ -225,13 +225,7 @@ TH_CHILD_ENTRY(waiter, waiter)
 /* th_wait_until condition: at least *arg waiters subscribed. */
 static int subscribed(void *arg)
 {
-	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:semwake:{wake}");
-	long long n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ?
-			r->element[1]->integer : -1;
-
-	if (r)
-		freeReplyObject(r);
-	return n >= *(int *)arg;
+	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:semwake:{wake}")) >= *(int *)arg;
 }
 
 Test(sem, post_wakes_waiter_through_pubsub)

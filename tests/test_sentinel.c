@@ -184,17 +184,36 @@ Test(sentinel, finds_the_master_through_any_sentinel_with_credentials)
 	dmt_close_mutex(c, &m);
 }
 
+/* After a failover to data node 1: the hold `name` is renewed there (its
+ * TTL goes up again), never reported lost, and its unlock reaches it. */
+static void
+renewed_on_new_master(dmutex_t *held, const char *name, atomic_int *lost)
+{
+	char key[600];
+	long long pttl0, pttl, deadline = th_now_ms() + 10000;
+
+	dmt_lock_key(key, sizeof key, name);
+	pttl = pttl0 = th_redis_int(&sen.data[1], "PTTL %s", key);
+	cr_assert_gt(pttl0, 0);
+	while (pttl <= pttl0 && th_now_ms() < deadline)
+		pttl = th_redis_int(&sen.data[1], "PTTL %s", key);
+	cr_assert_gt(pttl, pttl0, "the hold was not renewed on the new master");
+	cr_assert_eq(atomic_load(lost), 0);
+	cr_assert_eq(dmutex_unlock(held), 0);
+	cr_assert_eq(exists_on(1, name), 0);
+}
+
 /* The replica had every write: the hold survives, the new master serves
  * lock and unlock within a bound, tokens keep growing. */
 Test(sentinel, failover_is_followed_and_a_replicated_hold_kept)
 {
 	atomic_int lost = 0;
 	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
-	char url[1400], key[600];
+	char url[1400];
 	dmutex_client_t *c;
 	dmutex_t held, m;
 	uint64_t before = 0, after;
-	long long t0, t_promoted, t_locked, pttl0;
+	long long t0, t_promoted, t_locked;
 	int rc;
 
 	cr_assert_eq(th_sentinel_start(&sen, NULL, 0), 0);
@@ -220,17 +239,7 @@ Test(sentinel, failover_is_followed_and_a_replicated_hold_kept)
 			(unsigned long long)after, (unsigned long long)before);
 	cr_assert_eq(exists_on(1, "sen-n"), 0, "unlock did not reach the new master");
 
-	/* The hold is renewed on the new master: its TTL goes up again. */
-	dmt_lock_key(key, sizeof key, "sen-held");
-	pttl0 = th_redis_int(&sen.data[1], "PTTL %s", key);
-	cr_assert_gt(pttl0, 0);
-	long long deadline = th_now_ms() + 10000, pttl = pttl0;
-	while (pttl <= pttl0 && th_now_ms() < deadline)
-		pttl = th_redis_int(&sen.data[1], "PTTL %s", key);
-	cr_assert_gt(pttl, pttl0, "the hold was not renewed on the new master");
-	cr_assert_eq(atomic_load(&lost), 0);
-	cr_assert_eq(dmutex_unlock(&held), 0);
-	cr_assert_eq(exists_on(1, "sen-held"), 0);
+	renewed_on_new_master(&held, "sen-held", &lost);
 	fprintf(stderr, "sentinel failover: promoted %lld ms after the kill, first lock on the "
 			"new master %lld ms after the kill (down-after %d ms)\n", t_promoted, t_locked,
 			sen.down_after_ms);
@@ -345,11 +354,11 @@ Test(sentinel, manual_failover_leaves_nothing_on_the_demoted_master)
 {
 	atomic_int lost = 0;
 	struct dmt_attr a = { .onlost = dmt_count_lost, .arg = &lost };
-	char url[1400], key[600];
+	char url[1400];
 	dmutex_client_t *c;
 	dmutex_t held, m;
 	uint64_t before, after;
-	long long t0, t_demoted, t_locked, deadline;
+	long long t0, t_demoted, t_locked;
 	redisReply *r;
 
 	cr_assert_eq(th_sentinel_start(&sen, NULL, 0), 0);
@@ -372,17 +381,7 @@ Test(sentinel, manual_failover_leaves_nothing_on_the_demoted_master)
 	cr_assert_gt(after, before);
 	cr_assert_eq(exists_on(1, "sen-manual"), 0);
 
-	/* The hold is renewed on the new master. */
-	dmt_lock_key(key, sizeof key, "sen-manual-held");
-	long long pttl0 = th_redis_int(&sen.data[1], "PTTL %s", key), pttl = pttl0;
-	cr_assert_gt(pttl0, 0);
-	deadline = th_now_ms() + 10000;
-	while (pttl <= pttl0 && th_now_ms() < deadline)
-		pttl = th_redis_int(&sen.data[1], "PTTL %s", key);
-	cr_assert_gt(pttl, pttl0, "the hold was not renewed on the new master");
-	cr_assert_eq(atomic_load(&lost), 0);
-	cr_assert_eq(dmutex_unlock(&held), 0);
-	cr_assert_eq(exists_on(1, "sen-manual-held"), 0);
+	renewed_on_new_master(&held, "sen-manual-held", &lost);
 	fprintf(stderr, "sentinel manual failover: old master a replica %lld ms after SENTINEL "
 			"FAILOVER, first lock on the new master %lld ms after it\n", t_demoted, t_locked);
 	dmutex_destroy(&held);

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "harness.h"
 #include "shim_driver.h"
 #include "shim_local.h"
@@ -209,15 +210,6 @@ run(const char *self, const char *mode, char *out, size_t len)
 	return st;
 }
 
-static int failures;
-
-#define EXPECT(cond) do { \
-	if (!(cond)) { \
-		fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); \
-		failures++; \
-	} \
-} while (0)
-
 int
 main(int argc, char **argv)
 {
@@ -274,7 +266,5 @@ main(int argc, char **argv)
 	close(a.out);
 
 	th_redis_stop(&srv);
-	if (failures)
-		fprintf(stderr, "%d failures\n", failures);
-	return failures != 0;
+	return th_check_status();
 }

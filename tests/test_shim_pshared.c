@@ -16,17 +16,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "check.h"
 #include "harness.h"
 
 static struct th_redis srv;
-static int failures;
-
-#define CHECK(cond) do { \
-	if (!(cond)) { \
-		fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); \
-		failures++; \
-	} \
-} while (0)
 
 struct shared {
 	pthread_mutex_t before;         /* initialized before the fork */
@@ -54,26 +47,26 @@ attrs(void)
 	pthread_condattr_t ca;
 	int v = -1;
 
-	CHECK(pthread_mutexattr_init(&ma) == 0);
-	CHECK(pthread_mutexattr_getpshared(&ma, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
-	CHECK(pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) == 0);
-	CHECK(pthread_mutexattr_getpshared(&ma, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
-	CHECK(pthread_mutexattr_setpshared(&ma, 7) == EINVAL);
-	CHECK(pthread_mutexattr_getpshared(&ma, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
-	CHECK(pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_PRIVATE) == 0);
-	CHECK(pthread_mutexattr_getpshared(&ma, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
-	CHECK(pthread_mutexattr_destroy(&ma) == 0);
-	CHECK(pthread_mutexattr_getpshared(&ma, &v) == EINVAL);
+	EXPECT(pthread_mutexattr_init(&ma) == 0);
+	EXPECT(pthread_mutexattr_getpshared(&ma, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
+	EXPECT(pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) == 0);
+	EXPECT(pthread_mutexattr_getpshared(&ma, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
+	EXPECT(pthread_mutexattr_setpshared(&ma, 7) == EINVAL);
+	EXPECT(pthread_mutexattr_getpshared(&ma, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
+	EXPECT(pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_PRIVATE) == 0);
+	EXPECT(pthread_mutexattr_getpshared(&ma, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
+	EXPECT(pthread_mutexattr_destroy(&ma) == 0);
+	EXPECT(pthread_mutexattr_getpshared(&ma, &v) == EINVAL);
 
-	CHECK(pthread_condattr_init(&ca) == 0);
-	CHECK(pthread_condattr_getpshared(&ca, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
-	CHECK(pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED) == 0);
-	CHECK(pthread_condattr_getpshared(&ca, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
-	CHECK(pthread_condattr_setpshared(&ca, -1) == EINVAL);
-	CHECK(pthread_condattr_getpshared(&ca, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
-	CHECK(pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_PRIVATE) == 0);
-	CHECK(pthread_condattr_getpshared(&ca, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
-	CHECK(pthread_condattr_destroy(&ca) == 0);
+	EXPECT(pthread_condattr_init(&ca) == 0);
+	EXPECT(pthread_condattr_getpshared(&ca, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
+	EXPECT(pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED) == 0);
+	EXPECT(pthread_condattr_getpshared(&ca, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
+	EXPECT(pthread_condattr_setpshared(&ca, -1) == EINVAL);
+	EXPECT(pthread_condattr_getpshared(&ca, &v) == 0 && v == PTHREAD_PROCESS_SHARED);
+	EXPECT(pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_PRIVATE) == 0);
+	EXPECT(pthread_condattr_getpshared(&ca, &v) == 0 && v == PTHREAD_PROCESS_PRIVATE);
+	EXPECT(pthread_condattr_destroy(&ca) == 0);
 }
 
 /* Forked before `after` and `cv_after` exist; the parent holds `before`. */
@@ -142,34 +135,32 @@ main(void)
 	setenv("DMUTEX_URL", srv.url, 1);
 	setenv("DMUTEX_NAMESPACE", "shimpshared", 1);
 	sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	CHECK(sh != MAP_FAILED);
-	CHECK(th_sync_init(&go) == 0);
-	CHECK(pthread_mutexattr_init(&ma) == 0);
-	CHECK(pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) == 0);
-	CHECK(pthread_condattr_init(&ca) == 0);
-	CHECK(pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED) == 0);
-	CHECK(pthread_mutex_init(&sh->before, &ma) == 0);
+	EXPECT(sh != MAP_FAILED);
+	EXPECT(th_sync_init(&go) == 0);
+	EXPECT(pthread_mutexattr_init(&ma) == 0);
+	EXPECT(pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) == 0);
+	EXPECT(pthread_condattr_init(&ca) == 0);
+	EXPECT(pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED) == 0);
+	EXPECT(pthread_mutex_init(&sh->before, &ma) == 0);
 
-	CHECK((kid = th_spawn(early_child, NULL)) > 0);
-	CHECK(pthread_mutex_init(&sh->after, &ma) == 0);
-	CHECK(pthread_cond_init(&sh->cv_after, &ca) == 0);
-	CHECK(pthread_mutex_lock(&sh->before) == 0);
+	EXPECT((kid = th_spawn(early_child, NULL)) > 0);
+	EXPECT(pthread_mutex_init(&sh->after, &ma) == 0);
+	EXPECT(pthread_cond_init(&sh->cv_after, &ca) == 0);
+	EXPECT(pthread_mutex_lock(&sh->before) == 0);
 	th_sync_post(&go);
-	CHECK(th_wait_child(kid, 30000) == 0);
+	EXPECT(th_wait_child(kid, 30000) == 0);
 
-	CHECK(pthread_mutex_lock(&sh->after) == 0);
-	CHECK((kid = th_spawn(late_child, NULL)) > 0);
-	CHECK(th_wait_child(kid, 30000) == 0);
-	CHECK(pthread_mutex_unlock(&sh->after) == 0);
-	CHECK(pthread_mutex_unlock(&sh->before) == 0);
+	EXPECT(pthread_mutex_lock(&sh->after) == 0);
+	EXPECT((kid = th_spawn(late_child, NULL)) > 0);
+	EXPECT(th_wait_child(kid, 30000) == 0);
+	EXPECT(pthread_mutex_unlock(&sh->after) == 0);
+	EXPECT(pthread_mutex_unlock(&sh->before) == 0);
 
-	CHECK(pthread_cond_destroy(&sh->cv_after) == 0);
-	CHECK(pthread_mutex_destroy(&sh->after) == 0);
-	CHECK(pthread_mutex_destroy(&sh->before) == 0);
+	EXPECT(pthread_cond_destroy(&sh->cv_after) == 0);
+	EXPECT(pthread_mutex_destroy(&sh->after) == 0);
+	EXPECT(pthread_mutex_destroy(&sh->before) == 0);
 	pthread_mutexattr_destroy(&ma);
 	pthread_condattr_destroy(&ca);
 	th_redis_stop(&srv);
-	if (failures)
-		fprintf(stderr, "%d failures\n", failures);
-	return failures != 0;
+	return th_check_status();
 }

@@ -15,25 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "harness.h"
+#include "rw_sections.h"
 
 static struct th_redis srv;
-static int failures;
-
-#define CHECK(cond) do { \
-	if (!(cond)) { \
-		fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); \
-		failures++; \
-	} \
-} while (0)
-
-#define IS(expr, want) do { \
-	int rc_ = (expr); \
-	if (rc_ != (want)) { \
-		fprintf(stderr, "%s:%d: %s = %d, want %d\n", __FILE__, __LINE__, #expr, rc_, (want)); \
-		failures++; \
-	} \
-} while (0)
 
 static pthread_rwlock_t stat_rw = PTHREAD_RWLOCK_INITIALIZER; static const int stat_line = __LINE__;
 
@@ -120,18 +106,11 @@ static int worker(void *arg)
 		if ((i + seed) % 3 == 0) {
 			if (pthread_rwlock_wrlock(&shared_rw))
 				return 11;
-			if (th_redis_int(&srv, "INCR w") != 1 || th_redis_int(&srv, "GET r") != 0)
-				bad = 1;
-			long long n = th_redis_int(&srv, "GET n");
-			th_redis_int(&srv, "SET n %lld", n + 1);
-			th_redis_int(&srv, "DECR w");
+			bad |= th_rw_write_section(&srv);
 		} else {
 			if (pthread_rwlock_rdlock(&shared_rw))
 				return 12;
-			th_redis_int(&srv, "INCR r");
-			if (th_redis_int(&srv, "GET w") != 0)
-				bad = 1;
-			th_redis_int(&srv, "DECR r");
+			bad |= th_rw_read_section(&srv);
 		}
 		if (pthread_rwlock_unlock(&shared_rw))
 			return 13;
@@ -148,7 +127,7 @@ static void three_processes(void)
 	th_redis_int(&srv, "MSET w 0 r 0 n 0");
 	for (int i = 0; i < 3; i++) {
 		kids[i] = th_spawn(worker, &seeds[i]);
-		CHECK(kids[i] > 0);
+		EXPECT(kids[i] > 0);
 		for (int k = 0; k < ROUNDS; k++)
 			writes += (k + seeds[i]) % 3 == 0;
 	}
@@ -168,7 +147,5 @@ int main(void)
 	contract();
 	three_processes();
 	th_redis_stop(&srv);
-	if (failures)
-		fprintf(stderr, "%d failures\n", failures);
-	return failures != 0;
+	return th_check_status();
 }

@@ -17,34 +17,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "harness.h"
 
 static struct th_redis srv;
-static int failures;
-
-#define CHECK(cond) do { \
-	if (!(cond)) { \
-		fprintf(stderr, "%s:%d: %s (errno %d)\n", __FILE__, __LINE__, #cond, errno); \
-		failures++; \
-	} \
-} while (0)
-
-/* rc == -1 and errno == e */
-#define FAILS(expr, e) do { \
-	errno = 0; \
-	int rc_ = (expr); \
-	if (rc_ != -1 || errno != (e)) { \
-		fprintf(stderr, "%s:%d: %s = %d errno %d, want -1 errno %d\n", __FILE__, __LINE__, \
-				#expr, rc_, errno, (e)); \
-		failures++; \
-	} \
-} while (0)
 
 static int value(sem_t *s)
 {
 	int v = -1;
 
-	CHECK(sem_getvalue(s, &v) == 0);
+	EXPECT(sem_getvalue(s, &v) == 0);
 	return v;
 }
 
@@ -53,46 +35,46 @@ static void errors(void)
 	sem_t local, *a, *b, *max;
 	struct timespec past = { 0, 0 }, bad = { 0, -1 };
 
-	CHECK(sem_init(&local, 1, 0) == 0);
+	EXPECT(sem_init(&local, 1, 0) == 0);
 	FAILS(sem_trywait(&local), EAGAIN);
 	FAILS(sem_timedwait(&local, &past), ETIMEDOUT);
 	FAILS(sem_timedwait(&local, &bad), EINVAL);
 	FAILS(sem_clockwait(&local, CLOCK_PROCESS_CPUTIME_ID, &past), EINVAL);
-	CHECK(sem_post(&local) == 0);
+	EXPECT(sem_post(&local) == 0);
 	/* The deadline is not examined while a permit is free. */
-	CHECK(sem_timedwait(&local, &bad) == 0);
-	CHECK(value(&local) == 0);
-	CHECK(sem_destroy(&local) == 0);
+	EXPECT(sem_timedwait(&local, &bad) == 0);
+	EXPECT(value(&local) == 0);
+	EXPECT(sem_destroy(&local) == 0);
 	FAILS(sem_destroy(&local), EINVAL);
 	FAILS(sem_post(&local), EINVAL);
 
 	/* Named by its definition site. */
 	redisReply *r = th_redis_cmd(&srv, "KEYS %s", "dmutex:sem:{shimsem/test_shim_sem.c:*}");
-	CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+	EXPECT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
 	if (r)
 		freeReplyObject(r);
 
 	errno = 0;
-	CHECK(sem_open("/nosuch", 0) == SEM_FAILED && errno == ENOENT);
+	EXPECT(sem_open("/nosuch", 0) == SEM_FAILED && errno == ENOENT);
 	FAILS(sem_unlink("/nosuch"), ENOENT);
-	CHECK((a = sem_open("/named", O_CREAT, 0600, 3)) != SEM_FAILED);
-	CHECK((b = sem_open("/named", O_CREAT, 0600, 9)) == a);     /* one object per name */
-	CHECK(value(b) == 3);                                       /* first creator's value */
+	EXPECT((a = sem_open("/named", O_CREAT, 0600, 3)) != SEM_FAILED);
+	EXPECT((b = sem_open("/named", O_CREAT, 0600, 9)) == a);     /* one object per name */
+	EXPECT(value(b) == 3);                                       /* first creator's value */
 	errno = 0;
-	CHECK(sem_open("/named", O_CREAT | O_EXCL, 0600, 1) == SEM_FAILED && errno == EEXIST);
-	CHECK(sem_close(b) == 0);
-	CHECK(sem_wait(a) == 0);
-	CHECK(value(a) == 2);
-	CHECK(sem_close(a) == 0);
+	EXPECT(sem_open("/named", O_CREAT | O_EXCL, 0600, 1) == SEM_FAILED && errno == EEXIST);
+	EXPECT(sem_close(b) == 0);
+	EXPECT(sem_wait(a) == 0);
+	EXPECT(value(a) == 2);
+	EXPECT(sem_close(a) == 0);
 	FAILS(sem_close(a), EINVAL);
-	CHECK(th_redis_int(&srv, "HGET dmutex:sem:{/named} v") == 2);   /* close keeps it */
-	CHECK(sem_unlink("/named") == 0);
-	CHECK(th_redis_int(&srv, "EXISTS dmutex:sem:{/named}") == 0);
+	EXPECT(th_redis_int(&srv, "HGET dmutex:sem:{/named} v") == 2);   /* close keeps it */
+	EXPECT(sem_unlink("/named") == 0);
+	EXPECT(th_redis_int(&srv, "EXISTS dmutex:sem:{/named}") == 0);
 
-	CHECK((max = sem_open("/max", O_CREAT | O_EXCL, 0600, (unsigned)SEM_VALUE_MAX)) != SEM_FAILED);
+	EXPECT((max = sem_open("/max", O_CREAT | O_EXCL, 0600, (unsigned)SEM_VALUE_MAX)) != SEM_FAILED);
 	FAILS(sem_post(max), EOVERFLOW);
-	CHECK(sem_close(max) == 0);
-	CHECK(sem_unlink("/max") == 0);
+	EXPECT(sem_close(max) == 0);
+	EXPECT(sem_unlink("/max") == 0);
 }
 
 enum { PERMITS = 2, ROUNDS = 40 };
@@ -138,22 +120,22 @@ static void procs(void)
 	sem_t *s;
 
 	for (int i = 0; i < 3; i++)
-		CHECK((kids[i] = th_spawn(holder, NULL)) > 0);
+		EXPECT((kids[i] = th_spawn(holder, NULL)) > 0);
 	for (int i = 0; i < 3; i++)
-		CHECK(th_wait_child(kids[i], 20000) == 0);
-	CHECK(th_redis_int(&srv, "HGET dmutex:sem:{/procs} v") == PERMITS);
+		EXPECT(th_wait_child(kids[i], 20000) == 0);
+	EXPECT(th_redis_int(&srv, "HGET dmutex:sem:{/procs} v") == PERMITS);
 
-	CHECK(th_sync_init(&sy) == 0);
-	CHECK((kids[0] = th_spawn(hang, &sy)) > 0);
-	CHECK(th_sync_wait(&sy, 10000) == 0);
+	EXPECT(th_sync_init(&sy) == 0);
+	EXPECT((kids[0] = th_spawn(hang, &sy)) > 0);
+	EXPECT(th_sync_wait(&sy, 10000) == 0);
 	kill(kids[0], SIGKILL);
-	CHECK(th_wait_child(kids[0], 5000) == 128 + SIGKILL);
-	CHECK((s = sem_open("/crash", 0)) != SEM_FAILED);
-	CHECK(value(s) == 0);           /* no owner: the permit stays taken */
+	EXPECT(th_wait_child(kids[0], 5000) == 128 + SIGKILL);
+	EXPECT((s = sem_open("/crash", 0)) != SEM_FAILED);
+	EXPECT(value(s) == 0);           /* no owner: the permit stays taken */
 	FAILS(sem_trywait(s), EAGAIN);
-	CHECK(sem_post(s) == 0);
-	CHECK(sem_trywait(s) == 0);
-	CHECK(sem_close(s) == 0);
+	EXPECT(sem_post(s) == 0);
+	EXPECT(sem_trywait(s) == 0);
+	EXPECT(sem_close(s) == 0);
 	th_sync_close(&sy);
 }
 
@@ -168,7 +150,5 @@ int main(void)
 	errors();
 	procs();
 	th_redis_stop(&srv);
-	if (failures)
-		fprintf(stderr, "%d failures\n", failures);
-	return failures != 0;
+	return th_check_status();
 }

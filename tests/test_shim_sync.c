@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "harness.h"
 
 enum { PROCS = 3, ROUNDS = 30, CYCLES = 10 };
@@ -19,14 +20,6 @@ enum { PROCS = 3, ROUNDS = 30, CYCLES = 10 };
 static struct th_redis srv;
 static pthread_spinlock_t spin;
 static pthread_barrier_t bar;
-static int failures;
-
-#define CHECK(cond) do { \
-	if (!(cond)) { \
-		fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); \
-		failures++; \
-	} \
-} while (0)
 
 static int worker(void *arg)
 {
@@ -75,25 +68,23 @@ int main(void)
 	setenv("DMUTEX_URL", srv.url, 1);
 	setenv("DMUTEX_NAMESPACE", "shimsync", 1);
 	for (int i = 0; i < PROCS; i++)
-		CHECK((kids[i] = th_spawn(worker, NULL)) > 0);
+		EXPECT((kids[i] = th_spawn(worker, NULL)) > 0);
 	for (int i = 0; i < PROCS; i++)
-		CHECK(th_wait_child(kids[i], 20000) == 0);
-	CHECK(th_redis_int(&srv, "GET total") == PROCS * ROUNDS);
+		EXPECT(th_wait_child(kids[i], 20000) == 0);
+	EXPECT(th_redis_int(&srv, "GET total") == PROCS * ROUNDS);
 	for (int i = 0; i < CYCLES; i++)
-		CHECK(th_redis_int(&srv, "GET serial:%d", i) == 1);
+		EXPECT(th_redis_int(&srv, "GET serial:%d", i) == 1);
 
 	/* The attribute calls, and one site with another count. */
-	CHECK(pthread_barrierattr_init(&ba) == 0);
-	CHECK(pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_PRIVATE) == 0);
-	CHECK(pthread_barrierattr_getpshared(&ba, &ps) == 0 && ps == PTHREAD_PROCESS_PRIVATE);
-	CHECK(pthread_barrierattr_setpshared(&ba, 7) == EINVAL);
+	EXPECT(pthread_barrierattr_init(&ba) == 0);
+	EXPECT(pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_PRIVATE) == 0);
+	EXPECT(pthread_barrierattr_getpshared(&ba, &ps) == 0 && ps == PTHREAD_PROCESS_PRIVATE);
+	EXPECT(pthread_barrierattr_setpshared(&ba, 7) == EINVAL);
 	for (int n = 2; n <= 3; n++)
-		CHECK(pthread_barrier_init(&other, &ba, n) == (n == 2 ? 0 : EINVAL));
-	CHECK(pthread_barrier_destroy(&other) == 0);     /* the count-2 one */
-	CHECK(pthread_barrierattr_destroy(&ba) == 0);
-	CHECK(pthread_barrier_init(&other, NULL, 0) == EINVAL);
+		EXPECT(pthread_barrier_init(&other, &ba, n) == (n == 2 ? 0 : EINVAL));
+	EXPECT(pthread_barrier_destroy(&other) == 0);     /* the count-2 one */
+	EXPECT(pthread_barrierattr_destroy(&ba) == 0);
+	EXPECT(pthread_barrier_init(&other, NULL, 0) == EINVAL);
 	th_redis_stop(&srv);
-	if (failures)
-		fprintf(stderr, "%d failures\n", failures);
-	return failures != 0;
+	return th_check_status();
 }

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "harness.h"
 #include "shim_driver.h"
 
@@ -111,15 +112,6 @@ misc(void)
 
 /* ---- the driver ---- */
 
-static int failures;
-
-#define EXPECT(cond) do { \
-	if (!(cond)) { \
-		fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); \
-		failures++; \
-	} \
-} while (0)
-
 static int
 run_probe(const char *self, char *out, size_t len)
 {
@@ -175,7 +167,5 @@ main(int argc, char **argv)
 		EXPECT(th_run(av, NULL, NULL, 30000) == 0);
 	}
 	th_redis_stop(&srv);
-	if (failures)
-		fprintf(stderr, "%d failures\n", failures);
-	return failures != 0;
+	return th_check_status();
 }

@@ -92,6 +92,26 @@ Test(url, defaults)
 	cr_assert_eq(cfg.lease_ms, 10000);
 	cr_assert_str_eq(cfg.prefix, "dmutex:");
 	cr_assert_eq(cfg.metrics, 1);
+	cr_assert_eq(cfg.lease_cache, 0);
+}
+
+/* Cached leases (README "Cached leases"): on or off, client-wide, the same
+ * value on every URL of a Redlock list; nothing else is a value. */
+Test(url, lease_cache_option)
+{
+	ok("redis://h?lease_cache=on");
+	cr_assert_eq(cfg.lease_cache, 1);
+	dmutex__config_free(&cfg);
+	ok("redis://h?lease_cache=off");
+	cr_assert_eq(cfg.lease_cache, 0);
+	dmutex__config_free(&cfg);
+	ok("redis://a?lease_cache=on,redis://b?lease_cache=on");
+	cr_assert_eq(cfg.lease_cache, 1);
+	dmutex__config_free(&cfg);
+	fails("redis://h?lease_cache=1", EINVAL);
+	fails("redis://h?lease_cache=", EINVAL);
+	fails("redis://h?lease_cache=onn", EINVAL);
+	fails("redis://a?lease_cache=on,redis://b?lease_cache=off", EINVAL);
 }
 
 /* Per-lock counters on (default) or off; nothing else is a value. */

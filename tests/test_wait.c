@@ -67,15 +67,7 @@ static void warm_up(dmutex_t *m)
 /* Subscribers of the lock's wake channel. */
 static long long numsub(const char *name)
 {
-	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", name);
-	long long n = -1;
-
-	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-	    r->element[1]->type == REDIS_REPLY_INTEGER)
-		n = r->element[1]->integer;
-	if (r)
-		freeReplyObject(r);
-	return n;
+	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", name));
 }
 
 /* The waiter is waiting on the backend: subscribed, and it has asked at

@@ -104,6 +104,7 @@ struct cli_lock {
 	long long fence;                /* the current hold's token; -1 when free */
 	long long fence_counter;        /* last token handed out; -1 none */
 	int acquired_after_death;       /* the current holder took over a dead one's */
+	int cached;                     /* held as a lease its process keeps (README "Cached leases") */
 	int robust;                     /* ROBUST_* */
 	char state[16];                 /* meta state, "" = clean */
 	long long waiters;              /* clients subscribed to the wake channel */

@@ -157,6 +157,10 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 	l->fence_counter = num(field(meta, "fence"));
 	snprintf(l->state, sizeof l->state, "%s", (s = field(meta, "state")) ? s : "");
 	l->robust_recorded = num(field(meta, "robust"));
+	/* lease_cache.lua: the holder's process keeps the lease; Redis cannot
+	 * tell whether one of its threads holds it now (that costs no round
+	 * trip).  Without the lock key, "cached" is no owner that died. */
+	l->cached = l->held && !strcmp(l->state, "cached");
 	/* The states of acquire.lua / release.lua: "held" with no lock key
 	 * means the last holder's lease ran out without an unlock. */
 	if (!strcmp(l->state, "notrec"))

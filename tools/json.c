@@ -100,8 +100,8 @@ cli_json_lock(FILE *f, const struct cli_lock *l, const char *node)
 		putc('}', f);
 		return;
 	}
-	fprintf(f, ",\"exists\":%s,\"held\":%s", l->exists ? "true" : "false",
-			l->held ? "true" : "false");
+	fprintf(f, ",\"exists\":%s,\"held\":%s,\"cached\":%s", l->exists ? "true" : "false",
+			l->held ? "true" : "false", l->cached ? "true" : "false");
 	fputs(",\"host\":", f);
 	if (l->held)
 		cli_json_str(f, l->host);

@@ -27,7 +27,12 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 		fprintf(f, ": cannot read: %s\n", l->error);
 		return;
 	}
-	fprintf(f, ": %s\n", l->held ? "held" : "free");
+	fprintf(f, ": %s\n", l->cached ? "cached" : l->held ? "held" : "free");
+	if (l->cached)
+		fputs("  cached:      the holder's process keeps the lease: free for its threads, which\n"
+		      "               lock it without asking Redis, unless one of them holds it now;\n"
+		      "               another process that asks gets it at that thread's unlock, or\n"
+		      "               within a round trip if none holds it\n", f);
 	if (l->held) {
 		cli_holder(buf, sizeof buf, l, 1);
 		fprintf(f, "  holder:      %s\n", buf);

@@ -65,8 +65,8 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 
 /* A fencing token: a decimal string (acquire.lua: it may pass 2^53),
  * 1 .. INT64_MAX (what HINCRBY can count to). */
-static int
-fence_elem(const redisReply *r, size_t i, uint64_t *out)
+int
+dmutex__fence_elem(const redisReply *r, size_t i, uint64_t *out)
 {
 	const redisReply *e;
 	uint64_t v = 0;
@@ -101,7 +101,7 @@ dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__acq *
 
 	if (int_elem(r, 0, &st) || st < 0 || st > 3)
 		return -1;
-	if (st == DMUTEX__ACQ_OK && (fence_elem(r, 1, &fence) || int_elem(r, 2, &v2)))
+	if (st == DMUTEX__ACQ_OK && (dmutex__fence_elem(r, 1, &fence) || int_elem(r, 2, &v2)))
 		return -1;
 	/* A holder's remaining lease is at most the longest lease (24 h), or
 	 * -1/-2 (no expiry, no key): anything else would overflow the

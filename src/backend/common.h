@@ -53,6 +53,10 @@ void dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
  * against display. */
 int dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__acq *a);
 
+/* Element i of an array reply as a fencing token: a decimal string (it may
+ * pass 2^53) or an integer, 1 .. INT64_MAX.  0, or -1 if it is not one. */
+int dmutex__fence_elem(const redisReply *r, size_t i, uint64_t *out);
+
 void dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token,
 		int mode, struct dmutex__rel_argv *x);
 /* 0 and *released, or -1 for an unexpected shape; a release whose wake-up

@@ -122,6 +122,35 @@ redis_release_async(struct dmutex__backend *be, const char *name, const char *to
 			until_ns, rescue, rescue_arg, out);
 }
 
+static int
+redis_cache(struct dmutex__backend *be, const char *name, const char *token, unsigned block,
+		uint64_t *last, int *result)
+{
+	struct dmutex__node *n = node_of(be);
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], nb[16];
+	const char *argv[5] = { lk, mk, token, ch, nb };
+	redisReply *r;
+	long long st;
+	int md;
+
+	dmutex__key(lk, be->cfg.prefix, "lock", name);
+	dmutex__key(mk, be->cfg.prefix, "meta", name);
+	dmutex__key(ch, be->cfg.prefix, "wake", name);
+	snprintf(nb, sizeof nb, "%u", block);
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_LEASE_CACHE, 2, 5, argv, &md)))
+		return EIO;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+			(st = r->element[0]->integer) < 0 || st > 2 ||
+			(st == 1 && dmutex__fence_elem(r, 1, last))) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: lease cache of '%s': unexpected reply", n->addr->display, name);
+		freeReplyObject(r);
+		return EIO;
+	}
+	*result = (int)st;
+	freeReplyObject(r);
+	return 0;
+}
+
 /* Renew chunks in flight at once: enough to keep the server busy through
  * a round trip, few enough that the next chunk's wait starts from the
  * previous reply, not from a send of the whole batch. */
@@ -241,6 +270,7 @@ static const struct dmutex__backend_ops redis_ops = {
 	.release = redis_release,
 	.release_async = redis_release_async,
 	.renew = redis_renew,
+	.cache = redis_cache,
 	.channel = dmutex__backend_channel,
 	.atfork_child = redis_atfork_child,
 	.destroy = redis_destroy,

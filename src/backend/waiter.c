@@ -42,6 +42,7 @@ struct dmutex__wsub {
 	/* A fair lock's waiter: the token a hand-over must name to wake it
 	 * (fair_release.lua publishes "h:<token>"); "" wakes on everything. */
 	char want[DMUTEX__TOKEN_HEX + 1];
+	unsigned nnotify;               /* held by kept leases: tell w->notify */
 	unsigned char state[];          /* per node */
 };
 
@@ -64,6 +65,11 @@ struct dmutex__waiter {
 	struct dmutex__backend *be;
 	int sharded;
 	int stale;                      /* sharded: the slot map needs a refresh */
+	/* Called by the thread, with no lock held, after a message (or a lost
+	 * connection) on a subscription with nnotify > 0: set by kick. */
+	void (*notify)(void *);
+	void *notify_arg;
+	int kick;
 };
 
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -160,6 +166,7 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
 		s->state[i] = ST_NONE;
 		s->seq++;
+		w->kick |= s->nnotify > 0;
 	}
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
@@ -226,6 +233,11 @@ moved(struct dmutex__waiter *w, size_t node, const char *err)
 static int
 for_another(const struct dmutex__wsub *s, const redisReply *msg)
 {
+	/* "w": a process asks for a kept lease back (acquire.lua): news for
+	 * its holder only.  A waiter that woke on it would ask again and
+	 * publish it again: a hot loop. */
+	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'w')
+		return !s->nnotify;
 	return s->want[0] && msg->type == REDIS_REPLY_STRING && msg->len > 2 &&
 			!memcmp(msg->str, "h:", 2) &&
 			(msg->len - 2 != strlen(s->want) || memcmp(msg->str + 2, s->want, msg->len - 2));
@@ -259,8 +271,10 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 	pthread_mutex_lock(&w->mu);
 	if ((s = find(w, r->element[1]->str, r->element[1]->len))) {
 		if (!strcmp(kind, "message")) {
-			if (!for_another(s, r->element[2]))
+			if (!for_another(s, r->element[2])) {
 				s->seq++;
+				w->kick |= s->nnotify > 0;
+			}
 		} else if (!strcmp(kind, "subscribe")) {
 			/* The connection works: the next loss retries at once. */
 			w->nodes[node].backoff_ns = 0;
@@ -432,6 +446,14 @@ waiter_main(void *arg)
 					read_node(w, i);
 		}
 		pthread_mutex_lock(&w->mu);
+		if (w->kick && w->notify) {
+			void (*fn)(void *) = w->notify;
+			void *arg = w->notify_arg;
+			w->kick = 0;
+			pthread_mutex_unlock(&w->mu);
+			fn(arg);
+			pthread_mutex_lock(&w->mu);
+		}
 	}
 	pthread_mutex_unlock(&w->mu);
 	free(pf);
@@ -500,6 +522,34 @@ dmutex__waiter_sub(struct dmutex__backend *be, const char *channel, int64_t unti
 			break;
 	pthread_mutex_unlock(&w->mu);
 	return s;
+}
+
+struct dmutex__wsub *
+dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel, int64_t until_ns,
+		void (*notify)(void *), void *arg)
+{
+	struct dmutex__wsub *s = dmutex__waiter_sub(be, channel, until_ns);
+	struct dmutex__waiter *w = be->waiter;
+
+	if (s) {
+		pthread_mutex_lock(&w->mu);
+		s->nnotify++;
+		w->notify = notify;
+		w->notify_arg = arg;
+		pthread_mutex_unlock(&w->mu);
+	}
+	return s;
+}
+
+void
+dmutex__waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	struct dmutex__waiter *w = be->waiter;
+
+	pthread_mutex_lock(&w->mu);
+	s->nnotify--;
+	pthread_mutex_unlock(&w->mu);
+	dmutex__waiter_unsub(be, s);
 }
 
 uint64_t

@@ -20,6 +20,13 @@ struct dmutex__wsub;
  */
 struct dmutex__wsub *dmutex__waiter_sub(struct dmutex__backend *be, const char *channel,
 		int64_t until_ns);
+/* As dmutex__waiter_sub, for a kept lease (lease_cache.c): every message on
+ * the channel, and a lost connection, also calls notify(arg) from the
+ * wake-up thread with no lock held (one notify per backend: the last set).
+ * Undone by dmutex__waiter_unsub_notify. */
+struct dmutex__wsub *dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel,
+		int64_t until_ns, void (*notify)(void *), void *arg);
+void dmutex__waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s);
 /* The wake sequence: read it before asking the backend, wait on it after. */
 uint64_t dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s);
 /* Wait until the sequence moves past `seq` (1) or until_ns (0). */

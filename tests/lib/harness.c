@@ -656,6 +656,18 @@ int th_redis_clients(const struct th_redis *r)
 	return n;
 }
 
+long long th_numsub(redisReply *rep)
+{
+	long long n = -1;
+
+	if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+	    rep->element[1]->type == REDIS_REPLY_INTEGER)
+		n = rep->element[1]->integer;
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
 struct clients_arg { const struct th_redis *r; int n; };
 static int clients_eq(void *a)
 {

@@ -145,6 +145,9 @@ long long th_redis_int(const struct th_redis *r, const char *fmt, ...);
 int th_redis_clients(const struct th_redis *r);
 /* Poll until th_redis_clients(r) == n (deadline timeout_ms): 1 if it did. */
 int th_redis_wait_clients(const struct th_redis *r, int n, int timeout_ms);
+/* The subscriber count in the reply to PUBSUB NUMSUB (or SHARDNUMSUB) of
+ * one channel, or -1 if rep is NULL or not that shape.  Frees rep. */
+long long th_numsub(redisReply *rep);
 
 /* rm -rf of a harness temp dir (basename must start with "th-redis-"; other
  * paths are refused with a message).  For dirs left by a SIGKILLed owner. */

@@ -87,7 +87,8 @@ local function next_fence()
 end
 
 if busy then
-	local lv, cur, lfence, died = unpack(redis.call('HMGET', KEYS[1], 'v', 'token', 'fence', 'died'))
+	local lv, cur, lfence, died, cache, want = unpack(redis.call('HMGET', KEYS[1], 'v', 'token', 'fence', 'died',
+		'cache', 'w'))
 	if lv and lv ~= VERSION then
 		return {3, lv}
 	end
@@ -111,9 +112,18 @@ if busy then
 		return redis.error_reply('WRONGTYPE lock key holds data dmutex did not write')
 	end
 	-- A waiter says so on the key, which ends with this hold: the release
-	-- publishes only when someone listens.
-	if ARGV[10] == '1' then
-		redis.call('HSET', KEYS[1], 'w', '1')
+	-- publishes only when someone listens.  A lease kept for its process
+	-- (lease_cache.lua; `cache` names the channel its holder listens on)
+	-- is asked back, by a trylock too, once per hold: its holder hands it
+	-- over at its next unlock, or at once if no thread of it holds it.
+	-- Waiters ignore the 'w' they hear on that channel (waiter.c).
+	if not want then
+		if cache then
+			redis.pcall('PUBLISH', cache, 'w')
+		end
+		if cache or ARGV[10] == '1' then
+			redis.call('HSET', KEYS[1], 'w', '1')
+		end
 	end
 	return {1, redis.call('PTTL', KEYS[1])}
 end

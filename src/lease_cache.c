@@ -1,0 +1,313 @@
+/*
+ * Cached leases (README "Cached leases", issue 15 item 1): a process that
+ * unlocks a lock nobody else asked for keeps the lease, and a thread of the
+ * process that locks again takes it with no round trip.
+ *
+ * What a kept lease is, under e->mu: e->kept with e->held 0; e->token,
+ * e->deadline_ns, e->lease_ms and e->gen are the lease's (the renewer
+ * renews it while it is used); e->blk_next .. e->blk_last are fencing
+ * tokens reserved in Redis for local holds; e->ksub is the subscription
+ * to the lock's wake channel on which another process says it wants the
+ * lock (any message there, or a broken connection, moves its sequence
+ * past e->kseq: the lease is then "revoked").
+ *
+ * Safety rests on three rules, each checked where a local hold starts:
+ *   - the lease is ours for more than half a lease yet (deadline counted
+ *     from before the request that last granted or renewed it), so the
+ *     lock key that keeps every other process out outlives the start of
+ *     the hold, which the renewer then renews as any other;
+ *   - nobody asked for it since we kept it (e->kseq): not for safety, for
+ *     the hand-over (a waiting process is served at the next unlock);
+ *   - a reserved token is left: every token any later holder gets is above
+ *     the whole block (lease_cache.lua raised the name's counter past it).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "internal.h"
+#include "lockorder.h"
+#include "metrics.h"
+#include "waiter.h"
+
+/* Tokens reserved per round trip: one round trip per this many holds.
+ * Far below 2^20 (a millisecond of the token clock, token.lua), so the
+ * counter does not run ahead of the clock by any amount that matters. */
+#define BLOCK 4096u
+
+static void
+set_kept(struct dmutex__entry *e, int kept)
+{
+	/* Read without e->mu by dmutex__renewer_kick, as a hint. */
+	__atomic_store_n(&e->kept, kept, __ATOMIC_RELAXED);
+}
+
+/* Under e->mu: someone wants the lock, or we cannot tell. */
+static int
+revoked(const struct dmutex__entry *e)
+{
+	return !e->ksub || dmutex__wsub_seq(e->client->be, e->ksub) != e->kseq;
+}
+
+/* Under e->mu: the lease is ours long enough to start a hold on it. */
+static int
+fresh(const struct dmutex__entry *e, int64_t now)
+{
+	return e->deadline_ns - now > (int64_t)e->lease_ms * DMUTEX__MS / 2;
+}
+
+int
+dmutex__cache_allowed(const struct dmutex__mutex *mx)
+{
+	const struct dmutex_client *c = mx->entry->client;
+
+	/* Robust: a local hold would have to tell Redis that a thread holds
+	 * it (owner died); fair: the queue decides; Redlock and Cluster: no
+	 * cache op (README "Cached leases"). */
+	return mx->cache && !mx->fair && mx->robust != DMUTEX_ROBUST && c->cfg.lease_cache &&
+			c->be->ops->cache && mx->entry->kind == DMUTEX__KIND_MUTEX;
+}
+
+/* Waiter thread, no lock held: a message on a kept lease's channel.  The
+ * renewal thread releases kept leases nobody holds that were revoked. */
+static void
+kick(void *client)
+{
+	dmutex__renewer_kick(client);
+}
+
+void
+dmutex__cache_forget(struct dmutex__entry *e)
+{
+	set_kept(e, 0);
+	e->blk_next = e->blk_last = 0;
+	if (e->ksub) {
+		dmutex__waiter_unsub_notify(e->client->be, e->ksub);
+		e->ksub = NULL;
+	}
+}
+
+/* Without e->mu: subscribe, then mark the lease kept in Redis.  1 kept
+ * (*sub, *seq, *last set), 0 release as usual. */
+static int
+keep(struct dmutex__entry *e, const char *token, struct dmutex__wsub **sub, uint64_t *seq,
+		uint64_t *last)
+{
+	struct dmutex_client *c = e->client;
+	struct dmutex__backend *be = c->be;
+	char *channel = be->ops->channel(be, e->name);
+	int64_t until = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+	int result = 0;
+
+	*sub = channel ? dmutex__waiter_sub_notify(be, channel, until, kick, c) : NULL;
+	free(channel);
+	if (!*sub)
+		return 0;
+	/* Read before the script: a want published after the script read the
+	 * lock hash reaches this subscription (confirmed above, or, if not,
+	 * its confirmation moves the sequence: revoked, conservatively). */
+	*seq = dmutex__wsub_seq(be, *sub);
+	if (be->ops->cache(be, e->name, token, BLOCK, last, &result) || result != 1) {
+		dmutex__waiter_unsub_notify(be, *sub);
+		*sub = NULL;
+		return 0;
+	}
+	return 1;
+}
+
+int
+dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	struct dmutex_client *c = e->client;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__wsub *sub;
+	uint64_t seq, last;
+	int64_t prev_end = e->last_end_ns;
+	int rc;
+
+	e->last_end_ns = now;
+	if (!dmutex__cache_allowed(mx) || !fresh(e, now) || now < e->nocache_until_ns)
+		return 0;
+	if (e->kept) {
+		if (revoked(e)) {
+			/* Another process waits: hand over now, and keep
+			 * nothing for a lease (contended: caching only costs). */
+			e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
+			return 0;
+		}
+		goto kept;
+	}
+	/* Keep only a lock this process took again soon after its last hold
+	 * ended: a name locked once (or rarely) is released at once, as
+	 * without caching, and costs no subscription. */
+	if (!prev_end || e->start_ns - prev_end > (int64_t)e->lease_ms * DMUTEX__MS / 3)
+		return 0;
+	/* The first unlock of this lease: two round trips, once per lease. */
+	memcpy(token, e->token, sizeof token);
+	e->releasing = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	rc = keep(e, token, &sub, &seq, &last);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	e->releasing = 0;
+	if (rc != 1) {
+		/* Someone asked meanwhile, or Redis failed: release as usual
+		 * (which also finds out whether the lease is still ours). */
+		e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
+		return 0;
+	}
+	set_kept(e, 1);
+	e->ksub = sub;
+	e->kseq = seq;
+	e->blk_next = last - BLOCK + 1;
+	e->blk_last = last;
+kept:
+	if (e->held)
+		__atomic_fetch_sub(&c->held, 1, __ATOMIC_ACQ_REL);
+	e->held = 0;
+	e->depth = 0;
+	e->last_use_ns = now;
+	pthread_cond_broadcast(&e->cv);
+	return 1;
+}
+
+/* Under e->mu, kept and nobody holding it: start a hold of mx by us. */
+static void
+take(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	e->held = 1;
+	e->owner = pthread_self();
+	e->depth = 1;
+	e->fence = e->blk_next++;
+	e->lost = e->lost_reported = 0;
+	e->inconsistent = 0;
+	e->robust = 0;
+	e->fair = 0;
+	e->onlost = mx->onlost;
+	e->onlost_arg = mx->onlost_arg;
+	e->last_use_ns = now;
+	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Without e->mu, e->acquiring ours: release the kept lease by `until`. */
+static void
+drop(struct dmutex__entry *e, const char *token, int64_t until)
+{
+	struct dmutex_client *c = e->client;
+
+	dmutex__renewer_remove(c, e);
+	if (dmutex__release_by(c, e->name, token, DMUTEX__REL_CLEAN, until) == EIO)
+		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_CLEAN,
+				dmutex__now_ns() + (int64_t)e->lease_ms * DMUTEX__MS);
+}
+
+/* Under e->mu (dropped meanwhile, e->acquiring set): give the kept lease
+ * back and forget it. */
+static void
+drop_locked(struct dmutex__entry *e, int64_t until)
+{
+	char token[DMUTEX__TOKEN_HEX + 1];
+
+	memcpy(token, e->token, sizeof token);
+	e->acquiring = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	drop(e, token, until);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	e->acquiring = 0;
+	dmutex__cache_forget(e);
+	dmutex__entry_forget(e);
+}
+
+int
+dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	struct dmutex_client *c = e->client;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	uint64_t last;
+	int result = 0, err;
+
+	if (!e->kept)
+		return 0;
+	if (dmutex__cache_allowed(mx) && !revoked(e) && fresh(e, now)) {
+		if (e->blk_next <= e->blk_last) {
+			take(mx, e, now);
+			return 1;
+		}
+		/* The block is used up: reserve the next (one round trip). */
+		memcpy(token, e->token, sizeof token);
+		e->acquiring = 1;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		err = c->be->ops->cache(c->be, e->name, token, BLOCK, &last, &result);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		e->acquiring = 0;
+		pthread_cond_broadcast(&e->cv);
+		if (!err && result == 1 && e->kept && !strcmp(token, e->token) && !revoked(e)) {
+			e->blk_next = last - BLOCK + 1;
+			e->blk_last = last;
+			take(mx, e, dmutex__now_ns());
+			return 1;
+		}
+		if (!err && result == 0 && e->kept && !strcmp(token, e->token)) {
+			/* Not ours any more: nobody held it, nothing to report. */
+			dmutex__renewer_remove(c, e);
+			dmutex__cache_forget(e);
+			dmutex__entry_forget(e);
+			return 0;
+		}
+		if (!e->kept)
+			return 0;
+	}
+	/* Revoked, too close to its end, or this mutex may not use it: give
+	 * the lease back, then ask as anyone would. */
+	e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
+	drop_locked(e, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
+	return 0;
+}
+
+int
+dmutex__cache_idle(const struct dmutex__entry *e, int64_t now)
+{
+	/* Used since the last renewal (a third of a lease ago): renew it. */
+	return !e->held && (revoked(e) ||
+			now - e->last_use_ns >= (int64_t)e->lease_ms * DMUTEX__MS / 3 - 50 * DMUTEX__MS);
+}
+
+void
+dmutex__cache_release(struct dmutex__entry *e, int64_t until)
+{
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (e->kept && !e->held && !e->acquiring && !e->releasing)
+		drop_locked(e, until);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+}
+
+void
+dmutex__cache_release_all(struct dmutex_client *c, int64_t until)
+{
+	struct dmutex__entry **v = NULL;
+	size_t n = 0, cap = 0;
+
+	/* References under the table's lock, releases without it. */
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < c->tab_size; i++)
+		for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
+			if (!__atomic_load_n(&e->kept, __ATOMIC_RELAXED))
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 16;
+				struct dmutex__entry **nv = realloc(v, nc * sizeof *nv);
+				if (!nv)
+					break;
+				v = nv;
+				cap = nc;
+			}
+			__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+			v[n++] = e;
+		}
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < n; i++) {
+		dmutex__cache_release(v[i], until);
+		dmutex__entry_put(v[i]);
+	}
+	free(v);
+}

@@ -1,0 +1,568 @@
+/*
+ * Issue 15 item 1: cached leases (README "Cached leases").  A process that
+ * unlocks keeps the lease while nobody else asks; its threads lock again
+ * with no round trip; another process revokes it at once; tokens keep
+ * growing across local holds and hand-overs; an idle kept lease is
+ * released; a forked child never uses its parent's; a process that dies
+ * with one is no owner that died; lease_cache=off and the attribute turn
+ * it off; robust mutexes do not cache.
+ *
+ * "Another process" is another client where only the lease matters (a
+ * client is what Redis sees), a forked child where the process does.
+ */
+#include <criterion/criterion.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+#include "dmt.h"
+
+static struct th_redis srv;
+static char url[700];
+static pid_t child_pid;
+
+static void
+up(void)
+{
+	cr_assert_eq(th_redis_start(&srv, NULL), 0);
+	dmt_url(url, sizeof url, NULL, srv.port, "lease_cache=on");
+}
+
+static void
+down(void)
+{
+	dmt_reap(&child_pid);
+	th_redis_stop_all();
+}
+
+TestSuite(cache, .init = up, .fini = down, .timeout = 90);
+
+static int
+cached(const char *name)
+{
+	char lk[600], v[600];
+
+	dmt_lock_key(lk, sizeof lk, name);
+	return dmt_hget(&srv, lk, "cache", v, sizeof v) == 1;
+}
+
+static int
+lock_gone(void *arg)
+{
+	return dmt_lock_exists(&srv, arg) == 0;
+}
+
+static uint64_t
+cycle(dmutex_t *m)
+{
+	uint64_t tok = 0;
+
+	cr_assert_eq(dmutex_lock(m), 0);
+	cr_assert_eq(dmutex_fence(m, &tok), 0);
+	cr_assert_eq(dmutex_unlock(m), 0);
+	return tok;
+}
+
+/* A lease is kept from the second hold in a row on: a name locked once
+ * is released at its unlock, as without caching. */
+static uint64_t
+warm(dmutex_t *m, const char *name)
+{
+	uint64_t t1 = cycle(m), t2;
+
+	cr_assert(!cached(name), "a name locked once was kept");
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "a name locked once was not released");
+	t2 = cycle(m);
+	cr_assert_gt(t2, t1);
+	cr_assert(cached(name), "the lease was not kept");
+	return t2;
+}
+
+Test(cache, a_relock_in_the_same_process_needs_no_round_trip)
+{
+	const char *name = "cache-local";
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long before, after;
+	char state[32];
+	uint64_t last = 0;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, NULL), 0);
+	last = warm(&m, name);
+	cr_assert_eq(dmt_meta_state(&srv, name, state, sizeof state), 1);
+	cr_assert_str_eq(state, "cached");
+	before = dmt_cmd_calls(&srv, "evalsha", "eval", NULL);
+	/* More than one block of reserved tokens (4096): one refill. */
+	for (int i = 0; i < 3000; i++) {
+		uint64_t tok = cycle(&m);
+		cr_assert_gt(tok, last, "token %d did not grow", i);
+		last = tok;
+		cr_assert_eq(dmutex_trylock(&m), 0);
+		cr_assert_eq(dmutex_unlock(&m), 0);
+	}
+	after = dmt_cmd_calls(&srv, "evalsha", "eval", NULL);
+	/* A renewal now and then, nothing per lock. */
+	cr_assert_leq(after - before, 8, "%lld scripts for 6000 local holds", after - before);
+	dmt_close_mutex(c, &m);
+	/* Destroying the last mutex of the name gives the lease back. */
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
+}
+
+Test(cache, another_client_revokes_a_kept_lease_at_once)
+{
+	const char *name = "cache-revoke";
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	struct timespec at;
+	uint64_t t1, t2, t3;
+	long long t0;
+
+	/* A long lease: an idle drop (a third of it) would take 10 s. */
+	cr_assert_eq(dmt_open_mutex(&c1, &m1, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	t1 = warm(&m1, name);
+	/* A trylock elsewhere fails, and asks for the lease back. */
+	cr_assert_eq(dmutex_trylock(&m2), EBUSY);
+	t0 = th_now_ms();
+	dmt_deadline_in(CLOCK_REALTIME, 20000, &at);
+	cr_assert_eq(dmutex_timedlock(&m2, &at), 0);
+	cr_assert_lt(th_now_ms() - t0, 8000, "revocation took %lld ms", th_now_ms() - t0);
+	cr_assert_eq(dmutex_fence(&m2, &t2), 0);
+	cr_assert_gt(t2, t1, "the other client's token is not above the kept lease's");
+	/* Held elsewhere now: the first client asks Redis, and waits. */
+	cr_assert_eq(dmutex_trylock(&m1), EBUSY);
+	cr_assert_eq(dmutex_unlock(&m2), 0);
+	t3 = cycle(&m1);
+	cr_assert_gt(t3, t2);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
+Test(cache, an_idle_kept_lease_is_released)
+{
+	const char *name = "cache-idle";
+	dmutex_client_t *c;
+	dmutex_t m;
+	char state[32];
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 900 }), 0);
+	warm(&m, name);
+	cr_assert(th_wait_until(lock_gone, (void *)name, 10000), "an idle kept lease stayed");
+	/* Released cleanly, not as an owner that died. */
+	cr_assert_eq(dmt_meta_state(&srv, name, state, sizeof state), 0, "state '%s'", state);
+	dmt_close_mutex(c, &m);
+}
+
+static int
+keys_gone_after_unlock(dmutex_t *m, const char *name)
+{
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(dmutex_lock(m), 0);
+		cr_assert_eq(dmutex_unlock(m), 0);
+		if (dmt_lock_exists(&srv, name) != 0)
+			return 0;
+	}
+	return 1;
+}
+
+Test(cache, lease_cache_off_the_attribute_and_robust_mutexes_release_at_unlock)
+{
+	char off[800];
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	dmutex_t m;
+	int on = -1;
+
+	snprintf(off, sizeof off, "%s?lease_cache=off", srv.url);
+	cr_assert_eq(dmt_open_mutex(&c, &m, off, "cache-off-url", NULL), 0);
+	cr_assert(keys_gone_after_unlock(&m, "cache-off-url"));
+	dmt_close_mutex(c, &m);
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_getleasecache(&a, &on), 0);
+	cr_assert_eq(on, 1, "caching is not the default");
+	cr_assert_eq(dmutex_attr_setleasecache(&a, 2), EINVAL);
+	cr_assert_eq(dmutex_attr_setleasecache(NULL, 0), EINVAL);
+	cr_assert_eq(dmutex_attr_getleasecache(&a, NULL), EINVAL);
+	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
+	cr_assert_eq(dmutex_attr_getleasecache(&a, &on), 0);
+	cr_assert_eq(on, 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(dmutex_init(&m, "cache-off-attr", &a), 0);
+	cr_assert(keys_gone_after_unlock(&m, "cache-off-attr"));
+	dmutex_destroy(&m);
+	cr_assert_eq(dmutex_attr_setleasecache(&a, 1), 0);
+	cr_assert_eq(dmutex_attr_setrobust(&a, DMUTEX_ROBUST), 0);
+	cr_assert_eq(dmutex_init(&m, "cache-off-robust", &a), 0);
+	cr_assert(keys_gone_after_unlock(&m, "cache-off-robust"));
+	dmutex_destroy(&m);
+	dmutex_attr_destroy(&a);
+	dmutex_client_close(c);
+}
+
+/* The documented default (README, dmutex_client_open(3)): off. */
+Test(cache, a_client_without_the_option_does_not_cache)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "cache-default", NULL), 0);
+	cr_assert(keys_gone_after_unlock(&m, "cache-default"));
+	dmt_close_mutex(c, &m);
+}
+
+Test(cache, bad_lease_cache_values_are_refused)
+{
+	char bad[800];
+	dmutex_client_t *c;
+
+	snprintf(bad, sizeof bad, "%s?lease_cache=maybe", srv.url);
+	cr_assert_eq(dmutex_client_open(&c, bad), EINVAL);
+	snprintf(bad, sizeof bad, "%s?lease_cache=on&lease_cache=off", srv.url);
+	cr_assert_eq(dmutex_client_open(&c, bad), EINVAL);
+}
+
+/* Shared with a child: its token, and what its lock said. */
+struct shared {
+	uint64_t fence, fence2;
+	int rc;
+};
+
+static struct shared *sh;
+static dmutex_t *fork_m;
+
+static int
+child_locks(void *arg)
+{
+	struct timespec at;
+	int rc;
+
+	(void)arg;
+	dmt_deadline_in(CLOCK_REALTIME, 20000, &at);
+	rc = dmutex_timedlock(fork_m, &at);
+	sh->rc = rc;
+	if (rc)
+		return 1;
+	if (dmutex_fence(fork_m, &sh->fence) || dmutex_unlock(fork_m))
+		return 2;
+	return 0;
+}
+
+Test(cache, a_forked_child_does_not_use_its_parents_kept_lease)
+{
+	const char *name = "cache-fork";
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t mine;
+
+	sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(sh, MAP_FAILED);
+	sh->rc = -1;
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	mine = warm(&m, name);
+	fork_m = &m;
+	child_pid = th_spawn(child_locks, NULL);
+	cr_assert_gt(child_pid, 0);
+	cr_assert_eq(th_wait_child(child_pid, 30000), 0, "child: lock said %d", sh->rc);
+	child_pid = 0;
+	/* It asked Redis (which made us give the lease back): a new token. */
+	cr_assert_gt(sh->fence, mine);
+	cr_assert_gt(cycle(&m), sh->fence);
+	dmt_close_mutex(c, &m);
+	munmap(sh, sizeof *sh);
+}
+
+static int
+child_keeps_then_waits(void *arg)
+{
+	struct th_sync *s = arg;
+	dmutex_client_t *c;
+	dmutex_t m;
+	char u[800];
+
+	snprintf(u, sizeof u, "%s&lease_ms=1000", url);
+	if (dmt_open_mutex(&c, &m, u, "cache-death", NULL))
+		return 1;
+	for (int i = 0; i < 2; i++)
+		if (dmutex_lock(&m) || dmutex_unlock(&m))
+			return 2;
+	th_sync_post(s);
+	for (;;)
+		pause();
+}
+
+Test(cache, a_process_that_dies_with_a_kept_lease_is_no_owner_that_died)
+{
+	const char *name = "cache-death";
+	struct th_sync s;
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct timespec at;
+	char state[32];
+
+	cr_assert_eq(th_sync_init(&s), 0);
+	child_pid = th_spawn(child_keeps_then_waits, &s);
+	cr_assert_gt(child_pid, 0);
+	cr_assert_eq(th_sync_wait(&s, 20000), 0);
+	cr_assert(cached(name));
+	cr_assert_eq(dmt_meta_state(&srv, name, state, sizeof state), 1);
+	cr_assert_str_eq(state, "cached");
+	dmt_reap(&child_pid);
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name,
+			&(struct dmt_attr){ .robust = DMUTEX_ROBUST }), 0);
+	dmt_deadline_in(CLOCK_REALTIME, 20000, &at);
+	cr_assert_eq(dmutex_timedlock(&m, &at), 0, "a kept lease's process death said owner died");
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+	th_sync_close(&s);
+}
+
+/* Eight threads of one process on one lock: they take the kept lease in
+ * turn with no round trip (issue 15: <= 0.1 Redis commands per hold). */
+struct team {
+	dmutex_t *m;
+	atomic_int inside, overlaps;
+	atomic_ullong last_fence;
+	atomic_int backwards, errors;
+};
+
+static void *
+team_member(void *arg)
+{
+	struct team *t = arg;
+
+	for (int i = 0; i < 500; i++) {
+		uint64_t f = 0;
+		if (dmutex_lock(t->m)) {
+			atomic_fetch_add(&t->errors, 1);
+			continue;
+		}
+		if (atomic_fetch_add(&t->inside, 1))
+			atomic_fetch_add(&t->overlaps, 1);
+		if (dmutex_fence(t->m, &f) || f <= atomic_load(&t->last_fence))
+			atomic_fetch_add(&t->backwards, 1);
+		atomic_store(&t->last_fence, f);
+		atomic_fetch_sub(&t->inside, 1);
+		if (dmutex_unlock(t->m))
+			atomic_fetch_add(&t->errors, 1);
+	}
+	return NULL;
+}
+
+Test(cache, eight_threads_of_one_process_take_the_kept_lease_in_turn)
+{
+	const char *name = "cache-team";
+	struct team t = { 0 };
+	pthread_t th[8];
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long before, after;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, NULL), 0);
+	atomic_store(&t.last_fence, warm(&m, name));
+	t.m = &m;
+	before = dmt_cmd_calls(&srv, "evalsha", "eval", NULL);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, team_member, &t), 0);
+	for (int i = 0; i < 8; i++)
+		pthread_join(th[i], NULL);
+	after = dmt_cmd_calls(&srv, "evalsha", "eval", NULL);
+	cr_assert_eq(atomic_load(&t.errors), 0);
+	cr_assert_eq(atomic_load(&t.overlaps), 0, "two threads held it at once");
+	cr_assert_eq(atomic_load(&t.backwards), 0, "a token did not grow");
+	cr_assert_leq(after - before, 400, "%lld scripts for 4000 holds", after - before);
+	dmt_close_mutex(c, &m);
+}
+
+Test(cache, fair_mutexes_do_not_keep_their_lease)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	dmutex_t m;
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(dmutex_attr_setfair(&a, 1), 0);
+	cr_assert_eq(dmutex_init(&m, "cache-fair", &a), 0);
+	cr_assert(keys_gone_after_unlock(&m, "cache-fair"));
+	dmutex_destroy(&m);
+	dmutex_attr_destroy(&a);
+	dmutex_client_close(c);
+}
+
+/* Held from the kept lease by a thread of this process while another
+ * process waits: the unlock hands it over at once. */
+static int
+waiter_child(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct timespec at;
+	uint64_t f = 0;
+	int rc;
+
+	(void)arg;
+	if (dmt_open_mutex(&c, &m, url, "cache-handover", &(struct dmt_attr){ .lease_ms = 30000 }))
+		return 1;
+	dmt_deadline_in(CLOCK_REALTIME, 30000, &at);
+	if ((rc = dmutex_timedlock(&m, &at)))
+		return rc == ETIMEDOUT ? 3 : 2;
+	if (dmutex_fence(&m, &f) || f <= sh->fence)
+		return 4;
+	sh->rc = (int)(th_now_ms() - (long long)sh->fence2);
+	dmutex_unlock(&m);
+	dmt_close_mutex(c, &m);
+	return 0;
+}
+
+Test(cache, a_waiting_process_gets_the_lock_at_the_holders_unlock)
+{
+	const char *name = "cache-handover";
+	dmutex_client_t *c;
+	dmutex_t m;
+	char lk[600], v[16];
+
+	sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(sh, MAP_FAILED);
+	sh->rc = -1;
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	warm(&m, name);
+	cr_assert_eq(dmutex_lock(&m), 0);       /* local: from the kept lease */
+	cr_assert_eq(dmutex_fence(&m, &sh->fence), 0);
+	child_pid = th_spawn(waiter_child, NULL);
+	cr_assert_gt(child_pid, 0);
+	/* The child waits: it marked the lock (acquire.lua's w). */
+	dmt_lock_key(lk, sizeof lk, name);
+	for (int64_t end = dmt_now_ns() + 20000 * 1000000LL; dmt_hget(&srv, lk, "w", v, sizeof v) != 1;)
+		cr_assert_lt(dmt_now_ns(), end, "the other process never asked");
+	sh->fence2 = (uint64_t)th_now_ms();
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(th_wait_child(child_pid, 30000), 0, "child failed");
+	child_pid = 0;
+	/* A lease-long wait would be 30 s: the hand-over is one round trip,
+	 * plus the child's wake-up on a loaded machine. */
+	cr_assert_lt(sh->rc, 5000, "handed over after %d ms", sh->rc);
+	dmt_close_mutex(c, &m);
+	munmap(sh, sizeof *sh);
+}
+
+/* A thread that ends holding a hold taken from the kept lease ends it as
+ * any other hold: released at once. */
+static void *
+take_and_exit(void *arg)
+{
+	dmutex_lock(arg);
+	return NULL;
+}
+
+Test(cache, a_thread_that_ends_holding_the_kept_lease_releases_it)
+{
+	const char *name = "cache-thread-end";
+	dmutex_client_t *c;
+	dmutex_t m;
+	pthread_t th;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	warm(&m, name);
+	cr_assert_eq(pthread_create(&th, NULL, take_and_exit, &m), 0);
+	pthread_join(th, NULL);
+	cr_assert(th_wait_until(lock_gone, (void *)name, 10000), "the ended thread's hold stayed");
+	cycle(&m);
+	dmt_close_mutex(c, &m);
+}
+
+static int
+keep_and_exit(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	(void)arg;
+	if (dmt_open_mutex(&c, &m, url, "cache-exit", &(struct dmt_attr){ .lease_ms = 60000 }))
+		return 1;
+	for (int i = 0; i < 2; i++)
+		if (dmutex_lock(&m) || dmutex_unlock(&m))
+			return 2;
+	if (dmt_lock_exists(&srv, "cache-exit") != 1)
+		return 3;       /* not kept: the test would prove nothing */
+	exit(0);            /* no destroy, no close: exit gives it back */
+}
+
+Test(cache, a_process_that_exits_gives_its_kept_lease_back)
+{
+	child_pid = th_spawn(keep_and_exit, NULL);
+	cr_assert_gt(child_pid, 0);
+	cr_assert_eq(th_wait_child(child_pid, 30000), 0);
+	child_pid = 0;
+	/* At once: the lease (60 s) has not run out. */
+	cr_assert_eq(dmt_lock_exists(&srv, "cache-exit"), 0, "the kept lease outlived its process");
+}
+
+Test(cache, destroy_gives_the_kept_lease_back)
+{
+	const char *name = "cache-destroy";
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 60000 }), 0);
+	warm(&m, name);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "destroy kept the lease");
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* What `dmutex status NAME` (and --json) prints, into out. */
+static void
+status_of(const char *name, const char *json, char *out, size_t len)
+{
+	char cmd[1200];
+	size_t n;
+	FILE *p;
+
+	cr_assert(getenv("DMUTEX_BIN"), "DMUTEX_BIN is not set (run through meson test)");
+	snprintf(cmd, sizeof cmd, "'%s' --url '%s' status %s '%s' 2>&1", getenv("DMUTEX_BIN"), srv.url, json,
+			name);
+	cr_assert_not_null(p = popen(cmd, "r"));
+	n = fread(out, 1, len - 1, p);
+	out[n] = 0;
+	pclose(p);
+}
+
+Test(cache, dmutex_status_shows_a_kept_lease_as_cached)
+{
+	const char *name = "cache-status";
+	dmutex_client_t *c;
+	dmutex_t m;
+	char out[4096];
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	cycle(&m);
+	status_of(name, "", out, sizeof out);
+	cr_assert(strstr(out, "cache-status: free\n"), "%s", out);
+	cycle(&m);
+	status_of(name, "", out, sizeof out);
+	cr_assert(strstr(out, "cache-status: cached\n"), "%s", out);
+	cr_assert(strstr(out, "robust:      consistent"), "%s", out);
+	status_of(name, "--json", out, sizeof out);
+	cr_assert(strstr(out, "\"held\":true,\"cached\":true"), "%s", out);
+	/* Held by a thread of ours: Redis sees the same. */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	status_of(name, "", out, sizeof out);
+	cr_assert(strstr(out, "cache-status: cached\n"), "%s", out);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+	status_of(name, "--json", out, sizeof out);
+	cr_assert(strstr(out, "\"held\":false,\"cached\":false"), "%s", out);
+}
