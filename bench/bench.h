@@ -28,7 +28,7 @@ struct bench_target {
 struct bench_opts {
 	int quick;
 	int json;
-	unsigned scenarios;     /* bit s set: run scenario s (1..7, 10, 11) */
+	unsigned scenarios;     /* bit s set: run scenario s (1..7, 10, 11, 12) */
 	const char *peers_dir;  /* run the peers from there, or NULL */
 	const char *cmdline;
 };
@@ -164,6 +164,7 @@ int bench_renewal(struct bench *b);             /* 6 */
 int bench_independent(struct bench *b);         /* 7 */
 int bench_fair(struct bench *b);                /* 10 */
 int bench_cache(struct bench *b);               /* 11 */
+int bench_fresh(struct bench *b);               /* 12 */
 /* Scenarios 2 and 4 for dmutex and for each peer, each item measured for
  * all of them back to back, so that they see the same machine. */
 size_t bench_peers(struct bench *b, struct peer *out, size_t max);

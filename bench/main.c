@@ -16,7 +16,7 @@
 #include "dmutex.h"
 #include "harness.h"
 
-#define ALL_SCENARIOS 0xcfeu    /* bits 1..7, 10, 11 */
+#define ALL_SCENARIOS 0x1cfeu   /* bits 1..7, 10, 11, 12 */
 
 static void
 usage(FILE *f)
@@ -162,7 +162,7 @@ parse_only(const char *s, unsigned *mask)
 	while (*s) {
 		char *end;
 		long v = strtol(s, &end, 10);
-		if (end == s || v < 1 || (v > 7 && v != 10 && v != 11))
+		if (end == s || v < 1 || (v > 7 && v != 10 && v != 11 && v != 12))
 			return -1;
 		*mask |= 1u << v;
 		s = end + (*end == ',');
@@ -265,6 +265,8 @@ main(int argc, char **argv)
 		if ((b.opt.scenarios & (1u << 10)) && bench_fair(&b))
 			rc = 1;
 		if ((b.opt.scenarios & (1u << 11)) && bench_cache(&b))
+			rc = 1;
+		if ((b.opt.scenarios & (1u << 12)) && bench_fresh(&b))
 			rc = 1;
 	}
 
