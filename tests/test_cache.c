@@ -566,3 +566,39 @@ Test(cache, dmutex_status_shows_a_kept_lease_as_cached)
 	status_of(name, "--json", out, sizeof out);
 	cr_assert(strstr(out, "\"held\":false,\"cached\":false"), "%s", out);
 }
+
+/* The local fast path takes the kept lease only while it is ours for more
+ * than half a lease: with the server stopped (no renewal), local locks stop
+ * well before the lease's end, not at it. */
+Test(cache, no_local_hold_starts_in_the_last_half_of_the_lease)
+{
+	const char *name = "cache-fresh";
+	const long lease = 3000;
+	dmutex_client_t *c;
+	dmutex_t m;
+	char u[800];
+	long long paused, failed = 0;
+	int rc = 0;
+
+	snprintf(u, sizeof u, "%s&command_timeout_ms=200", url);
+	cr_assert_eq(dmt_open_mutex(&c, &m, u, name, &(struct dmt_attr){ .lease_ms = lease }), 0);
+	warm(&m, name);
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	paused = th_now_ms();
+	/* Used all along (no idle drop): only the lease's age stops it. */
+	while (th_now_ms() - paused < lease) {
+		if ((rc = dmutex_trylock(&m))) {
+			failed = th_now_ms();
+			break;
+		}
+		dmutex_unlock(&m);
+		dmt_pass_time_ms(20);
+	}
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	cr_assert_neq(failed, 0, "local holds went on to the lease's end");
+	cr_assert_eq(rc, EIO, "trylock said %d", rc);
+	/* Half a lease (1500 ms) since the last renewal at the latest; the
+	 * lease itself ends at about 2940 ms. */
+	cr_assert_lt(failed - paused, 2400, "local holds went on %lld ms", failed - paused);
+	dmt_close_mutex(c, &m);
+}
