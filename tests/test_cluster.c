@@ -565,3 +565,229 @@ Test(cluster, fork_while_threads_lock)
 	cr_assert_geq(children, 5);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
+
+/* ------------------------------------------------------------------ */
+/* a master killed under held and contended locks                      */
+/* ------------------------------------------------------------------ */
+
+static void
+count_lost(const char *name, void *arg)
+{
+	(void)name;
+	__atomic_fetch_add((int *)arg, 1, __ATOMIC_ACQ_REL);
+}
+
+static int lost_kept, lost_gone;
+
+static int
+gone_reported(void *arg)
+{
+	(void)arg;
+	return __atomic_load_n(&lost_gone, __ATOMIC_ACQUIRE) > 0;
+}
+
+struct fo_waiter {
+	dmutex_t *m;
+	int rc;
+	uint64_t fence;
+	int unlock_rc;
+	int done;
+};
+
+/* Locks until it has it: EIO (the master is gone, the slot not served
+ * yet) is asked again, as an application that keeps a blocking lock
+ * going would. */
+static void *
+fo_wait(void *p)
+{
+	struct fo_waiter *w = p;
+	long long deadline = th_now_ms() + 60000;
+
+	while ((w->rc = dmutex_lock(w->m)) == EIO && th_now_ms() < deadline)
+		;
+	if (!w->rc) {
+		w->rc = dmutex_fence(w->m, &w->fence);
+		w->unlock_rc = dmutex_unlock(w->m);
+	}
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static int
+fo_done(void *p)
+{
+	return __atomic_load_n(&((struct fo_waiter *)p)->done, __ATOMIC_ACQUIRE);
+}
+
+/* Master *(int *)arg has no replica connected. */
+static int
+no_replica(void *arg)
+{
+	redisReply *rep = th_cluster_cmd(&clu, *(int *)arg, "INFO replication");
+	int none = rep && rep->type == REDIS_REPLY_STRING && strstr(rep->str, "connected_slaves:0");
+
+	if (rep)
+		freeReplyObject(rep);
+	return none;
+}
+
+/* EXISTS of NAME's lock key on replica node i: READONLY first, on the
+ * same connection, else a replica answers MOVED. */
+static long long
+exists_on_replica(int i, const char *name)
+{
+	redisContext *x = th_redis_connect(&clu.node[i], NULL, NULL);
+	redisReply *rep;
+	long long e = -1;
+
+	cr_assert(x, "connect to node %d", i);
+	rep = redisCommand(x, "READONLY");
+	cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "READONLY on node %d", i);
+	freeReplyObject(rep);
+	rep = redisCommand(x, "EXISTS dmutex:lock:{%s}", name);
+	if (rep && rep->type == REDIS_REPLY_INTEGER)
+		e = rep->integer;
+	if (rep)
+		freeReplyObject(rep);
+	redisFree(x);
+	return e;
+}
+
+static char kept_name[32];
+
+static int
+kept_replicated(void *arg)
+{
+	return exists_on_replica(*(int *)arg, kept_name) == 1;
+}
+
+/* A name served by master m: base0, base1, ... */
+static void
+name_on(char *out, size_t len, const char *base, int m)
+{
+	for (int i = 0; i < 10000; i++) {
+		snprintf(out, len, "%s%d", base, i);
+		if (owner_of(out) == m)
+			return;
+	}
+	cr_assert_fail("no name %s* on master %d", base);
+}
+
+static uint64_t
+fence_cycle(dmutex_t *m)
+{
+	uint64_t t = 0;
+	long long deadline = th_now_ms() + 30000;
+	int rc;
+
+	while ((rc = dmutex_trylock(m)) == EIO && th_now_ms() < deadline)
+		;
+	cr_assert_eq(rc, 0, "trylock: %s", dmutex_strerror(rc));
+	cr_assert_eq(dmutex_fence(m, &t), 0);
+	cr_assert_eq(dmutex_unlock(m), 0);
+	return t;
+}
+
+/* SIGKILL of a master while one of its locks is held with its key on the
+ * replica, and another held with its key only on the master (the replica
+ * cut off while it was taken) and waited for by a second client.  The
+ * replica is promoted (the cluster's own failover); the clients follow
+ * (the slot map refreshed on the connection error or a MOVED).  The
+ * replicated hold is kept and renewed; the other is reported lost (onlost,
+ * then ENOLCK at unlock) and the waiter gets the name; every token after
+ * the failover is above every token before it. */
+Test(cluster, master_killed_under_held_and_contended_locks)
+{
+	const char *opts = "lease_ms=10000&connect_timeout_ms=500&command_timeout_ms=1000";
+	dmutex_attr_t ak, ag;
+	dmutex_client_t *c, *c2;
+	dmutex_t kept, gone, n, w;
+	char kname[32], gname[32], nname[32], ch[64];
+	struct fo_waiter fw = { .m = &w };
+	uint64_t before = 0, gone_tok = 0, after;
+	pthread_t t;
+	long long t0;
+	int m, r;
+	redisReply *rep;
+
+	up();
+	m = owner_of("fo-any");
+	r = th_cluster_replica_of(&clu, m);
+	cr_assert_geq(r, 0, "master %d has no replica", m);
+	name_on(kname, sizeof kname, "fo-kept", m);
+	snprintf(kept_name, sizeof kept_name, "%s", kname);
+	name_on(gname, sizeof gname, "fo-gone", m);
+	name_on(nname, sizeof nname, "fo-n", m);
+	c = open_client(opts);
+	c2 = open_client(opts);
+	cr_assert_eq(dmutex_attr_init(&ak), 0);
+	cr_assert_eq(dmutex_attr_setclient(&ak, c), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&ak, count_lost, &lost_kept), 0);
+	cr_assert_eq(dmutex_init(&kept, kname, &ak), 0);
+	cr_assert_eq(dmutex_attr_init(&ag), 0);
+	cr_assert_eq(dmutex_attr_setclient(&ag, c), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&ag, count_lost, &lost_gone), 0);
+	cr_assert_eq(dmutex_init(&gone, gname, &ag), 0);
+	init_on(&n, nname, c);
+	init_on(&w, gname, c2);
+	for (int i = 0; i < 3; i++) {
+		uint64_t tok = fence_cycle(&n);
+		cr_assert_gt(tok, before);
+		before = tok;
+	}
+
+	/* Held, and on the replica. */
+	cr_assert_eq(dmutex_lock(&kept), 0);
+	/* (WAIT on a connection of its own proves nothing: it waits for
+	 * that connection's writes, none.) */
+	cr_assert(th_wait_until(kept_replicated, &r, 10000), "the hold did not reach the replica");
+	/* Held, on the master only: the replica cannot reconnect meanwhile (a
+	 * stopped replica would still read the write from its socket when it
+	 * resumes, the master dead or not). */
+	rep = th_cluster_cmd(&clu, r, "CONFIG SET masterauth nosuchpassword");
+	cr_assert(rep && rep->type == REDIS_REPLY_STATUS, "CONFIG SET masterauth");
+	freeReplyObject(rep);
+	rep = th_cluster_cmd(&clu, r, "CLIENT KILL TYPE master");
+	cr_assert(rep && rep->type == REDIS_REPLY_INTEGER, "CLIENT KILL TYPE master");
+	freeReplyObject(rep);
+	cr_assert(th_wait_until(no_replica, &m, 10000), "the replica is still connected");
+	cr_assert_eq(dmutex_lock(&gone), 0);
+	cr_assert_eq(dmutex_fence(&gone, &gone_tok), 0);
+	cr_assert_gt(gone_tok, before);
+	/* ... and waited for. */
+	cr_assert_eq(pthread_create(&t, NULL, fo_wait, &fw), 0);
+	snprintf(ch, sizeof ch, "dmutex:wake:{%s}", gname);
+	await_subscribers(m, ch, 1);
+
+	t0 = th_now_ms();
+	cr_assert_eq(th_redis_kill(&clu.node[m]), 0);
+	cr_assert_eq(th_cluster_wait_ok(&clu, 60000), 0, "no failover");
+	cr_assert_eq(th_cluster_master_of(&clu, r), r, "node %d was not promoted", r);
+
+	/* The waiter gets the name the new master does not know held. */
+	cr_assert(th_wait_until(fo_done, &fw, 40000), "the waiter never got the lock");
+	pthread_join(t, NULL);
+	cr_assert_eq(fw.rc, 0, "waiter: %s", dmutex_strerror(fw.rc));
+	cr_assert_gt(fw.fence, gone_tok, "token %llu after the failover, %llu before",
+			(unsigned long long)fw.fence, (unsigned long long)gone_tok);
+	/* Its holder hears so at its next renewal, and unlock says so. */
+	cr_assert(th_wait_until(gone_reported, NULL, 30000), "the lost hold was not reported");
+	cr_assert_eq(dmutex_unlock(&gone), ENOLCK);
+	cr_assert_eq(fw.unlock_rc, 0);
+	/* The replicated hold is renewed on the new master and released there. */
+	after = fence_cycle(&n);
+	cr_assert_gt(after, gone_tok);
+	cr_assert_eq(__atomic_load_n(&lost_kept, __ATOMIC_ACQUIRE), 0, "the replicated hold was lost");
+	cr_assert_eq(dmutex_unlock(&kept), 0);
+	cr_assert_eq(exists_on(r, kname), 0);
+	fprintf(stderr, "cluster failover: master %d killed, replica %d promoted, waiter locked "
+			"%lld ms after the kill\n", m, r, th_now_ms() - t0);
+	cr_assert_eq(dmutex_destroy(&kept), 0);
+	cr_assert_eq(dmutex_destroy(&gone), 0);
+	cr_assert_eq(dmutex_destroy(&n), 0);
+	cr_assert_eq(dmutex_destroy(&w), 0);
+	dmutex_attr_destroy(&ak);
+	dmutex_attr_destroy(&ag);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(dmutex_client_close(c2), 0);
+}

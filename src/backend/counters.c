@@ -95,13 +95,15 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 			break;
 		}
 		/* A command refused inside MULTI aborts the whole transaction:
-		 * nothing was added.  A slot that moved (cluster) is no refusal:
-		 * the map is refreshed and the batch goes again.  Else said
-		 * once, and not sent again. */
+		 * nothing was added.  A slot that moved (cluster) or a passing
+		 * state is no refusal: the batch goes again.  Else said once,
+		 * and not sent again. */
 		if (r->type == REDIS_REPLY_ERROR && st == DMUTEX__CNT_SENT) {
-			if (dmutex__node_redirect(r)) {
+			if (dmutex__node_redirect(r) || dmutex__node_transient(r)) {
+				/* Moved, or passing (CLUSTERDOWN during a
+				 * failover, LOADING, READONLY...): again later. */
 				st = DMUTEX__CNT_NOT_SENT;
-				if (be->ops->sub_stale)
+				if (be->ops->sub_stale && dmutex__node_redirect(r))
 					be->ops->sub_stale(be, r->str);
 			} else {
 				st = DMUTEX__CNT_REFUSED;
