@@ -253,7 +253,9 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
  * another client may still find the lock taken (trylock EBUSY; a blocking
  * lock is woken by the release); a lock of the same name through this
  * client waits for the answer first.  An answer saying the key was not
- * ours (the hold had been lost unnoticed) calls the onlost handler, and
+ * ours (the hold had been lost unnoticed) calls the onlost handler (at
+ * the next lock, trylock, unlock, fence or destroy of the name in the
+ * process, which act on the answer), and
  * the unlocking thread's next lock, trylock, unlock or fence of the mutex
  * returns ENOLCK, once; no answer (connection lost, an error) retries the
  * release in the background until the lease ends.  An unlock, fence or
