@@ -28,7 +28,7 @@ struct bench_target {
 struct bench_opts {
 	int quick;
 	int json;
-	unsigned scenarios;     /* bit s set: run scenario s (1..7, 10, 11, 12) */
+	unsigned scenarios;     /* bit s set: run scenario s (1..7, 10..13) */
 	const char *peers_dir;  /* run the peers from there, or NULL */
 	const char *cmdline;
 };
@@ -94,6 +94,8 @@ struct cmdstats {
 	long long total;        /* every cmdstat_* but info */
 	long long client;       /* what a client sends: evalsha, eval, subscribe... */
 	long long usec_client;  /* server time in those, scripts' inner calls included */
+	long long scripts;      /* evalsha + eval */
+	long long subscribe;    /* subscribe */
 };
 int bench_cmdstats(redisContext *c, struct cmdstats *out);
 
@@ -165,6 +167,7 @@ int bench_independent(struct bench *b);         /* 7 */
 int bench_fair(struct bench *b);                /* 10 */
 int bench_cache(struct bench *b);               /* 11 */
 int bench_fresh(struct bench *b);               /* 12 */
+int bench_cond(struct bench *b);                /* 13 */
 /* Scenarios 2 and 4 for dmutex and for each peer, each item measured for
  * all of them back to back, so that they see the same machine. */
 size_t bench_peers(struct bench *b, struct peer *out, size_t max);

@@ -188,6 +188,10 @@ bench_cmdstats(redisContext *c, struct cmdstats *out)
 			out->client += calls;
 			out->usec_client += usec;
 		}
+		if (!strcmp(name, "evalsha") || !strcmp(name, "eval"))
+			out->scripts += calls;
+		if (!strcmp(name, "subscribe"))
+			out->subscribe += calls;
 	}
 	freeReplyObject(r);
 	return 0;

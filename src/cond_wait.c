@@ -2,17 +2,22 @@
  * wait, timedwait and clockwait are one function with different deadlines:
  *
  * 1. subscribe to a channel of the waiting thread's own (through the
- *    client's wake-up thread);
+ *    client's wake-up thread), and to the mutex's wake channel, so that
+ *    taking the mutex back costs no subscription round trip;
  * 2. register as a waiter in the backend, then release the mutex.  Whoever
  *    changes the predicate and signals holds the mutex after us, so finds
  *    us registered: no wake-up is lost between the unlock and the sleep;
- * 3. sleep until a message on the channel or the deadline; on a message,
- *    and every third of the registration's life, ask the backend whether
- *    we were woken: that acknowledges the wake-up, or refreshes the
- *    registration (a message may also be a node's subscription news);
- * 4. at the deadline, leave: remove the registration.  A waiter that finds
- *    itself already removed was woken at the last moment: it counts as
- *    woken, so that wake-up is not lost;
+ * 3. sleep until a message on the channel or the deadline; every third of
+ *    the registration's life, ask the backend whether we were woken (a
+ *    message may have been lost with a connection): that acknowledges the
+ *    wake-up, or refreshes the registration;
+ * 4. leave: remove the registration, which acknowledges a wake-up.  A
+ *    waiter that finds itself already removed was woken (at the last
+ *    moment, if it timed out): it counts as woken, so that wake-up is not
+ *    lost.  One that finds itself still there after a message was woken
+ *    by a node's subscription news: a spurious wake-up, as POSIX allows.
+ *    After a message, one node, the leave is sent and its answer read
+ *    around the first attempt of step 5: one round trip for both;
  * 5. take the mutex back, retrying backend failures until it is held.
  *
  * Cancellation (cancel.c): the call runs with cancellation disabled except
@@ -24,6 +29,7 @@
  * ENOTRECOVERABLE), they run without it and one error is logged.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -40,7 +46,7 @@ take_back(dmutex_t *m, struct dmutex__entry *e, int depth)
 {
 	int err;
 
-	while ((err = dmutex_lock(m)) == EIO)
+	while ((err = dmutex__relock(m)) == EIO)
 		dmutex__log(DMUTEX_LOG_WARN, "condition wait: cannot take '%s' back yet; retrying", e->name);
 	if (err == 0 || err == EOWNERDEAD) {
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
@@ -54,6 +60,7 @@ struct cancel_ctx {
 	dcond_t *c;
 	struct dmutex__cond *cx;
 	struct dmutex__wsub *sub;
+	struct dmutex__wsub *msub;      /* the mutex's wake channel, or NULL */
 	dmutex_t *m;
 	struct dmutex__entry *e;
 	const char *token;
@@ -71,7 +78,9 @@ cancelled(void *arg)
 		dcond_signal(k->c);     /* woken as it was cancelled: pass it on */
 	dmutex__waiter_unsub(k->cx->client->be, k->sub);
 	__atomic_fetch_sub(&k->cx->waiters, 1, __ATOMIC_ACQ_REL);
-	err = dmutex_lock(k->m);
+	err = dmutex__relock(k->m);
+	if (k->msub)
+		dmutex__waiter_unsub(k->e->client->be, k->msub);
 	if (err == 0 || err == EOWNERDEAD) {
 		dmutex__mu_lock(&k->e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		k->e->depth = k->depth;
@@ -86,7 +95,7 @@ cancelled(void *arg)
  * in locals: the cleanup machinery may longjmp. */
 struct sleep_state {
 	uint64_t seq;
-	int still, timed_out, unsure;
+	int still, timed_out, message;
 };
 
 static void
@@ -103,17 +112,18 @@ sleep_until_woken(struct cancel_ctx *k, struct sleep_state *st, int64_t until, i
 		dmutex__cancel_restore(cs);
 		woke = dmutex__wsub_wait(cl->be, k->sub, st->seq, next < until ? next : until);
 		dmutex__nocancel();
-		if (!woke && dmutex__now_ns() >= until) {
+		if (woke) {
+			/* Asked in step 4, together with the mutex. */
+			st->message = 1;
+			break;
+		}
+		if (dmutex__now_ns() >= until) {
 			st->timed_out = 1;
 			break;
 		}
 		now_seq = dmutex__wsub_seq(cl->be, k->sub);
-		if (dmutex__cond_refresh(k->cx->client->be, k->cx->name, k->token, &st->still)) {
-			if (!woke)
-				continue;       /* try again at the next refresh */
-			st->unsure = 1;         /* cannot tell: count as woken */
-			break;
-		}
+		if (dmutex__cond_refresh(k->cx->client->be, k->cx->name, k->token, &st->still))
+			continue;               /* try again at the next refresh */
 		if (!st->still)
 			break;                  /* woken, and acknowledged */
 		st->seq = now_seq;
@@ -131,11 +141,12 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
 	struct dmutex_client *cl;
-	struct dmutex__wsub *sub;
-	char token[DMUTEX__TOKEN_HEX + 1], channel[DMUTEX__CHANNEL_MAX];
-	int64_t refresh_ns;
+	struct dmutex__wsub *sub, *msub = NULL;
+	struct dmutex__cond_leaving leaving;
+	char token[DMUTEX__TOKEN_HEX + 1], channel[DMUTEX__CHANNEL_MAX], *mchannel;
+	int64_t refresh_ns, sub_until;
 	uint64_t seq;
-	int depth, err, lost = 0, still = 1, timed_out = 0, unsure = 0;
+	int depth, err, lost = 0, still = 1, timed_out = 0, overlap = 0;
 
 	if ((err = dmutex__cond_resolve(c, &cx)) || (err = dmutex__resolve(m, &mx)))
 		return err;
@@ -158,18 +169,31 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	dmutex__cond_channel(cx->client->be, cx->name, token, channel);
 	__atomic_fetch_add(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 
-	/* 1.  The confirmation of a fresh channel moves its sequence: still 0
+	/* 1.  The mutex's channel first, not waited for, so that both
+	 * subscriptions travel together.  Without it (out of memory) the
+	 * mutex subscribes when it needs to, as usual. */
+	sub_until = dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS;
+	if ((mchannel = e->client->be->ops->channel(e->client->be, e->name))) {
+		msub = dmutex__waiter_sub(e->client->be, mchannel, dmutex__now_ns());
+		free(mchannel);
+	}
+	/* The confirmation of a fresh channel moves its sequence: still 0
 	 * means no node confirmed, and a wake-up would find nobody there. */
-	if (!(sub = dmutex__waiter_sub(cl->be, channel,
-			dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS))) {
+	if (!(sub = dmutex__waiter_sub(cl->be, channel, sub_until))) {
 		err = ENOMEM;
-		goto out;
+		goto out_msub;
 	}
 	if (!(seq = dmutex__wsub_seq(cl->be, sub))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "wait on condition variable '%s': no wake-up subscription", cx->name);
 		err = EIO;
 		goto out_sub;
 	}
+	/* Confirmed before we sleep, the mutex's subscription costs the
+	 * wake-up nothing.  Unconfirmed (a slow node), it still works: its
+	 * confirmation, whenever it comes, makes the taking back ask again,
+	 * so no release is missed. */
+	if (msub)
+		dmutex__wsub_confirmed(e->client->be, msub, sub_until);
 
 	/* 2. */
 	if ((err = dmutex__cond_register(cx->client->be, cx->name, token))) {
@@ -191,27 +215,34 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 		goto out_sub;
 	}
 
-	/* 3.  Any move of the sequence may be a wake-up, or only a node's
-	 * (re)subscription: ask the backend, which also keeps a waiter that
-	 * was not woken registered, so there is no gap. */
+	/* 3. */
 	refresh_ns = (int64_t)dmutex__cond_ttl_ms(cx->client->be) * DMUTEX__MS / 3;
-	k = (struct cancel_ctx){ c, cx, sub, m, e, token, depth };
+	k = (struct cancel_ctx){ c, cx, sub, msub, m, e, token, depth };
 	st = (struct sleep_state){ seq, 1, 0, 0 };
 	sleep_until_woken(&k, &st, until, refresh_ns, cs);
 	still = st.still;
 	timed_out = st.timed_out;
-	unsure = st.unsure;
 
 	/* 4.  If the backend cannot say, count as woken: a spurious wake-up
-	 * is allowed, a lost one is not.  Several nodes may each have woken
-	 * someone else: leave them all. */
-	if ((timed_out || unsure || cl->be->quorum) && (dmutex__cond_leave(cx->client->be, cx->name, token, &still) || unsure))
-		still = 0;
+	 * is allowed, a lost one is not.  A refresh that found us woken has
+	 * acknowledged already; several nodes may each have woken someone
+	 * else: leave them all. */
+	if (st.message || timed_out || cl->be->quorum) {
+		if (st.message && !timed_out && !dmutex__cond_leave_start(cx->client->be, cx->name, token, &leaving))
+			overlap = 1;
+		else if (dmutex__cond_leave(cx->client->be, cx->name, token, &still))
+			still = 0;
+	}
 	dmutex__waiter_unsub(cl->be, sub);
 	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 
 	/* 5. */
-	if ((err = take_back(m, e, depth)))
+	err = take_back(m, e, depth);
+	if (msub)
+		dmutex__waiter_unsub(e->client->be, msub);
+	if (overlap && dmutex__cond_leave_end(cx->client->be, cx->name, token, &leaving, &still))
+		still = 0;
+	if (err)
 		return err;
 	if (lost)
 		return ENOLCK;
@@ -219,7 +250,9 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 
 out_sub:
 	dmutex__waiter_unsub(cl->be, sub);
-out:
+out_msub:
+	if (msub)
+		dmutex__waiter_unsub(e->client->be, msub);
 	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 	return err;
 }

@@ -252,6 +252,9 @@ void dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__los
 /* Under e->mu: forget the hold and wake local waiters. */
 void dmutex__entry_forget(struct dmutex__entry *e);
 int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
+/* dmutex_lock for a condition wait's caller, which holds a subscription to
+ * the mutex's wake channel (cond_wait.c): no round trip to subscribe. */
+int dmutex__relock(dmutex_t *m);
 int dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out);
 /*
  * dmutex_t and dcond_t begin alike: magic, static name, bound object.

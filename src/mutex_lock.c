@@ -57,8 +57,8 @@ local_release_ended(struct dmutex__entry *e, int64_t until)
  * another holder made us wait, *first the first request's send time, *done
  * when the grant arrived. */
 static int
-acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int *busy,
-		int64_t *first, int64_t *done)
+acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int presub,
+		int *busy, int64_t *first, int64_t *done)
 {
 	struct dmutex__entry *e = mx->entry;
 	struct dmutex_client *c = e->client;
@@ -76,6 +76,11 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 
 	if ((err = dmutex__token(token)))
 		return err;
+	/* Subscribed already (a condition wait's caller): the first attempt
+	 * asks to be told of the release, with no subscription round trip. */
+	if (presub && (channel = be->ops->channel(be, e->name)) &&
+			(sub = dmutex__waiter_sub(be, channel, dmutex__now_ns())) && mx->fair)
+		dmutex__wsub_want(be, sub, token);
 	for (;;) {
 		struct dmutex__acq a = { .name = e->name, .token = token,
 			.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
@@ -256,7 +261,7 @@ rel_until(const struct dmutex__entry *e)
 }
 
 static int
-lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
+lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -361,7 +366,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 
 	{
 		int64_t first = 0;
-		err = acquire_remote(mx, mode, until, bad_deadline, &contended, &first, &done);
+		err = acquire_remote(mx, mode, until, bad_deadline, presub, &contended, &first, &done);
 		if ((err == 0 || err == EOWNERDEAD) && done)
 			dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
 	}
@@ -383,7 +388,16 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 int
 dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 {
-	int cs = dmutex__nocancel(), err = lock_impl(m, mode, until, bad_deadline);
+	int cs = dmutex__nocancel(), err = lock_impl(m, mode, until, bad_deadline, 0);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dmutex__relock(dmutex_t *m)
+{
+	int cs = dmutex__nocancel(), err = lock_impl(m, BLOCK, NO_DEADLINE, 0, 1);
 
 	dmutex__cancel_restore(cs);
 	return err;

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -612,6 +613,109 @@ Test(cond, no_wakeup_lost_between_unlock_and_sleep)
 	/* An untimed wait: a lost wake-up would hang the child here. */
 	cr_assert_eq(th_wait_child(kids[0], 15000), W_WOKEN);
 	kids[0] = 0;
+	pair_close(&p);
+}
+
+/*
+ * The cost of a wake-up (issue 15 item 5): from dcond_signal to the waiter
+ * back from dcond_wait holding the mutex, at most 2 round trips beyond the
+ * mutex's hand-over (release + acquire).  Counted on the server: the
+ * signal, the waiter's acknowledgement and its first (busy) attempt on the
+ * mutex (those two sent together: one round trip), then the hand-over.
+ * No subscription on the way: the waiter subscribed to the mutex's
+ * channel before it slept.  The parent holds the mutex until the waiter
+ * asked for it, so the count is the same on any machine.
+ */
+static int counted_pipe[2], counted_go[2];
+
+static int counted_waiter(void *arg)
+{
+	struct pair p;
+	uint64_t fence;
+	char b;
+	int rc;
+
+	(void)arg;
+	dmt_die_with_parent(test_pid);
+	if (pair_open(&p, srv.url, "m", "c", NULL) || dmutex_lock(&p.m))
+		return W_SETUP;
+	rc = dcond_wait(&p.cv, &p.m);
+	b = rc == 0 && dmutex_fence(&p.m, &fence) == 0 ? 'w' : 'x';
+	if (write(counted_pipe[1], &b, 1) != 1 || read(counted_go[0], &b, 1) != 1)
+		return W_OTHER;
+	dmutex_unlock(&p.m);
+	pair_close(&p);
+	return rc ? W_OTHER : W_WOKEN;
+}
+
+static long long lock_waited(const char *name)
+{
+	return th_redis_int(&srv, "HEXISTS dmutex:lock:{%s} w", name);
+}
+
+static long long mutex_subscribers(const char *name)
+{
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", name);
+	long long n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : -1;
+
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+Test(cond, signal_to_wake_is_two_round_trips_beyond_the_handoff)
+{
+	struct pair p;
+	struct pollfd pf;
+	long long scripts, subs;
+	char b = 0;
+
+	DMT_SINGLE_NODE();      /* Redlock asks every node */
+	cr_assert_eq(pipe(counted_pipe), 0);
+	cr_assert_eq(pipe(counted_go), 0);
+	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
+	/* Every script the count sees is in the server's cache already: a
+	 * wait that times out registers, leaves and takes the mutex back. */
+	{
+		struct timespec ts;
+
+		cr_assert_eq(dmutex_lock(&p.m), 0);
+		deadline_in(&ts, CLOCK_REALTIME, 50);
+		cr_assert_eq(dcond_timedwait(&p.cv, &p.m, &ts), ETIMEDOUT);
+		cr_assert_eq(dmutex_unlock(&p.m), 0);
+	}
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	kids[0] = th_spawn(counted_waiter, NULL);
+	wait_sleeping("c", &p.m, 1);
+	wait_count(subscribed, "c", 1);
+	wait_count(mutex_subscribers, "m", 1);
+
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	scripts = dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL);
+	subs = dmt_cmd_calls(&srv, "subscribe", (const char *)NULL);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	/* Woken, the waiter asked for the mutex and waits for its release. */
+	wait_count(lock_waited, "m", 1);
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	pf = (struct pollfd){ .fd = counted_pipe[0], .events = POLLIN };
+	cr_assert_eq(poll(&pf, 1, 10000), 1, "the waiter never came back from dcond_wait");
+	cr_assert_eq(read(counted_pipe[0], &b, 1), 1);
+	cr_assert_eq(b, 'w', "back from dcond_wait with 0 and the mutex held");
+	scripts = dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL) - scripts;
+	subs = dmt_cmd_calls(&srv, "subscribe", (const char *)NULL) - subs;
+	/* signal + (acknowledge | busy attempt) + release + acquire. */
+	cr_assert_eq(scripts, 5, "%lld scripts from the signal to the waiter's return", scripts);
+	cr_assert_eq(subs, 0, "%lld subscriptions on the way", subs);
+
+	cr_assert_eq(write(counted_go[1], &b, 1), 1);
+	cr_assert_eq(th_wait_child(kids[0], 5000), W_WOKEN);
+	kids[0] = 0;
+	cr_assert_eq(waiters("c"), 0);
+	cr_assert_eq(unacked("c"), 0, "the wake-up was acknowledged");
+	for (int i = 0; i < 2; i++) {
+		close(counted_pipe[i]);
+		close(counted_go[i]);
+	}
 	pair_close(&p);
 }
 

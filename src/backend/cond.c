@@ -152,3 +152,67 @@ dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all)
 	return call_all(be, name, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 5, argv,
 			INT_MAX, &t);
 }
+
+int
+dmutex__cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l)
+{
+	struct cargs a;
+
+	memset(l, 0, sizeof *l);
+	/* Several nodes need a majority, a cluster a route: the slow way. */
+	if (be->nnodes != 1 || be->nodes[0].route)
+		return ENOTSUP;
+	l->node = &be->nodes[0];
+	l->until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
+	if (!(l->conn = dmutex__node_get_by(l->node, l->until)))
+		return ENOTSUP;
+	/* It may carry an asynchronous release's answer, which the taking back
+	 * of the mutex waits for (it looks for that connection in the pool):
+	 * read it now, long arrived after the wait, rather than keep it. */
+	if (l->conn->nowed && dmutex__conn_settle(l->conn, l->until)) {
+		dmutex__conn_free(l->conn);
+		l->conn = NULL;
+		return ENOTSUP;
+	}
+	fill(be, name, &a);
+	const char *argv[] = { a.wk, a.sk, a.ik, token };
+	/* Sent now as far as the socket takes it; the rest goes with the
+	 * flush in end. */
+	if (dmutex__node_script_append(l->node, l->conn, DMUTEX__SCRIPT_COND_LEAVE, 1, 3, 4, argv, NULL) ||
+			dmutex__conn_write(l->conn) < 0) {
+		dmutex__conn_free(l->conn);
+		l->conn = NULL;
+		return ENOTSUP;
+	}
+	return 0;
+}
+
+int
+dmutex__cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l, int *still)
+{
+	void *v = NULL;
+	redisReply *r;
+
+	/* The mutex may have taken long: the answer has been here since. */
+	l->until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
+	if (dmutex__conn_get(l->conn, &v, l->until)) {
+		dmutex__conn_free(l->conn);
+		l->conn = NULL;
+		/* Leaving twice changes nothing: ask again, the slow way. */
+		return dmutex__cond_leave(be, name, token, still);
+	}
+	dmutex__node_put(l->node, l->conn);
+	l->conn = NULL;
+	r = v;
+	if (r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)) {
+		*still = r->integer == 1;
+		freeReplyObject(r);
+		return 0;
+	}
+	/* NOSCRIPT (a restarted server), or anything else: the slow way,
+	 * which loads the script and logs what is wrong. */
+	freeReplyObject(r);
+	return dmutex__cond_leave(be, name, token, still);
+}

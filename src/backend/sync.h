@@ -41,6 +41,20 @@ int dmutex__cond_refresh(struct dmutex__backend *be, const char *name, const cha
 int dmutex__cond_leave(struct dmutex__backend *be, const char *name, const char *token,
 		int *still);
 int dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all);
+/* leave, in two halves around the caller's next round trip (a woken
+ * waiter taking its mutex back), so that both cost one: start sends the
+ * script without waiting, end reads its answer (or, if that failed, leaves
+ * the slow way).  start: 0, or ENOTSUP when it cannot go ahead alone
+ * (several nodes, a cluster, no connection): the caller leaves at once. */
+struct dmutex__cond_leaving {
+	struct dmutex__node *node;
+	struct dmutex__conn *conn;
+	int64_t until;
+};
+int dmutex__cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l);
+int dmutex__cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l, int *still);
 
 /* ---- read-write locks, one master ----
  * op 'r' share, 'w' write lock, 'q' (release only) a waiting writer's

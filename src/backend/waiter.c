@@ -552,6 +552,23 @@ dmutex__waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s)
 	dmutex__waiter_unsub(be, s);
 }
 
+int
+dmutex__wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns)
+{
+	struct dmutex__waiter *w = be->waiter;
+	struct timespec ts;
+	int ok;
+
+	dmutex__ns_to_ts(until_ns, &ts);
+	pthread_mutex_lock(&w->mu);
+	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+			break;
+	ok = s->confirmed;
+	pthread_mutex_unlock(&w->mu);
+	return ok;
+}
+
 uint64_t
 dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
 {

@@ -27,6 +27,9 @@ struct dmutex__wsub *dmutex__waiter_sub(struct dmutex__backend *be, const char *
 struct dmutex__wsub *dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel,
 		int64_t until_ns, void (*notify)(void *), void *arg);
 void dmutex__waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s);
+/* Wait until a node confirms s, or until_ns (a subscription made without
+ * waiting, so that two go out together): 1 if one did. */
+int dmutex__wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns);
 /* The wake sequence: read it before asking the backend, wait on it after. */
 uint64_t dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s);
 /* Wait until the sequence moves past `seq` (1) or until_ns (0). */

@@ -17,6 +17,8 @@
 --
 -- Returns 1: still a waiter, its expiry moved on; 0: not a waiter any more
 -- (woken, or expired), and the wake-up is acknowledged.
+
+-- @include cond_wake.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ack = string.format('%.0f', now + tonumber(ARGV[4]))
@@ -24,40 +26,16 @@ local ack = string.format('%.0f', now + tonumber(ARGV[4]))
 local owed = redis.call('ZCOUNT', KEYS[2], '-inf', now)
 local mine = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local still = mine and tonumber(mine) > now
-local live, woken, tried = {}, {}, 0
+local live = {}
 if owed > 0 then
 	live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now), '+inf')
 end
-for _, w in ipairs(live) do
-	if #woken >= owed then
-		break
-	end
-	tried = tried + 1
-	if w == ARGV[1] then
-		still = false
-	end
-	if redis.call('PUBLISH', ARGV[3] .. w, 's') > 0 then
-		woken[#woken + 1] = w
-	end
+local woken, tried, tried_me = wake_oldest(live, owed, ARGV[3], ARGV[1])
+if tried_me then
+	still = false
 end
 
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-for i = 1, tried do
-	redis.call('ZREM', KEYS[1], live[i])
-end
-for _, w in ipairs(woken) do
-	redis.call('ZADD', KEYS[2], ack, w)
-end
-if #woken > 0 then
-	-- Kept past its last deadline: an expired entry is what tells that a
-	-- wake-up is owed.  Every live waiter refreshes within its
-	-- registration (3 ack periods), so two registrations later each has
-	-- seen it, or is gone; then the key goes (issue 16 item 3: no state
-	-- kept for a day).
-	local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-	redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', tonumber(last[2]) + 6 * tonumber(ARGV[4])))
-end
+record_woken(KEYS[1], KEYS[2], now, live, tried, woken, ack, tonumber(ARGV[4]))
 
 if not still then
 	-- Woken: this acknowledges it (see cond_signal.lua).

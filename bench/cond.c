@@ -1,0 +1,208 @@
+/*
+ * Scenario 13: a condition variable's wake-up (issue 15 item 5), from
+ * dcond_signal to the waiter back from dcond_wait holding the mutex.
+ * Target: at most 2 round trips beyond the mutex's hand-over (release +
+ * acquire).
+ *
+ * Two threads, each with its own client (so every step goes through Redis,
+ * as between processes): the waiter loops on dcond_wait until the
+ * signaller's turn counter (protected by the mutex) says go; the signaller
+ * takes the mutex (which it gets only once the waiter sleeps), bumps the
+ * counter, signals and unlocks.  The two meet between rounds on a plain
+ * pthread condition, outside the measured span, and the signaller reads
+ * INFO commandstats on each side of that span: the scripts and
+ * subscriptions Redis ran for one wake-up, the mutex's hand-over included.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+#include "dmutex.h"
+
+struct cshared {
+	const struct bench *b;
+	dmutex_t m;             /* the waiter's */
+	dcond_t cv;
+	pthread_mutex_t mu;     /* the meeting between rounds */
+	pthread_cond_t pc;
+	int ready, woke, go;    /* the round each reached */
+	int turn;               /* under m: the round the waiter may end */
+	int64_t t_woke;
+	int err;
+};
+
+static int
+open_pair(const struct bench *b, dmutex_client_t **cli, dmutex_t *m, dcond_t *cv, const char *name)
+{
+	dmutex_attr_t a;
+	dcond_attr_t ca;
+	int err;
+
+	if ((err = dmutex_client_open(cli, b->tgt.url)))
+		return err;
+	dmutex_attr_init(&a);
+	dmutex_attr_setclient(&a, *cli);
+	err = dmutex_init(m, name, &a);
+	dmutex_attr_destroy(&a);
+	if (err)
+		return err;
+	dcond_attr_init(&ca);
+	dcond_attr_setclient(&ca, *cli);
+	err = dcond_init(cv, name, &ca);
+	dcond_attr_destroy(&ca);
+	return err;
+}
+
+static void
+meet(struct cshared *s, int *field, int round)
+{
+	pthread_mutex_lock(&s->mu);
+	*field = round;
+	pthread_cond_broadcast(&s->pc);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+await(struct cshared *s, const int *field, int round)
+{
+	pthread_mutex_lock(&s->mu);
+	while (*field < round && !s->err)
+		pthread_cond_wait(&s->pc, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void
+fail(struct cshared *s, int err)
+{
+	pthread_mutex_lock(&s->mu);
+	s->err = err ? err : EIO;
+	pthread_cond_broadcast(&s->pc);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static int rounds_of(const struct bench *b) { return b->opt.quick ? 200 : 1000; }
+
+static void *
+waiter_main(void *arg)
+{
+	struct cshared *s = arg;
+	int n = rounds_of(s->b), err;
+
+	if ((err = dmutex_lock(&s->m))) {
+		fail(s, err);
+		return NULL;
+	}
+	for (int r = 1; r <= n; r++) {
+		meet(s, &s->ready, r);
+		while (s->turn < r)
+			if ((err = dcond_wait(&s->cv, &s->m))) {
+				fail(s, err);
+				return NULL;
+			}
+		s->t_woke = bench_now_ns();
+		meet(s, &s->woke, r);
+		await(s, &s->go, r);
+		if (s->err)
+			break;
+	}
+	dmutex_unlock(&s->m);
+	return NULL;
+}
+
+int
+bench_cond(struct bench *b)
+{
+	static struct cshared s;
+	dmutex_client_t *wcli = NULL, *scli = NULL;
+	dmutex_t m;
+	dcond_t cv;
+	char name[64];
+	pthread_t th;
+	struct samples t, scripts;
+	redisContext *rc;
+	long long subs = 0, max_scripts = 0;
+	int n = rounds_of(b), started = 0, err = 0;
+	struct row *row;
+
+	memset(&s, 0, sizeof s);
+	s.b = b;
+	pthread_mutex_init(&s.mu, NULL);
+	pthread_cond_init(&s.pc, NULL);
+	snprintf(name, sizeof name, "%s:cond", b->run_id);
+	if (!(rc = bench_connect(&b->tgt)) || samples_init(&t, n) || samples_init(&scripts, n))
+		return -1;
+	if ((err = open_pair(b, &wcli, &s.m, &s.cv, name)) || (err = open_pair(b, &scli, &m, &cv, name)))
+		goto out;
+	if ((err = pthread_create(&th, NULL, waiter_main, &s)))
+		goto out;
+	started = 1;
+	for (int r = 1; r <= n && !err; r++) {
+		struct cmdstats before, after;
+		int64_t t0;
+
+		await(&s, &s.ready, r);
+		if ((err = s.err) || (err = dmutex_lock(&m)))
+			break;
+		bench_cmdstats(rc, &before);
+		s.turn = r;
+		t0 = bench_now_ns();
+		if ((err = dcond_signal(&cv)) || (err = dmutex_unlock(&m)))
+			break;
+		await(&s, &s.woke, r);
+		if ((err = s.err))
+			break;
+		samples_add(&t, s.t_woke - t0);
+		bench_cmdstats(rc, &after);
+		long long k = after.scripts - before.scripts;
+		samples_add(&scripts, k);
+		if (k > max_scripts)
+			max_scripts = k;
+		subs += after.subscribe - before.subscribe;
+		meet(&s, &s.go, r);
+	}
+	if (err)
+		fail(&s, err);
+	meet(&s, &s.go, n);
+	if (!err) {
+		double med = samples_pct(&t, 50);
+		double ms = samples_pct(&scripts, 50);
+
+		row = row_new(13, "condition variable: dcond_signal to the waiter back holding the mutex");
+		row->median_ns = med;
+		row->p99_ns = samples_pct(&t, 99);
+		row->ratio = med / b->ping_ns;
+		snprintf(row->ratio_to, sizeof row->ratio_to, "PING");
+		row_metric(row, "rounds", n, "");
+		row_metric(row, "scripts per wake-up (median)", ms, "");
+		row_metric(row, "scripts per wake-up (max)", (double)max_scripts, "");
+		row_metric(row, "subscriptions on the way", (double)subs, "");
+		row_metric(row, "RTT", b->ping_ns, "ns");
+		/* signal, the waiter's acknowledgement and first attempt (sent
+		 * together: one round trip), the hand-over's release + acquire. */
+		row_target(row, ms <= 5 && subs == 0 ? MET_YES : MET_NO,
+				"≤ 2 round trips beyond the hand-over: ≤ 5 scripts (%s), no subscription (%s)",
+				ms <= 5 ? "yes" : "no", subs == 0 ? "yes" : "no");
+	}
+out:
+	if (started)
+		pthread_join(th, NULL);
+	if (err)
+		fprintf(stderr, "bench: cond: %s\n", dmutex_strerror(err));
+	if (scli) {
+		dcond_destroy(&cv);
+		dmutex_destroy(&m);
+		dmutex_client_close(scli);
+	}
+	if (wcli) {
+		dcond_destroy(&s.cv);
+		dmutex_destroy(&s.m);
+		dmutex_client_close(wcli);
+	}
+	samples_free(&t);
+	samples_free(&scripts);
+	redisFree(rc);
+	return err ? -1 : 0;
+}
