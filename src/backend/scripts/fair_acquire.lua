@@ -105,18 +105,9 @@ if head and head ~= tok then
 	return {1, -1}
 end
 
-local floor = shifted(now)
-local fence
 prune()
 leave()
-if counter and not above(floor, counter) then
-	-- HGET, not HINCRBY's reply: Lua numbers lose digits past 2^53.
-	redis.call('HINCRBY', KEYS[2], 'fence', 1)
-	fence = redis.call('HGET', KEYS[2], 'fence')
-else
-	fence = floor
-	redis.call('HSET', KEYS[2], 'fence', fence)
-end
+local fence = next_token(KEYS[2], counter, now)
 local d = 0
 if state == 'held' or state == 'died' then
 	d = 1

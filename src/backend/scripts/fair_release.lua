@@ -68,15 +68,7 @@ redis.call('ZREM', KEYS[3], tok)
 redis.call('ZREM', KEYS[4], tok)
 redis.call('DEL', KEYS[1])
 if head then
-	local fence
-	local floor = shifted(now)
-	if counter and not above(floor, counter) then
-		redis.call('HINCRBY', KEYS[2], 'fence', 1)
-		fence = redis.call('HGET', KEYS[2], 'fence')
-	else
-		fence = floor
-		redis.call('HSET', KEYS[2], 'fence', fence)
-	end
+	local fence = next_token(KEYS[2], counter, now)
 	local d, state = 0, 'handed'
 	if mode == '2' then
 		d, state = 1, 'died'

@@ -20,3 +20,15 @@ local function shifted(ms)
 	end
 	return string.format('%d%06d', a, b)
 end
+-- The next token of a name, written to its meta hash meta_key and returned:
+-- above counter (the last one, nil if none) and above the clock now_ms.
+local function next_token(meta_key, counter, now_ms)
+	local floor = shifted(now_ms)
+	if counter and not above(floor, counter) then
+		-- HGET, not HINCRBY's reply: Lua numbers lose digits past 2^53.
+		redis.call('HINCRBY', meta_key, 'fence', 1)
+		return redis.call('HGET', meta_key, 'fence')
+	end
+	redis.call('HSET', meta_key, 'fence', floor)
+	return floor
+end
