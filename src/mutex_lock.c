@@ -52,6 +52,31 @@ local_release_ended(struct dmutex__entry *e, int64_t until)
 	return !e->held;
 }
 
+/* A fair lock handed to us by its release (fair_release.lua), as the wake-up
+ * message told: "<fence>:<died>:<lease_ms>".  1 if it is a grant we can
+ * take as it is (our own lease), with a filled in. */
+static int
+granted(const char *handed, unsigned lease_ms, struct dmutex__acq *a)
+{
+	unsigned long long fence, lease;
+	char *end;
+	int died;
+
+	errno = 0;
+	fence = strtoull(handed, &end, 10);
+	if (errno || end == handed || *end != ':' || (end[1] != '0' && end[1] != '1') || end[2] != ':')
+		return 0;
+	died = end[1] == '1';
+	handed = end + 3;
+	lease = strtoull(handed, &end, 10);
+	if (errno || end == handed || *end || lease != lease_ms)
+		return 0;
+	a->status = DMUTEX__ACQ_OK;
+	a->fence = fence;
+	a->died = died;
+	return 1;
+}
+
 /* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
  * For the counters, without clock reads of their own: *busy set when
  * another holder made us wait, *first the first request's send time, *done
@@ -73,6 +98,10 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS : 0;
 	int maybe_done = 0, queued = 0, io_attempt = 0, err;
 	uint64_t seq = 0;
+	/* Fair: when the last request answered "busy" was sent.  A hand-over
+	 * to us came after the server answered it. */
+	int64_t busy_sent = 0;
+	char handed[DMUTEX__HANDED_MAX];
 
 	if ((err = dmutex__token(token)))
 		return err;
@@ -90,10 +119,19 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 
 		if (sub)
 			seq = dmutex__wsub_seq(c->be, sub);
-		sent = dmutex__now_ns();
-		if (!*first)
-			*first = sent;
-		err = be->ops->acquire(be, &a);
+		if (busy_sent && sub && dmutex__wsub_handed(c->be, sub, handed) &&
+				granted(handed, mx->lease_ms, &a)) {
+			/* Handed to us outright: no claim round trip.  The hold
+			 * began after the busy answer, so its deadline counts
+			 * safely from that request's send time. */
+			sent = busy_sent;
+			err = 0;
+		} else {
+			sent = dmutex__now_ns();
+			if (!*first)
+				*first = sent;
+			err = be->ops->acquire(be, &a);
+		}
 		now = dmutex__now_ns();
 		/* Whatever the answer, a request that may have been applied must
 		 * be taken back if we end up not holding the lock. */
@@ -169,6 +207,8 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		}
 		/* Held by someone else.  The backend answered: fresh I/O budget. */
 		*busy = 1;
+		if (mx->fair)
+			busy_sent = sent;
 		/* Fair: we hold a place in the queue now, to give back if we go. */
 		queued |= mx->fair && a.wait;
 		io_until = now + io_budget;

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -271,6 +272,88 @@ Test(fair, a_dead_waiter_gets_the_lock_for_one_lease_and_no_owner_died)
 	cr_assert_eq(dmutex_unlock(&m2), 0);
 	dmt_close_mutex(c2, &m2);
 	dmt_close_mutex(c, &m);
+}
+
+/*
+ * A hand-over costs the release only: the head's wake-up message carries
+ * its grant (token, lease), so the head takes the lock without a claim of
+ * its own; the lock hash names it as the holder all the same.  A robust
+ * head still claims (a hold it never knew of is no owner that died).
+ */
+struct headwait {
+	dmutex_t *m;
+	atomic_int state;       /* 1 holding, 2 told to unlock, 3 done */
+	int err;
+	uint64_t fence;
+};
+
+static void *
+head_thread(void *arg)
+{
+	struct headwait *h = arg;
+
+	if ((h->err = dmutex_lock(h->m)) == 0)
+		h->err = dmutex_fence(h->m, &h->fence);
+	atomic_store(&h->state, 1);
+	while (atomic_load(&h->state) != 2)
+		sched_yield();
+	if (!h->err)
+		h->err = dmutex_unlock(h->m);
+	atomic_store(&h->state, 3);
+	return NULL;
+}
+
+static int
+head_holds(void *arg)
+{
+	return atomic_load(&((struct headwait *)arg)->state) == 1;
+}
+
+static void
+hand_over_costs(const char *name, int robust, long long want)
+{
+	struct qwait q = { name, 1 };
+	struct headwait h = { 0 };
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	pthread_t th;
+	long long before, scripts;
+	char pid[32];
+
+	cr_assert_eq(dmutex_client_open(&c1, url), 0);
+	cr_assert_eq(dmutex_client_open(&c2, url), 0);
+	cr_assert_eq(fair_mutex(&m1, c1, name, robust), 0);
+	cr_assert_eq(fair_mutex(&m2, c2, name, robust), 0);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	h.m = &m2;
+	cr_assert_eq(pthread_create(&th, NULL, head_thread, &h), 0);
+	cr_assert(th_wait_until(queue_is, &q, 20000), "the head never queued");
+	before = dmt_evalsha_calls(&srv);
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert(th_wait_until(head_holds, &h, 20000), "the head never got the lock");
+	scripts = dmt_evalsha_calls(&srv) - before;
+	cr_assert_eq(h.err, 0);
+	cr_assert_eq(scripts, want, "%lld scripts for a hand-over (robust %d)", scripts, robust);
+	/* Recorded as the holder, with the token it was told. */
+	cr_assert_eq((uint64_t)th_redis_int(&srv, "HGET dmutex:lock:{%s} fence", name), h.fence);
+	snprintf(pid, sizeof pid, "%lld", th_redis_int(&srv, "HGET dmutex:lock:{%s} pid", name));
+	cr_assert_eq(atoll(pid), (long long)getpid());
+	atomic_store(&h.state, 2);
+	pthread_join(th, NULL);
+	cr_assert_eq(h.err, 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "released");
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
+Test(fair, a_hand_over_is_the_release_alone)
+{
+	hand_over_costs("fair-cost", 0, 1);
+}
+
+Test(fair, a_robust_head_claims_its_hand_over)
+{
+	hand_over_costs("fair-cost-robust", 1, 2);
 }
 
 /* Threads of one process: each waits in turn, in the order they came. */

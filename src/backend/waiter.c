@@ -40,9 +40,12 @@ struct dmutex__wsub {
 	int confirmed;
 	int target;                     /* sharded: the node serving it, -1 unknown */
 	/* A fair lock's waiter: the token a hand-over must name to wake it
-	 * (fair_release.lua publishes "h:<token>"); "" wakes on everything. */
+	 * (fair_release.lua publishes "h:<token>[:<grant>]"); "" wakes on
+	 * everything.  handed: the grant of a hand-over to it, if any. */
 	char want[DMUTEX__TOKEN_HEX + 1];
 	unsigned nnotify;               /* held by kept leases: tell w->notify */
+	char handed[DMUTEX__HANDED_MAX];
+	int has_handed;
 	unsigned char state[];          /* per node */
 };
 
@@ -229,18 +232,33 @@ moved(struct dmutex__waiter *w, size_t node, const char *err)
 	return 1;
 }
 
-/* A fair lock handed to another waiter: nothing for ours to do. */
+/* A fair lock handed to another waiter: nothing for ours to do.  One
+ * handed to ours: keep what it was granted ("" if it is to claim it). */
 static int
-for_another(const struct dmutex__wsub *s, const redisReply *msg)
+for_another(struct dmutex__wsub *s, const redisReply *msg)
 {
+	const char *tok, *end;
+	size_t len;
+
 	/* "w": a process asks for a kept lease back (acquire.lua): news for
 	 * its holder only.  A waiter that woke on it would ask again and
 	 * publish it again: a hot loop. */
 	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'w')
 		return !s->nnotify;
-	return s->want[0] && msg->type == REDIS_REPLY_STRING && msg->len > 2 &&
-			!memcmp(msg->str, "h:", 2) &&
-			(msg->len - 2 != strlen(s->want) || memcmp(msg->str + 2, s->want, msg->len - 2));
+	if (!s->want[0] || msg->type != REDIS_REPLY_STRING || msg->len <= 2 || memcmp(msg->str, "h:", 2))
+		return 0;
+	tok = msg->str + 2;
+	end = memchr(tok, ':', msg->len - 2);
+	len = end ? (size_t)(end - tok) : msg->len - 2;
+	if (len != strlen(s->want) || memcmp(tok, s->want, len))
+		return 1;
+	len = end ? msg->len - 2 - len - 1 : 0;
+	if (len >= sizeof s->handed)
+		len = 0;        /* not ours to read: claim it */
+	memcpy(s->handed, end ? end + 1 : "", len);
+	s->handed[len] = 0;
+	s->has_handed = 1;
+	return 0;
 }
 
 /* -1 if the server refused a (UN)SUBSCRIBE: the connection is then
@@ -614,7 +632,22 @@ dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char
 
 	pthread_mutex_lock(&w->mu);
 	snprintf(s->want, sizeof s->want, "%s", token ? token : "");
+	s->has_handed = 0;
 	pthread_mutex_unlock(&w->mu);
+}
+
+int
+dmutex__wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out)
+{
+	struct dmutex__waiter *w = be->waiter;
+	int has;
+
+	pthread_mutex_lock(&w->mu);
+	if ((has = s->has_handed))
+		memcpy(out, s->handed, sizeof s->handed);
+	s->has_handed = 0;
+	pthread_mutex_unlock(&w->mu);
+	return has;
 }
 
 void
@@ -624,6 +657,7 @@ dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
 
 	pthread_mutex_lock(&w->mu);
 	s->want[0] = 0;
+	s->has_handed = 0;
 	if (!--s->refs)
 		poke(w);
 	pthread_mutex_unlock(&w->mu);

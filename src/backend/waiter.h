@@ -38,6 +38,11 @@ int dmutex__wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64
 /* Wake only on hand-overs to `token` (and on every other message): a fair
  * lock's waiter.  NULL: wake on everything. */
 void dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
+/* The last hand-over to the wanted token, taken once: 1 with out set to
+ * what it granted ("<fence>:<died>:<lease_ms>", or "" when the waiter is
+ * to claim the lock itself), 0 if none came. */
+#define DMUTEX__HANDED_MAX 64
+int dmutex__wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out);
 void dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s);
 
 void dmutex__waiter_stop(struct dmutex__backend *be);

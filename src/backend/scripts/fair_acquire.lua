@@ -12,8 +12,13 @@
 -- Returns as acquire.lua: {0, fence, died}, {1, pttl_ms}, {2}, {3, v}.
 -- A lock release handed to us (fair_release.lua) already carries our
 -- token: taking it is the "already ours" case, which records us as the
--- holder.  The lock is granted to a newcomer only when it is free and
--- nobody is queued ahead: no barging.
+-- holder (a claim; the hand-over message spares it where it can).  The
+-- lock is granted to a newcomer only when it is free and nobody is queued
+-- ahead: no barging.
+--
+-- A queued waiter leaves in the meta hash, field 'q:' .. token, what its
+-- hold would record: "lease robust host pid tid since hostid", so that
+-- the release can make it the holder outright.
 --
 -- Every read comes before the first write (see acquire.lua).
 local VERSION = '2'
@@ -52,11 +57,13 @@ local function prune()
 	for _, w in ipairs(gone) do
 		redis.call('ZREM', KEYS[3], w)
 		redis.call('ZREM', KEYS[4], w)
+		redis.call('HDEL', KEYS[2], 'q:' .. w)
 	end
 end
 local function leave()
 	redis.call('ZREM', KEYS[3], tok)
 	redis.call('ZREM', KEYS[4], tok)
+	redis.call('HDEL', KEYS[2], 'q:' .. tok)
 end
 -- Queue (or keep our place): a place lasts a lease; the waiter asks again
 -- at least every third of it.
@@ -68,6 +75,11 @@ local function enqueue()
 	redis.call('ZADD', KEYS[4], now + lease, tok)
 	redis.call('PEXPIRE', KEYS[3], keep)
 	redis.call('PEXPIRE', KEYS[4], keep)
+	-- Only into a meta hash that lives already (a holder set its expiry).
+	if mv then
+		redis.call('HSET', KEYS[2], 'q:' .. tok, table.concat({ ARGV[2], ARGV[8], ARGV[3],
+			ARGV[4], ARGV[5], ARGV[6], ARGV[7] }, ' '))
+	end
 end
 
 if cur == tok then

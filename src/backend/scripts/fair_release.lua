@@ -9,13 +9,19 @@
 -- released but the channel is denied.  Not ours also takes the caller out
 -- of the queue: a waiter that gives up (mode 3) leaves through here.
 --
--- A handed lock gets a new fencing token now, the head's token as owner
--- and state 'handed' ('died' if the releaser died holding it), so a head
--- that never claims it is no owner that died.  Not recoverable is never
--- handed on: every waiter is woken to see it.
+-- A handed lock gets a new fencing token now and the head's token as
+-- owner.  A head that left its hold's details (fair_acquire.lua, 'q:'
+-- fields) and is not robust becomes the holder outright, with its own
+-- lease, and the message tells it so: "h:<token>:<fence>:<died>:<lease>";
+-- it needs no claim.  Any other head gets state 'handed' ('died' if the
+-- releaser died holding it) and the message "h:<token>": it claims the
+-- lock with its own acquire, and one that never does is no owner that
+-- died (a robust one must learn of a death only from a hold it knew of).
+-- Not recoverable is never handed on: every waiter is woken to see it.
 --
--- Every read and the PUBLISH (under pcall) come before the first write
--- (see release.lua).
+-- Every read comes before the first write; the PUBLISH, under pcall,
+-- cannot fail the script, and its message reaches the waiters only after
+-- the script ends (see release.lua).
 local VERSION = '2'
 local tok = ARGV[1]
 
@@ -24,8 +30,10 @@ local tok = ARGV[1]
 local cur, ldied = unpack(redis.call('HMGET', KEYS[1], 'token', 'died'))
 if cur ~= tok then
 	redis.call('ZSCORE', KEYS[4], tok)
+	redis.call('HGET', KEYS[2], 'q:' .. tok)
 	redis.call('ZREM', KEYS[3], tok)
 	redis.call('ZREM', KEYS[4], tok)
+	redis.call('HDEL', KEYS[2], 'q:' .. tok)
 	return 0
 end
 local counter = redis.call('HGET', KEYS[2], 'fence')
@@ -55,17 +63,30 @@ if mode ~= '1' then
 	end
 end
 local msg = 'r'
+-- The head's hold: lease robust host pid tid since hostid.
+local info
 if head then
 	msg = 'h:' .. head
+	local q = redis.call('HGET', KEYS[2], 'q:' .. head)
+	if q then
+		info = {}
+		for f in string.gmatch(q, '%S+') do
+			info[#info + 1] = f
+		end
+		if #info ~= 7 or info[2] ~= '0' then
+			info = nil
+		end
+	end
 end
-local told = redis.pcall('PUBLISH', ARGV[3], msg)
 
 for _, w in ipairs(gone) do
 	redis.call('ZREM', KEYS[3], w)
 	redis.call('ZREM', KEYS[4], w)
+	redis.call('HDEL', KEYS[2], 'q:' .. w)
 end
 redis.call('ZREM', KEYS[3], tok)
 redis.call('ZREM', KEYS[4], tok)
+redis.call('HDEL', KEYS[2], 'q:' .. tok)
 redis.call('DEL', KEYS[1])
 if head then
 	local fence = next_token(KEYS[2], counter, now)
@@ -75,12 +96,24 @@ if head then
 	end
 	redis.call('ZREM', KEYS[3], head)
 	redis.call('ZREM', KEYS[4], head)
+	redis.call('HDEL', KEYS[2], 'q:' .. head)
 	redis.call('HINCRBY', KEYS[2], 'n', 1)
-	redis.call('HSET', KEYS[2], 'v', VERSION, 'state', state)
-	redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]))
-	redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
-		'since', tostring(now), 'lease', ARGV[5])
-	redis.call('PEXPIRE', KEYS[1], ARGV[5])
+	if info then
+		local lease = info[1]
+		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', '0')
+		redis.call('PEXPIRE', KEYS[2], tonumber(lease) + tonumber(ARGV[4]))
+		redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
+			'host', info[3], 'pid', info[4], 'tid', info[5], 'since', tostring(now),
+			'lease', lease, 'hostid', info[7])
+		redis.call('PEXPIRE', KEYS[1], lease)
+		msg = msg .. ':' .. fence .. ':' .. d .. ':' .. lease
+	else
+		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', state)
+		redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]))
+		redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
+			'since', tostring(now), 'lease', ARGV[5])
+		redis.call('PEXPIRE', KEYS[1], ARGV[5])
+	end
 elseif mode == '0' then
 	redis.call('HDEL', KEYS[2], 'state')
 	redis.call('PEXPIRE', KEYS[2], ARGV[4])
@@ -91,6 +124,7 @@ else
 	redis.call('HSET', KEYS[2], 'state', 'died')
 	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
+local told = redis.pcall('PUBLISH', ARGV[3], msg)
 if type(told) == 'table' then
 	return 2
 end
