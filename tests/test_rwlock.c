@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -498,6 +499,72 @@ Test(rwlock, overlapping_readers_do_not_starve_a_writer)
 		cr_assert_eq(th_wait_child(kids[i], 10000), 0, "reader process %d failed", i);
 		kids[i] = 0;
 	}
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ---- wake-ups ----------------------------------------------------------- */
+
+/* A writer in another process holds with a 60 s lease; it unlocks once this
+ * process's reader is subscribed and waiting.  The reader must wake on the
+ * release's message ("w"), not at the end of the lease it was told to wait
+ * for.  (Cached leases once made every waiter drop a "w": each rwlock wait
+ * then lasted until the holder's lease ran out.) */
+static int
+writer_until_reader_waits(void *arg)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+
+	(void)arg;
+	if (dmutex_client_open(&c, srv.url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+			dmutex_attr_setlease(&a, 60000) || drwlock_init(&rw, "wake", &a) || drwlock_wrlock(&rw))
+		return 10;
+	th_redis_int(&srv, "SET held 1");
+	for (int64_t end = th_now_ms() + 10000;
+	     th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:rwwake:{wake}")) < 1;)
+		if (th_now_ms() > end)
+			return 11;
+		else
+			poll(NULL, 0, 5);
+	/* Subscribed is not yet asleep: its first attempt after subscribing
+	 * must see us still holding, so wait a little past it. */
+	poll(NULL, 0, 100);
+	th_redis_int(&srv, "SET released %lld", th_now_ms());
+	if (drwlock_unlock(&rw) || drwlock_destroy(&rw) || dmutex_client_close(c))
+		return 12;
+	return 0;
+}
+
+Test(rwlock, a_waiting_reader_wakes_at_the_writers_release)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	long long got;
+	pid_t kid;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "wake", &a), 0);
+	kids[0] = kid = th_spawn(writer_until_reader_waits, NULL);
+	cr_assert_gt(kid, 0);
+	for (int64_t end = th_now_ms() + 10000; th_redis_int(&srv, "GET held") != 1;) {
+		cr_assert_lt(th_now_ms(), end, "the writer never held");
+		poll(NULL, 0, 5);
+	}
+	cr_assert_eq(drwlock_rdlock(&rw), 0);
+	got = th_now_ms();
+	cr_assert_eq(th_wait_child(kid, 10000), 0);
+	kids[0] = 0;
+	/* Woken by the message: well within a second even under a sanitizer,
+	 * where the lease would have kept it 60 s. */
+	cr_assert_lt(got - th_redis_int(&srv, "GET released"), 3000,
+			"the reader got the lock %lld ms after the release",
+			got - th_redis_int(&srv, "GET released"));
+	cr_assert_eq(drwlock_unlock(&rw), 0);
 	cr_assert_eq(drwlock_destroy(&rw), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }

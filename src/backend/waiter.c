@@ -240,10 +240,11 @@ for_another(struct dmutex__wsub *s, const redisReply *msg)
 	const char *tok, *end;
 	size_t len;
 
-	/* "w": a process asks for a kept lease back (acquire.lua): news for
+	/* "k": a process asks for a kept lease back (acquire.lua): news for
 	 * its holder only.  A waiter that woke on it would ask again and
-	 * publish it again: a hot loop. */
-	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'w')
+	 * publish it again: a hot loop.  (Not "w": rw_release.lua wakes a
+	 * read-write lock's waiters with that one.) */
+	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'k')
 		return !s->nnotify;
 	if (!s->want[0] || msg->type != REDIS_REPLY_STRING || msg->len <= 2 || memcmp(msg->str, "h:", 2))
 		return 0;

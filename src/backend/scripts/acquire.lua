@@ -116,10 +116,10 @@ if busy then
 	-- (lease_cache.lua; `cache` names the channel its holder listens on)
 	-- is asked back, by a trylock too, once per hold: its holder hands it
 	-- over at its next unlock, or at once if no thread of it holds it.
-	-- Waiters ignore the 'w' they hear on that channel (waiter.c).
+	-- Waiters ignore the 'k' they hear on that channel (waiter.c).
 	if not want then
 		if cache then
-			redis.pcall('PUBLISH', cache, 'w')
+			redis.pcall('PUBLISH', cache, 'k')
 		end
 		if cache or ARGV[10] == '1' then
 			redis.call('HSET', KEYS[1], 'w', '1')
