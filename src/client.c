@@ -95,6 +95,12 @@ atfork_child(void)
 				 * the child asks Redis, which says the parent holds it. */
 				e->ksub = NULL;
 				dmutex__entry_forget(e);
+				/* Nor is the parent's history of holds the child's:
+				 * a child that locks once must release at its unlock
+				 * (a child that keeps a lease and _exits holds the
+				 * name for a whole lease). */
+				e->last_end_ns = e->start_ns = e->last_use_ns = 0;
+				e->nocache_until_ns = 0;
 				e->registered = 0;
 				/* The parent's releases: its to answer. */
 				dmutex__rel_drop(e);

@@ -278,6 +278,9 @@ Test(cache, a_forked_child_does_not_use_its_parents_kept_lease)
 	child_pid = 0;
 	/* It asked Redis (which made us give the lease back): a new token. */
 	cr_assert_gt(sh->fence, mine);
+	/* It locked once: it released at its unlock and kept nothing, though
+	 * this process had locked the name just before the fork. */
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "the child kept the lease it took once");
 	cr_assert_gt(cycle(&m), sh->fence);
 	dmt_close_mutex(c, &m);
 	munmap(sh, sizeof *sh);
