@@ -14,6 +14,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "dmutex.h"
+
 /* ---- run configuration ---- */
 
 struct bench_target {
@@ -66,6 +68,10 @@ void samples_add(struct samples *s, int64_t v);   /* past cap: dropped */
 /* Percentile (0..100) by nearest rank; sorts in place.  NAN when empty. */
 double samples_pct(struct samples *s, double pct);
 void samples_free(struct samples *s);
+/* Lock + unlock of m, timed in `batches` batches of `batch` pairs (one
+ * pair alone is too short to time: mostly the clock): the mean of each
+ * batch into s.  0, or the first error. */
+int samples_lock_pairs(struct samples *s, dmutex_t *m, int batches, int batch);
 
 /* ---- redis helpers (hiredis, outside the library) ---- */
 

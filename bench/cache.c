@@ -59,13 +59,8 @@ single(struct bench *b, const char *url)
 		if (!(err = dmutex_lock(&m)))
 			err = dmutex_unlock(&m);
 	samples_init(&s, (size_t)batches);
-	for (int k = 0; k < batches && !err; k++) {
-		int64_t t0 = bench_now_ns();
-		for (int i = 0; i < batch; i++)
-			if ((err = dmutex_lock(&m)) || (err = dmutex_unlock(&m)))
-				break;
-		samples_add(&s, (bench_now_ns() - t0 + batch / 2) / batch);
-	}
+	if (!err)
+		err = samples_lock_pairs(&s, &m, batches, batch);
 	dmutex_destroy(&m);
 	if (err)
 		goto out;

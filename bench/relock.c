@@ -30,14 +30,7 @@ bench_relock(struct bench *b)
 		goto out_destroy;
 	held = 1;
 	samples_init(&s, (size_t)batches);
-	/* Timing one pair alone would mostly time the clock: time batches. */
-	for (int k = 0; k < batches && !err; k++) {
-		int64_t t0 = bench_now_ns();
-		for (int i = 0; i < batch; i++)
-			if ((err = dmutex_lock(&m)) || (err = dmutex_unlock(&m)))
-				break;
-		samples_add(&s, (bench_now_ns() - t0 + batch / 2) / batch);
-	}
+	err = samples_lock_pairs(&s, &m, batches, batch);
 	if (err)
 		goto out_unlock;
 	r = row_new(3, "recursive re-lock + unlock by the owner");

@@ -46,6 +46,21 @@ samples_add(struct samples *s, int64_t v)
 		s->v[s->n++] = v;
 }
 
+int
+samples_lock_pairs(struct samples *s, dmutex_t *m, int batches, int batch)
+{
+	int err = 0;
+
+	for (int k = 0; k < batches && !err; k++) {
+		int64_t t0 = bench_now_ns();
+		for (int i = 0; i < batch; i++)
+			if ((err = dmutex_lock(m)) || (err = dmutex_unlock(m)))
+				break;
+		samples_add(s, (bench_now_ns() - t0 + batch / 2) / batch);
+	}
+	return err;
+}
+
 static int
 cmp_i64(const void *a, const void *b)
 {
