@@ -54,6 +54,7 @@ struct thread {
 	uint16_t thr;
 	int64_t last_t;
 	int cur;                /* hold index or -1 */
+	int prev;               /* the last hold that ended, or -1 */
 	int exited;
 	int64_t pending_t;      /* lock asked for, no answer yet */
 };
@@ -231,7 +232,7 @@ thread_of(struct ctx *c, int32_t pid, uint16_t thr)
 		if (c->th[i].pid == pid && c->th[i].thr == thr)
 			return &c->th[i];
 	c->th = grow(c->th, &c->capth, c->nth + 1, sizeof *c->th);
-	c->th[c->nth] = (struct thread){ .pid = pid, .thr = thr, .cur = -1, .last_t = 0 };
+	c->th[c->nth] = (struct thread){ .pid = pid, .thr = thr, .cur = -1, .prev = -1, .last_t = 0 };
 	return &c->th[c->nth++];
 }
 
@@ -331,6 +332,13 @@ worker_rec(struct ctx *c, const struct tt_rec *r)
 			c->s->lock_timeout++;
 		} else if (r->rc == EBUSY && r->kind == OP_TRY) {
 			c->s->lock_busy++;
+		} else if (r->rc == ENOLCK && t->prev >= 0 && c->h[t->prev].unlock_rc == 0 &&
+				!c->h[t->prev].lost) {
+			/* The previous hold's asynchronous release came back
+			 * not ours: its unlock had returned 0; this lock says
+			 * so, once, and grants nothing. */
+			c->h[t->prev].lost = 1;
+			c->s->lock_enolck++;
 		} else {
 			violation(c, "pid %d thread %u: lock (op %d) returned %d (%s)", r->pid, r->thr, r->kind,
 					r->rc, strerror(r->rc));
@@ -406,6 +414,7 @@ worker_rec(struct ctx *c, const struct tt_rec *r)
 		else if (r->rc)
 			violation(c, "pid %d thread %u hold %u: unlock returned %d (%s)", r->pid, r->thr, r->hold,
 					r->rc, strerror(r->rc));
+		t->prev = t->cur;
 		t->cur = -1;
 		break;
 	case R_EXIT:

@@ -126,10 +126,10 @@ print_summary(const struct tt_cfg *cfg, const struct tt_summary *s, double secs,
 			printf("%s%s=%" PRIu64, first ? "" : " ", tt_fault_names[i], s->faults[i]);
 			first = 0;
 		}
-	printf("] lost_reported=%" PRIu64 " (onlost %" PRIu64 ", unlock ENOLCK %" PRIu64 ") stale_rejected=%" PRIu64
+	printf("] lost_reported=%" PRIu64 " (onlost %" PRIu64 ", unlock ENOLCK %" PRIu64 ", lock ENOLCK %" PRIu64 ") stale_rejected=%" PRIu64
 			" writes_accepted=%" PRIu64 " value=%" PRId64 " lock_eio=%" PRIu64 " unlock_eio=%" PRIu64
 			" lock_timeouts=%" PRIu64 " ownerdead=%" PRIu64 " killed=%" PRIu64 " violations=%" PRIu64 "\n",
-			s->holds_lost, s->lost_by_onlost, s->lost_at_unlock, s->stale_rejected, s->writes_accepted,
+			s->holds_lost, s->lost_by_onlost, s->lost_at_unlock, s->lock_enolck, s->stale_rejected, s->writes_accepted,
 			s->final_value, s->lock_eio, s->unlock_eio, s->lock_timeout, s->ownerdead, s->killed,
 			s->violations + (uint64_t)extra);
 	fflush(stdout);

@@ -141,7 +141,7 @@ int tt_worker_main(int argc, char **argv);                 /* worker.c */
  * summary counters; return the number of violations. */
 struct tt_summary {
 	uint64_t ops, holds, holds_lost, lost_by_onlost, lost_at_unlock, stale_rejected,
-		writes_accepted, lock_eio, lock_timeout, lock_busy, unlock_eio, ownerdead,
+		writes_accepted, lock_eio, lock_timeout, lock_busy, lock_enolck, unlock_eio, ownerdead,
 		unknown_writes, samples, killed, violations;
 	uint64_t faults[TT_NFAULTS];
 	int64_t final_value, log_len;

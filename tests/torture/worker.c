@@ -73,6 +73,10 @@ struct thr {
 	dmutex_t m;
 	redisContext *res;
 	_Atomic uint32_t hold;
+	/* The last hold granted: the only one an onlost can be about (an
+	 * asynchronous release's not-ours answer arrives after the unlock
+	 * returned, when hold already counts the next request). */
+	_Atomic uint32_t granted;
 	uint64_t rng;
 	struct tt_slot *slot;
 	int failed;
@@ -81,11 +85,11 @@ struct thr {
 static struct worker W;
 
 static void
-rec(struct thr *t, int type, int kind, int rc, uint64_t token, int64_t value)
+rec_hold(struct thr *t, uint32_t hold, int type, int kind, int rc, uint64_t token, int64_t value)
 {
 	struct tt_rec r = {
 		.t = tt_now_ns(), .pid = (int32_t)getpid(), .thr = (uint16_t)t->idx,
-		.type = (uint8_t)type, .kind = (uint8_t)kind, .hold = atomic_load(&t->hold),
+		.type = (uint8_t)type, .kind = (uint8_t)kind, .hold = hold,
 		.rc = rc, .token = token, .value = value,
 	};
 
@@ -95,10 +99,18 @@ rec(struct thr *t, int type, int kind, int rc, uint64_t token, int64_t value)
 }
 
 static void
+rec(struct thr *t, int type, int kind, int rc, uint64_t token, int64_t value)
+{
+	rec_hold(t, atomic_load(&t->hold), type, kind, rc, token, value);
+}
+
+static void
 on_lost(const char *name, void *arg)
 {
+	struct thr *t = arg;
+
 	(void)name;
-	rec(arg, R_LOST, 0, 0, 0, 0);
+	rec_hold(t, atomic_load(&t->granted), R_LOST, 0, 0, 0, 0);
 }
 
 static void
@@ -222,6 +234,8 @@ one_round(struct thr *t)
 	atomic_store(&t->slot->phase, PH_LOCKING);
 	rec(t, R_LOCK_INV, op, 0, 0, 0);
 	rc = do_lock(t, op);
+	if (rc == 0 || rc == EOWNERDEAD)
+		atomic_store(&t->granted, atomic_load(&t->hold));
 	rec(t, R_LOCK, op, rc, 0, 0);
 	if (rc == EOWNERDEAD) {
 		int rc2 = dmutex_consistent(&t->m);
