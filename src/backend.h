@@ -123,6 +123,23 @@ struct dmutex__acq {
 	int refused;            /* on EIO: the backend answered no (NOPERM, WRONGTYPE...) */
 };
 
+/* A fair lock's local hand-over (ops->release_to, README "Fair locks"): a
+ * thread of the releasing process that waits for the lock, with the hold
+ * it would record (not robust: a robust waiter learns of a death only
+ * from a hold it claimed itself). */
+struct dmutex__handoff {
+	/* in */
+	const char *token;
+	unsigned lease_ms;
+	long tid;
+	/* out: 1 when the lock went to it (nobody queued in Redis came
+	 * first), with the hold's fencing token and whether its previous
+	 * owner died; 0 when the queue's head got it, or it was freed */
+	int granted;
+	uint64_t fence;
+	int died;
+};
+
 struct dmutex__renewal {
 	const char *name;
 	const char *token;
@@ -157,6 +174,13 @@ struct dmutex__backend_ops {
 	/* Ends by deadline (CLOCK_MONOTONIC ns), every node included. */
 	int (*release)(struct dmutex__backend *be, const char *name, const char *token,
 			int mode, int64_t deadline, int *released, int *maybe_done);
+	/* Optional (NULL: no local hand-over; Redlock).  release of a fair
+	 * lock (mode with DMUTEX__REL_FAIR) that hands it to next, a waiting
+	 * thread of ours, when nobody queued in Redis comes first; next
+	 * NULL: release. */
+	int (*release_to)(struct dmutex__backend *be, const char *name, const char *token,
+			int mode, int64_t deadline, struct dmutex__handoff *next, int *released,
+			int *maybe_done);
 	/* Optional (NULL: release synchronously; Redlock, Cluster).  Send a
 	 * release (mode DMUTEX__REL_CLEAN) and return once it is wholly in the
 	 * socket's buffer, without its answer: 0 and *out, or EIO (nothing

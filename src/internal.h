@@ -96,6 +96,7 @@ struct dmutex__entry {
 	/* Fair mutexes: threads of this process waiting to ask the backend, in
 	 * arrival order; only the first may (README "Fair locks"). */
 	struct dmutex__fifo *fifo_head, *fifo_tail;
+	uint64_t fifo_ids;              /* the last dmutex__fifo id given */
 	/* A kept (cached) lease, lease_cache.c: the process keeps the lease
 	 * while no thread holds it. */
 	int kept;
@@ -141,9 +142,26 @@ struct dmutex__entry {
 	char name[];                    /* NUL-terminated */
 };
 
-/* A thread waiting for a fair mutex of this process: on its own stack. */
+/* A thread waiting for a fair mutex of this process: on its own stack.
+ * An unlock may offer it the lock (mutex_unlock.c, a local hand-over):
+ * the fields below are then under the entry's mu. */
 struct dmutex__fifo {
 	struct dmutex__fifo *next;
+	uint64_t id;                    /* unique in the entry: a node the unlock
+	                                 * chose is still the same waiter */
+	unsigned lease_ms;              /* the hold it would take */
+	int robust;
+	long tid;
+	/* Offered the lock: it waits for the release's answer and does not
+	 * ask itself meanwhile; if not granted, it asks with this token (a
+	 * lost answer may have handed the lock to it all the same). */
+	int offered;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	/* The answer: granted, with the hold's fence, whether its owner died,
+	 * and when the release was sent (the hold began after). */
+	int answered, granted, died;
+	uint64_t fence;
+	int64_t sent_ns;
 };
 
 /* A thread that reads a read-write lock, and how many times. */
@@ -326,5 +344,10 @@ int dmutex__release(struct dmutex_client *c, const char *name,
  * command_timeout_ms from now; EIO at once if until has passed. */
 int dmutex__release_by(struct dmutex_client *c, const char *name,
 		const char *token, int mode, int64_t until);
+/* A fair lock's release_by that may hand the lock to next, a waiting
+ * thread of ours (backend.h struct dmutex__handoff); next NULL, or a
+ * backend without local hand-overs: release_by. */
+int dmutex__release_to(struct dmutex_client *c, const char *name, const char *token, int mode,
+		int64_t until, struct dmutex__handoff *next);
 
 #endif

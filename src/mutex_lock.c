@@ -77,13 +77,48 @@ granted(const char *handed, unsigned lease_ms, struct dmutex__acq *a)
 	return 1;
 }
 
+/* Under e->mu, nobody of ours holding it: record the hold of `token`, begun
+ * after `sent`, and have it renewed.  0, or the renewer's error (the hold
+ * is then forgotten; the caller gives the lock back). */
+static int
+take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, uint64_t fence,
+		int died, int64_t sent)
+{
+	struct dmutex_client *c = e->client;
+	int err;
+
+	memcpy(e->token, token, sizeof e->token);
+	e->held = 1;
+	e->owner = pthread_self();
+	e->depth = 1;
+	e->fence = fence;
+	e->lease_ms = mx->lease_ms;
+	/* Our deadline counts from before the request was sent. */
+	e->deadline_ns = sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms);
+	e->start_ns = sent;     /* lease_cache.c: locked again soon? */
+	e->lost = e->lost_reported = 0;
+	e->inconsistent = died && mx->robust == DMUTEX_ROBUST;
+	e->onlost = mx->onlost;
+	e->onlost_arg = mx->onlost_arg;
+	e->robust = mx->robust == DMUTEX_ROBUST;
+	e->fair = mx->fair;
+	__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
+	if ((err = dmutex__renewer_add(c, e)))
+		dmutex__entry_forget(e);
+	else if (died)
+		dmutex__log(DMUTEX_LOG_INFO, "'%s': previous owner died holding it%s", e->name,
+				e->inconsistent ? "" : " (not robust: acquired as usual)");
+	return err;
+}
+
 /* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
+ * preset: the token to ask with (NULL: a new one).
  * For the counters, without clock reads of their own: *busy set when
  * another holder made us wait, *first the first request's send time, *done
  * when the grant arrived. */
 static int
 acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int presub,
-		int *busy, int64_t *first, int64_t *done)
+		const char *preset, int *busy, int64_t *first, int64_t *done)
 {
 	struct dmutex__entry *e = mx->entry;
 	struct dmutex_client *c = e->client;
@@ -103,8 +138,13 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	int64_t busy_sent = 0;
 	char handed[DMUTEX__HANDED_MAX];
 
-	if ((err = dmutex__token(token)))
+	/* Offered the lock by an unlock that could not say it was handed to
+	 * us: ask with the offered token, which it may have become. */
+	if (preset)
+		memcpy(token, preset, sizeof token);
+	else if ((err = dmutex__token(token)))
 		return err;
+
 	/* Subscribed already (a condition wait's caller): the first attempt
 	 * asks to be told of the release, with no subscription round trip. */
 	if (presub && (channel = be->ops->channel(be, e->name)) &&
@@ -159,33 +199,12 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 				maybe_done = 0;
 				continue;
 			}
-			memcpy(e->token, token, sizeof e->token);
-			e->held = 1;
-			e->owner = pthread_self();
-			e->depth = 1;
-			e->fence = a.fence;
-			e->lease_ms = mx->lease_ms;
-			/* Our deadline counts from before the request was sent. */
-			e->deadline_ns = sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms);
-			e->start_ns = sent;     /* lease_cache.c: locked again soon? */
-			e->lost = e->lost_reported = 0;
-			e->inconsistent = a.died && mx->robust == DMUTEX_ROBUST;
-			e->onlost = mx->onlost;
-			e->onlost_arg = mx->onlost_arg;
-			e->robust = mx->robust == DMUTEX_ROBUST;
-			e->fair = mx->fair;
-			__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
-			err = dmutex__renewer_add(c, e);
-			if (err) {
-				dmutex__entry_forget(e);
+			if ((err = take_hold(mx, e, token, a.fence, a.died, sent))) {
 				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
 				break;
 			}
 			err = e->inconsistent ? EOWNERDEAD : 0;
-			if (a.died)
-				dmutex__log(DMUTEX_LOG_INFO, "'%s': previous owner died holding it%s", e->name,
-						e->inconsistent ? "" : " (not robust: acquired as usual)");
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			break;
 		}
@@ -358,9 +377,20 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 		return err;
 	}
 	dmutex__ns_to_ts(until, &ts);
-	if (mx->fair)
+	if (mx->fair) {
+		me.id = ++e->fifo_ids;
+		me.lease_ms = mx->lease_ms;
+		me.robust = mx->robust == DMUTEX_ROBUST;
+		me.tid = dmutex__tid();
 		fifo_join(e, &me);
-	while (mx->fair ? e->acquiring || e->fifo_head != &me : e->held || e->acquiring) {
+	}
+	/* Fair: the first in line asks the backend, but not while a thread of
+	 * ours holds the lock: that thread's unlock offers it the lock, and
+	 * its release gives it the lock unless a waiter queued in Redis comes
+	 * first (fair_handoff.c).  A robust one waits for the unlock and asks. */
+	while (mx->fair ? !me.granted && (e->acquiring || e->fifo_head != &me ||
+				(me.offered && !me.answered) || (e->held && !me.offered))
+			: e->held || e->acquiring) {
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			if (mx->fair)
 				fifo_leave(e, &me);
@@ -389,6 +419,27 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 			return 0;
 		}
 	}
+	if (mx->fair && me.granted) {
+		int64_t now = dmutex__now_ns();
+
+		fifo_leave(e, &me);
+		/* Handed to us by a thread of ours (fair_handoff.c).  A grant
+		 * that came after its own lease's end is not vouched for: we ask
+		 * with its token instead (renewing it). */
+		if (now < me.sent_ns + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
+			if ((err = take_hold(mx, e, me.token, me.fence, me.died, me.sent_ns))) {
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+				abandon(e->client, e, me.token, mx->lease_ms, 0, 1);
+				return err;
+			}
+			gen = e->gen;
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_hold(e, gen);
+			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, 1);
+			return 0;
+		}
+		me.granted = 0;
+	}
 	if (mx->fair) {
 		/* A fair trylock does not overtake a holder of this process. */
 		if (mode == TRY && e->held) {
@@ -406,7 +457,8 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 
 	{
 		int64_t first = 0;
-		err = acquire_remote(mx, mode, until, bad_deadline, presub, &contended, &first, &done);
+		err = acquire_remote(mx, mode, until, bad_deadline, presub,
+				mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
 		if ((err == 0 || err == EOWNERDEAD) && done)
 			dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
 	}

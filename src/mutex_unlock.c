@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "fair_handoff.h"
 #include "internal.h"
 #include "metrics.h"
 #include "lockorder.h"
@@ -13,9 +14,11 @@ dmutex_unlock_impl(dmutex_t *m)
 	struct dmutex_client *c;
 	struct dmutex__lost lost_rep;
 	char token[DMUTEX__TOKEN_HEX + 1];
-	int err, lost, mode;
+	struct dmutex__offer offer;
+	struct dmutex__handoff *next = NULL;
+	int err, lost, mode, pass = 0;
 	unsigned lease_ms;
-	int64_t now;
+	int64_t now, sent;
 
 	if ((err = dmutex__resolve(m, &mx)))
 		return err;
@@ -54,8 +57,13 @@ dmutex_unlock_impl(dmutex_t *m)
 	}
 	/* A lost hold is forgotten whole, however deep: the caller was told. */
 	mode = lost ? DMUTEX__REL_DIED : e->inconsistent ? DMUTEX__REL_NOTREC : DMUTEX__REL_CLEAN;
-	if (e->fair)
+	if (e->fair) {
 		mode |= DMUTEX__REL_FAIR;
+		/* The next thread of ours in line may get it with the release
+		 * (fair_handoff.c); never past a hold found not recoverable. */
+		if (mode != (DMUTEX__REL_NOTREC | DMUTEX__REL_FAIR))
+			next = dmutex__fair_offer(e, &offer);
+	}
 	memcpy(token, e->token, sizeof token);
 	lease_ms = e->lease_ms;
 	e->releasing = 1;
@@ -72,7 +80,10 @@ dmutex_unlock_impl(dmutex_t *m)
 		dmutex__thread_unhold(e);
 		return 0;
 	}
-	err = dmutex__release(c, e->name, token, mode);
+	sent = dmutex__now_ns();
+	err = next ? dmutex__release_to(c, e->name, token, mode,
+			sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, next)
+		: dmutex__release(c, e->name, token, mode);
 	dmutex__met_released(c, e->name, now);
 	if ((mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
@@ -89,7 +100,12 @@ dmutex_unlock_impl(dmutex_t *m)
 		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
 	}
 	dmutex__entry_forget(e);
+	/* After the hold is forgotten: the next thread takes it now. */
+	if (next)
+		pass = dmutex__fair_answer(e, &offer, err, sent);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	if (pass)
+		dmutex__fair_pass(e, &offer);
 	dmutex__thread_unhold(e);
 	dmutex__lost_report(e, &lost_rep);
 	if (lost)

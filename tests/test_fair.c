@@ -361,6 +361,7 @@ struct tstate {
 	dmutex_t *m;
 	atomic_int next;
 	int who[8];
+	uint64_t fence[8];
 	atomic_long tid[8];
 };
 
@@ -380,6 +381,8 @@ thread_locker(void *arg)
 		return (void *)1;
 	turn = atomic_fetch_add(&t->s->next, 1);
 	t->s->who[turn] = t->id;
+	if (dmutex_fence(t->s->m, &t->s->fence[turn]))
+		return (void *)3;
 	if (dmutex_unlock(t->s->m))
 		return (void *)2;
 	return NULL;
@@ -390,13 +393,21 @@ struct twait {
 	int id;
 };
 
+static int tid_asleep(long tid);
+
 /* The thread sleeps (in its condition wait, the only place it can). */
 static int
 thread_asleep(void *arg)
 {
 	struct twait *w = arg;
+
+	return tid_asleep(atomic_load(&w->s->tid[w->id]));
+}
+
+static int
+tid_asleep(long tid)
+{
 	char path[64], buf[512], *p;
-	long tid = atomic_load(&w->s->tid[w->id]);
 	FILE *f;
 	size_t n;
 
@@ -420,29 +431,226 @@ Test(fair, threads_of_one_process_get_the_lock_in_arrival_order)
 	pthread_t th[4];
 	dmutex_client_t *c;
 	dmutex_t m;
+	uint64_t first = 0;
 
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
 	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
 	s.m = &m;
 	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &first), 0);
 	for (int i = 0; i < 4; i++) {
 		struct twait w = { &s, i };
-		struct qwait q = { name, 1 };
 		t[i] = (struct targ){ &s, i };
 		cr_assert_eq(pthread_create(&th[i], NULL, thread_locker, &t[i]), 0);
-		/* The first queues in Redis, the others behind it locally. */
-		if (i == 0)
-			cr_assert(th_wait_until(queue_is, &q, 20000));
 		cr_assert(th_wait_until(thread_asleep, &w, 20000));
 	}
+	/* They wait locally while a thread of theirs holds it: each unlock
+	 * offers the lock to the next (a local hand-over). */
+	cr_assert_eq(queued(name), 0, "a thread queued in Redis behind its own process's holder");
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	for (int i = 0; i < 4; i++) {
 		void *rv;
 		pthread_join(th[i], &rv);
 		cr_assert_null(rv, "thread %d failed", i);
 	}
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 4; i++) {
 		cr_assert_eq(s.who[i], i, "turn %d went to thread %d", i, s.who[i]);
+		cr_assert_gt(s.fence[i], i ? s.fence[i - 1] : first, "token of turn %d does not grow", i);
+	}
+	dmt_close_mutex(c, &m);
+}
+
+/*
+ * Local hand-overs (src/fair_handoff.c): an unlock offers the lock to the
+ * next thread of its process, and its release gives it that thread unless
+ * a waiter queued in Redis comes first.
+ */
+struct lthread {
+	dmutex_t *m;
+	struct timespec at;     /* timed: dmutex_timedlock by then */
+	int timed;
+	atomic_long tid;
+	atomic_int state;       /* 1 holding, 2 told to unlock, 3 done */
+	int err;
+	uint64_t fence;
+};
+
+static void *
+lthread_main(void *arg)
+{
+	struct lthread *t = arg;
+
+	atomic_store(&t->tid, (long)syscall(SYS_gettid));
+	t->err = t->timed ? dmutex_timedlock(t->m, &t->at) : dmutex_lock(t->m);
+	if (t->err) {
+		atomic_store(&t->state, 3);
+		return NULL;
+	}
+	t->err = dmutex_fence(t->m, &t->fence);
+	atomic_store(&t->state, 1);
+	while (atomic_load(&t->state) != 2)
+		sched_yield();
+	if (!t->err)
+		t->err = dmutex_unlock(t->m);
+	atomic_store(&t->state, 3);
+	return NULL;
+}
+
+static int
+lthread_asleep(void *arg)
+{
+	return tid_asleep(atomic_load(&((struct lthread *)arg)->tid));
+}
+
+static int
+lthread_holds(void *arg)
+{
+	return atomic_load(&((struct lthread *)arg)->state) == 1;
+}
+
+static int
+lthread_done(void *arg)
+{
+	return atomic_load(&((struct lthread *)arg)->state) == 3;
+}
+
+static void
+lthread_end(struct lthread *t, pthread_t th)
+{
+	int st = 0;
+
+	atomic_compare_exchange_strong(&t->state, &st, 0);
+	st = 1;
+	atomic_compare_exchange_strong(&t->state, &st, 2);
+	cr_assert(th_wait_until(lthread_done, t, 20000), "the thread never finished");
+	pthread_join(th, NULL);
+}
+
+Test(fair, a_local_hand_over_is_the_release_alone)
+{
+	const char *name = "fair-local";
+	struct lthread t = { 0 };
+	dmutex_client_t *c;
+	dmutex_t m;
+	pthread_t th;
+	long long before, scripts;
+	uint64_t first = 0;
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &first), 0);
+	t.m = &m;
+	cr_assert_eq(pthread_create(&th, NULL, lthread_main, &t), 0);
+	cr_assert(th_wait_until(lthread_asleep, &t, 20000));
+	before = dmt_evalsha_calls(&srv);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert(th_wait_until(lthread_holds, &t, 20000), "the thread never got the lock");
+	scripts = dmt_evalsha_calls(&srv) - before;
+	cr_assert_eq(t.err, 0);
+	/* The release gave it the lock: no request of its own, no queue. */
+	cr_assert_eq(scripts, 1, "%lld scripts for a local hand-over", scripts);
+	cr_assert_gt(t.fence, first);
+	/* Recorded in Redis as the holder, with the token it was told. */
+	cr_assert_eq((uint64_t)th_redis_int(&srv, "HGET dmutex:lock:{%s} fence", name), t.fence);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:lock:{%s} tid", name), atomic_load(&t.tid));
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:lock:{%s} pid", name), (long long)getpid());
+	cr_assert_gt(th_redis_int(&srv, "PTTL dmutex:lock:{%s}", name), 0);
+	lthread_end(&t, th);
+	cr_assert_eq(t.err, 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "released");
+	dmt_close_mutex(c, &m);
+}
+
+Test(fair, a_local_hand_over_keeps_fifo_order_across_processes)
+{
+	const char *name = "fair-local-fifo";
+	struct order *o = shared_order();
+	struct child ch = { o, name, 5 };
+	struct qwait q = { name, 1 };
+	struct lthread t = { 0 };
+	dmutex_client_t *c;
+	dmutex_t m;
+	pthread_t th;
+	uint64_t first = 0;
+	pid_t pid;
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &first), 0);
+	/* Another process queues first, then a thread of ours waits. */
+	pid = th_spawn(locker, &ch);
+	cr_assert_gt(pid, 0);
+	cr_assert(th_wait_until(queue_is, &q, 20000), "the child never queued");
+	t.m = &m;
+	cr_assert_eq(pthread_create(&th, NULL, lthread_main, &t), 0);
+	cr_assert(th_wait_until(lthread_asleep, &t, 20000));
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	/* The child came first: it gets the lock, our thread after it. */
+	cr_assert_eq(th_wait_child(pid, 30000), 0, "the child failed");
+	cr_assert(th_wait_until(lthread_holds, &t, 20000), "the thread never got the lock");
+	cr_assert_eq(t.err, 0);
+	cr_assert_eq(o->who[0], 5);
+	cr_assert_gt(o->fence[0], first);
+	cr_assert_gt(t.fence, o->fence[0], "our thread went before the process queued ahead of it");
+	lthread_end(&t, th);
+	cr_assert_eq(t.err, 0);
+	cr_assert_eq(queued(name), 0);
+	dmt_close_mutex(c, &m);
+	munmap(o, sizeof *o);
+}
+
+/*
+ * The thread offered the lock gives up (its deadline) while the release is
+ * on its way (held up by CLIENT PAUSE): the lock handed to it is passed on
+ * to the next thread, not left to a holder that is gone until its lease
+ * ends.
+ */
+Test(fair, a_handed_over_thread_that_timed_out_passes_the_lock_on)
+{
+	const char *name = "fair-local-gone";
+	struct lthread t1 = { 0 }, t2 = { 0 };
+	char lurl[700];
+	dmutex_client_t *c;
+	dmutex_t m;
+	pthread_t th1, th2;
+	uint64_t first = 0;
+	redisReply *r;
+	int64_t t0;
+
+	/* The lease outlives the pause: the release still finds the lock ours. */
+	dmt_url(lurl, sizeof lurl, NULL, srv.port, "lease_ms=20000&command_timeout_ms=15000");
+	cr_assert_eq(dmutex_client_open(&c, lurl), 0);
+	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &first), 0);
+	t1.m = t2.m = &m;
+	t1.timed = 1;
+	clock_gettime(CLOCK_REALTIME, &t1.at);
+	t1.at.tv_sec += 2;
+	t0 = th_now_ms();
+	cr_assert_eq(pthread_create(&th1, NULL, lthread_main, &t1), 0);
+	cr_assert(th_wait_until(lthread_asleep, &t1, 20000));
+	cr_assert_eq(pthread_create(&th2, NULL, lthread_main, &t2), 0);
+	cr_assert(th_wait_until(lthread_asleep, &t2, 20000));
+	cr_assert_lt(th_now_ms() - t0, 1500, "too slow to start the waiters before the first's deadline");
+	r = th_redis_cmd(&srv, "CLIENT PAUSE 4000 ALL");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "CLIENT PAUSE failed");
+	freeReplyObject(r);
+	/* Offers the lock to the first, which times out before the answer. */
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert(th_wait_until(lthread_done, &t1, 20000));
+	cr_assert_eq(t1.err, ETIMEDOUT);
+	pthread_join(th1, NULL);
+	cr_assert(th_wait_until(lthread_holds, &t2, 10000), "the lock was not passed on");
+	cr_assert_eq(t2.err, 0);
+	cr_assert_gt(t2.fence, first);
+	cr_assert_eq((uint64_t)th_redis_int(&srv, "HGET dmutex:lock:{%s} fence", name), t2.fence);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:lock:{%s} tid", name), atomic_load(&t2.tid));
+	lthread_end(&t2, th2);
+	cr_assert_eq(t2.err, 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "released");
 	dmt_close_mutex(c, &m);
 }
 

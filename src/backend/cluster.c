@@ -170,8 +170,16 @@ static int
 cl_release(struct dmutex__backend *be, const char *name, const char *token,
 		int mode, int64_t deadline, int *released, int *maybe_done)
 {
-	return dmutex__backend_redis_release(be, &cl_of(be)->face, name, token, mode, deadline, released,
-			maybe_done);
+	return dmutex__backend_redis_release(be, &cl_of(be)->face, name, token, mode, deadline, NULL,
+			released, maybe_done);
+}
+
+static int
+cl_release_to(struct dmutex__backend *be, const char *name, const char *token, int mode,
+		int64_t deadline, struct dmutex__handoff *next, int *released, int *maybe_done)
+{
+	return dmutex__backend_redis_release(be, &cl_of(be)->face, name, token, mode, deadline, next,
+			released, maybe_done);
 }
 
 /* Renew on one master the holds of rn[] it serves (member[i] == m), one
@@ -425,6 +433,7 @@ cl_node_of(struct dmutex__backend *be, const char *key)
 static const struct dmutex__backend_ops cluster_ops = {
 	.acquire = cl_acquire,
 	.release = cl_release,
+	.release_to = cl_release_to,
 	.renew = cl_renew,
 	.channel = dmutex__backend_channel,
 	.atfork_child = cl_atfork_child,

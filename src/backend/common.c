@@ -144,6 +144,22 @@ dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token
 }
 
 int
+dmutex__rel_to_reply(const redisReply *r, struct dmutex__handoff *next, int *released)
+{
+	long long st, died;
+	uint64_t fence;
+
+	if (r->elements != 3 || int_elem(r, 0, &st) || st != 1 || dmutex__fence_elem(r, 1, &fence) ||
+			int_elem(r, 2, &died) || (died != 0 && died != 1))
+		return -1;
+	next->granted = 1;
+	next->fence = fence;
+	next->died = died != 0;
+	*released = 1;
+	return 0;
+}
+
+int
 dmutex__rel_reply(const char *display, const char *name, const redisReply *r, int *released)
 {
 	if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 2)

@@ -61,6 +61,9 @@ void dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *
 		int mode, struct dmutex__rel_argv *x);
 /* 0 and *released, or -1 for an unexpected shape; a release whose wake-up
  * the server refused is logged against display and name. */
+/* fair_release.lua's answer of a hand-over to next, {1, fence, died}: 0
+ * with next filled in and *released, or -1 for an unexpected shape. */
+int dmutex__rel_to_reply(const redisReply *r, struct dmutex__handoff *next, int *released);
 int dmutex__rel_reply(const char *display, const char *name, const redisReply *r,
 		int *released);
 

@@ -30,8 +30,10 @@ dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 
 void
 dmutex__fair_rel_argv(struct dmutex__backend *be, const char *name, const char *token,
-		int mode, struct dmutex__fair_rel_argv *x)
+		int mode, const struct dmutex__handoff *next, struct dmutex__fair_rel_argv *x)
 {
+	const char **n = &x->argv[DMUTEX__REL_ARGC + 3];
+
 	dmutex__rel_argv(be, name, token, mode, &x->base);
 	queue_keys(be, name, x->qk, x->pk);
 	snprintf(x->lease, sizeof x->lease, "%u", be->cfg.lease_ms);
@@ -40,5 +42,15 @@ dmutex__fair_rel_argv(struct dmutex__backend *be, const char *name, const char *
 	x->argv[2] = x->qk;
 	x->argv[3] = x->pk;
 	memcpy(&x->argv[4], &x->base.argv[2], (DMUTEX__REL_ARGC - 2) * sizeof x->argv[0]);
-	x->argv[DMUTEX__FAIR_REL_ARGC - 1] = x->lease;
+	x->argv[DMUTEX__REL_ARGC + 2] = x->lease;
+	/* The next thread's hold, as fair_acquire.lua records one. */
+	snprintf(x->nlease, sizeof x->nlease, "%u", next ? next->lease_ms : 0);
+	snprintf(x->npid, sizeof x->npid, "%ld", (long)*be->cfg.pid);
+	snprintf(x->ntid, sizeof x->ntid, "%ld", next ? next->tid : 0);
+	n[0] = next ? next->token : "";
+	n[1] = x->nlease;
+	n[2] = be->cfg.host;
+	n[3] = x->npid;
+	n[4] = x->ntid;
+	n[5] = be->cfg.hostid;
 }

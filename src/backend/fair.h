@@ -8,7 +8,7 @@
 #define DMUTEX__FAIR_ACQ_NKEYS 4
 #define DMUTEX__FAIR_ACQ_ARGC (DMUTEX__ACQ_ARGC + 2)
 #define DMUTEX__FAIR_REL_NKEYS 4
-#define DMUTEX__FAIR_REL_ARGC (DMUTEX__REL_ARGC + 3)
+#define DMUTEX__FAIR_REL_ARGC (DMUTEX__REL_ARGC + 9)
 
 struct dmutex__fair_acq_argv {
 	struct dmutex__acq_argv base;
@@ -19,13 +19,15 @@ struct dmutex__fair_acq_argv {
 struct dmutex__fair_rel_argv {
 	struct dmutex__rel_argv base;
 	char qk[DMUTEX__KEY_MAX], pk[DMUTEX__KEY_MAX], lease[16];
+	char nlease[16], npid[24], ntid[24];       /* the next thread's hold */
 	const char *argv[DMUTEX__FAIR_REL_ARGC];
 };
 
 void dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 		struct dmutex__fair_acq_argv *x);
-/* mode without DMUTEX__REL_FAIR. */
+/* mode without DMUTEX__REL_FAIR; next: the thread to hand the lock to, or
+ * NULL. */
 void dmutex__fair_rel_argv(struct dmutex__backend *be, const char *name, const char *token,
-		int mode, struct dmutex__fair_rel_argv *x);
+		int mode, const struct dmutex__handoff *next, struct dmutex__fair_rel_argv *x);
 
 #endif

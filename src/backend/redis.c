@@ -74,15 +74,18 @@ redis_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 int
 dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n,
-		const char *name, const char *token, int mode, int64_t deadline, int *released,
-		int *maybe_done)
+		const char *name, const char *token, int mode, int64_t deadline,
+		struct dmutex__handoff *next, int *released, int *maybe_done)
 {
 	struct dmutex__rel_argv x;
 	redisReply *r;
+	int bad;
 
+	if (next)
+		next->granted = 0;
 	if (mode & DMUTEX__REL_FAIR) {
 		struct dmutex__fair_rel_argv f;
-		dmutex__fair_rel_argv(be, name, token, mode & ~DMUTEX__REL_FAIR, &f);
+		dmutex__fair_rel_argv(be, name, token, mode & ~DMUTEX__REL_FAIR, next, &f);
 		r = dmutex__node_call_by(n, DMUTEX__SCRIPT_FAIR_RELEASE, DMUTEX__FAIR_REL_NKEYS,
 				DMUTEX__FAIR_REL_ARGC, f.argv, maybe_done, deadline);
 	} else {
@@ -94,7 +97,9 @@ dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n
 		*maybe_done = *maybe_done == 1;
 		return EIO;
 	}
-	if (dmutex__rel_reply(n->addr->display, name, r, released)) {
+	bad = next && r->type == REDIS_REPLY_ARRAY ? dmutex__rel_to_reply(r, next, released)
+		: dmutex__rel_reply(n->addr->display, name, r, released);
+	if (bad) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: release of '%s': unexpected reply shape",
 				n->addr->display, name);
 		freeReplyObject(r);
@@ -109,8 +114,16 @@ static int
 redis_release(struct dmutex__backend *be, const char *name, const char *token,
 		int mode, int64_t deadline, int *released, int *maybe_done)
 {
-	return dmutex__backend_redis_release(be, node_of(be), name, token, mode, deadline, released,
-			maybe_done);
+	return dmutex__backend_redis_release(be, node_of(be), name, token, mode, deadline, NULL,
+			released, maybe_done);
+}
+
+static int
+redis_release_to(struct dmutex__backend *be, const char *name, const char *token, int mode,
+		int64_t deadline, struct dmutex__handoff *next, int *released, int *maybe_done)
+{
+	return dmutex__backend_redis_release(be, node_of(be), name, token, mode, deadline, next,
+			released, maybe_done);
 }
 
 static int
@@ -268,6 +281,7 @@ redis_destroy(struct dmutex__backend *be)
 static const struct dmutex__backend_ops redis_ops = {
 	.acquire = redis_acquire,
 	.release = redis_release,
+	.release_to = redis_release_to,
 	.release_async = redis_release_async,
 	.renew = redis_renew,
 	.cache = redis_cache,

@@ -17,8 +17,8 @@ int dmutex__backend_cluster_create(const struct dmutex__backend_cfg *cfg, struct
 int dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n,
 		struct dmutex__acq *a);
 int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n,
-		const char *name, const char *token, int mode, int64_t deadline, int *released,
-		int *maybe_done);
+		const char *name, const char *token, int mode, int64_t deadline,
+		struct dmutex__handoff *next, int *released, int *maybe_done);
 
 /* release_async (release_async.c) on node n: one Redis, or Sentinel's master. */
 int dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__node *n,

@@ -3,11 +3,20 @@
 -- KEYS     lock hash, meta hash, queue, places (fair_acquire.lua)
 -- ARGV     token, mode, wake channel, idle_ms (as release.lua), lease_ms:
 --          the lease a handed lock starts with, until its new holder
---          claims it with its own
+--          claims it with its own; then the releaser's next thread, if it
+--          has one waiting ('' if not): its token, lease_ms, host, pid, tid
+--          and hostid (the hold it would record)
 --
 -- Returns as release.lua: 1 released (or handed on), 0 not ours, 2
--- released but the channel is denied.  Not ours also takes the caller out
--- of the queue: a waiter that gives up (mode 3) leaves through here.
+-- released but the channel is denied; {1, fence, died} handed to the next
+-- thread.  Not ours also takes the caller out of the queue: a waiter that
+-- gives up (mode 3) leaves through here.
+--
+-- The next thread (a local hand-over, src/fair_handoff.c): when nobody
+-- queued here comes before it, the lock goes to it outright, as to a head
+-- that left its hold's details, and the answer says so: the releaser
+-- wakes it in its own process, with no message (nobody queued waits for
+-- one).  Otherwise the head gets it as below, and the next thread asks.
 --
 -- A handed lock gets a new fencing token now and the head's token as
 -- owner.  A head that left its hold's details (fair_acquire.lua, 'q:'
@@ -62,10 +71,14 @@ if mode ~= '1' then
 		end
 	end
 end
+local nxt = ARGV[6]
+if nxt == '' or mode == '1' or (head and head ~= nxt) then
+	nxt = nil
+end
 local msg = 'r'
 -- The head's hold: lease robust host pid tid since hostid.
 local info
-if head then
+if head and not nxt then
 	msg = 'h:' .. head
 	local q = redis.call('HGET', KEYS[2], 'q:' .. head)
 	if q then
@@ -88,6 +101,24 @@ redis.call('ZREM', KEYS[3], tok)
 redis.call('ZREM', KEYS[4], tok)
 redis.call('HDEL', KEYS[2], 'q:' .. tok)
 redis.call('DEL', KEYS[1])
+if nxt then
+	local fence = next_token(KEYS[2], counter, now)
+	local d = 0
+	if mode == '2' then
+		d = 1
+	end
+	redis.call('ZREM', KEYS[3], nxt)
+	redis.call('ZREM', KEYS[4], nxt)
+	redis.call('HDEL', KEYS[2], 'q:' .. nxt)
+	redis.call('HINCRBY', KEYS[2], 'n', 1)
+	redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', '0')
+	redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) + tonumber(ARGV[4]))
+	redis.call('HSET', KEYS[1], 'v', VERSION, 'token', nxt, 'fence', fence, 'died', d,
+		'host', ARGV[8], 'pid', ARGV[9], 'tid', ARGV[10], 'since', tostring(now),
+		'lease', ARGV[7], 'hostid', ARGV[11])
+	redis.call('PEXPIRE', KEYS[1], ARGV[7])
+	return {1, fence, d}
+end
 if head then
 	local fence = next_token(KEYS[2], counter, now)
 	local d, state = 0, 'handed'
