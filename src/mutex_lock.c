@@ -111,6 +111,27 @@ take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, 
 	return err;
 }
 
+/* The channel a waiter listens on: the lock's, or for a fair lock's waiter
+ * its own, "<the lock's>:<token>" (fair_release.lua publishes a hand-over
+ * there, so that only the head's process hears it).  Caller frees. */
+static char *
+wake_channel(struct dmutex__backend *be, const char *name, const char *token)
+{
+	char *ch = be->ops->channel(be, name), *own;
+	size_t len;
+
+	if (!ch || !token)
+		return ch;
+	len = strlen(ch);
+	if (!(own = realloc(ch, len + 1 + strlen(token) + 1))) {
+		free(ch);
+		return NULL;
+	}
+	own[len] = ':';
+	strcpy(own + len + 1, token);
+	return own;
+}
+
 /* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
  * preset: the token to ask with (NULL: a new one).
  * For the counters, without clock reads of their own: *busy set when
@@ -147,7 +168,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 
 	/* Subscribed already (a condition wait's caller): the first attempt
 	 * asks to be told of the release, with no subscription round trip. */
-	if (presub && (channel = be->ops->channel(be, e->name)) &&
+	if (presub && (channel = wake_channel(be, e->name, mx->fair ? token : NULL)) &&
 			(sub = dmutex__waiter_sub(be, channel, dmutex__now_ns())) && mx->fair)
 		dmutex__wsub_want(be, sub, token);
 	for (;;) {
@@ -248,7 +269,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		if (!sub && !channel) {
 			/* Subscribe, then ask again at once: a release between our
 			 * attempt and the subscription would otherwise be missed. */
-			channel = be->ops->channel(be, e->name);
+			channel = wake_channel(be, e->name, mx->fair ? token : NULL);
 			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 			if (channel)
 				sub = dmutex__waiter_sub(c->be, channel, sub_until < until ? sub_until : until);

@@ -356,6 +356,66 @@ Test(fair, a_robust_head_claims_its_hand_over)
 	hand_over_costs("fair-cost-robust", 1, 2);
 }
 
+/*
+ * No herd on the channel: a hand-over is published on the head's own
+ * channel ("dmutex:wake:{NAME}:<token>"), not on the lock's, which every
+ * waiting process's wake-up thread listens on.  A spy subscribed to both
+ * sees the one message on the head's channel and none on the lock's.
+ */
+Test(fair, a_hand_over_is_told_to_the_head_alone)
+{
+	const char *name = "fair-herd";
+	struct qwait q = { name, 1 };
+	struct headwait h = { 0 };
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	pthread_t th;
+	redisContext *spy;
+	redisReply *r;
+	struct timeval tv = { 0, 300000 };
+	int own = 0, shared = 0;
+
+	cr_assert_eq(dmutex_client_open(&c1, url), 0);
+	cr_assert_eq(dmutex_client_open(&c2, url), 0);
+	cr_assert_eq(fair_mutex(&m1, c1, name, 0), 0);
+	cr_assert_eq(fair_mutex(&m2, c2, name, 0), 0);
+	spy = th_redis_connect(&srv, NULL, NULL);
+	cr_assert_not_null(spy);
+	r = redisCommand(spy, "SUBSCRIBE dmutex:wake:{%s}", name);
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+	freeReplyObject(r);
+	r = redisCommand(spy, "PSUBSCRIBE dmutex:wake:{%s}:*", name);
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+	freeReplyObject(r);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	h.m = &m2;
+	cr_assert_eq(pthread_create(&th, NULL, head_thread, &h), 0);
+	cr_assert(th_wait_until(queue_is, &q, 20000), "the head never queued");
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert(th_wait_until(head_holds, &h, 20000), "the head never got the lock");
+	cr_assert_eq(h.err, 0);
+	/* What the spy heard, until it hears nothing for a while. */
+	redisSetTimeout(spy, tv);
+	while (redisGetReply(spy, (void **)&r) == REDIS_OK) {
+		cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements >= 3);
+		if (!strcmp(r->element[0]->str, "pmessage")) {
+			own++;
+			cr_assert_eq(strncmp(r->element[3]->str, "h:", 2), 0, "told %s", r->element[3]->str);
+		} else if (!strcmp(r->element[0]->str, "message")) {
+			shared++;
+		}
+		freeReplyObject(r);
+	}
+	redisFree(spy);
+	cr_assert_eq(own, 1, "%d messages on the head's own channel", own);
+	cr_assert_eq(shared, 0, "%d messages on the lock's channel, heard by every waiter", shared);
+	atomic_store(&h.state, 2);
+	pthread_join(th, NULL);
+	cr_assert_eq(h.err, 0);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
 /* Threads of one process: each waits in turn, in the order they came. */
 struct tstate {
 	dmutex_t *m;

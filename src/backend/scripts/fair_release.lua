@@ -18,6 +18,13 @@
 -- wakes it in its own process, with no message (nobody queued waits for
 -- one).  Otherwise the head gets it as below, and the next thread asks.
 --
+-- Each queued waiter listens on its own channel, the wake channel
+-- followed by ':' and its token: a hand-over is published to the head's
+-- alone, so the other processes' wake-up threads are not woken for it.
+-- A release that frees the lock (or leaves it not recoverable) tells
+-- every waiter still queued (one whose place ran out may still be alive),
+-- and the wake channel.
+--
 -- A handed lock gets a new fencing token now and the head's token as
 -- owner.  A head that left its hold's details (fair_acquire.lua, 'q:'
 -- fields) and is not robust becomes the holder outright, with its own
@@ -155,7 +162,17 @@ else
 	redis.call('HSET', KEYS[2], 'state', 'died')
 	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
-local told = redis.pcall('PUBLISH', ARGV[3], msg)
+local told
+if head then
+	told = redis.pcall('PUBLISH', ARGV[3] .. ':' .. head, msg)
+else
+	told = redis.pcall('PUBLISH', ARGV[3], msg)
+	for _, w in ipairs(queue) do
+		if w ~= tok then
+			redis.pcall('PUBLISH', ARGV[3] .. ':' .. w, msg)
+		end
+	end
+end
 if type(told) == 'table' then
 	return 2
 end
