@@ -39,13 +39,13 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 {
 	dmutex__key(x->lk, be->cfg.prefix, "lock", a->name);
 	dmutex__key(x->mk, be->cfg.prefix, "meta", a->name);
-	snprintf(x->lease, sizeof x->lease, "%u", a->lease_ms);
+	dmutex__dec(x->lease, a->lease_ms);
 	/* The client's, kept right across fork (client.c): getpid is a
 	 * system call a lock otherwise. */
-	snprintf(x->pid, sizeof x->pid, "%ld", (long)*be->cfg.pid);
-	snprintf(x->tid, sizeof x->tid, "%ld", a->tid);
-	snprintf(x->since, sizeof x->since, "%" PRId64, dmutex__wall_ms());
-	snprintf(x->idle, sizeof x->idle, "%u", be->cfg.idle_ms);
+	dmutex__dec(x->pid, (long)*be->cfg.pid);
+	dmutex__dec(x->tid, a->tid);
+	dmutex__dec(x->since, dmutex__wall_ms());
+	dmutex__dec(x->idle, be->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = a->token;
@@ -133,8 +133,8 @@ dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token
 	dmutex__key(x->lk, prefix, "lock", name);
 	dmutex__key(x->mk, prefix, "meta", name);
 	dmutex__key(x->ch, prefix, "wake", name);
-	snprintf(x->mode, sizeof x->mode, "%d", mode);
-	snprintf(x->idle, sizeof x->idle, "%u", be->cfg.idle_ms);
+	dmutex__dec(x->mode, mode);
+	dmutex__dec(x->idle, be->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = token;

@@ -22,12 +22,12 @@
 
 struct dmutex__acq_argv {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX];
-	char lease[16], pid[24], tid[24], since[24], idle[16];
+	char lease[24], pid[24], tid[24], since[24], idle[24];     /* dmutex__dec: 21 bytes at most */
 	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 11 args */
 };
 
 struct dmutex__rel_argv {
-	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], mode[4], idle[16];
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], mode[24], idle[24];
 	const char *argv[DMUTEX__REL_ARGC];     /* 2 keys, 4 args */
 };
 
