@@ -483,8 +483,10 @@ dmutex__conn_fill(struct dmutex__conn *c)
 		}
 		/* A short plain read emptied the socket; TLS returns one
 		 * record at a time, so it reads on until it would block. */
-		if (!c->ssl && k < DMUTEX__CONN_IN)
+		if (!c->ssl && k < DMUTEX__CONN_IN) {
+			c->drained_ns = dmutex__now_ns();
 			return 0;
+		}
 	}
 }
 
@@ -577,11 +579,25 @@ dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
 	return 0;
 }
 
+/*
+ * The check reads to find answers already there and a server that closed
+ * the connection.  With every reply read (none pending), only a close can
+ * be there; right after a read found the socket empty, a recv (a system
+ * call per asynchronous release: the acquire's reply was read just before)
+ * would see one no sooner than the request sent next does, and a close
+ * just after the check is missed all the same.  What such a request then
+ * loses, its connection's next reader or free hands to done as unknown.
+ */
+#define DMUTEX__CONN_QUIET_NS (1 * DMUTEX__MS)
+
 int
 dmutex__conn_check(struct dmutex__conn *c)
 {
 	void *v = NULL;
 
+	if (!c->err && !c->ssl && !c->pending && c->drained_ns &&
+			dmutex__now_ns() - c->drained_ns < DMUTEX__CONN_QUIET_NS)
+		return 0;
 	if (dmutex__conn_fill(c) || dmutex__conn_next(c, &v))
 		return -1;
 	if (v) {

@@ -56,6 +56,7 @@ struct dmutex__conn {
 	                                 * master's address it was dialled for */
 	int abandoned;                  /* freed in a fork child: what it owes
 	                                 * is the parent's business */
+	int64_t drained_ns;             /* plain: when a read last emptied the socket */
 	uint64_t scripts_ok;            /* bit per script (scripts.h) its server
 	                                 * answered without NOSCRIPT: a request
 	                                 * nobody waits for may go by SHA */
@@ -83,7 +84,9 @@ void dmutex__conn_owe(struct dmutex__conn *c, struct dmutex__conn_owed *o);
 int dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline);
 /* On a connection that owes no caller a reply: read what has arrived
  * without waiting, handing owed replies over: 0, or -1 if it is broken
- * (the server closed it: a pooled connection after a restart). */
+ * (the server closed it: a pooled connection after a restart).  No read
+ * when nothing can have come: every reply read, the socket found empty
+ * within DMUTEX__CONN_QUIET_NS (see conn.c). */
 int dmutex__conn_check(struct dmutex__conn *c);
 
 /* Send what can go without waiting: 1 all sent, 0 more to send, -1 broken. */
