@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -192,6 +193,28 @@ handshake(struct dmutex__conn *c, struct ssl_ctx_st *tls, const struct dmutex__n
 	return 0;
 }
 
+/*
+ * A reply's wait is the one call per request that must wait: on a plain
+ * socket it is a recv that blocks (one system call, as hiredis makes)
+ * rather than poll then recv.  Its receive timeout is a slice, taken only
+ * while at least a slice is left before the deadline; the last part of a
+ * wait polls for exactly what is left.  OpenSSL needs a non-blocking
+ * socket: TLS keeps poll.  If the socket cannot be switched, poll it is.
+ */
+#define DMUTEX__CONN_SLICE_MS 50
+
+static void
+make_blocking(struct dmutex__conn *c)
+{
+	struct timeval tv = { 0, DMUTEX__CONN_SLICE_MS * 1000 };
+	int fl = fcntl(c->fd, F_GETFL);
+
+	if (fl < 0 || setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv))
+		return;
+	if (fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+		c->blocking = 1;
+}
+
 struct dmutex__conn *
 dmutex__conn_dial(const struct dmutex__node_addr *a, struct ssl_ctx_st *tls, int64_t deadline,
 		char *why, size_t whylen, int *refused)
@@ -217,6 +240,8 @@ dmutex__conn_dial(const struct dmutex__node_addr *a, struct ssl_ctx_st *tls, int
 		dmutex__conn_free(c);
 		return NULL;
 	}
+	if (!tls)
+		make_blocking(c);
 	return c;
 }
 
@@ -388,7 +413,7 @@ send_some(struct dmutex__conn *c, const char *buf, size_t len)
 	for (;;) {
 		/* MSG_NOSIGNAL: a reset connection gives EPIPE here, never a
 		 * SIGPIPE that would kill the program (tls.c does the same). */
-		if ((k = send(c->fd, buf, len, MSG_NOSIGNAL)) >= 0)
+		if ((k = send(c->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT)) >= 0)
 			return k;
 		if (errno == EINTR)
 			continue;
@@ -414,7 +439,7 @@ recv_some(struct dmutex__conn *c)
 		return k < 0 ? -1 : k;
 	}
 	for (;;) {
-		if ((k = recv(c->fd, c->in, DMUTEX__CONN_IN, 0)) > 0)
+		if ((k = recv(c->fd, c->in, DMUTEX__CONN_IN, MSG_DONTWAIT)) > 0)
 			return k;
 		if (k == 0) {
 			set_err(c, "connection closed by server", 0);
@@ -553,6 +578,37 @@ wait_in(struct dmutex__conn *c, int64_t deadline)
 	return 0;
 }
 
+/* Wait for input by the deadline and read what came: 0, or -1 with c->err. */
+static int
+await_in(struct dmutex__conn *c, int64_t deadline)
+{
+	while (c->blocking && !c->err &&
+			deadline - dmutex__now_ns() >= (int64_t)DMUTEX__CONN_SLICE_MS * DMUTEX__MS) {
+		/* Returns within the slice: data, or EAGAIN when none came. */
+		ssize_t k = recv(c->fd, c->in, DMUTEX__CONN_IN, 0);
+		if (k > 0) {
+			if (redisReaderFeed(c->rd, c->in, (size_t)k) != REDIS_OK) {
+				set_err(c, "out of memory reading", ENOMEM);
+				return -1;
+			}
+			if (k < DMUTEX__CONN_IN) {
+				c->drained_ns = dmutex__now_ns();
+				return 0;
+			}
+			return dmutex__conn_fill(c);
+		}
+		if (k == 0) {
+			set_err(c, "connection closed by server", 0);
+			return -1;
+		}
+		if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+			set_err(c, "recv", errno);
+			return -1;
+		}
+	}
+	return wait_in(c, deadline) || dmutex__conn_fill(c) ? -1 : 0;
+}
+
 int
 dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
 {
@@ -573,7 +629,7 @@ dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
 		/* A NOSCRIPT answer appended the request again. */
 		if (c->outlen > c->outoff && dmutex__conn_flush(c, deadline))
 			return -1;
-		if (wait_in(c, deadline) || dmutex__conn_fill(c))
+		if (await_in(c, deadline))
 			return -1;
 	}
 	return 0;
@@ -619,7 +675,7 @@ dmutex__conn_get(struct dmutex__conn *c, void **reply, int64_t deadline)
 			return -1;
 		if (*reply)
 			return 0;
-		if (wait_in(c, deadline) || dmutex__conn_fill(c))
+		if (await_in(c, deadline))
 			return -1;
 	}
 }

@@ -1,7 +1,9 @@
 /*
- * An owned connection to one Redis server: a non-blocking socket driven
- * with poll(2), every wait bounded by an absolute CLOCK_MONOTONIC deadline
- * for the whole request (never per recv), buffers on the heap.  hiredis is
+ * An owned connection to one Redis server: a socket driven with poll(2)
+ * and calls that do not block, every wait bounded by an absolute
+ * CLOCK_MONOTONIC deadline for the whole request (never per recv), buffers
+ * on the heap.  A plain socket waits for a reply in recv itself, in slices
+ * that end before the deadline (conn.c, await_in).  hiredis is
  * used only to format commands and to parse RESP (redisReader), so this
  * builds with hiredis 0.14 and 1.x.  Requests may be pipelined: append
  * several, then read the replies in order.
@@ -57,6 +59,9 @@ struct dmutex__conn {
 	int abandoned;                  /* freed in a fork child: what it owes
 	                                 * is the parent's business */
 	int64_t drained_ns;             /* plain: when a read last emptied the socket */
+	int blocking;                   /* plain: the socket blocks (recv waits for
+	                                 * a reply, SO_RCVTIMEO bounding it); every
+	                                 * other call says MSG_DONTWAIT */
 	uint64_t scripts_ok;            /* bit per script (scripts.h) its server
 	                                 * answered without NOSCRIPT: a request
 	                                 * nobody waits for may go by SHA */
@@ -65,7 +70,9 @@ struct dmutex__conn {
 /* Connect (DNS, TCP or unix; then the TLS handshake when tls is not NULL)
  * by the deadline; NULL with why filled on failure, *refused set when TLS
  * refused (a certificate not accepted, by either side).  The socket is
- * non-blocking, close-on-exec, TCP_NODELAY and keep-alive. */
+ * close-on-exec, TCP_NODELAY and keep-alive; non-blocking over TLS, else
+ * blocking with a receive timeout (every call but a reply's wait says
+ * MSG_DONTWAIT: pollers of c->fd see no difference). */
 struct dmutex__conn *dmutex__conn_dial(const struct dmutex__node_addr *a, struct ssl_ctx_st *tls,
 		int64_t deadline, char *why, size_t whylen, int *refused);
 /* Owed replies not read get done(NULL) (see above). */
