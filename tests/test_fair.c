@@ -678,9 +678,10 @@ Test(fair, a_handed_over_thread_that_timed_out_passes_the_lock_on)
 	uint64_t first = 0;
 	redisReply *r;
 	int64_t t0;
+	int f = dmt_slowdown();
 
 	/* The lease outlives the pause: the release still finds the lock ours. */
-	dmt_url(lurl, sizeof lurl, NULL, srv.port, "lease_ms=20000&command_timeout_ms=15000");
+	dmt_url(lurl, sizeof lurl, NULL, srv.port, "lease_ms=30000&command_timeout_ms=25000");
 	cr_assert_eq(dmutex_client_open(&c, lurl), 0);
 	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);
@@ -688,14 +689,14 @@ Test(fair, a_handed_over_thread_that_timed_out_passes_the_lock_on)
 	t1.m = t2.m = &m;
 	t1.timed = 1;
 	clock_gettime(CLOCK_REALTIME, &t1.at);
-	t1.at.tv_sec += 2;
+	t1.at.tv_sec += 2 * f;
 	t0 = th_now_ms();
 	cr_assert_eq(pthread_create(&th1, NULL, lthread_main, &t1), 0);
 	cr_assert(th_wait_until(lthread_asleep, &t1, 20000));
 	cr_assert_eq(pthread_create(&th2, NULL, lthread_main, &t2), 0);
 	cr_assert(th_wait_until(lthread_asleep, &t2, 20000));
-	cr_assert_lt(th_now_ms() - t0, 1500, "too slow to start the waiters before the first's deadline");
-	r = th_redis_cmd(&srv, "CLIENT PAUSE 4000 ALL");
+	cr_assert_lt(th_now_ms() - t0, 1500 * f, "too slow to start the waiters before the first's deadline");
+	r = th_redis_cmd(&srv, "CLIENT PAUSE %d ALL", 4000 * f);
 	cr_assert(r && r->type == REDIS_REPLY_STATUS, "CLIENT PAUSE failed");
 	freeReplyObject(r);
 	/* Offers the lock to the first, which times out before the answer. */
