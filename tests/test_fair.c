@@ -750,3 +750,89 @@ Test(fair, a_fair_mutex_over_redlock_is_not_supported)
 	cr_assert_eq(fair_mutex(&m, c, "fair-redlock", 0), ENOTSUP);
 	dmutex_client_close(c);
 }
+
+/*
+ * A condition wait on a fair mutex gets the mutex back: one waiter on the
+ * signaller's own client (re-locked by a local hand-over) and one on
+ * another client (re-locked through the queue, told on its own channel).
+ */
+struct cwaiter {
+	dmutex_t *m;
+	dcond_t *cv;
+	atomic_int *flag;
+	atomic_int state;       /* 1 returned holding the mutex */
+	int err;
+};
+
+static void *
+cwaiter_main(void *arg)
+{
+	struct cwaiter *w = arg;
+
+	if ((w->err = dmutex_lock(w->m)))
+		return NULL;
+	while (!atomic_load(w->flag) && !w->err)
+		w->err = dcond_wait(w->cv, w->m);
+	if (!w->err) {
+		atomic_store(&w->state, 1);
+		w->err = dmutex_unlock(w->m);
+	}
+	return NULL;
+}
+
+struct cregistered {
+	const char *name;
+	long long n;
+};
+
+static int
+cond_registered(void *arg)
+{
+	struct cregistered *r = arg;
+	return th_redis_int(&srv, "ZCARD dmutex:cond:{%s}", r->name) == r->n;
+}
+
+Test(fair, a_condition_wait_on_a_fair_mutex_gets_it_back)
+{
+	const char *name = "fair-cond", *cname = "fair-cond-cv";
+	struct cregistered reg = { cname, 2 };
+	atomic_int flag = 0;
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	dcond_t cv1, cv2;
+	dcond_attr_t ca;
+	struct cwaiter w1 = { 0 }, w2 = { 0 };
+	pthread_t th1, th2;
+
+	cr_assert_eq(dmutex_client_open(&c1, url), 0);
+	cr_assert_eq(dmutex_client_open(&c2, url), 0);
+	cr_assert_eq(fair_mutex(&m1, c1, name, 0), 0);
+	cr_assert_eq(fair_mutex(&m2, c2, name, 0), 0);
+	cr_assert_eq(dcond_attr_init(&ca), 0);
+	cr_assert_eq(dcond_attr_setclient(&ca, c1), 0);
+	cr_assert_eq(dcond_init(&cv1, cname, &ca), 0);
+	cr_assert_eq(dcond_attr_setclient(&ca, c2), 0);
+	cr_assert_eq(dcond_init(&cv2, cname, &ca), 0);
+	dcond_attr_destroy(&ca);
+	w1 = (struct cwaiter){ &m1, &cv1, &flag, 0, 0 };
+	w2 = (struct cwaiter){ &m2, &cv2, &flag, 0, 0 };
+	cr_assert_eq(pthread_create(&th1, NULL, cwaiter_main, &w1), 0);
+	cr_assert_eq(pthread_create(&th2, NULL, cwaiter_main, &w2), 0);
+	cr_assert(th_wait_until(cond_registered, &reg, 20000), "the waiters never waited");
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	atomic_store(&flag, 1);
+	cr_assert_eq(dcond_broadcast(&cv1), 0);
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	pthread_join(th1, NULL);
+	pthread_join(th2, NULL);
+	cr_assert_eq(w1.err, 0);
+	cr_assert_eq(w2.err, 0);
+	cr_assert_eq(atomic_load(&w1.state), 1);
+	cr_assert_eq(atomic_load(&w2.state), 1);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "released");
+	cr_assert_eq(queued(name), 0);
+	cr_assert_eq(dcond_destroy(&cv1), 0);
+	cr_assert_eq(dcond_destroy(&cv2), 0);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
