@@ -90,6 +90,11 @@ atfork_child(void)
 				e->held = 0;
 				e->acquiring = 0;
 				e->rw_wwait = 0;
+				/* A fair mutex's local queue names the parent's
+				 * waiting threads, on their stacks: none of them is
+				 * here, and a thread of the child queued behind
+				 * them would wait for ever. */
+				e->fifo_head = e->fifo_tail = NULL;
 				/* The parent's kept leases are the parent's: forget
 				 * them without a word to the waiter (made anew below);
 				 * the child asks Redis, which says the parent holds it. */

@@ -836,3 +836,62 @@ Test(fair, a_condition_wait_on_a_fair_mutex_gets_it_back)
 	dmt_close_mutex(c2, &m2);
 	dmt_close_mutex(c1, &m1);
 }
+
+/*
+ * A forked child does not queue behind its parent's waiting threads: they
+ * are not in the child (the local queue is on their stacks), and the
+ * child's lock must get a free lock.
+ */
+struct forkarg {
+	dmutex_t *m;
+	atomic_int *go;         /* shared: 1 once the lock is free */
+};
+
+static int
+fork_locker(void *arg)
+{
+	struct forkarg *a = arg;
+	struct timespec at;
+	int64_t until = th_now_ms() + 30000;
+
+	while (!atomic_load(a->go) && th_now_ms() < until)
+		usleep(1000);
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 5 * dmt_slowdown();
+	if (dmutex_timedlock(a->m, &at))
+		return 20;
+	return dmutex_unlock(a->m) ? 21 : 0;
+}
+
+Test(fair, a_forked_child_does_not_queue_behind_its_parents_threads)
+{
+	const char *name = "fair-fork";
+	atomic_int *go = mmap(NULL, sizeof *go, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct lthread t = { 0 };
+	struct forkarg fa;
+	dmutex_client_t *c;
+	dmutex_t m;
+	pthread_t th;
+	pid_t pid;
+
+	cr_assert_neq(go, MAP_FAILED);
+	atomic_store(go, 0);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(fair_mutex(&m, c, name, 0), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	t.m = &m;
+	cr_assert_eq(pthread_create(&th, NULL, lthread_main, &t), 0);
+	cr_assert(th_wait_until(lthread_asleep, &t, 20000));
+	/* Forked while a thread of ours waits in the local queue. */
+	fa = (struct forkarg){ &m, go };
+	pid = th_spawn(fork_locker, &fa);
+	cr_assert_gt(pid, 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert(th_wait_until(lthread_holds, &t, 20000));
+	lthread_end(&t, th);
+	cr_assert_eq(t.err, 0);
+	atomic_store(go, 1);
+	cr_assert_eq(th_wait_child(pid, 60000), 0, "the child did not get the free lock");
+	dmt_close_mutex(c, &m);
+	munmap(go, sizeof *go);
+}
