@@ -7,6 +7,7 @@
 #ifndef DMUTEX_BASE_H
 #define DMUTEX_BASE_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -32,5 +33,23 @@ uint32_t dmutex__random_uniform(uint32_t upper);
 /* The wait before retry `attempt` (0, 1, ...) of a lock whose backend
  * failed: 25 ms, 50, 100, then 200 ms, jittered from that stream. */
 int64_t dmutex__backoff_ns(int attempt);
+
+/* ---- formatting ---- */
+/* v in decimal at buf (room for 21 bytes), NUL-terminated; its length.
+ * By hand, not snprintf: every request's lengths and numbers. */
+static inline size_t
+dmutex__udec(char *buf, unsigned long long v)
+{
+	char tmp[20];
+	size_t n = 0, k = 0;
+
+	do
+		tmp[n++] = (char)('0' + v % 10);
+	while ((v /= 10));
+	while (n)
+		buf[k++] = tmp[--n];
+	buf[k] = '\0';
+	return k;
+}
 
 #endif

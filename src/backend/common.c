@@ -39,13 +39,13 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 {
 	dmutex__key(x->lk, be->cfg.prefix, "lock", a->name);
 	dmutex__key(x->mk, be->cfg.prefix, "meta", a->name);
-	dmutex__dec(x->lease, a->lease_ms);
+	dmutex__udec(x->lease, a->lease_ms);
 	/* The client's, kept right across fork (client.c): getpid is a
 	 * system call a lock otherwise. */
-	dmutex__dec(x->pid, (long)*be->cfg.pid);
-	dmutex__dec(x->tid, a->tid);
-	dmutex__dec(x->since, dmutex__wall_ms());
-	dmutex__dec(x->idle, be->cfg.idle_ms);
+	dmutex__udec(x->pid, (unsigned long long)*be->cfg.pid);
+	dmutex__udec(x->tid, (unsigned long long)a->tid);
+	dmutex__udec(x->since, (unsigned long long)dmutex__wall_ms());
+	dmutex__udec(x->idle, be->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = a->token;
@@ -133,8 +133,8 @@ dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token
 	dmutex__key(x->lk, prefix, "lock", name);
 	dmutex__key(x->mk, prefix, "meta", name);
 	dmutex__key(x->ch, prefix, "wake", name);
-	dmutex__dec(x->mode, mode);
-	dmutex__dec(x->idle, be->cfg.idle_ms);
+	dmutex__udec(x->mode, (unsigned)mode);
+	dmutex__udec(x->idle, be->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = token;

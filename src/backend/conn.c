@@ -310,15 +310,10 @@ push(struct dmutex__conn *c, char *cmd, int len)
 static size_t
 resp_len_line(char *p, char mark, size_t v)
 {
-	char tmp[24];
-	size_t n = 0, k = 0;
+	size_t k;
 
-	do
-		tmp[n++] = (char)('0' + v % 10);
-	while ((v /= 10));
-	p[k++] = mark;
-	while (n)
-		p[k++] = tmp[--n];
+	p[0] = mark;
+	k = 1 + dmutex__udec(p + 1, v);
 	p[k++] = '\r';
 	p[k++] = '\n';
 	return k;

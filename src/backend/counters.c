@@ -25,23 +25,6 @@ refused(const char *why)
 			"MULTI, EXEC, HINCRBY, ZINCRBY; ?metrics=0 turns them off)", why);
 }
 
-/* Decimal digits of v into buf (>= 21 bytes), without printf: a flush of
- * many names formats thousands of numbers. */
-static size_t
-u64_dec(char *buf, unsigned long long v)
-{
-	char tmp[20];
-	size_t n = 0, k = 0;
-
-	do
-		tmp[n++] = (char)('0' + v % 10);
-	while ((v /= 10));
-	while (n)
-		buf[k++] = tmp[--n];
-	buf[k] = '\0';
-	return k;
-}
-
 /* One command of three or four arguments, queued without a format string. */
 static int
 append4(struct dmutex__conn *cn, const char *cmd, const char *key, const char *a,
@@ -53,7 +36,7 @@ append4(struct dmutex__conn *cn, const char *cmd, const char *key, const char *a
 
 	if (b) {
 		/* ZINCRBY key increment member */
-		lens[2] = u64_dec(num, d);
+		lens[2] = dmutex__udec(num, d);
 		argv[2] = num;
 		argv[3] = b;
 		lens[3] = blen;
@@ -61,7 +44,7 @@ append4(struct dmutex__conn *cn, const char *cmd, const char *key, const char *a
 		/* HINCRBY key field increment */
 		argv[2] = a;
 		lens[2] = strlen(a);
-		lens[3] = u64_dec(num, d);
+		lens[3] = dmutex__udec(num, d);
 		argv[3] = num;
 	}
 	return dmutex__conn_append_argv(cn, 4, argv, lens);

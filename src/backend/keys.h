@@ -29,23 +29,4 @@ dmutex__key(char *buf, const char *prefix, const char *kind, const char *name)
 	return (int)want;
 }
 
-/* v in decimal into buf (>= 21 bytes), without printf: the script
- * arguments of every lock and unlock. */
-static inline void
-dmutex__dec(char *buf, long long v)
-{
-	unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-	char tmp[20];
-	size_t n = 0, k = 0;
-
-	do
-		tmp[n++] = (char)('0' + u % 10);
-	while ((u /= 10));
-	if (v < 0)
-		buf[k++] = '-';
-	while (n)
-		buf[k++] = tmp[--n];
-	buf[k] = '\0';
-}
-
 #endif
