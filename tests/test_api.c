@@ -74,7 +74,7 @@ static void
 init_full(dmutex_t *m, const char *name, dmutex_client_t *c, int type, int robust,
 		unsigned lease_ms, void (*onlost)(const char *, void *), void *arg)
 {
-	struct dmt_attr o = { type, robust, lease_ms, onlost, arg };
+	struct dmt_attr o = { type, robust, lease_ms, onlost, arg, 0 };
 	int rc = dmt_init_mutex(m, name, c, &o);
 
 	cr_assert_eq(rc, 0, "dmutex_init(%s): %s", name, dmutex_strerror(rc));
@@ -760,7 +760,8 @@ Test(api, recursive_only_outermost_reach_redis)
 	long long base, n, outer;
 	dmutex_t m;
 
-	open_client(NULL);
+	/* Counts the outermost unlock's release: no kept lease. */
+	open_client("lease_cache=off");
 	/* A long lease: no renewal (also an EVALSHA) lands in the window. */
 	init_full(&m, "rec-io", cli, DMUTEX_RECURSIVE, DMUTEX_STALLED, 60000, NULL, NULL);
 	/* Load the scripts first: a first EVALSHA may meet NOSCRIPT. */
@@ -1369,7 +1370,8 @@ Test(api, noscript_after_script_flush_recovers)
 	redisReply *r;
 	dmutex_t m;
 
-	open_client(NULL);
+	/* Reads Redis after the unlock: a kept lease would not release. */
+	open_client("lease_cache=off");
 	init_type(&m, "flush", DMUTEX_NORMAL);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
@@ -1515,8 +1517,14 @@ Test(api, static_initializer_bound_from_two_threads_at_once)
 	pthread_t th[2];
 	struct binder b[2];
 	int inside = 0;
+	const char *last = strrchr(srv.url, ',');
+	char url[sizeof srv.url + 32];
 
-	cr_assert_eq(setenv("DMUTEX_URL", srv.url, 1), 0);
+	/* The key must be gone after the threads' last unlock: no kept lease
+	 * (lease_cache is client-wide: it may stand on the last URL). */
+	snprintf(url, sizeof url, "%s%slease_cache=off", srv.url,
+			strchr(last ? last : srv.url, '?') ? "&" : "?");
+	cr_assert_eq(setenv("DMUTEX_URL", url, 1), 0);
 	pthread_barrier_init(&start, NULL, 2);
 	for (int i = 0; i < 2; i++) {
 		b[i] = (struct binder){ .start = &start, .inside = &inside };

@@ -605,3 +605,49 @@ Test(cache, no_local_hold_starts_in_the_last_half_of_the_lease)
 	cr_assert_lt(failed - paused, 2400, "local holds went on %lld ms", failed - paused);
 	dmt_close_mutex(c, &m);
 }
+
+static int
+scripts_ran(void *arg)
+{
+	(void)arg;
+	return dmt_cmd_calls(&srv, "evalsha", "eval", NULL) > 0;
+}
+
+/* A restart without persistence ends a kept lease as it ends any hold
+ * (README "Limits"); the wake-up connection breaks with the server, which
+ * revokes the lease: the renewal thread gives it back (a script on the new
+ * server), and from then on the process asks Redis like anyone, so another
+ * client that took the free lock keeps it out. */
+Test(cache, a_restart_revokes_the_kept_lease)
+{
+	const char *name = "cache-restart";
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	uint64_t t1, t2, t3;
+	char lk[600], pid[32], want[32];
+
+	cr_assert_eq(dmt_open_mutex(&c1, &m1, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	t1 = warm(&m1, name);
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "the restarted server kept the lock key");
+	/* The revoked, unused lease is given back at once, not after an idle
+	 * third of the lease (10 s). */
+	cr_assert(th_wait_until(scripts_ran, NULL, 5000), "the kept lease was not given back");
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	cr_assert_eq(dmutex_trylock(&m2), 0);
+	cr_assert_eq(dmutex_fence(&m2, &t2), 0);
+	cr_assert_gt(t2, t1);
+	cr_assert_eq(dmutex_trylock(&m1), EBUSY, "a local hold started on a lease that had ended");
+	cr_assert_eq(dmutex_unlock(&m2), 0);
+	/* Its next hold comes from Redis: its own process in the lock key. */
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	cr_assert_eq(dmutex_fence(&m1, &t3), 0);
+	cr_assert_gt(t3, t2);
+	dmt_lock_key(lk, sizeof lk, name);
+	snprintf(want, sizeof want, "%ld", (long)getpid());
+	cr_assert(dmt_hget(&srv, lk, "pid", pid, sizeof pid), "no lock key while held");
+	cr_assert_str_eq(pid, want);
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}

@@ -221,7 +221,9 @@ Test(sentinel, failover_is_followed_and_a_replicated_hold_kept)
 	sen_url(url, sizeof url, NULL, NULL, "lease_ms=8000&connect_timeout_ms=500&command_timeout_ms=500");
 	cr_assert_eq(rc = dmutex_client_open(&c, url), 0, "%s", dmutex_strerror(rc));
 	cr_assert_eq(dmt_init_mutex(&held, "sen-held", c, &a), 0);
-	cr_assert_eq(dmt_init_mutex(&m, "sen-n", c, NULL), 0);
+	/* Its unlocks must reach the master (read there after the
+	 * failover): no kept lease. */
+	cr_assert_eq(dmt_init_mutex(&m, "sen-n", c, &(struct dmt_attr){ .nocache = 1 }), 0);
 	for (int i = 0; i < 5; i++) {
 		uint64_t t = lock_fence_unlock(&m);
 		cr_assert_gt(t, before);
@@ -522,7 +524,9 @@ Test(sentinel, rediss_sentinel_readonly_and_failover)
 			sen.url);
 	cr_assert_eq(rc = dmutex_client_open(&c, url), 0, "%s: %s", url, dmutex_strerror(rc));
 	cr_assert_eq(dmt_init_mutex(&held, "tls-held", c, &a), 0);
-	cr_assert_eq(dmt_init_mutex(&m, "tls-n", c, NULL), 0);
+	/* Its trylock must talk to the old master (READONLY) and its
+	 * unlocks reach the new one: no kept lease. */
+	cr_assert_eq(dmt_init_mutex(&m, "tls-n", c, &(struct dmt_attr){ .nocache = 1 }), 0);
 	for (int i = 0; i < 3; i++) {
 		uint64_t t = lock_fence_unlock(&m);
 		cr_assert_gt(t, before);

@@ -34,7 +34,8 @@ dmt_init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, const struct d
 	    !(rc = dmutex_attr_settype(&a, o->type)) &&
 	    !(rc = dmutex_attr_setrobust(&a, o->robust)) &&
 	    !(o->lease_ms && (rc = dmutex_attr_setlease(&a, o->lease_ms))) &&
-	    !(rc = dmutex_attr_setonlost(&a, o->onlost, o->arg)))
+	    !(rc = dmutex_attr_setonlost(&a, o->onlost, o->arg)) &&
+	    !(o->nocache && (rc = dmutex_attr_setleasecache(&a, 0))))
 		rc = dmutex_init(m, name, &a);
 	rc2 = dmutex_attr_destroy(&a);
 	return rc ? rc : rc2;

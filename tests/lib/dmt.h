@@ -23,13 +23,16 @@
 /* ------------------------------------------------------------------ */
 
 /* Attributes for dmt_init_mutex; all zero = the defaults (DMUTEX_NORMAL,
- * DMUTEX_STALLED, the client's lease, no onlost handler). */
+ * DMUTEX_STALLED, the client's lease, no onlost handler, cached leases). */
 struct dmt_attr {
 	int type;
 	int robust;
 	unsigned lease_ms;                      /* 0: the client's lease */
 	void (*onlost)(const char *, void *);
 	void *arg;                              /* for onlost */
+	int nocache;                            /* 1: dmutex_attr_setleasecache(0),
+	                                         * for a test that reads Redis
+	                                         * after an unlock */
 };
 
 /* dmutex_init(m, name) on client c with the attributes o (NULL: all

@@ -14,7 +14,9 @@
  *  stranded    a lock key without expiry, with more than a lease to live,
  *              still there after its unlock was confirmed (Redlock: one
  *              Redis's unlock confirms nothing, asynchronous), or
- *              outliving its holder's end by more than a lease;
+ *              outliving its holder's end by more than a lease (a kept
+ *              lease: its process's last hold on it by more than 4/3 of
+ *              a lease, README "Cached leases");
  *  hung        a worker thread without a record for longer than allowed
  *              (its own stops not counted), or one that did not stop;
  *  contract    a call returned something the contract does not allow here.
@@ -764,6 +766,33 @@ check_samples(struct ctx *c)
 		struct hold *h = v[lo];
 		struct procinfo *p = proc_of(c, h->pid);
 		int64_t end = h->unlock_rc >= 0 ? h->t_unlocked : p->killed_t ? p->killed_t : 0;
+		if (r->kind == 1) {
+			/* A kept lease carries the token of the hold that took
+			 * it; the process's later holds (higher tokens, from
+			 * its reserved block) were local holds of it.  It is
+			 * renewed while used, given back a third of a lease
+			 * after its last use (or expires a lease after its
+			 * last renewal): gone 4/3 of a lease after that use. */
+			int open = 0;
+			for (size_t j = lo; j < k && !open; j++) {
+				const struct hold *g = v[j];
+				int64_t ge;
+				if (g->pid != h->pid || g->t_ok > r->t)
+					continue;
+				ge = g->unlock_rc >= 0 ? g->t_unlocked : p->killed_t;
+				open = !ge;
+				if (ge > end)
+					end = ge;
+			}
+			if (!open && end && r->t > end + lease_ns * 4 / 3 + (int64_t)c->cmd_ms * 1000000 +
+					50000000) {
+				violation(c, "stranded: the lease kept by pid %d (token %" PRIu64 ") is in "
+						"Redis at %.3f ms, more than 4/3 of a lease after its last hold",
+						h->pid, h->token, (double)(r->t - t0_of(c)) / 1e6);
+				hold_excerpt(c, h);
+			}
+			continue;
+		}
 		/* One Redis releases asynchronously (README "Asynchronous
 		 * release"): an unlock's 0 confirms nothing, the release may wait
 		 * behind a paused or stopped server; only the lease bounds it

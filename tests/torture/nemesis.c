@@ -365,7 +365,7 @@ sampler_main(void *arg)
 
 	while (!atomic_load(&r->sampler_stop)) {
 		for (int i = 0; i < r->cfg.nodes; i++) {
-			redisReply *a = NULL, *b = NULL;
+			redisReply *a = NULL, *b = NULL, *kc = NULL;
 			struct tt_rec x = { .pid = (int32_t)getpid(), .thr = TT_NEMESIS_THR, .type = N_SAMPLE,
 				.rc = i };
 
@@ -374,20 +374,27 @@ sampler_main(void *arg)
 			x.t = tt_now_ns();
 			redisAppendCommand(ctx[i], "HGET %s fence", key);
 			redisAppendCommand(ctx[i], "PTTL %s", key);
+			redisAppendCommand(ctx[i], "HEXISTS %s cache", key);
 			if (redisGetReply(ctx[i], (void **)&a) != REDIS_OK ||
-			    redisGetReply(ctx[i], (void **)&b) != REDIS_OK) {
+			    redisGetReply(ctx[i], (void **)&b) != REDIS_OK ||
+			    redisGetReply(ctx[i], (void **)&kc) != REDIS_OK) {
 				redisFree(ctx[i]);
 				ctx[i] = NULL;
 			} else if (b->type == REDIS_REPLY_INTEGER) {
 				x.token = a->type == REDIS_REPLY_STRING ? strtoull(a->str, NULL, 10) : 0;
 				x.value = b->integer;
 				x.hold = b->integer != -2;
+				/* A kept lease (README "Cached leases"): its
+				 * process's later holds use it too. */
+				x.kind = kc->type == REDIS_REPLY_INTEGER && kc->integer == 1;
 				tt_rec_write(r->fd, &x);
 			}
 			if (a)
 				freeReplyObject(a);
 			if (b)
 				freeReplyObject(b);
+			if (kc)
+				freeReplyObject(kc);
 		}
 		tt_sleep_ms(SAMPLE_MS);
 	}

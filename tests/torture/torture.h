@@ -52,7 +52,8 @@ enum tt_type {
 	N_STOPPED,      /* token: pid (SIGSTOP'd) */
 	N_CONTINUED,    /* token: pid (SIGCONT sent) */
 	N_EXITED,       /* token: pid; rc: exit status */
-	N_SAMPLE,       /* rc: node; token: fence on the lock key (0 none); value: PTTL; hold: 1 if key */
+	N_SAMPLE,       /* rc: node; token: fence on the lock key (0 none); value: PTTL; hold: 1 if key;
+	                 * kind: 1 if the key is a kept lease (README "Cached leases") */
 	N_END,          /* faults healed and workers told to stop */
 };
 
