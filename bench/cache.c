@@ -18,18 +18,22 @@
 
 #define THREADS 8
 
-/* base with lease_cache=on|off added; -1 if it does not fit. */
+/* base with lease_cache=on|off instead of the lease_cache=off that
+ * main.c added for the other scenarios; -1 if it does not fit. */
 static int
 url_with(const char *base, const char *on, char *out, size_t len)
 {
-	size_t n = strlen(base);
+	const char *was = strstr(base, "lease_cache=off");
+	size_t n = was ? (size_t)(was - base) - 1 : strlen(base);
 
 	if (n + sizeof "?lease_cache=off" > len)
 		return -1;
 	memcpy(out, base, n);
-	out[n] = strchr(base, '?') ? '&' : '?';
+	out[n] = memchr(base, '?', n) ? '&' : '?';
 	memcpy(out + n + 1, "lease_cache=", 12);
 	memcpy(out + n + 13, on, strlen(on) + 1);
+	if (was)
+		strncat(out, was + strlen("lease_cache=off"), len - strlen(out) - 1);
 	return 0;
 }
 

@@ -189,12 +189,12 @@ DMUTEX_EXPORT int dmutex_attr_setfair(dmutex_attr_t *attr, int fair);
 /* 0; EINVAL (NULL, not initialized). */
 DMUTEX_EXPORT int dmutex_attr_getfair(const dmutex_attr_t *attr, int *fair);
 /*
- * Cached leases (README "Cached leases"), on a client opened with
- * lease_cache=on (the URL's default is off): with on 1 (the default), an
- * unlock that no other process waits for may leave the lease with the
- * process, and its threads lock again with no round trip.  0: every
- * unlock of mutexes made with attr releases, whatever the client says.
- * Robust and fair mutexes never cache, nor do Redlock and Cluster clients.
+ * Cached leases (README "Cached leases"), on by default: with on 1 (the
+ * default), an unlock that no other process waits for may leave the lease
+ * with the process, and its threads lock again with no round trip (unless
+ * the client's URL says lease_cache=off).  0: every unlock of mutexes made
+ * with attr releases in Redis, whatever the client says.  Robust and fair
+ * mutexes never cache, nor do Redlock and Cluster clients.
  * 0; EINVAL (NULL, not initialized, on not 0 or 1).
  */
 DMUTEX_EXPORT int dmutex_attr_setleasecache(dmutex_attr_t *attr, int on);

@@ -20,15 +20,15 @@ struct dmutex__config {
 	unsigned async_release;       /* unlock does not wait for the release's answer:
 	                               * 1 (default), or 0 (README "How it works") */
 	unsigned lease_cache;         /* keep leases in the process (README "Cached
-	                               * leases"): 1 (on), 0 (off, the default) */
+	                               * leases"): 1 (on, the default), 0 (off) */
 	unsigned idle_ms;             /* a name's state in Redis expires this long
 	                               * after its last use (lease end): default
 	                               * 3600000, 100 .. 2592000000 (30 days) */
 };
 
 #define DMUTEX__IDLE_DEFAULT 3600000u
-/* lease_cache: off until the whole suite runs with it on (README). */
-#define DMUTEX__LEASE_CACHE_DEFAULT 0u
+/* lease_cache: on (README "Cached leases"); lease_cache=off turns it off. */
+#define DMUTEX__LEASE_CACHE_DEFAULT 1u
 #define DMUTEX__IDLE_MIN 100u
 #define DMUTEX__IDLE_MAX 2592000000u
 

@@ -92,7 +92,7 @@ Test(url, defaults)
 	cr_assert_eq(cfg.lease_ms, 10000);
 	cr_assert_str_eq(cfg.prefix, "dmutex:");
 	cr_assert_eq(cfg.metrics, 1);
-	cr_assert_eq(cfg.lease_cache, 0);
+	cr_assert_eq(cfg.lease_cache, 1);
 }
 
 /* Cached leases (README "Cached leases"): on or off, client-wide, the same
