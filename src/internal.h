@@ -293,12 +293,12 @@ int dmutex__name_ok(const char *name, size_t *len);
  * synchronously. */
 int dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_ms,
 		int64_t now);
-/* Without e->mu: wait (by until) for the answer of the entry's pending
- * release, if any (mine: only one the calling thread sent), and act on it:
- * not ours -> onlost and ENOLCK owed to its thread; no answer -> released
- * again in the background.  Before an acquire of the name, so that the
- * acquire reaches Redis after the release. */
-void dmutex__rel_settle(struct dmutex__entry *e, int64_t until, int mine);
+/* Without e->mu: wait (a command timeout at most) for the answer of the
+ * entry's pending release, if any (mine: only one the calling thread sent),
+ * and act on it: not ours -> onlost and ENOLCK owed to its thread; no
+ * answer -> released again in the background.  Before an acquire of the
+ * name, so that the acquire reaches Redis after the release. */
+void dmutex__rel_settle(struct dmutex__entry *e, int mine);
 /* Under e->mu: 1 (once) if the calling thread is owed an ENOLCK. */
 int dmutex__rel_nolck(struct dmutex__entry *e);
 /* The entry's pending release forgotten (entry freed; fork child). */

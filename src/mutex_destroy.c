@@ -24,8 +24,7 @@ dmutex_destroy_impl(dmutex_t *m)
 		 * (bounded by a command timeout): a program that destroys its
 		 * mutexes before it exits leaves nothing held even if that
 		 * connection broke, and still hears an onlost. */
-		dmutex__rel_settle(e, dmutex__now_ns() +
-				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS, 0);
+		dmutex__rel_settle(e, 0);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		busy = e->held || e->acquiring;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);

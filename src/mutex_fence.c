@@ -20,8 +20,7 @@ dmutex_fence_impl(dmutex_t *m, uint64_t *token)
 	if (!e->held || !pthread_equal(e->owner, pthread_self())) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		/* Our last release, unanswered, may prove not ours (ENOLCK). */
-		dmutex__rel_settle(e, dmutex__now_ns() +
-				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS, 1);
+		dmutex__rel_settle(e, 1);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		err = dmutex__rel_nolck(e) ? ENOLCK : EPERM;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);

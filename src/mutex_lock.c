@@ -329,17 +329,6 @@ fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
 	pthread_cond_broadcast(&e->cv);
 }
 
-/* How long an acquire waits for a pending release's answer: a command
- * timeout, whatever the caller's deadline (a lock free but for our own
- * release in flight is free: a deadline already passed must still get
- * it), then it asks all the same: at worst it finds the lock busy and
- * waits for the release's wake-up or the lease. */
-static int64_t
-rel_until(const struct dmutex__entry *e)
-{
-	return dmutex__now_ns() + (int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
-}
-
 static int
 lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 {
@@ -357,7 +346,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 	e = mx->entry;
 	/* Our last release of it may be unanswered: its answer decides
 	 * whether this call says ENOLCK (mutex_unlock_async.c). */
-	dmutex__rel_settle(e, rel_until(e), 1);
+	dmutex__rel_settle(e, 1);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (dmutex__rel_nolck(e)) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
@@ -474,7 +463,7 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	/* Another thread's release of it, unanswered, may still be on its way
 	 * on another connection: our acquire must not overtake it. */
-	dmutex__rel_settle(e, rel_until(e), 0);
+	dmutex__rel_settle(e, 0);
 
 	{
 		int64_t first = 0;

@@ -29,8 +29,7 @@ dmutex_unlock_impl(dmutex_t *m)
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		/* Not ours to unlock, unless our last release, still
 		 * unanswered, turns out not to have been ours either. */
-		dmutex__rel_settle(e, dmutex__now_ns() +
-				(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, 1);
+		dmutex__rel_settle(e, 1);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		err = dmutex__rel_nolck(e) ? ENOLCK : EPERM;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);

@@ -69,17 +69,23 @@ dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_
 }
 
 void
-dmutex__rel_settle(struct dmutex__entry *e, int64_t until, int mine)
+dmutex__rel_settle(struct dmutex__entry *e, int mine)
 {
 	struct dmutex__rel_ticket *t;
 	struct dmutex__lost lost = { 0 };
 	char token[DMUTEX__TOKEN_HEX + 1];
-	int64_t token_until = 0;
+	int64_t token_until = 0, until;
 	int st;
 
-	/* The common case, nothing pending, costs no lock. */
+	/* The common case, nothing pending, costs no lock and no clock read
+	 * (a recursive re-lock is a few of those). */
 	if (!__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE))
 		return;
+	/* A command timeout, whatever the caller's deadline: a lock free but
+	 * for our own release in flight is free, and a deadline already
+	 * passed must still get it; after that the caller asks all the same
+	 * (at worst it finds the lock busy and waits for the wake-up). */
+	until = dmutex__now_ns() + (int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	t = e->rel;
 	if (!t || (mine && !pthread_equal(e->rel_thread, pthread_self()))) {
