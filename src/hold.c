@@ -130,6 +130,21 @@ dmutex__entry_mark_lost(struct dmutex__entry *e)
 }
 
 void
+dmutex__entry_hold(struct dmutex__entry *e, const char *token, uint64_t fence, unsigned lease_ms,
+		int64_t sent)
+{
+	memcpy(e->token, token, sizeof e->token);
+	e->held = 1;
+	e->owner = pthread_self();
+	e->depth = 1;
+	e->fence = fence;
+	e->lease_ms = lease_ms;
+	/* Our deadline counts from before the request was sent. */
+	e->deadline_ns = sent + (int64_t)lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(lease_ms);
+	e->lost = e->lost_reported = 0;
+}
+
+void
 dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lost *out)
 {
 	out->report = 0;

@@ -261,6 +261,10 @@ struct dmutex__lost {
 	void (*cb)(const char *, void *);
 	void *arg;
 };
+/* Under e->mu: the calling thread holds e at depth 1, with token and
+ * fence, for lease_ms counted from `sent` (before the request went out). */
+void dmutex__entry_hold(struct dmutex__entry *e, const char *token, uint64_t fence,
+		unsigned lease_ms, int64_t sent);
 /* Under e->mu: mark lost if the deadline passed, and claim the report. */
 void dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lost *out);
 /* Under e->mu. */

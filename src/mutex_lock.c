@@ -87,16 +87,8 @@ take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, 
 	struct dmutex_client *c = e->client;
 	int err;
 
-	memcpy(e->token, token, sizeof e->token);
-	e->held = 1;
-	e->owner = pthread_self();
-	e->depth = 1;
-	e->fence = fence;
-	e->lease_ms = mx->lease_ms;
-	/* Our deadline counts from before the request was sent. */
-	e->deadline_ns = sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms);
+	dmutex__entry_hold(e, token, fence, mx->lease_ms, sent);
 	e->start_ns = sent;     /* lease_cache.c: locked again soon? */
-	e->lost = e->lost_reported = 0;
 	e->inconsistent = died && mx->robust == DMUTEX_ROBUST;
 	e->onlost = mx->onlost;
 	e->onlost_arg = mx->onlost_arg;

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "lockorder.h"
 #include "rwlock.h"
@@ -59,17 +58,9 @@ record(struct dmutex__rwlock *rx, int op, const char *token, uint64_t fence, int
 {
 	struct dmutex__entry *e = rx->entry;
 
-	memcpy(e->token, token, sizeof e->token);
-	e->held = 1;
+	dmutex__entry_hold(e, token, fence, rx->lease_ms, sent);
 	e->rw_write = op == 'w';
 	e->rw_remote_wwait = 0;
-	e->owner = pthread_self();
-	e->depth = 1;
-	e->fence = fence;
-	e->lease_ms = rx->lease_ms;
-	/* Our deadline counts from before the request was sent. */
-	e->deadline_ns = sent + (int64_t)rx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(rx->lease_ms);
-	e->lost = e->lost_reported = 0;
 	e->onlost = rx->onlost;
 	e->onlost_arg = rx->onlost_arg;
 	e->nreaders = 0;
