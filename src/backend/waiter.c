@@ -162,10 +162,16 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 	struct wnode *wn = &w->nodes[i];
 
 	dmutex__log(DMUTEX_LOG_DEBUG, "%s: wake-up connection lost: %s", wn->node->addr->display, why);
-	dmutex__conn_free(wn->ctx);
-	wn->ctx = NULL;
 	schedule_retry(wn);
 	pthread_mutex_lock(&w->mu);
+	/* Under w->mu, which fork() holds (client.c, atfork_prepare): a
+	 * child sees the context whole or gone, never closed with its
+	 * pointer still set.  Its atfork handler closes the socket of what
+	 * it sees (forget_inherited), and would close whatever file the
+	 * parent had opened under the freed number meanwhile (a server spawn
+	 * of the test harness found its /dev/null closed in its child). */
+	dmutex__conn_free(wn->ctx);
+	wn->ctx = NULL;
 	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
 		s->state[i] = ST_NONE;
 		s->seq++;
