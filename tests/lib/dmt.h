@@ -83,6 +83,13 @@ int dmt_nodes(void);
  * decided by the nodes together, and one slow node may lag behind.
  * LLONG_MIN if no node answered. */
 long long dmt_max_int(struct th_redis *first, const char *cmd);
+/* The sum of the integer answers to cmd over every master of the run: on
+ * Redlock each hold reaches a quorum of the nodes, not a given one (a node
+ * that did not answer in time is skipped for a while), so a count that
+ * must cover every hold is summed.  LLONG_MIN if a node did not answer. */
+long long dmt_sum_int(struct th_redis *first, const char *cmd);
+/* dmt_evalsha_calls summed over every master of the run; -1 on error. */
+long long dmt_evalsha_calls_all(struct th_redis *first);
 /* Skip the calling test in a Redlock run: it makes a fault on, or reads
  * state from, one server, which by design does not decide on N. */
 #define DMT_SINGLE_NODE() do { \
