@@ -13,6 +13,9 @@
 
 /* ---- time ---- */
 int64_t dmutex__now_ns(void);                     /* CLOCK_MONOTONIC */
+/* dmutex__now_ns() < t, without reading the exact clock when t is far
+ * (token.c: the coarse clock with a margin of 16 of its ticks). */
+int dmutex__now_before(int64_t t);
 int64_t dmutex__wall_ms(void);                    /* CLOCK_REALTIME, for operators */
 void dmutex__ns_to_ts(int64_t ns, struct timespec *ts);
 /* Not a cancellation point (cancel.c). */

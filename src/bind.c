@@ -116,6 +116,19 @@ dmutex__resolve_object(const void *obj, unsigned long *magic_p, void **impl_p,
 	return magic == init_magic ? EINVAL : DMUTEX__UNBOUND;
 }
 
+struct dmutex__mutex *
+dmutex__resolve_bound(dmutex_t *m)
+{
+	unsigned long magic;
+
+	if (!m)
+		return NULL;
+	magic = __atomic_load_n(&m->__magic, __ATOMIC_ACQUIRE);
+	if (magic != DMUTEX__MAGIC_INIT && magic != DMUTEX__MAGIC_STATIC)
+		return NULL;
+	return __atomic_load_n(&m->__impl, __ATOMIC_ACQUIRE);
+}
+
 int
 dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out)
 {

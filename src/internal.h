@@ -278,6 +278,10 @@ int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
  * the mutex's wake channel (cond_wait.c): no round trip to subscribe. */
 int dmutex__relock(dmutex_t *m);
 int dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out);
+/* For fast paths: m's object if m is initialized and bound, else NULL
+ * (nothing logged, nothing bound: the caller then takes dmutex__resolve's
+ * way). */
+struct dmutex__mutex *dmutex__resolve_bound(dmutex_t *m);
 /*
  * dmutex_t and dcond_t begin alike: magic, static name, bound object.
  * 0 and *out: bound.  EINVAL (logged as `what`): NULL, uninitialized,

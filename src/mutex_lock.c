@@ -321,8 +321,11 @@ fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
 	pthread_cond_broadcast(&e->cv);
 }
 
+/* locked: NULL, or m's object, resolved by lock_fast, which found no
+ * release of it pending and holds its entry's mutex. */
 static int
-lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
+lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
+		int presub)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -333,13 +336,18 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 	int64_t t0 = 0, done = 0;      /* t0: a local wait's start */
 	int err, contended = 0;
 
-	if ((err = dmutex__resolve(m, &mx)))
-		return err;
-	e = mx->entry;
-	/* Our last release of it may be unanswered: its answer decides
-	 * whether this call says ENOLCK (mutex_unlock_async.c). */
-	dmutex__rel_settle(e, 1);
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (locked) {
+		mx = locked;
+		e = mx->entry;
+	} else {
+		if ((err = dmutex__resolve(m, &mx)))
+			return err;
+		e = mx->entry;
+		/* Our last release of it may be unanswered: its answer decides
+		 * whether this call says ENOLCK (mutex_unlock_async.c). */
+		dmutex__rel_settle(e, 1);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	}
 	if (dmutex__rel_nolck(e)) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': ENOLCK, the last release of it by this "
@@ -477,12 +485,56 @@ lock_impl(dmutex_t *m, int mode, int64_t until, int bad_deadline, int presub)
 	return err;
 }
 
+/*
+ * The owner of a recursive mutex locking it again, in the common case
+ * only: no release of ours unanswered, no ENOLCK due, the hold not lost and
+ * its deadline well ahead.  lock_impl would find the same and only count
+ * one more level.  Nothing on the way is a cancellation point (no I/O, no
+ * log line, no callback; pthread_mutex_lock is none), so it runs without
+ * cancel.c's pthread_setcancelstate pair.  1 if done; else 0 and *locked
+ * as lock_impl takes it (the entry's mutex held, so that the whole way,
+ * with cancellation disabled, does not take it again).
+ */
+static int
+lock_fast(dmutex_t *m, struct dmutex__mutex **locked)
+{
+	struct dmutex__mutex *mx = dmutex__resolve_bound(m);
+	struct dmutex__entry *e;
+
+	*locked = NULL;
+	if (!mx)
+		return 0;
+	e = mx->entry;
+	/* The whole way's dmutex__rel_settle has work to do. */
+	if (__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE))
+		return 0;
+	DMUTEX__LO_SELF(lo);
+	dmutex__mu_lock_by(lo, &e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	/* The deadline as dmutex__entry_check_lost reads it, last: the
+	 * clock is read only for a hold that is ours. */
+	if (mx->type == DMUTEX_RECURSIVE && e->held && pthread_equal(e->owner, pthread_self()) &&
+			!e->lost && !e->nolck && e->depth < INT_MAX &&
+			dmutex__now_before(e->deadline_ns)) {
+		e->depth++;
+		dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
+		return 1;
+	}
+	*locked = mx;
+	return 0;
+}
+
 /* Not a cancellation point (POSIX: pthread_mutex_lock is not one), and
  * never cancelled half-way: cancel.c. */
 int
 dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 {
-	int cs = dmutex__nocancel(), err = lock_impl(m, mode, until, bad_deadline, 0);
+	struct dmutex__mutex *locked;
+	int cs, err;
+
+	if (lock_fast(m, &locked))
+		return 0;
+	cs = dmutex__nocancel();
+	err = lock_impl(m, locked, mode, until, bad_deadline, 0);
 
 	dmutex__cancel_restore(cs);
 	return err;
@@ -491,7 +543,7 @@ dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 int
 dmutex__relock(dmutex_t *m)
 {
-	int cs = dmutex__nocancel(), err = lock_impl(m, BLOCK, NO_DEADLINE, 0, 1);
+	int cs = dmutex__nocancel(), err = lock_impl(m, NULL, BLOCK, NO_DEADLINE, 0, 1);
 
 	dmutex__cancel_restore(cs);
 	return err;

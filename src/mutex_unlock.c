@@ -6,8 +6,10 @@
 #include "metrics.h"
 #include "lockorder.h"
 
+/* locked: NULL, or m's object, resolved by unlock_fast, which holds its
+ * entry's mutex. */
 static int
-dmutex_unlock_impl(dmutex_t *m)
+dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -20,11 +22,15 @@ dmutex_unlock_impl(dmutex_t *m)
 	unsigned lease_ms;
 	int64_t now, sent;
 
-	if ((err = dmutex__resolve(m, &mx)))
-		return err;
+	if (locked) {
+		mx = locked;
+	} else {
+		if ((err = dmutex__resolve(m, &mx)))
+			return err;
+		dmutex__mu_lock(&mx->entry->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	}
 	e = mx->entry;
 	c = e->client;
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || !pthread_equal(e->owner, pthread_self()) || e->releasing) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		/* Not ours to unlock, unless our last release, still
@@ -112,10 +118,46 @@ dmutex_unlock_impl(dmutex_t *m)
 	return err;
 }
 
+/*
+ * An inner unlock of a recursive hold, in the common case only: the hold
+ * ours, not being released, not lost and its deadline well ahead.  The
+ * whole way would find the same and only count one level less.  No
+ * cancellation point on the way: no pthread_setcancelstate pair
+ * (cancel.c).  1 if done; else 0 and *locked as dmutex_unlock_impl takes
+ * it (the entry's mutex held, not taken twice).
+ */
+static int
+unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
+{
+	struct dmutex__mutex *mx = dmutex__resolve_bound(m);
+	struct dmutex__entry *e;
+
+	*locked = NULL;
+	if (!mx)
+		return 0;
+	e = mx->entry;
+	DMUTEX__LO_SELF(lo);
+	dmutex__mu_lock_by(lo, &e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (e->held && e->depth > 1 && pthread_equal(e->owner, pthread_self()) && !e->releasing &&
+			!e->lost && dmutex__now_before(e->deadline_ns)) {
+		e->depth--;
+		dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
+		return 1;
+	}
+	*locked = mx;
+	return 0;
+}
+
 int
 dmutex_unlock(dmutex_t *m)
 {
-	int cs = dmutex__nocancel(), err = dmutex_unlock_impl(m);
+	struct dmutex__mutex *locked;
+	int cs, err;
+
+	if (unlock_fast(m, &locked))
+		return 0;
+	cs = dmutex__nocancel();
+	err = dmutex_unlock_impl(m, locked);
 
 	dmutex__cancel_restore(cs);
 	return err;
