@@ -49,7 +49,7 @@ scripts_cycle(struct ctx *x)
 	 * host identity (boot id/pid namespace) and robustness. */
 	bench_token(tok);
 	snprintf(since, sizeof since, "%" PRId64, bench_now_ns() / 1000000);
-	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 10000 %s %s %s %s %s 0 3600000 0 0", acq->sha, x->lk, x->mk,
+	r = bench_cmd(x->c, "EVALSHA %s 2 %s %s %s 10000 %s %s %s %s %s 0 3610000 0 0", acq->sha, x->lk, x->mk,
 			tok, x->host, x->pid, x->pid, since, x->hostid);
 	ok = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 			r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 0;

@@ -45,7 +45,10 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	dmutex__udec(x->pid, (unsigned long long)*be->cfg.pid);
 	dmutex__udec(x->tid, (unsigned long long)a->tid);
 	dmutex__udec(x->since, (unsigned long long)dmutex__wall_ms());
-	dmutex__udec(x->idle, be->cfg.idle_ms);
+	/* The meta hash's time to live, summed here: a Lua number that
+	 * redis.call turns back into a string costs Redis more than the rest
+	 * of the PEXPIRE (acquire.lua). */
+	dmutex__udec(x->keep, (unsigned long long)a->lease_ms + be->cfg.idle_ms);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = a->token;
@@ -56,7 +59,7 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->argv[7] = x->since;
 	x->argv[8] = be->cfg.hostid;
 	x->argv[9] = a->robust ? "1" : "0";
-	x->argv[10] = x->idle;
+	x->argv[10] = x->keep;
 	x->argv[11] = a->wait ? "1" : "0";
 	/* Redlock: count on from the counter, so that the nodes stay in step
 	 * and the fencing write-back round is rare (acquire.lua). */

@@ -22,7 +22,7 @@
 
 struct dmutex__acq_argv {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX];
-	char lease[24], pid[24], tid[24], since[24], idle[24];     /* dmutex__udec: 21 bytes at most */
+	char lease[24], pid[24], tid[24], since[24], keep[24];     /* dmutex__udec: 21 bytes at most */
 	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 11 args */
 };
 

@@ -5,7 +5,7 @@
 -- KEYS[4]  places: the same tokens, scored by the server time (ms) at which
 --          a waiter that stopped asking loses its place
 -- ARGV     as acquire.lua (token, lease_ms, host, pid, tid, since_ms,
---          hostid, robust, idle_ms, wait); wait 1 (the caller listens on
+--          hostid, robust, keep_ms, wait); wait 1 (the caller listens on
 --          the wake channel): queue if not granted; 0 (trylock, or not
 --          subscribed yet): leave the queue as it is
 --
@@ -24,7 +24,7 @@
 local VERSION = '2'
 local tok = ARGV[1]
 local lease = tonumber(ARGV[2])
-local keep = lease + tonumber(ARGV[9])
+local keep = ARGV[9]          -- lease + idle_ms, summed by the client
 
 -- @include token.lua
 
