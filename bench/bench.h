@@ -101,6 +101,7 @@ struct cmdstats {
 	long long client;       /* what a client sends: evalsha, eval, subscribe... */
 	long long usec_client;  /* server time in those, scripts' inner calls included */
 	long long scripts;      /* evalsha + eval */
+	long long usec_evalsha; /* server time in evalsha alone */
 	long long subscribe;    /* subscribe */
 };
 int bench_cmdstats(redisContext *c, struct cmdstats *out);

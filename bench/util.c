@@ -205,6 +205,8 @@ bench_cmdstats(redisContext *c, struct cmdstats *out)
 		}
 		if (!strcmp(name, "evalsha") || !strcmp(name, "eval"))
 			out->scripts += calls;
+		if (!strcmp(name, "evalsha"))
+			out->usec_evalsha += usec;
 		if (!strcmp(name, "subscribe"))
 			out->subscribe += calls;
 	}
