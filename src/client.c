@@ -220,6 +220,7 @@ void
 dmutex__thread_hold(struct dmutex__entry *e, uint64_t gen)
 {
 	struct thread_holds *t;
+	int cs;
 
 	if (!holds_key_ok)
 		return;
@@ -245,7 +246,11 @@ dmutex__thread_hold(struct dmutex__entry *e, uint64_t gen)
 	t->n++;
 	return;
 nomem:
+	/* A log line's write is a cancellation point, and lock_fast calls
+	 * us with cancellation enabled. */
+	cs = dmutex__nocancel();
 	dmutex__log(DMUTEX_LOG_WARN, "'%s': out of memory: the hold will not end with its thread", e->name);
+	dmutex__cancel_restore(cs);
 }
 
 void

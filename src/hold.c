@@ -103,7 +103,15 @@ dmutex__entry_put(struct dmutex__entry *e)
 {
 	struct dmutex_client *c = e->client;
 	struct dmutex__entry **pp;
+	unsigned r = __atomic_load_n(&e->refs, __ATOMIC_RELAXED);
 
+	/* Not the last reference (a thread's hold ending, mostly): the entry
+	 * stays in the table, no lock needed.  Only the last one, taken
+	 * under c->mu, may meet a lookup adding one meanwhile. */
+	while (r > 1)
+		if (__atomic_compare_exchange_n(&e->refs, &r, r - 1, 1, __ATOMIC_ACQ_REL,
+					__ATOMIC_RELAXED))
+			return;
 	pthread_mutex_lock(&c->mu);
 	/* Atomic: the renewer takes refs under its own lock, not ours. */
 	if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL)) {

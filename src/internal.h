@@ -72,7 +72,7 @@ void dmutex__token_atfork_child(void);
 struct dmutex__entry {
 	struct dmutex_client *client;
 	struct dmutex__entry *next;     /* hash chain, client->mu */
-	unsigned refs;                  /* client->mu */
+	unsigned refs;                  /* atomic; the last one dropped under client->mu */
 	size_t name_len;
 
 	pthread_mutex_t mu;
@@ -323,6 +323,11 @@ int dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int6
  * the kept lease; 0 it must ask the backend (a kept lease that may not
  * serve it was released).  May drop e->mu meanwhile (e->acquiring set). */
 int dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
+/* The same two, in the cases with no I/O only (a fast path with no
+ * cancellation point): 1 done as above; 0 nothing changed, take the whole
+ * way.  Never drop e->mu. */
+int dmutex__cache_unlock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
+int dmutex__cache_lock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
 /* Under e->mu, e kept: nobody used it for a renewal period, or another
  * process wants it: release it rather than renew it. */
 int dmutex__cache_idle(const struct dmutex__entry *e, int64_t now);

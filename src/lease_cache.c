@@ -116,10 +116,35 @@ keep(struct dmutex__entry *e, const char *token, struct dmutex__wsub **sub, uint
 	return 1;
 }
 
+/* Under e->mu, the owner's outermost unlock, the lease kept: the hold ends,
+ * the process keeps the lease. */
+static void
+end_local(struct dmutex__entry *e, int64_t now)
+{
+	if (e->held)
+		__atomic_fetch_sub(&e->client->held, 1, __ATOMIC_ACQ_REL);
+	e->held = 0;
+	e->depth = 0;
+	e->last_use_ns = now;
+	pthread_cond_broadcast(&e->cv);
+}
+
+int
+dmutex__cache_unlock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	/* dmutex__cache_unlock's way to its "kept" label, with no side
+	 * effect where it would turn off. */
+	if (!e->kept || !dmutex__cache_allowed(mx) || !fresh(e, now) || now < e->nocache_until_ns ||
+			revoked(e))
+		return 0;
+	e->last_end_ns = now;
+	end_local(e, now);
+	return 1;
+}
+
 int
 dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 {
-	struct dmutex_client *c = e->client;
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__wsub *sub;
 	uint64_t seq, last;
@@ -162,12 +187,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	e->blk_next = last - BLOCK + 1;
 	e->blk_last = last;
 kept:
-	if (e->held)
-		__atomic_fetch_sub(&c->held, 1, __ATOMIC_ACQ_REL);
-	e->held = 0;
-	e->depth = 0;
-	e->last_use_ns = now;
-	pthread_cond_broadcast(&e->cv);
+	end_local(e, now);
 	return 1;
 }
 
@@ -216,6 +236,16 @@ drop_locked(struct dmutex__entry *e, int64_t until)
 	e->acquiring = 0;
 	dmutex__cache_forget(e);
 	dmutex__entry_forget(e);
+}
+
+int
+dmutex__cache_lock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	if (!e->kept || !dmutex__cache_allowed(mx) || revoked(e) || !fresh(e, now) ||
+			e->blk_next > e->blk_last)
+		return 0;
+	take(mx, e, now);
+	return 1;
 }
 
 int

@@ -486,10 +486,10 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 }
 
 /*
- * The owner of a recursive mutex locking it again, in the common case
- * only: no release of ours unanswered, no ENOLCK due, the hold not lost and
- * its deadline well ahead.  lock_impl would find the same and only count
- * one more level.  Nothing on the way is a cancellation point (no I/O, no
+ * Two common cases: the owner of a recursive mutex locking it again (no
+ * release of ours unanswered, no ENOLCK due, the hold not lost and its
+ * deadline well ahead: lock_impl would only count one more level), and a
+ * lease the process kept taken locally.  Nothing on the way is a cancellation point (no I/O, no
  * log line, no callback; pthread_mutex_lock is none), so it runs without
  * cancel.c's pthread_setcancelstate pair.  1 if done; else 0 and *locked
  * as lock_impl takes it (the entry's mutex held, so that the whole way,
@@ -518,6 +518,20 @@ lock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 		e->depth++;
 		dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
 		return 1;
+	}
+	/* A lease the process kept, which no thread of ours holds or is
+	 * asking for: lock_impl would take it at once (lease_cache.c). */
+	if (!mx->fair && e->kept && !e->held && !e->acquiring && !e->nolck) {
+		int64_t now = dmutex__now_ns();
+
+		if (dmutex__cache_lock_local(mx, e, now)) {
+			uint64_t gen = e->gen;
+
+			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_hold(e, gen);
+			dmutex__met_acquired(e->client, e->name, now, now, 0);
+			return 1;
+		}
 	}
 	*locked = mx;
 	return 0;

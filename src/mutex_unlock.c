@@ -119,10 +119,10 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 }
 
 /*
- * An inner unlock of a recursive hold, in the common case only: the hold
- * ours, not being released, not lost and its deadline well ahead.  The
- * whole way would find the same and only count one level less.  No
- * cancellation point on the way: no pthread_setcancelstate pair
+ * Two common cases: an inner unlock of a recursive hold (the hold ours,
+ * not being released, not lost and its deadline well ahead: the whole way
+ * would only count one level less), and the outermost unlock of a hold on
+ * a kept lease that stays kept.  No cancellation point on the way: no pthread_setcancelstate pair
  * (cancel.c).  1 if done; else 0 and *locked as dmutex_unlock_impl takes
  * it (the entry's mutex held, not taken twice).
  */
@@ -143,6 +143,19 @@ unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 		e->depth--;
 		dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
 		return 1;
+	}
+	/* The outermost unlock of a sound hold of a lease the process keeps,
+	 * which it keeps again (lease_cache.c). */
+	if (e->held && e->depth == 1 && e->kept && pthread_equal(e->owner, pthread_self()) &&
+			!e->releasing && !e->lost && !e->inconsistent) {
+		int64_t now = dmutex__now_ns();
+
+		if (now < e->deadline_ns && dmutex__cache_unlock_local(mx, e, now)) {
+			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_unhold(e);
+			dmutex__met_released(e->client, e->name, now);
+			return 1;
+		}
 	}
 	*locked = mx;
 	return 0;
