@@ -21,12 +21,23 @@
  * or paused server must not cost a wait every second. */
 #define BACKOFF_NS (10000 * DMUTEX__MS)
 #define BATCH 64                /* names per MULTI/EXEC */
+/* A name's record leaves the process this long after its last count
+ * reached Redis (at most the client's idle_ms): a program that locks
+ * job:<uuid> once per job must not grow by a record a job. */
+#define RETAIN_MAX_NS (300000 * DMUTEX__MS)
+#define SWEEP_BUCKETS 1024      /* hash buckets looked at per flush */
+/* Names idle in Redis leave its index this often (at most; every idle_ms
+ * when that is shorter), a page at a time. */
+#define TRIM_MAX_NS (60000 * DMUTEX__MS)
+#define TRIM_PAGE 512
+#define TRIM_PAGES 8
 
 struct met {
 	struct met *next;               /* hash chain */
 	struct met *dirty_next;
 	int dirty;
 	int64_t since_ns;               /* the current hold began; 0 none */
+	int64_t sent_ns;                /* its counts last left for Redis; 0 never */
 	uint64_t delta[DMUTEX__MET_NFIELDS];    /* not yet in Redis */
 	uint64_t total[DMUTEX__MET_NFIELDS];    /* since the client opened */
 	char name[];
@@ -37,6 +48,9 @@ struct dmutex__metrics {
 	struct met **tab;
 	size_t size, n;
 	struct met *dirty;
+	uint64_t retired[DMUTEX__MET_NFIELDS];  /* totals of the records dropped */
+	size_t sweep_at;                /* the next bucket to sweep */
+	int64_t trim_due_ns;
 	int64_t last_flush_ns;
 	int64_t backoff_until_ns;
 	int multi_ok;           /* flusher only: MULTI was accepted once */
@@ -89,7 +103,9 @@ dmutex__met_atfork_child(struct dmutex_client *c)
 			memset(r->total, 0, sizeof r->total);
 			r->dirty = 0;
 			r->since_ns = 0;
+			r->sent_ns = 0;
 		}
+	memset(m->retired, 0, sizeof m->retired);
 	m->dirty = NULL;
 }
 
@@ -234,6 +250,35 @@ dmutex__met_due(struct dmutex_client *c)
 	return due;
 }
 
+/*
+ * Under m->mu: drop the records of names neither held nor counted since
+ * their counts left for Redis at least retain_ns ago, SWEEP_BUCKETS
+ * buckets a flush (a million names cost no pause on the lock path).
+ * What they counted stays in the client's total (dmutex_client_metrics
+ * with no name); a name counted again starts a new record.
+ */
+static void
+sweep(struct dmutex__metrics *m, int64_t now, int64_t retain_ns)
+{
+	size_t left = m->size < SWEEP_BUCKETS ? m->size : SWEEP_BUCKETS;
+
+	for (; left; left--) {
+		struct met **pp = &m->tab[m->sweep_at++ & (m->size - 1)];
+		while (*pp) {
+			struct met *r = *pp;
+			if (r->dirty || r->since_ns || !r->sent_ns || now - r->sent_ns < retain_ns) {
+				pp = &r->next;
+				continue;
+			}
+			for (int f = 0; f < DMUTEX__MET_NFIELDS; f++)
+				m->retired[f] += r->total[f];
+			*pp = r->next;
+			free(r);
+			m->n--;
+		}
+	}
+}
+
 /* A batch that Redis did not take goes back, to ride with the next one. */
 static void
 put_back(struct dmutex__metrics *m, struct dmutex__count *p, size_t n)
@@ -260,13 +305,20 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 	size_t n = 0, cap = 0;
 	int failed = 0;
 
+	int64_t now = dmutex__now_ns();
+	int64_t retain = (int64_t)c->cfg.idle_ms * DMUTEX__MS;
+
+	if (retain > RETAIN_MAX_NS)
+		retain = RETAIN_MAX_NS;
 	pthread_mutex_lock(&m->mu);
-	m->last_flush_ns = dmutex__now_ns();
+	m->last_flush_ns = now;
+	sweep(m, now, retain);
 	if (m->refused) {
 		/* Kept in the process (dmutex_client_metrics), never sent. */
 		for (struct met *r = m->dirty; r; r = r->dirty_next) {
 			memset(r->delta, 0, sizeof r->delta);
 			r->dirty = 0;
+			r->sent_ns = now;
 		}
 		m->dirty = NULL;
 		pthread_mutex_unlock(&m->mu);
@@ -286,6 +338,7 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 		memcpy(p[n].delta, r->delta, sizeof r->delta);
 		memset(r->delta, 0, sizeof r->delta);
 		r->dirty = 0;
+		r->sent_ns = now;
 		n++;
 	}
 	/* What did not fit stays dirty: its deltas are still in place. */
@@ -315,6 +368,13 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 		pthread_mutex_lock(&m->mu);
 		m->backoff_until_ns = dmutex__now_ns() + BACKOFF_NS;
 		pthread_mutex_unlock(&m->mu);
+	} else if (n && now >= m->trim_due_ns) {
+		/* The flusher is the only one to read or write trim_due_ns. */
+		int64_t every = (int64_t)c->cfg.idle_ms * DMUTEX__MS;
+		int got = TRIM_PAGE;
+		for (int i = 0; i < TRIM_PAGES && got == TRIM_PAGE && dmutex__now_ns() < until; i++)
+			got = dmutex__backend_counters_trim(c->be, TRIM_PAGE, until);
+		m->trim_due_ns = now + (every < TRIM_MAX_NS ? every : TRIM_MAX_NS);
 	}
 	for (size_t i = 0; i < n; i++)
 		free(p[i].name);
@@ -333,6 +393,9 @@ dmutex__met_totals(struct dmutex_client *c, const char *name, dmutex_metrics_t *
 			if (!name || !strcmp(r->name, name))
 				for (int f = 0; f < DMUTEX__MET_NFIELDS; f++)
 					t[f] += r->total[f];
+	if (!name)
+		for (int f = 0; f < DMUTEX__MET_NFIELDS; f++)
+			t[f] += m->retired[f];
 	pthread_mutex_unlock(&m->mu);
 	memset(out, 0, sizeof *out);
 	out->acquisitions = t[DMUTEX__MET_ACQ];

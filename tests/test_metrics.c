@@ -154,6 +154,77 @@ Test(metrics, own_counters_and_flush_not_per_acquisition)
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
 
+/* The counters of names nobody uses any more leave Redis (their hash
+ * expires, the index forgets them) and the process (their record goes,
+ * the client's total keeps what they counted), like the names' own state:
+ * a program that locks job:<uuid> once per job must not grow either. */
+#define GONE_N 40
+
+struct idle_check {
+	dmutex_client_t *c;
+	int alive;              /* cycles of "alive" so far */
+	const char *why;        /* what still holds, for the failure message */
+};
+
+static int
+idle_counters_gone(void *p)
+{
+	struct idle_check *k = p;
+	dmutex_metrics_t m;
+
+	/* Flushes (and so the trimming) happen only when there is something
+	 * to send: a name in use keeps them going. */
+	cycles(k->c, "alive", 1);
+	k->alive++;
+	if (th_redis_int(&srv, "EXISTS dmutex:metrics:{metrics}:n:gone-0") != 0)
+		return k->why = "the hash of gone-0 is still there", 0;
+	if (th_redis_int(&srv, "ZCARD dmutex:metrics:{metrics}:index") != 1)
+		return k->why = "the index still has idle names", 0;
+	if (th_redis_int(&srv, "ZCARD dmutex:metrics:{metrics}:seen") != 1)
+		return k->why = "seen still has idle names", 0;
+	cr_assert_eq(dmutex_client_metrics(k->c, "gone-0", &m), 0);
+	if (m.acquisitions)
+		return k->why = "the process still has the record of gone-0", 0;
+	return 1;
+}
+
+static int
+gone_written(void *arg)
+{
+	(void)arg;
+	return th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:total acq") >= GONE_N;
+}
+
+Test(metrics, idle_names_counters_expire)
+{
+	struct idle_check k = { .why = "" };
+	dmutex_metrics_t m;
+	char url[700], name[32];
+	long long pttl;
+
+	/* idle_ms 1 s: the hashes expire, the index is trimmed and the
+	 * records are dropped after 1 s (each at most 5 min, 1 min, 5 min). */
+	snprintf(url, sizeof url, "%s?idle_ms=1000", srv.url);
+	cr_assert_eq(dmutex_client_open(&k.c, url), 0);
+	for (int i = 0; i < GONE_N; i++) {
+		snprintf(name, sizeof name, "gone-%d", i);
+		cycles(k.c, name, 1);
+	}
+	cr_assert(th_wait_until(gone_written, NULL, 5000), "the counters never reached Redis");
+	pttl = th_redis_int(&srv, "PTTL dmutex:metrics:{metrics}:n:gone-0");
+	cr_assert(pttl > 0 && pttl <= 1000, "n:gone-0 PTTL %lld, idle_ms 1000", pttl);
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:metrics:{metrics}:seen"), GONE_N);
+	cr_assert(th_wait_until(idle_counters_gone, &k, 10000), "after %d cycles of another name: %s", k.alive,
+			k.why);
+	/* What they counted is still in the client's total, exactly. */
+	cr_assert_eq(dmutex_client_metrics(k.c, NULL, &m), 0);
+	cr_assert_eq(m.acquisitions, (uint64_t)(GONE_N + k.alive));
+	cr_assert_eq(m.holds, (uint64_t)(GONE_N + k.alive));
+	/* And in Redis's total. */
+	cr_assert_geq(th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:total acq"), GONE_N);
+	cr_assert_eq(dmutex_client_close(k.c), 0);
+}
+
 /* Every process's sums, the top names one by one and the rest summed; the
  * text passes promtool. */
 Test(metrics, prometheus_text_capped_and_promtool_clean)

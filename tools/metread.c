@@ -80,7 +80,12 @@ cli_metrics_read(struct dmutex__conn *c, const char *prefix, size_t top, struct 
 			goto out;
 		}
 		hash_into(r, s->v);
+		/* Expired (idle for idle_ms) and not yet out of the index
+		 * (src/backend/counters.h): nothing to show. */
+		int empty = !r || ((redisReply *)r)->type != REDIS_REPLY_ARRAY || !((redisReply *)r)->elements;
 		freeReplyObject(r);
+		if (empty)
+			continue;
 		if (!(s->name = strdup(idx->element[i]->str))) {
 			cli_err("out of memory");
 			status = CLI_INTERNAL;

@@ -1,5 +1,6 @@
 /* Per-lock counters into Redis (counters.h): one MULTI/EXEC on the node
  * that serves their slot, on any topology. */
+#include <stdlib.h>
 #include <string.h>
 
 #include <hiredis/hiredis.h>
@@ -22,7 +23,38 @@ static void
 refused(const char *why)
 {
 	dmutex__log(DMUTEX_LOG_WARN, "per-lock counters not stored: %s (they need "
-			"MULTI, EXEC, HINCRBY, ZINCRBY; ?metrics=0 turns them off)", why);
+			"MULTI, EXEC, HINCRBY, ZINCRBY, PEXPIRE, ZADD, ZRANGEBYSCORE, ZREM; "
+			"?metrics=0 turns them off)", why);
+}
+
+/* "ZADD seen MS name MS name ...": when each name of the batch was last
+ * counted, for dmutex__backend_counters_trim.  On the heap: the flush at
+ * dmutex_client_close runs on the caller's stack, which may be small. */
+static int
+append_seen(struct dmutex__conn *cn, const char *sk, const struct dmutex__count *v, size_t n)
+{
+	char ms[24];
+	size_t msl = dmutex__udec(ms, (unsigned long long)dmutex__wall_ms());
+	const char **argv = malloc((2 + 2 * n) * sizeof *argv);
+	size_t *lens = malloc((2 + 2 * n) * sizeof *lens);
+	int rc = -1;
+
+	if (argv && lens) {
+		argv[0] = "ZADD";
+		lens[0] = 4;
+		argv[1] = sk;
+		lens[1] = strlen(sk);
+		for (size_t i = 0; i < n; i++) {
+			argv[2 + 2 * i] = ms;
+			lens[2 + 2 * i] = msl;
+			argv[3 + 2 * i] = v[i].name;
+			lens[3 + 2 * i] = strlen(v[i].name);
+		}
+		rc = dmutex__conn_append_argv(cn, (int)(2 + 2 * n), argv, lens);
+	}
+	free(argv);
+	free(lens);
+	return rc;
 }
 
 /* One command of three or four arguments, queued without a format string. */
@@ -55,6 +87,7 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 		size_t n, int *multi_ok, int64_t until)
 {
 	char tk[DMUTEX__MET_KEY_MAX], ik[DMUTEX__MET_KEY_MAX], nk[DMUTEX__MET_KEY_MAX];
+	char idle[24];
 	unsigned long long sum[DMUTEX__MET_NFIELDS] = { 0 };
 	const char *pre = be->cfg.prefix;
 	struct dmutex__node *nd;
@@ -65,6 +98,7 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 
 	dmutex__met_key(tk, pre, "total", NULL);
 	dmutex__met_key(ik, pre, "index", NULL);
+	idle[dmutex__udec(idle, be->cfg.idle_ms)] = '\0';
 	/* A cluster's face is never dialled: the member serving the slot
 	 * of {metrics} takes them (every key has that hash tag). */
 	nd = be->ops->node_of ? be->ops->node_of(be, tk) : &be->nodes[0];
@@ -108,6 +142,14 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 				q++;
 			}
 		}
+		/* A name's counters live as long as its state would. */
+		bad |= dmutex__conn_appendf(cn, "PEXPIRE %s %s", nk, idle);
+		q++;
+	}
+	if (!bad && n) {
+		dmutex__met_key(nk, pre, "seen", NULL);
+		bad |= append_seen(cn, nk, v, n);
+		q++;
 	}
 	/* The total once per batch, not once per name: the same sums, and
 	 * a batch of names each locked once (fresh names) costs Redis half
@@ -150,4 +192,81 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 	}
 	dmutex__node_put(nd, cn);
 	return st;
+}
+
+int
+dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t until)
+{
+	char ik[DMUTEX__MET_KEY_MAX], sk[DMUTEX__MET_KEY_MAX];
+	long long cutoff = (long long)dmutex__wall_ms() - (long long)be->cfg.idle_ms;
+	struct dmutex__node *nd;
+	struct dmutex__conn *cn;
+	redisReply *r;
+	int64_t deadline;
+	int bad = 0, n = 0;
+
+	dmutex__met_key(ik, be->cfg.prefix, "index", NULL);
+	dmutex__met_key(sk, be->cfg.prefix, "seen", NULL);
+	nd = be->ops->node_of ? be->ops->node_of(be, sk) : &be->nodes[0];
+	if (!nd || !(cn = dmutex__node_get_by(nd, until)))
+		return -1;
+	deadline = dmutex__conn_deadline(cn);
+	if (deadline > until)
+		deadline = until;
+	if (!(r = dmutex__conn_command(cn, deadline, "ZRANGEBYSCORE %s -inf %lld LIMIT 0 %llu", sk, cutoff,
+			(unsigned long long)max))) {
+		dmutex__conn_free(cn);
+		return -1;
+	}
+	if (r->type != REDIS_REPLY_ARRAY) {
+		/* Refused (an ACL without it), or a stray type: not our keys
+		 * to fix.  Said at debug level: the counters' own refusal is
+		 * the warning an operator needs. */
+		dmutex__log(DMUTEX_LOG_DEBUG, "per-lock counters not trimmed: %s",
+				r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		freeReplyObject(r);
+		dmutex__node_put(nd, cn);
+		return -1;
+	}
+	if (r->elements) {
+		size_t k = r->elements;
+		const char **argv = malloc((k + 2) * sizeof *argv);
+		size_t *lens = malloc((k + 2) * sizeof *lens);
+		bad = !argv || !lens;
+		for (size_t i = 0; i < k && !bad; i++) {
+			bad = r->element[i]->type != REDIS_REPLY_STRING;
+			argv[i + 2] = bad ? NULL : r->element[i]->str;
+			lens[i + 2] = bad ? 0 : r->element[i]->len;
+		}
+		if (!bad) {
+			/* Both sets, in that order: a name is never in index
+			 * without seen, so none is left behind for ever. */
+			argv[0] = "ZREM";
+			lens[0] = 4;
+			argv[1] = ik;
+			lens[1] = strlen(ik);
+			bad |= dmutex__conn_append_argv(cn, (int)k + 2, argv, lens);
+			argv[1] = sk;
+			lens[1] = strlen(sk);
+			bad |= dmutex__conn_append_argv(cn, (int)k + 2, argv, lens);
+			for (int i = 0; i < 2 && !bad; i++) {
+				redisReply *z = NULL;
+				if (dmutex__conn_get(cn, (void **)&z, deadline)) {
+					bad = 1;
+					break;
+				}
+				freeReplyObject(z);
+			}
+			n = (int)k;
+		}
+		free(argv);
+		free(lens);
+	}
+	freeReplyObject(r);
+	if (bad) {
+		dmutex__conn_free(cn);
+		return -1;
+	}
+	dmutex__node_put(nd, cn);
+	return n;
 }

@@ -7,8 +7,15 @@
  * MULTI/EXEC adds a batch:
  *   PREFIXmetrics:{metrics}:total     hash: every name summed
  *   PREFIXmetrics:{metrics}:index     zset: name -> acquisitions (the top names)
+ *   PREFIXmetrics:{metrics}:seen      zset: name -> wall-clock ms of its last batch
  *   PREFIXmetrics:{metrics}:n:NAME    hash: one name's counters
  * Fields: the names of dmutex__met_fields, histogram buckets not cumulative.
+ *
+ * Bounded like the names' own state (README "Memory: idle names expire"):
+ * n:NAME expires idle_ms after its last batch, and the names whose last
+ * batch is older than idle_ms leave index and seen (dmutex__backend_
+ * counters_trim), so a program that locks job:<uuid> once per job does
+ * not fill Redis with counters either.  Only total, one hash, stays.
  */
 #ifndef DMUTEX_BACKEND_COUNTERS_H
 #define DMUTEX_BACKEND_COUNTERS_H
@@ -73,5 +80,13 @@ enum {
  */
 int dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count *v,
 		size_t n, int *multi_ok, int64_t until);
+
+/*
+ * Take the names whose last batch is older than idle_ms out of index and
+ * seen, at most `max` of them, by `until`.  The number taken out, or -1 if
+ * the server could not be asked.  Every process does it now and then; two
+ * at once remove the same names twice, which is harmless.
+ */
+int dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t until);
 
 #endif
