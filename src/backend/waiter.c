@@ -36,7 +36,7 @@ struct dmutex__wsub {
 	struct dmutex__wsub *next;
 	char *channel;
 	unsigned refs;
-	uint64_t seq;
+	uint64_t seq;                   /* written under waiter.mu, atomically */
 	int confirmed;
 	int target;                     /* sharded: the node serving it, -1 unknown */
 	/* A fair lock's waiter: the token a hand-over must name to wake it
@@ -174,7 +174,7 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 	wn->ctx = NULL;
 	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
 		s->state[i] = ST_NONE;
-		s->seq++;
+		__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
 		w->kick |= s->nnotify > 0;
 	}
 	pthread_cond_broadcast(&w->cv);
@@ -231,7 +231,7 @@ moved(struct dmutex__waiter *w, size_t node, const char *err)
 		if (s->state[node] == ST_SUB_SENT &&
 				(long)dmutex__key_slot(s->channel, strlen(s->channel)) == slot) {
 			s->state[node] = ST_NONE;
-			s->seq++;
+			__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
 		}
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
@@ -297,7 +297,7 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 	if ((s = find(w, r->element[1]->str, r->element[1]->len))) {
 		if (!strcmp(kind, "message")) {
 			if (!for_another(s, r->element[2])) {
-				s->seq++;
+				__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
 				w->kick |= s->nnotify > 0;
 			}
 		} else if (!strcmp(kind, "subscribe")) {
@@ -310,7 +310,7 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 			 * wake).  Later nodes add nothing: a release publishes on
 			 * every node. */
 			if (!s->confirmed)
-				s->seq++;
+				__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
 			s->confirmed = 1;
 		} else if (!strcmp(kind, "unsubscribe")) {
 			if (s->state[node] == ST_UNSUB_SENT) {
@@ -320,7 +320,7 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 				 * release may be published where it went before we
 				 * subscribe there: look again now. */
 				s->state[node] = ST_NONE;
-				s->seq++;
+				__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
 				w->stale = 1;
 			}
 		}
@@ -597,13 +597,10 @@ dmutex__wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64
 uint64_t
 dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
-	struct dmutex__waiter *w = be->waiter;
-	uint64_t seq;
-
-	pthread_mutex_lock(&w->mu);
-	seq = s->seq;
-	pthread_mutex_unlock(&w->mu);
-	return seq;
+	/* Without waiter.mu: a kept lease's every local lock and unlock
+	 * asks (lease_cache.c).  Changed only under waiter.mu, atomically. */
+	(void)be;
+	return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
 }
 
 static void
