@@ -186,6 +186,15 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	e->kseq = seq;
 	e->blk_next = last - BLOCK + 1;
 	e->blk_last = last;
+	/* Asked back already (a message, or a subscription confirmed late)
+	 * while we were not yet kept: the kick it sent found nothing kept
+	 * and looked at nothing, and the renewal thread would only see it at
+	 * this lease's next renewal, a third of a lease from now, while the
+	 * other process waits (cond::signal_wakes_a_waiter_of_another_process
+	 * _at_once: woken after 3339 ms, lease 10 s, at load 5).  Entry, then
+	 * renewer: the lock order. */
+	if (revoked(e))
+		dmutex__renewer_kick(e->client);
 kept:
 	end_local(e, now);
 	return 1;

@@ -156,6 +156,21 @@ schedule_retry(struct wnode *wn)
 		wn->backoff_ns = 1000 * DMUTEX__MS;
 }
 
+/*
+ * Under w->mu: something may have been published on s that nobody heard
+ * (a message, a lost connection, a subscription that landed late or moved).
+ * Waiters look again; a kept lease counts as asked back, and its client's
+ * renewal thread must hear of it now: nobody may be about to lock or
+ * unlock it, and otherwise it would keep the lease until its idle end
+ * (a third of a lease) while another process waits.
+ */
+static void
+bump(struct dmutex__waiter *w, struct dmutex__wsub *s)
+{
+	__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
+	w->kick |= s->nnotify > 0;
+}
+
 static void
 drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 {
@@ -174,8 +189,7 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 	wn->ctx = NULL;
 	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
 		s->state[i] = ST_NONE;
-		__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
-		w->kick |= s->nnotify > 0;
+		bump(w, s);
 	}
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
@@ -231,7 +245,7 @@ moved(struct dmutex__waiter *w, size_t node, const char *err)
 		if (s->state[node] == ST_SUB_SENT &&
 				(long)dmutex__key_slot(s->channel, strlen(s->channel)) == slot) {
 			s->state[node] = ST_NONE;
-			__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
+			bump(w, s);
 		}
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
@@ -296,10 +310,8 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 	pthread_mutex_lock(&w->mu);
 	if ((s = find(w, r->element[1]->str, r->element[1]->len))) {
 		if (!strcmp(kind, "message")) {
-			if (!for_another(s, r->element[2])) {
-				__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
-				w->kick |= s->nnotify > 0;
-			}
+			if (!for_another(s, r->element[2]))
+				bump(w, s);
 		} else if (!strcmp(kind, "subscribe")) {
 			/* The connection works: the next loss retries at once. */
 			w->nodes[node].backoff_ns = 0;
@@ -310,7 +322,7 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 			 * wake).  Later nodes add nothing: a release publishes on
 			 * every node. */
 			if (!s->confirmed)
-				__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
+				bump(w, s);
 			s->confirmed = 1;
 		} else if (!strcmp(kind, "unsubscribe")) {
 			if (s->state[node] == ST_UNSUB_SENT) {
@@ -320,7 +332,7 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 				 * release may be published where it went before we
 				 * subscribe there: look again now. */
 				s->state[node] = ST_NONE;
-				__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
+				bump(w, s);
 				w->stale = 1;
 			}
 		}
