@@ -143,11 +143,13 @@ dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
 	 * loaded 2-core CI machine a node misses 50 ms now and then, and the
 	 * tests that read the first node's state (its lock key, its counters)
 	 * would find holds it never saw: they test the scheduler, not the
-	 * library.  200 ms (below the shortest test lease, 300 ms), unless
-	 * the test chose a node timeout itself.  test_redlock.c, which tests
-	 * the node timeout, builds its own URLs. */
+	 * library.  400 ms (below the shortest test lease, 450 ms; a forked
+	 * child's first trylock at load 5, three fresh connections, found
+	 * none of the nodes answering within 200 ms), unless the test chose
+	 * a node timeout itself.  test_redlock.c, which tests the node
+	 * timeout, builds its own URLs. */
 	if (nextra && !(opts && strstr(opts, "node_timeout_ms"))) {
-		snprintf(more, sizeof more, "%s%snode_timeout_ms=200", opts ? opts : "", opts && *opts ? "&" : "");
+		snprintf(more, sizeof more, "%s%snode_timeout_ms=400", opts ? opts : "", opts && *opts ? "&" : "");
 		opts = more;
 	}
 	size_t off = node_url(buf, len, userinfo, port, opts, 1);
