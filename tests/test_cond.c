@@ -167,6 +167,10 @@ static struct {
 	const char *mname, *cname;
 	int robust;
 	long long timeout_ms;   /* 0: dcond_wait */
+	/* gated: the child opens its client, says so on ready[1], and waits
+	 * for a byte on gate[0] before it locks and waits (what forking and
+	 * connecting cost under load is spent before the test's window). */
+	int gated, gate[2], ready[2];
 } wk;
 
 static int waiter_child(void *arg)
@@ -180,6 +184,11 @@ static int waiter_child(void *arg)
 	dmt_die_with_parent(test_pid);
 	if (pair_open(&p, wk.url, wk.mname, wk.cname, &(struct dmt_attr){ .robust = wk.robust }))
 		return W_SETUP;
+	if (wk.gated) {
+		char b = 'r';
+		if (write(wk.ready[1], &b, 1) != 1 || read(wk.gate[0], &b, 1) != 1)
+			return W_SETUP + 2;
+	}
 	if (dmutex_lock(&p.m))
 		return W_SETUP + 1;
 	if (wk.timeout_ms) {
@@ -759,8 +768,8 @@ Test(cond, a_frozen_waiter_does_not_swallow_a_signal)
 	struct pair p;
 	long long t0, took;
 
-	/* A 2 s registration: a woken waiter has 666 ms to acknowledge. */
-	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=2000");
+	/* A 3 s registration: a woken waiter has 1 s to acknowledge. */
+	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=3000");
 	cr_assert_eq(pair_open(&p, url, "m", "c", NULL), 0);
 	wk.url = url;
 	wk.mname = "m";
@@ -770,9 +779,25 @@ Test(cond, a_frozen_waiter_does_not_swallow_a_signal)
 	 * sees its connection, so a signal reaches "it". */
 	kids[0] = th_spawn(waiter_child, NULL);
 	wait_sleeping("c", &p.m, 1);
+	/* The second waiter must register while the frozen one's registration
+	 * lives (at least 2/3 of a lease after its last refresh): it forks and
+	 * connects first, and waits at a gate (in CI a fork that had to be
+	 * retried took longer than that, and the frozen waiter expired). */
+	cr_assert_eq(pipe(wk.gate), 0);
+	cr_assert_eq(pipe(wk.ready), 0);
+	wk.gated = 1;
+	kids[1] = th_spawn(waiter_child, NULL);
+	wk.gated = 0;
+	struct pollfd pf = { .fd = wk.ready[0], .events = POLLIN };
+	char b = 'g';
+	cr_assert_eq(poll(&pf, 1, 10000), 1, "the second waiter never connected");
 	cr_assert_eq(kill(kids[0], SIGSTOP), 0);
 	cr_assert_eq(th_wait_stopped(kids[0]), 0);
-	kids[1] = th_spawn(waiter_child, NULL);
+	cr_assert_eq(write(wk.gate[1], &b, 1), 1);
+	for (int i = 0; i < 2; i++) {
+		close(wk.gate[i]);
+		close(wk.ready[i]);
+	}
 	wait_count(waiters, "c", 2);
 
 	t0 = th_now_ms();
@@ -783,7 +808,7 @@ Test(cond, a_frozen_waiter_does_not_swallow_a_signal)
 	cr_assert_eq(th_wait_child(kids[1], 5000), W_WOKEN);
 	took = th_now_ms() - t0;
 	kids[1] = 0;
-	cr_assert_geq(took, 600, "woken after %lld ms: before the acknowledgement window ended", took);
+	cr_assert_geq(took, 900, "woken after %lld ms: before the acknowledgement window ended", took);
 
 	/* Thawed, the first one wakes (spuriously) with the mutex held. */
 	cr_assert_eq(kill(kids[0], SIGCONT), 0);
