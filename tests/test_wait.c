@@ -273,9 +273,15 @@ Test(wait, waiter_does_not_poll_the_backend)
 	cr_assert_geq(waited, 2000);
 	cr_assert_leq(during, WAIT_CALLS_MAX, "%lld script calls while waiting 2 s", during);
 	/* + the holder's release and the waiter's successful acquire and
-	 * release (on Redlock too: the fencing write-back is skipped while the
-	 * nodes are in step). */
-	cr_assert_leq(total, WAIT_CALLS_MAX + 3, "%lld script calls in all", total);
+	 * release.  On Redlock the holder's releases reach the nodes one by
+	 * one: a waiter woken by the first may find the others still held and
+	 * roll back (an acquire and a release here) until the next node's
+	 * release wakes it, at most once per other node, and an acquisition
+	 * may raise a lagging node's counter (fence_raise.lua).  Seen in a
+	 * loaded clean-clone run: 9 calls on 3 nodes.  A waiter that polled
+	 * would still be far past this. */
+	long long extra = dmt_nodes() > 1 ? 2 * (dmt_nodes() - 1) + 1 : 0;
+	cr_assert_leq(total, WAIT_CALLS_MAX + 3 + extra, "%lld script calls in all", total);
 	finish_holder(pid);
 	dmt_close_mutex(c, &m);
 }
