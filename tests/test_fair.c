@@ -34,7 +34,17 @@ static void
 up(void)
 {
 	cr_assert_eq(th_redis_start(&srv, NULL), 0);
-	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=2000");
+	char opt[32];
+
+	/* A queued waiter keeps its place by asking again every third of a
+	 * lease and loses it a lease after its last ask: 2 s, scaled for the
+	 * sanitizers, so that the asking thread of a waiting child can miss
+	 * a turn on a loaded 2-core machine (ASan is ~3x slower) without the
+	 * arrival order changing; a waiter that never asks again still loses
+	 * its place, and a dead one's hand-over still ends, within the tests'
+	 * 20 s deadlines. */
+	snprintf(opt, sizeof opt, "lease_ms=%d", 2000 * dmt_slowdown());
+	dmt_url(url, sizeof url, NULL, srv.port, opt);
 }
 
 static void
