@@ -317,7 +317,11 @@ Test(wait, unlock_wakes_waiter_long_before_lease_ends)
 	/* The waiter marked the lock: the holder's release published. */
 	cr_assert_geq(dmt_cmd_calls(&srv, "publish", (const char *)NULL), pub + 1);
 	cr_assert_gt(w.t_done, t_unlock);
-	cr_assert_leq(latency, 200, "woken %lld ms after the unlock: not by the notification",
+	/* One publish and one acquire; a waiter the notification did not
+	 * reach sleeps to the holder's 10 s lease.  The bound allows for the
+	 * scheduling of a loaded 2-core run, 3x under the sanitizers and 2x
+	 * over TLS (200 ms flat was a coin toss there). */
+	cr_assert_leq(latency, 200 + 300 * dmt_slowdown(), "woken %lld ms after the unlock: not by the notification",
 			(long long)latency);
 	finish_holder(pid);
 	dmt_close_mutex(c, &m);
@@ -380,7 +384,13 @@ Test(wait, lost_wakeup_costs_at_most_the_lease)
 	fprintf(stderr, "wait: acquired %lld ms after the silent DEL (lease 1000 ms)\n", (long long)after);
 	cr_assert_eq(w.rc, 0);
 	cr_assert_eq(w.unlock_rc, 0);
-	cr_assert_leq(after, 1500, "a lost wake-up cost %lld ms with a 1000 ms lease", (long long)after);
+	/* The lease's end and one acquire; the slack scales with the
+	 * sanitizers and TLS but stays under two leases, so a waiter that
+	 * misses the lease's end and waits for a second one still fails. */
+	long long bound = 1000 + 500 * dmt_slowdown();
+	if (bound > 1900)
+		bound = 1900;
+	cr_assert_leq(after, bound, "a lost wake-up cost %lld ms with a 1000 ms lease", (long long)after);
 	release_holder();
 	finish_holder(pid);
 	dmt_close_mutex(c, &m);
