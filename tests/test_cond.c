@@ -493,16 +493,29 @@ Test(cond, deadline_already_passed)
 
 Test(cond, signal_wakes_a_waiter_of_another_process_at_once)
 {
+	char url[700];
 	struct pair p;
 	long long calls0, t0, woke_ms;
 
-	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
-	kids[0] = spawn_waiter("m", "c", 0);
+	/* A 30 s lease: whatever is not woken through the backend (a
+	 * registration's refresh, a kept lease's renewal) comes a third of
+	 * it, 10 s, after the last one, far beyond the bound below, which
+	 * can then allow for a loaded ASan run's scheduling (the woken
+	 * child re-takes the mutex, closes its client and exits before
+	 * th_wait_child sees it: 1 s was too close). */
+	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=30000");
+	cr_assert_eq(pair_open(&p, url, "m", "c", NULL), 0);
+	wk.url = url;
+	wk.mname = "m";
+	wk.cname = "c";
+	wk.timeout_ms = 0;
+	kids[0] = th_spawn(waiter_child, NULL);
+	cr_assert_gt(kids[0], 0);
 	wait_sleeping("c", &p.m, 1);
 	wait_count(subscribed, "c", 1);
 
 	/* Waiting costs nothing: no script call for a second (the
-	 * registration's refresh is due only after a third of the 10 s
+	 * registration's refresh is due only after a third of the 30 s
 	 * lease).  The passage of time is what is tested. */
 	calls0 = dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL);
 	dmt_pass_time_ms(1000);
@@ -516,10 +529,10 @@ Test(cond, signal_wakes_a_waiter_of_another_process_at_once)
 	cr_assert_eq(dcond_signal(&p.cv), 0);
 	t0 = th_now_ms();
 	cr_assert_eq(dmutex_unlock(&p.m), 0);
-	cr_assert_eq(th_wait_child(kids[0], 5000), W_WOKEN);
+	cr_assert_eq(th_wait_child(kids[0], 15000), W_WOKEN);
 	woke_ms = th_now_ms() - t0;
 	kids[0] = 0;
-	cr_assert_lt(woke_ms, 1000, "woken after %lld ms: not through the backend", woke_ms);
+	cr_assert_lt(woke_ms, 3000, "woken after %lld ms: not through the backend", woke_ms);
 	cr_assert_eq(waiters("c"), 0);
 	cr_assert_eq(unacked("c"), 0, "the wake-up was acknowledged");
 	pair_close(&p);
@@ -531,9 +544,29 @@ Test(cond, signal_wakes_one_broadcast_wakes_all)
 	int woken = 0, timed_out = 0;
 
 	cr_assert_eq(pair_open(&p, srv.url, "m", "c", NULL), 0);
-	/* Two waiters with a 3 s deadline: one signal wakes one. */
+	/* Two waiters with a 3 s deadline: one signal wakes one.  Both must
+	 * be registered before the first one's deadline: they fork and
+	 * connect first and start waiting together at a gate (in a loaded
+	 * ASan run a fork retried by th_spawn costs 2 s, which took most of
+	 * the first waiter's deadline before the second one existed). */
+	cr_assert_eq(pipe(wk.gate), 0);
+	cr_assert_eq(pipe(wk.ready), 0);
+	wk.gated = 1;
 	kids[0] = spawn_waiter("m", "c", 3000);
 	kids[1] = spawn_waiter("m", "c", 3000);
+	wk.gated = 0;
+	for (int i = 0; i < 2; i++) {
+		struct pollfd pf = { .fd = wk.ready[0], .events = POLLIN };
+		char b;
+
+		cr_assert_eq(poll(&pf, 1, 10000), 1, "waiter %d never connected", i);
+		cr_assert_eq(read(wk.ready[0], &b, 1), 1);
+	}
+	cr_assert_eq(write(wk.gate[1], "gg", 2), 2);
+	for (int i = 0; i < 2; i++) {
+		close(wk.gate[i]);
+		close(wk.ready[i]);
+	}
 	wait_count(waiters, "c", 2);
 	cr_assert_eq(dcond_signal(&p.cv), 0);
 	for (int i = 0; i < 2; i++) {
@@ -665,6 +698,28 @@ static long long lock_waited(const char *name)
 	return th_redis_int(&srv, "HEXISTS dmutex:lock:{%s} w", name);
 }
 
+/* The expiry (server ms) of the first registered waiter of `name`, -1 if
+ * none. */
+static long long registration_expiry(const char *name)
+{
+	redisReply *r = th_redis_cmd(&srv, "ZRANGE dmutex:cond:{%s} 0 0 WITHSCORES", name);
+	long long e = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->str
+		? atoll(r->element[1]->str) : -1;
+
+	if (r)
+		freeReplyObject(r);
+	return e;
+}
+
+/* th_wait_until condition: the registration of "c" was refreshed (its
+ * expiry moved on from *arg). */
+static int registration_moved(void *arg)
+{
+	long long e = registration_expiry("c");
+
+	return e > *(long long *)arg;
+}
+
 static long long mutex_subscribers(const char *name)
 {
 	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", name);
@@ -679,7 +734,7 @@ Test(cond, signal_to_wake_is_two_round_trips_beyond_the_handoff)
 {
 	struct pair p;
 	struct pollfd pf;
-	long long scripts, subs;
+	long long scripts, subs, expiry;
 	char b = 0;
 
 	DMT_SINGLE_NODE();      /* Redlock asks every node */
@@ -699,8 +754,14 @@ Test(cond, signal_to_wake_is_two_round_trips_beyond_the_handoff)
 	cr_assert_eq(dcond_signal(&p.cv), 0);
 	kids[0] = th_spawn(counted_waiter, NULL);
 	wait_sleeping("c", &p.m, 1);
+	expiry = registration_expiry("c");
 	wait_count(subscribed, "c", 1);
 	wait_count(mutex_subscribers, "m", 1);
+	/* The waiter's subscription to the mutex comes with its first
+	 * refresh, a third of the lease after it registered: the count must
+	 * start after that refresh's script, which a loaded cond-tls run
+	 * counted (6 scripts) when it read the count between the two. */
+	cr_assert(th_wait_until(registration_moved, &expiry, 10000), "the waiter's registration was never refreshed");
 
 	cr_assert_eq(dmutex_lock(&p.m), 0);
 	scripts = dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL);
