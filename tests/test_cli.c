@@ -23,6 +23,7 @@
 
 #include "dmutex.h"
 #include "dmutex_config.h"
+#include "dmt.h"
 #include "harness.h"
 
 /* The exit statuses of dmutex(1). */
@@ -483,7 +484,10 @@ Test(cli, run_wait_times_out)
 	t0 = th_now_ms();
 	ASSERT_ST(DM_RUN(10000, "a", "run", "-w", "1", "job", "--", "true"), ST_TIMEDOUT, "a");
 	took = th_now_ms() - t0;
-	cr_assert(took >= 950 && took < 3000, "-w 1 gave up after %lld ms", took);
+	/* The bound holds the exec'd tool's start and exit too (3x slower,
+	 * with LeakSanitizer's check, under ASan); one that ignored -w would
+	 * wait for the renewed hold until DM_RUN's 10 s. */
+	cr_assert(took >= 950 && took < 1000 + 2000 * dmt_slowdown(), "-w 1 gave up after %lld ms", took);
 	e = err_of("a");
 	assert_contains(e, "timed out");
 	snprintf(want, sizeof want, "pid %d ", (int)getpid());
@@ -511,7 +515,9 @@ Test(cli, run_wait_acquires_on_release)
 	t0 = th_now_ms();
 	cr_assert_eq(dmutex_unlock(&h.m), 0);
 	ASSERT_ST(th_wait_child(p, 10000), 0, "a");
-	cr_assert_lt(th_now_ms() - t0, 3000);
+	/* Woken by the release, then COMMAND and the tool's exit (3x slower
+	 * under ASan): still well before the holder's 10 s lease. */
+	cr_assert_lt(th_now_ms() - t0, 1000 + 2000 * dmt_slowdown());
 	cr_assert_eq(stat(tpath("ran"), &st), 0);
 	unhold(&h);
 }
@@ -663,7 +669,12 @@ reap(void *p)
 static void
 killed_while_acquiring(int sig, int robust)
 {
-	struct forever f = { .name = "acq", .lease_ms = 500, .robust = robust };
+	/* The server must be stopped before the dead holder's lease runs
+	 * out (dmutex run asks again then): 1.5 s, 4.5 s under the
+	 * sanitizers, so that reaping the holder, listing the server's
+	 * clients and stopping it fit in a loaded run (a 500 ms lease, last
+	 * renewed up to a third of it before the kill, left ~330 ms). */
+	struct forever f = { .name = "acq", .lease_ms = 1500 * (unsigned)dmt_slowdown(), .robust = robust };
 	struct script_conns sc;
 	struct sigwait sw;
 	struct reaped r;
@@ -693,7 +704,7 @@ killed_while_acquiring(int sig, int robust)
 	cr_assert(th_wait_until(signal_taken, &sw, 5000));
 	/* Past the dead holder's lease, so that the acquire is granted. */
 	long long expired_at = killed_at + f.lease_ms + 100;
-	cr_assert(th_wait_until(now_past, &expired_at, 5000));
+	cr_assert(th_wait_until(now_past, &expired_at, (int)f.lease_ms + 5000));
 	cr_assert_eq(th_redis_resume(&srv), 0);
 	r.pid = d;
 	cr_assert(th_wait_until(reap, &r, 10000), "dmutex run did not end");
@@ -1192,9 +1203,10 @@ Test(cli, reset_refuses_then_forces)
 	snprintf(want, sizeof want, "(fence %lld,", fence);
 	assert_contains(o, want);
 	free(o);
-	/* Woken by the reset's message, not by a lease running out. */
+	/* Woken by the reset's message, not by a lease running out (10 s);
+	 * the time holds two runs of the tool, 3x slower under ASan. */
 	ASSERT_ST(th_wait_child(waiter, 10000), 0, "w");
-	cr_assert_lt(th_now_ms() - t0, 3000);
+	cr_assert_lt(th_now_ms() - t0, 1000 + 2000 * dmt_slowdown());
 	/* At its next renewal, a third of the lease later. */
 	cr_assert(th_wait_until(lost_once, &h, 8000), "the holder was never told");
 	cr_assert_eq(dmutex_unlock(&h.m), ENOLCK);
