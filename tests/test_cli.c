@@ -673,8 +673,11 @@ killed_while_acquiring(int sig, int robust)
 	 * out (dmutex run asks again then): 1.5 s, 4.5 s under the
 	 * sanitizers, so that reaping the holder, listing the server's
 	 * clients and stopping it fit in a loaded run (a 500 ms lease, last
-	 * renewed up to a third of it before the kill, left ~330 ms). */
+	 * renewed up to a third of it before the kill, left ~330 ms).  The
+	 * server stays stopped past the lease's end: dmutex run's command
+	 * timeout is longer than that, or it would give up waiting. */
 	struct forever f = { .name = "acq", .lease_ms = 1500 * (unsigned)dmt_slowdown(), .robust = robust };
+	char url[800];
 	struct script_conns sc;
 	struct sigwait sw;
 	struct reaped r;
@@ -687,8 +690,9 @@ killed_while_acquiring(int sig, int robust)
 	holder = th_spawn(hold_forever, &f);
 	cr_assert_gt(holder, 0);
 	cr_assert(th_wait_until(lock_exists_cond, "acq", 5000), "the holder never held");
-	d = robust ? DM_START("k", "run", "--robust", "--lease", "60000", "acq", "--", "true")
-		: DM_START("k", "run", "--lease", "60000", "acq", "--", "true");
+	snprintf(url, sizeof url, "%s?command_timeout_ms=%u", srv.url, f.lease_ms + 10000);
+	d = robust ? DM_START("k", "--url", url, "run", "--robust", "--lease", "60000", "acq", "--", "true")
+		: DM_START("k", "--url", url, "run", "--lease", "60000", "acq", "--", "true");
 	struct numsub ns = { "acq", 1 };
 	cr_assert(th_wait_until(waiters_are, &ns, 5000), "dmutex run never waited");
 	cr_assert_eq(kill(holder, SIGKILL), 0);
