@@ -88,12 +88,14 @@ static int count_reached(void *arg)
 	return c->count(c->name) == c->n;
 }
 
-static void wait_count(long long (*count)(const char *), const char *name, long long n)
+static void wait_count_(long long (*count)(const char *), const char *what, const char *name, long long n)
 {
 	struct count_is c = { name, n, count };
-	cr_assert(th_wait_until(count_reached, &c, 10000), "count for '%s' never became %lld (is %lld)",
-			name, n, count(name));
+	cr_assert(th_wait_until(count_reached, &c, 10000), "%s('%s') never became %lld (is %lld)",
+			what, name, n, count(name));
 }
+/* The failure names the count (several have the same name argument). */
+#define wait_count(count, name, n) wait_count_(count, #count, name, n)
 
 /* The mutex is free: a trylock through the client of p succeeds (on
  * Redlock, a majority of nodes agree; each node alone may lag). */
