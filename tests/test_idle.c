@@ -106,9 +106,10 @@ Test(idle, idle_state_expires_and_tokens_still_grow)
 /* A held name outlives idle_ms: the renewals keep its meta hash. */
 Test(idle, held_name_keeps_its_state)
 {
-	/* 600 ms: a 300 ms lease can be lost on a loaded 2-core machine
-	 * (renewal due every 100 ms), which tests the machine. */
-	struct dmt_attr o = { .lease_ms = 600 };
+	/* 600 ms, 3x under the sanitizers: a 300 ms lease can be lost on a
+	 * loaded 2-core machine (renewal due every 100 ms), which tests the
+	 * machine; the leases passed below are still many idle_ms (300). */
+	struct dmt_attr o = { .lease_ms = 600 * (unsigned)dmt_slowdown() };
 	dmutex_client_t *c;
 	dmutex_t m;
 	char mk[600], st[32];
@@ -119,7 +120,7 @@ Test(idle, held_name_keeps_its_state)
 	cr_assert_eq(dmt_open_mutex(&c, &m, url, "idle-held", &o), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	/* Time is under test: several leases and idle periods pass. */
-	dmt_pass_time_ms(1800);
+	dmt_pass_time_ms(3 * o.lease_ms);
 	dmt_meta_key(mk, sizeof mk, "idle-held");
 	cr_assert_eq(dmt_meta_state(&srv, "idle-held", st, sizeof st), 1, "meta gone while held");
 	cr_assert_str_eq(st, "held");
