@@ -89,6 +89,7 @@ atfork_child(void)
 				dmutex__entry_init_sync(e);
 				e->held = 0;
 				e->acquiring = 0;
+				e->dropping = 0;
 				e->rw_wwait = 0;
 				/* A fair mutex's local queue names the parent's
 				 * waiting threads, on their stacks: none of them is

@@ -82,6 +82,7 @@ struct dmutex__entry {
 	pthread_t owner;
 	int depth;                      /* recursion count of the owner */
 	int acquiring;                  /* a thread is asking the backend */
+	int dropping;                   /* the library gives a kept lease back (not a user's call) */
 	int releasing;                  /* the owner is telling the backend */
 	char token[DMUTEX__TOKEN_HEX + 1];
 	uint64_t fence;

@@ -315,8 +315,14 @@ void
 dmutex__cache_release(struct dmutex__entry *e, int64_t until)
 {
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	if (e->kept && !e->held && !e->acquiring && !e->releasing)
+	if (e->kept && !e->held && !e->acquiring && !e->releasing) {
+		/* The renewer's or a closing client's own work, not a user's
+		 * lock: dmutex_destroy waits for it rather than say EBUSY. */
+		e->dropping = 1;
 		drop_locked(e, until);
+		e->dropping = 0;
+		pthread_cond_broadcast(&e->cv);
+	}
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 }
 

@@ -26,6 +26,12 @@ dmutex_destroy_impl(dmutex_t *m)
 		 * connection broke, and still hears an onlost. */
 		dmutex__rel_settle(e, 0);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		/* The renewer giving back an idle kept lease is the library's
+		 * business, bounded by a command timeout: an unlocked mutex is
+		 * not busy because of it (seen as EBUSY from a torture worker's
+		 * destroy right after its last unlock). */
+		while (e->dropping)
+			pthread_cond_wait(&e->cv, &e->mu);
 		busy = e->held || e->acquiring;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		if (busy)

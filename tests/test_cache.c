@@ -528,6 +528,60 @@ Test(cache, destroy_gives_the_kept_lease_back)
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
 
+/* A client of srv is blocked: its write waits out a CLIENT PAUSE WRITE. */
+static int
+a_client_blocked(void *arg)
+{
+	redisReply *r = th_redis_cmd(&srv, "INFO clients");
+	const char *p;
+	int n = 0;
+
+	(void)arg;
+	if (r && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "blocked_clients:")))
+		n = atoi(p + strlen("blocked_clients:"));
+	if (r)
+		freeReplyObject(r);
+	return n > 0;
+}
+
+static void
+redis_ok(const char *cmd)
+{
+	redisReply *r = th_redis_cmd(&srv, cmd);
+
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "%s failed", cmd);
+	freeReplyObject(r);
+}
+
+/* The renewer giving back an idle kept lease is the library's own work: a
+ * destroy meanwhile waits for it (bounded by the command timeout) instead
+ * of calling the unlocked mutex busy.  Found by the torture run, whose
+ * worker destroyed its mutexes right after its last unlock and got EBUSY. */
+Test(cache, destroy_waits_for_the_renewer_giving_back_an_idle_lease)
+{
+	const char *name = "cache-destroy-drop";
+	char u[800];
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long t0, took;
+
+	/* No counters: the give-back is the client's only write, so the
+	 * blocked client seen below is it. */
+	dmt_url(u, sizeof u, NULL, srv.port, "lease_cache=on&metrics=0&command_timeout_ms=1000");
+	cr_assert_eq(dmt_open_mutex(&c, &m, u, name, &(struct dmt_attr){ .lease_ms = 900 }), 0);
+	warm(&m, name);
+	/* Idle for a third of the lease, the lease goes back; the paused
+	 * server holds that release until its command timeout. */
+	redis_ok("CLIENT PAUSE 10000 WRITE");
+	cr_assert(th_wait_until(a_client_blocked, NULL, 5000), "the idle kept lease was never given back");
+	t0 = th_now_ms();
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	took = th_now_ms() - t0;
+	redis_ok("CLIENT UNPAUSE");
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_leq(took, 1000 + 2000LL * dmt_slowdown(), "destroy waited %lld ms", took);
+}
+
 /* What `dmutex status NAME` (and --json) prints, into out. */
 static void
 status_of(const char *name, const char *json, char *out, size_t len)
