@@ -401,6 +401,13 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 	while (mx->fair ? !me.granted && (e->acquiring || e->fifo_head != &me ||
 				(me.offered && !me.answered) || (e->held && !me.offered))
 			: e->held || e->acquiring) {
+		if (e->dropping && !e->held) {
+			/* The renewer gives back an idle kept lease (bounded by
+			 * a command timeout): the mutex is not locked, so even a
+			 * trylock waits for that, then asks as usual. */
+			pthread_cond_wait(&e->cv, &e->mu);
+			continue;
+		}
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			if (mx->fair)
 				fifo_leave(e, &me);

@@ -582,6 +582,27 @@ Test(cache, destroy_waits_for_the_renewer_giving_back_an_idle_lease)
 	cr_assert_leq(took, 1000 + 2000LL * dmt_slowdown(), "destroy waited %lld ms", took);
 }
 
+/* The same give-back seen by a trylock of the process's own unlocked
+ * mutex: it waits for it and takes the lock, it does not say EBUSY (a
+ * single-threaded program would find its own free mutex busy). */
+Test(cache, trylock_waits_for_the_renewer_giving_back_an_idle_lease)
+{
+	const char *name = "cache-trylock-drop";
+	char u[800];
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	dmt_url(u, sizeof u, NULL, srv.port, "lease_cache=on&metrics=0&command_timeout_ms=8000");
+	cr_assert_eq(dmt_open_mutex(&c, &m, u, name, &(struct dmt_attr){ .lease_ms = 900 }), 0);
+	warm(&m, name);
+	/* Held up until the pause ends, the give-back then completes. */
+	redis_ok("CLIENT PAUSE 4000 WRITE");
+	cr_assert(th_wait_until(a_client_blocked, NULL, 3000), "the idle kept lease was never given back");
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+}
+
 /* What `dmutex status NAME` (and --json) prints, into out. */
 static void
 status_of(const char *name, const char *json, char *out, size_t len)
