@@ -17,8 +17,19 @@
  * (CLOCK_MONOTONIC ns).  0: fn ran and returned, arg holds its result.
  * ETIMEDOUT: the caller gave up; the thread calls drop(arg) when fn
  * returns, and arg must not be touched again.  Another errno: no thread
- * could be started, fn did not run.
+ * could be started, fn did not run.  On 0 the thread has ended, its
+ * thread-specific destructors included (OpenSSL frees its per-thread state
+ * there); a thread given up on is joined by a later call or at exit.
  */
 int dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t deadline);
+
+/*
+ * Join, at process exit, the dial threads given up on that are still
+ * running (for at most 2 s): an atexit handler registered on the first
+ * call.  Call it once OpenSSL is initialised (tls.c, after SSL_CTX_new):
+ * handlers run in reverse order, so it runs before OpenSSL's own cleanup,
+ * which a thread still using OpenSSL must not race with.
+ */
+void dmutex__dial_reap_at_exit(void);
 
 #endif

@@ -14,6 +14,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "dial.h"
 #include "log.h"
 #include "tls.h"
 #include "backend.h"
@@ -176,6 +177,8 @@ dmutex__tls_ctx_new(const struct dmutex__node_addr *a, SSL_CTX **out)
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot set up TLS: %s", a->display, last_reason());
 		return ENOMEM;
 	}
+	/* OpenSSL registered its atexit cleanup by now: ours runs first. */
+	dmutex__dial_reap_at_exit();
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	/* conn.c sends from a buffer that may grow (and move) between a
 	 * write that would block and the one that finishes it. */
