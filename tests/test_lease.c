@@ -367,6 +367,17 @@ Test(lease, renewal_survives_client_pause_shorter_than_lease)
 
 #define RACE_LOOPS 300
 
+/* The race's lease: 900 ms (x the sanitizers' slowdown).  150 ms, 300 ms
+ * and then 450 ms leases were lost now and then on a loaded 2-core machine
+ * (450 ms in a clean-clone run with two busy loops beside the suite: the
+ * renewal thread did not get a CPU for the 300 ms a 150 ms hold left it):
+ * a lease shorter than the machine's stalls tests the machine, not the
+ * race. */
+static unsigned race_lease_ms(void)
+{
+	return 900u * (unsigned)dmt_slowdown();
+}
+
 struct race_arg {
 	dmutex_t m;
 	int bad_rc;             /* first unexpected return code, 0 if none */
@@ -384,14 +395,11 @@ static void *race_loop(void *p)
 			a->bad_at = i;
 			return NULL;
 		}
-		/* Every 10th hold lasts one renewal interval (150 ms of a 450 ms
+		/* Every 20th hold lasts one renewal interval (a third of the
 		 * lease) so a renewal falls due right around the unlock: here
-		 * the length of the hold is what is under test.  (150 ms and
-		 * 300 ms leases were lost now and then on a loaded 2-core
-		 * machine: a lease shorter than the machine's stalls tests the
-		 * machine, not the race.) */
-		if (i % 10 == 9)
-			dmt_pass_time_ms(150);
+		 * the length of the hold is what is under test. */
+		if (i % 20 == 19)
+			dmt_pass_time_ms(race_lease_ms() / 3);
 		if ((rc = dmutex_unlock(&a->m))) {
 			a->bad_rc = rc;
 			a->bad_at = i;
@@ -414,7 +422,7 @@ Test(lease, renewal_never_outlives_unlock)
 		/* The race is the renewal against the release: every unlock
 		 * must release (no kept lease), and no key may be left. */
 		cr_assert_eq(dmt_init_mutex(&args[i].m, names[i], c,
-				&(struct dmt_attr){ .lease_ms = 450, .nocache = 1 }), 0);
+				&(struct dmt_attr){ .lease_ms = race_lease_ms(), .nocache = 1 }), 0);
 		cr_assert_eq(pthread_create(&th[i], NULL, race_loop, &args[i]), 0);
 	}
 	for (int i = 0; i < 2; i++)
@@ -425,8 +433,8 @@ Test(lease, renewal_never_outlives_unlock)
 
 	cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0, "a lock key is left after the last unlock");
 	/* Time is under test: a stale renewal would re-create or extend a key
-	 * in the next second (6 renewal intervals). */
-	dmt_pass_time_ms(1000);
+	 * within the next 6 renewal intervals. */
+	dmt_pass_time_ms(2 * race_lease_ms());
 	cr_assert_eq(dmt_count_keys(&srv, "dmutex:lock:*"), 0, "a lock key re-appeared after the last unlock");
 	for (int i = 0; i < 2; i++) {
 		dmt_meta_key(meta, sizeof meta, names[i]);
