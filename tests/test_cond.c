@@ -216,15 +216,53 @@ static int waiter_child(void *arg)
 	return code;
 }
 
-static pid_t spawn_waiter(const char *mname, const char *cname, long long timeout_ms)
+static pid_t spawn_waiter_at(const char *url, const char *mname, const char *cname,
+		long long timeout_ms)
 {
-	wk.url = srv.url;
+	wk.url = url;
 	wk.mname = mname;
 	wk.cname = cname;
 	wk.timeout_ms = timeout_ms;
 	pid_t pid = th_spawn(waiter_child, NULL);
 	cr_assert_gt(pid, 0);
 	return pid;
+}
+
+static pid_t spawn_waiter(const char *mname, const char *cname, long long timeout_ms)
+{
+	return spawn_waiter_at(srv.url, mname, cname, timeout_ms);
+}
+
+/* The waiters spawned from now on stop at the gate (GATED or GATED_LOCKED). */
+static void gate_close(int mode)
+{
+	cr_assert_eq(pipe(wk.gate), 0);
+	cr_assert_eq(pipe(wk.ready), 0);
+	wk.gated = mode;
+}
+
+/* n gated waiters have connected (and, GATED_LOCKED, taken the mutex). */
+static void gate_wait_ready(int n)
+{
+	wk.gated = 0;
+	for (int i = 0; i < n; i++) {
+		struct pollfd pf = { .fd = wk.ready[0], .events = POLLIN };
+		char b;
+
+		cr_assert_eq(poll(&pf, 1, 10000), 1, "gated waiter %d never connected", i);
+		cr_assert_eq(read(wk.ready[0], &b, 1), 1);
+	}
+}
+
+/* Let the n waiters at the gate go on. */
+static void gate_open(int n)
+{
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(write(wk.gate[1], "g", 1), 1);
+	for (int i = 0; i < 2; i++) {
+		close(wk.gate[i]);
+		close(wk.ready[i]);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -513,12 +551,7 @@ Test(cond, signal_wakes_a_waiter_of_another_process_at_once)
 	 * th_wait_child sees it: 1 s was too close). */
 	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=30000");
 	cr_assert_eq(pair_open(&p, url, "m", "c", NULL), 0);
-	wk.url = url;
-	wk.mname = "m";
-	wk.cname = "c";
-	wk.timeout_ms = 0;
-	kids[0] = th_spawn(waiter_child, NULL);
-	cr_assert_gt(kids[0], 0);
+	kids[0] = spawn_waiter_at(url, "m", "c", 0);
 	wait_sleeping("c", &p.m, 1);
 	wait_count(subscribed, "c", 1);
 
@@ -557,24 +590,11 @@ Test(cond, signal_wakes_one_broadcast_wakes_all)
 	 * connect first and start waiting together at a gate (in a loaded
 	 * ASan run a fork retried by th_spawn costs 2 s, which took most of
 	 * the first waiter's deadline before the second one existed). */
-	cr_assert_eq(pipe(wk.gate), 0);
-	cr_assert_eq(pipe(wk.ready), 0);
-	wk.gated = GATED;
+	gate_close(GATED);
 	kids[0] = spawn_waiter("m", "c", 3000);
 	kids[1] = spawn_waiter("m", "c", 3000);
-	wk.gated = 0;
-	for (int i = 0; i < 2; i++) {
-		struct pollfd pf = { .fd = wk.ready[0], .events = POLLIN };
-		char b;
-
-		cr_assert_eq(poll(&pf, 1, 10000), 1, "waiter %d never connected", i);
-		cr_assert_eq(read(wk.ready[0], &b, 1), 1);
-	}
-	cr_assert_eq(write(wk.gate[1], "gg", 2), 2);
-	for (int i = 0; i < 2; i++) {
-		close(wk.gate[i]);
-		close(wk.ready[i]);
-	}
+	gate_wait_ready(2);
+	gate_open(2);
 	wait_count(waiters, "c", 2);
 	cr_assert_eq(dcond_signal(&p.cv), 0);
 	for (int i = 0; i < 2; i++) {
@@ -843,13 +863,9 @@ Test(cond, a_frozen_waiter_does_not_swallow_a_signal)
 	/* A 3 s registration: a woken waiter has 1 s to acknowledge. */
 	dmt_url(url, sizeof url, NULL, srv.port, "lease_ms=3000");
 	cr_assert_eq(pair_open(&p, url, "m", "c", NULL), 0);
-	wk.url = url;
-	wk.mname = "m";
-	wk.cname = "c";
-	wk.timeout_ms = 20000;
 	/* The first waiter freezes (like a host that hangs): Redis still
 	 * sees its connection, so a signal reaches "it". */
-	kids[0] = th_spawn(waiter_child, NULL);
+	kids[0] = spawn_waiter_at(url, "m", "c", 20000);
 	wait_sleeping("c", &p.m, 1);
 	/* The second waiter must register while the frozen one's registration
 	 * lives (at least 2/3 of a lease after its last refresh): it forks,
@@ -858,21 +874,12 @@ Test(cond, a_frozen_waiter_does_not_swallow_a_signal)
 	 * that, and the frozen waiter expired; in a loaded ASan cond-tls run
 	 * so did taking the mutex after the freeze, a kept lease's
 	 * hand-over included). */
-	cr_assert_eq(pipe(wk.gate), 0);
-	cr_assert_eq(pipe(wk.ready), 0);
-	wk.gated = GATED_LOCKED;
-	kids[1] = th_spawn(waiter_child, NULL);
-	wk.gated = 0;
-	struct pollfd pf = { .fd = wk.ready[0], .events = POLLIN };
-	char b = 'g';
-	cr_assert_eq(poll(&pf, 1, 10000), 1, "the second waiter never connected");
+	gate_close(GATED_LOCKED);
+	kids[1] = spawn_waiter_at(url, "m", "c", 20000);
+	gate_wait_ready(1);
 	cr_assert_eq(kill(kids[0], SIGSTOP), 0);
 	cr_assert_eq(th_wait_stopped(kids[0]), 0);
-	cr_assert_eq(write(wk.gate[1], &b, 1), 1);
-	for (int i = 0; i < 2; i++) {
-		close(wk.gate[i]);
-		close(wk.ready[i]);
-	}
+	gate_open(1);
 	wait_count(waiters, "c", 2);
 
 	t0 = th_now_ms();
