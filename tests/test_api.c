@@ -455,11 +455,6 @@ Test(api, same_name_two_objects_are_one_lock)
 /* ------------------------------------------------------------------ */
 
 #define WAIT_MS 300
-/* The holder's lease is the 10 s default: a wait that runs to it (or to
- * any renewal of it) is far beyond this; the rest is a loaded 2-core
- * machine's scheduling, which made a wait 1270 ms late in CI (as in
- * test_wait.c). */
-#define LATE_MS 2300
 
 /* Timed lock on m with a deadline WAIT_MS ahead on clk: ETIMEDOUT, not
  * before the deadline and not much after it. */
@@ -477,7 +472,7 @@ times_out(dmutex_t *m, clockid_t clk, int use_timedlock)
 	cr_assert_eq(rc, ETIMEDOUT, "got %d", rc);
 	cr_assert(ts_ge(&now, &dl), "returned before the deadline");
 	cr_assert_geq(el, WAIT_MS);
-	cr_assert_leq(el, WAIT_MS + LATE_MS, "returned %lld ms after a %d ms deadline", el, WAIT_MS);
+	cr_assert_leq(el, WAIT_MS + DMT_LATE_MS, "returned %lld ms after a %d ms deadline", el, WAIT_MS);
 }
 
 Test(api, timedlock_etimedout_while_other_process_holds)
