@@ -140,7 +140,7 @@ typedef struct dmutex_metrics {
 	uint64_t leases_lost;           /* holds lost (onlost) */
 	uint64_t renewals;              /* lease renewals confirmed */
 	uint64_t backend_errors;        /* backend calls that failed */
-	uint64_t holds;                 /* holds ended by an unlock */
+	uint64_t holds;                 /* holds ended (unlock, loss, thread end) */
 	double wait_seconds;            /* time lock calls waited, acquired ones */
 	double hold_seconds;            /* time the ended holds lasted */
 } dmutex_metrics_t;

@@ -100,6 +100,10 @@ atfork_child(void)
 				 * them without a word to the waiter (made anew below);
 				 * the child asks Redis, which says the parent holds it. */
 				e->ksub = NULL;
+				/* Nor does a parent thread's hold end here: the
+				 * child counts from zero (dmutex__met_atfork_child),
+				 * and the counters' mutex may be a parent thread's. */
+				e->counted_ns = 0;
 				dmutex__entry_forget(e);
 				/* Nor is the parent's history of holds the child's:
 				 * a child that locks once must release at its unlock

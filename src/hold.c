@@ -1,8 +1,9 @@
 /* Per-process lock records: one entry per (client, name), shared by every
  * dmutex_t of that name, holding the current hold's token, depth, fence,
  * deadline and lost flag.  The hold table belongs to its client; this file
- * reads only the client fields internal.h gives it (mu, tab, held) and calls
- * neither client.c nor renewer.c (see "Who calls whom" in internal.h). */
+ * reads only the client fields internal.h gives it (mu, tab, held,
+ * cfg.metrics) and calls neither client.c nor renewer.c (see "Who calls
+ * whom" in internal.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,8 @@ dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lo
 		return;
 	e->lost_reported = 1;
 	dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
+	/* The hold ended here, whenever (if ever) its owner unlocks. */
+	dmutex__entry_end_counted(e, now);
 	out->report = 1;
 	out->fence = e->fence;
 	out->cb = e->onlost;
@@ -183,8 +186,28 @@ dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__lost *l)
 }
 
 void
+dmutex__entry_count_hold(struct dmutex__entry *e, int64_t since)
+{
+	/* No clock read at its end when nothing is counted. */
+	e->counted_ns = e->client->cfg.metrics ? since : 0;
+}
+
+void
+dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now)
+{
+	if (!e->counted_ns)
+		return;
+	dmutex__met_hold_ended(e->client, e->name, now - e->counted_ns);
+	e->counted_ns = 0;
+}
+
+void
 dmutex__entry_forget(struct dmutex__entry *e)
 {
+	/* Unlocks end it with their own clock read: here only the ends that
+	 * do not (a thread or process ending while holding). */
+	if (e->counted_ns)
+		dmutex__entry_end_counted(e, dmutex__now_ns());
 	if (e->held)
 		__atomic_fetch_sub(&e->client->held, 1, __ATOMIC_ACQ_REL);
 	e->held = 0;

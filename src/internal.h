@@ -104,6 +104,10 @@ struct dmutex__entry {
 	uint64_t blk_next, blk_last;    /* fencing tokens reserved for local holds */
 	int64_t last_use_ns;            /* the last local hold's start or end */
 	int64_t start_ns;               /* the current lease's acquire was sent */
+	/* The hold the counters follow (metrics.h) began then; 0: none.  The
+	 * entry, not the name's record, knows it: a hold ends on many paths
+	 * (dmutex__entry_end_counted), all of which pass here. */
+	int64_t counted_ns;
 	int64_t last_end_ns;            /* the last hold's outermost unlock */
 	int64_t nocache_until_ns;       /* contended lately: unlocks release */
 	struct dmutex__wsub *ksub;      /* the wake channel: another process wants it */
@@ -272,8 +276,17 @@ void dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmute
 void dmutex__entry_mark_lost(struct dmutex__entry *e);
 /* Without any lock: log, then the user's handler (which may call us). */
 void dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__lost *l);
-/* Under e->mu: forget the hold and wake local waiters. */
+/* Under e->mu: forget the hold and wake local waiters.  A hold the
+ * counters still follow ends with it (dmutex__entry_end_counted). */
 void dmutex__entry_forget(struct dmutex__entry *e);
+/* Under e->mu, a mutex's hold just recorded (a read-write lock's are not
+ * counted): the counters follow it from `since` (CLOCK_MONOTONIC ns). */
+void dmutex__entry_count_hold(struct dmutex__entry *e, int64_t since);
+/* Under e->mu: the hold the counters follow, if any, ended at `now`,
+ * however it ended: its unlock, the loss of its lease (when found), the
+ * end of its thread or process.  Counted once; its name's record is left
+ * with nothing open, free to go when idle (metrics.c). */
+void dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now);
 int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
 /* dmutex_lock for a condition wait's caller, which holds a subscription to
  * the mutex's wake channel (cond_wait.c): no round trip to subscribe. */

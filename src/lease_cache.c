@@ -215,6 +215,7 @@ take(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 	e->onlost = mx->onlost;
 	e->onlost_arg = mx->onlost_arg;
 	e->last_use_ns = now;
+	dmutex__entry_count_hold(e, now);
 	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
 }
 

@@ -36,7 +36,9 @@ struct met {
 	struct met *next;               /* hash chain */
 	struct met *dirty_next;
 	int dirty;
-	int64_t since_ns;               /* the current hold began; 0 none */
+	/* No hold state here: the entry (internal.h counted_ns) knows when its
+	 * hold began and tells us once it ended, so that no way a hold ends
+	 * can leave a record marked held for ever. */
 	int64_t sent_ns;                /* its counts last left for Redis; 0 never */
 	uint64_t delta[DMUTEX__MET_NFIELDS];    /* not yet in Redis */
 	uint64_t total[DMUTEX__MET_NFIELDS];    /* since the client opened */
@@ -102,7 +104,6 @@ dmutex__met_atfork_child(struct dmutex_client *c)
 			memset(r->delta, 0, sizeof r->delta);
 			memset(r->total, 0, sizeof r->total);
 			r->dirty = 0;
-			r->since_ns = 0;
 			r->sent_ns = 0;
 		}
 	memset(m->retired, 0, sizeof m->retired);
@@ -198,26 +199,25 @@ dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns
 			add(m, r, DMUTEX__MET_CONTENDED, 1);
 		add(m, r, DMUTEX__MET_WAIT_US, (uint64_t)wait_ns / 1000);
 		add(m, r, DMUTEX__MET_WAIT_B0 + bucket(wait_ns), 1);
-		r->since_ns = now_ns;
 	}
 	pthread_mutex_unlock(&m->mu);
 }
 
 void
-dmutex__met_released(struct dmutex_client *c, const char *name, int64_t now_ns)
+dmutex__met_hold_ended(struct dmutex_client *c, const char *name, int64_t held_ns)
 {
 	struct dmutex__metrics *m = c->metrics;
 	struct met *r;
 
 	if (!c->cfg.metrics)
 		return;
+	if (held_ns < 0)
+		held_ns = 0;
 	pthread_mutex_lock(&m->mu);
-	if ((r = lookup(m, name)) && r->since_ns) {
-		int64_t held = now_ns - r->since_ns;
+	if ((r = lookup(m, name))) {
 		add(m, r, DMUTEX__MET_HOLDS, 1);
-		add(m, r, DMUTEX__MET_HOLD_US, (uint64_t)held / 1000);
-		add(m, r, DMUTEX__MET_HOLD_B0 + bucket(held), 1);
-		r->since_ns = 0;
+		add(m, r, DMUTEX__MET_HOLD_US, (uint64_t)held_ns / 1000);
+		add(m, r, DMUTEX__MET_HOLD_B0 + bucket(held_ns), 1);
 	}
 	pthread_mutex_unlock(&m->mu);
 }
@@ -251,11 +251,15 @@ dmutex__met_due(struct dmutex_client *c)
 }
 
 /*
- * Under m->mu: drop the records of names neither held nor counted since
- * their counts left for Redis at least retain_ns ago, SWEEP_BUCKETS
+ * Under m->mu: drop the records of names not counted since their counts
+ * left for Redis at least retain_ns ago, SWEEP_BUCKETS
  * buckets a flush (a million names cost no pause on the lock path).
  * What they counted stays in the client's total (dmutex_client_metrics
- * with no name); a name counted again starts a new record.
+ * with no name); a name counted again starts a new record.  Being held
+ * keeps no record: a held name counts its renewals (a third of a lease
+ * apart, mostly well within idle_ms), and one that counts nothing (its
+ * lease lost, its holder never unlocking) must go like any idle name.
+ * A hold that outlives its record is counted, when it ends, in a new one.
  */
 static void
 sweep(struct dmutex__metrics *m, int64_t now, int64_t retain_ns)
@@ -266,7 +270,7 @@ sweep(struct dmutex__metrics *m, int64_t now, int64_t retain_ns)
 		struct met **pp = &m->tab[m->sweep_at++ & (m->size - 1)];
 		while (*pp) {
 			struct met *r = *pp;
-			if (r->dirty || r->since_ns || !r->sent_ns || now - r->sent_ns < retain_ns) {
+			if (r->dirty || !r->sent_ns || now - r->sent_ns < retain_ns) {
 				pp = &r->next;
 				continue;
 			}

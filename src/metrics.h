@@ -25,7 +25,9 @@ void dmutex__met_atfork_child(struct dmutex_client *c);
 /* The hooks; cheap (a hash lookup under a leaf mutex), never any I/O. */
 void dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns,
 		int64_t now_ns, int contended);
-void dmutex__met_released(struct dmutex_client *c, const char *name, int64_t now_ns);
+/* A hold of name ended, after held_ns, however it ended: the caller
+ * (hold.c dmutex__entry_end_counted) says so once per hold. */
+void dmutex__met_hold_ended(struct dmutex_client *c, const char *name, int64_t held_ns);
 void dmutex__met_count(struct dmutex_client *c, const char *name, int field);
 
 /* CLOCK_MONOTONIC ns when a flush is due; INT64_MAX when nothing waits. */

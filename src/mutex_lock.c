@@ -95,12 +95,17 @@ take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, 
 	e->robust = mx->robust == DMUTEX_ROBUST;
 	e->fair = mx->fair;
 	__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
-	if ((err = dmutex__renewer_add(c, e)))
+	if ((err = dmutex__renewer_add(c, e))) {
 		dmutex__entry_forget(e);
-	else if (died)
+		return err;
+	}
+	/* Counted from here, with the hold: a loss the renewer finds from now
+	 * on ends it too. */
+	dmutex__entry_count_hold(e, sent);
+	if (died)
 		dmutex__log(DMUTEX_LOG_INFO, "'%s': previous owner died holding it%s", e->name,
 				e->inconsistent ? "" : " (not robust: acquired as usual)");
-	return err;
+	return 0;
 }
 
 /* The channel a waiter listens on: the lock's, or for a fair lock's waiter

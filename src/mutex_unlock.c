@@ -53,11 +53,13 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return 0;
 	}
+	/* The hold ends now, whatever the release below says (a hold lost
+	 * ended when the loss was found: nothing left to end). */
+	dmutex__entry_end_counted(e, now);
 	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now)) {
 		/* The process keeps the lease: no release (lease_cache.c). */
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		dmutex__thread_unhold(e);
-		dmutex__met_released(c, e->name, now);
 		return 0;
 	}
 	/* A lost hold is forgotten whole, however deep: the caller was told. */
@@ -81,7 +83,6 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	/* Without waiting for the answer (mutex_unlock_async.c): Redis runs
 	 * it before anything we send on that connection next. */
 	if (mode == DMUTEX__REL_CLEAN && !dmutex__unlock_async(e, token, lease_ms, now)) {
-		dmutex__met_released(c, e->name, now);
 		dmutex__thread_unhold(e);
 		return 0;
 	}
@@ -89,7 +90,6 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	err = next ? dmutex__release_to(c, e->name, token, mode,
 			sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, next)
 		: dmutex__release(c, e->name, token, mode);
-	dmutex__met_released(c, e->name, now);
 	if ((mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
 				"it is not recoverable until reset", e->name);
@@ -151,9 +151,9 @@ unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 		int64_t now = dmutex__now_ns();
 
 		if (now < e->deadline_ns && dmutex__cache_unlock_local(mx, e, now)) {
+			dmutex__entry_end_counted(e, now);
 			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_unhold(e);
-			dmutex__met_released(e->client, e->name, now);
 			return 1;
 		}
 	}

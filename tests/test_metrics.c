@@ -8,8 +8,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +230,172 @@ Test(metrics, idle_names_counters_expire)
 	/* And in Redis's total. */
 	cr_assert_geq(th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:total acq"), GONE_N);
 	cr_assert_eq(dmutex_client_close(k.c), 0);
+}
+
+/*
+ * However a hold ends, its name's record ends it the same way: the hold is
+ * counted (holds, hold_seconds) and the record, idle, leaves the process
+ * like any other.  A hold that ended without its unlock (lost lease, its
+ * thread gone) once left the record marked held for ever: never swept, the
+ * hold never counted.
+ */
+struct swept_check {
+	dmutex_client_t *c;
+	const char *name;       /* the record that must go */
+	int alive;              /* cycles of "alive" so far */
+	const char *why;
+};
+
+static int
+record_swept(void *p)
+{
+	struct swept_check *k = p;
+	dmutex_metrics_t m;
+
+	/* A flush (and so the sweep) happens only when something waits. */
+	cycles(k->c, "alive", 1);
+	k->alive++;
+	cr_assert_eq(dmutex_client_metrics(k->c, k->name, &m), 0);
+	if (m.acquisitions)
+		return k->why = "the process still has the record", 0;
+	return 1;
+}
+
+/* idle_ms for these tests: 2 s (6 s under the sanitizers), as above. */
+static void
+open_idle(dmutex_client_t **c, int idle)
+{
+	char url[700];
+
+	snprintf(url, sizeof url, "%s?idle_ms=%d&command_timeout_ms=200&connect_timeout_ms=200",
+			srv.url, idle);
+	cr_assert_eq(dmutex_client_open(c, url), 0);
+}
+
+/* Every acquisition's hold was counted once, and the record of name left. */
+static void
+assert_hold_ended_and_swept(struct swept_check *k, int idle, int wait_ms)
+{
+	dmutex_metrics_t m;
+
+	cr_assert(th_wait_until(record_swept, k, wait_ms), "'%s' after %d cycles of another name "
+			"(idle_ms %d): %s", k->name, k->alive, idle, k->why);
+	cr_assert_eq(dmutex_client_metrics(k->c, NULL, &m), 0);
+	cr_assert_eq(m.acquisitions, (uint64_t)(1 + k->alive));
+	cr_assert_eq(m.holds, (uint64_t)(1 + k->alive), "the hold of '%s' was not counted", k->name);
+}
+
+Test(metrics, lost_hold_never_unlocked_is_counted_and_swept)
+{
+	static atomic_int lost;
+	const int idle = 2000 * dmt_slowdown();
+	struct swept_check k = { .name = "lost-held", .why = "" };
+	dmutex_metrics_t m;
+	long long paused_at;
+	dmutex_t mu;
+
+	open_idle(&k.c, idle);
+	atomic_init(&lost, 0);
+	cr_assert_eq(dmt_init_mutex(&mu, k.name, k.c,
+			&(struct dmt_attr){ .lease_ms = 500, .onlost = dmt_count_lost, .arg = &lost }), 0);
+	cr_assert_eq(dmutex_lock(&mu), 0);
+	/* The renewals stop reaching the server: the lease runs out. */
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	paused_at = th_now_ms();
+	cr_assert(th_wait_until(dmt_lost_once, &lost, 500 + 200 + 800 * dmt_slowdown()),
+			"onlost not called %lld ms after the stop", th_now_ms() - paused_at);
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	/* Its holder never unlocks.  The loss ended the hold: counted once. */
+	cr_assert_eq(dmutex_client_metrics(k.c, k.name, &m), 0);
+	cr_assert_eq(m.leases_lost, 1);
+	cr_assert_eq(m.holds, 1, "the lost hold was not counted");
+	/* A flush that failed while the server was stopped holds the next
+	 * ones (and so the sweep) back 10 s. */
+	assert_hold_ended_and_swept(&k, idle, 10000 + 5 * idle);
+	/* The late unlock says so, and counts the hold no second time. */
+	cr_assert_eq(dmutex_unlock(&mu), ENOLCK);
+	cr_assert_eq(dmutex_client_metrics(k.c, k.name, &m), 0);
+	cr_assert_eq(m.holds, 0, "the unlock counted the lost hold again");
+	cr_assert_eq(dmutex_destroy(&mu), 0);
+	cr_assert_eq(dmutex_client_close(k.c), 0);
+}
+
+static void *
+lock_and_return(void *m)
+{
+	return (void *)(intptr_t)dmutex_lock(m);
+}
+
+Test(metrics, hold_ended_by_its_thread_is_counted_and_swept)
+{
+	const int idle = 2000 * dmt_slowdown();
+	struct swept_check k = { .name = "thread-held", .why = "" };
+	dmutex_metrics_t m;
+	pthread_t t;
+	void *rc;
+	dmutex_t mu;
+
+	open_idle(&k.c, idle);
+	cr_assert_eq(dmt_init_mutex(&mu, k.name, k.c, NULL), 0);
+	/* The thread returns holding it: the hold ends with the thread. */
+	cr_assert_eq(pthread_create(&t, NULL, lock_and_return, &mu), 0);
+	cr_assert_eq(pthread_join(t, &rc), 0);
+	cr_assert_eq((intptr_t)rc, 0);
+	cr_assert_eq(dmt_lock_exists(&srv, k.name), 0, "the thread's end did not release it");
+	cr_assert_eq(dmutex_client_metrics(k.c, k.name, &m), 0);
+	cr_assert_eq(m.holds, 1, "the hold ended by its thread was not counted");
+	assert_hold_ended_and_swept(&k, idle, 5 * idle);
+	cr_assert_eq(dmutex_destroy(&mu), 0);
+	cr_assert_eq(dmutex_client_close(k.c), 0);
+}
+
+struct fork_arg { dmutex_client_t *c; };
+
+/* In the child: none of the parent's counts, nor its hold; its own. */
+static int
+child_counts_its_own(void *p)
+{
+	struct fork_arg *a = p;
+	dmutex_metrics_t m;
+	dmutex_attr_t at;
+	dmutex_t mu;
+
+	if (dmutex_client_metrics(a->c, NULL, &m) || m.acquisitions || m.holds)
+		return 10;
+	if (dmutex_attr_init(&at) || dmutex_attr_setclient(&at, a->c) || dmutex_init(&mu, "fork-child", &at))
+		return 11;
+	if (dmutex_lock(&mu) || dmutex_unlock(&mu) || dmutex_destroy(&mu))
+		return 12;
+	dmutex_attr_destroy(&at);
+	if (dmutex_client_metrics(a->c, NULL, &m) || m.acquisitions != 1 || m.holds != 1)
+		return 13;
+	if (dmutex_client_metrics(a->c, "fork-held", &m) || m.acquisitions || m.holds)
+		return 14;
+	return 0;
+}
+
+/* A fork ends none of the parent's holds in the parent, and the child
+ * counts from zero: the parent's hold is not the child's to count. */
+Test(metrics, fork_child_counts_from_zero_parent_hold_counted_once)
+{
+	struct fork_arg a;
+	dmutex_metrics_t m;
+	dmutex_t mu;
+	pid_t pid;
+	int rc;
+
+	cr_assert_eq(dmutex_client_open(&a.c, srv.url), 0);
+	cr_assert_eq(dmt_init_mutex(&mu, "fork-held", a.c, NULL), 0);
+	cr_assert_eq(dmutex_lock(&mu), 0);
+	cr_assert_neq(pid = th_spawn(child_counts_its_own, &a), -1);
+	rc = th_wait_child(pid, 20000);
+	cr_assert_eq(rc, 0, "child: %d (10 parent's counts, 11-12 lock, 13 own counts, 14 parent's hold)", rc);
+	cr_assert_eq(dmutex_unlock(&mu), 0);
+	cr_assert_eq(dmutex_client_metrics(a.c, "fork-held", &m), 0);
+	cr_assert_eq(m.acquisitions, 1);
+	cr_assert_eq(m.holds, 1);
+	cr_assert_eq(dmutex_destroy(&mu), 0);
+	cr_assert_eq(dmutex_client_close(a.c), 0);
 }
 
 /* Every process's sums, the top names one by one and the rest summed; the

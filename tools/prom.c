@@ -84,6 +84,7 @@ cli_prom_write(FILE *f, const struct cli_metrics *m)
 			DMUTEX__MET_ERRORS);
 	histogram(f, m, "dmutex_wait_seconds", "Time a lock call waited before it acquired.",
 			DMUTEX__MET_WAIT_B0, DMUTEX__MET_WAIT_US);
-	histogram(f, m, "dmutex_hold_seconds", "Time a hold lasted, lock to unlock.",
+	histogram(f, m, "dmutex_hold_seconds",
+			"Time a hold lasted, lock to unlock (or to its loss, or its thread's end).",
 			DMUTEX__MET_HOLD_B0, DMUTEX__MET_HOLD_US);
 }
