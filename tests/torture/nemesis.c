@@ -263,6 +263,15 @@ inject(struct tt_run *r, int f, int node, double window_ms, double param, uint64
 	case F_HOLDER_STOP:
 		return holder_stop(r, window_ms, param != 0, pick);
 	case F_HOLDER_KILL:
+		/* Each kill starts a replacement with a new id (its history file
+		 * and slots stay for the checker); a long random run that has
+		 * used them all stops its holders instead of failing. */
+		if (r->nworkers >= TT_MAX_WORKERS) {
+			if (!r->out_of_ids++)
+				fprintf(stderr, "torture: %d workers started, the most a run keeps: "
+						"holder_kill is holder_stop from now on\n", TT_MAX_WORKERS);
+			return holder_stop(r, window_ms, 0, pick);
+		}
 		return holder_kill(r, pick);
 	default:
 		return node_fault(r, f, node, window_ms, param, pick);

@@ -23,6 +23,7 @@ struct tt_run {
 	pid_t pid[TT_MAX_WORKERS];
 	int alive[TT_MAX_WORKERS];
 	int nworkers;
+	int out_of_ids;                         /* holder_kill faults turned into holder_stop */
 	uint64_t rng;                           /* the schedule's */
 	pthread_t sampler;
 	_Atomic int sampler_stop;

@@ -22,7 +22,7 @@
 #include <sys/types.h>
 
 #define TT_LOCK_NAME   "torture"
-#define TT_MAX_WORKERS 64           /* over a run, replacements included */
+#define TT_MAX_WORKERS 256          /* over a run, replacements included (a kill every ~8 s) */
 #define TT_MAX_THREADS 8
 #define TT_MAX_NODES   5
 #define TT_NEMESIS_THR 0xffff
