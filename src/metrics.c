@@ -53,6 +53,7 @@ struct dmutex__metrics {
 	uint64_t retired[DMUTEX__MET_NFIELDS];  /* totals of the records dropped */
 	size_t sweep_at;                /* the next bucket to sweep */
 	int64_t trim_due_ns;
+	unsigned long long adopt_cursor; /* flusher only: its ZSCAN of the index */
 	int64_t last_flush_ns;
 	int64_t backoff_until_ns;
 	int multi_ok;           /* flusher only: MULTI was accepted once */
@@ -378,6 +379,11 @@ dmutex__met_flush(struct dmutex_client *c, int64_t until)
 		int got = TRIM_PAGE;
 		for (int i = 0; i < TRIM_PAGES && got == TRIM_PAGE && dmutex__now_ns() < until; i++)
 			got = dmutex__backend_counters_trim(c->be, TRIM_PAGE, until);
+		/* Names in the index with no time of their last count (an
+		 * older version's) get one, to be trimmed in a later round. */
+		got = 1;
+		for (int i = 0; i < TRIM_PAGES && got == 1 && dmutex__now_ns() < until; i++)
+			got = dmutex__backend_counters_adopt(c->be, &m->adopt_cursor, TRIM_PAGE, until);
 		m->trim_due_ns = now + (every < TRIM_MAX_NS ? every : TRIM_MAX_NS);
 	}
 	for (size_t i = 0; i < n; i++)

@@ -312,6 +312,9 @@ Test(metrics, lost_hold_never_unlocked_is_counted_and_swept)
 	/* A flush that failed while the server was stopped holds the next
 	 * ones (and so the sweep) back 10 s. */
 	assert_hold_ended_and_swept(&k, idle, 10000 + 5 * idle);
+	/* Neither destroy nor close ends a hold, lost or not: they refuse. */
+	cr_assert_eq(dmutex_destroy(&mu), EBUSY);
+	cr_assert_eq(dmutex_client_close(k.c), EBUSY);
 	/* The late unlock says so, and counts the hold no second time. */
 	cr_assert_eq(dmutex_unlock(&mu), ENOLCK);
 	cr_assert_eq(dmutex_client_metrics(k.c, k.name, &m), 0);
@@ -396,6 +399,81 @@ Test(metrics, fork_child_counts_from_zero_parent_hold_counted_once)
 	cr_assert_eq(m.holds, 1);
 	cr_assert_eq(dmutex_destroy(&mu), 0);
 	cr_assert_eq(dmutex_client_close(a.c), 0);
+}
+
+/*
+ * An index entry with no time of its last count in seen (written by a
+ * version before seen existed) was never a candidate for trimming: trim
+ * looks for idle names in seen only.  Such a name's hash expired long ago,
+ * yet it stayed in the index for ever, and a once busy one kept a place
+ * among the busiest that `dmutex metrics --top N` reads (N-1 names shown).
+ * Now it is given a time when first found, and goes idle_ms later unless
+ * it is counted again; a name counted now is never taken out.
+ */
+#define IDX "dmutex:metrics:{metrics}:index"
+#define SEEN "dmutex:metrics:{metrics}:seen"
+
+/* 1 if member is in the sorted set key, 0 if not. */
+static int
+zhas(const char *key, const char *member)
+{
+	redisReply *r = th_redis_cmd(&srv, "ZSCORE %s %s", key, member);
+	int has;
+
+	cr_assert(r && (r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_STRING),
+			"ZSCORE %s %s: %s", key, member, r && r->type == REDIS_REPLY_ERROR ? r->str : "?");
+	has = r->type == REDIS_REPLY_STRING;
+	freeReplyObject(r);
+	return has;
+}
+
+static int
+pre_seen_entry_trimmed(void *p)
+{
+	struct idle_check *k = p;
+
+	/* The live name: counted all along, and its counts keep the flushes
+	 * (and so the trimming) going. */
+	cycles(k->c, "revived", 1);
+	k->alive++;
+	if (zhas(IDX, "old-busy"))
+		return k->why = "old-busy is still in the index", 0;
+	if (zhas(IDX, "old-quiet"))
+		return k->why = "old-quiet is still in the index", 0;
+	return 1;
+}
+
+Test(metrics, index_entries_without_seen_are_trimmed)
+{
+	const int idle = 2000 * dmt_slowdown();
+	struct idle_check k = { .why = "" };
+	long long pttl;
+	char *o;
+
+	/* As a writer before seen left them: busy once, its hash long gone;
+	 * quiet, its hash still there; and one a process counts again now. */
+	cr_assert_eq(th_redis_int(&srv, "ZADD " IDX " 1000000 old-busy 3 old-quiet 500000 revived"), 3);
+	cr_assert_eq(th_redis_int(&srv, "HSET dmutex:metrics:{metrics}:n:old-quiet acq 3"), 1);
+	cr_assert_eq(th_redis_int(&srv, "HSET dmutex:metrics:{metrics}:total acq 1500003"), 1);
+	open_idle(&k.c, idle);
+	cr_assert(th_wait_until(pre_seen_entry_trimmed, &k, 8 * idle), "after %d cycles of revived "
+			"(idle_ms %d): %s", k.alive, idle, k.why);
+	/* Counted all along: never taken out. */
+	cr_assert_geq(th_redis_int(&srv, "ZSCORE " IDX " revived"), 500000 + 1);
+	cr_assert_gt(th_redis_int(&srv, "ZSCORE " SEEN " revived"), 0);
+	/* Out of seen as well: nothing left behind. */
+	cr_assert_eq(zhas(SEEN, "old-busy"), 0);
+	cr_assert_eq(zhas(SEEN, "old-quiet"), 0);
+	/* A hash that never expired (hashes did not, then) expires as after a
+	 * batch: gone by now, or about to. */
+	pttl = th_redis_int(&srv, "PTTL dmutex:metrics:{metrics}:n:old-quiet");
+	cr_assert(pttl == -2 || (pttl > 0 && pttl <= idle), "n:old-quiet PTTL %lld, idle_ms %d", pttl, idle);
+	cr_assert_eq(dmutex_client_close(k.c), 0);
+	/* The busiest name an operator reads is the live one again. */
+	cr_assert_eq(sh("top1", "\"$DMUTEX_BIN\" metrics --top 1"), 0);
+	o = out_of("top1");
+	assert_contains(o, "dmutex_acquisitions_total{name=\"revived\"} ");
+	free(o);
 }
 
 /* Every process's sums, the top names one by one and the rest summed; the

@@ -23,8 +23,8 @@ static void
 refused(const char *why)
 {
 	dmutex__log(DMUTEX_LOG_WARN, "per-lock counters not stored: %s (they need "
-			"MULTI, EXEC, HINCRBY, ZINCRBY, PEXPIRE, ZADD, ZRANGEBYSCORE, ZREM; "
-			"?metrics=0 turns them off)", why);
+			"MULTI, EXEC, HINCRBY, ZINCRBY, PEXPIRE, ZADD, ZRANGEBYSCORE, ZREM, "
+			"ZCARD, ZSCAN; ?metrics=0 turns them off)", why);
 }
 
 /* "ZADD seen MS name MS name ...": when each name of the batch was last
@@ -55,6 +55,24 @@ append_seen(struct dmutex__conn *cn, const char *sk, const struct dmutex__count 
 	free(argv);
 	free(lens);
 	return rc;
+}
+
+/* A connection to the node serving key's slot, and its deadline by until;
+ * NULL if none.  A cluster's face is never dialled: the member serving the
+ * slot of {metrics} takes them (every key has that hash tag). */
+static struct dmutex__conn *
+counters_conn(struct dmutex__backend *be, const char *key, struct dmutex__node **nd, int64_t until,
+		int64_t *deadline)
+{
+	struct dmutex__conn *cn;
+
+	*nd = be->ops->node_of ? be->ops->node_of(be, key) : &be->nodes[0];
+	if (!*nd || !(cn = dmutex__node_get_by(*nd, until)))
+		return NULL;
+	*deadline = dmutex__conn_deadline(cn);
+	if (*deadline > until)
+		*deadline = until;
+	return cn;
 }
 
 /* One command of three or four arguments, queued without a format string. */
@@ -99,14 +117,8 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 	dmutex__met_key(tk, pre, "total", NULL);
 	dmutex__met_key(ik, pre, "index", NULL);
 	idle[dmutex__udec(idle, be->cfg.idle_ms)] = '\0';
-	/* A cluster's face is never dialled: the member serving the slot
-	 * of {metrics} takes them (every key has that hash tag). */
-	nd = be->ops->node_of ? be->ops->node_of(be, tk) : &be->nodes[0];
-	if (!nd || !(cn = dmutex__node_get_by(nd, until)))
+	if (!(cn = counters_conn(be, tk, &nd, until, &deadline)))
 		return DMUTEX__CNT_NOT_SENT;
-	deadline = dmutex__conn_deadline(cn);
-	if (deadline > until)
-		deadline = until;
 	if (!*multi_ok) {
 		/* Once per client, MULTI alone: refused (an ACL without it),
 		 * the increments that follow would run one by one, half of
@@ -194,6 +206,27 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 	return st;
 }
 
+/* The ZCARD of index and of seen, pipelined: 1 if index has more names. */
+static int
+index_has_more(struct dmutex__conn *cn, const char *ik, const char *sk, int64_t deadline)
+{
+	long long card[2] = { -1, -1 };
+
+	if (dmutex__conn_appendf(cn, "ZCARD %s", ik) || dmutex__conn_appendf(cn, "ZCARD %s", sk))
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		redisReply *r = NULL;
+		if (dmutex__conn_get(cn, (void **)&r, deadline))
+			return -1;
+		if (r->type == REDIS_REPLY_INTEGER)
+			card[i] = r->integer;
+		else if (r->type == REDIS_REPLY_ERROR)
+			dmutex__log(DMUTEX_LOG_DEBUG, "per-lock counters not trimmed: %s", r->str);
+		freeReplyObject(r);
+	}
+	return card[0] >= 0 && card[1] >= 0 && card[0] > card[1];
+}
+
 int
 dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t until)
 {
@@ -207,12 +240,8 @@ dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t un
 
 	dmutex__met_key(ik, be->cfg.prefix, "index", NULL);
 	dmutex__met_key(sk, be->cfg.prefix, "seen", NULL);
-	nd = be->ops->node_of ? be->ops->node_of(be, sk) : &be->nodes[0];
-	if (!nd || !(cn = dmutex__node_get_by(nd, until)))
+	if (!(cn = counters_conn(be, sk, &nd, until, &deadline)))
 		return -1;
-	deadline = dmutex__conn_deadline(cn);
-	if (deadline > until)
-		deadline = until;
 	if (!(r = dmutex__conn_command(cn, deadline, "ZRANGEBYSCORE %s -inf %lld LIMIT 0 %llu", sk, cutoff,
 			(unsigned long long)max))) {
 		dmutex__conn_free(cn);
@@ -269,4 +298,145 @@ dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t un
 	}
 	dmutex__node_put(nd, cn);
 	return n;
+}
+
+/* Pipelined, one reply per command appended; -1 if the connection failed.
+ * *ttl_less (if given) gets for reply i the answer "no expiry" (-1). */
+static int
+replies(struct dmutex__conn *cn, size_t n, int64_t deadline, char *ttl_less)
+{
+	for (size_t i = 0; i < n; i++) {
+		redisReply *r = NULL;
+		if (dmutex__conn_get(cn, (void **)&r, deadline))
+			return -1;
+		if (ttl_less)
+			ttl_less[i] = r->type == REDIS_REPLY_INTEGER && r->integer == -1;
+		freeReplyObject(r);
+	}
+	return 0;
+}
+
+/*
+ * One ZSCAN page of index names (page: name, score, name, score...): the
+ * ones with no time in seen get the present one, and their hashes that
+ * never expire (written before hashes expired) expire idle_ms from now,
+ * as after a batch.  A hash with an expiry is left alone: a name counted
+ * now keeps its own.  0; -1 out of memory or a stray reply; -2 the
+ * connection failed.
+ */
+static int
+adopt_page(struct dmutex__backend *be, struct dmutex__conn *cn, const char *sk,
+		const redisReply *page, int64_t deadline)
+{
+	size_t k = page->elements / 2, msl, nexp = 0;
+	const char **argv = malloc((3 + 2 * k) * sizeof *argv);
+	size_t *lens = malloc((3 + 2 * k) * sizeof *lens);
+	char *ttl_less = calloc(k + 1, 1);
+	char ms[24], idle[24], nk[DMUTEX__MET_KEY_MAX];
+	int rc = 0;
+
+	if (!argv || !lens || !ttl_less) {
+		rc = -1;
+		goto out;
+	}
+	msl = dmutex__udec(ms, (unsigned long long)dmutex__wall_ms());
+	idle[dmutex__udec(idle, be->cfg.idle_ms)] = '\0';
+	argv[0] = "ZADD";
+	lens[0] = 4;
+	argv[1] = sk;
+	lens[1] = strlen(sk);
+	argv[2] = "NX";         /* only the names without a time get one */
+	lens[2] = 2;
+	for (size_t i = 0; i < k; i++) {
+		const redisReply *name = page->element[2 * i];
+		if (name->type != REDIS_REPLY_STRING) {
+			rc = -1;
+			goto out;
+		}
+		argv[3 + 2 * i] = ms;
+		lens[3 + 2 * i] = msl;
+		argv[4 + 2 * i] = name->str;
+		lens[4 + 2 * i] = name->len;
+	}
+	if (dmutex__conn_append_argv(cn, (int)(3 + 2 * k), argv, lens)) {
+		rc = -2;
+		goto out;
+	}
+	for (size_t i = 0; i < k; i++) {
+		dmutex__met_key(nk, be->cfg.prefix, "n:", page->element[2 * i]->str);
+		if (dmutex__conn_appendf(cn, "PTTL %s", nk)) {
+			rc = -2;
+			goto out;
+		}
+	}
+	/* Reply 0 is ZADD's; reply 1 + i the PTTL of name i. */
+	if (replies(cn, 1 + k, deadline, ttl_less)) {
+		rc = -2;
+		goto out;
+	}
+	for (size_t i = 0; i < k; i++)
+		if (ttl_less[1 + i]) {
+			dmutex__met_key(nk, be->cfg.prefix, "n:", page->element[2 * i]->str);
+			if (dmutex__conn_appendf(cn, "PEXPIRE %s %s", nk, idle)) {
+				rc = -2;
+				goto out;
+			}
+			nexp++;
+		}
+	if (nexp && replies(cn, nexp, deadline, NULL))
+		rc = -2;
+out:
+	free(argv);
+	free(lens);
+	free(ttl_less);
+	return rc;
+}
+
+int
+dmutex__backend_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
+		size_t max, int64_t until)
+{
+	char ik[DMUTEX__MET_KEY_MAX], sk[DMUTEX__MET_KEY_MAX], cur[24];
+	struct dmutex__node *nd;
+	struct dmutex__conn *cn;
+	redisReply *r;
+	int64_t deadline;
+	int rc;
+
+	dmutex__met_key(ik, be->cfg.prefix, "index", NULL);
+	dmutex__met_key(sk, be->cfg.prefix, "seen", NULL);
+	if (!(cn = counters_conn(be, sk, &nd, until, &deadline)))
+		return -1;
+	if (!*cursor && (rc = index_has_more(cn, ik, sk, deadline)) <= 0) {
+		if (rc < 0)
+			dmutex__conn_free(cn);
+		else
+			dmutex__node_put(nd, cn);
+		return rc;
+	}
+	cur[dmutex__udec(cur, *cursor)] = '\0';
+	if (!(r = dmutex__conn_command(cn, deadline, "ZSCAN %s %s COUNT %llu", ik, cur,
+			(unsigned long long)max))) {
+		dmutex__conn_free(cn);
+		return -1;
+	}
+	/* [next cursor, [name, score, name, score...]] */
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+			r->element[1]->type != REDIS_REPLY_ARRAY) {
+		dmutex__log(DMUTEX_LOG_DEBUG, "per-lock counters not trimmed: %s",
+				r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply to ZSCAN");
+		freeReplyObject(r);
+		dmutex__node_put(nd, cn);
+		return -1;
+	}
+	rc = r->element[1]->elements >= 2 ? adopt_page(be, cn, sk, r->element[1], deadline) : 0;
+	if (!rc)
+		*cursor = strtoull(r->element[0]->str, NULL, 10);
+	freeReplyObject(r);
+	if (rc == -2) {
+		dmutex__conn_free(cn);
+		return -1;
+	}
+	dmutex__node_put(nd, cn);
+	return rc < 0 ? -1 : *cursor != 0;
 }

@@ -16,6 +16,9 @@
  * batch is older than idle_ms leave index and seen (dmutex__backend_
  * counters_trim), so a program that locks job:<uuid> once per job does
  * not fill Redis with counters either.  Only total, one hash, stays.
+ * A batch writes index and seen together; a name in index without seen
+ * (written by a version before seen, or a set changed by hand) is given
+ * one by dmutex__backend_counters_adopt, and so leaves in turn.
  */
 #ifndef DMUTEX_BACKEND_COUNTERS_H
 #define DMUTEX_BACKEND_COUNTERS_H
@@ -88,5 +91,19 @@ int dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__co
  * at once remove the same names twice, which is harmless.
  */
 int dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t until);
+
+/*
+ * Give the names of index that have no time in seen the present one
+ * (ZADD NX: a name's own time stays), so that trim takes them out idle_ms
+ * later unless they are counted again.  One page of about `max` names of
+ * a ZSCAN of index from *cursor, by `until`; *cursor 0 starts a pass,
+ * which is made only when index has more names than seen (a batch writes
+ * both, trim takes names out of both: more in index means some have no
+ * time), so that the usual cost is two ZCARDs.  1 when the pass goes on
+ * (*cursor set for the next page), 0 when it is over or not needed, -1 if
+ * the server could not be asked.
+ */
+int dmutex__backend_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
+		size_t max, int64_t until);
 
 #endif
