@@ -192,13 +192,21 @@ dmutex__entry_count_hold(struct dmutex__entry *e, int64_t since)
 	e->counted_ns = e->client->cfg.metrics ? since : 0;
 }
 
+int64_t
+dmutex__entry_take_counted(struct dmutex__entry *e, int64_t now)
+{
+	int64_t since = e->counted_ns;
+
+	if (!since)
+		return -1;
+	e->counted_ns = 0;
+	return now > since ? now - since : 0;
+}
+
 void
 dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now)
 {
-	if (!e->counted_ns)
-		return;
-	dmutex__met_hold_ended(e->client, e->name, now - e->counted_ns);
-	e->counted_ns = 0;
+	dmutex__met_hold_ended(e->client, e->name, dmutex__entry_take_counted(e, now));
 }
 
 void

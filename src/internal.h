@@ -287,6 +287,11 @@ void dmutex__entry_count_hold(struct dmutex__entry *e, int64_t since);
  * end of its thread or process.  Counted once; its name's record is left
  * with nothing open, free to go when idle (metrics.c). */
 void dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now);
+/* The same in two steps, for an unlock, which must not take the counters'
+ * mutex inside e->mu (every thread of a busy name would queue behind it):
+ * under e->mu, how long the hold lasted (-1: none counted), which the
+ * caller gives to dmutex__met_hold_ended once e->mu is dropped. */
+int64_t dmutex__entry_take_counted(struct dmutex__entry *e, int64_t now);
 int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
 /* dmutex_lock for a condition wait's caller, which holds a subscription to
  * the mutex's wake channel (cond_wait.c): no round trip to subscribe. */

@@ -210,10 +210,8 @@ dmutex__met_hold_ended(struct dmutex_client *c, const char *name, int64_t held_n
 	struct dmutex__metrics *m = c->metrics;
 	struct met *r;
 
-	if (!c->cfg.metrics)
+	if (!c->cfg.metrics || held_ns < 0)
 		return;
-	if (held_ns < 0)
-		held_ns = 0;
 	pthread_mutex_lock(&m->mu);
 	if ((r = lookup(m, name))) {
 		add(m, r, DMUTEX__MET_HOLDS, 1);

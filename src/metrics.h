@@ -26,7 +26,8 @@ void dmutex__met_atfork_child(struct dmutex_client *c);
 void dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns,
 		int64_t now_ns, int contended);
 /* A hold of name ended, after held_ns, however it ended: the caller
- * (hold.c dmutex__entry_end_counted) says so once per hold. */
+ * (hold.c dmutex__entry_end_counted / _take_counted) says so once per
+ * hold.  held_ns < 0: no hold was counted, nothing to do. */
 void dmutex__met_hold_ended(struct dmutex_client *c, const char *name, int64_t held_ns);
 void dmutex__met_count(struct dmutex_client *c, const char *name, int field);
 

@@ -20,7 +20,7 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	struct dmutex__handoff *next = NULL;
 	int err, lost, mode, pass = 0;
 	unsigned lease_ms;
-	int64_t now, sent;
+	int64_t now, sent, held;
 
 	if (locked) {
 		mx = locked;
@@ -55,11 +55,12 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	}
 	/* The hold ends now, whatever the release below says (a hold lost
 	 * ended when the loss was found: nothing left to end). */
-	dmutex__entry_end_counted(e, now);
+	held = dmutex__entry_take_counted(e, now);
 	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now)) {
 		/* The process keeps the lease: no release (lease_cache.c). */
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		dmutex__thread_unhold(e);
+		dmutex__met_hold_ended(c, e->name, held);
 		return 0;
 	}
 	/* A lost hold is forgotten whole, however deep: the caller was told. */
@@ -76,6 +77,7 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
+	dmutex__met_hold_ended(c, e->name, held);
 
 	/* No renewal may outlive the unlock; the release below is compare-and-
 	 * delete by token, so one already in flight cannot resurrect it. */
@@ -151,9 +153,11 @@ unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 		int64_t now = dmutex__now_ns();
 
 		if (now < e->deadline_ns && dmutex__cache_unlock_local(mx, e, now)) {
-			dmutex__entry_end_counted(e, now);
+			int64_t held = dmutex__entry_take_counted(e, now);
+
 			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_unhold(e);
+			dmutex__met_hold_ended(e->client, e->name, held);
 			return 1;
 		}
 	}
