@@ -1522,13 +1522,11 @@ Test(api, static_initializer_bound_from_two_threads_at_once)
 	pthread_t th[2];
 	struct binder b[2];
 	int inside = 0;
-	const char *last = strrchr(srv.url, ',');
 	char url[sizeof srv.url + 32];
 
 	/* The key must be gone after the threads' last unlock: no kept lease
 	 * (lease_cache is client-wide: it may stand on the last URL). */
-	snprintf(url, sizeof url, "%s%slease_cache=off", srv.url,
-			strchr(last ? last : srv.url, '?') ? "&" : "?");
+	th_url_with(url, sizeof url, srv.url, "lease_cache=off");
 	cr_assert_eq(setenv("DMUTEX_URL", url, 1), 0);
 	pthread_barrier_init(&start, NULL, 2);
 	for (int i = 0; i < 2; i++) {

@@ -183,7 +183,7 @@ Test(cache, lease_cache_off_the_attribute_and_robust_mutexes_release_at_unlock)
 	dmutex_t m;
 	int on = -1;
 
-	snprintf(off, sizeof off, "%s?lease_cache=off", srv.url);
+	th_url_with(off, sizeof off, srv.url, "lease_cache=off");
 	cr_assert_eq(dmt_open_mutex(&c, &m, off, "cache-off-url", NULL), 0);
 	cr_assert(keys_gone_after_unlock(&m, "cache-off-url"));
 	dmt_close_mutex(c, &m);
@@ -229,9 +229,9 @@ Test(cache, bad_lease_cache_values_are_refused)
 	char bad[800];
 	dmutex_client_t *c;
 
-	snprintf(bad, sizeof bad, "%s?lease_cache=maybe", srv.url);
+	th_url_with(bad, sizeof bad, srv.url, "lease_cache=maybe");
 	cr_assert_eq(dmutex_client_open(&c, bad), EINVAL);
-	snprintf(bad, sizeof bad, "%s?lease_cache=on&lease_cache=off", srv.url);
+	th_url_with(bad, sizeof bad, srv.url, "lease_cache=on&lease_cache=off");
 	cr_assert_eq(dmutex_client_open(&c, bad), EINVAL);
 }
 
@@ -296,7 +296,7 @@ child_keeps_then_waits(void *arg)
 	dmutex_t m;
 	char u[800];
 
-	snprintf(u, sizeof u, "%s&lease_ms=1000", url);
+	th_url_with(u, sizeof u, url, "lease_ms=1000");
 	if (dmt_open_mutex(&c, &m, u, "cache-death", NULL))
 		return 1;
 	for (int i = 0; i < 2; i++)
@@ -660,7 +660,7 @@ Test(cache, no_local_hold_starts_in_the_last_half_of_the_lease)
 	long long paused, failed = 0;
 	int rc = 0;
 
-	snprintf(u, sizeof u, "%s&command_timeout_ms=200", url);
+	th_url_with(u, sizeof u, url, "command_timeout_ms=200");
 	cr_assert_eq(dmt_open_mutex(&c, &m, u, name, &(struct dmt_attr){ .lease_ms = lease }), 0);
 	warm(&m, name);
 	cr_assert_eq(th_redis_pause(&srv), 0);

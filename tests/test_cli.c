@@ -690,7 +690,9 @@ killed_while_acquiring(int sig, int robust)
 	holder = th_spawn(hold_forever, &f);
 	cr_assert_gt(holder, 0);
 	cr_assert(th_wait_until(lock_exists_cond, "acq", 5000), "the holder never held");
-	snprintf(url, sizeof url, "%s?command_timeout_ms=%u", srv.url, f.lease_ms + 10000);
+	char opt[64];
+	snprintf(opt, sizeof opt, "command_timeout_ms=%u", f.lease_ms + 10000);
+	th_url_with(url, sizeof url, srv.url, opt);
 	d = robust ? DM_START("k", "--url", url, "run", "--robust", "--lease", "60000", "acq", "--", "true")
 		: DM_START("k", "--url", url, "run", "--lease", "60000", "acq", "--", "true");
 	struct numsub ns = { "acq", 1 };
@@ -794,7 +796,7 @@ Test(cli, run_waiting_keeps_the_retry_budget_of_lock)
 	long long t;
 	pid_t p;
 
-	snprintf(url, sizeof url, "%s?command_timeout_ms=500", srv.url);
+	th_url_with(url, sizeof url, srv.url, "command_timeout_ms=500");
 	hold(&h, "st", 0, 0);
 	cr_assert_eq(dmutex_lock(&h.m), 0);
 	p = DM_START("a", "--url", url, "run", "st", "--", "true");
@@ -829,7 +831,7 @@ lost_run(const char *how)
 	snprintf(job, sizeof job, "echo $$ > %s; exec sleep 30", tpath("pid"));
 	if (!strcmp(how, "stop")) {
 		char url[700];
-		snprintf(url, sizeof url, "%s?command_timeout_ms=200", srv.url);
+		th_url_with(url, sizeof url, srv.url, "command_timeout_ms=200");
 		p = DM_START("a", "--url", url, "run", "--lease", "400", "job", "--", "sh", "-c", job);
 	} else {
 		p = DM_START("a", "run", "--lease", "300", "job", "--", "sh", "-c", job);
@@ -1290,7 +1292,7 @@ Test(cli, list_odd_prefix_and_names)
 	freeReplyObject(redisCommand(c, "HSET weXYZrd:meta:{decoy} fence 1"));
 	freeReplyObject(redisCommand(c, "HSET we*rd:meta:{caf\xc3\xa9\xff} fence 2"));
 	redisFree(c);
-	snprintf(url, sizeof url, "%s?prefix=we*rd:", srv.url);
+	th_url_with(url, sizeof url, srv.url, "prefix=we*rd:");
 	ASSERT_ST(DM_RUN(10000, "a", "--url", url, "list", "--json"), 0, "a");
 	assert_json("a", "sorted(x[\"name\"] for x in d) == [\"a\\\"b\\\\c\\td\", \"caf\\u00e9\\ufffd\"] "
 			"and d[0][\"fence_counter\"] == 5");

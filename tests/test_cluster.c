@@ -42,7 +42,7 @@ open_client(const char *opts)
 	dmutex_client_t *c;
 	int rc;
 
-	snprintf(url, sizeof url, "%s%s%s", clu.url, opts ? "?" : "", opts ? opts : "");
+	th_url_with(url, sizeof url, clu.url, opts);
 	rc = dmutex_client_open(&c, url);
 	cr_assert_eq(rc, 0, "open(%s) = %d", url, rc);
 	return c;
@@ -330,7 +330,7 @@ worker(void *p)
 	dmutex_t m;
 	char url[1024];
 
-	snprintf(url, sizeof url, "%s?lease_ms=1000", clu.url);
+	th_url_with(url, sizeof url, clu.url, "lease_ms=1000");
 	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
 			dmutex_init(&m, "hot", &a))
 		return 1;

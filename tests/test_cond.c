@@ -976,7 +976,7 @@ Test(cond, unreachable_backend_is_eio_with_the_mutex_still_held)
 	/* The condition variable on a second server, the mutex on ours. */
 	cr_assert_eq(th_redis_start(&other, NULL), 0);
 	cr_assert_eq(dmt_open_mutex(&mc, &m, srv.url, "m", NULL), 0);
-	snprintf(url, sizeof url, "%s?command_timeout_ms=200&connect_timeout_ms=200", other.url);
+	th_url_with(url, sizeof url, other.url, "command_timeout_ms=200&connect_timeout_ms=200");
 	cr_assert_eq(dmutex_client_open(&cc, url), 0);
 	dcond_attr_init(&a);
 	dcond_attr_setclient(&a, cc);

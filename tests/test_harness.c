@@ -56,6 +56,46 @@ static int path_exists(const char *p)
 /* redis-server lifecycle                                              */
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* client URLs                                                         */
+/* ------------------------------------------------------------------ */
+
+Test(url, joins_with_question_mark_or_ampersand)
+{
+	char buf[256];
+	int t = th_command_timeout_ms();
+	char base[128], want[256];
+
+	cr_assert_eq(th_url_with(buf, sizeof buf, "redis://h:1", "lease_ms=500"), 0);
+	cr_assert_str_eq(buf, "redis://h:1?lease_ms=500");
+	cr_assert_eq(th_url_with(buf, sizeof buf, "redis://h:1?db=2", "lease_ms=500"), 0);
+	cr_assert_str_eq(buf, "redis://h:1?db=2&lease_ms=500");
+	cr_assert_eq(th_url_with(buf, sizeof buf, "redis://h:1?db=2", NULL), 0);
+	cr_assert_str_eq(buf, "redis://h:1?db=2");
+	/* a list: on its last URL, whose query decides the separator */
+	cr_assert_eq(th_url_with(buf, sizeof buf, "redis://a:1?db=2,redis://b:2", "x=1"), 0);
+	cr_assert_str_eq(buf, "redis://a:1?db=2,redis://b:2?x=1");
+	cr_assert_eq(th_url_with(buf, sizeof buf, "redis-sentinel://a:1,b:2/m", "x=1"), 0);
+	cr_assert_str_eq(buf, "redis-sentinel://a:1,b:2/m?x=1");
+	cr_assert_eq(th_url_with(buf, 10, "redis://h:1", "lease_ms=500"), -1);
+	cr_assert_str_eq(buf, "");
+
+	/* the harness's own command timeout gives way to the test's, wherever
+	 * it is in the query; other values are the test's own and stay */
+	snprintf(base, sizeof base, "redis://a:1?command_timeout_ms=%d,redis://b:2?command_timeout_ms=%d"
+	         "&db=2,redis://c:3?db=2&command_timeout_ms=%d", t, t, t);
+	cr_assert_eq(th_url_with(buf, sizeof buf, base, "command_timeout_ms=200"), 0);
+	cr_assert_str_eq(buf, "redis://a:1,redis://b:2?db=2,redis://c:3?db=2&command_timeout_ms=200");
+	snprintf(base, sizeof base, "redis://a:1?command_timeout_ms=%d1", t);
+	cr_assert_eq(th_url_with(buf, sizeof buf, base, "command_timeout_ms=200"), 0);
+	snprintf(want, sizeof want, "%s&command_timeout_ms=200", base);
+	cr_assert_str_eq(buf, want);
+	snprintf(base, sizeof base, "redis://a:1?command_timeout_ms=%d", t);
+	cr_assert_eq(th_url_with(buf, sizeof buf, base, "lease_ms=500"), 0);
+	snprintf(want, sizeof want, "%s&lease_ms=500", base);
+	cr_assert_str_eq(buf, want);
+}
+
 Test(redis, start_ping_stop, .fini = srv_down, .timeout = 30)
 {
 	cr_assert_eq(th_redis_start(&srv, NULL), 0);

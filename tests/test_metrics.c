@@ -211,7 +211,9 @@ Test(metrics, idle_names_counters_expire)
 	 * loaded 2-core machine. */
 	const int idle = 2000 * dmt_slowdown();
 
-	snprintf(url, sizeof url, "%s?idle_ms=%d", srv.url, idle);
+	char opt[64];
+	snprintf(opt, sizeof opt, "idle_ms=%d", idle);
+	th_url_with(url, sizeof url, srv.url, opt);
 	cr_assert_eq(dmutex_client_open(&k.c, url), 0);
 	for (int i = 0; i < GONE_N; i++) {
 		snprintf(name, sizeof name, "gone-%d", i);
@@ -265,10 +267,10 @@ record_swept(void *p)
 static void
 open_idle(dmutex_client_t **c, int idle)
 {
-	char url[700];
+	char url[700], opt[128];
 
-	snprintf(url, sizeof url, "%s?idle_ms=%d&command_timeout_ms=200&connect_timeout_ms=200",
-			srv.url, idle);
+	snprintf(opt, sizeof opt, "idle_ms=%d&command_timeout_ms=200&connect_timeout_ms=200", idle);
+	th_url_with(url, sizeof url, srv.url, opt);
 	cr_assert_eq(dmutex_client_open(c, url), 0);
 }
 
@@ -606,7 +608,7 @@ Test(metrics, off_by_url_option)
 	dmutex_metrics_t m;
 	char url[700];
 
-	snprintf(url, sizeof url, "%s?metrics=0", srv.url);
+	th_url_with(url, sizeof url, srv.url, "metrics=0");
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
 	cycles(c, "quiet", 3);
 	cr_assert_eq(dmutex_client_metrics(c, NULL, &m), 0);

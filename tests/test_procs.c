@@ -581,7 +581,7 @@ static int exit_many_child(void *arg)
 
 	(void)arg;
 	dmt_die_with_parent(test_pid);
-	snprintf(url, sizeof url, "%s?command_timeout_ms=300&connect_timeout_ms=300", lone.url);
+	th_url_with(url, sizeof url, lone.url, "command_timeout_ms=300&connect_timeout_ms=300");
 	if (dmutex_client_open(&c, url))
 		return 10;
 	for (int i = 0; i < EXIT_MANY; i++) {

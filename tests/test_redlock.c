@@ -40,14 +40,17 @@ down(void)
 
 TestSuite(redlock, .fini = down, .timeout = 30);
 
-/* "redis://a,redis://b,...?opts" with opts on the first URL. */
+/* "redis://a,redis://b,...": every node's URL, opts (client-wide) joined
+ * by th_url_with. */
 static void
 url_of(char *buf, size_t len, const char *opts)
 {
+	char list[4096];
 	size_t off = 0;
-	for (int i = 0; i < nnodes; i++)
-		off += (size_t)snprintf(buf + off, len - off, "%s%s%s%s", i ? "," : "", nodes[i].url,
-				i == 0 && opts ? "?" : "", i == 0 && opts ? opts : "");
+
+	for (int i = 0; i < nnodes && off < sizeof list; i++)
+		off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? "," : "", nodes[i].url);
+	th_url_with(buf, len, list, opts);
 }
 
 static dmutex_client_t *

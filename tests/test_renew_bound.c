@@ -104,7 +104,7 @@ Test(renew_bound, client_pause_longer_than_the_lease)
 	redisReply *r;
 
 	cr_assert_eq(th_redis_start(&srv[0], NULL), 0);
-	snprintf(url, sizeof url, "%s?command_timeout_ms=20000", srv[0].url);
+	th_url_with(url, sizeof url, srv[0].url, "command_timeout_ms=20000");
 	open_held(&c, &m, url, &t0, &t1);
 	/* Every client, our renewals included, waits out the pause. */
 	r = th_redis_cmd(&srv[0], "CLIENT PAUSE %d ALL", 5 * LEASE_MS / 2);
@@ -127,7 +127,7 @@ Test(renew_bound, sigstop_of_the_server)
 	long long t0, t1;
 
 	cr_assert_eq(th_redis_start(&srv[0], NULL), 0);
-	snprintf(url, sizeof url, "%s?command_timeout_ms=20000", srv[0].url);
+	th_url_with(url, sizeof url, srv[0].url, "command_timeout_ms=20000");
 	open_held(&c, &m, url, &t0, &t1);
 	cr_assert_eq(kill(srv[0].pid, SIGSTOP), 0);
 	assert_lost_in_time(&m, t0, t1);
@@ -139,15 +139,15 @@ Test(renew_bound, sigstop_of_the_server)
 
 Test(renew_bound, redlock_majority_stopped)
 {
-	char url[2200];
+	char url[2200], list[2200];
 	dmutex_client_t *c;
 	dmutex_t m;
 	long long t0, t1;
 
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(th_redis_start(&srv[i], NULL), 0);
-	snprintf(url, sizeof url, "%s,%s,%s?command_timeout_ms=20000", srv[0].url, srv[1].url,
-			srv[2].url);
+	snprintf(list, sizeof list, "%s,%s,%s", srv[0].url, srv[1].url, srv[2].url);
+	th_url_with(url, sizeof url, list, "command_timeout_ms=20000");
 	open_held(&c, &m, url, &t0, &t1);
 	cr_assert_eq(kill(srv[0].pid, SIGSTOP), 0);
 	cr_assert_eq(kill(srv[1].pid, SIGSTOP), 0);
@@ -163,15 +163,15 @@ Test(renew_bound, redlock_majority_stopped)
  * costs each renewal at most its node timeout, so nothing is lost. */
 Test(renew_bound, redlock_one_node_stopped_keeps_the_hold)
 {
-	char url[2200];
+	char url[2200], list[2200];
 	dmutex_client_t *c;
 	dmutex_t m;
 	long long t0, t1, end;
 
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(th_redis_start(&srv[i], NULL), 0);
-	snprintf(url, sizeof url, "%s,%s,%s?command_timeout_ms=20000", srv[0].url, srv[1].url,
-			srv[2].url);
+	snprintf(list, sizeof list, "%s,%s,%s", srv[0].url, srv[1].url, srv[2].url);
+	th_url_with(url, sizeof url, list, "command_timeout_ms=20000");
 	open_held(&c, &m, url, &t0, &t1);
 	cr_assert_eq(kill(srv[0].pid, SIGSTOP), 0);
 	end = th_now_ms() + 3 * LEASE_MS;

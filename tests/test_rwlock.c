@@ -340,6 +340,16 @@ Test(rwlock, three_processes_no_violation)
  * machine, is ~3x longer under ASan. */
 #define LEASE (1000 * dmt_slowdown())
 
+/* srv's URL with lease_ms=LEASE. */
+static void
+lease_url(char *buf, size_t len)
+{
+	char opt[64];
+
+	snprintf(opt, sizeof opt, "lease_ms=%d", LEASE);
+	th_url_with(buf, len, srv.url, opt);
+}
+
 static int hold_and_hang(void *arg)
 {
 	dmutex_client_t *c;
@@ -349,7 +359,7 @@ static int hold_and_hang(void *arg)
 	struct th_sync *sy = ((void **)arg)[0];
 	int write = *(int *)((void **)arg)[1];
 
-	snprintf(url, sizeof url, "%s?lease_ms=%d", srv.url, LEASE);
+	lease_url(url, sizeof url);
 	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
 			drwlock_init(&rw, "crash", &a) || (write ? drwlock_wrlock(&rw) : drwlock_rdlock(&rw)))
 		return 10;
@@ -369,7 +379,7 @@ static void killed_holder(int write)
 	long long t0, waited;
 
 	cr_assert_eq(th_sync_init(&sy), 0);
-	snprintf(url, sizeof url, "%s?lease_ms=%d", srv.url, LEASE);
+	lease_url(url, sizeof url);
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
 	cr_assert_eq(dmutex_attr_init(&a), 0);
 	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
@@ -446,7 +456,7 @@ static int reader_proc(void *arg)
 
 	(void)arg;
 	signal(SIGTERM, on_term);
-	snprintf(url, sizeof url, "%s?lease_ms=%d", srv.url, LEASE);
+	lease_url(url, sizeof url);
 	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
 			drwlock_init(&rw, "starve", &a))
 		return 10;
@@ -483,7 +493,7 @@ Test(rwlock, overlapping_readers_do_not_starve_a_writer)
 	for (int i = 0; i < 2; i++)
 		cr_assert_gt(kids[i] = th_spawn(reader_proc, NULL), 0);
 	cr_assert(th_wait_until(two_shares, NULL, 10000), "the readers never overlapped");
-	snprintf(url, sizeof url, "%s?lease_ms=%d", srv.url, LEASE);
+	lease_url(url, sizeof url);
 	cr_assert_eq(dmutex_client_open(&c, url), 0);
 	cr_assert_eq(dmutex_attr_init(&a), 0);
 	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);

@@ -520,8 +520,8 @@ Test(sentinel, rediss_sentinel_readonly_and_failover)
 	cr_assert(certs, "DMUTEX_TEST_CERTS is not set (run through meson test)");
 	cr_assert_eq(th_sentinel_start(&sen, &o, 0), 0);
 	cr_assert(!strncmp(sen.url, "rediss-sentinel://", 18), "%s", sen.url);
-	snprintf(url, sizeof url, "%s&lease_ms=8000&connect_timeout_ms=1000&command_timeout_ms=1000",
-			sen.url);
+	th_url_with(url, sizeof url, sen.url,
+			"lease_ms=8000&connect_timeout_ms=1000&command_timeout_ms=1000");
 	cr_assert_eq(rc = dmutex_client_open(&c, url), 0, "%s: %s", url, dmutex_strerror(rc));
 	cr_assert_eq(dmt_init_mutex(&held, "tls-held", c, &a), 0);
 	/* Its trylock must talk to the old master (READONLY) and its

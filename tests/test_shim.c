@@ -459,7 +459,7 @@ Test(shim, lock_waits_for_the_backend)
 {
 	char url[700];
 
-	snprintf(url, sizeof url, "%s?command_timeout_ms=100&connect_timeout_ms=100", srv.url);
+	th_url_with(url, sizeof url, srv.url, "command_timeout_ms=100&connect_timeout_ms=100");
 	cr_assert_eq(th_redis_pause(&srv), 0);
 	setenv("DMUTEX_URL_OVERRIDE", url, 1);
 	start(&procs[0], env_path("SHIM_PROG"), NULL, (char *[]){ "test_shim_prog", "hold", "2", NULL });

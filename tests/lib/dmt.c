@@ -424,14 +424,7 @@ dmt_reap(pid_t *pid)
 
 int dmt_slowdown(void)
 {
-	int f = 1;
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-	f = 3;
-#endif
-	const char *tls = getenv("DMUTEX_TEST_TLS");
-
-	return tls && *tls ? 2 * f : f;
+	return th_slowdown();
 }
 
 int

@@ -159,6 +159,27 @@ int th_port_is_open(int port);
 int th_free_port(void);
 
 /* ------------------------------------------------------------------ */
+/* client URLs (harness_url.c)                                         */
+/* ------------------------------------------------------------------ */
+
+/* The command timeout (ms) of the client URLs the harness hands out, once
+ * th_slowdown(): far above the library's 1 s default, which an ordinary
+ * reply on a loaded 2-core CI machine under ASan has exceeded (EIO in a
+ * test that is not about timeouts).  A test whose subject is a timeout, or
+ * whose bound derives from one, names its own (th_url_with). */
+#define TH_COMMAND_TIMEOUT_MS 5000
+int th_command_timeout_ms(void);
+/* How much slower than the plain build this run is: 3 under ASan or TSan,
+ * twice that over TLS (DMUTEX_TEST_TLS set).  dmt_slowdown() is this. */
+int th_slowdown(void);
+/* buf = base (a URL or URL list) with opts ("a=1&b=2"; NULL or "": none)
+ * joined to its last URL with '?' or '&'.  If opts sets
+ * command_timeout_ms, the harness's own (th_command_timeout_ms) is left out
+ * of base, so that the test's counts (a value given twice differently is
+ * EINVAL).  0, or -1 with a message if buf is too small (then buf = ""). */
+int th_url_with(char *buf, size_t len, const char *base, const char *opts);
+
+/* ------------------------------------------------------------------ */
 /* time, polling, processes                                            */
 /* ------------------------------------------------------------------ */
 
