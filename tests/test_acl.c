@@ -299,15 +299,16 @@ Test(acl, unix_socket_with_acl_user)
 
 	start(ALICE_ONLY);
 	log_start();
-	snprintf(url, sizeof url, "unix://alice:" ALICE_PW "@%s", srv.sock);
+	snprintf(url, sizeof url, "unix://alice:" ALICE_PW "@%s?command_timeout_ms=%d", srv.sock,
+			th_command_timeout_ms());
 	cr_assert_eq(dmutex_client_open(&c, url), 0, "open %s", srv.unix_url);
 	lock_cycle(c, "acl-unix", "alice", ALICE_PW);
 	cr_assert_eq(dmutex_client_close(c), 0);
 
-	snprintf(url, sizeof url, "unix://alice:" WRONG_PW "@%s", srv.sock);
+	snprintf(url, sizeof url, "unix://alice:" WRONG_PW "@%s?command_timeout_ms=%d", srv.sock,
+			th_command_timeout_ms());
 	assert_open_refused(url, "unix socket, wrong password");
-	snprintf(url, sizeof url, "unix://%s", srv.sock);
-	assert_open_refused(url, "unix socket, no credentials");
+	assert_open_refused(srv.unix_url, "unix socket, no credentials");
 }
 
 /* ------------------------------------------------------------------ */

@@ -320,6 +320,7 @@ struct arena {
 };
 
 static struct arena *arena;
+static pid_t test_pid;
 
 static int
 worker(void *p)
@@ -330,7 +331,14 @@ worker(void *p)
 	dmutex_t m;
 	char url[1024];
 
-	th_url_with(url, sizeof url, clu.url, "lease_ms=1000");
+	/* Not the harness's longer command timeout: a lock that a
+	 * migration holds up ends with EIO after 3 of these, and the
+	 * migration's stages (mid_migration) wait for attempts, 2 per
+	 * worker within 20 s.  An EIO here is only an attempt. */
+	th_url_with(url, sizeof url, clu.url, "lease_ms=1000&command_timeout_ms=1000");
+	/* A worker left behind by a failed test would lock for ever on a
+	 * cluster that is gone. */
+	dmt_die_with_parent(test_pid);
 	if (dmutex_client_open(&c, url) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
 			dmutex_init(&m, "hot", &a))
 		return 1;
@@ -405,6 +413,7 @@ Test(cluster, slot_migrated_under_contention)
 	arena = mmap(NULL, sizeof *arena, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	cr_assert_neq(arena, MAP_FAILED);
 	memset(arena, 0, sizeof *arena);
+	test_pid = getpid();
 	slot = th_cluster_keyslot(&clu, "hot", 3);
 	from = th_cluster_slot_owner(&clu, slot);
 	to = another_master(from);

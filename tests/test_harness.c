@@ -102,7 +102,8 @@ Test(redis, start_ping_stop, .fini = srv_down, .timeout = 30)
 	cr_assert_gt(srv.pid, 0);
 	cr_assert_gt(srv.port, 0);
 	char url[64];
-	snprintf(url, sizeof url, "redis://127.0.0.1:%d", srv.port);
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d?command_timeout_ms=%d", srv.port,
+	         th_command_timeout_ms());
 	cr_assert_str_eq(srv.url, url);
 	cr_assert(path_exists(srv.dir));
 	cr_assert(path_exists(srv.sock));
@@ -148,7 +149,8 @@ Test(redis, config_applied, .init = srv_up, .fini = srv_down, .timeout = 30)
 Test(redis, unix_socket, .init = srv_up, .fini = srv_down, .timeout = 30)
 {
 	char want[sizeof srv.unix_url];
-	snprintf(want, sizeof want, "unix://%s", srv.sock);
+	snprintf(want, sizeof want, "unix://%s?command_timeout_ms=%d", srv.sock,
+	         th_command_timeout_ms());
 	cr_assert_str_eq(srv.unix_url, want);
 
 	redisContext *c = redisConnectUnix(srv.sock);

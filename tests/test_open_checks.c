@@ -173,6 +173,18 @@ Test(checks, getlease_binds_a_static_mutex)
 
 /* ---- Redlock duplicates (item 8), on 3 real servers ---- */
 
+/* url with the harness's command timeout (th_command_timeout_ms): these
+ * opens talk to the servers (PING, INFO for the run_id). */
+static void
+timed(char *url, size_t len)
+{
+	char bare[1024], opt[48];
+
+	snprintf(bare, sizeof bare, "%s", url);
+	snprintf(opt, sizeof opt, "command_timeout_ms=%d", th_command_timeout_ms());
+	th_url_with(url, len, bare, opt);
+}
+
 Test(checks, redlock_same_server_twice_is_einval)
 {
 	char url[1024];
@@ -184,12 +196,14 @@ Test(checks, redlock_same_server_twice_is_einval)
 	/* Three independent servers: accepted. */
 	snprintf(url, sizeof url, "redis://127.0.0.1:%d,redis://127.0.0.1:%d,redis://127.0.0.1:%d",
 			srv[0].port, srv[1].port, srv[2].port);
+	timed(url, sizeof url);
 	open_close(url, 0);
 	cr_assert_eq(log_count("twice"), 0, "%s", log_text);
 
 	/* Written the same way twice. */
 	snprintf(url, sizeof url, "redis://127.0.0.1:%d,redis://127.0.0.1:%d,redis://127.0.0.1:%d",
 			srv[0].port, srv[0].port, srv[1].port);
+	timed(url, sizeof url);
 	open_close(url, EINVAL);
 	cr_assert_eq(log_count("lists one server twice"), 1, "not one line:\n%s", log_text);
 	cr_assert_eq(log_count("same address"), 1, "%s", log_text);
@@ -198,6 +212,7 @@ Test(checks, redlock_same_server_twice_is_einval)
 	log_start();
 	snprintf(url, sizeof url, "redis://127.0.0.1:%d,redis://localhost:%d,redis://127.0.0.1:%d",
 			srv[2].port, srv[2].port, srv[1].port);
+	timed(url, sizeof url);
 	open_close(url, EINVAL);
 	cr_assert_eq(log_count("lists one server twice"), 1, "not one line:\n%s", log_text);
 	cr_assert_eq(log_count("same run_id"), 1, "%s", log_text);
@@ -205,6 +220,7 @@ Test(checks, redlock_same_server_twice_is_einval)
 	log_start();
 	snprintf(url, sizeof url, "redis://127.0.0.1:%d,unix://%s,redis://127.0.0.1:%d",
 			srv[1].port, srv[1].sock, srv[2].port);
+	timed(url, sizeof url);
 	open_close(url, EINVAL);
 	cr_assert_eq(log_count("same run_id"), 1, "%s", log_text);
 
@@ -212,6 +228,7 @@ Test(checks, redlock_same_server_twice_is_einval)
 	log_start();
 	snprintf(url, sizeof url, "redis://127.0.0.1:%d/1,redis://127.0.0.1:%d/2,redis://127.0.0.1:%d",
 			srv[0].port, srv[0].port, srv[1].port);
+	timed(url, sizeof url);
 	open_close(url, EINVAL);
 	cr_assert_eq(log_count("lists one server twice"), 1, "%s", log_text);
 }

@@ -63,14 +63,18 @@ logged_with(const char *what)
 	return found;
 }
 
-/* "redis-sentinel://USERINFO@P1,P2,P3/NAME?OPTS" for the running set-up. */
+/* "redis-sentinel://USERINFO@P1,P2,P3/NAME?OPTS" for the running set-up,
+ * with the harness's command timeout unless OPTS sets one (th_url_with). */
 static void
 sen_url(char *buf, size_t len, const char *userinfo, const char *name, const char *opts)
 {
-	snprintf(buf, len, "redis-sentinel://%s%s127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s%s%s",
-			userinfo ? userinfo : "", userinfo ? "@" : "", sen.sentinel[0].port,
-			sen.sentinel[1].port, sen.sentinel[2].port, name ? name : sen.name,
-			opts ? "?" : "", opts ? opts : "");
+	char base[600];
+
+	snprintf(base, sizeof base, "redis-sentinel://%s%s127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s"
+			"?command_timeout_ms=%d", userinfo ? userinfo : "", userinfo ? "@" : "",
+			sen.sentinel[0].port, sen.sentinel[1].port, sen.sentinel[2].port,
+			name ? name : sen.name, th_command_timeout_ms());
+	th_url_with(buf, len, base, opts);
 }
 
 static uint64_t

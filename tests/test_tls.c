@@ -185,16 +185,33 @@ up_password(void)
 TestSuite(tls, .fini = down, .timeout = 120);
 
 /* Handshakes are slow under valgrind (and ASan) on a loaded machine: 2 s,
- * the default, ran out.  Every URL here has this unless it sets its own. */
-#define SLOW "connect_timeout_ms=30000"
+ * the default, ran out.  Every URL here has this unless it sets its own;
+ * and the harness's command timeout (th_command_timeout_ms), not the
+ * library's 1 s, which an ordinary reply can outlast there too. */
+#define SLOW_CONNECT "connect_timeout_ms=30000"
 
-/* rediss://HOST:PORT?tls_ca=DIR/ca.crt&more&SLOW */
+/* SLOW_CONNECT and the harness's command timeout, for a URL's query. */
+static const char *
+slow(void)
+{
+	static char s[96];
+
+	snprintf(s, sizeof s, SLOW_CONNECT "&command_timeout_ms=%d", th_command_timeout_ms());
+	return s;
+}
+
+/* rediss://HOST:PORT?tls_ca=DIR/ca.crt&more, and slow()'s two timeouts
+ * where more does not set them. */
 static void
 url_for(char *buf, size_t len, const char *host, int port, const char *more)
 {
-	snprintf(buf, len, "rediss://%s:%d?tls_ca=%s/ca.crt%s%s%s", host, port, dir,
+	char cmd[48] = "";
+
+	if (!(more && strstr(more, "command_timeout_ms")))
+		snprintf(cmd, sizeof cmd, "&command_timeout_ms=%d", th_command_timeout_ms());
+	snprintf(buf, len, "rediss://%s:%d?tls_ca=%s/ca.crt%s%s%s%s", host, port, dir,
 			more && *more ? "&" : "", more ? more : "",
-			more && strstr(more, "connect_timeout_ms") ? "" : "&" SLOW);
+			more && strstr(more, "connect_timeout_ms") ? "" : "&" SLOW_CONNECT, cmd);
 }
 
 /* ------------------------------------------------------------------ */
@@ -301,7 +318,7 @@ Test(tls, lock_unlock_contention_by_name, .init = up)
 	url_for(url, sizeof url, "localhost", tls_port[0], NULL);
 	lock_cycle(url, "tls-by-name");
 	/* The TLS port speaks TLS only: the same lock without it is refused. */
-	snprintf(url, sizeof url, "redis://localhost:%d?" SLOW, tls_port[0]);
+	snprintf(url, sizeof url, "redis://localhost:%d?%s", tls_port[0], slow());
 	open_fails(url, EIO);
 }
 
@@ -320,7 +337,8 @@ Test(tls, wrong_ca_is_eio, .init = up)
 	char url[2000];
 
 	log_start();
-	snprintf(url, sizeof url, "rediss://localhost:%d?tls_ca=%s/other-ca.crt&" SLOW, tls_port[0], dir);
+	snprintf(url, sizeof url, "rediss://localhost:%d?tls_ca=%s/other-ca.crt&%s", tls_port[0], dir,
+			slow());
 	open_fails(url, EIO);
 	/* "self-signed certificate in certificate chain" when the server sends
 	 * its CA along, "unable to get local issuer certificate" if not. */
@@ -333,7 +351,7 @@ Test(tls, system_store_does_not_know_our_ca, .init = up)
 	char url[2000];
 
 	log_start();
-	snprintf(url, sizeof url, "rediss://localhost:%d?" SLOW, tls_port[0]);
+	snprintf(url, sizeof url, "rediss://localhost:%d?%s", tls_port[0], slow());
 	open_fails(url, EIO);
 	cr_assert_eq(log_lines("certificate verify failed"), 1, "%s", log_text);
 }
@@ -370,7 +388,7 @@ Test(tls, verify_off_warns_once, .init = up)
 	log_start();
 	/* Neither the CA nor the name would pass. */
 	snprintf(url, sizeof url, "rediss://localhost:%d?tls_ca=%s/other-ca.crt&tls_verify=off"
-			"&tls_server_name=redis.example.com&" SLOW, tls_port[0], dir);
+			"&tls_server_name=redis.example.com&%s", tls_port[0], dir, slow());
 	{
 		dmutex_client_t *c = NULL;
 		int rc = dmutex_client_open(&c, url);
@@ -520,14 +538,16 @@ Test(tls, password_file, .init = up_password)
 	url_for(url, sizeof url, "localhost", tls_port[0], more);
 	lock_cycle(url, "tls-password-file");
 	/* Plain redis:// too, with a user name (the default user). */
-	snprintf(url, sizeof url, "redis://default@127.0.0.1:%d?password_file=%s&" SLOW, srv[0].port, pw);
+	snprintf(url, sizeof url, "redis://default@127.0.0.1:%d?password_file=%s&%s", srv[0].port, pw,
+			slow());
 	lock_cycle(url, "plain-password-file");
 	/* Without it the server says NOAUTH. */
 	url_for(url, sizeof url, "localhost", tls_port[0], NULL);
 	open_fails(url, EIO);
 	/* A wrong one. */
 	write_file("wrong", "not the password\r\n");
-	snprintf(url, sizeof url, "redis://127.0.0.1:%d?password_file=%s/wrong&" SLOW, srv[0].port, dir);
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d?password_file=%s/wrong&%s", srv[0].port, dir,
+			slow());
 	open_fails(url, EIO);
 	/* An unreadable file: EINVAL, naming it. */
 	snprintf(url, sizeof url, "redis://127.0.0.1:%d?password_file=%s/missing", srv[0].port, dir);
@@ -752,7 +772,8 @@ Test(tls, figures, .init = up)
 	dmutex_client_t *cp = NULL, *ct = NULL;
 	dmutex_t mp, mt;
 
-	snprintf(plain, sizeof plain, "redis://localhost:%d", srv[0].port);
+	snprintf(plain, sizeof plain, "redis://localhost:%d?command_timeout_ms=%d", srv[0].port,
+			th_command_timeout_ms());
 	url_for(tls, sizeof tls, "localhost", tls_port[0], NULL);
 	fprintf(stderr, "open (connect, PING): plain %.2f ms, tls %.2f ms (best of 10)\n",
 			best_open_ms(plain), best_open_ms(tls));

@@ -148,8 +148,17 @@ dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
 	 * none of the nodes answering within 200 ms), unless the test chose
 	 * a node timeout itself.  test_redlock.c, which tests the node
 	 * timeout, builds its own URLs. */
-	if (nextra && !(opts && strstr(opts, "node_timeout_ms"))) {
-		snprintf(more, sizeof more, "%s%snode_timeout_ms=400", opts ? opts : "", opts && *opts ? "&" : "");
+	int node = nextra && !(opts && strstr(opts, "node_timeout_ms"));
+	/* The harness's command timeout (harness_url.c), unless the test
+	 * chose one. */
+	int cmd = !(opts && strstr(opts, "command_timeout_ms"));
+	char cmd_opt[48] = "";
+
+	if (cmd)
+		snprintf(cmd_opt, sizeof cmd_opt, "command_timeout_ms=%d", th_command_timeout_ms());
+	if (node || cmd) {
+		snprintf(more, sizeof more, "%s%s%s%s%s", opts ? opts : "", opts && *opts ? "&" : "",
+				node ? "node_timeout_ms=400" : "", node && cmd ? "&" : "", cmd_opt);
 		opts = more;
 	}
 	size_t off = node_url(buf, len, userinfo, port, opts, 1);

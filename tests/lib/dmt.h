@@ -59,9 +59,10 @@ int dmt_lost_once(void *arg);
 /* URLs and keys                                                       */
 /* ------------------------------------------------------------------ */
 
-/* "redis://[USERINFO@]127.0.0.1:PORT[?OPTS]"; userinfo, opts NULL or "" for
- * none.  In a Redlock run (dmt_backend_up) the extra nodes follow:
- * ",redis://127.0.0.1:P1,...". */
+/* "redis://[USERINFO@]127.0.0.1:PORT?[OPTS&]command_timeout_ms=T"; userinfo,
+ * opts NULL or "" for none; T is th_command_timeout_ms() unless opts sets
+ * command_timeout_ms.  In a Redlock run (dmt_backend_up) the extra nodes
+ * follow: ",redis://127.0.0.1:P1,...". */
 void dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts);
 
 /*

@@ -1251,7 +1251,8 @@ static int free_port_pair(void)
 
 static void set_urls(struct th_redis *r)
 {
-	snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
+	snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d?command_timeout_ms=%d", r->port,
+	         th_command_timeout_ms());
 }
 
 /* Start (or restart) the server on r->port (pick_port: choose a new free port
@@ -1346,7 +1347,8 @@ int th_redis_start_as(struct th_redis *r, const char *extra, int kind)
 	}
 	write_owner(r->dir);
 	snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
-	snprintf(r->unix_url, sizeof r->unix_url, "unix://%s", r->sock);
+	snprintf(r->unix_url, sizeof r->unix_url, "unix://%s?command_timeout_ms=%d", r->sock,
+	         th_command_timeout_ms());
 	if (reg_add(r->dir) != 0) {
 		fprintf(stderr, "th_redis_start: too many servers (max %d)\n", TH_MAX_SERVERS);
 		th_rm_rf(r->dir);

@@ -50,8 +50,12 @@ struct th_redis {
 	int port;              /* TCP port on 127.0.0.1 */
 	char dir[256];         /* private temp dir (mkdtemp under $TMPDIR or /tmp) */
 	char sock[300];        /* unix socket path inside dir */
-	char url[600];         /* "redis://127.0.0.1:PORT" */
-	char unix_url[700];    /* "unix:///.../redis.sock" */
+	/* "redis://127.0.0.1:PORT?command_timeout_ms=T" and
+	 * "unix:///.../redis.sock?command_timeout_ms=T", T the harness's
+	 * command timeout (th_command_timeout_ms); more options with
+	 * th_url_with, never by appending "?..." */
+	char url[600];
+	char unix_url[700];
 	char extra[1024];      /* extra config kept for restart */
 	int kind;              /* TH_REDIS_PLAIN (0), TH_REDIS_SENTINEL, TH_REDIS_CLUSTER */
 };
@@ -430,7 +434,8 @@ struct th_cluster {
 	char id[TH_CLUSTER_NODES][41];       /* CLUSTER MYID of each node */
 	int node_timeout_ms;
 	char user[64], pass[64];             /* "" = none */
-	/* "redis-cluster://127.0.0.1:P1,...,127.0.0.1:P6" (no credentials) */
+	/* "redis-cluster://127.0.0.1:P1,...,127.0.0.1:P6?command_timeout_ms=T"
+	 * (no credentials; T as in struct th_redis) */
 	char url[512];
 };
 

@@ -688,6 +688,9 @@ int th_cluster_start(struct th_cluster *c, const struct th_cluster_opts *o, int 
 		n += snprintf(c->url + n, sizeof c->url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",
 		              c->node[i].port);
 	}
+	/* The command timeout of every harness URL (harness_url.c). */
+	n += snprintf(c->url + n, sizeof c->url - (size_t)n, "?command_timeout_ms=%d",
+	              th_command_timeout_ms());
 	if (create(c, deadline) != 0)
 		goto fail;
 	long long left = deadline - th_now_ms();
