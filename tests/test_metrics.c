@@ -287,6 +287,16 @@ assert_hold_ended_and_swept(struct swept_check *k, int idle, int wait_ms)
 	cr_assert_eq(m.holds, (uint64_t)(1 + k->alive), "the hold of '%s' was not counted", k->name);
 }
 
+/* th_wait_until: `dmutex status NAME` finds no such lock. */
+static int
+state_gone(void *name)
+{
+	char cmd[200];
+
+	snprintf(cmd, sizeof cmd, "\"$DMUTEX_BIN\" status '%s'", (const char *)name);
+	return sh("status", cmd) == 84;
+}
+
 Test(metrics, lost_hold_never_unlocked_is_counted_and_swept)
 {
 	static atomic_int lost;
@@ -295,6 +305,7 @@ Test(metrics, lost_hold_never_unlocked_is_counted_and_swept)
 	dmutex_metrics_t m;
 	long long paused_at;
 	dmutex_t mu;
+	char *o;
 
 	open_idle(&k.c, idle);
 	atomic_init(&lost, 0);
@@ -314,6 +325,14 @@ Test(metrics, lost_hold_never_unlocked_is_counted_and_swept)
 	/* A flush that failed while the server was stopped holds the next
 	 * ones (and so the sweep) back 10 s. */
 	assert_hold_ended_and_swept(&k, idle, 10000 + 5 * idle);
+	/* What operators read in Redis went the ordinary way too: the lease
+	 * ended with the stop, the name's state idle_ms after it (84: no such
+	 * lock). */
+	cr_assert(th_wait_until(state_gone, "lost-held", 2 * idle), "status: %s", out_of("status"));
+	cr_assert_eq(sh("list", "\"$DMUTEX_BIN\" list"), 0);
+	o = out_of("list");
+	cr_assert_null(strstr(o, "lost-held"), "list: %s", o);
+	free(o);
 	/* Neither destroy nor close ends a hold, lost or not: they refuse. */
 	cr_assert_eq(dmutex_destroy(&mu), EBUSY);
 	cr_assert_eq(dmutex_client_close(k.c), EBUSY);
