@@ -540,21 +540,29 @@ Test(sentinel, rediss_sentinel_readonly_and_failover)
 	cr_assert_eq(exists_on(0, "tls-held"), 1);
 	cr_assert(replicated(0));
 
-	/* The roles swap behind the client's back; the sentinels are told. */
+	/* The roles swap behind the client's back.  Its next request goes
+	 * to the old master before the sentinels are told: told first, the
+	 * client's watch thread (which asks every sentinel whenever it
+	 * subscribes again) could learn of the new master before any request
+	 * reached the old one, and nothing would say READONLY.  The sentinels
+	 * still name the old one, so that attempt fails. */
+	cr_assert_eq(readonly_errors(0), 0);
+	t0 = th_now_ms();
 	r = th_sentinel_data_cmd(&sen, 1, "REPLICAOF NO ONE");
 	cr_assert(r && r->type == REDIS_REPLY_STATUS);
 	freeReplyObject(r);
 	r = th_sentinel_data_cmd(&sen, 0, "REPLICAOF 127.0.0.1 %d", th_sentinel_data_port(&sen, 1));
 	cr_assert(r && r->type == REDIS_REPLY_STATUS);
 	freeReplyObject(r);
-	remonitor(1);
-	cr_assert_eq(th_sentinel_get_master(&sen, 0), 1);
-	cr_assert_eq(readonly_errors(0), 0);
-	t0 = th_now_ms();
-	mid = lock_after_failover(&m, t0, &ms);
-	cr_assert_gt(mid, before);
+	cr_assert_eq(rc = dmutex_trylock(&m), EIO, "trylock on a master turned replica: %s",
+			dmutex_strerror(rc));
 	cr_assert_geq(readonly_errors(0), 1, "the old master never said READONLY: the client "
 			"did not talk to it after the switch");
+	/* Then the sentinels are told, and the client asks them again. */
+	remonitor(1);
+	cr_assert_eq(th_sentinel_get_master(&sen, 0), 1);
+	mid = lock_after_failover(&m, t0, &ms);
+	cr_assert_gt(mid, before);
 	cr_assert_eq(exists_on(1, "tls-n"), 0);
 	/* The hold is renewed on the new master. */
 	dmt_lock_key(key, sizeof key, "tls-held");
