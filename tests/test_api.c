@@ -54,7 +54,7 @@ open_client(const char *opts)
 	int rc;
 
 	dmt_url(url, sizeof url, NULL, srv.port, opts);
-	rc = dmutex_client_open(&cli, url);
+	rc = dmt_client_open_retry(&cli, url);
 	cr_assert_eq(rc, 0, "dmutex_client_open(%s) = %d", url, rc);
 	return cli;
 }

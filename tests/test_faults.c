@@ -122,7 +122,7 @@ static void lost_reply(const char *name, long long stop_ms)
 	pthread_t th;
 
 	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmt_client_open_retry(&c, url), 0);
 	/* Reads Redis after the unlock: no kept lease. */
 	cr_assert_eq(dmt_init_mutex(&a.m, name, c,
 			&(struct dmt_attr){ .type = DMUTEX_RECURSIVE, .lease_ms = 3000, .nocache = 1 }), 0);
@@ -189,7 +189,7 @@ Test(faults, acquire_given_up_while_server_stopped_is_cleaned_up_in_background)
 	int rc;
 
 	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmt_client_open_retry(&c, url), 0);
 	/* A long lease: the key must go long before it would expire. */
 	cr_assert_eq(dmt_init_mutex(&m, name, c,
 			&(struct dmt_attr){ .type = DMUTEX_RECURSIVE, .lease_ms = 10000 }), 0);
@@ -285,7 +285,7 @@ Test(faults, server_killed_lock_is_eio_in_bounded_time)
 	dmutex_t m;
 
 	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmt_client_open_retry(&c, url), 0);
 	cr_assert_eq(dmt_init_mutex(&m, "faults-down", c, NULL), 0);
 	th_redis_stop(&srv);
 	port_guard = guard_port(srv.port);
@@ -303,7 +303,7 @@ Test(faults, server_stopped_lock_is_eio_in_bounded_time)
 	dmutex_t m;
 
 	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmt_client_open_retry(&c, url), 0);
 	cr_assert_eq(dmt_init_mutex(&m, "faults-stopped", c, NULL), 0);
 	/* A stopped server accepts connections (kernel backlog) but never
 	 * answers: every command times out. */
@@ -537,7 +537,7 @@ static void proxy_client(dmutex_client_t **c)
 	proxy = th_proxy_start(srv.port);
 	cr_assert_not_null(proxy);
 	dmt_url(url, sizeof url, NULL, th_proxy_port(proxy), "command_timeout_ms=200&connect_timeout_ms=200");
-	cr_assert_eq(dmutex_client_open(c, url), 0);
+	cr_assert_eq(dmt_client_open_retry(c, url), 0);
 }
 
 Test(faults, dropped_acquire_reply_is_eio_and_strands_nothing)

@@ -308,7 +308,7 @@ static void hold_through_stall(const char *name, int how)
 	/* A short command timeout: the stalled renewal fails and is retried. */
 	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
 	dmt_lock_key(key, sizeof key, name);
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmt_client_open_retry(&c, url), 0);
 	cr_assert_eq(dmt_init_mutex(&m, name, c,
 			&(struct dmt_attr){ .lease_ms = 1500, .onlost = dmt_count_lost, .arg = &lost }), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);
@@ -474,7 +474,7 @@ Test(lease, server_stopped_longer_than_lease_loses_hold)
 
 	dmt_url(url, sizeof url, NULL, srv.port, "command_timeout_ms=200&connect_timeout_ms=200");
 	dmt_meta_key(meta, sizeof meta, name);
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmt_client_open_retry(&c, url), 0);
 	cr_assert_eq(dmt_init_mutex(&m, name, c,
 			&(struct dmt_attr){ .lease_ms = 500, .onlost = dmt_count_lost, .arg = &lost }), 0);
 	cr_assert_eq(dmutex_lock(&m), 0);

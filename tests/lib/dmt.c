@@ -55,6 +55,19 @@ dmt_open_mutex(dmutex_client_t **c, dmutex_t *m, const char *url, const char *na
 	return rc;
 }
 
+int
+dmt_client_open_retry(dmutex_client_t **c, const char *url)
+{
+	long long until = th_now_ms() + 10000LL * dmt_slowdown();
+	int rc;
+
+	/* Each try is bounded by the URL's own timeouts; no pause between
+	 * tries: a refused connection is not what this waits out. */
+	while ((rc = dmutex_client_open(c, url)) == EIO && th_now_ms() < until)
+		;
+	return rc;
+}
+
 void
 dmt_close_mutex(dmutex_client_t *c, dmutex_t *m)
 {

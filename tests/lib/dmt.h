@@ -42,6 +42,12 @@ int dmt_init_mutex(dmutex_t *m, const char *name, dmutex_client_t *c, const stru
  * client is left open.  0 or the error. */
 int dmt_open_mutex(dmutex_client_t **c, dmutex_t *m, const char *url, const char *name,
 		const struct dmt_attr *o);
+/* dmutex_client_open, tried again on EIO until 10 s x dmt_slowdown() have
+ * passed: for a client whose short command or connect timeout is meant for
+ * a fault the test makes later (a stopped server, a dropped reply), not
+ * for its open, which talks to the server (PING, checks) and on a loaded
+ * machine can outlast 200 ms.  0 or the last error. */
+int dmt_client_open_retry(dmutex_client_t **c, const char *url);
 /* dmutex_destroy + dmutex_client_close (results ignored). */
 void dmt_close_mutex(dmutex_client_t *c, dmutex_t *m);
 /* dmutex_unlock, then wait for the release's answer (an unlock does not:
