@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -301,6 +302,55 @@ Test(cluster, wake_up_by_sharded_pubsub)
 	up();
 	wake_round("woken", 0);
 	wake_round("moving", 1);
+}
+
+/* CPU time this process has used, in ms. */
+static long long
+cpu_ms(void)
+{
+	struct rusage ru;
+
+	cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000LL +
+		(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+}
+
+/* Waiters never hot-poll (API.md), on a cluster too: a sharded wake-up
+ * thread needs one master of three, and took its poll timeout from the
+ * others' retry time, long past (0: never connected), so it spun for as
+ * long as anyone waited: about a second of CPU a second.  Here one thread
+ * waits 2 s for a lock held by another client; the process must use a
+ * small part of that (a window measured, not a wait for an event). */
+Test(cluster, a_waiting_thread_does_not_spin)
+{
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	pthread_t t;
+	struct waiter_arg w = { .m = &m2 };
+	char channel[600];
+	long long used;
+
+	up();
+	snprintf(channel, sizeof channel, "dmutex:wake:{%s}", "spin");
+	c1 = open_client("lease_ms=20000");
+	c2 = open_client("lease_ms=20000");
+	init_on(&m1, "spin", c1);
+	init_on(&m2, "spin", c2);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	cr_assert_eq(pthread_create(&t, NULL, lock_thread, &w), 0);
+	await_subscribers(owner_of("spin"), channel, 1);
+	used = cpu_ms();
+	nanosleep(&(struct timespec){ 2, 0 }, NULL);
+	used = cpu_ms() - used;
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_lt(used, 400, "%lld ms of CPU in 2 s while a thread waited", used);
+	printf("cluster: %lld ms of CPU in 2 s while a thread waited\n", used);
+	cr_assert_eq(dmutex_destroy(&m1), 0);
+	cr_assert_eq(dmutex_destroy(&m2), 0);
+	cr_assert_eq(dmutex_client_close(c1), 0);
+	cr_assert_eq(dmutex_client_close(c2), 0);
 }
 
 /* ------------------------------------------------------------------ */

@@ -443,8 +443,11 @@ waiter_main(void *arg)
 			struct wnode *wn = &w->nodes[i];
 			if (wn->ctx || (w->sharded && !need[i]))
 				continue;
-			if (!wn->node && !(wn->node = w->be->ops->sub_node(w->be, i)))
+			if (!wn->node && !(wn->node = w->be->ops->sub_node(w->be, i))) {
+				if (now >= wn->retry_ns)
+					schedule_retry(wn);
 				continue;
+			}
 			if (now >= wn->retry_ns && !(wn->ctx = dmutex__node_connect(wn->node)))
 				schedule_retry(wn);
 		}
@@ -456,9 +459,16 @@ waiter_main(void *arg)
 		 * timeout would then wait for ever (a server restarted while
 		 * we connected to its dying listener). */
 		for (size_t i = 0; i < w->nnodes; i++) {
+			struct wnode *wn = &w->nodes[i];
+
 			flush_node(w, i);
-			if (!w->nodes[i].ctx && w->nodes[i].retry_ns < next)
-				next = w->nodes[i].retry_ns;
+			/* Only a node we want and do not have brings the next
+			 * pass forward: a sharded waiter's unneeded nodes keep a
+			 * retry time long past (0 for one never connected), and
+			 * a poll timeout taken from it would be 0 on every pass,
+			 * a busy loop. */
+			if (!wn->ctx && !(w->sharded && !need[i]) && wn->retry_ns < next)
+				next = wn->retry_ns;
 		}
 
 		pf[0].fd = w->pipe[0];
