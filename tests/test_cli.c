@@ -217,9 +217,12 @@ assert_json(const char *tag, const char *expr)
 	char cmd[4096], name[128];
 
 	snprintf(name, sizeof name, "%s.out", tag);
+	/* PYTHON: meson's own (tests/meson.build), not a shim on PATH */
+	const char *py = getenv("PYTHON");
+
 	snprintf(cmd, sizeof cmd,
-			"python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
-			"sys.exit(0 if (%s) else 1)' %s", expr, tpath(name));
+			"%s -c 'import json,sys; d=json.load(open(sys.argv[1])); "
+			"sys.exit(0 if (%s) else 1)' %s", py && *py ? py : "python3", expr, tpath(name));
 	char *o = out_of(tag);
 	cr_assert_eq(system(cmd), 0, "JSON check failed: %s\non:\n%s", expr, o);
 	free(o);
