@@ -204,6 +204,14 @@ struct dmutex__backend_ops {
 	 */
 	int (*cache)(struct dmutex__backend *be, const char *name, const char *token,
 			unsigned block, uint64_t *last, int *result);
+	/*
+	 * The fencing token of the live hold `token` of `name`, assigned now
+	 * if it has none yet (fence.lua): 0 and *fence; ENOLCK the lock does
+	 * not carry the token any more; EIO.  NULL on backends whose acquire
+	 * always assigns one (Redlock).
+	 */
+	int (*fence)(struct dmutex__backend *be, const char *name, const char *token,
+			unsigned lease_ms, uint64_t *fence);
 	/* The channel a release publishes on. Caller frees. */
 	char *(*channel)(struct dmutex__backend *be, const char *name);
 	/* In a fork child: drop inherited connections without talking on them,

@@ -1,7 +1,43 @@
 #include <errno.h>
+#include <string.h>
 
 #include "internal.h"
 #include "lockorder.h"
+#include "log.h"
+
+/*
+ * Under e->mu, held by the caller: the hold took the lock with the plain
+ * SET (src/backend/redis.c), which hands out no token; ask Redis for one
+ * now (fence.lua), outside e->mu.  Only the holding thread changes the
+ * hold, so it is the same hold after; the renewer may have found it lost
+ * meanwhile.  A lock that no longer carries our token means the hold is
+ * lost: reported as the renewer would.
+ */
+static int
+assign(struct dmutex__entry *e, struct dmutex__lost *lost)
+{
+	struct dmutex__backend *be = e->client->be;
+	char token[sizeof e->token];
+	unsigned lease_ms = e->lease_ms;
+	uint64_t fence = 0;
+	int err;
+
+	if (!be->ops->fence)
+		return 0;
+	memcpy(token, e->token, sizeof token);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	err = be->ops->fence(be, e->name, token, lease_ms, &fence);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (err == ENOLCK && !e->lost) {
+		dmutex__log(DMUTEX_LOG_WARN, "'%s': the lock no longer carries this hold's token", e->name);
+		e->deadline_ns = dmutex__now_ns();
+		dmutex__entry_check_lost(e, e->deadline_ns, lost);
+		return 0;
+	}
+	if (!err && !e->fence)
+		e->fence = fence;
+	return err;
+}
 
 static int
 dmutex_fence_impl(dmutex_t *m, uint64_t *token)
@@ -30,7 +66,9 @@ dmutex_fence_impl(dmutex_t *m, uint64_t *token)
 	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
 	if (e->lost)
 		err = ENOLCK;
-	else
+	else if (!e->fence && (err = assign(e, &lost)) == 0 && e->lost)
+		err = ENOLCK;
+	if (!err)
 		*token = e->fence;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost);

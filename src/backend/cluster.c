@@ -126,7 +126,7 @@ route(struct dmutex__node *face, int script, int nkeys, int argc, const char **a
 			return r;
 		}
 		dmutex__log(DMUTEX_LOG_DEBUG, "%s: %s script: %s", n->addr->display,
-				dmutex__scripts[script].name, r->str);
+				dmutex__script_name(script), r->str);
 		if (!strncmp(r->str, "TRYAGAIN", 8)) {
 			/* The slot is being migrated and the keys of this name
 			 * are not all on one side (or, for a name being created,
@@ -153,7 +153,7 @@ route(struct dmutex__node *face, int script, int nkeys, int argc, const char **a
 		freeReplyObject(r);
 	}
 	dmutex__log(DMUTEX_LOG_WARN, "%s: %s script: no answer for slot %u%s",
-			face->addr->display, dmutex__scripts[script].name, slot,
+			face->addr->display, dmutex__script_name(script), slot,
 			pause > TRYAGAIN_NS ? " in time (it is being migrated)"
 			: dmutex__now_ns() >= deadline ? " in time" : "");
 	*maybe_done = ran;
@@ -430,11 +430,19 @@ cl_node_of(struct dmutex__backend *be, const char *key)
 	return m < 0 ? NULL : dmutex__slotmap_node(&cl->map, (size_t)m);
 }
 
+static int
+cl_fence(struct dmutex__backend *be, const char *name, const char *token, unsigned lease_ms,
+		uint64_t *fence)
+{
+	return dmutex__backend_redis_fence(be, &cl_of(be)->face, name, token, lease_ms, fence);
+}
+
 static const struct dmutex__backend_ops cluster_ops = {
 	.acquire = cl_acquire,
 	.release = cl_release,
 	.release_to = cl_release_to,
 	.renew = cl_renew,
+	.fence = cl_fence,
 	.channel = dmutex__backend_channel,
 	.atfork_child = cl_atfork_child,
 	.destroy = cl_destroy,

@@ -1,6 +1,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -37,33 +38,86 @@ int_elem(const redisReply *r, size_t i, long long *out)
 void
 dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct dmutex__acq_argv *x)
 {
+	const char *hostid = *be->cfg.hostid ? be->cfg.hostid : "-";
+	int tail;
+
 	dmutex__key(x->lk, be->cfg.prefix, "lock", a->name);
 	dmutex__key(x->mk, be->cfg.prefix, "meta", a->name);
+	dmutex__key(x->ch, be->cfg.prefix, "wake", a->name);
 	dmutex__udec(x->lease, a->lease_ms);
-	/* The client's, kept right across fork (client.c): getpid is a
-	 * system call a lock otherwise. */
-	dmutex__udec(x->pid, (unsigned long long)*be->cfg.pid);
-	dmutex__udec(x->tid, (unsigned long long)a->tid);
-	dmutex__udec(x->since, (unsigned long long)dmutex__wall_ms());
 	/* The meta hash's time to live, summed here: a Lua number that
 	 * redis.call turns back into a string costs Redis more than the rest
 	 * of the PEXPIRE (acquire.lua). */
 	dmutex__udec(x->keep, (unsigned long long)a->lease_ms + be->cfg.idle_ms);
+	/* The pid is the client's, kept right across fork (client.c): getpid
+	 * is a system call a lock otherwise.  The host name has no spaces;
+	 * it goes last all the same, where a reader takes the rest. */
+	tail = snprintf(x->value, sizeof x->value, "3 %s - 0 - ", a->token);
+	snprintf(x->value + tail, sizeof x->value - (size_t)tail, "%u %llu %llu %llu %s %s",
+			a->lease_ms, (unsigned long long)dmutex__wall_ms(),
+			(unsigned long long)*be->cfg.pid, (unsigned long long)a->tid, hostid,
+			be->cfg.host);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = a->token;
 	x->argv[3] = x->lease;
-	x->argv[4] = be->cfg.host;
-	x->argv[5] = x->pid;
-	x->argv[6] = x->tid;
-	x->argv[7] = x->since;
-	x->argv[8] = be->cfg.hostid;
-	x->argv[9] = a->robust ? "1" : "0";
-	x->argv[10] = x->keep;
-	x->argv[11] = a->wait ? "1" : "0";
-	/* Redlock: count on from the counter, so that the nodes stay in step
-	 * and the fencing write-back round is rare (acquire.lua). */
-	x->argv[12] = be->nnodes > 1 ? "1" : "0";
+	x->argv[4] = x->value + tail;
+	x->argv[5] = a->robust ? "1" : "0";
+	x->argv[6] = x->keep;
+	x->argv[7] = a->wait ? "1" : "0";
+	/* Redlock: a token at once, counted on from the counter, so that the
+	 * nodes stay in step and the fencing write-back round is rare
+	 * (acquire.lua). */
+	x->argv[8] = be->nnodes > 1 ? "1" : "0";
+	x->argv[9] = x->ch;
+	x->take[0] = x->lk;
+	x->take[1] = x->value;
+	x->take[2] = "NX";
+	x->take[3] = "PX";
+	x->take[4] = x->lease;
+	x->take[5] = "GET";
+}
+
+int
+dmutex__take_busy(const char *display, const char *val, size_t len, struct dmutex__acq *a)
+{
+	static const char notrec[] = "3 notrec";
+	const char *tok, *flags;
+	size_t tl = strlen(a->token);
+
+	if (len == sizeof notrec - 1 && !memcmp(val, notrec, len)) {
+		a->status = DMUTEX__ACQ_NOTREC;
+		return 0;
+	}
+	if (len < 2 || memchr(val, '\0', len) || val[1] != ' ') {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: WRONGTYPE: the lock key of '%s' holds data dmutex did not write",
+				display, a->name);
+		return -1;
+	}
+	if (val[0] != '3') {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: the keys of '%s' were written by dmutex key version "
+				"%c; this library reads and writes version 3 only", display, a->name, val[0]);
+		a->status = DMUTEX__ACQ_VERSION;
+		return 0;
+	}
+	/* "3 token fence died flags ...": ours already, or kept. */
+	tok = val + 2;
+	if (len > 2 + tl && !memcmp(tok, a->token, tl) && tok[tl] == ' ')
+		return 1;
+	flags = val;
+	for (int sp = 0; sp < 4 && (flags = memchr(flags, ' ', len - (size_t)(flags - val))); sp++)
+		flags++;
+	if (!flags) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: WRONGTYPE: the lock key of '%s' holds data dmutex did not write",
+				display, a->name);
+		return -1;
+	}
+	for (; (size_t)(flags - val) < len && *flags != ' '; flags++)
+		if (*flags == 'c')
+			return 1;
+	a->status = DMUTEX__ACQ_BUSY;
+	a->pttl_ms = -1;
+	return 0;
 }
 
 /* A fencing token: a decimal string (acquire.lua: it may pass 2^53),
@@ -97,6 +151,19 @@ dmutex__fence_elem(const redisReply *r, size_t i, uint64_t *out)
 }
 
 int
+dmutex__fence_elem0(const redisReply *r, size_t i, uint64_t *out)
+{
+	const redisReply *e;
+
+	if (r->type == REDIS_REPLY_ARRAY && i < r->elements && (e = r->element[i])->type ==
+			REDIS_REPLY_STRING && e->len == 1 && e->str[0] == '0') {
+		*out = 0;
+		return 0;
+	}
+	return dmutex__fence_elem(r, i, out);
+}
+
+int
 dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__acq *a)
 {
 	long long st, v2 = 0, v1 = 0;
@@ -104,7 +171,7 @@ dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__acq *
 
 	if (int_elem(r, 0, &st) || st < 0 || st > 3)
 		return -1;
-	if (st == DMUTEX__ACQ_OK && (dmutex__fence_elem(r, 1, &fence) || int_elem(r, 2, &v2)))
+	if (st == DMUTEX__ACQ_OK && (dmutex__fence_elem0(r, 1, &fence) || int_elem(r, 2, &v2)))
 		return -1;
 	/* A holder's remaining lease is at most the longest lease (24 h), or
 	 * -1/-2 (no expiry, no key): anything else would overflow the
@@ -114,7 +181,7 @@ dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__acq *
 	if (st == DMUTEX__ACQ_VERSION) {
 		const redisReply *v = r->elements > 1 ? r->element[1] : NULL;
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: the keys of '%s' were written by dmutex key version "
-				"%.16s; this library reads and writes version 2 only", display, a->name,
+				"%.16s; this library reads and writes version 3 only", display, a->name,
 				v && v->type == REDIS_REPLY_STRING ? v->str : "?");
 	}
 	a->status = (int)st;

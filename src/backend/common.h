@@ -9,21 +9,32 @@
 #include <hiredis/hiredis.h>
 
 #include "backend.h"
+#include "base.h"
 #include "keys.h"
 
 /* Keys per renew script call: bounds one script's run time in Redis. */
 #define DMUTEX__RENEW_CHUNK 256
 
 /* Script argument counts, keys included (see each .lua). */
-#define DMUTEX__ACQ_ARGC 13
+#define DMUTEX__ACQ_ARGC 10
 #define DMUTEX__REL_ARGC 6
 #define DMUTEX__RENEW_NKEYS(k) (2 * (k))
 #define DMUTEX__RENEW_ARGC(k) (4 * (k) + 1)
 
+/* The lock value a free lock gets (acquire.lua, layout 3):
+ * "3 token - 0 - lease since pid tid hostid host": the version, the token,
+ * 32 hex digits, five numbers of 21 digits at most, the host id (63) and
+ * the host name (255), with their spaces. */
+#define DMUTEX__VALUE_MAX (8 + DMUTEX__TOKEN_HEX + 4 * 22 + 64 + 256 + 8)
+
 struct dmutex__acq_argv {
-	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX];
-	char lease[24], pid[24], tid[24], since[24], keep[24];     /* dmutex__udec: 21 bytes at most */
-	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 11 args */
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
+	char lease[24], keep[24];       /* dmutex__udec: 21 bytes at most */
+	char value[DMUTEX__VALUE_MAX];
+	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 8 args */
+	/* The plain SET of a free non-robust lock (redis.c): the same key,
+	 * value and lease, one command instead of a script. */
+	const char *take[6];
 };
 
 struct dmutex__rel_argv {
@@ -55,6 +66,14 @@ int dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__a
 
 /* Element i of an array reply as a fencing token: a decimal string (it may
  * pass 2^53) or an integer, 1 .. INT64_MAX.  0, or -1 if it is not one. */
+/* The same, where "0" says "not assigned yet" (acquire.lua): *out 0. */
+int dmutex__fence_elem0(const redisReply *r, size_t i, uint64_t *out);
+/* What the plain SET of a lock answered when the key was there (redis.c):
+ * the value of another holder's lock, which fills a like acquire.lua's
+ * {1, pttl} (pttl unknown), {2} or {3, v}; 1 if only the script can
+ * answer (the lock is ours already: a retry; or it is kept for its
+ * process and must be asked back), -1 if it is no lock value. */
+int dmutex__take_busy(const char *display, const char *val, size_t len, struct dmutex__acq *a);
 int dmutex__fence_elem(const redisReply *r, size_t i, uint64_t *out);
 
 void dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token,

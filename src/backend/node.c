@@ -586,16 +586,34 @@ dmutex__node_scripts(const struct dmutex__node *n)
 	return n && n->sharded ? dmutex__scripts_sharded : dmutex__scripts;
 }
 
+/* conn.h scripts_ok has a bit per script, and one for DMUTEX__CMD_TAKE. */
+_Static_assert(DMUTEX__CMD_TAKE < 64, "conn.h scripts_ok: one bit per script");
+
+const char *
+dmutex__script_name(int script)
+{
+	return script == DMUTEX__CMD_TAKE ? "take" : dmutex__scripts[script].name;
+}
+
 static int
 append_script(const struct dmutex__node *n, struct dmutex__conn *c, int script, int by_sha,
 		int nkeys, int argc, const char **argv, const size_t *lens)
 {
-	const struct dmutex__script *s = &dmutex__node_scripts(n)[script];
 	const char *av[argc + 3];
 	size_t al[argc + 3];
 	char nk[16];
 	int rc;
 
+	if (script == DMUTEX__CMD_TAKE) {
+		av[0] = "SET";
+		al[0] = 3;
+		for (int i = 0; i < argc; i++) {
+			av[i + 1] = argv[i];
+			al[i + 1] = lens ? lens[i] : strlen(argv[i]);
+		}
+		return dmutex__conn_append_argv(c, argc + 1, av, al) ? -1 : 0;
+	}
+	const struct dmutex__script *s = &dmutex__node_scripts(n)[script];
 	av[0] = by_sha ? "EVALSHA" : "EVAL";
 	al[0] = strlen(av[0]);
 	av[1] = by_sha ? s->sha : s->src;
@@ -668,7 +686,7 @@ dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
 		if (dmutex__conn_get(c, &v, deadline)) {
 			/* Sent, but no reply: it may have run. */
 			*maybe_done = 1;
-			note_down(n, dmutex__scripts[script].name, c->errstr);
+			note_down(n, dmutex__script_name(script), c->errstr);
 			return NULL;
 		}
 		if (!dmutex__node_noscript(v)) {
@@ -712,7 +730,7 @@ dmutex__node_call_asking(struct dmutex__node *n, int script, int nkeys, int argc
 	}
 	if (dmutex__conn_get(c, &ok, deadline) || dmutex__conn_get(c, &v, deadline)) {
 		*maybe_done = 1;
-		note_down(n, dmutex__scripts[script].name, c->errstr);
+		note_down(n, dmutex__script_name(script), c->errstr);
 		if (ok)
 			freeReplyObject(ok);
 		dmutex__node_put(n, c);
@@ -738,7 +756,7 @@ script_result(struct dmutex__node *n, int script, void *v, int *maybe_done)
 	if (((redisReply *)v)->type == REDIS_REPLY_ERROR) {
 		int passing = dmutex__node_transient(v);
 		dmutex__log(passing ? DMUTEX_LOG_WARN : DMUTEX_LOG_ERROR, "%s: %s script failed: %s",
-				n->addr->display, dmutex__scripts[script].name, ((redisReply *)v)->str);
+				n->addr->display, dmutex__script_name(script), ((redisReply *)v)->str);
 		freeReplyObject(v);
 		/* A passing condition is worth asking again; anything else
 		 * (NOPERM, WRONGTYPE, OOM...) would get the same answer. */

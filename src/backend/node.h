@@ -133,6 +133,14 @@ redisReply *dmutex__node_call_asking(struct dmutex__node *n, int script, int nke
  * signal, broadcast) share one deadline over their retries and nodes. */
 redisReply *dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done, int64_t deadline);
+/* Not a script: the plain `SET lock value NX PX lease GET` that takes a
+ * free lock (redis.c).  It goes wherever a script goes (a cluster routes
+ * it by its key, as a script by its first key): argv is the command's
+ * arguments after SET, nkeys 1. */
+#define DMUTEX__CMD_TAKE DMUTEX__SCRIPT_COUNT
+/* A script's name for logs, or "take" for DMUTEX__CMD_TAKE. */
+const char *dmutex__script_name(int script);
+
 /* The node's scripts: dmutex__scripts, or their SPUBLISH variants (n NULL:
  * a plain Redis). */
 const struct dmutex__script *dmutex__node_scripts(const struct dmutex__node *n);

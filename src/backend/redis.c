@@ -23,6 +23,48 @@ node_of(struct dmutex__backend *be)
 	return &((struct redis_backend *)be)->node;
 }
 
+/*
+ * `SET lock value NX PX lease GET`: nil, the lock was free and is ours
+ * (no fencing token yet: dmutex_fence asks for one, fence.lua); else the
+ * holder's value.  0 answered (a filled), 1 only the script can answer,
+ * -EIO failed (a->refused, a->maybe_done set).
+ */
+static int
+take_plain(struct dmutex__node *n, struct dmutex__acq *a,
+		struct dmutex__acq_argv *x)
+{
+	redisReply *r;
+	int md, rc;
+
+	r = a->deadline ? dmutex__node_call_by(n, DMUTEX__CMD_TAKE, 1, 6, x->take, &md, a->deadline)
+		: dmutex__node_call(n, DMUTEX__CMD_TAKE, 1, 6, x->take, &md);
+	if (!r) {
+		a->refused = md == DMUTEX__REFUSED;
+		a->maybe_done = md == 1;
+		return -EIO;
+	}
+	if (r->type == REDIS_REPLY_NIL) {
+		a->status = DMUTEX__ACQ_OK;
+		a->fence = 0;
+		a->died = 0;
+		rc = 0;
+	} else if (r->type == REDIS_REPLY_STRING) {
+		rc = dmutex__take_busy(n->addr->display, r->str, r->len, a);
+		if (rc < 0 || (rc == 0 && a->status == DMUTEX__ACQ_VERSION)) {
+			a->refused = 1;
+			rc = -EIO;
+		}
+	} else {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply to SET",
+				n->addr->display, a->name);
+		/* It may have taken the lock all the same. */
+		a->maybe_done = 1;
+		rc = -EIO;
+	}
+	freeReplyObject(r);
+	return rc;
+}
+
 int
 dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n,
 		struct dmutex__acq *a)
@@ -42,6 +84,13 @@ dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n
 				DMUTEX__FAIR_ACQ_ARGC, f.argv, &md);
 	} else {
 		dmutex__acq_argv(be, a, &x);
+		if (!a->robust && !a->wait) {
+			/* The common case, a free lock, in one plain command
+			 * (acquire.lua says what else it serves). */
+			int take = take_plain(n, a, &x);
+			if (take <= 0)
+				return -take;
+		}
 		r = a->deadline ? dmutex__node_call_by(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md,
 				a->deadline) : dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md);
 	}
@@ -135,21 +184,53 @@ redis_release_async(struct dmutex__backend *be, const char *name, const char *to
 			until_ns, rescue, rescue_arg, out);
 }
 
-static int
-redis_cache(struct dmutex__backend *be, const char *name, const char *token, unsigned block,
-		uint64_t *last, int *result)
+int
+dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, const char *name,
+		const char *token, unsigned lease_ms, uint64_t *fence)
 {
-	struct dmutex__node *n = node_of(be);
-	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], nb[16];
-	const char *argv[5] = { lk, mk, token, ch, nb };
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], keep[24];
+	const char *argv[4] = { lk, mk, token, keep };
 	redisReply *r;
 	long long st;
 	int md;
 
 	dmutex__key(lk, be->cfg.prefix, "lock", name);
 	dmutex__key(mk, be->cfg.prefix, "meta", name);
-	dmutex__key(ch, be->cfg.prefix, "wake", name);
+	dmutex__udec(keep, (unsigned long long)lease_ms + be->cfg.idle_ms);
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_FENCE, 2, 4, argv, &md)))
+		return EIO;
+	if (dmutex__int_elem_in(r, 0, 0, 1, &st) || (st == 1 && dmutex__fence_elem(r, 1, fence))) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: fencing token of '%s': unexpected reply", n->addr->display,
+				name);
+		freeReplyObject(r);
+		return EIO;
+	}
+	freeReplyObject(r);
+	return st == 1 ? 0 : ENOLCK;
+}
+
+static int
+redis_fence(struct dmutex__backend *be, const char *name, const char *token, unsigned lease_ms,
+		uint64_t *fence)
+{
+	return dmutex__backend_redis_fence(be, node_of(be), name, token, lease_ms, fence);
+}
+
+static int
+redis_cache(struct dmutex__backend *be, const char *name, const char *token, unsigned block,
+		uint64_t *last, int *result)
+{
+	struct dmutex__node *n = node_of(be);
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], nb[16], keep[24];
+	const char *argv[5] = { lk, mk, token, nb, keep };
+	redisReply *r;
+	long long st;
+	int md;
+
+	dmutex__key(lk, be->cfg.prefix, "lock", name);
+	dmutex__key(mk, be->cfg.prefix, "meta", name);
 	snprintf(nb, sizeof nb, "%u", block);
+	dmutex__udec(keep, (unsigned long long)be->cfg.lease_ms + be->cfg.idle_ms);
 	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_LEASE_CACHE, 2, 5, argv, &md)))
 		return EIO;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -285,6 +366,7 @@ static const struct dmutex__backend_ops redis_ops = {
 	.release_async = redis_release_async,
 	.renew = redis_renew,
 	.cache = redis_cache,
+	.fence = redis_fence,
 	.channel = dmutex__backend_channel,
 	.atfork_child = redis_atfork_child,
 	.destroy = redis_destroy,

@@ -177,7 +177,7 @@ receive_one(struct redlock *rl, size_t i, struct call *k, int script, int nkeys,
 		}
 		if (((redisReply *)v)->type == REDIS_REPLY_ERROR) {
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s script failed: %s", rl->nodes[i].addr->display,
-					dmutex__scripts[script].name, ((redisReply *)v)->str);
+					dmutex__script_name(script), ((redisReply *)v)->str);
 			k->refused = !dmutex__node_transient(v);
 			freeReplyObject(v);
 			k->state = CALL_FAILED;

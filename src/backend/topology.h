@@ -20,6 +20,10 @@ int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__nod
 		const char *name, const char *token, int mode, int64_t deadline,
 		struct dmutex__handoff *next, int *released, int *maybe_done);
 
+/* ops->fence on node n (fence.lua). */
+int dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, const char *name,
+		const char *token, unsigned lease_ms, uint64_t *fence);
+
 /* release_async (release_async.c) on node n: one Redis, or Sentinel's master. */
 int dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__node *n,
 		const char *name, const char *token, int mode, int64_t deadline, int64_t until_ns,

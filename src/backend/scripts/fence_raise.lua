@@ -10,7 +10,7 @@
 local cur = redis.call('HGET', KEYS[1], 'fence') or '0'
 local want = ARGV[1]
 if #cur < #want or (#cur == #want and cur < want) then
-	redis.call('HSET', KEYS[1], 'v', '2', 'fence', want)
+	redis.call('HSET', KEYS[1], 'v', '3', 'fence', want)
 	if redis.call('PTTL', KEYS[1]) ~= -1 then
 		redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	end

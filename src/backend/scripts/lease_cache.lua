@@ -1,8 +1,8 @@
 -- Keep a lease for the holder's process (README "Cached leases"): reserve
 -- a block of fencing tokens for its local holds and mark the lease cached.
 --
--- KEYS[1]  lock hash, KEYS[2] meta hash (acquire.lua)
--- ARGV     token, wake channel, block (tokens to reserve)
+-- KEYS[1]  lock key, KEYS[2] meta hash (acquire.lua)
+-- ARGV     token, block (tokens to reserve), keep_ms (lease_ms + idle_ms)
 --
 -- Returns {1, last}  kept: the tokens last-block+1 .. last are the
 --                    caller's (decimal string: it may pass 2^53); every
@@ -10,22 +10,35 @@
 --         {0}        not ours any more
 --         {2}        someone asked for the lock meanwhile: do not keep it
 --
--- The lock hash's `cache` field names the channel on which acquire.lua
--- tells the holder that another process wants the lock; the meta state
--- `cached` says that a process that dies now held nothing (acquire.lua
--- counts only `held` and `died` as an owner that died).
+-- The lock's flag c tells acquire.lua to ask the holder for the lock back
+-- on the name's wake channel.  Only non-robust locks are kept: a process
+-- that dies while it keeps a lease held nothing.
 --
--- Every read comes before the first write (acquire.lua); HINCRBY, the
--- first write, fails on a counter that is not an integer before anything
--- changed.  The counter is a decimal below 2^63 (token.lua: ms << 20).
-local cur, want = unpack(redis.call('HMGET', KEYS[1], 'token', 'w'))
-if cur ~= ARGV[1] then
+-- Every read comes before the first write (acquire.lua); the first write
+-- (the counter's, token.lua) fails on a meta hash that is not a hash
+-- before anything changed.  The counter is a decimal below 2^63 (ms << 20).
+
+-- @include token.lua
+-- @include layout.lua
+
+local val = redis.call('GET', KEYS[1])
+if not val then
 	return {0}
 end
-if want then
+local v, cur, fence, died, flags, rest = parse(val)
+if v ~= VERSION or cur ~= ARGV[1] then
+	return {0}
+end
+if flags:find('w', 1, true) then
 	return {2}
 end
-redis.call('HINCRBY', KEYS[2], 'fence', tonumber(ARGV[3]))
-redis.call('HSET', KEYS[2], 'state', 'cached')
-redis.call('HSET', KEYS[1], 'cache', ARGV[2])
+-- The block starts above every token handed out and above the clock, as
+-- any hold's token does.
+fresh_token(KEYS[2], redis.call('HGET', KEYS[2], 'fence'), '0')
+redis.call('HINCRBY', KEYS[2], 'fence', tonumber(ARGV[2]) - 1)
+redis.call('HSET', KEYS[2], 'v', VERSION)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if not flags:find('c', 1, true) then
+	redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'c'), rest), 'KEEPTTL')
+end
 return {1, redis.call('HGET', KEYS[2], 'fence')}

@@ -1,6 +1,6 @@
 -- Release a lock we hold, and wake the waiters if there are any.
 --
--- KEYS[1]  lock hash, KEYS[2] meta hash
+-- KEYS[1]  lock key, KEYS[2] meta hash (acquire.lua)
 -- ARGV     token, mode, wake channel, idle_ms (how long the meta hash
 --          outlives an owner-died hold, see acquire.lua)
 --          mode 0: clean unlock
@@ -19,13 +19,18 @@
 -- atomic, so a release either sees the mark or comes before the attempt,
 -- which then finds the lock free.
 --
--- Nothing may fail after the first write: a script that failed after
--- releasing would make the retry, finding the lock gone, report a clean
--- unlock as lost.  So the meta hash is written first (WRONGTYPE on foreign
--- data fails there, before anything changed) and the PUBLISH runs under
--- pcall.  Its message reaches the waiters only after the script ends, so
--- nobody sees it early.
-local cur, w, died = unpack(redis.call('HMGET', KEYS[1], 'token', 'w', 'died'))
+-- Only a robust hold (flag r) has state in the meta hash to update; a
+-- non-robust release is a compare-and-delete.  Nothing may fail after the
+-- first write: a script that failed after releasing would make the retry,
+-- finding the lock gone, report a clean unlock as lost.  So the meta hash
+-- is written first (WRONGTYPE on foreign data fails there, before anything
+-- changed) and the PUBLISH runs under pcall.  Its message reaches the
+-- waiters only after the script ends, so nobody sees it early.
+local val = redis.call('GET', KEYS[1])
+if not val then
+	return 0
+end
+local cur, died, flags = val:match('^3 (%S+) %S+ (%S+) (%S+) ')
 if cur ~= ARGV[1] then
 	return 0
 end
@@ -37,25 +42,28 @@ if mode == '3' then
 		mode = '0'
 	end
 end
-if mode == '0' then
-	-- No PEXPIRE: the meta hash already lives idle_ms past the end of the
-	-- lease this hold was granted or renewed (acquire.lua, renew.lua), and
-	-- the hold ends before that, so the state outlives it by at least
-	-- idle_ms all the same.  Shortening it cost a redis.call on every
-	-- unlock (a quarter of the release's server work) to free the memory
-	-- of a name at most one lease sooner.
-	redis.call('HDEL', KEYS[2], 'state')
-elseif mode == '1' then
-	-- Not recoverable until an operator says so: never expires silently.
-	redis.call('HSET', KEYS[2], 'state', 'notrec')
-	redis.call('PERSIST', KEYS[2])
+local robust = flags:find('r', 1, true)
+if mode == '1' then
+	-- Not recoverable until an operator says so: a value every locker
+	-- meets, with no expiry (SET without PX drops the lease's).
+	if robust then
+		redis.call('HDEL', KEYS[2], 'state')
+	end
+	redis.call('SET', KEYS[1], '3 notrec')
 else
-	-- Owner died: told to the next robust locker within idle_ms.
-	redis.call('HSET', KEYS[2], 'state', 'died')
-	redis.call('PEXPIRE', KEYS[2], ARGV[4])
+	if robust and mode == '0' then
+		-- No PEXPIRE: the meta hash already lives idle_ms past the end
+		-- of the lease this hold was granted or renewed, and the hold
+		-- ends before that.
+		redis.call('HDEL', KEYS[2], 'state')
+	elseif robust then
+		-- Owner died: told to the next robust locker within idle_ms.
+		redis.call('HSET', KEYS[2], 'state', 'died')
+		redis.call('PEXPIRE', KEYS[2], ARGV[4])
+	end
+	redis.call('DEL', KEYS[1])
 end
-redis.call('DEL', KEYS[1])
-if w and type(redis.pcall('PUBLISH', ARGV[3], 'r')) == 'table' then
+if flags:find('w', 1, true) and type(redis.pcall('PUBLISH', ARGV[3], 'r')) == 'table' then
 	return 2
 end
 return 1
