@@ -19,13 +19,29 @@ void
 dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 		struct dmutex__fair_acq_argv *x)
 {
-	dmutex__acq_argv(be, a, &x->base);
+	dmutex__key(x->lk, be->cfg.prefix, "lock", a->name);
+	dmutex__key(x->mk, be->cfg.prefix, "meta", a->name);
 	queue_keys(be, a->name, x->qk, x->pk);
-	x->argv[0] = x->base.argv[0];
-	x->argv[1] = x->base.argv[1];
+	dmutex__udec(x->lease, a->lease_ms);
+	/* The client's, kept right across fork (client.c). */
+	dmutex__udec(x->pid, (unsigned long long)*be->cfg.pid);
+	dmutex__udec(x->tid, (unsigned long long)a->tid);
+	dmutex__udec(x->since, (unsigned long long)dmutex__wall_ms());
+	dmutex__udec(x->keep, (unsigned long long)a->lease_ms + be->cfg.idle_ms);
+	x->argv[0] = x->lk;
+	x->argv[1] = x->mk;
 	x->argv[2] = x->qk;
 	x->argv[3] = x->pk;
-	memcpy(&x->argv[4], &x->base.argv[2], (DMUTEX__ACQ_ARGC - 2) * sizeof x->argv[0]);
+	x->argv[4] = a->token;
+	x->argv[5] = x->lease;
+	x->argv[6] = be->cfg.host;
+	x->argv[7] = x->pid;
+	x->argv[8] = x->tid;
+	x->argv[9] = x->since;
+	x->argv[10] = be->cfg.hostid;
+	x->argv[11] = a->robust ? "1" : "0";
+	x->argv[12] = x->keep;
+	x->argv[13] = a->wait ? "1" : "0";
 }
 
 void

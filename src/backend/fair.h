@@ -6,13 +6,15 @@
 #include "common.h"
 
 #define DMUTEX__FAIR_ACQ_NKEYS 4
-#define DMUTEX__FAIR_ACQ_ARGC (DMUTEX__ACQ_ARGC + 2)
+/* 4 keys; token, lease, host, pid, tid, since, hostid, robust, keep, wait
+ * (fair_acquire.lua: a fair lock keeps the version-2 hash) */
+#define DMUTEX__FAIR_ACQ_ARGC 14
 #define DMUTEX__FAIR_REL_NKEYS 4
 #define DMUTEX__FAIR_REL_ARGC (DMUTEX__REL_ARGC + 9)
 
 struct dmutex__fair_acq_argv {
-	struct dmutex__acq_argv base;
-	char qk[DMUTEX__KEY_MAX], pk[DMUTEX__KEY_MAX];
+	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], qk[DMUTEX__KEY_MAX], pk[DMUTEX__KEY_MAX];
+	char lease[24], pid[24], tid[24], since[24], keep[24];     /* dmutex__udec: 21 bytes at most */
 	const char *argv[DMUTEX__FAIR_ACQ_ARGC];
 };
 

@@ -4,7 +4,7 @@
 -- KEYS[3]  queue: sorted set of waiting tokens, scored by arrival
 -- KEYS[4]  places: the same tokens, scored by the server time (ms) at which
 --          a waiter that stopped asking loses its place
--- ARGV     as acquire.lua (token, lease_ms, host, pid, tid, since_ms,
+-- ARGV     as acquire.lua of layout 2 (token, lease_ms, host, pid, tid, since_ms,
 --          hostid, robust, keep_ms, wait); wait 1 (the caller listens on
 --          the wake channel): queue if not granted; 0 (trylock, or not
 --          subscribed yet): leave the queue as it is
