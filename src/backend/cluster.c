@@ -430,19 +430,11 @@ cl_node_of(struct dmutex__backend *be, const char *key)
 	return m < 0 ? NULL : dmutex__slotmap_node(&cl->map, (size_t)m);
 }
 
-static int
-cl_fence(struct dmutex__backend *be, const char *name, const char *token, unsigned lease_ms,
-		uint64_t *fence)
-{
-	return dmutex__backend_redis_fence(be, &cl_of(be)->face, name, token, lease_ms, fence);
-}
-
 static const struct dmutex__backend_ops cluster_ops = {
 	.acquire = cl_acquire,
 	.release = cl_release,
 	.release_to = cl_release_to,
 	.renew = cl_renew,
-	.fence = cl_fence,
 	.channel = dmutex__backend_channel,
 	.atfork_child = cl_atfork_child,
 	.destroy = cl_destroy,

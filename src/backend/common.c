@@ -65,10 +65,7 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->argv[5] = a->robust ? "1" : "0";
 	x->argv[6] = x->keep;
 	x->argv[7] = a->wait ? "1" : "0";
-	/* Redlock: a token at once, counted on from the counter, so that the
-	 * nodes stay in step and the fencing write-back round is rare
-	 * (acquire.lua). */
-	x->argv[8] = be->nnodes > 1 ? "1" : "0";
+	x->argv[8] = dmutex__fence_at_acquire(be);
 	x->argv[9] = x->ch;
 	x->take[0] = x->lk;
 	x->take[1] = x->value;
@@ -76,6 +73,21 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->take[3] = "PX";
 	x->take[4] = x->lease;
 	x->take[5] = "GET";
+}
+
+const char *
+dmutex__fence_at_acquire(const struct dmutex__backend *be)
+{
+	/* Redlock: a token at once, counted on from the counter, so that the
+	 * nodes stay in step and the fencing write-back round is rare.  A
+	 * Cluster: a token at once too, from the clock: the lock key and the
+	 * meta hash live in one slot, but during a slot's migration they may
+	 * be on two nodes, and a later fence.lua (both keys) would wait for
+	 * the migration to end while the hold's lease runs, where the plain
+	 * SET (one key) went through (acquire.lua). */
+	if (be->nnodes > 1)
+		return "1";
+	return be->cfg.nodes[0].cluster ? "2" : "0";
 }
 
 int

@@ -66,6 +66,9 @@ int dmutex__acq_reply(const char *display, const redisReply *r, struct dmutex__a
 
 /* Element i of an array reply as a fencing token: a decimal string (it may
  * pass 2^53) or an integer, 1 .. INT64_MAX.  0, or -1 if it is not one. */
+/* acquire.lua's step: "0" the token at the hold's first dmutex_fence
+ * (fence.lua), "1" at once counted on (Redlock), "2" at once (Cluster). */
+const char *dmutex__fence_at_acquire(const struct dmutex__backend *be);
 /* The same, where "0" says "not assigned yet" (acquire.lua): *out 0. */
 int dmutex__fence_elem0(const redisReply *r, size_t i, uint64_t *out);
 /* What the plain SET of a lock answered when the key was there (redis.c):

@@ -84,7 +84,7 @@ dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n
 				DMUTEX__FAIR_ACQ_ARGC, f.argv, &md);
 	} else {
 		dmutex__acq_argv(be, a, &x);
-		if (!a->robust && !a->wait) {
+		if (!a->robust && !a->wait && x.argv[8][0] == '0') {
 			/* The common case, a free lock, in one plain command
 			 * (acquire.lua says what else it serves). */
 			int take = take_plain(n, a, &x);

@@ -15,8 +15,10 @@
 --          by the client: for operators), robust (1/0), keep_ms (lease_ms
 --          + idle_ms), wait (1: the caller listens on the wake channel and
 --          waits if the lock is busy; 0: trylock, or not subscribed yet),
---          step (1: Redlock: a token now, counted on from the counter, see
---          below), wake channel
+--          step (0: the token at the hold's first dmutex_fence, fence.lua;
+--          1: Redlock: a token now, counted on from the counter, see below;
+--          2: a token now: Cluster, where fence.lua could meet a slot in
+--          migration), wake channel
 --
 -- Returns {0, fence, died}  acquired (fence a decimal string, '0' when not
 --                           assigned yet; died = 1: the previous robust
@@ -75,7 +77,7 @@ if val then
 	end
 	if cur == tok then
 		redis.call('PEXPIRE', KEYS[1], lease)
-		if step == '1' then
+		if step ~= '0' then
 			-- Redlock: while our first attempt's key sat here, another
 			-- holder may have raised this node's counter (fence_raise); a
 			-- token handed out now must still be above it.  On one node
@@ -114,9 +116,9 @@ end
 -- keeps no state (the contract lets it take a dead holder's lock once the
 -- lease ended, and say nothing).
 local died, fence, flags = '0', '-', '-'
-if robust == '1' or step == '1' then
+if robust == '1' or step ~= '0' then
 	local counter, state = unpack(redis.call('HMGET', KEYS[2], 'fence', 'state'))
-	if step == '1' then
+	if step ~= '0' then
 		fence = fresh_token(KEYS[2], counter, step)
 	end
 	if robust == '1' then
