@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "base.h"
 #include "keys.h"
+#include "scripts.h"
 
 /* Keys per renew script call: bounds one script's run time in Redis. */
 #define DMUTEX__RENEW_CHUNK 256
@@ -78,6 +79,11 @@ int dmutex__fence_elem0(const redisReply *r, size_t i, uint64_t *out);
  * process and must be asked back), -1 if it is no lock value. */
 int dmutex__take_busy(const char *display, const char *val, size_t len, struct dmutex__acq *a);
 int dmutex__fence_elem(const redisReply *r, size_t i, uint64_t *out);
+
+/* A release's script and argument count: a clean one is unlock.lua, which
+ * takes the first three of dmutex__rel_argv's (keys and token). */
+#define DMUTEX__REL_SCRIPT(mode) ((mode) == DMUTEX__REL_CLEAN ? DMUTEX__SCRIPT_UNLOCK : DMUTEX__SCRIPT_RELEASE)
+#define DMUTEX__REL_NARGS(mode) ((mode) == DMUTEX__REL_CLEAN ? 3 : DMUTEX__REL_ARGC)
 
 void dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token,
 		int mode, struct dmutex__rel_argv *x);

@@ -139,8 +139,8 @@ dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__node *n
 				DMUTEX__FAIR_REL_ARGC, f.argv, maybe_done, deadline);
 	} else {
 		dmutex__rel_argv(be, name, token, mode, &x);
-		r = dmutex__node_call_by(n, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, maybe_done,
-				deadline);
+		r = dmutex__node_call_by(n, DMUTEX__REL_SCRIPT(mode), 2, DMUTEX__REL_NARGS(mode), x.argv,
+				maybe_done, deadline);
 	}
 	if (!r) {
 		*maybe_done = *maybe_done == 1;

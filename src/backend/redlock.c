@@ -276,7 +276,7 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 
 	*released = *not_ours = *lost = 0;
 	dmutex__rel_argv(&rl->base, name, token, mode, &x);
-	parallel(rl, DMUTEX__SCRIPT_RELEASE, 2, DMUTEX__REL_ARGC, x.argv, timeout_ms, until, calls);
+	parallel(rl, DMUTEX__REL_SCRIPT(mode), 2, DMUTEX__REL_NARGS(mode), x.argv, timeout_ms, until, calls);
 	for (size_t i = 0; i < n; i++) {
 		int rel;
 		if (calls[i].state == CALL_DONE && !dmutex__rel_reply(rl->base.nodes[i].addr->display, name, calls[i].r, &rel)) {

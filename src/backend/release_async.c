@@ -62,8 +62,8 @@ append(struct dmutex__rel_ticket *t, struct dmutex__conn *c)
 	struct dmutex__rel_argv x;
 
 	dmutex__rel_argv(t->be, t->name, t->token, t->mode, &x);
-	if (dmutex__node_script_append(t->node, c, DMUTEX__SCRIPT_RELEASE, t->by_sha, 2,
-			DMUTEX__REL_ARGC, x.argv, NULL))
+	if (dmutex__node_script_append(t->node, c, DMUTEX__REL_SCRIPT(t->mode), t->by_sha, 2,
+			DMUTEX__REL_NARGS(t->mode), x.argv, NULL))
 		return -1;
 	dmutex__conn_owe(c, &t->owed);
 	return 0;
@@ -100,7 +100,7 @@ done(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *v)
 		return;
 	}
 	if (!dmutex__node_noscript(r))
-		c->scripts_ok |= 1ull << DMUTEX__SCRIPT_RELEASE;
+		c->scripts_ok |= 1ull << DMUTEX__REL_SCRIPT(t->mode);
 	else
 		c->scripts_ok = 0;
 	if (t->by_sha && dmutex__node_noscript(r)) {
@@ -184,7 +184,7 @@ dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__n
 	/* By SHA only where the server is known to have it: nobody may read
 	 * this answer for a while, and a NOSCRIPT unread is a release not
 	 * run (a restarted server's connections are all new: by source). */
-	t->by_sha = (c->scripts_ok >> DMUTEX__SCRIPT_RELEASE) & 1;
+	t->by_sha = (c->scripts_ok >> DMUTEX__REL_SCRIPT(mode)) & 1;
 	t->until_ns = until_ns;
 	t->rescue = rescue;
 	t->rescue_arg = rescue_arg;

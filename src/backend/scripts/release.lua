@@ -26,14 +26,14 @@
 -- is written first (WRONGTYPE on foreign data fails there, before anything
 -- changed) and the PUBLISH runs under pcall.  Its message reaches the
 -- waiters only after the script ends, so nobody sees it early.
-local val = redis.call('GET', KEYS[1])
-if not val then
+local val, tok = redis.call('GET', KEYS[1]), ARGV[1]
+-- "3 token fence died flags ...": the token compared in place, the rest
+-- read from behind it (cheaper than parsing the whole value: this runs
+-- at every unlock).
+if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
 	return 0
 end
-local cur, died, flags = val:match('^3 (%S+) %S+ (%S+) (%S+) ')
-if cur ~= ARGV[1] then
-	return 0
-end
+local died, flags = val:match('^%S+ (%S+) (%S+) ', 4 + #tok)
 local mode = ARGV[2]
 if mode == '3' then
 	if died == '1' then
