@@ -90,6 +90,12 @@ check_scripts(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: checking permissions: unexpected reply shape",
 				n->addr->display);
 		rc = EIO;
+	} else if (r->elements == 2 && !strcasecmp(r->element[0]->str, "SET") &&
+			strstr(r->element[1]->str, "syntax")) {
+		/* probe.lua: a lock is taken with SET ... NX PX ... GET. */
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: this server refuses SET with both NX and GET (%s): "
+				"dmutex needs Redis 7.0 or later", n->addr->display, r->element[1]->str);
+		rc = EIO;
 	} else if (r->elements == 2) {
 		if (!strcasecmp(r->element[0]->str, "PUBLISH") ||
 				!strcasecmp(r->element[0]->str, "SPUBLISH"))

@@ -337,8 +337,11 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__acq one = *a;
 		fences[i] = 0;
+		/* A token '0' says "not assigned yet", which acquire.lua never
+		 * answers Redlock (step 1): a broken reply here. */
 		int bad = calls[i].state == CALL_DONE &&
-			dmutex__acq_reply(rl->nodes[i].addr->display, calls[i].r, &one);
+			(dmutex__acq_reply(rl->nodes[i].addr->display, calls[i].r, &one) ||
+			 (one.status == DMUTEX__ACQ_OK && !one.fence));
 		if (bad)
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply (shape, or a number out of range)",
 					rl->nodes[i].addr->display, a->name);
