@@ -271,11 +271,12 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
 /*
  * 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost; or,
  * once, the caller's last asynchronous release proved not ours); EIO (the
- * token could not be assigned: ask again); EINVAL.
+ * server refused to assign a token: an ACL, foreign data); EINVAL.
  * A hold that took a free lock with the plain SET (README "How it works")
  * has no token until its first dmutex_fence, which asks the server for
  * one: one round trip, in which the server checks the hold is still
- * live.  Later calls in the hold, holds under Redlock, fair mutexes and
+ * live; a server that does not answer is asked again for as long as the
+ * hold lasts (then ENOLCK).  Later calls in the hold, holds under Redlock, fair mutexes and
  * kept leases answer from the hold's local state and clock (but on a
  * mutex the caller no longer holds it first waits for its last release's
  * answer, as dmutex_unlock says).

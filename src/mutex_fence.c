@@ -12,6 +12,11 @@
  * hold, so it is the same hold after; the renewer may have found it lost
  * meanwhile.  A lock that no longer carries our token means the hold is
  * lost: reported as the renewer would.
+ *
+ * A failure to get an answer is asked again, with backoff, for as long
+ * as the hold lasts (the renewer keeps extending it meanwhile): the hold
+ * ends with a token or lost, as a caller can act on, never "maybe".  Only
+ * a refusal (an ACL, foreign data) gives up at once: EIO.
  */
 static int
 assign(struct dmutex__entry *e, struct dmutex__lost *lost)
@@ -20,14 +25,30 @@ assign(struct dmutex__entry *e, struct dmutex__lost *lost)
 	char token[sizeof e->token];
 	unsigned lease_ms = e->lease_ms;
 	uint64_t fence = 0;
-	int err;
+	int err, refused;
 
 	if (!be->ops->fence)
 		return 0;
 	memcpy(token, e->token, sizeof token);
-	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	err = be->ops->fence(be, e->name, token, lease_ms, &fence);
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	for (int attempt = 0;; attempt++) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		err = be->ops->fence(be, e->name, token, lease_ms, &fence, &refused);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		if (err != EIO || refused || e->lost)
+			break;
+		int64_t now = dmutex__now_ns(), wake = now + dmutex__backoff_ns(attempt);
+		dmutex__entry_check_lost(e, now, lost);
+		if (e->lost)
+			return 0;
+		if (wake > e->deadline_ns)
+			wake = e->deadline_ns;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__sleep_until(wake);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		dmutex__entry_check_lost(e, dmutex__now_ns(), lost);
+		if (e->lost)
+			return 0;
+	}
 	if (err == ENOLCK && !e->lost) {
 		dmutex__log(DMUTEX_LOG_WARN, "'%s': the lock no longer carries this hold's token", e->name);
 		e->deadline_ns = dmutex__now_ns();
@@ -36,7 +57,7 @@ assign(struct dmutex__entry *e, struct dmutex__lost *lost)
 	}
 	if (!err && !e->fence)
 		e->fence = fence;
-	return err;
+	return e->lost ? 0 : err;
 }
 
 static int

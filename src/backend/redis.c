@@ -186,7 +186,7 @@ redis_release_async(struct dmutex__backend *be, const char *name, const char *to
 
 int
 dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, const char *name,
-		const char *token, unsigned lease_ms, uint64_t *fence)
+		const char *token, unsigned lease_ms, uint64_t *fence, int *refused)
 {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], keep[24];
 	const char *argv[4] = { lk, mk, token, keep };
@@ -194,15 +194,20 @@ dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, 
 	long long st;
 	int md;
 
+	*refused = 0;
 	dmutex__key(lk, be->cfg.prefix, "lock", name);
 	dmutex__key(mk, be->cfg.prefix, "meta", name);
 	dmutex__udec(keep, (unsigned long long)lease_ms + be->cfg.idle_ms);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_FENCE, 2, 4, argv, &md)))
+	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_FENCE, 2, 4, argv, &md))) {
+		*refused = md == DMUTEX__REFUSED;
 		return EIO;
+	}
 	if (dmutex__int_elem_in(r, 0, 0, 1, &st) || (st == 1 && dmutex__fence_elem(r, 1, fence))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: fencing token of '%s': unexpected reply", n->addr->display,
 				name);
 		freeReplyObject(r);
+		/* A server that answers this would answer it again. */
+		*refused = 1;
 		return EIO;
 	}
 	freeReplyObject(r);
@@ -211,9 +216,9 @@ dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, 
 
 static int
 redis_fence(struct dmutex__backend *be, const char *name, const char *token, unsigned lease_ms,
-		uint64_t *fence)
+		uint64_t *fence, int *refused)
 {
-	return dmutex__backend_redis_fence(be, node_of(be), name, token, lease_ms, fence);
+	return dmutex__backend_redis_fence(be, node_of(be), name, token, lease_ms, fence, refused);
 }
 
 static int
