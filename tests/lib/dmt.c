@@ -307,6 +307,149 @@ dmt_hget(const struct th_redis *r, const char *key, const char *field, char *out
 	return ok;
 }
 
+/* The fields of a layout-3 lock value, in order (acquire.lua). */
+static const char *const v3_fields[] = {
+	"v", "token", "fence", "died", "flags", "lease", "since", "pid", "tid", "hostid", "host"
+};
+#define V3_NFIELDS (sizeof v3_fields / sizeof v3_fields[0])
+
+/* Split a layout-3 value at single spaces, the host (last) being the rest:
+ * 0, or -1 if it is not a hold's value (the not-recoverable mark, or data
+ * dmutex did not write). */
+static int
+v3_split(const char *val, const char *f[V3_NFIELDS], size_t flen[V3_NFIELDS])
+{
+	const char *p = val;
+
+	for (size_t n = 0; n < V3_NFIELDS; n++) {
+		const char *sp = n + 1 < V3_NFIELDS ? strchr(p, ' ') : NULL;
+		if (!sp && n + 1 < V3_NFIELDS)
+			return -1;
+		f[n] = p;
+		flen[n] = sp ? (size_t)(sp - p) : strlen(p);
+		p = sp ? sp + 1 : p;
+	}
+	return 0;
+}
+
+/* The flag letter a pseudo-field stands for, or 0. */
+static char
+v3_flag(const char *field)
+{
+	return !strcmp(field, "w") ? 'w' : !strcmp(field, "cache") ? 'c' : !strcmp(field, "robust") ? 'r' : 0;
+}
+
+int
+dmt_lock_value_field(const char *val, const char *field, char *out, size_t len)
+{
+	const char *f[V3_NFIELDS];
+	size_t flen[V3_NFIELDS];
+	char flag = v3_flag(field);
+
+	if (!strcmp(val, "3 notrec")) {
+		if (!strcmp(field, "v") || !strcmp(field, "state")) {
+			snprintf(out, len, "%s", !strcmp(field, "v") ? "3" : "notrec");
+			return 1;
+		}
+		return 0;
+	}
+	if (v3_split(val, f, flen))
+		return 0;
+	if (flag) {
+		if (!memchr(f[4], flag, flen[4]))
+			return 0;
+		snprintf(out, len, "1");
+		return 1;
+	}
+	for (size_t i = 0; i < V3_NFIELDS; i++) {
+		if (strcmp(field, v3_fields[i]))
+			continue;
+		if ((!strcmp(field, "fence") || !strcmp(field, "hostid")) &&
+		    flen[i] == 1 && f[i][0] == '-')
+			return 0;
+		snprintf(out, len, "%.*s", (int)flen[i], f[i]);
+		return 1;
+	}
+	return 0;
+}
+
+int
+dmt_lock_key_field(const struct th_redis *r, const char *key, const char *field, char *out,
+		size_t len)
+{
+	/* GET first: a hash answers WRONGTYPE, and only then is HGET asked
+	 * (a name's layout does not change while a test reads it). */
+	redisReply *rep = th_redis_cmd(r, "GET %s", key);
+	int ok = 0;
+
+	if (!rep)
+		return 0;
+	if (rep->type == REDIS_REPLY_STRING) {
+		ok = dmt_lock_value_field(rep->str, field, out, len);
+	} else if (rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "WRONGTYPE", 9)) {
+		freeReplyObject(rep);
+		return dmt_hget(r, key, field, out, len);
+	}
+	freeReplyObject(rep);
+	return ok;
+}
+
+int
+dmt_lock_set(const struct th_redis *r, const char *name, const char *field, const char *value)
+{
+	char k[DMUTEX_NAME_MAX + 32], buf[4096];
+	const char *f[V3_NFIELDS];
+	size_t flen[V3_NFIELDS], at = 0;
+	char flag = v3_flag(field);
+	redisReply *rep;
+	int ok = 0;
+
+	dmt_lock_key(k, sizeof k, name);
+	if (!(rep = th_redis_cmd(r, "GET %s", k)))
+		return -1;
+	if (rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "WRONGTYPE", 9)) {
+		freeReplyObject(rep);
+		return th_redis_int(r, "HSET %s %s %s", k, field, value) >= 0 ? 0 : -1;
+	}
+	if (rep->type != REDIS_REPLY_STRING || v3_split(rep->str, f, flen)) {
+		freeReplyObject(rep);
+		return -1;
+	}
+	for (size_t i = 0; i < V3_NFIELDS && at < sizeof buf; i++) {
+		const char *v = f[i];
+		int n = (int)flen[i];
+		char flags[32];
+		if (i == 4 && flag) {
+			/* "-" is no flag; a letter already there stays once. */
+			snprintf(flags, sizeof flags, "%.*s%c", f[i][0] == '-' ? 0 : n, f[i],
+					memchr(f[i], flag, flen[i]) ? '\0' : flag);
+			v = flags;
+			n = (int)strlen(flags);
+		} else if (!strcmp(field, v3_fields[i])) {
+			v = value;
+			n = (int)strlen(value);
+		}
+		at += (size_t)snprintf(buf + at, sizeof buf - at, "%s%.*s", i ? " " : "", n, v);
+	}
+	freeReplyObject(rep);
+	/* XX KEEPTTL: the hold's own key, its lease untouched. */
+	if (at < sizeof buf && (rep = th_redis_cmd(r, "SET %s %s XX KEEPTTL", k, buf))) {
+		ok = rep->type == REDIS_REPLY_STATUS;
+		freeReplyObject(rep);
+	}
+	return ok ? 0 : -1;
+}
+
+int
+dmt_lock_field(const struct th_redis *r, const char *name, const char *field, char *out,
+		size_t len)
+{
+	char k[DMUTEX_NAME_MAX + 32];
+
+	dmt_lock_key(k, sizeof k, name);
+	return dmt_lock_key_field(r, k, field, out, len);
+}
+
 long long
 dmt_lock_exists(const struct th_redis *r, const char *name)
 {
@@ -321,6 +464,8 @@ dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len
 {
 	char k[DMUTEX_NAME_MAX + 32];
 
+	if (dmt_lock_field(r, name, "state", out, len))
+		return 1;       /* "3 notrec" (a fair lock's hash has no state) */
 	dmt_meta_key(k, sizeof k, name);
 	if (dmt_hget(r, k, "state", out, len))
 		return 1;

@@ -114,10 +114,32 @@ void dmt_meta_key(char *buf, size_t len, const char *name);
 /* HGET key field into out; 1 if the field exists, 0 if not (or on error,
  * out then untouched). */
 int dmt_hget(const struct th_redis *r, const char *key, const char *field, char *out, size_t len);
+/* A field of a lock key, whatever its layout: a fair mutex's key is a
+ * hash (layout 2: HGET), any other's a string (layout 3, src/backend/
+ * scripts/acquire.lua: "3 token fence died flags lease since pid tid hostid
+ * host").  Fields of the string: v token fence died flags lease since pid
+ * tid hostid host, and w / cache / robust ("1") present only when the flags
+ * hold w / c / r.  A fence not assigned yet ("-") and an empty hostid ("-")
+ * count as absent.  The not-recoverable mark "3 notrec" has v and state
+ * ("notrec") only.  1 and out set if the field is there, else 0 (also on
+ * error or for an absent key; out then untouched). */
+int dmt_lock_key_field(const struct th_redis *r, const char *key, const char *field, char *out,
+		size_t len);
+/* dmt_lock_key_field of NAME's lock key (the default prefix). */
+int dmt_lock_field(const struct th_redis *r, const char *name, const char *field, char *out,
+		size_t len);
+/* The same for a layout-3 value already read (GET). */
+int dmt_lock_value_field(const char *val, const char *field, char *out, size_t len);
+/* Change one field of NAME's lock key while it is held, its TTL kept, as
+ * another client would: a layout-3 string is rewritten (w, cache, robust:
+ * that flag added; value ignored), a hash gets HSET.  0, or -1 (no key,
+ * not a hold's value, or an error). */
+int dmt_lock_set(const struct th_redis *r, const char *name, const char *field, const char *value);
 /* EXISTS of NAME's lock key: 1, 0, or LLONG_MIN on error. */
 long long dmt_lock_exists(const struct th_redis *r, const char *name);
-/* The robust state of NAME's meta hash into out ("" when absent = clean);
- * 1 if there is one. */
+/* The robust state of NAME into out ("" when absent = clean); 1 if there
+ * is one: "notrec" when the lock key is the not-recoverable mark (layout
+ * 3), else the meta hash's state. */
 int dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len);
 /* Number of keys matching pattern, -1 on error. */
 long long dmt_count_keys(const struct th_redis *r, const char *pattern);
