@@ -95,18 +95,20 @@ enum { ROBUST_CONSISTENT, ROBUST_OWNER_DIED, ROBUST_EXPIRED, ROBUST_NOTREC };
 struct cli_lock {
 	char *name;
 	int exists;                     /* lock key or meta key present */
-	int held;                       /* lock key present */
+	int held;                       /* lock key present, for a hold */
+	int notrec_mark;                /* the lock key is the not-recoverable mark (layout 3) */
 	char host[256];
 	long long pid, tid;             /* -1 when unknown */
 	long long since_ms;             /* wall clock; -1 unknown */
 	long long lease_ms;             /* -1 unknown */
 	long long pttl_ms;              /* lease left; -1 none/unknown */
-	long long fence;                /* the current hold's token; -1 when free */
+	long long fence;                /* the current hold's token; -1 when free or
+	                                 * not assigned yet (none asked for) */
 	long long fence_counter;        /* last token handed out; -1 none */
 	int acquired_after_death;       /* the current holder took over a dead one's */
 	int cached;                     /* held as a lease its process keeps (README "Cached leases") */
 	int robust;                     /* ROBUST_* */
-	char state[16];                 /* meta state, "" = clean */
+	char state[16];                 /* meta state, "" = clean (see notrec_mark) */
 	long long waiters;              /* clients subscribed to the wake channel */
 	char hostid[64];                /* the holder's "boot_id/pidns"; "" unknown */
 	int alive;                      /* the holder's pid: 1 alive, 0 gone, -1 cannot know

@@ -1,11 +1,17 @@
 /*
- * What Redis holds about one lock, in one round trip: the lock hash and its
- * PTTL (present only while held), the persistent meta hash (fencing counter,
- * robust state), the number of clients subscribed to the wake channel, and
- * the waiters registered on the condition variable of the same name.
+ * What Redis holds about one lock, in one round trip: the lock key and its
+ * PTTL (present only while held, or the not-recoverable mark), the meta
+ * hash (fencing counter, robust state), the number of clients subscribed
+ * to the wake channel, and the waiters registered on the condition
+ * variable of the same name.
+ *
+ * The lock key of a fair mutex is a hash (key layout 2); any other's a
+ * string (layout 3, src/backend/scripts/acquire.lua).  Both GET and HGETALL
+ * are sent: the one that does not fit the key's type answers WRONGTYPE, so
+ * the type costs no round trip of its own.
  */
-#define NREPLIES 7
-#define NSUMMARY 5      /* list and top: the waiters counted, not named */
+#define NREPLIES 8
+#define NSUMMARY 6      /* list and top: the waiters counted, not named */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -28,6 +34,15 @@ num(const char *s)
 	return *end ? -1 : v;
 }
 
+/* Terminal escapes from whoever wrote the key: never printed. */
+static void
+sanitize(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 static int
 connection_failed(struct dmutex__conn *c)
 {
@@ -46,7 +61,8 @@ append(struct dmutex__conn *c, const char *prefix, const char *name, int detail)
 	dmutex__key(ch, prefix, "wake", name);
 	dmutex__key(ck, prefix, "cond", name);
 	dmutex__key(ik, prefix, "cinfo", name);
-	if (dmutex__conn_appendf(c, "HGETALL %b", lk, strlen(lk)) ||
+	if (dmutex__conn_appendf(c, "GET %b", lk, strlen(lk)) ||
+	    dmutex__conn_appendf(c, "HGETALL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "PTTL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "HGETALL %b", mk, strlen(mk)) ||
 	    dmutex__conn_appendf(c, "PUBSUB NUMSUB %b", ch, strlen(ch)) ||
@@ -111,45 +127,107 @@ cond_waiters(struct cli_lock *l, const redisReply *members, const redisReply *in
 		    sscanf(s, "%63s %lld %lld %lld %63s", w->host, &w->pid, &w->tid, &w->since_ms,
 				    hostid) >= 4)
 			w->alive = pid_alive(hostid, w->pid);
-		for (char *h = w->host; *h; h++)
-			if ((unsigned char)*h < 0x20 || *h == 0x7f)
-				*h = '?';
+		sanitize(w->host);
 		l->ncond++;
 	}
+}
+
+/* A string reply that says WRONGTYPE. */
+static int
+wrongtype(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "WRONGTYPE", 9);
+}
+
+/* The holder as a fair mutex's lock hash (key layout 2) records it. */
+static void
+holder_of_hash(struct cli_lock *l, const redisReply *lock)
+{
+	const char *s;
+
+	snprintf(l->host, sizeof l->host, "%s", (s = field(lock, "host")) ? s : "");
+	l->pid = num(field(lock, "pid"));
+	l->tid = num(field(lock, "tid"));
+	l->since_ms = num(field(lock, "since"));
+	l->lease_ms = num(field(lock, "lease"));
+	l->fence = num(field(lock, "fence"));
+	l->acquired_after_death = num(field(lock, "died")) == 1;
+	snprintf(l->hostid, sizeof l->hostid, "%s", (s = field(lock, "hostid")) ? s : "");
+}
+
+/* The holder from a layout-3 lock value, "3 token fence died flags lease
+ * since pid tid hostid host" (single spaces, the host the rest): 0, or -1
+ * with l->error set when the value is not one dmutex writes. */
+static int
+holder_of_string(struct cli_lock *l, const char *key, const char *val)
+{
+	char v[8], fence[32], died[8], flags[16], lease[32], since[32], pid[32], tid[32];
+	char hostid[64];
+	int host_at = -1;
+
+	/* Field widths: a longer field makes the value unreadable, not cut. */
+	if (sscanf(val, "%7s %*s %31s %7s %15s %31s %31s %31s %31s %63s %n", v, fence, died, flags,
+			lease, since, pid, tid, hostid, &host_at) != 9 || host_at < 0 ||
+	    strcmp(v, "3")) {
+		if (sscanf(val, "%7s", v) == 1 && strcmp(v, "3"))
+			snprintf(l->error, sizeof l->error, "%.80s: written by key layout version %.7s "
+					"(this dmutex writes 3)", key, v);
+		else
+			snprintf(l->error, sizeof l->error, "%.80s: not a value dmutex writes", key);
+		return -1;
+	}
+	snprintf(l->host, sizeof l->host, "%s", val + host_at);
+	l->pid = num(pid);
+	l->tid = num(tid);
+	l->since_ms = num(since);
+	l->lease_ms = num(lease);
+	/* "-": no token asked for during this hold yet (fence.lua). */
+	l->fence = num(fence);
+	l->acquired_after_death = !strcmp(died, "1");
+	/* c: the lease is kept for its process (lease_cache.lua). */
+	l->cached = strchr(flags, 'c') != NULL;
+	snprintf(l->hostid, sizeof l->hostid, "%s", strcmp(hostid, "-") ? hostid : "");
+	return 0;
 }
 
 static void
 fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 {
-	const redisReply *lock = rep[0], *pttl = rep[1], *meta = rep[2], *subs = rep[3];
-	const redisReply *ncond = rep[4], *members = rep[5], *info = rep[6];
+	const redisReply *str = rep[0], *hash = rep[1], *pttl = rep[2], *meta = rep[3];
+	const redisReply *subs = rep[4], *ncond = rep[5], *members = rep[6], *info = rep[7];
 	const char *s;
 	char key[DMUTEX__KEY_MAX];
+	long long mv;
 
 	/* Someone else's data under our key names: say so, do not guess.  (A
-	 * refused PUBSUB, say by an ACL, only leaves the waiters unknown.) */
-	for (int i = 0; i < 3; i++) {
-		if (rep[i]->type != REDIS_REPLY_ERROR)
+	 * refused PUBSUB, say by an ACL, only leaves the waiters unknown.)
+	 * One of GET and HGETALL is refused for the key's type; both, for a
+	 * type dmutex never writes. */
+	dmutex__key(key, prefix, "lock", l->name);
+	for (int i = 0; i < 4; i++) {
+		if (rep[i]->type != REDIS_REPLY_ERROR ||
+		    (i == 0 && wrongtype(str) && !wrongtype(hash)) ||
+		    (i == 1 && wrongtype(hash) && !wrongtype(str)))
 			continue;
-		dmutex__key(key, prefix, i < 2 ? "lock" : "meta", l->name);
+		if (i == 3)
+			dmutex__key(key, prefix, "meta", l->name);
 		snprintf(l->error, sizeof l->error, "%.80s: %.160s", key, rep[i]->str);
 		return;
 	}
-	l->held = lock->type == REDIS_REPLY_ARRAY && lock->elements > 0;
-	l->exists = l->held || (meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
+	if (str->type == REDIS_REPLY_STRING && !strcmp(str->str, "3 notrec")) {
+		/* The not-recoverable mark (release.lua): no holder, no expiry. */
+		l->notrec_mark = 1;
+	} else if (str->type == REDIS_REPLY_STRING) {
+		if (holder_of_string(l, key, str->str))
+			return;
+		l->held = 1;
+	} else if (hash->type == REDIS_REPLY_ARRAY && hash->elements > 0) {
+		holder_of_hash(l, hash);
+		l->held = 1;
+	}
+	l->exists = l->held || l->notrec_mark || (meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
 	if (l->held) {
-		snprintf(l->host, sizeof l->host, "%s", (s = field(lock, "host")) ? s : "");
-		/* Written by whoever wrote the key: no terminal escapes from it. */
-		for (char *h = l->host; *h; h++)
-			if ((unsigned char)*h < 0x20 || *h == 0x7f)
-				*h = '?';
-		l->pid = num(field(lock, "pid"));
-		l->tid = num(field(lock, "tid"));
-		l->since_ms = num(field(lock, "since"));
-		l->lease_ms = num(field(lock, "lease"));
-		l->fence = num(field(lock, "fence"));
-		l->acquired_after_death = num(field(lock, "died")) == 1;
-		snprintf(l->hostid, sizeof l->hostid, "%s", (s = field(lock, "hostid")) ? s : "");
+		sanitize(l->host);
 		l->alive = pid_alive(l->hostid, l->pid);
 		if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
 			l->pttl_ms = pttl->integer;
@@ -157,16 +235,22 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 	l->fence_counter = num(field(meta, "fence"));
 	snprintf(l->state, sizeof l->state, "%s", (s = field(meta, "state")) ? s : "");
 	l->robust_recorded = num(field(meta, "robust"));
+	mv = num(field(meta, "v"));
 	/* lease_cache.lua: the holder's process keeps the lease; Redis cannot
 	 * tell whether one of its threads holds it now (that costs no round
-	 * trip).  Without the lock key, "cached" is no owner that died. */
-	l->cached = l->held && !strcmp(l->state, "cached");
+	 * trip).  Key layout 2 said so in the meta state; without the lock
+	 * key, "cached" is no owner that died. */
+	l->cached = l->held && (l->cached || !strcmp(l->state, "cached"));
 	/* The states of acquire.lua / release.lua: "held" with no lock key
-	 * means the last holder's lease ran out without an unlock. */
-	if (!strcmp(l->state, "notrec"))
+	 * means the last holder's lease ran out without an unlock.  Key
+	 * layout 3 keeps a state for robust holds only, and records no
+	 * "robust"; layout 2 recorded it, 0 for a hold that was not robust
+	 * (which has merely expired: nobody is told). */
+	if (l->notrec_mark || !strcmp(l->state, "notrec"))
 		l->robust = ROBUST_NOTREC;
 	else if (!strcmp(l->state, "died") || (!strcmp(l->state, "held") && !l->held))
-		l->robust = l->robust_recorded == 1 ? ROBUST_OWNER_DIED : ROBUST_EXPIRED;
+		l->robust = l->robust_recorded == 1 || (l->robust_recorded < 0 && mv >= 3) ?
+			ROBUST_OWNER_DIED : ROBUST_EXPIRED;
 	else
 		l->robust = ROBUST_CONSISTENT;
 	if (subs->type == REDIS_REPLY_ARRAY && subs->elements == 2 &&

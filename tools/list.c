@@ -1,9 +1,12 @@
 /*
- * dmutex list [--json] [PATTERN]: every lock under the prefix.  Every name
- * in use has a meta hash, kept until idle_ms after its last lease (or for
- * ever when not recoverable), so the meta keys are the index and dead names
- * drop out by themselves; they are walked with SCAN (never KEYS, which
- * blocks the server).
+ * dmutex list [--json] [PATTERN]: every lock under the prefix.  A name in
+ * use has a lock key while held (or for ever when not recoverable), a meta
+ * hash kept until idle_ms after its last lease once a fencing token or a
+ * robust state was recorded, and a cond set while threads wait on its
+ * condition variable; a non-robust hold that asked for no token has only
+ * its lock key (key layout 3).  So the three kinds of keys are the index,
+ * and dead names drop out by themselves; they are walked with SCAN (never
+ * KEYS, which blocks the server).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -95,12 +98,14 @@ glob_escape(const char *s)
 	return out;
 }
 
-/* Collect the names of one node's meta keys matching the pattern. */
+/* Collect the names of one node's keys of one kind ("lock:{"...) matching
+ * the pattern. */
 static int
-scan_node(struct dmutex__conn *c, const char *prefix, const char *match, struct names *ns)
+scan_node(struct dmutex__conn *c, const char *prefix, const char *kind, const char *match,
+		struct names *ns)
 {
 	char cursor[32] = "0";
-	size_t head = strlen(prefix) + strlen("meta:{");
+	size_t head = strlen(prefix) + strlen(kind);
 
 	do {
 		redisReply *r = dmutex__conn_command(c, dmutex__conn_deadline(c), "SCAN %s MATCH %b COUNT " SCAN_COUNT,
@@ -205,6 +210,7 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
+	static const char *const kinds[] = { "lock:{", "meta:{", "cond:{" };
 	struct cli_conn cc;
 	struct names ns = { 0 };
 	struct row *rows = NULL;
@@ -242,12 +248,15 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		status = CLI_INTERNAL;
 		goto out;
 	}
-	sprintf(match, "%smeta:{%s}", esc, pattern);
-	for (size_t n = 0; n < cc.nnodes; n++) {
-		int st;
-		if (cc.ctx[n] && (st = scan_node(cc.ctx[n], cc.cfg.prefix, match, &ns))) {
-			status = st;
-			goto out;
+	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+		const char *kind = kinds[k];
+		sprintf(match, "%s%s%s}", esc, kind, pattern);
+		for (size_t n = 0; n < cc.nnodes; n++) {
+			int st;
+			if (cc.ctx[n] && (st = scan_node(cc.ctx[n], cc.cfg.prefix, kind, match, &ns))) {
+				status = st;
+				goto out;
+			}
 		}
 	}
 	names_unique(&ns);

@@ -1,6 +1,8 @@
 /*
  * dmutex reset [--force] NAME: force-release a lock and clear an owner-died
- * or not-recoverable state, saying exactly what was removed.
+ * or not-recoverable state, saying exactly what was removed.  The
+ * not-recoverable state is the lock key itself (key layout 3, "3 notrec"),
+ * or the meta hash's state as key layout 2 wrote it.
  *
  * The meta hash goes too (the name is forgotten): tokens keep growing all
  * the same, as the next one starts from the server's clock (acquire.lua),
@@ -57,7 +59,7 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 		const char *node, int *what)
 {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
-	char holder[512], dur[32], on[600] = "";
+	char holder[512], dur[32], fence[32], on[600] = "";
 	struct cli_lock l;
 	redisReply *r;
 	int status;
@@ -86,13 +88,15 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 			status = CLI_REFUSED;
 			goto unwatch;
 		}
-		if (!l.held && !l.state[0]) {
+		if (!l.held && !l.state[0] && !l.notrec_mark) {
 			*what = 0;
 			goto unwatch;
 		}
 		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "MULTI"))) ||
-		    (l.held && (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", lk, strlen(lk))))) ||
-		    (l.state[0] && (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", mk, strlen(mk))))) ||
+		    ((l.held || l.notrec_mark) &&
+		     (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", lk, strlen(lk))))) ||
+		    ((l.state[0] || l.notrec_mark) &&
+		     (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", mk, strlen(mk))))) ||
 		    (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "PUBLISH %b r", ch, strlen(ch)))))
 			goto unwatch;
 		if (!(r = dmutex__conn_command(c, dmutex__conn_deadline(c), "EXEC"))) {
@@ -113,10 +117,13 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 		if (l.held) {
 			cli_holder(holder, sizeof holder, &l, 1);
 			cli_duration(dur, sizeof dur, cli_wall_ms() - l.since_ms);
-			printf("reset '%s'%s: released the hold of %s (fence %lld, held for %s)\n",
-					name, on, holder, l.fence, l.since_ms >= 0 ? dur : "?");
+			if (l.fence >= 0)
+				snprintf(fence, sizeof fence, "%lld", l.fence);
+			printf("reset '%s'%s: released the hold of %s (fence %s, held for %s)\n",
+					name, on, holder, l.fence >= 0 ? fence : "not assigned yet",
+					l.since_ms >= 0 ? dur : "?");
 		}
-		if (!strcmp(l.state, "notrec"))
+		if (l.notrec_mark || !strcmp(l.state, "notrec"))
 			printf("reset '%s'%s: cleared the not-recoverable state\n", name, on);
 		else if (!strcmp(l.state, "died") || (!strcmp(l.state, "held") && !l.held))
 			printf("reset '%s'%s: cleared the owner-died state (its last holder %s)\n",

@@ -67,6 +67,8 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 		}
 		if (l->fence >= 0)
 			fprintf(f, "  fence:       %lld\n", l->fence);
+		else
+			fputs("  fence:       not assigned yet (the holder has not asked for it)\n", f);
 	} else if (l->fence_counter >= 0) {
 		fprintf(f, "  last fence:  %lld\n", l->fence_counter);
 	}
