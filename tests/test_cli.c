@@ -324,6 +324,7 @@ die_holding(void *p)
 	dmutex_client_t *c;
 	dmutex_attr_t a;
 	dmutex_t m;
+	uint64_t fence;
 
 	if (dmutex_client_open(&c, d->url))
 		return 10;
@@ -332,7 +333,9 @@ die_holding(void *p)
 	dmutex_attr_setrobust(&a, DMUTEX_ROBUST);
 	if (dmutex_init(&m, d->name, &a))
 		return 11;
-	if (dmutex_lock(&m))
+	/* A token asked for: the name has a counter (key layout 3 hands one
+	 * out only then). */
+	if (dmutex_lock(&m) || dmutex_fence(&m, &fence))
 		return 12;
 	exit(0);
 }
@@ -358,14 +361,12 @@ lock_exists_cond(void *name)
 	return lock_exists(name) == 1;
 }
 
+/* The robust state: the meta hash's, or the lock key's not-recoverable
+ * mark (key layout 3); "" when clean. */
 static void
 meta_state(const char *name, char *out, size_t len)
 {
-	redisReply *r = th_redis_cmd(&srv, "HGET dmutex:meta:{%s} state", name);
-
-	cr_assert(r);
-	snprintf(out, len, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
-	freeReplyObject(r);
+	dmt_meta_state(&srv, name, out, len);
 }
 
 struct numsub { const char *name; long long want; };
@@ -395,8 +396,6 @@ Test(cli, run_passes_command_status)
 	cr_assert_eq(lock_exists("job"), 0);
 	meta_state("job", st, sizeof st);
 	cr_assert_str_eq(st, "");
-	/* Three holds taken (n: fencing tokens come from the clock). */
-	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:meta:{job} n"), 3);
 }
 
 Test(cli, run_gives_command_name_and_fence)
@@ -1114,6 +1113,7 @@ Test(cli, status_robust_states_and_reset)
 	struct holder h;
 	char *o, st[32], expr[300];
 	long long before;
+	uint64_t tok;
 
 	owner_dies("job");
 	ASSERT_ST(DM_RUN(10000, "a", "status", "job"), 0, "a");
@@ -1126,6 +1126,7 @@ Test(cli, status_robust_states_and_reset)
 	hold(&h, "job", 1, 0);
 	before = th_redis_int(&srv, "HGET dmutex:meta:{job} fence");
 	cr_assert_eq(dmutex_lock(&h.m), EOWNERDEAD);
+	cr_assert_eq(dmutex_fence(&h.m, &tok), 0);
 	/* Held after an owner died: the holder took over, with a new token. */
 	ASSERT_ST(DM_RUN(10000, "c", "status", "--json", "job"), 0, "c");
 	snprintf(expr, sizeof expr, "d[0][\"held\"] is True and d[0][\"acquired_after_owner_died\"] is True "
@@ -1187,12 +1188,13 @@ Test(cli, reset_refuses_then_forces)
 	struct numsub ns = { "job", 1 };
 	char want[100], *o, *e;
 	pid_t waiter;
-	long long t0, fence;
+	long long t0;
 
 	/* A long lease: a waiter that got in quickly was woken, not timed out. */
 	hold(&h, "job", 0, 10000);
 	cr_assert_eq(dmutex_lock(&h.m), 0);
-	fence = th_redis_int(&srv, "HGET dmutex:lock:{job} fence");
+	/* No token asked for yet: the lock key has none (key layout 3). */
+	cr_assert_eq(dmt_lock_field(&srv, "job", "fence", want, sizeof want), 0, "fence %s", want);
 	ASSERT_ST(DM_RUN(10000, "a", "reset", "job"), ST_REFUSED, "a");
 	e = err_of("a");
 	assert_contains(e, "--force");
@@ -1209,8 +1211,7 @@ Test(cli, reset_refuses_then_forces)
 	assert_contains(o, want);
 	snprintf(want, sizeof want, " pid %d tid ", (int)getpid());
 	assert_contains(o, want);
-	snprintf(want, sizeof want, "(fence %lld,", fence);
-	assert_contains(o, want);
+	assert_contains(o, "(fence not assigned yet, held for ");
 	free(o);
 	/* Woken by the reset's message, not by a lease running out (10 s);
 	 * the time holds two runs of the tool, 3x slower under ASan. */
@@ -1373,6 +1374,8 @@ Test(cli, status_holder_alive_then_gone)
 	ASSERT_ST(DM_RUN(10000, "a", "status", "live"), 0, "a");
 	o = out_of("a");
 	assert_contains(o, "process:     alive (same machine and pid namespace)");
+	/* It never asked for its token: none was handed out (key layout 3). */
+	assert_contains(o, "fence:       not assigned yet");
 	cr_assert_null(strstr(o, "gone"), "%s", o);
 	free(o);
 	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "live"), 0, "b");
@@ -1395,7 +1398,8 @@ Test(cli, status_holder_alive_then_gone)
 }
 
 /* Issue 17.6: "owner died" is what a robust locker is told; a lock that is
- * not robust and whose holder vanished has merely expired. */
+ * not robust and whose holder vanished has merely expired, and leaves
+ * nothing in Redis (key layout 3: a non-robust hold writes no state). */
 Test(cli, status_not_robust_expired_not_owner_died)
 {
 	pid_t pid = sit("plain", 0, 200, 0);
@@ -1405,17 +1409,13 @@ Test(cli, status_not_robust_expired_not_owner_died)
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	cr_assert_eq(th_wait_child(pid, 5000), 128 + SIGKILL);
 	cr_assert(th_wait_until(lock_gone_cond, "plain", 5000), "the lease never ran out");
-	ASSERT_ST(DM_RUN(10000, "a", "status", "plain"), 0, "a");
-	o = out_of("a");
-	assert_contains(o, "robust:      expired");
-	cr_assert_null(strstr(o, "owner died"), "%s", o);
+	ASSERT_ST(DM_RUN(10000, "a", "status", "plain"), ST_NOLOCK, "a");
+	o = err_of("a");
+	assert_contains(o, "no such lock 'plain'");
 	free(o);
-	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "plain"), 0, "b");
-	assert_json("b", "d[0][\"robust\"] == \"expired\" and d[0][\"held\"] is False");
 	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
 	o = out_of("c");
-	assert_contains(o, "expired");
-	cr_assert_null(strstr(o, "owner died"), "%s", o);
+	cr_assert_null(strstr(o, "plain"), "%s", o);
 	free(o);
 
 	/* The same with a robust lock: owner died. */

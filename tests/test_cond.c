@@ -723,7 +723,9 @@ static int counted_waiter(void *arg)
 
 static long long lock_waited(const char *name)
 {
-	return th_redis_int(&srv, "HEXISTS dmutex:lock:{%s} w", name);
+	char v[8];
+
+	return dmt_lock_field(&srv, name, "w", v, sizeof v);
 }
 
 /* The expiry (server ms) of the first registered waiter of `name`, -1 if
@@ -763,6 +765,7 @@ Test(cond, signal_to_wake_is_two_round_trips_beyond_the_handoff)
 	struct pair p;
 	struct pollfd pf;
 	long long scripts, subs, expiry;
+	uint64_t fence;
 	char b = 0;
 
 	DMT_SINGLE_NODE();      /* Redlock asks every node */
@@ -795,6 +798,9 @@ Test(cond, signal_to_wake_is_two_round_trips_beyond_the_handoff)
 	cr_assert(th_wait_until(registration_moved, &expiry, 10000), "the waiter's registration was never refreshed");
 
 	cr_assert_eq(dmutex_lock(&p.m), 0);
+	/* Loads fence.lua into the server, so that the waiter's first
+	 * dmutex_fence below is one EVALSHA (not NOSCRIPT, then EVAL). */
+	cr_assert_eq(dmutex_fence(&p.m, &fence), 0);
 	scripts = dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL);
 	subs = dmt_cmd_calls(&srv, "subscribe", (const char *)NULL);
 	cr_assert_eq(dcond_signal(&p.cv), 0);
@@ -807,8 +813,10 @@ Test(cond, signal_to_wake_is_two_round_trips_beyond_the_handoff)
 	cr_assert_eq(b, 'w', "back from dcond_wait with 0 and the mutex held");
 	scripts = dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL) - scripts;
 	subs = dmt_cmd_calls(&srv, "subscribe", (const char *)NULL) - subs;
-	/* signal + (acknowledge | busy attempt) + release + acquire. */
-	cr_assert_eq(scripts, 5, "%lld scripts from the signal to the waiter's return", scripts);
+	/* signal + (acknowledge | busy attempt) + release + acquire, and the
+	 * waiter's dmutex_fence (the token is handed out when first asked
+	 * for, key layout 3). */
+	cr_assert_eq(scripts, 6, "%lld scripts from the signal to the waiter's return", scripts);
 	cr_assert_eq(subs, 0, "%lld subscriptions on the way", subs);
 
 	cr_assert_eq(write(counted_go[1], &b, 1), 1);

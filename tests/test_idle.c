@@ -103,13 +103,14 @@ Test(idle, idle_state_expires_and_tokens_still_grow)
 	dmt_close_mutex(c, &m);
 }
 
-/* A held name outlives idle_ms: the renewals keep its meta hash. */
+/* A held name outlives idle_ms: the renewals keep its meta hash (a robust
+ * hold's: a non-robust one keeps no state there, key layout 3). */
 Test(idle, held_name_keeps_its_state)
 {
 	/* 600 ms, 3x under the sanitizers: a 300 ms lease can be lost on a
 	 * loaded 2-core machine (renewal due every 100 ms), which tests the
 	 * machine; the leases passed below are still many idle_ms (300). */
-	struct dmt_attr o = { .lease_ms = 600 * (unsigned)dmt_slowdown() };
+	struct dmt_attr o = { .lease_ms = 600 * (unsigned)dmt_slowdown(), .robust = DMUTEX_ROBUST };
 	dmutex_client_t *c;
 	dmutex_t m;
 	char mk[600], st[32];
@@ -138,17 +139,19 @@ Test(idle, not_recoverable_never_expires)
 	struct dmt_attr o = { .robust = DMUTEX_ROBUST };
 	dmutex_client_t *c, *c2;
 	dmutex_t m, ctl;
-	char mk[600], st[32];
+	char mk[600], lk[600], st[32];
 
-	/* The state a holder leaves when its lease runs out. */
+	/* The state a robust holder leaves when its lease runs out. */
 	dmt_meta_key(mk, sizeof mk, "idle-nr");
-	freeReplyObject(th_redis_cmd(&srv, "HSET %s v 2 state held fence 1", mk));
+	dmt_lock_key(lk, sizeof lk, "idle-nr");
+	freeReplyObject(th_redis_cmd(&srv, "HSET %s v 3 state held fence 1", mk));
 	cr_assert_eq(dmt_open_mutex(&c, &m, url, "idle-nr", &o), 0);
 	cr_assert_eq(dmutex_lock(&m), EOWNERDEAD);
 	cr_assert_eq(dmutex_unlock(&m), 0);     /* without dmutex_consistent */
 	cr_assert_eq(dmt_meta_state(&srv, "idle-nr", st, sizeof st), 1);
 	cr_assert_str_eq(st, "notrec");
-	cr_assert_eq(th_redis_int(&srv, "PTTL %s", mk), -1, "a not-recoverable state has a TTL");
+	/* The mark is the lock key (key layout 3): no locker's SET NX passes. */
+	cr_assert_eq(th_redis_int(&srv, "PTTL %s", lk), -1, "a not-recoverable state has a TTL");
 
 	/* A name used after it has expired: idle_ms has passed for both. */
 	cr_assert_eq(dmt_open_mutex(&c2, &ctl, url, "idle-ctl", NULL), 0);
@@ -168,25 +171,43 @@ count_version(int level, const char *msg, void *arg)
 {
 	(void)level;
 	(void)arg;
-	if (strstr(msg, "key version 3"))
+	if (strstr(msg, "key version 4"))
 		atomic_fetch_add(&version_lines, 1);
 }
+
+/* The lock key as a later layout might leave it: another version digit. */
+#define V4_VALUE "4 f00d 7 0 - 60000 1 1 1 - elsewhere"
 
 Test(idle, unknown_version_is_eio_version_1_taken_over)
 {
 	dmutex_client_t *c;
-	dmutex_t m, m1;
-	char mk[600], v[8];
+	dmutex_t m, m2, m1;
+	char mk[600], lk[600], v[8];
+	redisReply *r;
 	uint64_t tok;
 
 	dmutex_set_logger(count_version, NULL);
-	dmt_meta_key(mk, sizeof mk, "idle-v3");
-	freeReplyObject(th_redis_cmd(&srv, "HSET %s v 3 fence 1", mk));
-	cr_assert_eq(dmt_open_mutex(&c, &m, url, "idle-v3", NULL), 0);
+	dmt_lock_key(lk, sizeof lk, "idle-v4");
+	freeReplyObject(th_redis_cmd(&srv, "SET %s %s", lk, V4_VALUE));
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "idle-v4", NULL), 0);
 	cr_assert_eq(dmutex_trylock(&m), EIO);
 	cr_assert_eq(dmutex_lock(&m), EIO);
 	cr_assert_geq(atomic_load(&version_lines), 1, "no log line names the version");
-	cr_assert_eq(th_redis_int(&srv, "HGET %s fence", mk), 1, "keys of another version were changed");
+	r = th_redis_cmd(&srv, "GET %s", lk);
+	cr_assert(r && r->type == REDIS_REPLY_STRING);
+	cr_assert_str_eq(r->str, V4_VALUE, "keys of another version were changed");
+	freeReplyObject(r);
+
+	/* A version-2 client's lock key is a hash (WRONGTYPE to SET ... GET):
+	 * the two never share a name, EIO rather than both holding it. */
+	dmt_lock_key(lk, sizeof lk, "idle-v2");
+	freeReplyObject(th_redis_cmd(&srv, "HSET %s v 2 token f00d fence 7 died 0", lk));
+	cr_assert_eq(th_redis_int(&srv, "PEXPIRE %s 60000", lk), 1);
+	cr_assert_eq(dmt_init_mutex(&m2, "idle-v2", c, NULL), 0);
+	cr_assert_eq(dmutex_trylock(&m2), EIO);
+	cr_assert_eq(dmutex_lock(&m2), EIO);
+	cr_assert_eq(th_redis_int(&srv, "HGET %s fence", lk), 7, "keys of another version were changed");
+	cr_assert_eq(dmutex_destroy(&m2), 0);
 
 	/* Version 1 wrote no v, and counted from 1. */
 	dmt_meta_key(mk, sizeof mk, "idle-v1");
@@ -195,7 +216,7 @@ Test(idle, unknown_version_is_eio_version_1_taken_over)
 	tok = lock_fence_unlock(&m1);
 	cr_assert_gt(tok, 5);
 	cr_assert_eq(dmt_hget(&srv, mk, "v", v, sizeof v), 1);
-	cr_assert_str_eq(v, "2");
+	cr_assert_str_eq(v, "3");
 	cr_assert_eq(dmutex_destroy(&m1), 0);
 	dmt_close_mutex(c, &m);
 }

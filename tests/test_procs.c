@@ -320,6 +320,14 @@ static struct th_sync fk_checked, fk_unlocked;
 static dmutex_t fk_m;
 static uint64_t fk_parent_fence;
 
+/* The pid in NAME's lock key; -1 without one. */
+static long long lock_pid(const char *name)
+{
+	char pid[32];
+
+	return dmt_lock_field(&srv, name, "pid", pid, sizeof pid) ? atoll(pid) : -1;
+}
+
 /* Runs in the child of a parent that holds fk_m, with the parent's client. */
 static int fork_child(void *arg)
 {
@@ -346,7 +354,7 @@ static int fork_child(void *arg)
 	 * new token. */
 	if (!(conn = th_tcp_connect(srv.port, 5000)))
 		return 15;
-	pid = conn_int(conn, "HGET dmutex:lock:{fk} pid");
+	pid = lock_pid("fk");
 	/* For the parent to compare with its own next tokens (token.c keeps
 	 * random bytes per thread: the child must not reuse its parent's). */
 	freeReplyObject(redisCommand(conn, "COPY dmutex:lock:{fk} fk:child"));
@@ -362,6 +370,7 @@ static int fork_child(void *arg)
 
 static int fk_clients_before;
 
+
 static int more_clients(void *arg)
 {
 	(void)arg;
@@ -371,7 +380,6 @@ static int more_clients(void *arg)
 Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 {
 	dmutex_client_t *c;
-	redisReply *r;
 	char token[64], child_token[64];
 	uint64_t fence = 0;
 	int clients_before;
@@ -380,11 +388,8 @@ Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 	cr_assert_eq(dmt_open_mutex(&c, &fk_m, srv.url, "fk", NULL), 0);
 	cr_assert_eq(dmutex_lock(&fk_m), 0);
 	cr_assert_eq(dmutex_fence(&fk_m, &fk_parent_fence), 0);
-	r = th_redis_cmd(&srv, "HGET dmutex:lock:{fk} token");
-	cr_assert(r && r->type == REDIS_REPLY_STRING && r->len < sizeof token);
-	strcpy(token, r->str);
-	freeReplyObject(r);
-	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:lock:{fk} pid"), (long long)getpid());
+	cr_assert(dmt_lock_field(&srv, "fk", "token", token, sizeof token));
+	cr_assert_eq(lock_pid("fk"), (long long)getpid());
 	clients_before = th_redis_clients(&srv);
 	cr_assert_gt(clients_before, 0);
 
@@ -400,11 +405,9 @@ Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 	cr_assert(th_wait_until(more_clients, NULL, 2000),
 			"expected more than %d clients, have %d", clients_before, th_redis_clients(&srv));
 	/* The parent's hold is undisturbed: same token, same owner. */
-	r = th_redis_cmd(&srv, "HGET dmutex:lock:{fk} token");
-	cr_assert(r && r->type == REDIS_REPLY_STRING);
-	cr_assert_str_eq(r->str, token);
-	freeReplyObject(r);
-	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:lock:{fk} pid"), (long long)getpid());
+	cr_assert(dmt_lock_field(&srv, "fk", "token", child_token, sizeof child_token));
+	cr_assert_str_eq(child_token, token);
+	cr_assert_eq(lock_pid("fk"), (long long)getpid());
 	cr_assert_eq(dmutex_fence(&fk_m, &fence), 0);
 	cr_assert_eq(fence, fk_parent_fence);
 	cr_assert_eq(dmt_unlock_answered(&fk_m), 0);
@@ -412,7 +415,7 @@ Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 
 	th_sync_post(&fk_unlocked);
 	cr_assert_eq(th_wait_child(pid, 10000), 0);
-	cr_assert_eq(dmt_hget(&srv, "fk:child", "token", child_token, sizeof child_token), 1);
+	cr_assert_eq(dmt_lock_key_field(&srv, "fk:child", "token", child_token, sizeof child_token), 1);
 	/* The parent's connections survived the child's use and exit; and
 	 * its next tokens are not the child's (the child's trylock took one,
 	 * its lock the next: a random pool shared across the fork would give
@@ -421,7 +424,7 @@ Test(procs, fork_child_holds_none_of_parents_locks, .timeout = 20)
 		cr_assert_eq(dmutex_lock(&fk_m), 0);
 		cr_assert_eq(dmutex_fence(&fk_m, &fence), 0);
 		cr_assert_gt(fence, fk_parent_fence + 1);
-		cr_assert_eq(dmt_hget(&srv, "dmutex:lock:{fk}", "token", token, sizeof token), 1);
+		cr_assert_eq(dmt_lock_field(&srv, "fk", "token", token, sizeof token), 1);
 		cr_assert_str_neq(token, child_token, "the parent's token %d after fork is the child's", i);
 		cr_assert_eq(dmutex_unlock(&fk_m), 0);
 	}
@@ -530,13 +533,14 @@ Test(procs, fork_while_threads_wait_does_not_deadlock, .timeout = 20)
 static int exit_child(void *arg)
 {
 	dmutex_client_t *c;
-	dmutex_t m;
+	dmutex_t m, rm;
 
 	(void)arg;
 	dmt_die_with_parent(test_pid);
-	if (dmt_open_mutex(&c, &m, srv.url, "quitter", NULL))
+	if (dmt_open_mutex(&c, &m, srv.url, "quitter", NULL) ||
+	    dmt_init_mutex(&rm, "quitter-robust", c, &(struct dmt_attr){ .robust = DMUTEX_ROBUST }))
 		return 10;
-	if (dmutex_lock(&m))
+	if (dmutex_lock(&m) || dmutex_lock(&rm))
 		return 11;
 	/* exit(), not the harness's _exit(): atexit handlers run. */
 	exit(0);
@@ -545,7 +549,7 @@ static int exit_child(void *arg)
 static int lock_key_gone(void *arg)
 {
 	(void)arg;
-	return th_redis_int(&srv, "EXISTS dmutex:lock:{quitter}") == 0;
+	return th_redis_int(&srv, "EXISTS dmutex:lock:{quitter} dmutex:lock:{quitter-robust}") == 0;
 }
 
 Test(procs, exit_while_holding_releases_at_once, .timeout = 20)
@@ -560,11 +564,13 @@ Test(procs, exit_while_holding_releases_at_once, .timeout = 20)
 	/* Far less than the 10 s lease: the exit gave it up. */
 	cr_assert(th_wait_until(lock_key_gone, NULL, 500), "lock key still there %lld ms after the exit",
 			th_now_ms() - t0);
-	/* The release says the owner died, for robust lockers. */
-	r = th_redis_cmd(&srv, "HGET dmutex:meta:{quitter} state");
+	/* The robust hold's release says the owner died, for robust lockers;
+	 * the other leaves no trace (key layout 3). */
+	r = th_redis_cmd(&srv, "HGET dmutex:meta:{quitter-robust} state");
 	cr_assert(r && r->type == REDIS_REPLY_STRING);
 	cr_assert_str_eq(r->str, "died");
 	freeReplyObject(r);
+	cr_assert_eq(th_redis_int(&srv, "HEXISTS dmutex:meta:{quitter} state"), 0);
 }
 
 /* A process that exits holding many locks while its server hangs ends

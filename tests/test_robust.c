@@ -53,6 +53,15 @@ static const char *meta_state(const char *name)
 	return state;
 }
 
+/* 1 if NAME's lock key holds a hold (a token), not the not-recoverable
+ * mark nor nothing. */
+static int held(const char *name)
+{
+	char tok[128];
+
+	return dmt_lock_field(&srv, name, "token", tok, sizeof tok);
+}
+
 static long long lock_pttl(const char *name)
 {
 	char k[600];
@@ -196,7 +205,7 @@ Test(robust, sigkilled_holder_gives_eownerdead_after_lease)
 	static struct holder_arg a;
 	const char *name = "robust-kill";
 	struct proc_mutex pm;
-	char k[600], died[8];
+	char died[8];
 	long long pttl, at, waited;
 	int rc;
 
@@ -217,8 +226,7 @@ Test(robust, sigkilled_holder_gives_eownerdead_after_lease)
 	cr_assert_geq(waited, pttl - 15, "acquired %lld ms after the kill, the lease had %lld ms left", waited,
 			pttl);
 	cr_assert_lt(waited, pttl + 1500, "acquired only %lld ms after the lease ended", waited - pttl);
-	dmt_lock_key(k, sizeof k, name);
-	cr_assert(dmt_hget(&srv, k, "died", died, sizeof died));
+	cr_assert(dmt_lock_field(&srv, name, "died", died, sizeof died));
 	cr_assert_str_eq(died, "1");
 
 	cr_assert_eq(dmutex_consistent(&pm.m), 0);
@@ -298,7 +306,7 @@ Test(robust, unlock_without_consistent_is_not_recoverable_everywhere)
 	const char *name = "robust-notrec";
 	struct proc_mutex pm;
 	dmutex_t plain;
-	char meta[600];
+	char k[600];
 	int rc;
 
 	DMT_SINGLE_NODE();
@@ -310,13 +318,13 @@ Test(robust, unlock_without_consistent_is_not_recoverable_everywhere)
 	/* Unlock WITHOUT dmutex_consistent. */
 	cr_assert_eq(dmutex_unlock(&pm.m), 0);
 	cr_assert_str_eq(meta_state(name), "notrec");
-	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
+	cr_assert_eq(held(name), 0);
 
 	/* This process, robust or not, blocking or not. */
 	cr_assert_eq(dmutex_lock(&pm.m), ENOTRECOVERABLE);
 	cr_assert_eq(dmutex_trylock(&pm.m), ENOTRECOVERABLE);
 	cr_assert_eq(dmutex_lock(&plain), ENOTRECOVERABLE);
-	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "ENOTRECOVERABLE took the lock");
+	cr_assert_eq(held(name), 0, "ENOTRECOVERABLE took the lock");
 
 	/* Another process, robust or not. */
 	snprintf(na.url, sizeof na.url, "%s", srv.url);
@@ -327,9 +335,10 @@ Test(robust, unlock_without_consistent_is_not_recoverable_everywhere)
 	cr_assert_eq(rc, 0, "other process exit code %d (12 robust, 13 plain lock, 14 plain trylock)", rc);
 	cr_assert_str_eq(meta_state(name), "notrec");
 
-	/* The operator resets it (the CLI comes later: DEL of the meta hash). */
-	dmt_meta_key(meta, sizeof meta, name);
-	cr_assert_eq(th_redis_int(&srv, "DEL %s", meta), 1);
+	/* The operator resets it (as `dmutex reset` does: the lock key is the
+	 * not-recoverable mark, key layout 3). */
+	dmt_lock_key(k, sizeof k, name);
+	cr_assert_eq(th_redis_int(&srv, "DEL %s", k), 1);
 	rc = dmutex_lock(&pm.m);
 	cr_assert_eq(rc, 0, "lock after reset: %s", dmutex_strerror(rc));
 	cr_assert_eq(dmutex_unlock(&pm.m), 0);
@@ -348,7 +357,7 @@ Test(robust, non_robust_locker_acquires_normally_after_sigkill)
 	static struct holder_arg a;
 	const char *name = "robust-plain";
 	struct proc_mutex pm, rb;
-	char k[600], died[8];
+	char died[8];
 	long long pttl, at, waited;
 	int rc;
 
@@ -361,10 +370,10 @@ Test(robust, non_robust_locker_acquires_normally_after_sigkill)
 	cr_assert_eq(rc, 0, "non-robust lock after SIGKILL: %s", dmutex_strerror(rc));
 	cr_assert_geq(waited, pttl - 15, "acquired %lld ms after the kill, the lease had %lld ms left", waited,
 			pttl);
-	/* It knows the owner died; it just is not told. */
-	dmt_lock_key(k, sizeof k, name);
-	cr_assert(dmt_hget(&srv, k, "died", died, sizeof died));
-	cr_assert_str_eq(died, "1");
+	/* A non-robust holder's death leaves no trace in Redis (key layout
+	 * 3: only robust holds keep a state), so nobody knows it died. */
+	cr_assert(dmt_lock_field(&srv, name, "died", died, sizeof died));
+	cr_assert_str_eq(died, "0");
 	cr_assert_eq(dmutex_consistent(&pm.m), EINVAL, "consistent on a non-robust mutex");
 	cr_assert_eq(dmutex_unlock(&pm.m), 0);
 	/* Its clean unlock leaves a clean lock: a robust locker gets 0. */

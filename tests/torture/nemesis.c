@@ -365,6 +365,35 @@ tt_nemesis(struct tt_run *r)
 
 /* ---- sampler ---- */
 
+/* What one node's lock key says: fence (0 when unknown) and whether the
+ * lease is kept for its process.  The key is a string ("3 token fence died
+ * flags ...", key layout 3: fence "-" until the hold asks for it, flag c a
+ * kept lease; "3 notrec" holds nothing), or a fair mutex's hash (fields
+ * fence, cache): GET and HMGET are both sent, and the one that fits the
+ * key's type answers.  0 if the key holds a hold, -1 if not. */
+static int
+sample_key(const redisReply *str, const redisReply *hash, uint64_t *fence, int *kept)
+{
+	char f[32], flags[16];
+
+	*fence = 0;
+	*kept = 0;
+	if (str->type == REDIS_REPLY_STRING) {
+		if (sscanf(str->str, "%*s %*s %31s %*s %15s", f, flags) != 2)
+			return -1;      /* the not-recoverable mark */
+		*fence = strcmp(f, "-") ? strtoull(f, NULL, 10) : 0;
+		*kept = strchr(flags, 'c') != NULL;
+		return 0;
+	}
+	if (hash->type == REDIS_REPLY_ARRAY && hash->elements == 2) {
+		if (hash->element[0]->type == REDIS_REPLY_STRING)
+			*fence = strtoull(hash->element[0]->str, NULL, 10);
+		*kept = hash->element[1]->type == REDIS_REPLY_STRING;
+		return 0;
+	}
+	return -1;
+}
+
 static void *
 sampler_main(void *arg)
 {
@@ -374,36 +403,38 @@ sampler_main(void *arg)
 
 	while (!atomic_load(&r->sampler_stop)) {
 		for (int i = 0; i < r->cfg.nodes; i++) {
-			redisReply *a = NULL, *b = NULL, *kc = NULL;
+			redisReply *a = NULL, *b = NULL, *h = NULL;
 			struct tt_rec x = { .pid = (int32_t)getpid(), .thr = TT_NEMESIS_THR, .type = N_SAMPLE,
 				.rc = i };
+			uint64_t fence;
+			int kept;
 
 			if (!ctx[i] && !(ctx[i] = th_tcp_connect(r->lock[i].port, 200)))
 				continue;
 			x.t = tt_now_ns();
-			redisAppendCommand(ctx[i], "HGET %s fence", key);
+			redisAppendCommand(ctx[i], "GET %s", key);
 			redisAppendCommand(ctx[i], "PTTL %s", key);
-			redisAppendCommand(ctx[i], "HEXISTS %s cache", key);
+			redisAppendCommand(ctx[i], "HMGET %s fence cache", key);
 			if (redisGetReply(ctx[i], (void **)&a) != REDIS_OK ||
 			    redisGetReply(ctx[i], (void **)&b) != REDIS_OK ||
-			    redisGetReply(ctx[i], (void **)&kc) != REDIS_OK) {
+			    redisGetReply(ctx[i], (void **)&h) != REDIS_OK) {
 				redisFree(ctx[i]);
 				ctx[i] = NULL;
 			} else if (b->type == REDIS_REPLY_INTEGER) {
-				x.token = a->type == REDIS_REPLY_STRING ? strtoull(a->str, NULL, 10) : 0;
+				x.hold = b->integer != -2 && sample_key(a, h, &fence, &kept) == 0;
+				x.token = x.hold ? fence : 0;
 				x.value = b->integer;
-				x.hold = b->integer != -2;
 				/* A kept lease (README "Cached leases"): its
 				 * process's later holds use it too. */
-				x.kind = kc->type == REDIS_REPLY_INTEGER && kc->integer == 1;
+				x.kind = x.hold && kept;
 				tt_rec_write(r->fd, &x);
 			}
 			if (a)
 				freeReplyObject(a);
 			if (b)
 				freeReplyObject(b);
-			if (kc)
-				freeReplyObject(kc);
+			if (h)
+				freeReplyObject(h);
 		}
 		tt_sleep_ms(SAMPLE_MS);
 	}

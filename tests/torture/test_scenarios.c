@@ -54,10 +54,7 @@ TestSuite(scenarios, .init = up, .fini = down, .timeout = 30);
 static void
 token_of(const char *name, char *out, size_t len)
 {
-	char key[600];
-
-	dmt_lock_key(key, sizeof key, name);
-	cr_assert(dmt_hget(&srv, key, "token", out, len), "no lock key for '%s'", name);
+	cr_assert(dmt_lock_field(&srv, name, "token", out, len), "no lock key for '%s'", name);
 }
 
 /* docs/faults.md #4. */
@@ -161,7 +158,7 @@ read_byte(int fd, int timeout_ms)
 Test(scenarios, wall_clock_jump_of_the_client_changes_nothing)
 {
 	const char *lib = faketime_lib(), *prog = getenv("CLOCKJUMP");
-	char url[700], ts[300], rfd[16], gfd[16], pid_s[32], key[600], want[32];
+	char url[700], ts[300], rfd[16], gfd[16], pid_s[32], want[32];
 	int ready[2], go[2], st;
 	dmutex_client_t *c;
 	dmutex_t held, mine;
@@ -206,8 +203,7 @@ Test(scenarios, wall_clock_jump_of_the_client_changes_nothing)
 			th_wait_child(child, 1000));
 	/* After an hour forward and two back, the child still holds it. */
 	cr_assert_eq(dmutex_trylock(&mine), EBUSY);
-	dmt_lock_key(key, sizeof key, "scen-jump");
-	cr_assert(dmt_hget(&srv, key, "pid", pid_s, sizeof pid_s));
+	cr_assert(dmt_lock_field(&srv, "scen-jump", "pid", pid_s, sizeof pid_s));
 	snprintf(want, sizeof want, "%d", (int)child);
 	cr_assert_str_eq(pid_s, want);
 	cr_assert_eq(write(go[1], "g", 1), 1);
