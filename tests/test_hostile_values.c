@@ -1,7 +1,8 @@
 /*
  * Issue 16 item 6: a hostile or broken server, on one node and on three
- * (Redlock).  Fake servers (tests/lib/fake_redis) answer the lock, release,
- * write-back and condvar scripts with what the test chose: numbers out of
+ * (Redlock).  Fake servers (tests/lib/fake_redis) answer the lock's plain
+ * SET, the lock, release, fence, write-back and condvar scripts with what
+ * the test chose: numbers out of
  * range, the wrong type, an error, or a reply trickled a byte at a time.
  * Every call returns EIO (never a hold with a bogus fencing token, never a
  * crash or a hang), and trylock, unlock, dcond_signal and dcond_broadcast
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "dmutex.h"
@@ -25,7 +27,7 @@
 /* What the fake servers answer, per script; set by the test. */
 struct script_replies {
 	pthread_mutex_t mu;
-	char acquire[256], release[64], raise[64], signal[64];
+	char take[128], acquire[256], release[64], fence[64], raise[64], signal[64];
 	char seminit[64], semop[64], semget[64], barinit[64], barwait[64], rwacq[64], rwrel[64];
 	int node_token[3];      /* > 0: acquire answers this token on node i */
 };
@@ -43,23 +45,32 @@ set_reply(char *field, size_t len, const char *v)
 }
 #define SET(field, v) set_reply(rep.field, sizeof rep.field, (v))
 
+/* Another process's lock value with a kept lease (key layout 3). */
+#define KEPT "3 0123456789abcdef - 0 c 30000 1 4242 4243 - elsewhere"
+
 static char *
 answer(int argc, char **argv, void *arg)
 {
 	int node = (int)(intptr_t)arg;
 	char *r;
 
-	/* EVALSHA sha nkeys KEYS... ARGS...: told apart by key and count. */
+	/* SET lock value NX PX lease GET (one Redis: a free non-robust lock,
+	 * key layout 3); EVALSHA sha nkeys KEYS... ARGS...: told apart by key
+	 * and count. */
 	pthread_mutex_lock(&rep.mu);
-	if (argc < 4)
+	if (argc > 1 && !strcasecmp(argv[0], "SET") && strstr(argv[1], ":lock:"))
+		r = strdup(rep.take);
+	else if (argc < 4)
 		r = strdup("-ERR unknown\r\n");
-	else if (strstr(argv[3], ":lock:") && argc >= 14) {   /* acquire; release has 9 */
+	else if (strstr(argv[3], ":lock:") && argc >= 13) {   /* acquire: 2 keys, 8 args */
 		if (rep.node_token[node] > 0)
 			r = fake_fmt("*3\r\n:0\r\n$%d\r\n%d\r\n:0\r\n",
 					snprintf(NULL, 0, "%d", rep.node_token[node]), rep.node_token[node]);
 		else
 			r = strdup(rep.acquire);
-	} else if (strstr(argv[3], ":lock:"))
+	} else if (strstr(argv[3], ":lock:") && argc == 7)     /* fence: 2 args */
+		r = strdup(rep.fence);
+	else if (strstr(argv[3], ":lock:"))                      /* release: 4 args */
 		r = strdup(rep.release);
 	else if (strstr(argv[3], ":meta:"))
 		r = strdup(rep.raise);
@@ -84,7 +95,11 @@ up(void)
 	snprintf(dir, sizeof dir, "/tmp/dmt-hostile-XXXXXX");
 	cr_assert(mkdtemp(dir), "mkdtemp");
 	pthread_mutex_lock(&rep.mu);
+	/* Busy with a kept lease (flag c): the client asks acquire.lua, whose
+	 * replies most tests choose. */
+	snprintf(rep.take, sizeof rep.take, "$%zu\r\n%s\r\n", strlen(KEPT), KEPT);
 	snprintf(rep.acquire, sizeof rep.acquire, "*3\r\n:0\r\n$1\r\n7\r\n:0\r\n");
+	snprintf(rep.fence, sizeof rep.fence, "*2\r\n:1\r\n$2\r\n42\r\n");
 	snprintf(rep.release, sizeof rep.release, ":1\r\n");
 	snprintf(rep.raise, sizeof rep.raise, ":1\r\n");
 	snprintf(rep.signal, sizeof rep.signal, ":0\r\n");
@@ -141,7 +156,7 @@ ms_since(int64_t t0)
 /* Acquire replies no Redis running acquire.lua gives: each is EIO, with
  * no hold left behind (fence says EPERM), whatever the token says. */
 static const char *const bad_acquires[] = {
-	"*3\r\n:0\r\n$1\r\n0\r\n:0\r\n",                                   /* token 0 */
+	"*3\r\n:0\r\n$1\r\n0\r\n:0\r\n",                                   /* token 0: Redlock */
 	"*3\r\n:0\r\n$2\r\n-5\r\n:0\r\n",                                  /* negative */
 	"*3\r\n:0\r\n$19\r\n9223372036854775808\r\n:0\r\n",                /* INT64_MAX + 1 */
 	"*3\r\n:0\r\n$20\r\n99999999999999999999\r\n:0\r\n",               /* past UINT64_MAX */
@@ -178,6 +193,10 @@ bad_acquire_values(int redlock)
 		int64_t t0;
 		int err;
 
+		/* On one node, token '0' is a hold whose token is assigned when
+		 * first asked for (key layout 3); Redlock assigns at once. */
+		if (i == 0 && !redlock)
+			continue;
 		SET(acquire, bad_acquires[i]);
 		t0 = dmt_now_ns();
 		err = dmutex_trylock(&m);
@@ -202,6 +221,82 @@ Test(hostile_values, fence_token_out_of_range_is_eio)
 Test(hostile_values, fence_token_out_of_range_is_eio_redlock)
 {
 	bad_acquire_values(1);
+}
+
+/* What the plain SET ... NX PX GET (key layout 3) answers: nil (free,
+ * ours) or the holder's value.  Anything else is EIO with no hold left;
+ * the not-recoverable mark is ENOTRECOVERABLE. */
+static const char *const bad_takes[] = {
+	":1\r\n",
+	"+OK\r\n",
+	"*0\r\n",
+	"-ERR no\r\n",
+	"$5\r\nhello\r\n",                                             /* not a lock value */
+	"$1\r\n3\r\n",
+	"$0\r\n\r\n",
+	"$43\r\n4 0123456789abcdef - 0 - 30000 1 1 1 - host\r\n",       /* another version */
+};
+
+Test(hostile_values, take_reply_not_a_lock_value_is_eio)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	char url[1024];
+	uint64_t tok;
+
+	url_of(url, sizeof url, 0, "command_timeout_ms=300");
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "hv-take", NULL), 0);
+	for (size_t i = 0; i < sizeof bad_takes / sizeof bad_takes[0]; i++) {
+		int64_t t0;
+		int err;
+
+		SET(take, bad_takes[i]);
+		t0 = dmt_now_ns();
+		err = dmutex_trylock(&m);
+		cr_assert_eq(err, EIO, "reply %zu: trylock gave %d, want EIO", i, err);
+		cr_assert_lt(ms_since(t0), 300 + 250 * dmt_slowdown(), "reply %zu: trylock took %lld ms", i,
+				ms_since(t0));
+		cr_assert_eq(dmutex_fence(&m, &tok), EPERM, "reply %zu left a hold", i);
+	}
+	SET(take, "$8\r\n3 notrec\r\n");
+	cr_assert_eq(dmutex_trylock(&m), ENOTRECOVERABLE);
+	/* Free: the hold's token is asked for when first wanted (fence.lua). */
+	SET(take, "$-1\r\n");
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+	cr_assert_eq(tok, 42);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+}
+
+/* fence.lua's answers it never gives: EIO, the hold kept (a later ask may
+ * get the token). */
+Test(hostile_values, bad_fence_answer_is_eio)
+{
+	static const char *const bad[] = { ":1\r\n", "*2\r\n:1\r\n$1\r\n0\r\n",
+		"*2\r\n:1\r\n$2\r\n-5\r\n", "*2\r\n:1\r\n$20\r\n99999999999999999999\r\n",
+		"*2\r\n:2\r\n$2\r\n42\r\n", "*1\r\n:1\r\n", "+OK\r\n", "-ERR no\r\n" };
+	dmutex_client_t *c;
+	dmutex_t m;
+	char url[1024];
+	uint64_t tok;
+
+	url_of(url, sizeof url, 0, "command_timeout_ms=300");
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, "hv-fence", NULL), 0);
+	SET(take, "$-1\r\n");
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int err;
+		SET(fence, bad[i]);
+		err = dmutex_fence(&m, &tok);
+		cr_assert_eq(err, EIO, "fence reply %zu: gave %d, want EIO", i, err);
+	}
+	SET(fence, "*2\r\n:1\r\n$2\r\n42\r\n");
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+	cr_assert_eq(tok, 42);
+	/* Not ours any more: ENOLCK, as from a renewal. */
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
 }
 
 /* Redlock's write-back round: the nodes gave different tokens, and the
