@@ -406,7 +406,12 @@ worker(void *p)
 		}
 		if (__atomic_add_fetch(&arena->inside, 1, __ATOMIC_ACQ_REL) != 1)
 			__atomic_add_fetch(&arena->overlaps, 1, __ATOMIC_RELAXED);
-		if (dmutex_fence(&m, &f) || f <= arena->last_fence)
+		/* The token is asked for now (key layout 3): a migration longer
+		 * than the call's deadline makes that EIO too, never a token
+		 * below the last. */
+		if ((rc = dmutex_fence(&m, &f)) == EIO)
+			__atomic_add_fetch(&arena->errors, 1, __ATOMIC_RELAXED);
+		else if (rc || f <= arena->last_fence)
 			__atomic_add_fetch(&arena->stale_fences, 1, __ATOMIC_RELAXED);
 		else
 			arena->last_fence = f;
