@@ -1302,6 +1302,61 @@ Test(cli, list_odd_prefix_and_names)
 			"and d[0][\"fence_counter\"] == 5");
 }
 
+/* What status makes of what it finds under a lock key: a layout-3 string
+ * (a host with a space in it, the rest of the value), a fair mutex's hash
+ * (layout 2), and data it must not guess at: another layout's value, a
+ * string that is no lock value, a key of another type. */
+Test(cli, status_reads_each_layout_and_refuses_foreign_data)
+{
+	redisContext *c = th_redis_connect(&srv, NULL, NULL);
+	char *o;
+
+	cr_assert(c);
+	freeReplyObject(redisCommand(c, "SET dmutex:lock:{s3} %s PX 60000",
+			"3 0123abcd 77 1 rc 5000 1700000000000 4242 4243 - my host"));
+	freeReplyObject(redisCommand(c, "HSET dmutex:lock:{h2} v 2 token t fence 9 died 0 host h2host "
+			"pid 11 tid 12 since 1700000000000 lease 6000 hostid -"));
+	freeReplyObject(redisCommand(c, "PEXPIRE dmutex:lock:{h2} 60000"));
+	freeReplyObject(redisCommand(c, "SET dmutex:lock:{v4} %s PX 60000", "4 t - 0 - 5000 1 1 1 - h"));
+	freeReplyObject(redisCommand(c, "SET dmutex:lock:{junk} %s PX 60000", "3 only a few"));
+	freeReplyObject(redisCommand(c, "RPUSH dmutex:lock:{alist} x"));
+	redisFree(c);
+
+	ASSERT_ST(DM_RUN(10000, "a", "status", "s3", "h2"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "s3: cached\n");
+	assert_contains(o, "holder:      my host pid 4242 tid 4243");
+	assert_contains(o, "fence:       77\n");
+	assert_contains(o, "(the holder took over from a holder that died)");
+	assert_contains(o, "h2: held\n");
+	assert_contains(o, "holder:      h2host pid 11 tid 12");
+	assert_contains(o, "fence:       9\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "s3"), 0, "b");
+	assert_json("b", "d[0][\"held\"] is True and d[0][\"cached\"] is True and d[0][\"fence\"] == 77 and "
+			"d[0][\"lease_ms\"] == 5000 and d[0][\"host\"] == \"my host\" and "
+			"d[0][\"acquired_after_owner_died\"] is True");
+	ASSERT_ST(DM_RUN(10000, "c", "status", "v4"), ST_BACKEND, "c");
+	o = err_of("c");
+	assert_contains(o, "written by key layout version 4");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "d", "status", "junk"), ST_BACKEND, "d");
+	o = err_of("d");
+	assert_contains(o, "not a value dmutex writes");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "e", "status", "alist"), ST_BACKEND, "e");
+	o = err_of("e");
+	assert_contains(o, "WRONGTYPE");
+	free(o);
+	/* list shows each, the unreadable ones as such. */
+	ASSERT_ST(DM_RUN(10000, "f", "list"), ST_BACKEND, "f");
+	o = out_of("f");
+	assert_contains(o, "alist");
+	assert_contains(o, "cannot read");
+	assert_contains(o, "my host pid 4242");
+	free(o);
+}
+
 /* A child process that takes NAME and stays (until killed), or with cond
  * set waits on the condition variable NAME with it. */
 struct sitter { char url[700]; const char *name; int robust; unsigned lease_ms; int cond; };

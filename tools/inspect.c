@@ -155,28 +155,58 @@ holder_of_hash(struct cli_lock *l, const redisReply *lock)
 	snprintf(l->hostid, sizeof l->hostid, "%s", (s = field(lock, "hostid")) ? s : "");
 }
 
+/* One field of a lock value into out: -1 if empty or too long for it (a
+ * value dmutex did not write), else 0. */
+static int
+take(char *out, size_t cap, const char *f, size_t len)
+{
+	if (!len || len >= cap)
+		return -1;
+	memcpy(out, f, len);
+	out[len] = '\0';
+	return 0;
+}
+
 /* The holder from a layout-3 lock value, "3 token fence died flags lease
  * since pid tid hostid host" (single spaces, the host the rest): 0, or -1
  * with l->error set when the value is not one dmutex writes. */
 static int
 holder_of_string(struct cli_lock *l, const char *key, const char *val)
 {
+	enum { V, TOKEN, FENCE, DIED, FLAGS, LEASE, SINCE, PID, TID, HOSTID, NF };
 	char v[8], fence[32], died[8], flags[16], lease[32], since[32], pid[32], tid[32];
 	char hostid[64];
-	int host_at = -1;
+	const char *f[NF], *p = val;
+	size_t len[NF];
+	int n;
 
-	/* Field widths: a longer field makes the value unreadable, not cut. */
-	if (sscanf(val, "%7s %*s %31s %7s %15s %31s %31s %31s %31s %63s %n", v, fence, died, flags,
-			lease, since, pid, tid, hostid, &host_at) != 9 || host_at < 0 ||
-	    strcmp(v, "3")) {
-		if (sscanf(val, "%7s", v) == 1 && strcmp(v, "3"))
-			snprintf(l->error, sizeof l->error, "%.80s: written by key layout version %.7s "
-					"(this dmutex writes 3)", key, v);
-		else
-			snprintf(l->error, sizeof l->error, "%.80s: not a value dmutex writes", key);
+	/* The version first: another layout's value is said as such. */
+	if (!take(v, sizeof v, val, strcspn(val, " ")) && strcmp(v, "3")) {
+		snprintf(l->error, sizeof l->error, "%.80s: written by key layout version %.7s "
+				"(this dmutex writes 3)", key, v);
 		return -1;
 	}
-	snprintf(l->host, sizeof l->host, "%s", val + host_at);
+	for (n = 0; n < NF; n++) {
+		const char *sp = strchr(p, ' ');
+		if (!sp)
+			break;
+		f[n] = p;
+		len[n] = (size_t)(sp - p);
+		p = sp + 1;             /* after the last field: the host */
+	}
+	if (n < NF || len[V] != 1 || f[V][0] != '3' || !len[TOKEN] ||
+	    take(fence, sizeof fence, f[FENCE], len[FENCE]) ||
+	    take(died, sizeof died, f[DIED], len[DIED]) ||
+	    take(flags, sizeof flags, f[FLAGS], len[FLAGS]) ||
+	    take(lease, sizeof lease, f[LEASE], len[LEASE]) ||
+	    take(since, sizeof since, f[SINCE], len[SINCE]) ||
+	    take(pid, sizeof pid, f[PID], len[PID]) ||
+	    take(tid, sizeof tid, f[TID], len[TID]) ||
+	    take(hostid, sizeof hostid, f[HOSTID], len[HOSTID])) {
+		snprintf(l->error, sizeof l->error, "%.80s: not a value dmutex writes", key);
+		return -1;
+	}
+	snprintf(l->host, sizeof l->host, "%s", p);
 	l->pid = num(pid);
 	l->tid = num(tid);
 	l->since_ms = num(since);
