@@ -118,13 +118,16 @@ waiter_main(void *arg)
 	return NULL;
 }
 
-/* The waiter asked for the mutex: the lock hash says someone waits. */
+/* The waiter asked for the mutex: the lock key says someone waits (flag w
+ * of the value "3 token fence died flags ...", key layout 3). */
 static void
 await_asked(redisContext *rc, const char *name)
 {
 	for (;;) {
-		redisReply *x = bench_cmd(rc, "HEXISTS dmutex:lock:{%s} w", name);
-		int asked = x->type == REDIS_REPLY_INTEGER && x->integer == 1;
+		redisReply *x = bench_cmd(rc, "GET dmutex:lock:{%s}", name);
+		char flags[16];
+		int asked = x->type == REDIS_REPLY_STRING &&
+			sscanf(x->str, "%*s %*s %*s %*s %15s", flags) == 1 && strchr(flags, 'w');
 
 		freeReplyObject(x);
 		if (asked)
