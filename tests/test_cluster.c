@@ -406,10 +406,10 @@ worker(void *p)
 		}
 		if (__atomic_add_fetch(&arena->inside, 1, __ATOMIC_ACQ_REL) != 1)
 			__atomic_add_fetch(&arena->overlaps, 1, __ATOMIC_RELAXED);
-		/* The token is asked for now (key layout 3): a migration longer
-		 * than the call's deadline makes that EIO too, never a token
-		 * below the last. */
-		if ((rc = dmutex_fence(&m, &f)) == EIO)
+		/* The token is asked for now (key layout 3), again until the
+		 * hold's end: a migration that outlasts the lease makes the
+		 * hold lost (ENOLCK), never a token below the last. */
+		if ((rc = dmutex_fence(&m, &f)) == ENOLCK)
 			__atomic_add_fetch(&arena->errors, 1, __ATOMIC_RELAXED);
 		else if (rc || f <= arena->last_fence)
 			__atomic_add_fetch(&arena->stale_fences, 1, __ATOMIC_RELAXED);
