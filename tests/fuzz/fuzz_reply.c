@@ -1,7 +1,8 @@
 /*
  * libFuzzer target: every Redis reply shape the library reads, parsed from
  * raw RESP by hiredis's own reader (as on a connection) and handed to the
- * functions that interpret acquire, release, renew and NOSCRIPT replies, and
+ * functions that interpret acquire (the script's and the plain SET's),
+ * release, renew and NOSCRIPT replies, and
  * the range checks of the cond, sem, barrier and rwlock counts
  * (src/backend/common.c, src/backend/node.c).  Any shape is either understood
  * within the documented values or refused; never a crash.
@@ -42,8 +43,10 @@ check(const redisReply *r)
 	if (dmutex__acq_reply("fuzz", r, &a) == 0) {
 		if (a.status < DMUTEX__ACQ_OK || a.status > DMUTEX__ACQ_VERSION)
 			abort();
-		/* A token is 1 .. INT64_MAX whatever the server sent. */
-		if (a.status == DMUTEX__ACQ_OK && (a.fence == 0 || a.fence > INT64_MAX))
+		/* A token is 0 (not assigned yet: the hold's first
+		 * dmutex_fence asks, fence.lua) or 1 .. INT64_MAX, whatever the
+		 * server sent. */
+		if (a.status == DMUTEX__ACQ_OK && a.fence > INT64_MAX)
 			abort();
 		/* A holder's PTTL that would overflow a deadline is refused. */
 		if (a.status == DMUTEX__ACQ_BUSY && (a.pttl_ms < -2 || a.pttl_ms > 86400000LL))
@@ -56,6 +59,17 @@ check(const redisReply *r)
 		for (size_t i = 0; i < k; i++)
 			if (out[i] < -1 || out[i] > 1)
 				abort();
+	}
+	/* The holder's value that the plain SET of a lock answers (layout
+	 * 3): understood as busy, not recoverable or another version, handed
+	 * to the script, or refused. */
+	if (r->type == REDIS_REPLY_STRING) {
+		struct dmutex__acq b = { .name = "fuzz", .token = "0123456789abcdef0123456789abcdef",
+			.lease_ms = 100 };
+		int rc = dmutex__take_busy("fuzz", r->str, r->len, &b);
+		if (rc < -1 || rc > 1 || (rc == 0 && b.status != DMUTEX__ACQ_BUSY &&
+				b.status != DMUTEX__ACQ_NOTREC && b.status != DMUTEX__ACQ_VERSION))
+			abort();
 	}
 	(void)dmutex__node_noscript(r);
 	/* The counts of cond, sem, barrier and rwlock scripts: a number is
