@@ -14,6 +14,20 @@ end
 local function value(tok, fence, died, flags, rest)
 	return VERSION .. ' ' .. tok .. ' ' .. fence .. ' ' .. died .. ' ' .. flags .. ' ' .. rest
 end
+-- The fields of the lock value at key, if it is ours (carries token tok):
+-- fence, died, flags, rest; nil if the key is gone, another holder's, or
+-- not a lock value of this layout.
+local function ours(key, tok)
+	local val = redis.call('GET', key)
+	if not val then
+		return nil
+	end
+	local v, cur, fence, died, flags, rest = parse(val)
+	if v ~= VERSION or cur ~= tok then
+		return nil
+	end
+	return fence, died, flags, rest
+end
 local function with_flag(flags, f)
 	if flags == '-' then
 		return f

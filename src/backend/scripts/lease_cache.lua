@@ -21,12 +21,9 @@
 -- @include token.lua
 -- @include layout.lua
 
-local val = redis.call('GET', KEYS[1])
-if not val then
-	return {0}
-end
-local v, cur, fence, died, flags, rest = parse(val)
-if v ~= VERSION or cur ~= ARGV[1] then
+local cur = ARGV[1]
+local fence, died, flags, rest = ours(KEYS[1], cur)
+if not fence then
 	return {0}
 end
 if flags:find('w', 1, true) then
