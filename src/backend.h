@@ -208,11 +208,12 @@ struct dmutex__backend_ops {
 	 * The fencing token of the live hold `token` of `name`, assigned now
 	 * if it has none yet (fence.lua): 0 and *fence; ENOLCK the lock does
 	 * not carry the token any more; EIO, *refused 1 when Redis answered
-	 * no (asking again will not help).  NULL on backends whose acquire
-	 * always assigns one (Redlock, Cluster).
+	 * no (asking again will not help).  Ends by deadline (CLOCK_MONOTONIC
+	 * ns: the hold's, which an answer after it could not vouch for).  NULL
+	 * on backends whose acquire always assigns one (Redlock, Cluster).
 	 */
 	int (*fence)(struct dmutex__backend *be, const char *name, const char *token,
-			unsigned lease_ms, uint64_t *fence, int *refused);
+			unsigned lease_ms, int64_t deadline, uint64_t *fence, int *refused);
 	/* The channel a release publishes on. Caller frees. */
 	char *(*channel)(struct dmutex__backend *be, const char *name);
 	/* In a fork child: drop inherited connections without talking on them,

@@ -31,8 +31,11 @@ assign(struct dmutex__entry *e, struct dmutex__lost *lost)
 		return 0;
 	memcpy(token, e->token, sizeof token);
 	for (int attempt = 0;; attempt++) {
+		/* An answer after the hold's end could not vouch for it: no
+		 * call outlives the deadline, whatever the command timeout. */
+		int64_t until = e->deadline_ns;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		err = be->ops->fence(be, e->name, token, lease_ms, &fence, &refused);
+		err = be->ops->fence(be, e->name, token, lease_ms, until, &fence, &refused);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		if (err != EIO || refused || e->lost)
 			break;

@@ -186,7 +186,7 @@ redis_release_async(struct dmutex__backend *be, const char *name, const char *to
 
 int
 dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, const char *name,
-		const char *token, unsigned lease_ms, uint64_t *fence, int *refused)
+		const char *token, unsigned lease_ms, int64_t deadline, uint64_t *fence, int *refused)
 {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], keep[24];
 	const char *argv[4] = { lk, mk, token, keep };
@@ -198,7 +198,7 @@ dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, 
 	dmutex__key(lk, be->cfg.prefix, "lock", name);
 	dmutex__key(mk, be->cfg.prefix, "meta", name);
 	dmutex__udec(keep, (unsigned long long)lease_ms + be->cfg.idle_ms);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_FENCE, 2, 4, argv, &md))) {
+	if (!(r = dmutex__node_call_by(n, DMUTEX__SCRIPT_FENCE, 2, 4, argv, &md, deadline))) {
 		*refused = md == DMUTEX__REFUSED;
 		return EIO;
 	}
@@ -216,9 +216,10 @@ dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, 
 
 static int
 redis_fence(struct dmutex__backend *be, const char *name, const char *token, unsigned lease_ms,
-		uint64_t *fence, int *refused)
+		int64_t deadline, uint64_t *fence, int *refused)
 {
-	return dmutex__backend_redis_fence(be, node_of(be), name, token, lease_ms, fence, refused);
+	return dmutex__backend_redis_fence(be, node_of(be), name, token, lease_ms, deadline, fence,
+			refused);
 }
 
 static int

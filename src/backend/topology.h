@@ -22,7 +22,7 @@ int dmutex__backend_redis_release(struct dmutex__backend *be, struct dmutex__nod
 
 /* ops->fence on node n (fence.lua). */
 int dmutex__backend_redis_fence(struct dmutex__backend *be, struct dmutex__node *n, const char *name,
-		const char *token, unsigned lease_ms, uint64_t *fence, int *refused);
+		const char *token, unsigned lease_ms, int64_t deadline, uint64_t *fence, int *refused);
 
 /* release_async (release_async.c) on node n: one Redis, or Sentinel's master. */
 int dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__node *n,
