@@ -132,7 +132,10 @@ dmutex_shim_cond_destroy(dcond_t *c)
 
 /* dcond's EIO means the wait could not even be registered, and the mutex
  * is still held: after a pause, a spurious wake-up, so that the caller
- * looks at its predicate and waits again. */
+ * looks at its predicate and waits again.  Its ENOLCK means the mutex is
+ * held again, on a new hold, the one given up by the wait having been lost
+ * (logged, onlost): to a pthread caller, which knows no ENOLCK here, a
+ * wake-up like any other (its predicate is looked at under the mutex). */
 int
 dmutex_shim_cond_wait(dcond_t *c, dmutex_t *m)
 {
@@ -144,6 +147,8 @@ dmutex_shim_cond_wait(dcond_t *c, dmutex_t *m)
 		return pthread_cond_wait(lc, lm);
 	if (!err)
 		err = dcond_wait(c, m);
+	if (err == ENOLCK)
+		return 0;
 	if (err != EIO)
 		return err;
 	pause_ms(100);
@@ -162,6 +167,8 @@ dmutex_shim_cond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struc
 		return pthread_cond_clockwait(lc, lm, clock, at);
 	if (!err)
 		err = dcond_clockwait(c, m, clock, at);
+	if (err == ENOLCK)
+		return 0;
 	if (err != EIO)
 		return err;
 	pause_ms(100);

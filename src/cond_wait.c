@@ -40,7 +40,9 @@
 #define NO_DEADLINE INT64_MAX
 
 /* Step 5: the mutex is held on return, whatever the backend does, unless it
- * is not recoverable (or was destroyed meanwhile). */
+ * is not recoverable (or was destroyed meanwhile).  A lock call never
+ * returns ENOLCK (issue 25): a loss of the hold the wait gave up is the
+ * wait's to report, once the mutex is held again. */
 static int
 take_back(dmutex_t *m, struct dmutex__entry *e, int depth)
 {
@@ -65,6 +67,7 @@ struct cancel_ctx {
 	struct dmutex__entry *e;
 	const char *token;
 	int depth;
+	struct dmutex__rel_ticket *rel; /* the wait's asynchronous release, or NULL */
 };
 
 static void
@@ -79,6 +82,7 @@ cancelled(void *arg)
 	dmutex__waiter_unsub(k->cx->client->be, k->sub);
 	__atomic_fetch_sub(&k->cx->waiters, 1, __ATOMIC_ACQ_REL);
 	err = dmutex__relock(k->m);
+	dmutex__ticket_put(k->rel);
 	if (k->msub)
 		dmutex__waiter_unsub(k->e->client->be, k->msub);
 	if (err == 0 || err == EOWNERDEAD) {
@@ -143,6 +147,7 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	struct dmutex_client *cl;
 	struct dmutex__wsub *sub, *msub = NULL;
 	struct dmutex__cond_leaving leaving;
+	struct dmutex__rel_ticket *rel = NULL;
 	char token[DMUTEX__TOKEN_HEX + 1], channel[DMUTEX__CHANNEL_MAX], *mchannel;
 	int64_t refresh_ns, sub_until;
 	uint64_t seq;
@@ -205,7 +210,10 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->depth = 1;           /* a recursive mutex is released whole */
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	err = dmutex_unlock(m);
+	/* An asynchronous release leaves us its ticket: its answer, read
+	 * before the mutex is taken back (step 5), says whether the hold we
+	 * gave up had been lost, which the caller is owed. */
+	err = dmutex__unlock_for_wait(m, &rel);
 	if (err == ENOLCK) {
 		lost = 1;       /* onlost was called; the lock is not ours anyway */
 	} else if (err && err != EIO) {
@@ -217,7 +225,7 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 
 	/* 3. */
 	refresh_ns = (int64_t)dmutex__cond_ttl_ms(cx->client->be) * DMUTEX__MS / 3;
-	k = (struct cancel_ctx){ c, cx, sub, msub, m, e, token, depth };
+	k = (struct cancel_ctx){ c, cx, sub, msub, m, e, token, depth, rel };
 	st = (struct sleep_state){ seq, 1, 0, 0 };
 	sleep_until_woken(&k, &st, until, refresh_ns, cs);
 	still = st.still;
@@ -236,8 +244,14 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	dmutex__waiter_unsub(cl->be, sub);
 	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 
-	/* 5. */
+	/* 5.  The taking back waits for our release's answer first
+	 * (dmutex__rel_settle): it is read by then, or never will be. */
 	err = take_back(m, e, depth);
+	if (rel) {
+		lost |= dmutex__ticket_wait(rel, dmutex__now_ns() +
+				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS) == DMUTEX__TICKET_NOT_OURS;
+		dmutex__ticket_put(rel);
+	}
 	if (msub)
 		dmutex__waiter_unsub(e->client->be, msub);
 	if (overlap && dmutex__cond_leave_end(cx->client->be, cx->name, token, &leaving, &still))

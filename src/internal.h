@@ -118,21 +118,22 @@ struct dmutex__entry {
 	 * (mutex_unlock_async.c), under mu; rel is read unlocked only as a
 	 * hint (atomic), acted on under mu. */
 	struct dmutex__rel_ticket *rel;
-	pthread_t rel_thread;           /* who unlocked */
 	char rel_token[DMUTEX__TOKEN_HEX + 1];
 	int64_t rel_until_ns;           /* its lease's end: the key goes by then anyway */
 	uint64_t rel_fence;
 	void (*rel_onlost)(const char *, void *);
 	void *rel_onlost_arg;
-	/* That release was not ours: nolck_thread's next lock, trylock,
-	 * unlock or fence of this name says ENOLCK, once. */
-	int nolck;
-	pthread_t nolck_thread;
+	/* Holds granted on the kept lease since Redis last confirmed it
+	 * (lease_cache.c): reported lost if it turns out gone. */
+	struct dmutex__suspect *suspects;
+	size_t nsuspects, suspects_cap;
+	int64_t confirmed_ns;           /* that confirmation's request was sent */
 
 	/* under client->renewer.mu */
 	int registered;
 	size_t ren_idx;                 /* registered: its place in renewer.items (O(1) removal) */
 	int64_t due_ns;
+	int rel_watched;                /* in renewer.rels: its release's answer is awaited */
 
 	/* A read-write lock's (kind DMUTEX__KIND_RW; rwlock.h), under mu.
 	 * held with rw_write 0 is the process's read share, shared by the
@@ -178,6 +179,17 @@ struct dmutex__reader {
 /* What an entry is the local state of: the same name is another lock. */
 enum { DMUTEX__KIND_MUTEX = 0, DMUTEX__KIND_RW = 1 };
 
+/* The handler of holds granted on a kept lease since its last
+ * confirmation (lease_cache.c), one per handler: the fences they had, and
+ * when the last of them ended (0: one still holds it). */
+struct dmutex__suspect {
+	void (*cb)(const char *, void *);
+	void *arg;
+	uint64_t fence_lo, fence_hi;
+	size_t holds;
+	int64_t end_ns;
+};
+
 /* The private state behind a dmutex_t. */
 struct dmutex__mutex {
 	struct dmutex__entry *entry;
@@ -209,6 +221,13 @@ struct dmutex__renewer {
 	size_t n, cap;
 	struct dmutex__orphan *orphans;
 	size_t norphans, orphans_cap;
+	/* Entries whose asynchronous release is unanswered: the thread reads
+	 * the answer and acts on it (mutex_unlock_async.c), so that a
+	 * release found not ours is reported soon, not at the name's next
+	 * call, which may never come.  A reference each. */
+	struct dmutex__entry **rels;
+	size_t nrels, rels_cap;
+	int64_t rels_due_ns;
 };
 
 struct dmutex_client {
@@ -293,6 +312,11 @@ void dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now);
  * caller gives to dmutex__met_hold_ended once e->mu is dropped. */
 int64_t dmutex__entry_take_counted(struct dmutex__entry *e, int64_t now);
 int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
+/* dmutex_unlock with cancellation already disabled. */
+int dmutex__unlock_impl(dmutex_t *m);
+/* The same for a condition wait: an asynchronous release leaves *ticket a
+ * reference to its ticket (the caller puts it), else NULL. */
+int dmutex__unlock_for_wait(dmutex_t *m, struct dmutex__rel_ticket **ticket);
 /* dmutex_lock for a condition wait's caller, which holds a subscription to
  * the mutex's wake channel (cond_wait.c): no round trip to subscribe. */
 int dmutex__relock(dmutex_t *m);
@@ -320,14 +344,20 @@ int dmutex__name_ok(const char *name, size_t *len);
  * synchronously. */
 int dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_ms,
 		int64_t now);
-/* Without e->mu: wait (a command timeout at most) for the answer of the
- * entry's pending release, if any (mine: only one the calling thread sent),
- * and act on it: not ours -> onlost and ENOLCK owed to its thread; no
- * answer -> released again in the background.  Before an acquire of the
- * name, so that the acquire reaches Redis after the release. */
-void dmutex__rel_settle(struct dmutex__entry *e, int mine);
-/* Under e->mu: 1 (once) if the calling thread is owed an ENOLCK. */
-int dmutex__rel_nolck(struct dmutex__entry *e);
+/* As dmutex__unlock_async, and *t a reference to the release's ticket
+ * (the caller puts it), for a condition wait, which must tell its caller
+ * whether the hold it gave up had been lost. */
+int dmutex__unlock_async_ticket(struct dmutex__entry *e, const char *token, unsigned lease_ms,
+		int64_t now, struct dmutex__rel_ticket **t);
+/* Without e->mu: wait, until `until` at most, for the answer of the
+ * entry's pending release, if any, and act on it: not ours -> the hold is
+ * reported lost (log, onlost); no answer -> released again, here by
+ * `until` and in the background.  Before an acquire of the name, so that
+ * the acquire reaches Redis after the release.  1 if nothing is pending
+ * any more. */
+int dmutex__rel_settle(struct dmutex__entry *e, int64_t until);
+/* The same, a command timeout from now. */
+void dmutex__rel_settle_now(struct dmutex__entry *e);
 /* The entry's pending release forgotten (entry freed; fork child). */
 void dmutex__rel_drop(struct dmutex__entry *e);
 /* ---- lease_cache.c (README "Cached leases") ---- */
@@ -337,7 +367,8 @@ int dmutex__cache_allowed(const struct dmutex__mutex *mx);
  * hold ended and the process keeps the lease (no round trip, or two the
  * first time); 0 release it as usual.  May drop e->mu meanwhile (with
  * e->releasing set). */
-int dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
+int dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now,
+		int64_t until);
 /* Under e->mu, nobody holding or acquiring: 1 the caller now holds e from
  * the kept lease; 0 it must ask the backend (a kept lease that may not
  * serve it was released).  May drop e->mu meanwhile (e->acquiring set). */
@@ -356,12 +387,31 @@ void dmutex__cache_release(struct dmutex__entry *e, int64_t until);
 void dmutex__cache_release_all(struct dmutex_client *c, int64_t until);
 /* Under e->mu: forget the kept lease (its subscription too). */
 void dmutex__cache_forget(struct dmutex__entry *e);
+/* Under e->mu, e kept: Redis confirmed the lease for a request sent at
+ * `sent` (a renewal, a reservation). */
+void dmutex__cache_confirmed(struct dmutex__entry *e, int64_t sent);
+/* Holds of a kept lease found gone, to report (dmutex__cache_gone). */
+struct dmutex__suspects {
+	struct dmutex__suspect *v;
+	size_t n;
+	int64_t since_ns;
+};
+/* Under e->mu: e's kept lease was found gone or not ours: take the
+ * reports of the holds granted on it since its last confirmation; a hold
+ * still running is marked lost instead (the caller's
+ * dmutex__entry_check_lost reports it). */
+void dmutex__cache_gone(struct dmutex__entry *e, struct dmutex__suspects *out);
+/* Without any lock: log them, count them, call their handlers; frees. */
+void dmutex__cache_report(const struct dmutex__entry *e, struct dmutex__suspects *s);
 
 /* ---- renewer.c ---- */
 /* Look at every kept lease now (one was revoked): any thread, no lock. */
 void dmutex__renewer_kick(struct dmutex_client *c);
 int dmutex__renewer_add(struct dmutex_client *c, struct dmutex__entry *e);
 void dmutex__renewer_remove(struct dmutex_client *c, struct dmutex__entry *e);
+/* Read and act on e's asynchronous release's answer soon (a reference
+ * taken while it waits). */
+void dmutex__renewer_watch_rel(struct dmutex_client *c, struct dmutex__entry *e);
 /* Keep trying to release `token` in the background until until_ns. */
 void dmutex__renewer_orphan(struct dmutex_client *c, const char *name,
 		const char *token, int mode, int64_t until_ns);

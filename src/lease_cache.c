@@ -19,7 +19,18 @@
  *   - nobody asked for it since we kept it (e->kseq): not for safety, for
  *     the hand-over (a waiting process is served at the next unlock);
  *   - a reserved token is left: every token any later holder gets is above
- *     the whole block (lease_cache.lua raised the name's counter past it).
+ *     the whole block (lease_cache.lua raised the name's counter past it);
+ *   - the hold's mutex has the lease's length: every hold runs on its own
+ *     mutex's lease (a 10 s mutex must not live on a 1 s lease).
+ *
+ * What the lease cannot prevent (the key deleted, evicted or lost with a
+ * failover while kept) it reports: the holds granted on the lease since
+ * Redis last confirmed it (e->suspects, one record per onlost handler) are
+ * reported lost as soon as anyone finds the key gone or not ours (the
+ * renewer, a block reservation, the release), and a hold still running
+ * is marked lost (ENOLCK from its unlock and fence).  A confirmation (a
+ * renewal, a reservation) clears the holds that ended before its request
+ * went out: the key was ours then, and a token never comes back once gone.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -69,6 +80,116 @@ dmutex__cache_allowed(const struct dmutex__mutex *mx)
 			c->be->ops->cache && mx->entry->kind == DMUTEX__KIND_MUTEX;
 }
 
+/* Under e->mu: mx may start a hold on the kept lease (its own lease length). */
+static int
+fits(const struct dmutex__mutex *mx, const struct dmutex__entry *e)
+{
+	return dmutex__cache_allowed(mx) && mx->lease_ms == e->lease_ms;
+}
+
+/* ---- holds granted since the last confirmation ---- */
+
+static struct dmutex__suspect *
+suspect_of(struct dmutex__entry *e, void (*cb)(const char *, void *), void *arg)
+{
+	for (size_t i = 0; i < e->nsuspects; i++)
+		if (e->suspects[i].cb == cb && e->suspects[i].arg == arg)
+			return &e->suspects[i];
+	return NULL;
+}
+
+/* Under e->mu, before a local hold starts: its record, made now, so that
+ * the hold cannot start unrecorded (ENOMEM: it asks Redis instead). */
+static int
+suspect_room(struct dmutex__entry *e, const struct dmutex__mutex *mx)
+{
+	if (suspect_of(e, mx->onlost, mx->onlost_arg) || e->nsuspects < e->suspects_cap)
+		return 1;
+	size_t ncap = e->suspects_cap ? 2 * e->suspects_cap : 4;
+	struct dmutex__suspect *v = realloc(e->suspects, ncap * sizeof *v);
+	if (!v)
+		return 0;
+	e->suspects = v;
+	e->suspects_cap = ncap;
+	return 1;
+}
+
+static void
+suspect_start(struct dmutex__entry *e, uint64_t fence)
+{
+	struct dmutex__suspect *s = suspect_of(e, e->onlost, e->onlost_arg);
+
+	if (!s) {
+		s = &e->suspects[e->nsuspects++];
+		*s = (struct dmutex__suspect){ e->onlost, e->onlost_arg, fence, fence, 0, 0 };
+	}
+	s->fence_hi = fence;
+	s->holds++;
+	s->end_ns = 0;
+}
+
+static void
+suspect_end(struct dmutex__entry *e, int64_t now)
+{
+	struct dmutex__suspect *s = suspect_of(e, e->onlost, e->onlost_arg);
+
+	if (s)
+		s->end_ns = now;
+}
+
+void
+dmutex__cache_confirmed(struct dmutex__entry *e, int64_t sent)
+{
+	size_t k = 0;
+
+	e->confirmed_ns = sent;
+	for (size_t i = 0; i < e->nsuspects; i++)
+		if (!e->suspects[i].end_ns || e->suspects[i].end_ns >= sent)
+			e->suspects[k++] = e->suspects[i];
+	e->nsuspects = k;
+}
+
+void
+dmutex__cache_gone(struct dmutex__entry *e, struct dmutex__suspects *out)
+{
+	size_t k = 0;
+
+	out->v = e->suspects;
+	out->n = 0;
+	out->since_ns = e->confirmed_ns;
+	for (size_t i = 0; i < e->nsuspects; i++) {
+		/* The hold running now is reported as any hold found lost
+		 * (dmutex__entry_check_lost, by the caller), with its
+		 * handler: once per handler. */
+		if (e->held && !e->suspects[i].end_ns) {
+			dmutex__entry_mark_lost(e);
+			continue;
+		}
+		e->suspects[k++] = e->suspects[i];
+	}
+	out->n = k;
+	e->suspects = NULL;
+	e->nsuspects = e->suspects_cap = 0;
+}
+
+void
+dmutex__cache_report(const struct dmutex__entry *e, struct dmutex__suspects *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		const struct dmutex__suspect *x = &s->v[i];
+		dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
+		dmutex__log(DMUTEX_LOG_WARN, "lost the hold of '%s': its kept lease was found gone; "
+				"%zu local hold%s granted on it since Redis last confirmed it (fences %llu..%llu) "
+				"may have overlapped another holder", e->name, x->holds, x->holds == 1 ? "" : "s",
+				(unsigned long long)x->fence_lo, (unsigned long long)x->fence_hi);
+		if (x->cb)
+			x->cb(e->name, x->arg);
+	}
+	free(s->v);
+	s->v = NULL;
+	s->n = 0;
+}
+
 /* Waiter thread, no lock held: a message on a kept lease's channel.  The
  * renewal thread releases kept leases nobody holds that were revoked. */
 static void
@@ -82,22 +203,26 @@ dmutex__cache_forget(struct dmutex__entry *e)
 {
 	set_kept(e, 0);
 	e->blk_next = e->blk_last = 0;
+	/* Anything to report was taken (dmutex__cache_gone) before. */
+	free(e->suspects);
+	e->suspects = NULL;
+	e->nsuspects = e->suspects_cap = 0;
 	if (e->ksub) {
 		dmutex__waiter_unsub_notify(e->client->be, e->ksub);
 		e->ksub = NULL;
 	}
 }
 
-/* Without e->mu: subscribe, then mark the lease kept in Redis.  1 kept
- * (*sub, *seq, *last set), 0 release as usual. */
+/* Without e->mu: subscribe, then mark the lease kept in Redis, both by
+ * `until` (the unlock's one deadline, which its release shares if this
+ * fails).  1 kept (*sub, *seq, *last, *sent set), 0 release as usual. */
 static int
-keep(struct dmutex__entry *e, const char *token, struct dmutex__wsub **sub, uint64_t *seq,
-		uint64_t *last)
+keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__wsub **sub,
+		uint64_t *seq, uint64_t *last, int64_t *sent)
 {
 	struct dmutex_client *c = e->client;
 	struct dmutex__backend *be = c->be;
 	char *channel = be->ops->channel(be, e->name);
-	int64_t until = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 	int result = 0;
 
 	*sub = channel ? dmutex__waiter_sub_notify(be, channel, until, kick, c) : NULL;
@@ -108,7 +233,8 @@ keep(struct dmutex__entry *e, const char *token, struct dmutex__wsub **sub, uint
 	 * lock hash reaches this subscription (confirmed above, or, if not,
 	 * its confirmation moves the sequence: revoked, conservatively). */
 	*seq = dmutex__wsub_seq(be, *sub);
-	if (be->ops->cache(be, e->name, token, BLOCK, last, &result) || result != 1) {
+	*sent = dmutex__now_ns();
+	if (be->ops->cache(be, e->name, token, BLOCK, until, last, &result) || result != 1) {
 		dmutex__waiter_unsub_notify(be, *sub);
 		*sub = NULL;
 		return 0;
@@ -121,6 +247,7 @@ keep(struct dmutex__entry *e, const char *token, struct dmutex__wsub **sub, uint
 static void
 end_local(struct dmutex__entry *e, int64_t now)
 {
+	suspect_end(e, now);
 	if (e->held)
 		__atomic_fetch_sub(&e->client->held, 1, __ATOMIC_ACQ_REL);
 	e->held = 0;
@@ -134,8 +261,7 @@ dmutex__cache_unlock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, in
 {
 	/* dmutex__cache_unlock's way to its "kept" label, with no side
 	 * effect where it would turn off. */
-	if (!e->kept || !dmutex__cache_allowed(mx) || !fresh(e, now) || now < e->nocache_until_ns ||
-			revoked(e))
+	if (!e->kept || !fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns || revoked(e))
 		return 0;
 	e->last_end_ns = now;
 	end_local(e, now);
@@ -143,16 +269,16 @@ dmutex__cache_unlock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, in
 }
 
 int
-dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now, int64_t until)
 {
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__wsub *sub;
 	uint64_t seq, last;
-	int64_t prev_end = e->last_end_ns;
+	int64_t prev_end = e->last_end_ns, sent;
 	int rc;
 
 	e->last_end_ns = now;
-	if (!dmutex__cache_allowed(mx) || !fresh(e, now) || now < e->nocache_until_ns)
+	if (!fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns)
 		return 0;
 	if (e->kept) {
 		if (revoked(e)) {
@@ -172,7 +298,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	memcpy(token, e->token, sizeof token);
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	rc = keep(e, token, &sub, &seq, &last);
+	rc = keep(e, token, until, &sub, &seq, &last, &sent);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->releasing = 0;
 	if (rc != 1) {
@@ -184,6 +310,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	set_kept(e, 1);
 	e->ksub = sub;
 	e->kseq = seq;
+	e->confirmed_ns = sent;
 	e->blk_next = last - BLOCK + 1;
 	e->blk_last = last;
 	/* Asked back already (a message, or a subscription confirmed late)
@@ -215,20 +342,46 @@ take(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 	e->onlost = mx->onlost;
 	e->onlost_arg = mx->onlost_arg;
 	e->last_use_ns = now;
+	suspect_start(e, e->fence);
 	dmutex__entry_count_hold(e, now);
 	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Without e->mu, e->acquiring ours: release the kept lease by `until`. */
-static void
+/* Without e->mu, e->acquiring ours: release the kept lease by `until`;
+ * the release's answer (ENOLCK: it was not ours any more). */
+static int
 drop(struct dmutex__entry *e, const char *token, int64_t until)
 {
 	struct dmutex_client *c = e->client;
+	int err;
 
 	dmutex__renewer_remove(c, e);
-	if (dmutex__release_by(c, e->name, token, DMUTEX__REL_CLEAN, until) == EIO)
+	if ((err = dmutex__release_by(c, e->name, token, DMUTEX__REL_CLEAN, until)) == EIO)
 		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_CLEAN,
 				dmutex__now_ns() + (int64_t)e->lease_ms * DMUTEX__MS);
+	return err;
+}
+
+/* Under e->mu, e->acquiring set by the caller: forget the kept lease,
+ * and if `gone`, report the holds granted on it since its last
+ * confirmation (e->mu dropped meanwhile: the caller's acquiring keeps
+ * other threads of ours waiting). */
+static void
+forget_kept(struct dmutex__entry *e, int gone)
+{
+	struct dmutex__suspects sus = { 0 };
+
+	if (gone)
+		dmutex__cache_gone(e, &sus);
+	dmutex__cache_forget(e);
+	dmutex__entry_forget(e);
+	if (!sus.n) {
+		free(sus.v);
+		return;
+	}
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__cache_report(e, &sus);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 }
 
 /* Under e->mu (dropped meanwhile, e->acquiring set): give the kept lease
@@ -237,22 +390,22 @@ static void
 drop_locked(struct dmutex__entry *e, int64_t until)
 {
 	char token[DMUTEX__TOKEN_HEX + 1];
+	int err;
 
 	memcpy(token, e->token, sizeof token);
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	drop(e, token, until);
+	err = drop(e, token, until);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	forget_kept(e, err == ENOLCK);
 	e->acquiring = 0;
-	dmutex__cache_forget(e);
-	dmutex__entry_forget(e);
 }
 
 int
 dmutex__cache_lock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 {
-	if (!e->kept || !dmutex__cache_allowed(mx) || revoked(e) || !fresh(e, now) ||
-			e->blk_next > e->blk_last)
+	if (!e->kept || !fits(mx, e) || revoked(e) || !fresh(e, now) ||
+			e->blk_next > e->blk_last || !suspect_room(e, mx))
 		return 0;
 	take(mx, e, now);
 	return 1;
@@ -268,7 +421,9 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 
 	if (!e->kept)
 		return 0;
-	if (dmutex__cache_allowed(mx) && !revoked(e) && fresh(e, now)) {
+	if (fits(mx, e) && !revoked(e) && fresh(e, now) && suspect_room(e, mx)) {
+		int64_t sent;
+
 		if (e->blk_next <= e->blk_last) {
 			take(mx, e, now);
 			return 1;
@@ -277,23 +432,31 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 		memcpy(token, e->token, sizeof token);
 		e->acquiring = 1;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		err = c->be->ops->cache(c->be, e->name, token, BLOCK, &last, &result);
+		sent = dmutex__now_ns();
+		err = c->be->ops->cache(c->be, e->name, token, BLOCK,
+				sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, &last, &result);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		e->acquiring = 0;
-		pthread_cond_broadcast(&e->cv);
-		if (!err && result == 1 && e->kept && !strcmp(token, e->token) && !revoked(e)) {
+		if (!err && result == 1 && e->kept && !strcmp(token, e->token) && !revoked(e) &&
+				suspect_room(e, mx)) {
+			e->acquiring = 0;
+			pthread_cond_broadcast(&e->cv);
+			dmutex__cache_confirmed(e, sent);
 			e->blk_next = last - BLOCK + 1;
 			e->blk_last = last;
 			take(mx, e, dmutex__now_ns());
 			return 1;
 		}
 		if (!err && result == 0 && e->kept && !strcmp(token, e->token)) {
-			/* Not ours any more: nobody held it, nothing to report. */
+			/* Not ours any more: the holds since its last
+			 * confirmation may have overlapped another's. */
 			dmutex__renewer_remove(c, e);
-			dmutex__cache_forget(e);
-			dmutex__entry_forget(e);
+			forget_kept(e, 1);
+			e->acquiring = 0;
+			pthread_cond_broadcast(&e->cv);
 			return 0;
 		}
+		e->acquiring = 0;
+		pthread_cond_broadcast(&e->cv);
 		if (!e->kept)
 			return 0;
 	}

@@ -24,7 +24,7 @@ dmutex_destroy_impl(dmutex_t *m)
 		 * (bounded by a command timeout): a program that destroys its
 		 * mutexes before it exits leaves nothing held even if that
 		 * connection broke, and still hears an onlost. */
-		dmutex__rel_settle(e, 0);
+		dmutex__rel_settle_now(e);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		/* The renewer giving back an idle kept lease is the library's
 		 * business, bounded by a command timeout: an unlocked mutex is

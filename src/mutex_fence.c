@@ -79,12 +79,12 @@ dmutex_fence_impl(dmutex_t *m, uint64_t *token)
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || !pthread_equal(e->owner, pthread_self())) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		/* Our last release, unanswered, may prove not ours (ENOLCK). */
-		dmutex__rel_settle(e, 1);
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		err = dmutex__rel_nolck(e) ? ENOLCK : EPERM;
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		return err;
+		/* Not ours to fence.  The last release of it, if still
+		 * unanswered, is waited for and acted on first (onlost, if it
+		 * was not ours): what Redis holds is known when this returns,
+		 * as the header says; the loss is not this call's to return. */
+		dmutex__rel_settle_now(e);
+		return EPERM;
 	}
 	/* The holder's own clock decides, not the renewer's last word. */
 	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);

@@ -214,7 +214,20 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 				 * keeps): give it back and queue again. */
 				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
-				maybe_done = 0;
+				/* Queue again with a new token: the release of the
+				 * old one, if it could not be confirmed, is retried in
+				 * the background, and must never meet a hold we take
+				 * next under the same token (it would delete it).  A
+				 * new token is a new place, and a new channel. */
+				maybe_done = queued = 0;
+				busy_sent = 0;
+				if (sub)
+					dmutex__waiter_unsub(c->be, sub);
+				sub = NULL;
+				free(channel);
+				channel = NULL;
+				if ((err = dmutex__token(token)))
+					break;
 				continue;
 			}
 			if ((err = take_hold(mx, e, token, a.fence, a.died, sent))) {
@@ -348,28 +361,37 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 		if ((err = dmutex__resolve(m, &mx)))
 			return err;
 		e = mx->entry;
-		/* Our last release of it may be unanswered: its answer decides
-		 * whether this call says ENOLCK (mutex_unlock_async.c). */
-		dmutex__rel_settle(e, 1);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	}
-	if (dmutex__rel_nolck(e)) {
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': ENOLCK, the last release of it by this "
-				"thread was not ours", e->name);
-		return ENOLCK;
 	}
 	if (e->held && pthread_equal(e->owner, self)) {
 		struct dmutex__lost lost;
 
-		/* A hold known lost is not re-entered: the nested section would
-		 * run believing it holds the lock (issue 16 item 9).  Local, no
-		 * I/O; count and hold stay as they are, and the owner's next
-		 * unlock says ENOLCK too. */
 		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
-		if (e->lost)
-			err = ENOLCK;
-		else if (mx->type == DMUTEX_RECURSIVE) {
+		if (e->lost && mx->type == DMUTEX_RECURSIVE) {
+			/* A hold known lost is not re-entered: the nested section
+			 * would run believing it holds the lock (issue 16 item
+			 * 9).  Nor is the loss this call's to return (issue 25: a
+			 * lock call returns without the lock only with an error
+			 * that says "not acquired"): the lost hold ends here,
+			 * reported as its unlock would report it, and the lock is
+			 * taken anew, at the depth the caller counts. */
+			int depth = e->depth;
+
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__lost_report(e, &lost);
+			dmutex__log(DMUTEX_LOG_WARN, "lock '%s': re-lock by its owner: the hold was lost; "
+					"taking the lock anew", e->name);
+			dmutex__unlock_impl(m);
+			err = lock_impl(m, NULL, mode, until, bad_deadline, presub);
+			if (err == 0 || err == EOWNERDEAD) {
+				dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+				if (e->held && pthread_equal(e->owner, self))
+					e->depth = depth < INT_MAX ? depth + 1 : INT_MAX;
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			}
+			return err;
+		}
+		if (mx->type == DMUTEX_RECURSIVE) {
 			if (e->depth == INT_MAX)
 				err = EAGAIN;
 			else
@@ -384,10 +406,7 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 		}
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		dmutex__lost_report(e, &lost);
-		if (err == ENOLCK)
-			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': re-lock by its owner refused: the hold was lost",
-					e->name);
-		else if (err == EINVAL)
+		if (err == EINVAL)
 			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
 		return err;
 	}
@@ -473,9 +492,9 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 	}
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	/* Another thread's release of it, unanswered, may still be on its way
-	 * on another connection: our acquire must not overtake it. */
-	dmutex__rel_settle(e, 0);
+	/* A release of it, unanswered, may still be on its way on another
+	 * connection: our acquire must not overtake it. */
+	dmutex__rel_settle_now(e);
 
 	{
 		int64_t first = 0;
@@ -525,7 +544,7 @@ lock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 	/* The deadline as dmutex__entry_check_lost reads it, last: the
 	 * clock is read only for a hold that is ours. */
 	if (mx->type == DMUTEX_RECURSIVE && e->held && pthread_equal(e->owner, pthread_self()) &&
-			!e->lost && !e->nolck && e->depth < INT_MAX &&
+			!e->lost && e->depth < INT_MAX &&
 			dmutex__now_before(e->deadline_ns)) {
 		e->depth++;
 		dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
@@ -533,7 +552,7 @@ lock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 	}
 	/* A lease the process kept, which no thread of ours holds or is
 	 * asking for: lock_impl would take it at once (lease_cache.c). */
-	if (!mx->fair && e->kept && !e->held && !e->acquiring && !e->nolck) {
+	if (!mx->fair && e->kept && !e->held && !e->acquiring) {
 		int64_t now = dmutex__now_ns();
 
 		if (dmutex__cache_lock_local(mx, e, now)) {

@@ -7,9 +7,10 @@
 #include "lockorder.h"
 
 /* locked: NULL, or m's object, resolved by unlock_fast, which holds its
- * entry's mutex. */
+ * entry's mutex.  ticket: NULL, or where an asynchronous release leaves a
+ * reference to its ticket (a condition wait's). */
 static int
-dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
+unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket **ticket)
 {
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -18,9 +19,10 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__offer offer;
 	struct dmutex__handoff *next = NULL;
-	int err, lost, mode, pass = 0;
+	struct dmutex__suspects sus = { 0 };
+	int err, lost, mode, pass = 0, was_kept;
 	unsigned lease_ms;
-	int64_t now, sent, held;
+	int64_t now, sent, held, until;
 
 	if (locked) {
 		mx = locked;
@@ -33,18 +35,17 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	c = e->client;
 	if (!e->held || !pthread_equal(e->owner, pthread_self()) || e->releasing) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		/* Not ours to unlock, unless our last release, still
-		 * unanswered, turns out not to have been ours either. */
-		dmutex__rel_settle(e, 1);
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		err = dmutex__rel_nolck(e) ? ENOLCK : EPERM;
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		if (err == ENOLCK)
-			dmutex__log(DMUTEX_LOG_ERROR, "unlock of '%s': ENOLCK, its last release was "
-					"not ours", e->name);
-		return err;
+		/* Not ours to unlock.  The last release of it, if still
+		 * unanswered, is waited for and acted on first (onlost, if it
+		 * was not ours): what Redis holds is known when this returns,
+		 * as the header says; the loss is not this call's to return. */
+		dmutex__rel_settle_now(e);
+		return EPERM;
 	}
 	now = dmutex__now_ns();
+	/* One deadline for the whole call: keeping the lease (a subscription
+	 * and a script) and the release that may follow share it. */
+	until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 	dmutex__entry_check_lost(e, now, &lost_rep);
 	lost = e->lost;
 	if (!lost && e->depth > 1) {
@@ -56,7 +57,7 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	/* The hold ends now, whatever the release below says (a hold lost
 	 * ended when the loss was found: nothing left to end). */
 	held = dmutex__entry_take_counted(e, now);
-	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now)) {
+	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now, until)) {
 		/* The process keeps the lease: no release (lease_cache.c). */
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		dmutex__thread_unhold(e);
@@ -74,6 +75,10 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	}
 	memcpy(token, e->token, sizeof token);
 	lease_ms = e->lease_ms;
+	/* The last hold of a kept lease: if the release finds the key not
+	 * ours, the other holds granted on it since its last confirmation
+	 * must be reported too, so it waits for the answer. */
+	was_kept = e->kept;
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
@@ -84,14 +89,14 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 	dmutex__renewer_remove(c, e);
 	/* Without waiting for the answer (mutex_unlock_async.c): Redis runs
 	 * it before anything we send on that connection next. */
-	if (mode == DMUTEX__REL_CLEAN && !dmutex__unlock_async(e, token, lease_ms, now)) {
+	if (mode == DMUTEX__REL_CLEAN && !was_kept &&
+			!dmutex__unlock_async_ticket(e, token, lease_ms, now, ticket)) {
 		dmutex__thread_unhold(e);
 		return 0;
 	}
 	sent = dmutex__now_ns();
-	err = next ? dmutex__release_to(c, e->name, token, mode,
-			sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, next)
-		: dmutex__release(c, e->name, token, mode);
+	err = next ? dmutex__release_to(c, e->name, token, mode, until, next)
+		: dmutex__release_by(c, e->name, token, mode, until);
 	if ((mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
 				"it is not recoverable until reset", e->name);
@@ -106,6 +111,8 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 		dmutex__entry_mark_lost(e);
 		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
 	}
+	if (err == ENOLCK && was_kept && e->kept)
+		dmutex__cache_gone(e, &sus);
 	dmutex__entry_forget(e);
 	/* After the hold is forgotten: the next thread takes it now. */
 	if (next)
@@ -115,6 +122,7 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
 		dmutex__fair_pass(e, &offer);
 	dmutex__thread_unhold(e);
 	dmutex__lost_report(e, &lost_rep);
+	dmutex__cache_report(e, &sus);
 	if (lost)
 		return ENOLCK;
 	return err;
@@ -125,7 +133,7 @@ dmutex_unlock_impl(dmutex_t *m, struct dmutex__mutex *locked)
  * not being released, not lost and its deadline well ahead: the whole way
  * would only count one level less), and the outermost unlock of a hold on
  * a kept lease that stays kept.  No cancellation point on the way: no pthread_setcancelstate pair
- * (cancel.c).  1 if done; else 0 and *locked as dmutex_unlock_impl takes
+ * (cancel.c).  1 if done; else 0 and *locked as unlock_impl takes
  * it (the entry's mutex held, not taken twice).
  */
 static int
@@ -166,6 +174,19 @@ unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 }
 
 int
+dmutex__unlock_impl(dmutex_t *m)
+{
+	return unlock_impl(m, NULL, NULL);
+}
+
+int
+dmutex__unlock_for_wait(dmutex_t *m, struct dmutex__rel_ticket **ticket)
+{
+	*ticket = NULL;
+	return unlock_impl(m, NULL, ticket);
+}
+
+int
 dmutex_unlock(dmutex_t *m)
 {
 	struct dmutex__mutex *locked;
@@ -174,7 +195,7 @@ dmutex_unlock(dmutex_t *m)
 	if (unlock_fast(m, &locked))
 		return 0;
 	cs = dmutex__nocancel();
-	err = dmutex_unlock_impl(m, locked);
+	err = unlock_impl(m, locked, NULL);
 
 	dmutex__cancel_restore(cs);
 	return err;

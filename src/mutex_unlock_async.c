@@ -10,8 +10,10 @@
  *
  * What the caller is not told at once, it is told later: an answer that
  * says the key was not ours (our hold had been lost without our noticing)
- * goes to the mutex's onlost handler, and the unlocking thread's next
- * lock, trylock, unlock or fence of the name returns ENOLCK, once; no
+ * goes to the mutex's onlost handler and the log, read and acted on by the
+ * renewal thread within milliseconds of its arrival; never to a later
+ * call, which belongs to another hold (a lock that does not lock must not
+ * report a loss, and a pthread_t is reused by the next thread); no
  * answer at all (connection lost, an error, NOSCRIPT inside another
  * caller's request) hands the release to the renewer's orphan list, as a
  * synchronous unlock's EIO does.
@@ -42,7 +44,8 @@ rescue(void *arg, const char *name, const char *token, int64_t until_ns)
 }
 
 int
-dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_ms, int64_t now)
+dmutex__unlock_async_ticket(struct dmutex__entry *e, const char *token, unsigned lease_ms,
+		int64_t now, struct dmutex__rel_ticket **out)
 {
 	struct dmutex_client *c = e->client;
 	struct dmutex__backend *be = c->be;
@@ -55,9 +58,12 @@ dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_
 	if (be->ops->release_async(be, e->name, token, DMUTEX__REL_CLEAN,
 			now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, until, rescue, c, &t))
 		return -1;
+	if (out) {
+		dmutex__ticket_ref(t);
+		*out = t;
+	}
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	memcpy(e->rel_token, token, sizeof e->rel_token);
-	e->rel_thread = pthread_self();
 	e->rel_until_ns = until;
 	e->rel_fence = e->fence;
 	e->rel_onlost = e->onlost;
@@ -65,32 +71,37 @@ dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_
 	__atomic_store_n(&e->rel, t, __ATOMIC_RELEASE);
 	dmutex__entry_forget(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	/* The answer may be read by nobody for a long time (the connection
+	 * idles in the pool): the renewal thread reads it soon, so that a
+	 * release found not ours is reported within a few milliseconds of
+	 * its answer, whatever the program does next. */
+	dmutex__renewer_watch_rel(c, e);
 	return 0;
 }
 
-void
-dmutex__rel_settle(struct dmutex__entry *e, int mine)
+int
+dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned lease_ms, int64_t now)
+{
+	return dmutex__unlock_async_ticket(e, token, lease_ms, now, NULL);
+}
+
+int
+dmutex__rel_settle(struct dmutex__entry *e, int64_t until)
 {
 	struct dmutex__rel_ticket *t;
 	struct dmutex__lost lost = { 0 };
 	char token[DMUTEX__TOKEN_HEX + 1];
-	int64_t token_until = 0, until;
+	int64_t token_until = 0;
 	int st;
 
 	/* The common case, nothing pending, costs no lock and no clock read
 	 * (a recursive re-lock is a few of those). */
 	if (!__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE))
-		return;
-	/* A command timeout, whatever the caller's deadline: a lock free but
-	 * for our own release in flight is free, and a deadline already
-	 * passed must still get it; after that the caller asks all the same
-	 * (at worst it finds the lock busy and waits for the wake-up). */
-	until = dmutex__now_ns() + (int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
+		return 1;
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	t = e->rel;
-	if (!t || (mine && !pthread_equal(e->rel_thread, pthread_self()))) {
+	if (!(t = e->rel)) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		return;
+		return 1;
 	}
 	dmutex__ticket_ref(t);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
@@ -103,8 +114,10 @@ dmutex__rel_settle(struct dmutex__entry *e, int mine)
 		__atomic_store_n(&e->rel, NULL, __ATOMIC_RELEASE);
 		dmutex__ticket_put(t);          /* the entry's */
 		if (st == DMUTEX__TICKET_NOT_OURS) {
-			e->nolck = 1;
-			e->nolck_thread = e->rel_thread;
+			/* The hold had been lost unnoticed; its unlock is over, so
+			 * the report is the handler and the log: no later call
+			 * of any thread says ENOLCK for it (issue 25: a lock
+			 * call that did not lock never reports a loss). */
 			dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
 			lost.report = 1;
 			lost.fence = e->rel_fence;
@@ -127,15 +140,19 @@ dmutex__rel_settle(struct dmutex__entry *e, int mine)
 		dmutex__log(DMUTEX_LOG_ERROR, "unlock of '%s': its release found the lock no longer "
 				"ours: the hold had been lost", e->name);
 	dmutex__lost_report(e, &lost);
+	return st != DMUTEX__TICKET_PENDING;
 }
 
-int
-dmutex__rel_nolck(struct dmutex__entry *e)
+void
+dmutex__rel_settle_now(struct dmutex__entry *e)
 {
-	if (!e->nolck || !pthread_equal(e->nolck_thread, pthread_self()))
-		return 0;
-	e->nolck = 0;
-	return 1;
+	/* A command timeout, whatever the caller's deadline: a lock free but
+	 * for our own release in flight is free, and a deadline already
+	 * passed must still get it; after that the caller asks all the same
+	 * (at worst it finds the lock busy and waits for the wake-up). */
+	if (__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE))
+		dmutex__rel_settle(e, dmutex__now_ns() +
+				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS);
 }
 
 void
@@ -144,6 +161,5 @@ dmutex__rel_drop(struct dmutex__entry *e)
 	struct dmutex__rel_ticket *t = e->rel;
 
 	__atomic_store_n(&e->rel, NULL, __ATOMIC_RELEASE);
-	e->nolck = 0;
 	dmutex__ticket_put(t);
 }

@@ -26,6 +26,10 @@
 #define BATCH_SLACK_NS (50 * DMUTEX__MS)
 #define BATCH_EARLY_DIV 8
 #define RETRY_NS       (50 * DMUTEX__MS)
+/* How soon the thread reads an asynchronous release's answer (if nobody
+ * did) and acts on it: the period of its looks while releases are
+ * unanswered. */
+#define REL_SETTLE_NS  (10 * DMUTEX__MS)
 /* A counters flush gets at most this long (and a tenth of the client's
  * lease), and starts only with at least METRICS_ROOM_NS before the next
  * renewal. */
@@ -139,6 +143,99 @@ dmutex__renewer_kick(struct dmutex_client *c)
 }
 
 void
+dmutex__renewer_watch_rel(struct dmutex_client *c, struct dmutex__entry *e)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	int64_t now;
+
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+	if (e->rel_watched || ensure_running(c))
+		goto out;
+	if (r->nrels == r->rels_cap) {
+		size_t ncap = r->rels_cap ? r->rels_cap * 2 : 16;
+		struct dmutex__entry **nv = realloc(r->rels, ncap * sizeof *nv);
+		/* No room: the answer is acted on at the name's next lock,
+		 * unlock, fence or destroy, as it is read. */
+		if (!nv)
+			goto out;
+		r->rels = nv;
+		r->rels_cap = ncap;
+	}
+	__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+	e->rel_watched = 1;
+	r->rels[r->nrels++] = e;
+	/* One look for every release of the last REL_SETTLE_NS: with one
+	 * unlock after another, the thread wakes once per period, not once
+	 * per unlock, and finds the answers mostly read already (by the
+	 * next request on their connections). */
+	if (r->nrels == 1) {
+		now = dmutex__now_ns();
+		r->rels_due_ns = now + REL_SETTLE_NS;
+		if (r->rels_due_ns < r->wake_ns)
+			pthread_cond_signal(&r->cv);
+	}
+out:
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+}
+
+/* Act on the answers of the asynchronous releases due now (renewer.mu
+ * held on entry and on return, dropped meanwhile).  `bound`: no answer is
+ * waited for past it (the next renewal is due). */
+static void
+settle_rels(struct dmutex_client *c, int64_t bound)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	struct dmutex__entry **v = r->rels;
+	size_t n = r->nrels, k = 0;
+	int64_t now = dmutex__now_ns(), until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+
+	if (until > bound)
+		until = bound;
+	/* Too little time before the next renewal to wait for a reply:
+	 * renew first (a read cut short would break its connection). */
+	if (until - now < REL_SETTLE_NS) {
+		r->rels_due_ns = now + REL_SETTLE_NS;
+		return;
+	}
+	r->rels = NULL;
+	r->nrels = r->rels_cap = 0;
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+	for (size_t i = 0; i < n; i++)
+		dmutex__rel_settle(v[i], until);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+	for (size_t i = 0; i < n; i++) {
+		struct dmutex__entry *e = v[i];
+		/* Unanswered yet, or a new release since (its watch found
+		 * the entry still listed): looked at again next period. */
+		if (__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE)) {
+			if (r->nrels == r->rels_cap) {
+				size_t ncap = r->rels_cap ? r->rels_cap * 2 : 16;
+				struct dmutex__entry **nv = realloc(r->rels, ncap * sizeof *nv);
+				if (nv) {
+					r->rels = nv;
+					r->rels_cap = ncap;
+				}
+			}
+			if (r->nrels < r->rels_cap) {
+				r->rels[r->nrels++] = e;
+				continue;
+			}
+			/* No room: its next call acts on it, as it is read. */
+		}
+		e->rel_watched = 0;
+		v[k++] = e;
+	}
+	r->rels_due_ns = dmutex__now_ns() + REL_SETTLE_NS;
+	/* The references, without our lock (the last one takes the
+	 * client's, which comes first). */
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+	for (size_t i = 0; i < k; i++)
+		dmutex__entry_put(v[i]);
+	free(v);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+}
+
+void
 dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *token,
 		int mode, int64_t until_ns)
 {
@@ -222,6 +319,7 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 	for (size_t i = k ? 0 : n - nrw; i < n; i = i + 1 == k ? n - nrw : i + 1) {
 		struct dmutex__entry *e = live[i];
 		struct dmutex__lost lost;
+		struct dmutex__suspects sus = { 0 };
 		int64_t now = dmutex__now_ns(), due;
 		int gone = 0;
 
@@ -232,11 +330,21 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 		}
 		if (!e->held && (rn[i].result == 0 || (rn[i].result != 1 && now >= e->deadline_ns))) {
 			/* A kept lease that is no longer ours, or no longer
-			 * known to be: nobody held it, nothing to report (its
-			 * key, if any is left, expires as 'cached'). */
+			 * known to be (its key, if any is left, expires as
+			 * 'cached').  Not ours: the local holds granted on it
+			 * since its last confirmation may have overlapped
+			 * another holder's, and are reported.  Not known: they
+			 * stand as holds taken from Redis before an outage
+			 * stand (README "Cached leases"). */
+			if (rn[i].result == 0)
+				dmutex__cache_gone(e, &sus);
 			dmutex__renewer_remove(c, e);
 			dmutex__entry_forget(e);
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			if (sus.n)
+				dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the kept lease is no longer ours",
+						e->name);
+			dmutex__cache_report(e, &sus);
 			continue;
 		}
 		/* (A hold found gone is counted lost where it is reported.) */
@@ -248,12 +356,18 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 				e->rw_remote_wwait = 1;
 			e->deadline_ns = t0 + (int64_t)e->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(e->lease_ms);
 			due = t0 + renew_interval(e->lease_ms);
+			if (e->kept)
+				dmutex__cache_confirmed(e, t0);
 		} else {
 			/* Not ours any more, or confirmed only for a request sent
 			 * after our own deadline: the guarantee lapsed either way. */
 			gone = rn[i].result != -1;
 			if (gone)
 				dmutex__entry_mark_lost(e);
+			/* A local hold on a kept lease: the other holds granted on
+			 * it since its last confirmation are reported too. */
+			if (rn[i].result == 0 && e->kept)
+				dmutex__cache_gone(e, &sus);
 			/* Otherwise keep trying until the holder's own deadline,
 			 * and be back at that deadline to report the loss. */
 			due = now + RETRY_NS;
@@ -276,6 +390,7 @@ renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, 
 		if (gone)
 			dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the lock is no longer ours", e->name);
 		dmutex__lost_report(e, &lost);
+		dmutex__cache_report(e, &sus);
 	}
 	for (size_t i = 0; i < nidle; i++)
 		dmutex__cache_release(idle[i], dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
@@ -338,6 +453,12 @@ renewer_main(void *arg)
 		for (size_t i = 0; i < r->norphans; i++)
 			if (r->orphans[i].next_ns < first)
 				first = r->orphans[i].next_ns;
+		if (r->nrels && r->rels_due_ns <= now) {
+			settle_rels(c, first);
+			continue;
+		}
+		if (r->nrels && r->rels_due_ns < first)
+			first = r->rels_due_ns;
 		/* The counters ride along: sent from here, never from a lock
 		 * call, and only while no renewal is due, given up before the
 		 * next one (and after METRICS_BUDGET_NS at most). */
@@ -432,6 +553,15 @@ dmutex__renewer_stop(struct dmutex_client *c)
 	if (running)
 		pthread_join(r->thread, NULL);
 	r->running = 0;
+	/* Releases still unanswered: closing the connections settles them
+	 * (their lease ends them anyway); the entries' references go. */
+	for (size_t i = 0; i < r->nrels; i++) {
+		r->rels[i]->rel_watched = 0;
+		dmutex__entry_put(r->rels[i]);
+	}
+	free(r->rels);
+	r->rels = NULL;
+	r->nrels = r->rels_cap = 0;
 	for (size_t i = 0; i < r->norphans; i++)
 		free(r->orphans[i].name);
 	free(r->orphans);
@@ -451,6 +581,13 @@ dmutex__renewer_atfork_child(struct dmutex__renewer *r)
 		free(r->orphans[i].name);
 	r->norphans = 0;
 	r->n = 0;
+	/* The parent's releases are the parent's to answer (rel_drop); the
+	 * references go without a lock (the table's is the parent's). */
+	for (size_t i = 0; i < r->nrels; i++) {
+		r->rels[i]->rel_watched = 0;
+		__atomic_fetch_sub(&r->rels[i]->refs, 1, __ATOMIC_ACQ_REL);
+	}
+	r->nrels = 0;
 	r->running = 0;
 	r->stop = 0;
 	pthread_mutex_init(&r->mu, NULL);

@@ -224,7 +224,7 @@ redis_fence(struct dmutex__backend *be, const char *name, const char *token, uns
 
 static int
 redis_cache(struct dmutex__backend *be, const char *name, const char *token, unsigned block,
-		uint64_t *last, int *result)
+		int64_t deadline, uint64_t *last, int *result)
 {
 	struct dmutex__node *n = node_of(be);
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], nb[16], keep[24];
@@ -237,7 +237,7 @@ redis_cache(struct dmutex__backend *be, const char *name, const char *token, uns
 	dmutex__key(mk, be->cfg.prefix, "meta", name);
 	snprintf(nb, sizeof nb, "%u", block);
 	dmutex__udec(keep, (unsigned long long)be->cfg.lease_ms + be->cfg.idle_ms);
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_LEASE_CACHE, 2, 5, argv, &md)))
+	if (!(r = dmutex__node_call_by(n, DMUTEX__SCRIPT_LEASE_CACHE, 2, 5, argv, &md, deadline)))
 		return EIO;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
 			(st = r->element[0]->integer) < 0 || st > 2 ||
