@@ -214,12 +214,16 @@ DMUTEX_EXPORT int dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t
  * release of the name, if still to come (dmutex_unlock). */
 DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
 /*
- * 0; EOWNERDEAD (robust: acquired, previous owner died); ENOTRECOVERABLE;
- * ENOLCK (the owner locks again a hold known lost; checked first, nothing
- * changes; or, once, the caller's last asynchronous release proved not
- * ours: dmutex_unlock); EDEADLK (NORMAL/ERRORCHECK owner locks again); EAGAIN (recursion
- * count would pass INT_MAX); EINVAL (NULL, uninitialized, destroyed); EIO
- * (backend failed for command_timeout_ms x 3, lock not taken).
+ * 0 and EOWNERDEAD (robust: previous owner died) return holding the lock;
+ * every other result means "not acquired": ENOTRECOVERABLE; EDEADLK
+ * (NORMAL/ERRORCHECK owner locks again, its hold lost or not); EAGAIN
+ * (recursion count would pass INT_MAX); EINVAL (NULL, uninitialized,
+ * destroyed); ENOMEM; EIO (backend
+ * failed for command_timeout_ms x 3, lock not taken).
+ * A lock call never returns ENOLCK: a loss found late is reported by
+ * onlost, by ENOLCK from that hold's unlock or fence, and in the log.  A
+ * RECURSIVE owner that locks again a hold known lost ends that hold (it
+ * was reported) and takes the lock anew, at the depth it counts.
  */
 DMUTEX_EXPORT int dmutex_lock(dmutex_t *m);
 /* As dmutex_lock, plus EBUSY when held by anyone (including the owner of a
@@ -253,25 +257,26 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
  * another client may still find the lock taken (trylock EBUSY; a blocking
  * lock is woken by the release); a lock of the same name through this
  * client waits for the answer first.  An answer saying the key was not
- * ours (the hold had been lost unnoticed) calls the onlost handler (at
- * the next lock, trylock, unlock, fence or destroy of the name in the
- * process, which act on the answer), and
- * the unlocking thread's next lock, trylock, unlock or fence of the mutex
- * returns ENOLCK, once; no answer (connection lost, an error) retries the
- * release in the background until the lease ends.  An unlock, fence or
- * destroy of a mutex no longer held waits (up to command_timeout_ms) for
- * the answer.  Redlock, Cluster, fair mutexes, a lost or not-recovered
- * hold, and async_release=0 release synchronously (Redlock must count a
- * majority of answers to know it released).
+ * ours (the hold had been lost unnoticed) is reported by the onlost
+ * handler and a log line, from the client's renewal thread, within a few
+ * milliseconds of the answer (bounded by command_timeout_ms); no later
+ * call returns ENOLCK for it (that hold is over; a lock call never reports
+ * a loss).  No answer (connection lost, an error) retries the release in
+ * the background until the lease ends.  An unlock, fence or destroy of a
+ * mutex no longer held waits (up to command_timeout_ms) for the answer,
+ * then says EPERM.  Redlock, Cluster, fair mutexes, a lost or
+ * not-recovered hold, the last hold of a kept lease, and async_release=0
+ * release synchronously (Redlock must count a majority of answers to know
+ * it released).  One unlock has one deadline, command_timeout_ms, shared
+ * by every round trip in it (keeping a lease, then releasing it).
  */
 DMUTEX_EXPORT int dmutex_unlock(dmutex_t *m);
 /* 0; EINVAL (not robust, or not inconsistent, or bad m); EPERM (not held
  * by the caller). */
 DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
 /*
- * 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost; or,
- * once, the caller's last asynchronous release proved not ours); EIO (the
- * server refused to assign a token: an ACL, foreign data); EINVAL.
+ * 0 and *token; EPERM (not held by the caller); ENOLCK (hold lost); EIO
+ * (the server refused to assign a token: an ACL, foreign data); EINVAL.
  * A hold that took a free lock with the plain SET (README "How it works")
  * has no token until its first dmutex_fence, which asks the server for
  * one: one round trip, in which the server checks the hold is still
@@ -311,6 +316,11 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
  * Cached leases: a process that keeps a lease reserves a block of tokens
  * above the hold's (the name's counter moves past the whole block) and
  * hands them to its local holds in order, so they obey the same rules.
+ * If the kept lease's key is found gone (deleted, evicted, lost with a
+ * failover), every hold granted on it since Redis last confirmed it is
+ * reported lost (onlost, log), a running one also by ENOLCK from its
+ * unlock and fence: a later holder's token is above theirs, so fencing
+ * refuses their writes.
  */
 DMUTEX_EXPORT int dmutex_fence(dmutex_t *m, uint64_t *token);
 
@@ -407,7 +417,8 @@ DMUTEX_EXPORT int dcond_destroy(dcond_t *c);
  * 0 (woken, or spuriously); EOWNERDEAD (robust m: taken back, its previous
  * owner died: make the state consistent, then dmutex_consistent);
  * ENOTRECOVERABLE (m cannot be taken back; it is not held); ENOLCK (the
- * hold of m had been lost before the wait released it; m is held again);
+ * hold of m had been lost before the wait released it, found by the
+ * release or its answer; m is held again, on a new hold);
  * EPERM (m not held by the caller; nothing done); EINVAL (NULL,
  * uninitialized or destroyed c or m; nothing done); EIO (the backend could
  * not register the wait; m is still held, nothing else done); ENOMEM.
