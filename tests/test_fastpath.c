@@ -4,7 +4,8 @@
  * the defect:
  *
  *   2  lock calls never say ENOLCK: after a lost asynchronous release
- *      the next lock, trylock or timedlock takes the lock;
+ *      the next lock, trylock or timedlock takes the lock (and through
+ *      the shim, pthread_mutex_lock: the program fastpath_shim.c);
  *
  * The loss is made behind the library's back: DEL of the lock key on the
  * server, or `dmutex reset --force`.  Every wait polls with a deadline;
@@ -163,5 +164,29 @@ Test(fastpath, trylock_after_a_lost_async_release_takes_the_lock)
 Test(fastpath, timedlock_after_a_lost_async_release_takes_the_lock)
 {
 	relock_after_a_lost_release("fp-relock-timed", BY_TIMEDLOCK);
+}
+
+/* The same through the pthread shim: tests/fastpath_shim.c, a pthread
+ * program built with the shim's flags (criterion cannot be: it locks
+ * through the calls the shim replaces), run against this server. */
+Test(fastpath, shim_lock_after_a_lost_async_release_takes_the_lock)
+{
+	const char *prog = getenv("FASTPATH_SHIM");
+	char out[] = "/tmp/fastpath-shim-XXXXXX", text[4096] = "", u[700], env[800], port[16];
+	int fd, st;
+	ssize_t n;
+
+	cr_assert(prog && *prog, "FASTPATH_SHIM is not set (run through meson test)");
+	url_with(u, sizeof u, "lease_ms=30000&metrics=0");
+	snprintf(env, sizeof env, "DMUTEX_URL=%s", u);
+	snprintf(port, sizeof port, "%d", srv.port);
+	cr_assert_geq(fd = mkstemp(out), 0);
+	st = th_run((const char *const[]){ prog, port, NULL }, (const char *const[]){ env, NULL }, out,
+			30000);
+	n = read(fd, text, sizeof text - 1);
+	text[n > 0 ? n : 0] = '\0';
+	close(fd);
+	unlink(out);
+	cr_assert_eq(st, 0, "fastpath_shim exited %d:\n%s", st, text);
 }
 
