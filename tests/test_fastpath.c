@@ -3,6 +3,8 @@
  * leases), one test per defect, each asserting the contract that replaces
  * the defect:
  *
+ *   1  a condition wait returns with the mutex held, also when the hold
+ *      it had before the wait was lost (ENOLCK: lost, and held anew);
  *   2  lock calls never say ENOLCK: after a lost asynchronous release
  *      the next lock, trylock or timedlock takes the lock (and through
  *      the shim, pthread_mutex_lock: the program fastpath_shim.c);
@@ -67,6 +69,27 @@ delete_key(const char *name)
 	cr_assert_eq(th_redis_int(&srv, "DEL %s", k), 1, "DEL %s did not delete it", k);
 }
 
+/* `dmutex reset --force NAME`: the operator's way to the same loss. */
+static void
+reset_force(const char *name)
+{
+	char out[] = "/tmp/fastpath-reset-XXXXXX", text[2048] = "";
+	const char *bin = getenv("DMUTEX_BIN");
+	int fd, st;
+	ssize_t n;
+
+	cr_assert(bin && *bin, "DMUTEX_BIN is not set (run through meson test)");
+	cr_assert_geq(fd = mkstemp(out), 0);
+	st = th_run((const char *const[]){ bin, "--url", srv.url, "reset", "--force", name, NULL },
+			NULL, out, 20000);
+	n = read(fd, text, sizeof text - 1);
+	text[n > 0 ? n : 0] = '\0';
+	close(fd);
+	unlink(out);
+	cr_assert_eq(st, 0, "dmutex reset --force %s: status %d: %s", name, st, text);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "reset --force left the lock key: %s", text);
+}
+
 /* Scripts the server has run: a release is one (EVALSHA, or EVAL by
  * source on a fresh connection).  Clients opened with metrics=0 and a
  * long lease run none of their own meanwhile. */
@@ -96,6 +119,133 @@ assert_held_by_me(const char *name, const char *what)
 			"%s: the lock key of '%s' is gone: the mutex is not held", what, name);
 	cr_assert_str_eq(tid, want, "%s: the lock key of '%s' names thread %s, not the caller %s",
 			what, name, tid, want);
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. a condition wait returns with the mutex held                     */
+/* ------------------------------------------------------------------ */
+
+struct cv_pair {
+	dmutex_client_t *c, *c2;
+	dmutex_t m, other;      /* other: the same name on another client */
+	dcond_t cv;
+	atomic_int lost;
+};
+
+static void
+cv_pair_open(struct cv_pair *p, const char *name, const char *cvname)
+{
+	char u[700];
+	dcond_attr_t ca;
+
+	url_with(u, sizeof u, "lease_ms=30000");
+	atomic_init(&p->lost, 0);
+	/* No kept lease: the wait's unlock is an asynchronous release. */
+	cr_assert_eq(dmt_open_mutex(&p->c, &p->m, u, name, &(struct dmt_attr){
+			.onlost = dmt_count_lost, .arg = &p->lost, .nocache = 1 }), 0);
+	cr_assert_eq(dmt_open_mutex(&p->c2, &p->other, u, name, &(struct dmt_attr){ .nocache = 1 }), 0);
+	cr_assert_eq(dcond_attr_init(&ca), 0);
+	cr_assert_eq(dcond_attr_setclient(&ca, p->c), 0);
+	cr_assert_eq(dcond_init(&p->cv, cvname, &ca), 0);
+	dcond_attr_destroy(&ca);
+}
+
+/* After the wait: ENOLCK said the hold before it was lost; the caller
+ * holds a new one, which the server and another client see. */
+static void
+assert_waiter_holds(struct cv_pair *p, const char *name, int rc)
+{
+	int orc;
+
+	cr_assert_eq(rc, ENOLCK, "the wait after the hold was lost returned %d (%s), want ENOLCK",
+			rc, dmutex_strerror(rc));
+	assert_held_by_me(name, "after the wait's ENOLCK");
+	orc = dmutex_trylock(&p->other);
+	cr_assert_eq(orc, EBUSY, "another client's trylock after the wait's ENOLCK: %d (%s), want EBUSY",
+			orc, dmutex_strerror(orc));
+	cr_assert(th_wait_until(dmt_lost_once, &p->lost, 5000), "onlost never ran");
+	cr_assert_eq(atomic_load(&p->lost), 1, "onlost called %d times", atomic_load(&p->lost));
+	cr_assert_eq(dmutex_unlock(&p->m), 0, "the waiter's unlock after the wait");
+}
+
+static void
+cv_pair_close(struct cv_pair *p)
+{
+	dcond_destroy(&p->cv);
+	dmt_close_mutex(p->c2, &p->other);
+	dmt_close_mutex(p->c, &p->m);
+}
+
+Test(fastpath, cond_timedwait_after_the_key_was_deleted_returns_holding_the_mutex)
+{
+	const char *name = "fp-cond-del";
+	struct cv_pair p;
+	struct timespec at;
+
+	cv_pair_open(&p, name, "fp-cond-del-cv");
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	delete_key(name);
+	dmt_deadline_in(CLOCK_REALTIME, 300, &at);
+	assert_waiter_holds(&p, name, dcond_timedwait(&p.cv, &p.m, &at));
+	cv_pair_close(&p);
+}
+
+/* The signaller: once the waiter is registered, wake it (again and again,
+ * until it has returned: a registration missed is no hang). */
+struct signaller {
+	dcond_t *cv;
+	const char *cvname;
+	atomic_int returned;
+	int registered;
+};
+
+static int
+cv_registered(void *arg)
+{
+	struct signaller *s = arg;
+
+	return th_redis_int(&srv, "ZCARD dmutex:cond:{%s}", s->cvname) >= 1;
+}
+
+static int
+waiter_returned(void *arg)
+{
+	return atomic_load(&((struct signaller *)arg)->returned);
+}
+
+static void *
+signal_when_registered(void *arg)
+{
+	struct signaller *s = arg;
+
+	s->registered = th_wait_until(cv_registered, s, 10000);
+	while (!atomic_load(&s->returned)) {
+		dcond_signal(s->cv);
+		th_wait_until(waiter_returned, s, 200);
+	}
+	return NULL;
+}
+
+Test(fastpath, cond_wait_after_reset_force_returns_holding_the_mutex)
+{
+	const char *name = "fp-cond-reset";
+	struct cv_pair p;
+	struct signaller s = { .cvname = "fp-cond-reset-cv" };
+	pthread_t th;
+	int rc;
+
+	cv_pair_open(&p, name, s.cvname);
+	s.cv = &p.cv;
+	atomic_init(&s.returned, 0);
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	reset_force(name);
+	cr_assert_eq(pthread_create(&th, NULL, signal_when_registered, &s), 0);
+	rc = dcond_wait(&p.cv, &p.m);
+	atomic_store(&s.returned, 1);
+	pthread_join(th, NULL);
+	cr_assert(s.registered, "the waiter never registered");
+	assert_waiter_holds(&p, name, rc);
+	cv_pair_close(&p);
 }
 
 /* ------------------------------------------------------------------ */
