@@ -8,6 +8,8 @@
  *   2  lock calls never say ENOLCK: after a lost asynchronous release
  *      the next lock, trylock or timedlock takes the lock (and through
  *      the shim, pthread_mutex_lock: the program fastpath_shim.c);
+ *   4  one dmutex_unlock, one command timeout, also when it tries to keep
+ *      the lease;
  *
  * The loss is made behind the library's back: DEL of the lock key on the
  * server, or `dmutex reset --force`.  Every wait polls with a deadline;
@@ -106,6 +108,31 @@ a_script_ran(void *arg)
 {
 	(void)arg;
 	return scripts() > scripts_base;
+}
+
+static int
+cached(const char *name)
+{
+	char v[600];
+
+	return dmt_lock_field(&srv, name, "cache", v, sizeof v) == 1;
+}
+
+static void
+cycle(dmutex_t *m)
+{
+	cr_assert_eq(dmutex_lock(m), 0);
+	cr_assert_eq(dmutex_unlock(m), 0);
+}
+
+/* Locked twice in a row: the second unlock keeps the lease (README
+ * "Cached leases"); the key says so ('c'). */
+static void
+warm(dmutex_t *m, const char *name)
+{
+	cycle(m);
+	cycle(m);
+	cr_assert(cached(name), "the lease of '%s' was not kept: the test would prove nothing", name);
 }
 
 /* The lock key carries a hold of the calling thread (its tid). */
@@ -338,5 +365,46 @@ Test(fastpath, shim_lock_after_a_lost_async_release_takes_the_lock)
 	close(fd);
 	unlink(out);
 	cr_assert_eq(st, 0, "fastpath_shim exited %d:\n%s", st, text);
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. one unlock, one command timeout                                  */
+/* ------------------------------------------------------------------ */
+
+Test(fastpath, an_unlock_that_tries_to_keep_the_lease_takes_one_command_timeout)
+{
+	const long timeout_ms = 1000;
+	const char *name = "fp-keep-stall";
+	char u[700], opts[100];
+	dmutex_client_t *c;
+	dmutex_t m, probe;
+	long long t0, took;
+	int rc;
+
+	snprintf(opts, sizeof opts, "command_timeout_ms=%ld&lease_ms=10000", timeout_ms);
+	url_with(u, sizeof u, opts);
+	cr_assert_eq(dmt_client_open_retry(&c, u), 0);
+	cr_assert_eq(dmt_init_mutex(&m, name, c, NULL), 0);
+	cr_assert_eq(dmt_init_mutex(&probe, "fp-keep-probe", c, NULL), 0);
+	/* What the stalled unlock below tries: the second unlock in a row
+	 * keeps the lease (shown on another name, the server running). */
+	warm(&probe, "fp-keep-probe");
+	cr_assert_eq(dmutex_destroy(&probe), 0);
+	cycle(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	paused = 1;
+	t0 = th_now_ms();
+	rc = dmutex_unlock(&m);
+	took = th_now_ms() - t0;
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	paused = 0;
+	cr_log_info("unlock with the server stopped: %d (%s) after %lld ms", rc, dmutex_strerror(rc), took);
+	cr_assert(rc == 0 || rc == EIO, "unlock said %d (%s)", rc, dmutex_strerror(rc));
+	/* One command timeout, and slack for a loaded machine: the defect
+	 * took three (subscribe, lease_cache.lua, the release). */
+	cr_assert_lt(took, timeout_ms * 16 / 10, "dmutex_unlock took %lld ms with command_timeout_ms=%ld",
+			took, timeout_ms);
+	dmt_close_mutex(c, &m);
 }
 
