@@ -10,6 +10,8 @@
  *      the shim, pthread_mutex_lock: the program fastpath_shim.c);
  *   4  one dmutex_unlock, one command timeout, also when it tries to keep
  *      the lease;
+ *   5  a lost release of a thread that has ended is reported to onlost,
+ *      never to the next thread that glibc gives the same pthread_t;
  *
  * The loss is made behind the library's back: DEL of the lock key on the
  * server, or `dmutex reset --force`.  Every wait polls with a deadline;
@@ -406,5 +408,96 @@ Test(fastpath, an_unlock_that_tries_to_keep_the_lease_takes_one_command_timeout)
 	cr_assert_lt(took, timeout_ms * 16 / 10, "dmutex_unlock took %lld ms with command_timeout_ms=%ld",
 			took, timeout_ms);
 	dmt_close_mutex(c, &m);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. a dead thread's report goes to onlost, not to pthread_t's heir   */
+/* ------------------------------------------------------------------ */
+
+static atomic_int log_hits;
+static const char *log_name;
+
+static void
+count_log(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level <= DMUTEX_LOG_WARN && strstr(msg, log_name))
+		atomic_fetch_add(&log_hits, 1);
+}
+
+struct thr {
+	dmutex_t *m;
+	const char *name;
+	int lock_rc, unlock_rc, deleted;
+};
+
+/* Thread A: its hold is lost, its unlock (asynchronous) does not know
+ * yet, and it ends. */
+static void *
+lose_and_exit(void *arg)
+{
+	struct thr *t = arg;
+	char k[600];
+
+	if ((t->lock_rc = dmutex_lock(t->m)))
+		return NULL;
+	dmt_lock_key(k, sizeof k, t->name);
+	t->deleted = th_redis_int(&srv, "DEL %s", k) == 1;
+	t->unlock_rc = dmutex_unlock(t->m);
+	return NULL;
+}
+
+/* Thread B: has never held the mutex. */
+static void *
+first_lock(void *arg)
+{
+	struct thr *t = arg;
+
+	if (!(t->lock_rc = dmutex_lock(t->m)))
+		t->unlock_rc = dmutex_unlock(t->m);
+	return NULL;
+}
+
+Test(fastpath, a_dead_threads_lost_release_goes_to_onlost_not_to_the_next_thread)
+{
+	const char *name = "fp-dead-thread";
+	char u[700];
+	dmutex_client_t *c;
+	dmutex_t m;
+	atomic_int lost = 0;
+	struct thr a = { .name = name }, b = { .name = name };
+	pthread_t ta, tb;
+	int reused;
+
+	log_name = name;
+	dmutex_set_logger(count_log, NULL);
+	url_with(u, sizeof u, "lease_ms=30000&metrics=0");
+	cr_assert_eq(dmt_open_mutex(&c, &m, u, name, &(struct dmt_attr){
+			.onlost = dmt_count_lost, .arg = &lost, .nocache = 1 }), 0);
+	a.m = b.m = &m;
+	scripts_base = scripts();
+	cr_assert_eq(pthread_create(&ta, NULL, lose_and_exit, &a), 0);
+	pthread_join(ta, NULL);
+	cr_assert_eq(a.lock_rc, 0);
+	cr_assert(a.deleted, "the lock key was not deleted under thread A");
+	cr_assert_eq(a.unlock_rc, 0, "an asynchronous unlock knows nothing yet");
+	cr_assert(th_wait_until(a_script_ran, NULL, 5000), "thread A's release never ran");
+	/* glibc gives a joined thread's stack, and so its pthread_t, to the
+	 * next thread created with the same attributes: B is usually A to
+	 * pthread_equal.  The contract holds either way. */
+	cr_assert_eq(pthread_create(&tb, NULL, first_lock, &b), 0);
+	reused = pthread_equal(ta, tb);
+	pthread_join(tb, NULL);
+	cr_log_info("thread B %s thread A's pthread_t", reused ? "reused" : "did not reuse");
+	cr_assert_eq(b.lock_rc, 0, "the first lock of a thread that never held the mutex: %d (%s)%s",
+			b.lock_rc, dmutex_strerror(b.lock_rc),
+			reused ? " (it has the ended thread's pthread_t)" : "");
+	cr_assert_eq(b.unlock_rc, 0);
+	cr_assert(th_wait_until(dmt_lost_once, &lost, 5000), "thread A's lost hold never reached onlost");
+	cr_assert_eq(atomic_load(&lost), 1, "onlost called %d times", atomic_load(&lost));
+	cr_assert_geq(atomic_load(&log_hits), 1, "no log line said that thread A's hold was lost");
+	dmt_close_mutex(c, &m);
+	cr_assert_eq(atomic_load(&lost), 1, "onlost called %d times", atomic_load(&lost));
+	dmutex_set_logger(NULL, NULL);
 }
 
