@@ -14,6 +14,8 @@
  *      never to the next thread that glibc gives the same pthread_t;
  *   6  every hold granted on a kept lease since its last confirmation is
  *      reported lost when the key turns out gone;
+ *   7  a hold runs on its own mutex's lease, not on a lease another
+ *      object of the name kept.
  *
  * The loss is made behind the library's back: DEL of the lock key on the
  * server, or `dmutex reset --force`.  Every wait polls with a deadline;
@@ -631,3 +633,45 @@ Test(fastpath, every_hold_on_a_vanished_kept_lease_is_reported_and_one_in_progre
 	kept_close(&k);
 }
 
+/* ------------------------------------------------------------------ */
+/* 7. a hold runs on its own mutex's lease                             */
+/* ------------------------------------------------------------------ */
+
+Test(fastpath, a_hold_runs_on_its_own_mutexs_lease_not_on_a_kept_one)
+{
+	const char *name = "fp-own-lease";
+	char u[700], k[600];
+	dmutex_client_t *c;
+	dmutex_t short_m, long_m;
+	atomic_int lost_short = 0, lost_long = 0;
+	unsigned lease = 0;
+	long long pttl;
+	int rc;
+
+	url_with(u, sizeof u, NULL);
+	cr_assert_eq(dmt_open_mutex(&c, &short_m, u, name, &(struct dmt_attr){
+			.lease_ms = 1000, .onlost = dmt_count_lost, .arg = &lost_short }), 0);
+	cr_assert_eq(dmt_init_mutex(&long_m, name, c, &(struct dmt_attr){
+			.lease_ms = 10000, .onlost = dmt_count_lost, .arg = &lost_long }), 0);
+	cr_assert_eq(dmutex_getlease(&long_m, &lease), 0);
+	cr_assert_eq(lease, 10000);
+	warm(&short_m, name);
+	/* Used just now: the renewer does not give it back as idle. */
+	cycle(&short_m);
+	cr_assert_eq(dmutex_lock(&long_m), 0);
+	dmt_lock_key(k, sizeof k, name);
+	pttl = th_redis_int(&srv, "PTTL %s", k);
+	cr_assert_gt(pttl, 5000, "the hold of a mutex with a 10000 ms lease has a key with PTTL %lld ms", pttl);
+	/* A stall well inside 10 s. */
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	paused = 1;
+	dmt_pass_time_ms(3000);
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	paused = 0;
+	rc = dmutex_unlock(&long_m);
+	cr_assert_eq(rc, 0, "unlock after a 3 s stall of a 10 s lease: %d (%s)", rc, dmutex_strerror(rc));
+	cr_assert_eq(atomic_load(&lost_long), 0, "onlost of the 10 s mutex ran %d times", atomic_load(&lost_long));
+	cr_assert_eq(atomic_load(&lost_short), 0, "onlost of the 1 s mutex ran %d times", atomic_load(&lost_short));
+	dmutex_destroy(&long_m);
+	dmt_close_mutex(c, &short_m);
+}
