@@ -147,11 +147,11 @@ print_summary(const struct tt_cfg *cfg, const struct tt_summary *s, double secs,
 		}
 	printf("] cache=%s async=%s lost_reported=%" PRIu64 " (onlost %" PRIu64 ", unlock ENOLCK %" PRIu64 ", late %" PRIu64 ") lock_enolck=%" PRIu64 " stale_rejected=%" PRIu64
 			" writes_accepted=%" PRIu64 " value=%" PRId64 " lock_eio=%" PRIu64 " unlock_eio=%" PRIu64
-			" lock_timeouts=%" PRIu64 " ownerdead=%" PRIu64 " killed=%" PRIu64 " keys_taken=%" PRIu64 " violations=%" PRIu64 "\n",
+			" lock_timeouts=%" PRIu64 " ownerdead=%" PRIu64 " killed=%" PRIu64 " kept_samples=%" PRIu64 " keys_taken=%" PRIu64 " violations=%" PRIu64 "\n",
 			checkcfg_of(cfg).lease_cache ? "on" : "off", checkcfg_of(cfg).async_release ? "on" : "off",
 			s->holds_lost, s->lost_by_onlost, s->lost_at_unlock, s->late_reports, s->lock_enolck, s->stale_rejected, s->writes_accepted,
 			s->final_value, s->lock_eio, s->unlock_eio, s->lock_timeout, s->ownerdead, s->killed,
-			s->keys_taken, s->violations + (uint64_t)extra);
+			s->kept_samples, s->keys_taken, s->violations + (uint64_t)extra);
 	fflush(stdout);
 }
 

@@ -452,9 +452,60 @@ node_fault(struct tt_run *r, int f, int node, double window_ms, double param, ui
 	return rc;
 }
 
+/* Whether node's lock key is a kept lease (flag c, README "Cached leases"). */
+static int
+key_kept(struct tt_run *r, int node)
+{
+	redisReply *rep = th_redis_cmd(&r->lock[node], "GET " LOCK_KEY);
+	char flags[16];
+	int kept = 0;
+
+	if (rep && rep->type == REDIS_REPLY_STRING && sscanf(rep->str, "%*s %*s %*s %*s %15s", flags) == 1)
+		kept = strchr(flags, 'c') != NULL;
+	if (rep)
+		freeReplyObject(rep);
+	return kept;
+}
+
+/* A fault that takes the keys, made while one process keeps its lease
+ * and its threads hold it locally: only that worker starts new holds (the
+ * others' waits drain, nobody asks for the lock, the lease is kept) until
+ * the key is kept and one of its threads holds it, polled for at most
+ * eight leases; then the fault, and everybody runs again and asks Redis,
+ * which has no key: the kept lease's holds must be told (rule 2 of README
+ * "The fast paths").  Not robust workers (id % 3 == 1): they never cache. */
+static int
+solo_fault(struct tt_run *r, int f, int node, double window_ms, double param, uint64_t *pick)
+{
+	int cand[TT_MAX_WORKERS], n = 0, w, rc;
+
+	for (int i = 0; i < r->nworkers; i++)
+		if (r->alive[i] && i % 3 != 1)
+			cand[n++] = i;
+	if (!n)
+		return node_fault(r, f, node, window_ms, param, pick);
+	w = cand[tt_rand(pick) % (uint64_t)n];
+	atomic_store(&r->sh->solo, w + 1);
+	int64_t until = tt_now_ns() + 8LL * r->cfg.lease_ms * 1000000;
+	while (tt_now_ns() < until) {
+		int holding = 0;
+		for (int t = 0; t < r->cfg.threads; t++)
+			holding |= phase_in(atomic_load(&r->sh->slot[w][t].phase), HOLDING_MASK);
+		if (holding && key_kept(r, node))
+			break;
+		tt_sleep_ms(1);
+	}
+	rc = node_fault(r, f, node, window_ms, param, pick);
+	atomic_store(&r->sh->solo, 0);
+	return rc;
+}
+
 static int
 inject(struct tt_run *r, int f, int node, double window_ms, double param, uint64_t *pick)
 {
+	/* param 2 and up: the same fault under a kept lease (param - 2). */
+	if (tt_fault_loses_keys(f) && param >= 2)
+		return solo_fault(r, f, node, window_ms, param - 2, pick);
 	switch (f) {
 	case F_HOLDER_STOP:
 		return holder_stop(r, window_ms, param != 0, pick);
@@ -517,6 +568,10 @@ tt_nemesis(struct tt_run *r)
 			{ F_EVICT, 0, 2 * L, 0 },
 			{ F_RESTART_LOSSY, 0, 0.5 * L, 0 },
 			{ F_KEY_DEL, 0, 0, 1 },                /* the counter too */
+			/* The same under a kept lease (param 2 and up). */
+			{ F_KEY_DEL, 0, 0, 2 },
+			{ F_FLUSHALL, 0, 0, 2 },
+			{ F_EVICT, 0, 2 * L, 2 },
 			{ F_OUTAGE_LONG, 2 % n, OUT, 0 },
 		};
 		for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
@@ -566,13 +621,19 @@ tt_nemesis(struct tt_run *r)
 			param = tt_uniform(&r->rng, C / 10, 2 * C);
 			break;
 		case F_KEY_DEL:
-			param = tt_rand(&r->rng) % 2;
+			param = tt_rand(&r->rng) % 4;   /* the counter too; under a kept lease */
+			break;
+		case F_KEY_RESET:
+		case F_FLUSHALL:
+			param = 2 * (tt_rand(&r->rng) % 2);
 			break;
 		case F_EVICT:
 			window = 2 * L;
+			param = 2 * (tt_rand(&r->rng) % 2);
 			break;
 		case F_RESTART_LOSSY:
 			window = tt_uniform(&r->rng, 0.1 * L, L);
+			param = 2 * (tt_rand(&r->rng) % 2);
 			break;
 		case F_OUTAGE_LONG:
 			window = OUT + tt_uniform(&r->rng, 0, L);

@@ -117,6 +117,10 @@ struct tt_slot {
 
 struct tt_shared {
 	_Atomic int stop;
+	/* Worker id + 1 that alone starts new holds (0: all): the nemesis
+	 * lets one process keep its lease (README "Cached leases") before it
+	 * takes the key away from under it. */
+	_Atomic int solo;
 	_Atomic int nworkers;
 	struct tt_slot slot[TT_MAX_WORKERS][TT_MAX_THREADS];
 };
@@ -162,7 +166,7 @@ int tt_worker_main(int argc, char **argv);                 /* worker.c */
 struct tt_summary {
 	uint64_t ops, holds, holds_lost, lost_by_onlost, lost_at_unlock, stale_rejected,
 		writes_accepted, lock_eio, lock_timeout, lock_busy, lock_enolck, unlock_eio, ownerdead,
-		unknown_writes, samples, killed, late_reports, keys_taken, violations;
+		unknown_writes, samples, kept_samples, killed, late_reports, keys_taken, violations;
 	uint64_t faults[TT_NFAULTS];
 	int64_t final_value, log_len;
 	unsigned lease_ms;

@@ -290,8 +290,14 @@ thread_main(void *p)
 {
 	struct thr *t = p;
 
-	while (!atomic_load(&t->w->sh->stop))
+	while (!atomic_load(&t->w->sh->stop)) {
+		int solo = atomic_load(&t->w->sh->solo);
+		if (solo && solo != t->w->id + 1) {
+			tt_sleep_ms(1);         /* pacing: another process runs alone */
+			continue;
+		}
 		one_round(t);
+	}
 	atomic_store(&t->slot->phase, PH_DONE);
 	rec(t, R_EXIT, 0, 0, 0, 0);
 	return NULL;
