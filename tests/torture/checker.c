@@ -453,6 +453,14 @@ worker_rec(struct ctx *c, const struct tt_rec *r)
 		break;
 	case R_EXIT:
 		t->exited = 1;
+		/* kind 1: the thread ended holding the lock (churn); the
+		 * library ends the hold with it (docs/faults.md #21). */
+		if (h && r->kind == 1) {
+			h->t_end = r->t;
+			h->ended = 1;
+			c->s->ended_holding++;
+		}
+		t->cur = -1;
 		break;
 	}
 	if (r->type != R_LOST)
@@ -1069,6 +1077,7 @@ tt_check(const char *dir, struct tt_summary *s, int64_t final_value, const uint6
 			s->holds_lost++;
 			s->lost_at_unlock += c.h[i].unlock_rc == ENOLCK;
 		}
+	s->threads = c.nth;
 	check_overlap(&c);
 	check_tokens(&c);
 	check_writes(&c, final_value, log, log_len);

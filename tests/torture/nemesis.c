@@ -503,9 +503,13 @@ solo_fault(struct tt_run *r, int f, int node, double window_ms, double param, ui
 static int
 inject(struct tt_run *r, int f, int node, double window_ms, double param, uint64_t *pick)
 {
-	/* param 2 and up: the same fault under a kept lease (param - 2). */
-	if (tt_fault_loses_keys(f) && param >= 2)
-		return solo_fault(r, f, node, window_ms, param - 2, pick);
+	/* param 2 and up: the same fault under a kept lease (param - 2),
+	 * when the workers may keep one. */
+	if (tt_fault_loses_keys(f) && param >= 2) {
+		if (r->cfg.lease_cache != 0 && r->cfg.nodes == 1)
+			return solo_fault(r, f, node, window_ms, param - 2, pick);
+		param -= 2;
+	}
 	switch (f) {
 	case F_HOLDER_STOP:
 		return holder_stop(r, window_ms, param != 0, pick);

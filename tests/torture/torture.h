@@ -43,7 +43,9 @@ enum tt_type {
 	R_UNLOCK_INV,
 	R_UNLOCK,       /* rc */
 	R_LOST,         /* onlost ran (renewal thread or the holder); hold = the thread's hold then */
-	R_EXIT,         /* the thread stopped cleanly */
+	R_EXIT,         /* the thread stopped cleanly; kind 1: it ends holding the lock (churn),
+	                 * which ends its hold; a new thread (record id + TT_MAX_THREADS)
+	                 * takes its slot unless the run is stopping */
 	/* nemesis (thr == TT_NEMESIS_THR) */
 	N_FAULT,        /* kind: fault; rc: node or -1; token: target pid; value: duration/param ms */
 	N_HEAL,         /* kind: fault; rc: node; token: target pid, or for a fault that takes
@@ -166,7 +168,7 @@ int tt_worker_main(int argc, char **argv);                 /* worker.c */
 struct tt_summary {
 	uint64_t ops, holds, holds_lost, lost_by_onlost, lost_at_unlock, stale_rejected,
 		writes_accepted, lock_eio, lock_timeout, lock_busy, lock_enolck, unlock_eio, ownerdead,
-		unknown_writes, samples, kept_samples, killed, late_reports, keys_taken, violations;
+		unknown_writes, samples, kept_samples, threads, ended_holding, killed, late_reports, keys_taken, violations;
 	uint64_t faults[TT_NFAULTS];
 	int64_t final_value, log_len;
 	unsigned lease_ms;

@@ -73,10 +73,18 @@ struct thr {
 	dmutex_t m;
 	redisContext *res;
 	_Atomic uint32_t hold;
-	/* The last hold granted: the only one an onlost can be about (an
+	/* The last hold granted, and the thread (record id) it was granted
+	 * to, (thr << 32) | hold: the only one an onlost can be about (an
 	 * asynchronous release's not-ours answer arrives after the unlock
-	 * returned, when hold already counts the next request). */
-	_Atomic uint32_t granted;
+	 * returned, when hold already counts the next request, or after its
+	 * thread ended and another took the slot). */
+	_Atomic uint64_t granted;
+	/* The running thread's record id: idx + TT_MAX_THREADS * generation.
+	 * A thread may end (churn, below) and a new one take the slot, its
+	 * mutex and hold count; the checker sees it as a new thread. */
+	uint16_t thr_id;
+	int gen;
+	_Atomic int ended;      /* 1: ended, its successor to start; 2: ended by stop */
 	uint64_t rng;
 	struct tt_slot *slot;
 	int failed;
@@ -85,10 +93,10 @@ struct thr {
 static struct worker W;
 
 static void
-rec_hold(struct thr *t, uint32_t hold, int type, int kind, int rc, uint64_t token, int64_t value)
+rec_hold_as(struct thr *t, uint16_t thr_id, uint32_t hold, int type, int kind, int rc, uint64_t token, int64_t value)
 {
 	struct tt_rec r = {
-		.t = tt_now_ns(), .pid = (int32_t)getpid(), .thr = (uint16_t)t->idx,
+		.t = tt_now_ns(), .pid = (int32_t)getpid(), .thr = thr_id,
 		.type = (uint8_t)type, .kind = (uint8_t)kind, .hold = hold,
 		.rc = rc, .token = token, .value = value,
 	};
@@ -101,7 +109,7 @@ rec_hold(struct thr *t, uint32_t hold, int type, int kind, int rc, uint64_t toke
 static void
 rec(struct thr *t, int type, int kind, int rc, uint64_t token, int64_t value)
 {
-	rec_hold(t, atomic_load(&t->hold), type, kind, rc, token, value);
+	rec_hold_as(t, t->thr_id, atomic_load(&t->hold), type, kind, rc, token, value);
 }
 
 static void
@@ -110,7 +118,9 @@ on_lost(const char *name, void *arg)
 	struct thr *t = arg;
 
 	(void)name;
-	rec_hold(t, atomic_load(&t->granted), R_LOST, 0, 0, 0, 0);
+	uint64_t g = atomic_load(&t->granted);
+
+	rec_hold_as(t, (uint16_t)(g >> 32), (uint32_t)g, R_LOST, 0, 0, 0, 0);
 }
 
 static void
@@ -219,8 +229,12 @@ do_lock(struct thr *t, int op)
 	}
 }
 
-/* One hold, recorded step by step. */
-static void
+/* One hold, recorded step by step.  Returns 1 if the thread is to end
+ * now (churn): one round in CHURN ends its thread, half of them holding the
+ * lock (the hold ends with the thread, docs/faults.md #21), half right
+ * after the unlock returned (an asynchronous release's answer pending). */
+#define CHURN 40
+static int
 one_round(struct thr *t)
 {
 	struct worker *w = t->w;
@@ -235,7 +249,7 @@ one_round(struct thr *t)
 	rec(t, R_LOCK_INV, op, 0, 0, 0);
 	rc = do_lock(t, op);
 	if (rc == 0 || rc == EOWNERDEAD)
-		atomic_store(&t->granted, atomic_load(&t->hold));
+		atomic_store(&t->granted, (uint64_t)t->thr_id << 32 | atomic_load(&t->hold));
 	rec(t, R_LOCK, op, rc, 0, 0);
 	if (rc == EOWNERDEAD) {
 		int rc2 = dmutex_consistent(&t->m);
@@ -245,7 +259,7 @@ one_round(struct thr *t)
 		/* A refused trylock would otherwise spin on Redis: pace it. */
 		if (rc == EBUSY)
 			tt_sleep_ms(tt_uniform(&t->rng, 0.2, 2));
-		return;
+		return 0;
 	}
 	if (w->flags & FL_RECURSIVE) {
 		rc = dmutex_lock(&t->m);
@@ -274,6 +288,14 @@ one_round(struct thr *t)
 			rec(t, R_WRITE, 0, rc, token, (int64_t)max);
 		}
 	}
+	/* Record ids stay below TT_NEMESIS_THR: the last generation stays. */
+	int churn = tt_rand(&t->rng) % CHURN == 0 && (t->gen + 2) * TT_MAX_THREADS < TT_NEMESIS_THR
+		? 1 + (int)(tt_rand(&t->rng) % 2) : 0;
+	if (churn == 1) {
+		/* Ends holding: R_EXIT kind 1 ends the hold for the checker. */
+		atomic_store(&t->slot->phase, PH_IDLE);
+		return 1;
+	}
 	if (relocked) {
 		rc = dmutex_unlock(&t->m);
 		rec(t, R_INNER_UNLOCK, 0, rc, 0, 0);
@@ -283,23 +305,35 @@ one_round(struct thr *t)
 	rc = dmutex_unlock(&t->m);
 	rec(t, R_UNLOCK, 0, rc, 0, 0);
 	atomic_store(&t->slot->phase, PH_IDLE);
+	return churn;
 }
+
+static pthread_mutex_t churn_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t churn_cv = PTHREAD_COND_INITIALIZER;
 
 static void *
 thread_main(void *p)
 {
 	struct thr *t = p;
+	int end = 0, holding = 0;
 
-	while (!atomic_load(&t->w->sh->stop)) {
+	while (!end && !atomic_load(&t->w->sh->stop)) {
 		int solo = atomic_load(&t->w->sh->solo);
 		if (solo && solo != t->w->id + 1) {
 			tt_sleep_ms(1);         /* pacing: another process runs alone */
 			continue;
 		}
-		one_round(t);
+		end = one_round(t);
+		holding = end == 1;
 	}
-	atomic_store(&t->slot->phase, PH_DONE);
-	rec(t, R_EXIT, 0, 0, 0, 0);
+	if (!end)
+		atomic_store(&t->slot->phase, PH_DONE);
+	/* kind 1: it ends holding the lock; the hold ends here. */
+	rec(t, R_EXIT, holding, 0, 0, 0);
+	pthread_mutex_lock(&churn_mu);
+	atomic_store(&t->ended, end ? 1 : 2);
+	pthread_cond_signal(&churn_cv);
+	pthread_mutex_unlock(&churn_mu);
 	return NULL;
 }
 
@@ -376,11 +410,40 @@ tt_worker_main(int argc, char **argv)
 			return 3;
 		}
 	}
-	for (int i = 0; i < W.nthreads; i++)
+	for (int i = 0; i < W.nthreads; i++) {
+		thr[i].thr_id = (uint16_t)i;
 		if (pthread_create(&tid[i], NULL, thread_main, &thr[i]))
 			return 3;
-	for (int i = 0; i < W.nthreads; i++)
+	}
+	/* Churn: a thread that ended before the stop is joined and a new one
+	 * takes its slot (glibc may give it the dead one's pthread_t): it must
+	 * inherit nothing of it (README "The fast paths" rule 5). */
+	for (int left = W.nthreads; left > 0;) {
+		pthread_mutex_lock(&churn_mu);
+		int i = -1;
+		while (i < 0) {
+			for (int k = 0; k < W.nthreads && i < 0; k++)
+				if (atomic_load(&thr[k].ended))
+					i = k;
+			if (i < 0)
+				pthread_cond_wait(&churn_cv, &churn_mu);
+		}
+		int why = atomic_exchange(&thr[i].ended, 0);
+		pthread_mutex_unlock(&churn_mu);
 		pthread_join(tid[i], NULL);
+		if (why == 2 || atomic_load(&W.sh->stop)) {
+			if (why == 1) {
+				/* Ended by churn as the stop came: done too. */
+				atomic_store(&thr[i].slot->phase, PH_DONE);
+			}
+			left--;
+			continue;
+		}
+		thr[i].gen++;
+		thr[i].thr_id = (uint16_t)(i + TT_MAX_THREADS * thr[i].gen);
+		if (pthread_create(&tid[i], NULL, thread_main, &thr[i]))
+			return 3;
+	}
 	for (int i = 0; i < W.nthreads; i++) {
 		if ((rc = dmutex_destroy(&thr[i].m))) {
 			fprintf(stderr, "torture worker %d: destroy: %s\n", W.id, dmutex_strerror(rc));
