@@ -68,6 +68,14 @@ struct thread {
 	int prev;               /* the last hold that ended, or -1 */
 	int exited;
 	int64_t pending_t;      /* lock asked for, no answer yet */
+	size_t slot;            /* index in ctx.sl: its worker slot */
+};
+
+/* A worker's thread slot (pid, record id % TT_MAX_THREADS): its threads
+ * one after another (churn) share one mutex, hence one onlost handler. */
+struct slot {
+	int32_t pid;
+	uint16_t idx;
 	int64_t *lost_t;        /* its onlost records' times, in order */
 	size_t nlost, caplost;
 };
@@ -92,6 +100,8 @@ struct ctx {
 	size_t nth, capth;
 	struct procinfo *pr;
 	size_t npr, cappr;
+	struct slot *sl;
+	size_t nsl, capsl;
 	struct tt_summary *s;
 	unsigned lease_ms, cmd_ms;
 	int async_release;      /* the workers' unlocks do not wait for the answer */
@@ -252,6 +262,15 @@ thread_of(struct ctx *c, int32_t pid, uint16_t thr)
 			return &c->th[i];
 	c->th = grow(c->th, &c->capth, c->nth + 1, sizeof *c->th);
 	c->th[c->nth] = (struct thread){ .pid = pid, .thr = thr, .cur = -1, .prev = -1, .last_t = 0 };
+	size_t k;
+	for (k = 0; k < c->nsl; k++)
+		if (c->sl[k].pid == pid && c->sl[k].idx == thr % TT_MAX_THREADS)
+			break;
+	if (k == c->nsl) {
+		c->sl = grow(c->sl, &c->capsl, c->nsl + 1, sizeof *c->sl);
+		c->sl[c->nsl++] = (struct slot){ .pid = pid, .idx = thr % TT_MAX_THREADS };
+	}
+	c->th[c->nth].slot = k;
 	return &c->th[c->nth++];
 }
 
@@ -521,15 +540,16 @@ faults_within(const struct ctx *c, int64_t a, int64_t b)
 }
 
 /* When hold h was told it lost the lock: its own ENOLCK, or an onlost of
- * its thread after it was granted.  One onlost tells every hold of its
+ * its handler after it was granted.  One onlost tells every hold of its
  * handler granted since Redis last confirmed a kept lease (README "The
  * fast paths" rule 2), and the worker records it under the last hold
- * granted: an onlost of the thread counts for its earlier holds too.
+ * granted, maybe to the thread that took the slot after the hold's thread
+ * ended: an onlost of the slot counts for its earlier holds too.
  * INT64_MAX: never. */
 static int64_t
 told_at(const struct ctx *c, const struct hold *h)
 {
-	const struct thread *t = &c->th[h->thread];
+	const struct slot *t = &c->sl[c->th[h->thread].slot];
 	size_t lo = 0, hi = t->nlost;
 	int64_t at = h->report_t;
 
@@ -1068,7 +1088,7 @@ tt_check(const char *dir, struct tt_summary *s, int64_t final_value, const uint6
 			violation(&c, "onlost ran twice for pid %d thread %u hold %u", r->pid, r->thr, r->hold);
 		h->lost = 2;
 		s->lost_by_onlost++;
-		struct thread *t = &c.th[h->thread];
+		struct slot *t = &c.sl[c.th[h->thread].slot];
 		t->lost_t = grow(t->lost_t, &t->caplost, t->nlost + 1, sizeof *t->lost_t);
 		t->lost_t[t->nlost++] = r->t;
 	}
@@ -1087,8 +1107,9 @@ tt_check(const char *dir, struct tt_summary *s, int64_t final_value, const uint6
 		write_text(&c);
 	free(c.r);
 	free(c.h);
-	for (size_t i = 0; i < c.nth; i++)
-		free(c.th[i].lost_t);
+	for (size_t i = 0; i < c.nsl; i++)
+		free(c.sl[i].lost_t);
+	free(c.sl);
 	free(c.th);
 	free(c.pr);
 	free(c.faults);
