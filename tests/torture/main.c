@@ -137,9 +137,9 @@ save_resource(const char *dir, int64_t value, const uint64_t *log, size_t n, con
 static void
 print_summary(const struct tt_cfg *cfg, const struct tt_summary *s, double secs, int extra)
 {
-	printf("torture: nodes=%d workers=%dx%d seed=%" PRIu64 " %s %.1fs ops=%" PRIu64 " threads=%" PRIu64 " (%" PRIu64 " ended holding) holds=%" PRIu64
+	printf("torture: nodes=%d workers=%dx%d seed=%" PRIu64 " %s %.1fs ops=%" PRIu64 " threads=%" PRIu64 " (%" PRIu64 " ended holding) holds=%" PRIu64 " (%" PRIu64 " after a condition wait)"
 			" faults[", cfg->nodes, cfg->procs, cfg->threads, cfg->seed,
-			cfg->deterministic ? "deterministic" : "random", secs, s->ops, s->threads, s->ended_holding, s->holds);
+			cfg->deterministic ? "deterministic" : "random", secs, s->ops, s->threads, s->ended_holding, s->holds, s->cond_waits);
 	for (int i = 0, first = 1; i < TT_NFAULTS; i++)
 		if (s->faults[i] || (cfg->faults & (1u << i) && tt_fault_applies(i, cfg->nodes))) {
 			printf("%s%s=%" PRIu64, first ? "" : " ", tt_fault_names[i], s->faults[i]);

@@ -58,6 +58,10 @@ enum tt_type {
 	N_SAMPLE,       /* rc: node; token: fence on the lock key (0 none); value: PTTL; hold: 1 if key;
 	                 * kind: 1 if the key is a kept lease (README "Cached leases") */
 	N_END,          /* faults healed and workers told to stop */
+	/* worker, one thread: a condition wait inside a hold */
+	R_CWAIT_INV,    /* hold: the hold the wait gives up */
+	R_CWAIT,        /* rc; hold: the new hold it returns with (rc 0, ETIMEDOUT, EOWNERDEAD,
+	                 * ENOLCK), or the same one (EIO: nothing released) */
 };
 
 enum tt_op { OP_LOCK, OP_TIMED, OP_TRY };
@@ -168,7 +172,7 @@ int tt_worker_main(int argc, char **argv);                 /* worker.c */
 struct tt_summary {
 	uint64_t ops, holds, holds_lost, lost_by_onlost, lost_at_unlock, stale_rejected,
 		writes_accepted, lock_eio, lock_timeout, lock_busy, lock_enolck, unlock_eio, ownerdead,
-		unknown_writes, samples, kept_samples, threads, ended_holding, killed, late_reports, keys_taken, violations;
+		unknown_writes, samples, kept_samples, threads, ended_holding, cond_waits, killed, late_reports, keys_taken, violations;
 	uint64_t faults[TT_NFAULTS];
 	int64_t final_value, log_len;
 	unsigned lease_ms;

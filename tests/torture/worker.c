@@ -71,6 +71,7 @@ struct thr {
 	struct worker *w;
 	int idx;
 	dmutex_t m;
+	dcond_t cv;             /* one name for every worker: signals cross processes */
 	redisContext *res;
 	_Atomic uint32_t hold;
 	/* The last hold granted, and the thread (record id) it was granted
@@ -229,6 +230,41 @@ do_lock(struct thr *t, int op)
 	}
 }
 
+/* A condition wait inside the hold, up to the work time: it gives the
+ * mutex up and returns holding it again, on a new hold (the checker's
+ * overlap rules hold it to that).  Returns 1 if the mutex is not held
+ * (ENOTRECOVERABLE), the round over. */
+static int
+cond_wait(struct thr *t)
+{
+	struct timespec dl;
+	double ms = tt_uniform(&t->rng, 0, t->w->work_ms + 1.0);
+	int rc;
+
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_nsec += (long)(ms * 1e6);
+	dl.tv_sec += dl.tv_nsec / 1000000000L;
+	dl.tv_nsec %= 1000000000L;
+	atomic_store(&t->slot->phase, PH_LOCKING);
+	rec(t, R_CWAIT_INV, 0, 0, 0, 0);
+	rc = dcond_clockwait(&t->cv, &t->m, CLOCK_MONOTONIC, &dl);
+	if (rc != EIO && rc != ENOTRECOVERABLE && rc != EPERM && rc != EINVAL) {
+		atomic_fetch_add(&t->hold, 1);
+		atomic_store(&t->granted, (uint64_t)t->thr_id << 32 | atomic_load(&t->hold));
+	}
+	rec(t, R_CWAIT, 0, rc, 0, 0);
+	if (rc == EOWNERDEAD) {
+		int rc2 = dmutex_consistent(&t->m);
+		rec(t, R_CONSISTENT, 0, rc2, 0, 0);
+	}
+	atomic_store(&t->slot->phase, PH_HOLDING);
+	if (rc == ENOTRECOVERABLE) {
+		atomic_store(&t->slot->phase, PH_IDLE);
+		return 1;
+	}
+	return 0;
+}
+
 /* One hold, recorded step by step.  Returns 1 if the thread is to end
  * now (churn): one round in CHURN ends its thread, half of them holding the
  * lock (the hold ends with the thread, docs/faults.md #21), half right
@@ -269,6 +305,14 @@ one_round(struct thr *t)
 	atomic_store(&t->slot->phase, PH_HOLDING);
 	rc = dmutex_fence(&t->m, &token);
 	rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
+	/* A condition wait after the fence (the hold it gives up has its
+	 * token, which orders it against the others), then the new hold's. */
+	if (!rc && tt_rand(&t->rng) % 8 == 0) {
+		if (cond_wait(t))
+			return 0;       /* not recoverable: the mutex is not held */
+		rc = dmutex_fence(&t->m, &token);
+		rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
+	}
 	if (!rc) {
 		atomic_store(&t->slot->token, token);
 		rc = res_read(t, token, &v);
@@ -305,6 +349,9 @@ one_round(struct thr *t)
 	rc = dmutex_unlock(&t->m);
 	rec(t, R_UNLOCK, 0, rc, 0, 0);
 	atomic_store(&t->slot->phase, PH_IDLE);
+	/* Wake a waiter now and then (the mutex need not be held). */
+	if (tt_rand(&t->rng) % 4 == 0)
+		dcond_signal(&t->cv);
 	return churn;
 }
 
@@ -354,6 +401,12 @@ init_mutex(struct thr *t)
 	    !(rc = dmutex_attr_setonlost(&a, on_lost, t)))
 		rc = dmutex_init(&t->m, t->w->flags & FL_UNSAFE ? TT_LOCK_NAME "-unsafe" : TT_LOCK_NAME, &a);
 	dmutex_attr_destroy(&a);
+	if (!rc) {
+		dcond_attr_t ca;
+		if (!(rc = dcond_attr_init(&ca)) && !(rc = dcond_attr_setclient(&ca, t->w->client)))
+			rc = dcond_init(&t->cv, TT_LOCK_NAME "-cv", &ca);
+		dcond_attr_destroy(&ca);
+	}
 	return rc;
 }
 
@@ -445,6 +498,8 @@ tt_worker_main(int argc, char **argv)
 			return 3;
 	}
 	for (int i = 0; i < W.nthreads; i++) {
+		if ((rc = dcond_destroy(&thr[i].cv)))
+			fprintf(stderr, "torture worker %d: dcond_destroy: %s\n", W.id, dmutex_strerror(rc));
 		if ((rc = dmutex_destroy(&thr[i].m))) {
 			fprintf(stderr, "torture worker %d: destroy: %s\n", W.id, dmutex_strerror(rc));
 			status = 4;
