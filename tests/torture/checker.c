@@ -963,6 +963,8 @@ check_samples(struct ctx *c)
 		/* A restart from an older AOF brings back keys that were
 		 * released since, with their old expiry: they are the
 		 * fault's, not a stranded hold, until that expiry. */
+		if (r->type == N_FAULT && r->thr == TT_NEMESIS_THR && r->kind == F_RESTART_LOSSY)
+			resurrect_until = INT64_MAX;    /* the server answers before the heal */
 		if (r->type == N_HEAL && r->thr == TT_NEMESIS_THR && r->kind == F_RESTART_LOSSY)
 			resurrect_until = r->t + lease_ns + 100000000;
 		if (r->type != N_SAMPLE || !r->hold || r->t < resurrect_until)
