@@ -482,6 +482,14 @@ worker_rec(struct ctx *c, const struct tt_rec *r)
 		 * hold it gave up that it had been lost. */
 		if (!h || r->rc == EIO)
 			break;
+		if (r->kind == 1) {
+			/* ETIMEDOUT with the token unchanged: nothing released. */
+			if (r->rc != ETIMEDOUT || !h->has_token || r->token != h->token)
+				violation(c, "pid %d thread %u hold %u: a condition wait kept the hold (rc %d, token "
+						"%" PRIu64 " after, %" PRIu64 " before)", r->pid, r->thr, h->seq, r->rc,
+						r->token, h->token);
+			break;
+		}
 		if (r->rc != 0 && r->rc != ETIMEDOUT && r->rc != EOWNERDEAD && r->rc != ENOLCK &&
 		    r->rc != ENOTRECOVERABLE) {
 			violation(c, "pid %d thread %u hold %u: dcond_wait returned %d (%s)", r->pid, r->thr, h->seq,

@@ -61,7 +61,9 @@ enum tt_type {
 	/* worker, one thread: a condition wait inside a hold */
 	R_CWAIT_INV,    /* hold: the hold the wait gives up */
 	R_CWAIT,        /* rc; hold: the new hold it returns with (rc 0, ETIMEDOUT, EOWNERDEAD,
-	                 * ENOLCK), or the same one (EIO: nothing released) */
+	                 * ENOLCK), or the same one (EIO: nothing released; kind 1: ETIMEDOUT
+	                 * and the fence, token, unchanged: the deadline had passed, nothing
+	                 * released) */
 };
 
 enum tt_op { OP_LOCK, OP_TIMED, OP_TRY };

@@ -235,11 +235,12 @@ do_lock(struct thr *t, int op)
  * overlap rules hold it to that).  Returns 1 if the mutex is not held
  * (ENOTRECOVERABLE), the round over. */
 static int
-cond_wait(struct thr *t)
+cond_wait(struct thr *t, uint64_t token)
 {
 	struct timespec dl;
 	double ms = tt_uniform(&t->rng, 0, t->w->work_ms + 1.0);
-	int rc;
+	uint64_t again = 0;
+	int rc, same = 0;
 
 	clock_gettime(CLOCK_MONOTONIC, &dl);
 	dl.tv_nsec += (long)(ms * 1e6);
@@ -248,11 +249,15 @@ cond_wait(struct thr *t)
 	atomic_store(&t->slot->phase, PH_LOCKING);
 	rec(t, R_CWAIT_INV, 0, 0, 0, 0);
 	rc = dcond_clockwait(&t->cv, &t->m, CLOCK_MONOTONIC, &dl);
-	if (rc != EIO && rc != ENOTRECOVERABLE && rc != EPERM && rc != EINVAL) {
+	/* A deadline already past may time out without giving the mutex up:
+	 * the same hold, its token unchanged (kind 1). */
+	if (rc == ETIMEDOUT && !dmutex_fence(&t->m, &again) && again == token)
+		same = 1;
+	if (!same && rc != EIO && rc != ENOTRECOVERABLE && rc != EPERM && rc != EINVAL) {
 		atomic_fetch_add(&t->hold, 1);
 		atomic_store(&t->granted, (uint64_t)t->thr_id << 32 | atomic_load(&t->hold));
 	}
-	rec(t, R_CWAIT, 0, rc, 0, 0);
+	rec(t, R_CWAIT, same, rc, again, 0);
 	if (rc == EOWNERDEAD) {
 		int rc2 = dmutex_consistent(&t->m);
 		rec(t, R_CONSISTENT, 0, rc2, 0, 0);
@@ -308,7 +313,7 @@ one_round(struct thr *t)
 	/* A condition wait after the fence (the hold it gives up has its
 	 * token, which orders it against the others), then the new hold's. */
 	if (!rc && tt_rand(&t->rng) % 8 == 0) {
-		if (cond_wait(t))
+		if (cond_wait(t, token))
 			return 0;       /* not recoverable: the mutex is not held */
 		rc = dmutex_fence(&t->m, &token);
 		rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
