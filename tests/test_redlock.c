@@ -263,6 +263,42 @@ plant(int i, const char *name, const char *token, int px)
 	freeReplyObject(r);
 }
 
+/*
+ * The fencing write-back (fence_raise.lua) on a node that had no meta hash
+ * creates one; it must expire like every meta hash (lease + idle_ms after
+ * the hold that wrote it), not live for ever.  Node 2 is held by another
+ * token (so it does not take part in the acquisition and has no meta
+ * hash), and node 0's counter is ahead of node 1's: the token stands on
+ * node 0 alone, so it is written back to every node.
+ */
+Test(redlock, fence_write_back_creates_a_meta_hash_that_expires)
+{
+	const char *name = "rl-raise-ttl";
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t tok = 0;
+	long long pttl;
+
+	up(3, NULL);
+	c = open_client(NULL);
+	init_on(&m, name, c, 5000, NULL, NULL);
+	cr_assert_eq(th_redis_int(&nodes[0], "HSET dmutex:meta:{%s} v 3 fence 100", name), 2);
+	cr_assert_eq(th_redis_int(&nodes[1], "HSET dmutex:meta:{%s} v 3 fence 10", name), 2);
+	plant(2, name, "another", 5000);
+	cr_assert_eq(th_redis_int(&nodes[2], "EXISTS dmutex:meta:{%s}", name), 0);
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+	cr_assert_eq(tok, 101, "token %llu, want node 0's counter + 1", (unsigned long long)tok);
+	/* The write-back reached node 2. */
+	cr_assert_eq(counter_on(2, name), 101, "node 2's counter %lld", counter_on(2, name));
+	pttl = th_redis_int(&nodes[2], "PTTL dmutex:meta:{%s}", name);
+	cr_assert_gt(pttl, 0, "node 2's meta hash, made by the write-back, has PTTL %lld", pttl);
+	cr_assert_leq(pttl, 5000 + 3600000, "node 2's meta hash PTTL %lld", pttl);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
 Test(redlock, split_vote_releases_everywhere_then_wins)
 {
 	dmutex_client_t *c;
