@@ -337,7 +337,7 @@ Test(hostile_values, redlock_write_back_bad_answer_is_eio)
 static void
 bad_release_answer(int async)
 {
-	static const char *const bad[] = { ":3\r\n", ":-1\r\n", ":9223372036854775807\r\n",
+	static const char *const bad[] = { ":4\r\n", ":-1\r\n", ":9223372036854775807\r\n",
 		"$1\r\n1\r\n", "*1\r\n:1\r\n", "+OK\r\n" };
 	dmutex_client_t *c;
 	dmutex_t m;
