@@ -12,8 +12,6 @@
 #include "scripts.h"
 #include "sync.h"
 
-#define OP_TTL_MS "60000"
-
 void
 dmutex__barrier_channel(struct dmutex__backend *be, const char *name, char *out)
 {
@@ -74,21 +72,31 @@ dmutex__barrier_create(struct dmutex__backend *be, const char *name, unsigned co
 
 static int
 wait_call(struct dmutex__backend *be, const char *name, unsigned count, const char *what,
-		const char *op, const char *token, long long *gen, int *serial)
+		const char *op, const struct dmutex__op *o, long long *gen, int *serial)
 {
-	/* { generation (a counter: never negative), serial (0 or 1) } */
-	static const struct want w = { 2, { { 0, LLONG_MAX }, { 0, 1 } } };
+	/* { generation (a counter: never negative; -1 a retry refused),
+	 *   serial (0 or 1) } */
+	static const struct want w = { 2, { { DMUTEX__OP_REFUSED_GEN, LLONG_MAX }, { 0, 1 } } };
 	char k[DMUTEX__KEY_MAX], ok[DMUTEX__BARRIER_OPKEY_MAX], ch[DMUTEX__KEY_MAX], n[16];
+	char window[16], deadline[24];
 	long long v[2];
 	int err;
 
 	dmutex__key(k, be->cfg.prefix, "barrier", name);
-	snprintf(ok, sizeof ok, "%sbarop:{%s}:%s", be->cfg.prefix, name, token);
+	snprintf(ok, sizeof ok, "%sbarop:{%s}:%s", be->cfg.prefix, name, o ? o->token : "-");
 	dmutex__barrier_channel(be, name, ch);
 	snprintf(n, sizeof n, "%u", count);
-	const char *argv[] = { k, ok, op, n, ch, OP_TTL_MS };
-	if ((err = call(be, name, what, DMUTEX__SCRIPT_BARRIER_WAIT, 2, 6, argv, &w, v)))
+	snprintf(window, sizeof window, "%u", o ? o->window_ms : 0);
+	snprintf(deadline, sizeof deadline, "%lld", o ? o->deadline_ms : 0);
+	const char *argv[] = { k, ok, op, n, ch, window, deadline };
+	if ((err = call(be, name, what, DMUTEX__SCRIPT_BARRIER_WAIT, 2, 7, argv, &w, v)))
 		return err;
+	/* Refused only an arrival retried, which carries a deadline. */
+	if (v[0] == DMUTEX__OP_REFUSED_GEN && (*op != 'a' || !o->deadline_ms || v[1])) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of barrier '%s': unexpected reply (%lld, %lld)",
+				be->nodes[0].addr->display, what, name, v[0], v[1]);
+		return EIO;
+	}
 	*gen = v[0];
 	*serial = v[1] == 1;
 	return 0;
@@ -96,9 +104,9 @@ wait_call(struct dmutex__backend *be, const char *name, unsigned count, const ch
 
 int
 dmutex__barrier_arrive(struct dmutex__backend *be, const char *name, unsigned count,
-		const char *token, long long *gen, int *serial)
+		const struct dmutex__op *o, long long *gen, int *serial)
 {
-	return wait_call(be, name, count, "wait", "a", token, gen, serial);
+	return wait_call(be, name, count, "wait", "a", o, gen, serial);
 }
 
 int
@@ -107,5 +115,19 @@ dmutex__barrier_gen(struct dmutex__backend *be, const char *name, unsigned count
 {
 	int serial;
 
-	return wait_call(be, name, count, "check", "g", "-", gen, &serial);
+	return wait_call(be, name, count, "check", "g", NULL, gen, &serial);
+}
+
+int
+dmutex__barrier_time(struct dmutex__backend *be, const char *name, unsigned count,
+		long long *ms)
+{
+	int err, serial;
+
+	if (!(err = wait_call(be, name, count, "time", "t", NULL, ms, &serial)) && *ms < 1) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: time of barrier '%s': unexpected reply (%lld)",
+				be->nodes[0].addr->display, name, *ms);
+		return EIO;
+	}
+	return err;
 }

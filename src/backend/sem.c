@@ -2,6 +2,7 @@
  * (A semaphore over several masters would need a quorum per permit; not
  * offered: dsem_init refuses such a client with ENOTSUP.) */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,10 +12,6 @@
 #include "node.h"
 #include "scripts.h"
 #include "sync.h"
-
-/* How long a take's or post's result is kept for a retry of the same
- * call: far longer than any retry takes. */
-#define OP_TTL_MS "60000"
 
 void
 dmutex__sem_channel(struct dmutex__backend *be, const char *name, char *out)
@@ -64,38 +61,55 @@ dmutex__sem_create(struct dmutex__backend *be, const char *name, unsigned value,
 
 static int
 op(struct dmutex__backend *be, const char *name, unsigned init, const char *what,
-		const char *code, const char *token, long long lo, long long hi, long long *out)
+		const char *code, const struct dmutex__op *o, long long lo, long long hi,
+		long long *out)
 {
 	char k[DMUTEX__KEY_MAX], ok[DMUTEX__SEM_OPKEY_MAX], ch[DMUTEX__KEY_MAX];
-	char v[16], max[16];
+	char v[16], max[16], window[16], deadline[24];
+	int err;
 
 	dmutex__key(k, be->cfg.prefix, "sem", name);
-	snprintf(ok, sizeof ok, "%ssemop:{%s}:%s", be->cfg.prefix, name, token);
+	snprintf(ok, sizeof ok, "%ssemop:{%s}:%s", be->cfg.prefix, name, o->token);
 	dmutex__sem_channel(be, name, ch);
 	snprintf(v, sizeof v, "%u", init);
 	snprintf(max, sizeof max, "%u", DSEM_VALUE_MAX);
-	const char *argv[] = { k, ok, code, v, max, ch, OP_TTL_MS };
-	return call(be, name, what, DMUTEX__SCRIPT_SEM_OP, 2, 7, argv, lo, hi, out);
+	snprintf(window, sizeof window, "%u", o->window_ms);
+	snprintf(deadline, sizeof deadline, "%lld", o->deadline_ms);
+	const char *argv[] = { k, ok, code, v, max, ch, window, deadline };
+	if ((err = call(be, name, what, DMUTEX__SCRIPT_SEM_OP, 2, 8, argv, DMUTEX__OP_REFUSED, hi, out)))
+		return err;
+	/* Refused only a retry, which carries a deadline. */
+	if (*out == DMUTEX__OP_REFUSED ? !o->deadline_ms : *out < lo) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of semaphore '%s': unexpected reply (%lld)",
+				be->nodes[0].addr->display, what, name, *out);
+		return EIO;
+	}
+	return 0;
 }
 
 int
 dmutex__sem_take(struct dmutex__backend *be, const char *name, unsigned init,
-		const char *token, int *taken)
+		const struct dmutex__op *o, long long *taken)
 {
-	long long r;
-	int err = op(be, name, init, "wait", "t", token, 0, 1, &r);
-
-	if (!err)
-		*taken = r == 1;
-	return err;
+	return op(be, name, init, "wait", "t", o, 0, 1, taken);
 }
 
 int
 dmutex__sem_post(struct dmutex__backend *be, const char *name, unsigned init,
-		const char *token, long long *value)
+		const struct dmutex__op *o, long long *value)
 {
 	/* The new value, or -1 at the maximum. */
-	return op(be, name, init, "post", "p", token, -1, DSEM_VALUE_MAX, value);
+	return op(be, name, init, "post", "p", o, -1, DSEM_VALUE_MAX, value);
+}
+
+int
+dmutex__sem_time(struct dmutex__backend *be, const char *name, long long *ms)
+{
+	char k[DMUTEX__KEY_MAX];
+
+	dmutex__key(k, be->cfg.prefix, "sem", name);
+	const char *argv[] = { k, "t", "0" };
+	return call(be, name, "time", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 1, LLONG_MAX, ms);
 }
 
 int
