@@ -10,6 +10,7 @@
  * one, not two; an arrival at a barrier of 2 counts once, so a lone waiter
  * does not pass it.  And the caller is told EIO ("whether it was applied
  * is unknown"), since the window (retry_window_ms) passed with no answer.
+ * docs/faults.md #27.
  */
 #include <errno.h>
 #include <fcntl.h>
