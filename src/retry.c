@@ -1,14 +1,18 @@
 /*
- * A retried operation is idempotent for as long as it is retried: the
- * server keeps its result for the window and a second more, from when the
- * first try reached it; the client stops once the window has passed since
- * that try went out; and every retry carries a deadline on the server's
- * clock, no later than the server's time when the first try went out plus
- * the window, past which the server refuses it.  That time is bounded
- * from below by a reading of the server's clock taken after the lost try:
- * the reading less the time elapsed here since the try went out (the
- * server's clock moved no further than ours in between, within the second
- * of margin).
+ * A retried operation is idempotent for as long as it is retried:
+ * - the server keeps its result for the window and a second more, from
+ *   when the first try reached it;
+ * - the client stops once the window has passed since the first try that
+ *   may have been applied went out unanswered (a try that cannot have
+ *   been, no connection or an error answered, opens no window: it is asked
+ *   again for as long as the caller asks);
+ * - every retry carries a deadline on the server's clock, no later than
+ *   the server's time when that try went out plus the window, past which
+ *   the server refuses it: a retry held up on the way is not applied after
+ *   the result may be gone.  That time is bounded from below by a reading
+ *   of the server's clock taken after the loss, less the time elapsed here
+ *   since the try went out (the server's clock moved no further than ours
+ *   in between, within the second of margin).
  */
 #include <errno.h>
 
@@ -56,6 +60,7 @@ dmutex__op_begin(struct dmutex__op *o, unsigned window_ms, dmutex__op_clock *clo
 		if (o->deadline_ms < 1)         /* 0 would mean none */
 			o->deadline_ms = 1;
 	}
+	o->maybe_done = 0;
 	o->sent = dmutex__now_ns();
 	return 0;
 }
@@ -65,7 +70,9 @@ dmutex__op_end(struct dmutex__op *o, int err, int refused, const char *what,
 		const char *kind, const char *name)
 {
 	if (err) {
-		if (!o->lost_at)
+		/* A try that cannot have been applied (no connection, an error
+		 * answered) leaves nothing the server could forget: no window. */
+		if (!o->lost_at && o->maybe_done)
 			o->lost_at = o->sent;
 		return err;
 	}

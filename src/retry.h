@@ -2,9 +2,10 @@
  * An operation of a semaphore or barrier asked again after a lost reply
  * (struct dmutex__op, src/backend/sync.h): the same token on every try,
  * for no longer than the client's retry_window_ms since the first try
- * that went unanswered.  Past that the server may have forgotten the
- * result, so a retry could be applied twice: the caller is told EIO,
- * "whether it was applied is unknown", instead.  Implemented in retry.c.
+ * that may have been applied went unanswered.  Past that the server may
+ * have forgotten the result, so a retry could be applied twice: the caller
+ * is told EIO, "whether it was applied is unknown", instead.  Implemented
+ * in retry.c.
  */
 #ifndef DMUTEX_RETRY_H
 #define DMUTEX_RETRY_H

@@ -90,11 +90,14 @@ char *dmutex__rw_channel(struct dmutex__backend *be, const char *name);
  * applied, set by the core no later than the server's time at the first
  * try plus the window: one that reaches the server when the result may be
  * gone is never applied again.  The backend reads token, window_ms and
- * deadline_ms; the rest is the core's (src/retry.c). */
+ * deadline_ms, and sets maybe_done; the rest is the core's (src/retry.c). */
 struct dmutex__op {
 	char token[DMUTEX__TOKEN_HEX + 1];
 	unsigned window_ms;     /* the client's retry_window_ms */
 	long long deadline_ms;  /* 0: none (no try lost since the last answer) */
+	int maybe_done;         /* the latest try failed (EIO) but may have been
+	                         * applied: it reached Redis, its answer did not
+	                         * come back (or made no sense) */
 	int64_t sent;           /* CLOCK_MONOTONIC ns: the latest try went out */
 	int64_t lost_at;        /* the first try since the last answer went out; 0: none */
 	int expired;            /* gave up: whether it was applied is unknown */
@@ -120,9 +123,9 @@ struct dmutex__op {
 int dmutex__sem_create(struct dmutex__backend *be, const char *name, unsigned value, int flags,
 		int *created);
 int dmutex__sem_take(struct dmutex__backend *be, const char *name, unsigned init,
-		const struct dmutex__op *o, long long *taken);
+		struct dmutex__op *o, long long *taken);
 int dmutex__sem_post(struct dmutex__backend *be, const char *name, unsigned init,
-		const struct dmutex__op *o, long long *value);
+		struct dmutex__op *o, long long *value);
 int dmutex__sem_time(struct dmutex__backend *be, const char *name, long long *ms);
 int dmutex__sem_get(struct dmutex__backend *be, const char *name, unsigned init,
 		long long *value);
@@ -144,7 +147,7 @@ void dmutex__sem_channel(struct dmutex__backend *be, const char *name, char *out
 int dmutex__barrier_create(struct dmutex__backend *be, const char *name, unsigned count,
 		long long *other);
 int dmutex__barrier_arrive(struct dmutex__backend *be, const char *name, unsigned count,
-		const struct dmutex__op *o, long long *gen, int *serial);
+		struct dmutex__op *o, long long *gen, int *serial);
 int dmutex__barrier_gen(struct dmutex__backend *be, const char *name, unsigned count,
 		long long *gen);
 int dmutex__barrier_time(struct dmutex__backend *be, const char *name, unsigned count,
