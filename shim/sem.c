@@ -70,7 +70,9 @@ dmutex_shim_sem_destroy(dsem_t *s)
 
 /* Ask again with the same request id while the backend is away, until the
  * retry window has passed since a try went unanswered: then EIO (logged),
- * whether a permit was taken unknown. */
+ * whether a permit was taken unknown.  A trywait or a wait past its
+ * deadline gives up at once (EAGAIN, ETIMEDOUT) only while no try may
+ * have been applied. */
 static int
 wait_until(dsem_t *s, int64_t until, int try_only)
 {
@@ -81,9 +83,12 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 		return fail(err);
 	for (int attempt = 0; (err = dmutex__sem_wait_until(s, &o, until, try_only)) == EIO && !o.expired;
 			attempt++) {
-		if (try_only)
+		/* A try that may have taken a permit is asked again until it is
+		 * answered: EAGAIN or ETIMEDOUT now would leave that permit
+		 * taken with nobody holding it. */
+		if (!o.lost_at && try_only)
 			return fail(EAGAIN);
-		if (dmutex__now_ns() >= until)
+		if (!o.lost_at && dmutex__now_ns() >= until)
 			return fail(ETIMEDOUT);
 		waiting("sem_wait", attempt);
 		backoff(attempt);

@@ -10,6 +10,9 @@
  * one, not two; an arrival at a barrier of 2 counts once, so a lone waiter
  * does not pass it.  And the caller is told EIO ("whether it was applied
  * is unknown"), since the window (retry_window_ms) passed with no answer.
+ * And a trywait whose take was applied, its reply lost, is asked again
+ * until answered within the window: it returns 0 holding that permit,
+ * not EAGAIN with the permit taken by nobody.
  * docs/faults.md #27.
  */
 #include <errno.h>
@@ -29,7 +32,7 @@ static struct th_proxy *proxy;
 /* One call made in a thread of its own, so the test can drive the proxy
  * while the call retries. */
 struct call {
-	enum { POST, WAIT, BARRIER } op;
+	enum { POST, WAIT, TRYWAIT, BARRIER } op;
 	sem_t *sem;
 	pthread_barrier_t *bar;
 	int rc, err, done;              /* done: atomic */
@@ -43,7 +46,7 @@ run(void *arg)
 
 	errno = 0;
 	c->rc = c->op == POST ? sem_post(c->sem) : c->op == WAIT ? sem_wait(c->sem)
-		: pthread_barrier_wait(c->bar);
+		: c->op == TRYWAIT ? sem_trywait(c->sem) : pthread_barrier_wait(c->bar);
 	c->err = errno;
 	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
 	return NULL;
@@ -75,6 +78,26 @@ field_is(void *arg)
 	return hget(f->key, f->name) == f->want;
 }
 
+/* The shim's own loop took over the wait: the core's tries went
+ * unanswered (its "waiting for the backend" line, or the call returned). */
+static int shim_waits;
+
+static void
+logger(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	if (strstr(msg, "sem_wait: waiting for the backend"))
+		__atomic_store_n(&shim_waits, 1, __ATOMIC_RELEASE);
+	fprintf(stderr, "dmutex: %s\n", msg);
+}
+
+static int
+shim_waits_or_done(void *arg)
+{
+	return __atomic_load_n(&shim_waits, __ATOMIC_ACQUIRE) || done(arg);
+}
+
 /* No key matches the pattern: the server forgot the operation's result. */
 static int
 none_match(void *arg)
@@ -89,8 +112,10 @@ none_match(void *arg)
 
 /*
  * Start c, let its first try be applied (f holds) with the reply dropped,
- * keep the server away until no key matches `kept`, bring it back, and
- * wait for c to return.  0, or -1 (a message) if a step did not happen.
+ * keep the server away until no key matches `kept` (without kept: until
+ * the shim's loop has taken over from the core's tries), bring it back,
+ * and wait for c to return.  0, or -1 (a message) if a step did not
+ * happen.
  */
 static int
 lose_reply_then_outage(struct call *c, struct field *f, const char *kept)
@@ -108,8 +133,12 @@ lose_reply_then_outage(struct call *c, struct field *f, const char *kept)
 		return -1;
 	}
 	th_proxy_set_mode(proxy, TH_PROXY_BLACKHOLE);
-	if (!th_wait_until(none_match, (void *)kept, wait_ms)) {
+	if (kept && !th_wait_until(none_match, (void *)kept, wait_ms)) {
 		fprintf(stderr, "%s still there after %d ms\n", kept, wait_ms);
+		return -1;
+	}
+	if (!kept && !th_wait_until(shim_waits_or_done, c, wait_ms)) {
+		fprintf(stderr, "the call neither returned nor waited within %d ms\n", wait_ms);
 		return -1;
 	}
 	th_proxy_set_mode(proxy, TH_PROXY_PASS);
@@ -157,6 +186,28 @@ wait_applied_once(void)
 	IS((int)hget(f.key, "v"), 1);
 	IS(c.rc, -1);
 	IS(c.err, EIO);
+	EXPECT(sem_close(c.sem) == 0);
+}
+
+/* A trywait whose reply was lost took the only permit, and the server
+ * stayed away through the core's tries: when it answers again, within
+ * the window, the trywait says so (0), rather than EAGAIN with that
+ * permit taken by nobody. */
+static void
+trywait_told_of_its_lost_take(void)
+{
+	struct call c = { .op = TRYWAIT };
+	struct field f = { "dmutex:sem:{/try}", "v", 0 };
+
+	EXPECT((c.sem = sem_open("/try", O_CREAT | O_EXCL, 0600, 1)) != SEM_FAILED);
+	__atomic_store_n(&shim_waits, 0, __ATOMIC_RELEASE);    /* the earlier waits' lines */
+	if (lose_reply_then_outage(&c, &f, NULL)) {
+		th_failures++;
+		return;
+	}
+	IS((int)hget(f.key, "v"), 0);
+	IS(c.rc, 0);
+	EXPECT(sem_post(c.sem) == 0);
 	EXPECT(sem_close(c.sem) == 0);
 }
 
@@ -211,13 +262,15 @@ int main(void)
 	/* Short timeouts, so that the outage outlasts the window soon. */
 	slow = th_slowdown();
 	snprintf(base, sizeof base, "redis://127.0.0.1:%d", th_proxy_port(proxy));
-	snprintf(opts, sizeof opts, "command_timeout_ms=%d&retry_window_ms=%d", 250 * slow, 1500 * slow);
+	snprintf(opts, sizeof opts, "command_timeout_ms=%d&retry_window_ms=%d", 250 * slow, 3000 * slow);
 	if (th_url_with(url, sizeof url, base, opts))
 		return 1;
 	setenv("DMUTEX_URL", url, 1);
 	setenv("DMUTEX_NAMESPACE", "shimretry", 1);
+	dmutex_set_logger(logger, NULL);
 	post_applied_once();
 	wait_applied_once();
+	trywait_told_of_its_lost_take();
 	arrival_counted_once();
 	th_proxy_stop(proxy);
 	th_redis_stop(&srv);
