@@ -502,9 +502,10 @@ DMUTEX_EXPORT int dsem_unlink(const char *name, dmutex_client_t *client);
 /*
  * Take a permit, waiting while there is none.  0; EINVAL (NULL,
  * uninitialized, destroyed); EIO (the backend failed a few tries with the
- * same request id; no permit is held unless a try reached the backend and
- * every reply after it was lost: then one permit stays taken, as by a
- * process that died);
+ * same request id, or the client's retry_window_ms passed since a try went
+ * unanswered: no permit is held unless a try reached the backend and every
+ * reply after it was lost: then one permit stays taken, as by a process
+ * that died; never two);
  * ENOMEM.  Not a cancellation point; not interrupted by signals (no EINTR).
  */
 DMUTEX_EXPORT int dsem_wait(dsem_t *s);
@@ -516,7 +517,8 @@ DMUTEX_EXPORT int dsem_timedwait(dsem_t *s, const struct timespec *abstime);
 /* As dsem_timedwait on CLOCK_REALTIME or CLOCK_MONOTONIC (else EINVAL). */
 DMUTEX_EXPORT int dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *abstime);
 /* Return a permit and wake waiters.  0; EOVERFLOW (at DSEM_VALUE_MAX);
- * EINVAL; EIO (not confirmed after a few tries with the same request id:
+ * EINVAL; EIO (not confirmed after a few tries with the same request id,
+ * or within the client's retry_window_ms of a try that went unanswered:
  * the post may or may not have happened; it never happened twice).
  * Not async-signal-safe: do not call it from a signal handler. */
 DMUTEX_EXPORT int dsem_post(dsem_t *s);
@@ -572,8 +574,10 @@ DMUTEX_EXPORT int dbarrier_destroy(dbarrier_t *b);
  * Arrive and wait until count waiters have arrived in this cycle.
  * DBARRIER_SERIAL_THREAD for the one waiter whose arrival completed the
  * cycle, 0 for the others; EINVAL (NULL, uninitialized, destroyed); EIO
- * (the backend failed a few tries with the same request id: whether this
- * arrival counted is unknown); ENOMEM.  Not a cancellation point; no EINTR.
+ * (the backend failed a few tries with the same request id, or the
+ * client's retry_window_ms passed since a try went unanswered: whether
+ * this arrival counted is unknown; it never counted twice); ENOMEM.  Not
+ * a cancellation point; no EINTR.
  */
 DMUTEX_EXPORT int dbarrier_wait(dbarrier_t *b);
 

@@ -48,12 +48,14 @@ dmutex_shim_barrier_destroy(dbarrier_t *b)
 int
 dmutex_shim_barrier_wait(dbarrier_t *b)
 {
-	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__op o;
 	int err;
 
-	if ((err = dmutex__token(token)))
+	if ((err = dmutex__op_init(&o)))
 		return err;
-	for (int attempt = 0; (err = dmutex__barrier_wait_token(b, token)) == EIO; attempt++) {
+	/* Until the retry window has passed since a try went unanswered: then
+	 * EIO, the arrival counted or not. */
+	for (int attempt = 0; (err = dmutex__barrier_wait_op(b, &o)) == EIO && !o.expired; attempt++) {
 		if (attempt % 10 == 0)
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_barrier_wait: waiting for the backend");
 		backoff(attempt);

@@ -7,7 +7,10 @@
  * not an error: init, open, wait and post wait for it (a warning now and
  * then), asking again with the same request id so that no retry takes or
  * returns a second permit; trywait says EAGAIN, the timed waits ETIMEDOUT
- * at their deadline.
+ * at their deadline.  Only a wait or post whose try went unanswered (it may
+ * have been applied) is not asked again once the client's retry_window_ms
+ * has passed since that try: EIO, whether it was applied is unknown (the
+ * backend keeps the result no longer).
  */
 #ifndef DMUTEX_SHIM_SEM_H
 #define DMUTEX_SHIM_SEM_H
@@ -30,19 +33,23 @@ DMUTEX_EXPORT int dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, c
 /* sem_destroy: 0; -1 with errno EINVAL (not initialized), EBUSY (a thread
  * of this process waits on it). */
 DMUTEX_EXPORT int dmutex_shim_sem_destroy(dsem_t *s);
-/* sem_wait: 0; -1 with errno EINVAL.  Never EINTR. */
+/* sem_wait: 0; -1 with errno EINVAL, EIO (retry_window_ms passed with a
+ * try unanswered: a permit taken or not).  Never EINTR. */
 DMUTEX_EXPORT int dmutex_shim_sem_wait(dsem_t *s);
 /* sem_trywait: 0; -1 with errno EAGAIN (no permit free, or the backend is
- * away), EINVAL. */
+ * away), EINVAL, EIO (as sem_wait, with a retry_window_ms shorter than its
+ * few tries). */
 DMUTEX_EXPORT int dmutex_shim_sem_trywait(dsem_t *s);
 /* sem_timedwait: 0; -1 with errno ETIMEDOUT, EINVAL (also a bad deadline
- * when it would wait). */
+ * when it would wait), EIO (as sem_wait). */
 DMUTEX_EXPORT int dmutex_shim_sem_timedwait(dsem_t *s, const struct timespec *abstime);
 /* sem_clockwait: as sem_timedwait on CLOCK_REALTIME or CLOCK_MONOTONIC
  * (else -1 with errno EINVAL, or ETIMEDOUT). */
 DMUTEX_EXPORT int dmutex_shim_sem_clockwait(dsem_t *s, clockid_t clock,
 		const struct timespec *abstime);
-/* sem_post: 0; -1 with errno EOVERFLOW, EINVAL.  Not async-signal-safe. */
+/* sem_post: 0; -1 with errno EOVERFLOW, EINVAL, EIO (retry_window_ms
+ * passed with a try unanswered: posted once or not at all).  Not
+ * async-signal-safe. */
 DMUTEX_EXPORT int dmutex_shim_sem_post(dsem_t *s);
 /* sem_getvalue: 0; -1 with errno EINVAL. */
 DMUTEX_EXPORT int dmutex_shim_sem_getvalue(dsem_t *s, int *value);

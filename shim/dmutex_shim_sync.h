@@ -43,7 +43,9 @@ DMUTEX_EXPORT int dmutex_shim_barrier_init(dbarrier_t *b, const dmutex_shim_barr
  * this process waits on it). */
 DMUTEX_EXPORT int dmutex_shim_barrier_destroy(dbarrier_t *b);
 /* pthread_barrier_wait: PTHREAD_BARRIER_SERIAL_THREAD for one waiter per
- * cycle, 0 for the others; EINVAL.  The backend being away is waited out,
+ * cycle, 0 for the others; EINVAL; EIO (the client's retry_window_ms
+ * passed since a try went unanswered: whether the arrival counted is
+ * unknown; never twice).  The backend being away is otherwise waited out,
  * with the same request id, so that the arrival counts once. */
 DMUTEX_EXPORT int dmutex_shim_barrier_wait(dbarrier_t *b);
 

@@ -68,19 +68,27 @@ dmutex_shim_sem_destroy(dsem_t *s)
 	return fail(err);
 }
 
-/* Ask again with the same request id while the backend is away. */
+/* Ask again with the same request id while the backend is away, until the
+ * retry window has passed since a try went unanswered: then EIO (logged),
+ * whether a permit was taken unknown.  A trywait or a wait past its
+ * deadline gives up at once (EAGAIN, ETIMEDOUT) only while no try may
+ * have been applied. */
 static int
 wait_until(dsem_t *s, int64_t until, int try_only)
 {
-	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__op o;
 	int err;
 
-	if ((err = dmutex__token(token)))
+	if ((err = dmutex__op_init(&o)))
 		return fail(err);
-	for (int attempt = 0; (err = dmutex__sem_wait_until(s, token, until, try_only)) == EIO; attempt++) {
-		if (try_only)
+	for (int attempt = 0; (err = dmutex__sem_wait_until(s, &o, until, try_only)) == EIO && !o.expired;
+			attempt++) {
+		/* A try that may have taken a permit is asked again until it is
+		 * answered: EAGAIN or ETIMEDOUT now would leave that permit
+		 * taken with nobody holding it. */
+		if (!o.lost_at && try_only)
 			return fail(EAGAIN);
-		if (dmutex__now_ns() >= until)
+		if (!o.lost_at && dmutex__now_ns() >= until)
 			return fail(ETIMEDOUT);
 		waiting("sem_wait", attempt);
 		backoff(attempt);
@@ -127,12 +135,13 @@ dmutex_shim_sem_timedwait(dsem_t *s, const struct timespec *at)
 int
 dmutex_shim_sem_post(dsem_t *s)
 {
-	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__op o;
 	int err;
 
-	if ((err = dmutex__token(token)))
+	if ((err = dmutex__op_init(&o)))
 		return fail(err);
-	for (int attempt = 0; (err = dmutex__sem_post_token(s, token)) == EIO; attempt++) {
+	/* As wait_until: EIO once the window has passed, posted or not. */
+	for (int attempt = 0; (err = dmutex__sem_post_op(s, &o)) == EIO && !o.expired; attempt++) {
 		waiting("sem_post", attempt);
 		backoff(attempt);
 	}

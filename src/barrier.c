@@ -142,16 +142,43 @@ dbarrier_destroy(dbarrier_t *b)
 int
 dbarrier_wait(dbarrier_t *b)
 {
-	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__op o;
 	int err;
 
-	if ((err = dmutex__token(token)))
+	if ((err = dmutex__op_init(&o)))
 		return err;
-	return dmutex__barrier_wait_token(b, token);
+	return dmutex__barrier_wait_op(b, &o);
+}
+
+static int
+server_time(void *arg, long long *ms)
+{
+	struct dmutex__barrier *bx = arg;
+
+	return dmutex__barrier_time(bx->client->be, bx->name, bx->count, ms);
+}
+
+/* Arrive, asking again while the backend fails (TRIES calls, within the
+ * client's retry_window_ms: retry.h). */
+static int
+arrive(struct dmutex__barrier *bx, struct dmutex__op *o, long long *gen, int *serial)
+{
+	unsigned window = bx->client->cfg.retry_window_ms;
+	int err;
+
+	for (int i = 0;; i++) {
+		if (!(err = dmutex__op_begin(o, window, server_time, bx, "wait", "barrier", bx->name)))
+			err = dmutex__barrier_arrive(bx->client->be, bx->name, bx->count, o, gen, serial);
+		err = dmutex__op_end(o, err, !err && *gen == DMUTEX__OP_REFUSED_GEN, "wait", "barrier",
+				bx->name);
+		if (err != EIO || o->expired || i + 1 >= TRIES)
+			return err;
+		dmutex__sleep_until(dmutex__now_ns() + (int64_t)(i + 1) * 50 * DMUTEX__MS);
+	}
 }
 
 int
-dmutex__barrier_wait_token(dbarrier_t *b, const char *token)
+dmutex__barrier_wait_op(dbarrier_t *b, struct dmutex__op *o)
 {
 	struct dmutex__barrier *bx;
 	struct dmutex_client *cl;
@@ -173,9 +200,7 @@ dmutex__barrier_wait_token(dbarrier_t *b, const char *token)
 		goto out;
 	}
 	/* 2.  The same token on every try: counted once. */
-	for (int i = 0; (err = dmutex__barrier_arrive(bx->client->be, bx->name, bx->count, token, &mine, &serial)) == EIO && i + 1 < TRIES; i++)
-		dmutex__sleep_until(dmutex__now_ns() + (int64_t)(i + 1) * 50 * DMUTEX__MS);
-	if (err || serial)
+	if ((err = arrive(bx, o, &mine, &serial)) || serial)
 		goto out_sub;
 	/* 3.  A backend that fails here is waited out: our arrival counts,
 	 * and leaving would break the cycle for the others. */

@@ -4,7 +4,8 @@
  * In Redis (default prefix), per barrier NAME:
  *   dmutex:barrier:{NAME}          hash: count, gen (cycles completed),
  *                                  arrived (in the current cycle)
- *   dmutex:barop:{NAME}:TOKEN      one arrival's result, kept a while so
+ *   dmutex:barop:{NAME}:TOKEN      one arrival's result, kept for
+ *                                  retry_window_ms and a second more, so
  *                                  that a retried call is not counted twice
  *   dmutex:barwake:{NAME}          channel: a completed cycle publishes
  */
@@ -12,6 +13,7 @@
 #define DMUTEX_BARRIER_H
 
 #include "internal.h"
+#include "retry.h"
 #include "sync.h"
 
 #define DBARRIER__MAGIC_INIT 0x44424152UL /* "DBAR" */
@@ -23,8 +25,9 @@ struct dmutex__barrier {
 	char name[];
 };
 
-/* dbarrier_wait with the caller's request id: the shim asks again with the
- * same one while the backend is away, so the arrival counts once. */
-int dmutex__barrier_wait_token(dbarrier_t *b, const char *token);
+/* dbarrier_wait as the caller's operation o: the shim asks again with the
+ * same one while the backend is away and o->expired is not set, so the
+ * arrival counts once (retry.h). */
+int dmutex__barrier_wait_op(dbarrier_t *b, struct dmutex__op *o);
 
 #endif

@@ -156,22 +156,22 @@ dsem_unlink(const char *name, dmutex_client_t *client)
 int
 dsem_post(dsem_t *s)
 {
-	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__op o;
 	int err;
 
-	if ((err = dmutex__token(token)))
+	if ((err = dmutex__op_init(&o)))
 		return err;
-	return dmutex__sem_post_token(s, token);
+	return dmutex__sem_post_op(s, &o);
 }
 
 int
-dmutex__sem_post_token(dsem_t *s, const char *token)
+dmutex__sem_post_op(dsem_t *s, struct dmutex__op *o)
 {
 	struct dmutex__sem *sx;
 	long long v;
 	int err;
 
-	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post_once(sx, token, &v)))
+	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post_once(sx, o, &v)))
 		return err;
 	if (v < 0) {
 		dmutex__log(DMUTEX_LOG_ERROR, "dsem_post('%s'): the value is at DSEM_VALUE_MAX", sx->name);
@@ -203,22 +203,47 @@ pause_try(int attempt)
 	dmutex__sleep_until(dmutex__now_ns() + (int64_t)(attempt + 1) * 50 * DMUTEX__MS);
 }
 
-int
-dmutex__sem_take_once(struct dmutex__sem *sx, const char *token, int *taken)
+static int
+server_time(void *arg, long long *ms)
 {
+	struct dmutex__sem *sx = arg;
+
+	return dmutex__sem_time(sx->client->be, sx->name, ms);
+}
+
+int
+dmutex__sem_take_once(struct dmutex__sem *sx, struct dmutex__op *o, int *taken)
+{
+	unsigned window = sx->client->cfg.retry_window_ms;
+	long long r = 0;
 	int err;
 
-	for (int i = 0; (err = dmutex__sem_take(sx->client->be, sx->name, sx->value, token, taken)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
+	for (int i = 0;; i++) {
+		if (!(err = dmutex__op_begin(o, window, server_time, sx, "wait", "semaphore", sx->name)))
+			err = dmutex__sem_take(sx->client->be, sx->name, sx->value, o, &r);
+		err = dmutex__op_end(o, err, !err && r == DMUTEX__OP_REFUSED, "wait", "semaphore", sx->name);
+		if (err != EIO || o->expired || i + 1 >= DMUTEX__SEM_TRIES)
+			break;
 		pause_try(i);
+	}
+	*taken = !err && r == 1;
 	return err;
 }
 
 int
-dmutex__sem_post_once(struct dmutex__sem *sx, const char *token, long long *value)
+dmutex__sem_post_once(struct dmutex__sem *sx, struct dmutex__op *o, long long *value)
 {
+	unsigned window = sx->client->cfg.retry_window_ms;
 	int err;
 
-	for (int i = 0; (err = dmutex__sem_post(sx->client->be, sx->name, sx->value, token, value)) == EIO && i + 1 < DMUTEX__SEM_TRIES; i++)
+	for (int i = 0;; i++) {
+		if (!(err = dmutex__op_begin(o, window, server_time, sx, "post", "semaphore", sx->name)))
+			err = dmutex__sem_post(sx->client->be, sx->name, sx->value, o, value);
+		err = dmutex__op_end(o, err, !err && *value == DMUTEX__OP_REFUSED, "post", "semaphore",
+				sx->name);
+		if (err != EIO || o->expired || i + 1 >= DMUTEX__SEM_TRIES)
+			break;
 		pause_try(i);
+	}
 	return err;
 }

@@ -22,7 +22,7 @@
 #define NO_DEADLINE INT64_MAX
 
 int
-dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only)
+dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only)
 {
 	struct dmutex__sem *sx;
 	struct dmutex_client *cl;
@@ -37,7 +37,7 @@ dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only
 	 * is a fresh take, and after a lost reply returns that take. */
 	if ((err = dmutex__sem_resolve(s, &sx)))
 		return err;
-	if ((err = dmutex__sem_take_once(sx, token, &taken)))
+	if ((err = dmutex__sem_take_once(sx, o, &taken)))
 		return err;
 	if (taken)
 		return 0;
@@ -60,7 +60,7 @@ dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only
 
 		/* Read before asking: a post after the ask moves it. */
 		seq = dmutex__wsub_seq(cl->be, sub);
-		if ((err = dmutex__sem_take_once(sx, token, &taken)) || taken)
+		if ((err = dmutex__sem_take_once(sx, o, &taken)) || taken)
 			break;
 		/* No confirmed subscription yet: a post might not reach us;
 		 * try again soon rather than once a lease. */
@@ -68,7 +68,7 @@ dmutex__sem_wait_until(dsem_t *s, const char *token, int64_t until, int try_only
 		if (!dmutex__wsub_wait(cl->be, sub, seq, next < until ? next : until) &&
 				dmutex__now_ns() >= until) {
 			/* A last try: a permit that came at the deadline is taken. */
-			if (!(err = dmutex__sem_take_once(sx, token, &taken)) && !taken)
+			if (!(err = dmutex__sem_take_once(sx, o, &taken)) && !taken)
 				err = ETIMEDOUT;
 			break;
 		}
@@ -82,12 +82,12 @@ out:
 static int
 wait_until(dsem_t *s, int64_t until, int try_only)
 {
-	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__op o;
 	int err;
 
-	if ((err = dmutex__token(token)))
+	if ((err = dmutex__op_init(&o)))
 		return err;
-	return dmutex__sem_wait_until(s, token, until, try_only);
+	return dmutex__sem_wait_until(s, &o, until, try_only);
 }
 
 int

@@ -34,7 +34,7 @@
 
 enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_IDLE, OPT_PREFIX, OPT_METRICS,
 	OPT_ASYNC_RELEASE,
-	OPT_LEASE_CACHE,
+	OPT_LEASE_CACHE, OPT_RETRY_WINDOW,
 	/* Options of one URL (one node), not of the client: */
 	OPT_PASSWORD_FILE, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_SERVER_NAME,
 	OPT_TLS_VERIFY, OPT_SENTINEL_USER, OPT_SENTINEL_PASSWORD, OPT_SENTINEL_PASSWORD_FILE,
@@ -54,6 +54,7 @@ static const struct {
 	[OPT_METRICS] = { "metrics", 0, 1 },
 	[OPT_ASYNC_RELEASE] = { "async_release", 0, 1 },
 	[OPT_LEASE_CACHE] = { "lease_cache", 0, 0 },    /* on or off: set_lease_cache */
+	[OPT_RETRY_WINDOW] = { "retry_window_ms", DMUTEX__RETRY_WINDOW_MIN, DMUTEX__RETRY_WINDOW_MAX },
 	/* Not numbers either: see set_node_string, set_verify. */
 	[OPT_PASSWORD_FILE] = { "password_file", 0, 0 },
 	[OPT_TLS_CA] = { "tls_ca", 0, 0 },
@@ -578,6 +579,7 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 		: o == OPT_METRICS ? &p->cfg->metrics
 		: o == OPT_ASYNC_RELEASE ? &p->cfg->async_release
 		: o == OPT_IDLE ? &p->cfg->idle_ms
+		: o == OPT_RETRY_WINDOW ? &p->cfg->retry_window_ms
 		: &p->cfg->lease_ms;
 	if (p->seen & 1u << o && *field != num) {
 		bad(p, "%s given twice with different values (%u and %lu)",
@@ -971,6 +973,10 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 		tls |= cfg->nodes[p.index].tls;
 		s += len + 1;
 	}
+	/* Past the longest a retry takes: a few command timeouts. */
+	if (!cfg->retry_window_ms)
+		cfg->retry_window_ms = cfg->command_timeout_ms > DMUTEX__RETRY_WINDOW_DEFAULT / 3
+				? 3 * cfg->command_timeout_ms : DMUTEX__RETRY_WINDOW_DEFAULT;
 	if (!cfg->prefix && !(cfg->prefix = dupn(PREFIX_DEFAULT, strlen(PREFIX_DEFAULT)))) {
 		err = ENOMEM;
 		goto fail;

@@ -24,6 +24,12 @@ struct dmutex__config {
 	unsigned idle_ms;             /* a name's state in Redis expires this long
 	                               * after its last use (lease end): default
 	                               * 3600000, 100 .. 2592000000 (30 days) */
+	unsigned retry_window_ms;     /* a semaphore's or barrier's operation whose
+	                               * reply was lost is asked again for this
+	                               * long at most, and the server keeps its
+	                               * result a second longer: default
+	                               * max(60000, 3 x command_timeout_ms),
+	                               * 100 .. 86400000 */
 };
 
 #define DMUTEX__IDLE_DEFAULT 3600000u
@@ -31,6 +37,10 @@ struct dmutex__config {
 #define DMUTEX__LEASE_CACHE_DEFAULT 1u
 #define DMUTEX__IDLE_MIN 100u
 #define DMUTEX__IDLE_MAX 2592000000u
+
+#define DMUTEX__RETRY_WINDOW_DEFAULT 60000u
+#define DMUTEX__RETRY_WINDOW_MIN 100u
+#define DMUTEX__RETRY_WINDOW_MAX 86400000u
 
 #define DMUTEX__CONNECT_TIMEOUT_DEFAULT 2000u
 #define DMUTEX__COMMAND_TIMEOUT_DEFAULT 1000u

@@ -166,3 +166,62 @@ Test(barrier, killed_participant_others_wait_until_replaced)
 	kids[3] = 0;
 	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:barrier:{dies} gen"), 1);
 }
+
+/* barrier_wait.lua from the source tree, as the library embeds it. */
+static char *
+script(const char *name)
+{
+	char path[1024];
+	static char text[16384];
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof path, "%s/%s", getenv("DMUTEX_SCRIPTS"), name);
+	cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+	n = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[n] = 0;
+	return text;
+}
+
+/* An arrival: {gen, serial} as gen * 10 + serial (gen -1: refused). */
+static long long
+arrive(const char *lua, const char *token, const char *deadline)
+{
+	char key[128];
+	long long v;
+
+	snprintf(key, sizeof key, "dmutex:barop:{ttl}:%s", token);
+	redisReply *r = th_redis_cmd(&srv, "EVAL %s 2 dmutex:barrier:{ttl} %s a 3 dmutex:barwake:{ttl} "
+			"5000 %s", lua, key, deadline);
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "%s",
+			r && r->type == REDIS_REPLY_ERROR ? r->str : "not {gen, serial}");
+	v = r->element[0]->integer * 10 + r->element[1]->integer;
+	freeReplyObject(r);
+	return v;
+}
+
+/* Issue 25 defect 3, on the server's side (barrier_wait.lua): as
+ * sem::retry_past_its_deadline_is_refused_not_applied. */
+Test(barrier, retry_past_its_deadline_is_refused_not_counted)
+{
+	const char *lua = script("barrier_wait.lua");
+	redisReply *t = th_redis_cmd(&srv, "TIME");
+	char past[32], future[32];
+
+	cr_assert(t && t->type == REDIS_REPLY_ARRAY && t->elements == 2);
+	long long now = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+	freeReplyObject(t);
+	snprintf(past, sizeof past, "%lld", now - 1);
+	snprintf(future, sizeof future, "%lld", now + 60000);
+
+	cr_assert_eq(arrive(lua, "a", "0"), 0);                 /* gen 0, not serial */
+	long long ttl = th_redis_int(&srv, "PTTL dmutex:barop:{ttl}:a");
+	cr_assert(ttl > 5000 && ttl <= 6000, "kept %lld ms for a 5000 ms window", ttl);
+	cr_assert_eq(arrive(lua, "a", past), 0);                /* kept: the first result */
+	cr_assert_eq(arrive(lua, "b", past), -10);              /* refused: {-1, 0} */
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:barrier:{ttl} arrived"), 1);
+	cr_assert_eq(arrive(lua, "b", future), 0);
+	cr_assert_eq(arrive(lua, "c", future), 1);              /* the third: serial */
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:barrier:{ttl} gen"), 1);
+}

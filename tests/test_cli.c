@@ -856,6 +856,26 @@ lost_run(const char *how)
 	free(e);
 }
 
+/* A hold with no fencing token must not run COMMAND with DMUTEX_FENCE=0:
+ * the meta hash holds data dmutex did not write, so the lock's plain SET
+ * succeeds but fence.lua fails (WRONGTYPE), an EIO that is not a loss. */
+Test(cli, run_without_a_fence_does_not_start_command)
+{
+	char *e, *o;
+
+	cr_assert_eq(th_redis_int(&srv, "RPUSH dmutex:meta:{job} foreign"), 1);
+	ASSERT_ST(DM_RUN(10000, "a", "run", "job", "--", "sh", "-c", "echo started $DMUTEX_FENCE"), 87, "a");
+	o = out_of("a");
+	cr_assert_str_eq(o, "", "COMMAND ran: %s", o);
+	free(o);
+	e = err_of("a");
+	assert_contains(e, "'job': no fencing token (");
+	assert_contains(e, "); sh not started");
+	free(e);
+	/* It released what it took. */
+	cr_assert_eq(lock_exists("job"), 0);
+}
+
 Test(cli, run_lost_when_key_deleted)
 {
 	lost_run("del");

@@ -76,10 +76,10 @@ answer(int argc, char **argv, void *arg)
 		r = strdup(rep.raise);
 	else if (strstr(argv[3], ":cond:"))
 		r = strdup(rep.signal);
-	else if (strstr(argv[3], ":sem:"))     /* init, get and unlink 3 args, op 7 */
-		r = strdup(argc == 10 ? rep.semop : argc == 6 && (!strcmp(argv[4], "g") ||
-				!strcmp(argv[4], "u")) ? rep.semget : rep.seminit);
-	else if (strstr(argv[3], ":barrier:"))  /* init 2 args, wait 6 */
+	else if (strstr(argv[3], ":sem:"))     /* init, get, unlink and time 3 args, op 8 */
+		r = strdup(argc == 11 ? rep.semop : argc == 6 && (!strcmp(argv[4], "g") ||
+				!strcmp(argv[4], "u") || !strcmp(argv[4], "t")) ? rep.semget : rep.seminit);
+	else if (strstr(argv[3], ":barrier:"))  /* init 2 args, wait and time 7 */
 		r = strdup(argc == 5 ? rep.barinit : rep.barwait);
 	else if (strstr(argv[3], ":rw:"))       /* acquire 8 args, release 6 */
 		r = strdup(argc == 11 ? rep.rwacq : rep.rwrel);
@@ -337,7 +337,7 @@ Test(hostile_values, redlock_write_back_bad_answer_is_eio)
 static void
 bad_release_answer(int async)
 {
-	static const char *const bad[] = { ":3\r\n", ":-1\r\n", ":9223372036854775807\r\n",
+	static const char *const bad[] = { ":4\r\n", ":-1\r\n", ":9223372036854775807\r\n",
 		"$1\r\n1\r\n", "*1\r\n:1\r\n", "+OK\r\n" };
 	dmutex_client_t *c;
 	dmutex_t m;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +262,205 @@ plant(int i, const char *name, const char *token, int px)
 	r = th_redis_cmd(&nodes[i], "SET dmutex:lock:{%s} %s PX %d", name, v, px);
 	cr_assert(r && r->type == REDIS_REPLY_STATUS);
 	freeReplyObject(r);
+}
+
+/*
+ * The fencing write-back (fence_raise.lua) on a node that had no meta hash
+ * creates one; it must expire like every meta hash (lease + idle_ms after
+ * the hold that wrote it), not live for ever.  Node 2 is held by another
+ * token (so it does not take part in the acquisition and has no meta
+ * hash), and node 0's counter is ahead of node 1's: the token stands on
+ * node 0 alone, so it is written back to every node.
+ */
+Test(redlock, fence_write_back_creates_a_meta_hash_that_expires)
+{
+	const char *name = "rl-raise-ttl";
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t tok = 0;
+	long long pttl;
+
+	up(3, NULL);
+	c = open_client(NULL);
+	init_on(&m, name, c, 5000, NULL, NULL);
+	cr_assert_eq(th_redis_int(&nodes[0], "HSET dmutex:meta:{%s} v 3 fence 100", name), 2);
+	cr_assert_eq(th_redis_int(&nodes[1], "HSET dmutex:meta:{%s} v 3 fence 10", name), 2);
+	plant(2, name, "another", 5000);
+	cr_assert_eq(th_redis_int(&nodes[2], "EXISTS dmutex:meta:{%s}", name), 0);
+	cr_assert_eq(dmutex_trylock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &tok), 0);
+	cr_assert_eq(tok, 101, "token %llu, want node 0's counter + 1", (unsigned long long)tok);
+	/* The write-back reached node 2. */
+	cr_assert_eq(counter_on(2, name), 101, "node 2's counter %lld", counter_on(2, name));
+	pttl = th_redis_int(&nodes[2], "PTTL dmutex:meta:{%s}", name);
+	cr_assert_gt(pttl, 0, "node 2's meta hash, made by the write-back, has PTTL %lld", pttl);
+	cr_assert_leq(pttl, 5000 + 3600000, "node 2's meta hash PTTL %lld", pttl);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/*
+ * Releases whose replies are lost on two of three nodes.  Nodes 1 and 2
+ * sit behind proxies that drop replies: the unlock's release runs there
+ * (the key goes), its answer never comes, and then the proxies close the
+ * connections, so the library resends the release on fresh ones (every
+ * script is idempotent by token).  What the resent release finds decides.
+ */
+static struct th_proxy *rproxy[2];
+static atomic_int rel_lost;
+
+static void
+count_lost(const char *name, void *arg)
+{
+	(void)name;
+	(void)arg;
+	atomic_fetch_add(&rel_lost, 1);
+}
+
+/* What the helper thread does while the test's thread unlocks (a hold is
+ * unlocked by the thread that holds it). */
+struct meddle {
+	const char *name;
+	void (*between)(const char *);
+	int ran;                        /* the release ran on nodes 1 and 2 */
+};
+
+static void *
+meddle_thread(void *arg)
+{
+	struct meddle *md = arg;
+
+	md->ran = 1;
+	for (int i = 1; i <= 2; i++) {
+		struct key_gone k = { i, md->name };
+		md->ran &= th_wait_until(key_gone, &k, 3000);
+	}
+	/* Let the proxies read and drop the answers. */
+	usleep(200 * 1000);
+	if (md->ran && md->between)
+		md->between(md->name);
+	for (int i = 0; i < 2; i++) {
+		th_proxy_set_mode(rproxy[i], TH_PROXY_PASS);
+		th_proxy_close_all(rproxy[i]);
+	}
+	return NULL;
+}
+
+static void
+stop_rproxies(void)
+{
+	for (int i = 0; i < 2; i++) {
+		th_proxy_stop(rproxy[i]);
+		rproxy[i] = NULL;
+	}
+	th_redis_stop_all();
+}
+
+/* Node 0 direct, nodes 1 and 2 through rproxy[0] and rproxy[1]; a node
+ * timeout long enough for the test to act while the release waits. */
+static dmutex_client_t *
+open_proxied_client(void)
+{
+	char list[2048], url[4096];
+	dmutex_client_t *c;
+
+	up(3, NULL);
+	for (int i = 0; i < 2; i++)
+		cr_assert_not_null(rproxy[i] = th_proxy_start(nodes[i + 1].port));
+	snprintf(list, sizeof list, "%s,redis://127.0.0.1:%d,redis://127.0.0.1:%d", nodes[0].url,
+			th_proxy_port(rproxy[0]), th_proxy_port(rproxy[1]));
+	th_url_with(url, sizeof url, list, "node_timeout_ms=4000&command_timeout_ms=10000");
+	cr_assert_eq(dmutex_client_open(&c, url), 0, "open(%s)", url);
+	return c;
+}
+
+/* Unlock m with the replies of nodes 1 and 2 lost; between the releases
+ * running there and their resending, between() may change the nodes.
+ * The unlock's result. */
+static int
+unlock_with_lost_replies(dmutex_t *m, const char *name, void (*between)(const char *))
+{
+	struct meddle md = { .name = name, .between = between };
+	pthread_t t;
+	int rc;
+
+	for (int i = 0; i < 2; i++)
+		th_proxy_set_mode(rproxy[i], TH_PROXY_DROP_REPLIES);
+	cr_assert_eq(pthread_create(&t, NULL, meddle_thread, &md), 0);
+	rc = dmutex_unlock(m);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert(md.ran, "the release never ran on nodes 1 and 2: the test proves nothing");
+	return rc;
+}
+
+Test(redlock, release_resent_after_lost_replies_is_no_loss, .fini = stop_rproxies)
+{
+	const char *name = "rl-resent";
+	dmutex_client_t *c = open_proxied_client();
+	dmutex_t m;
+	int rc;
+
+	atomic_store(&rel_lost, 0);
+	init_on(&m, name, c, 20000, count_lost, NULL);
+	/* A first cycle: the scripts are cached on every node, so that the
+	 * release below runs at once (a NOSCRIPT answer would be dropped). */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	rc = unlock_with_lost_replies(&m, name, NULL);
+	/* Node 0 released; nodes 1 and 2, asked again, find the key gone:
+	 * our own first release took it, so that is no loss. */
+	cr_assert_eq(rc, 0, "unlock after lost and resent replies: %s", dmutex_strerror(rc));
+	usleep(100 * 1000);
+	cr_assert_eq(atomic_load(&rel_lost), 0, "onlost called %d times", atomic_load(&rel_lost));
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(exists_on(i, name), 0, "node %d kept the lock", i);
+	/* The mutex works on. */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+static void
+take_nodes_1_and_2(const char *name)
+{
+	plant(1, name, "another", 20000);
+	plant(2, name, "another", 20000);
+}
+
+Test(redlock, release_of_a_key_taken_on_a_quorum_is_enolck, .fini = stop_rproxies)
+{
+	const char *name = "rl-taken";
+	dmutex_client_t *c = open_proxied_client();
+	dmutex_t m;
+	int rc;
+
+	atomic_store(&rel_lost, 0);
+	init_on(&m, name, c, 20000, count_lost, NULL);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+
+	/* Another token on a quorum (our keys overwritten): not ours. */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	take_nodes_1_and_2(name);
+	rc = dmutex_unlock(&m);
+	cr_assert_eq(rc, ENOLCK, "unlock of a key taken on a quorum: %s", dmutex_strerror(rc));
+	cr_assert_eq(atomic_load(&rel_lost), 1, "onlost called %d times", atomic_load(&rel_lost));
+	th_redis_int(&nodes[1], "DEL dmutex:lock:{%s}", name);
+	th_redis_int(&nodes[2], "DEL dmutex:lock:{%s}", name);
+
+	/* The same when the replies were lost and the release resent: a
+	 * resent release that finds another token there still says not
+	 * ours (only a key gone counts as our own first release's work). */
+	atomic_store(&rel_lost, 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	rc = unlock_with_lost_replies(&m, name, take_nodes_1_and_2);
+	cr_assert_eq(rc, ENOLCK, "unlock, resent, of a key taken on a quorum: %s", dmutex_strerror(rc));
+	cr_assert_eq(atomic_load(&rel_lost), 1, "onlost called %d times", atomic_load(&rel_lost));
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
 }
 
 Test(redlock, split_vote_releases_everywhere_then_wins)

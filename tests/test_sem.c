@@ -311,3 +311,68 @@ Test(sem, killed_holder_keeps_its_permit_killed_waiter_takes_none)
 	cr_assert_eq(dmutex_client_close(c), 0);
 	th_sync_close(&sy);
 }
+
+/* A script of src/backend/scripts/, as the library embeds it. */
+static char *
+script(const char *name)
+{
+	char path[1024];
+	static char text[16384];
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof path, "%s/%s", getenv("DMUTEX_SCRIPTS"), name);
+	cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+	n = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[n] = 0;
+	return text;
+}
+
+/* sem_op.lua, as a post (p) or take (t): its integer answer. */
+static long long
+op(const char *lua, const char *token, const char *code, const char *deadline)
+{
+	char key[128];
+	long long v;
+
+	snprintf(key, sizeof key, "dmutex:semop:{ttl}:%s", token);
+	redisReply *r = th_redis_cmd(&srv, "EVAL %s 2 dmutex:sem:{ttl} %s %s 1 2147483647 "
+			"dmutex:semwake:{ttl} 5000 %s", lua, key, code, deadline);
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER, "%s", r && r->type == REDIS_REPLY_ERROR
+			? r->str : "not an integer");
+	v = r->integer;
+	freeReplyObject(r);
+	return v;
+}
+
+/*
+ * Issue 25 defect 3, on the server's side (sem_op.lua): a result is kept
+ * for the client's window and a second more, not a fixed minute; a retry
+ * whose deadline (server time) has passed is refused (-2) when the result
+ * is gone, and still answered the kept result while it is there; a first
+ * try (deadline 0) is applied.  The client's side: shim-retry.
+ */
+Test(sem, retry_past_its_deadline_is_refused_not_applied)
+{
+	const char *lua = script("sem_op.lua");
+	redisReply *t = th_redis_cmd(&srv, "TIME");
+	char past[32], future[32];
+
+	cr_assert(t && t->type == REDIS_REPLY_ARRAY && t->elements == 2);
+	long long now = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+	freeReplyObject(t);
+	snprintf(past, sizeof past, "%lld", now - 1);
+	snprintf(future, sizeof future, "%lld", now + 60000);
+
+	cr_assert_eq(op(lua, "a", "p", "0"), 2);                /* created with 1, posted */
+	long long ttl = th_redis_int(&srv, "PTTL dmutex:semop:{ttl}:a");
+	cr_assert(ttl > 5000 && ttl <= 6000, "kept %lld ms for a 5000 ms window", ttl);
+	cr_assert_eq(op(lua, "a", "p", past), 2);               /* kept: the first result */
+	cr_assert_eq(op(lua, "b", "p", past), -2);              /* gone (never was): refused */
+	cr_assert_eq(op(lua, "c", "t", past), -2);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:sem:{ttl} v"), 2);
+	cr_assert_eq(op(lua, "b", "p", future), 3);             /* within its deadline: applied */
+	cr_assert_eq(op(lua, "c", "t", future), 1);
+	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:sem:{ttl} v"), 2);
+}

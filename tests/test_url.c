@@ -93,6 +93,38 @@ Test(url, defaults)
 	cr_assert_str_eq(cfg.prefix, "dmutex:");
 	cr_assert_eq(cfg.metrics, 1);
 	cr_assert_eq(cfg.lease_cache, 1);
+	cr_assert_eq(cfg.retry_window_ms, 60000);
+}
+
+/* How long a semaphore's or barrier's operation whose reply was lost is
+ * asked again (README "Semaphores"): a minute, or three command timeouts
+ * if longer; client-wide; 100 ms to a day. */
+Test(url, retry_window_option)
+{
+	ok("redis://h?retry_window_ms=100");
+	cr_assert_eq(cfg.retry_window_ms, 100);
+	dmutex__config_free(&cfg);
+	ok("redis://h?retry_window_ms=86400000");
+	cr_assert_eq(cfg.retry_window_ms, 86400000);
+	dmutex__config_free(&cfg);
+	ok("redis://h?command_timeout_ms=30000");
+	cr_assert_eq(cfg.retry_window_ms, 90000);
+	dmutex__config_free(&cfg);
+	ok("redis://h?command_timeout_ms=20000");
+	cr_assert_eq(cfg.retry_window_ms, 60000);
+	dmutex__config_free(&cfg);
+	ok("redis://h?command_timeout_ms=30000&retry_window_ms=5000");
+	cr_assert_eq(cfg.retry_window_ms, 5000);
+	dmutex__config_free(&cfg);
+	ok("redis://a?retry_window_ms=700,redis://b?retry_window_ms=700");
+	cr_assert_eq(cfg.retry_window_ms, 700);
+	dmutex__config_free(&cfg);
+	fails("redis://h?retry_window_ms=99", EINVAL);
+	fails("redis://h?retry_window_ms=86400001", EINVAL);
+	fails("redis://h?retry_window_ms=", EINVAL);
+	fails("redis://h?retry_window_ms=1s", EINVAL);
+	fails("redis://h?retry_window_ms=-1", EINVAL);
+	fails("redis://a?retry_window_ms=700,redis://b?retry_window_ms=800", EINVAL);
 }
 
 /* Cached leases (README "Cached leases"): on or off, client-wide, the same

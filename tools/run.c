@@ -597,6 +597,13 @@ cli_cmd_run(int argc, char **argv, const char *url)
 		cli_err("lost the lock '%s' before COMMAND could start", o.name);
 		status = CLI_LOST;
 		goto unlock;
+	} else if (err) {
+		/* COMMAND is promised its hold's token: DMUTEX_FENCE=0 would
+		 * pass a fencing check nowhere, or everywhere. */
+		cli_err("'%s': no fencing token (%s); %s not started", o.name, dmutex_strerror(err),
+				o.argv[0]);
+		status = err == EIO ? CLI_BACKEND : CLI_INTERNAL;
+		goto unlock;
 	}
 	if (!(env = child_env(o.name, fence, owner_died, store, 2))) {
 		cli_err("out of memory");

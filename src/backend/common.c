@@ -244,14 +244,14 @@ dmutex__rel_to_reply(const redisReply *r, struct dmutex__handoff *next, int *rel
 int
 dmutex__rel_reply(const char *display, const char *name, const redisReply *r, int *released)
 {
-	if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > 2)
+	if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer > DMUTEX__REL_GONE)
 		return -1;
 	/* 2: released, but the PUBLISH was refused (release.lua). */
 	if (r->integer == 2)
 		dmutex__log(DMUTEX_LOG_WARN, "%s: released '%s' but its waiters were not told: the ACL "
 				"denies the wake channel (they wait for the lease to end); see "
 				"dmutex_client_open(3) for the ACL dmutex needs", display, name);
-	*released = r->integer != 0;
+	*released = r->integer == 1 || r->integer == 2;
 	return 0;
 }
 

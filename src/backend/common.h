@@ -87,11 +87,14 @@ int dmutex__fence_elem(const redisReply *r, size_t i, uint64_t *out);
 
 void dmutex__rel_argv(struct dmutex__backend *be, const char *name, const char *token,
 		int mode, struct dmutex__rel_argv *x);
-/* 0 and *released, or -1 for an unexpected shape; a release whose wake-up
- * the server refused is logged against display and name. */
 /* fair_release.lua's answer of a hand-over to next, {1, fence, died}: 0
  * with next filled in and *released, or -1 for an unexpected shape. */
 int dmutex__rel_to_reply(const redisReply *r, struct dmutex__handoff *next, int *released);
+/* 0 and *released, or -1 for an unexpected shape; a release whose wake-up
+ * the server refused is logged against display and name.  Not released
+ * covers release.lua's 0 (another holder's key) and DMUTEX__REL_GONE (no
+ * key at all), which only Redlock tells apart (r->integer). */
+#define DMUTEX__REL_GONE 3
 int dmutex__rel_reply(const char *display, const char *name, const redisReply *r,
 		int *released);
 

@@ -49,6 +49,8 @@ struct call {
 	int by_sha;
 	int pooled;                     /* the connection came from the pool */
 	int refused;                    /* the node answered with an error */
+	int resent;                     /* sent again after the first request's
+					 * answer was lost: the first may have run */
 };
 
 static struct redlock *
@@ -153,6 +155,7 @@ receive_one(struct redlock *rl, size_t i, struct call *k, int script, int nkeys,
 	void *v;
 
 	if (dmutex__conn_fill(k->c)) {
+		k->resent = 1;
 		if (resend_fresh(rl, i, k, script, nkeys, argc, argv, timeout_ms))
 			lose(k);
 		return 0;
@@ -264,7 +267,15 @@ free_calls(struct call *calls, size_t n)
 			freeReplyObject(calls[i].r);
 }
 
-/* Release on every node; 1 if some node may still carry the token. */
+/*
+ * Release on every node; 1 if some node may still carry the token.
+ *
+ * A release resent on a node (its first answer was lost with the
+ * connection) that finds no key counts as released there: the first one
+ * most likely took it.  (Or the key had expired, or been deleted, just
+ * before: a loss this cannot see, as a retry of dmutex__release cannot.)
+ * Another holder's key there is not ours, resent or not.
+ */
 static int
 release_everywhere(struct redlock *rl, const char *name, const char *token, int mode,
 		unsigned timeout_ms, int64_t until, size_t *released, size_t *not_ours, size_t *lost)
@@ -280,7 +291,7 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 	for (size_t i = 0; i < n; i++) {
 		int rel;
 		if (calls[i].state == CALL_DONE && !dmutex__rel_reply(rl->base.nodes[i].addr->display, name, calls[i].r, &rel)) {
-			if (rel)
+			if (rel || (calls[i].resent && calls[i].r->integer == DMUTEX__REL_GONE))
 				++*released;
 			else
 				++*not_ours;

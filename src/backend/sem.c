@@ -2,6 +2,7 @@
  * (A semaphore over several masters would need a quorum per permit; not
  * offered: dsem_init refuses such a client with ENOTSUP.) */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,10 +13,6 @@
 #include "scripts.h"
 #include "sync.h"
 
-/* How long a take's or post's result is kept for a retry of the same
- * call: far longer than any retry takes. */
-#define OP_TTL_MS "60000"
-
 void
 dmutex__sem_channel(struct dmutex__backend *be, const char *name, char *out)
 {
@@ -23,16 +20,22 @@ dmutex__sem_channel(struct dmutex__backend *be, const char *name, char *out)
 }
 
 /* One script call; 0 and *out, an integer from lo to hi (each script's
- * answers), or EIO (logged). */
+ * answers), or EIO (logged) and, if maybe_done is not NULL, whether the
+ * script may have run all the same. */
 static int
 call(struct dmutex__backend *be, const char *name, const char *what, int script, int nkeys,
-		int argc, const char **argv, long long lo, long long hi, long long *out)
+		int argc, const char **argv, long long lo, long long hi, long long *out,
+		int *maybe_done)
 {
 	int md = 0, err = EIO;
 	redisReply *r = dmutex__node_call(&be->nodes[0], script, nkeys, argc, argv, &md);
 
+	if (maybe_done)
+		*maybe_done = r || md == 1;
 	if (r && !dmutex__int_in(r, lo, hi, out)) {
 		err = 0;
+		if (maybe_done)
+			*maybe_done = 0;
 	} else if (r) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of semaphore '%s': %s", be->nodes[0].addr->display,
 				what, name, r->type == REDIS_REPLY_ERROR ? r->str
@@ -56,7 +59,7 @@ dmutex__sem_create(struct dmutex__backend *be, const char *name, unsigned value,
 	dmutex__key(k, be->cfg.prefix, "sem", name);
 	snprintf(v, sizeof v, "%u", value);
 	const char *argv[] = { k, v, flags & DSEM_EXCL ? "1" : flags & DSEM_NOCREATE ? "2" : "0" };
-	if ((err = call(be, name, "init", DMUTEX__SCRIPT_SEM_INIT, 1, 3, argv, -2, 1, &r)))
+	if ((err = call(be, name, "init", DMUTEX__SCRIPT_SEM_INIT, 1, 3, argv, -2, 1, &r, NULL)))
 		return err;
 	*created = (int)r;
 	return 0;
@@ -64,38 +67,57 @@ dmutex__sem_create(struct dmutex__backend *be, const char *name, unsigned value,
 
 static int
 op(struct dmutex__backend *be, const char *name, unsigned init, const char *what,
-		const char *code, const char *token, long long lo, long long hi, long long *out)
+		const char *code, struct dmutex__op *o, long long lo, long long hi,
+		long long *out)
 {
 	char k[DMUTEX__KEY_MAX], ok[DMUTEX__SEM_OPKEY_MAX], ch[DMUTEX__KEY_MAX];
-	char v[16], max[16];
+	char v[16], max[16], window[16], deadline[24];
+	int err;
 
 	dmutex__key(k, be->cfg.prefix, "sem", name);
-	snprintf(ok, sizeof ok, "%ssemop:{%s}:%s", be->cfg.prefix, name, token);
+	snprintf(ok, sizeof ok, "%ssemop:{%s}:%s", be->cfg.prefix, name, o->token);
 	dmutex__sem_channel(be, name, ch);
 	snprintf(v, sizeof v, "%u", init);
 	snprintf(max, sizeof max, "%u", DSEM_VALUE_MAX);
-	const char *argv[] = { k, ok, code, v, max, ch, OP_TTL_MS };
-	return call(be, name, what, DMUTEX__SCRIPT_SEM_OP, 2, 7, argv, lo, hi, out);
+	snprintf(window, sizeof window, "%u", o->window_ms);
+	snprintf(deadline, sizeof deadline, "%lld", o->deadline_ms);
+	const char *argv[] = { k, ok, code, v, max, ch, window, deadline };
+	if ((err = call(be, name, what, DMUTEX__SCRIPT_SEM_OP, 2, 8, argv, DMUTEX__OP_REFUSED, hi, out,
+			&o->maybe_done)))
+		return err;
+	/* Refused only a retry, which carries a deadline. */
+	if (*out == DMUTEX__OP_REFUSED ? !o->deadline_ms : *out < lo) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of semaphore '%s': unexpected reply (%lld)",
+				be->nodes[0].addr->display, what, name, *out);
+		o->maybe_done = 1;      /* the script ran */
+		return EIO;
+	}
+	return 0;
 }
 
 int
 dmutex__sem_take(struct dmutex__backend *be, const char *name, unsigned init,
-		const char *token, int *taken)
+		struct dmutex__op *o, long long *taken)
 {
-	long long r;
-	int err = op(be, name, init, "wait", "t", token, 0, 1, &r);
-
-	if (!err)
-		*taken = r == 1;
-	return err;
+	return op(be, name, init, "wait", "t", o, 0, 1, taken);
 }
 
 int
 dmutex__sem_post(struct dmutex__backend *be, const char *name, unsigned init,
-		const char *token, long long *value)
+		struct dmutex__op *o, long long *value)
 {
 	/* The new value, or -1 at the maximum. */
-	return op(be, name, init, "post", "p", token, -1, DSEM_VALUE_MAX, value);
+	return op(be, name, init, "post", "p", o, -1, DSEM_VALUE_MAX, value);
+}
+
+int
+dmutex__sem_time(struct dmutex__backend *be, const char *name, long long *ms)
+{
+	char k[DMUTEX__KEY_MAX];
+
+	dmutex__key(k, be->cfg.prefix, "sem", name);
+	const char *argv[] = { k, "t", "0" };
+	return call(be, name, "time", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 1, LLONG_MAX, ms, NULL);
 }
 
 int
@@ -108,7 +130,7 @@ dmutex__sem_get(struct dmutex__backend *be, const char *name, unsigned init,
 	snprintf(v, sizeof v, "%u", init);
 	const char *argv[] = { k, "g", v };
 	return call(be, name, "getvalue", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 0,
-			DSEM_VALUE_MAX, value);
+			DSEM_VALUE_MAX, value, NULL);
 }
 
 int
@@ -120,7 +142,7 @@ dmutex__sem_unlink(struct dmutex__backend *be, const char *name, int *existed)
 
 	dmutex__key(k, be->cfg.prefix, "sem", name);
 	const char *argv[] = { k, "u", "0" };
-	if ((err = call(be, name, "unlink", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 0, 1, &r)))
+	if ((err = call(be, name, "unlink", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 0, 1, &r, NULL)))
 		return err;
 	*existed = r > 0;
 	return 0;

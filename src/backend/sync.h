@@ -82,24 +82,51 @@ void dmutex__rw_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, si
 /* The wake channel. Caller frees. */
 char *dmutex__rw_channel(struct dmutex__backend *be, const char *name);
 
+/* ---- an operation asked again after a lost reply (semaphores, barriers) ----
+ * Every try carries one token; the server keeps the result under it for
+ * window_ms and a second more, so a try that finds it is not applied
+ * twice.  A first try carries deadline_ms 0; a retry carries the server's
+ * time (ms) after which it is refused (DMUTEX__OP_REFUSED) rather than
+ * applied, set by the core no later than the server's time at the first
+ * try plus the window: one that reaches the server when the result may be
+ * gone is never applied again.  The backend reads token, window_ms and
+ * deadline_ms, and sets maybe_done; the rest is the core's (src/retry.c). */
+struct dmutex__op {
+	char token[DMUTEX__TOKEN_HEX + 1];
+	unsigned window_ms;     /* the client's retry_window_ms */
+	long long deadline_ms;  /* 0: none (no try lost since the last answer) */
+	int maybe_done;         /* the latest try failed (EIO) but may have been
+	                         * applied: it reached Redis, its answer did not
+	                         * come back (or made no sense) */
+	int64_t sent;           /* CLOCK_MONOTONIC ns: the latest try went out */
+	int64_t lost_at;        /* the first try since the last answer went out; 0: none */
+	int expired;            /* gave up: whether it was applied is unknown */
+};
+#define DMUTEX__OP_REFUSED (-2LL)
+
 /* ---- semaphores, one master ----
  * 0 or EIO (the node did not answer, or answered an error).  `init` is
  * the creator's value, used if the semaphore must be made again.
  * create:  flags DSEM_EXCL / DSEM_NOCREATE; *created = 1 created,
  *          0 existed, -1 existed and DSEM_EXCL, -2 missing and DSEM_NOCREATE.
- * take:    *taken = 1 or 0 (none free).
- * post:    *value = the new value, -1 at DSEM_VALUE_MAX.
+ * take:    *taken = 1 or 0 (none free), or DMUTEX__OP_REFUSED.
+ * post:    *value = the new value, -1 at DSEM_VALUE_MAX, or
+ *          DMUTEX__OP_REFUSED.
  * get:     *value = free permits.
  * unlink:  *existed = 1 or 0.
- * take and post carry the caller's token: the same token again is not
- * applied twice, it returns the first call's result. */
+ * time:    *ms = the server's time (ms since the epoch, its clock).
+ * take and post carry the caller's dmutex__op: the same token again is not
+ * applied twice, it returns the first call's result, kept for the op's
+ * window and a second more; a try with a deadline that reaches the server
+ * after it, when that result may be gone, is refused. */
 #define DMUTEX__SEM_OPKEY_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)
 int dmutex__sem_create(struct dmutex__backend *be, const char *name, unsigned value, int flags,
 		int *created);
 int dmutex__sem_take(struct dmutex__backend *be, const char *name, unsigned init,
-		const char *token, int *taken);
+		struct dmutex__op *o, long long *taken);
 int dmutex__sem_post(struct dmutex__backend *be, const char *name, unsigned init,
-		const char *token, long long *value);
+		struct dmutex__op *o, long long *value);
+int dmutex__sem_time(struct dmutex__backend *be, const char *name, long long *ms);
 int dmutex__sem_get(struct dmutex__backend *be, const char *name, unsigned init,
 		long long *value);
 int dmutex__sem_unlink(struct dmutex__backend *be, const char *name, int *existed);
@@ -111,15 +138,20 @@ void dmutex__sem_channel(struct dmutex__backend *be, const char *name, char *out
  * create: *other = 0 if it is (now) a barrier of this count, else the count
  *         it has.
  * arrive: *gen = the cycle arrived in, *serial = 1 if this arrival
- *         completed it.  The same token again returns the first result.
- * gen:    *gen = cycles completed. */
+ *         completed it; *gen = DMUTEX__OP_REFUSED_GEN a retry refused.
+ *         The same token again returns the first result (as semaphores).
+ * gen:    *gen = cycles completed.
+ * time:   *ms = the server's time (ms since the epoch, its clock). */
 #define DMUTEX__BARRIER_OPKEY_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)
+#define DMUTEX__OP_REFUSED_GEN (-1LL)
 int dmutex__barrier_create(struct dmutex__backend *be, const char *name, unsigned count,
 		long long *other);
 int dmutex__barrier_arrive(struct dmutex__backend *be, const char *name, unsigned count,
-		const char *token, long long *gen, int *serial);
+		struct dmutex__op *o, long long *gen, int *serial);
 int dmutex__barrier_gen(struct dmutex__backend *be, const char *name, unsigned count,
 		long long *gen);
+int dmutex__barrier_time(struct dmutex__backend *be, const char *name, unsigned count,
+		long long *ms);
 /* The wake channel into out[DMUTEX__KEY_MAX]. */
 void dmutex__barrier_channel(struct dmutex__backend *be, const char *name, char *out);
 

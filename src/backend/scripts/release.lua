@@ -10,9 +10,12 @@
 --          mode 3: abandon an acquire whose reply was lost: put the robust
 --                  state back as the acquire found it
 --
--- Returns 1 released, 0 not ours (expired, or another holder's now), 2
--- released but the waiters could not be told (the ACL denies the channel:
--- they wake at the end of the lease they wait on).
+-- Returns 1 released, 0 not ours (another holder's now, or no lock value),
+-- 3 not ours either, but no key at all (expired, deleted, or released by
+-- an earlier attempt of this release whose answer was lost: Redlock tells
+-- them apart, src/backend/redlock.c), 2 released but the waiters could not
+-- be told (the ACL denies the channel: they wake at the end of the lease
+-- they wait on).
 --
 -- Publishes only when a waiter marked the lock key (w, acquire.lua): a
 -- waiter subscribes before the attempt that marks it, and both scripts are
@@ -30,7 +33,10 @@ local val, tok = redis.call('GET', KEYS[1]), ARGV[1]
 -- "3 token fence died flags ...": the token compared in place, the rest
 -- read from behind it (cheaper than parsing the whole value: this runs
 -- at every unlock).
-if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
+if not val then
+	return 3
+end
+if val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
 	return 0
 end
 local died, flags = val:match('^%S+ (%S+) (%S+) ', 4 + #tok)

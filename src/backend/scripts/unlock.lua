@@ -5,14 +5,17 @@
 -- KEYS[1]  lock key, KEYS[2] meta hash (acquire.lua)
 -- ARGV[1]  token
 --
--- Returns as release.lua: 1 released, 0 not ours, 2 released but the
--- waiters could not be told.  The wake channel is the lock key's name
+-- Returns as release.lua: 1 released, 0 not ours, 3 no key at all, 2
+-- released but the waiters could not be told.  The wake channel is the lock key's name
 -- with "wake" for "lock" (src/backend/keys.h: PREFIX lock :{NAME}, and the
 -- meta hash PREFIX meta :{NAME}, so the kind begins where the two keys
 -- first differ), worked out only when someone waits.  Why the mark and
 -- the order of writes make this safe: release.lua.
 local val, tok = redis.call('GET', KEYS[1]), ARGV[1]
-if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
+if not val then
+	return 3
+end
+if val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
 	return 0
 end
 local flags = val:match('^%S+ %S+ (%S+) ', 4 + #tok)
