@@ -165,20 +165,30 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why, int64_t t0)
 {
 	struct dmutex_client *c = e->client;
 	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__lost lost_rep = { 0 };
+	struct dmutex__suspects sus = { 0 };
 	unsigned lease_ms;
-	int robust, mode, err;
+	int robust, mode, err, lost, was_kept;
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (!e->held || e->gen != gen || e->releasing || !pthread_equal(e->owner, pthread_self())) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return;
 	}
+	/* As an unlock (mutex_unlock.c): a loss already found is reported;
+	 * one the release finds is reported too, and on a kept lease with
+	 * every hold granted on it since its last confirmation (README "The
+	 * fast paths" rule 2): the thread is gone, its onlost is not. */
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
+	lost = e->lost;
+	was_kept = e->kept;
 	memcpy(token, e->token, sizeof token);
 	lease_ms = e->lease_ms;
 	robust = e->robust;
 	mode = DMUTEX__REL_DIED | (e->fair ? DMUTEX__REL_FAIR : 0);
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost_rep);
 	if (robust)
 		dmutex__log(DMUTEX_LOG_INFO, "'%s': %s while holding it: released as owner-died "
 				"(the next locker gets EOWNERDEAD)", e->name, why);
@@ -191,8 +201,17 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why, int64_t t0)
 		dmutex__renewer_orphan(c, e->name, token, mode,
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	lost_rep.report = 0;
+	if (err == ENOLCK && !lost) {
+		dmutex__entry_mark_lost(e);
+		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
+	}
+	if (err == ENOLCK && was_kept && e->kept)
+		dmutex__cache_gone(e, &sus);
 	dmutex__entry_forget(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost_rep);
+	dmutex__cache_report(e, &sus);
 }
 
 static void

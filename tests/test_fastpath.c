@@ -15,7 +15,10 @@
  *   6  every hold granted on a kept lease since its last confirmation is
  *      reported lost when the key turns out gone;
  *   7  a hold runs on its own mutex's lease, not on a lease another
- *      object of the name kept.
+ *      object of the name kept;
+ *   8  (found by the torture's thread churn) a thread that ends holding a
+ *      hold on a kept lease whose key is gone reports, at its end, every
+ *      hold granted on the lease since its last confirmation.
  *
  * The loss is made behind the library's back: DEL of the lock key on the
  * server, or `dmutex reset --force`.  Every wait polls with a deadline;
@@ -674,4 +677,84 @@ Test(fastpath, a_hold_runs_on_its_own_mutexs_lease_not_on_a_kept_one)
 	cr_assert_eq(atomic_load(&lost_short), 0, "onlost of the 1 s mutex ran %d times", atomic_load(&lost_short));
 	dmutex_destroy(&long_m);
 	dmt_close_mutex(c, &short_m);
+}
+
+/* ------------------------------------------------------------------ */
+/* 8. a thread that ends holding a kept lease's hold reports the loss  */
+/* ------------------------------------------------------------------ */
+
+static void *
+lock_and_end(void *arg)
+{
+	struct thr *t = arg;
+
+	t->lock_rc = dmutex_lock(t->m);
+	return NULL;    /* holding it: the hold ends with the thread */
+}
+
+struct two_lost {
+	atomic_int *a, *b;
+};
+
+static int
+two_lost(void *arg)
+{
+	struct two_lost *l = arg;
+
+	return atomic_load(l->a) >= 1 && atomic_load(l->b) >= 1;
+}
+
+/*
+ * m keeps its lease (30 s: the renewer looks every 10 s); its local hold
+ * spans the deletion of the key and ends; another client takes the lock;
+ * a thread takes a local hold of mb on the kept lease and ends holding it.
+ * Its end releases the lease and finds it not ours: both holds were
+ * granted since the last confirmation, and both are reported then, long
+ * before the renewer would look.  (Before, the end released and said
+ * nothing: the torture saw 30-odd local holds overlap another process's
+ * hold, never told.)
+ */
+Test(fastpath, a_thread_that_ends_holding_a_kept_leases_hold_reports_what_its_release_finds)
+{
+	const char *name = "fp-kept-thread-end";
+	char u[700];
+	dmutex_client_t *c, *c2;
+	dmutex_t m, mb, other;
+	atomic_int lost = 0, lost_b = 0;
+	struct two_lost both = { &lost, &lost_b };
+	struct thr t = { .name = name };
+	pthread_t tid;
+	int rc;
+
+	url_with(u, sizeof u, "metrics=0");
+	cr_assert_eq(dmt_open_mutex(&c, &m, u, name, &(struct dmt_attr){
+			.lease_ms = 30000, .onlost = dmt_count_lost, .arg = &lost }), 0);
+	cr_assert_eq(dmt_init_mutex(&mb, name, c, &(struct dmt_attr){
+			.lease_ms = 30000, .onlost = dmt_count_lost, .arg = &lost_b }), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &other, u, name, &(struct dmt_attr){
+			.lease_ms = 30000, .nocache = 1 }), 0);
+	warm(&m, name);
+	cr_assert_eq(dmutex_lock(&m), 0);       /* local: from the kept lease */
+	delete_key(name);
+	rc = dmutex_unlock(&m);
+	cr_assert_eq(rc, 0, "unlock of the local hold: %d (%s): nothing can know of the loss yet", rc,
+			dmutex_strerror(rc));
+	rc = dmutex_trylock(&other);
+	cr_assert_eq(rc, 0, "the other client could not take the deleted lock: %s", dmutex_strerror(rc));
+	t.m = &mb;
+	cr_assert_eq(pthread_create(&tid, NULL, lock_and_end, &t), 0);
+	pthread_join(tid, NULL);
+	cr_assert_eq(t.lock_rc, 0, "the thread's lock: %d (%s)", t.lock_rc, dmutex_strerror(t.lock_rc));
+	cr_assert(th_wait_until(two_lost, &both, 3000),
+			"3 s after the thread ended holding a hold on the vanished kept lease: onlost of the "
+			"ended hold ran %d times, of the thread's hold %d times", atomic_load(&lost),
+			atomic_load(&lost_b));
+	cr_assert_eq(atomic_load(&lost), 1, "onlost of the ended hold ran %d times", atomic_load(&lost));
+	cr_assert_eq(atomic_load(&lost_b), 1, "onlost of the thread's hold ran %d times", atomic_load(&lost_b));
+	cr_assert_eq(dmutex_unlock(&other), 0);
+	dmutex_destroy(&mb);
+	dmt_close_mutex(c2, &other);
+	dmt_close_mutex(c, &m);
+	cr_assert_eq(atomic_load(&lost), 1, "onlost of the ended hold ran %d times", atomic_load(&lost));
+	cr_assert_eq(atomic_load(&lost_b), 1, "onlost of the thread's hold ran %d times", atomic_load(&lost_b));
 }

@@ -12,7 +12,22 @@
 const char *const tt_fault_names[TT_NFAULTS] = {
 	"holder_stop", "holder_kill", "redis_stop", "client_pause", "redis_restart",
 	"proxy_delay", "proxy_drop", "proxy_blackhole", "majority_stop",
+	"key_del", "key_reset", "flushall", "evict", "restart_lossy", "outage_long",
 };
+
+int
+tt_fault_loses_keys(int f)
+{
+	return f >= F_KEY_DEL && f <= F_RESTART_LOSSY;
+}
+
+int
+tt_fault_applies(int f, int nodes)
+{
+	if (f == F_MAJORITY_STOP)
+		return nodes > 1;
+	return nodes == 1 || !tt_fault_loses_keys(f);
+}
 
 int64_t
 tt_now_ns(void)

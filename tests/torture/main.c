@@ -4,10 +4,15 @@
  *   torture [--nodes N] [--procs K] [--threads T] [--lease MS] [--cmd-timeout MS]
  *           [--seconds S | --deterministic] [--seed X] [--faults a,b,...|all]
  *           [--work MS] [--keep] [--expect-all] [--unsafe]
+ *           [--lease-cache on|off] [--async-release 0|1] [--idle MS]
  *   torture check DIR        re-run the checker on a kept run directory
  *
  * TORTURE_SECONDS and TORTURE_SEED override --seconds and --seed, so that
  * `meson test --suite soak` can be made longer, or replay a printed seed.
+ * --lease-cache and --async-release choose the variant (README "The fast
+ * paths"): the workers' URL says them, and the checker's report windows
+ * follow them.  --idle sets idle_ms, the server-side window that
+ * outage_long outlasts.  DMUTEX_BIN names the dmutex command (key_reset).
  * Prints one summary line; exits 0 only with zero violations.  A failed
  * run's directory (history files, worker logs, history.txt) is kept.
  */
@@ -35,6 +40,7 @@ usage(void)
 	fprintf(stderr, "usage: torture [--nodes N] [--procs K] [--threads T] [--lease MS] [--cmd-timeout MS]\n"
 			"               [--seconds S | --deterministic] [--seed X] [--faults a,b,...|all]\n"
 			"               [--work MS] [--keep] [--expect-all] [--unsafe]\n"
+			"               [--lease-cache on|off] [--async-release 0|1] [--idle MS]\n"
 			"       torture check DIR\n"
 			"faults:");
 	for (int i = 0; i < TT_NFAULTS; i++)
@@ -99,6 +105,18 @@ read_resource(const struct th_redis *res, int64_t *value, uint64_t **log, size_t
 	return 0;
 }
 
+/* The variant as the workers run it: the library's defaults are a kept
+ * lease and an asynchronous release on one Redis, neither on Redlock. */
+static struct tt_checkcfg
+checkcfg_of(const struct tt_cfg *cfg)
+{
+	struct tt_checkcfg cc = { .lease_ms = cfg->lease_ms, .cmd_ms = cfg->cmd_ms, .nodes = cfg->nodes };
+
+	cc.lease_cache = cfg->nodes == 1 && cfg->lease_cache != 0;
+	cc.async_release = cfg->nodes == 1 && cfg->async_release != 0;
+	return cc;
+}
+
 /* Saved beside the histories, for `torture check DIR`. */
 static void
 save_resource(const char *dir, int64_t value, const uint64_t *log, size_t n, const struct tt_cfg *cfg)
@@ -109,7 +127,8 @@ save_resource(const char *dir, int64_t value, const uint64_t *log, size_t n, con
 	snprintf(path, sizeof path, "%s/resource.txt", dir);
 	if (!(f = fopen(path, "we")))
 		return;
-	fprintf(f, "%" PRId64 " %u %u %d %zu\n", value, cfg->lease_ms, cfg->cmd_ms, cfg->nodes, n);
+	fprintf(f, "%" PRId64 " %u %u %d %zu %d %d\n", value, cfg->lease_ms, cfg->cmd_ms, cfg->nodes, n,
+			checkcfg_of(cfg).lease_cache, checkcfg_of(cfg).async_release);
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "%" PRIu64 "\n", log[i]);
 	fclose(f);
@@ -118,20 +137,21 @@ save_resource(const char *dir, int64_t value, const uint64_t *log, size_t n, con
 static void
 print_summary(const struct tt_cfg *cfg, const struct tt_summary *s, double secs, int extra)
 {
-	printf("torture: nodes=%d workers=%dx%d seed=%" PRIu64 " %s %.1fs ops=%" PRIu64 " holds=%" PRIu64
+	printf("torture: nodes=%d workers=%dx%d seed=%" PRIu64 " %s %.1fs ops=%" PRIu64 " threads=%" PRIu64 " (%" PRIu64 " ended holding) holds=%" PRIu64 " (%" PRIu64 " after a condition wait)"
 			" faults[", cfg->nodes, cfg->procs, cfg->threads, cfg->seed,
-			cfg->deterministic ? "deterministic" : "random", secs, s->ops, s->holds);
+			cfg->deterministic ? "deterministic" : "random", secs, s->ops, s->threads, s->ended_holding, s->holds, s->cond_waits);
 	for (int i = 0, first = 1; i < TT_NFAULTS; i++)
-		if (s->faults[i] || (cfg->faults & (1u << i) && (cfg->nodes > 1 || i != F_MAJORITY_STOP))) {
+		if (s->faults[i] || (cfg->faults & (1u << i) && tt_fault_applies(i, cfg->nodes))) {
 			printf("%s%s=%" PRIu64, first ? "" : " ", tt_fault_names[i], s->faults[i]);
 			first = 0;
 		}
-	printf("] lost_reported=%" PRIu64 " (onlost %" PRIu64 ", unlock ENOLCK %" PRIu64 ", lock ENOLCK %" PRIu64 ") stale_rejected=%" PRIu64
+	printf("] cache=%s async=%s lost_reported=%" PRIu64 " (onlost %" PRIu64 ", unlock ENOLCK %" PRIu64 ", late %" PRIu64 ") lock_enolck=%" PRIu64 " stale_rejected=%" PRIu64
 			" writes_accepted=%" PRIu64 " value=%" PRId64 " lock_eio=%" PRIu64 " unlock_eio=%" PRIu64
-			" lock_timeouts=%" PRIu64 " ownerdead=%" PRIu64 " killed=%" PRIu64 " violations=%" PRIu64 "\n",
-			s->holds_lost, s->lost_by_onlost, s->lost_at_unlock, s->lock_enolck, s->stale_rejected, s->writes_accepted,
+			" lock_timeouts=%" PRIu64 " ownerdead=%" PRIu64 " killed=%" PRIu64 " kept_samples=%" PRIu64 " keys_taken=%" PRIu64 " violations=%" PRIu64 "\n",
+			checkcfg_of(cfg).lease_cache ? "on" : "off", checkcfg_of(cfg).async_release ? "on" : "off",
+			s->holds_lost, s->lost_by_onlost, s->lost_at_unlock, s->late_reports, s->lock_enolck, s->stale_rejected, s->writes_accepted,
 			s->final_value, s->lock_eio, s->unlock_eio, s->lock_timeout, s->ownerdead, s->killed,
-			s->violations + (uint64_t)extra);
+			s->kept_samples, s->keys_taken, s->violations + (uint64_t)extra);
 	fflush(stdout);
 }
 
@@ -141,15 +161,15 @@ check_only(const char *dir)
 	char path[600];
 	FILE *f;
 	int64_t value;
-	unsigned lease, cmd;
-	int nodes;
 	size_t n;
 	uint64_t *log;
 	struct tt_summary s;
 	struct tt_cfg cfg = { 0 };
+	struct tt_checkcfg cc;
 
 	snprintf(path, sizeof path, "%s/resource.txt", dir);
-	if (!(f = fopen(path, "re")) || fscanf(f, "%" SCNd64 " %u %u %d %zu", &value, &lease, &cmd, &nodes, &n) != 5) {
+	if (!(f = fopen(path, "re")) || fscanf(f, "%" SCNd64 " %u %u %d %zu %d %d", &value, &cc.lease_ms, &cc.cmd_ms,
+			&cc.nodes, &n, &cc.lease_cache, &cc.async_release) != 7) {
 		fprintf(stderr, "torture check: %s: unreadable\n", path);
 		return 2;
 	}
@@ -158,9 +178,11 @@ check_only(const char *dir)
 		if (fscanf(f, "%" SCNu64, &log[i]) != 1)
 			return 2;
 	fclose(f);
-	tt_check(dir, &s, value, log, n, lease, cmd, nodes);
-	cfg.nodes = nodes;
-	cfg.lease_ms = lease;
+	tt_check(dir, &s, value, log, n, &cc);
+	cfg.nodes = cc.nodes;
+	cfg.lease_ms = cc.lease_ms;
+	cfg.lease_cache = cc.lease_cache;
+	cfg.async_release = cc.async_release;
 	print_summary(&cfg, &s, 0, 0);
 	free(log);
 	return s.violations ? 1 : 0;
@@ -175,7 +197,17 @@ setup(struct tt_run *r)
 	char *u = r->url;
 	size_t left = sizeof r->url;
 	ssize_t len;
+	char variant[128] = "";
 
+	/* The variant: client-wide options, on the first URL's query. */
+	if (r->cfg.lease_cache >= 0)
+		snprintf(variant + strlen(variant), sizeof variant - strlen(variant), "&lease_cache=%s",
+				r->cfg.lease_cache ? "on" : "off");
+	if (r->cfg.async_release >= 0)
+		snprintf(variant + strlen(variant), sizeof variant - strlen(variant), "&async_release=%d",
+				r->cfg.async_release);
+	if (r->cfg.idle_ms)
+		snprintf(variant + strlen(variant), sizeof variant - strlen(variant), "&idle_ms=%u", r->cfg.idle_ms);
 	snprintf(r->dir, sizeof r->dir, "%s/torture-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(r->dir)) {
 		perror("torture: mkdtemp");
@@ -198,8 +230,8 @@ setup(struct tt_run *r)
 			return -1;
 		if (!(r->dp[i] = tt_dproxy_start(th_proxy_port(r->px[i]))))
 			return -1;
-		int n = i == 0 ? snprintf(u, left, "redis://127.0.0.1:%d?command_timeout_ms=%u&connect_timeout_ms=%u",
-				tt_dproxy_port(r->dp[i]), r->cfg.cmd_ms, r->cfg.cmd_ms)
+		int n = i == 0 ? snprintf(u, left, "redis://127.0.0.1:%d?command_timeout_ms=%u&connect_timeout_ms=%u%s",
+				tt_dproxy_port(r->dp[i]), r->cfg.cmd_ms, r->cfg.cmd_ms, variant)
 			: snprintf(u, left, ",redis://127.0.0.1:%d", tt_dproxy_port(r->dp[i]));
 		u += n;
 		left -= (size_t)n;
@@ -290,7 +322,8 @@ main(int argc, char **argv)
 		return check_only(argv[2]);
 
 	*cfg = (struct tt_cfg){ .nodes = 1, .procs = 3, .threads = 2, .lease_ms = 500, .cmd_ms = 100,
-		.seconds = 20, .faults = (1u << TT_NFAULTS) - 1, .work_ms = 10 };
+		.seconds = 20, .faults = (1u << TT_NFAULTS) - 1, .work_ms = 10,
+		.lease_cache = -1, .async_release = -1, .dmutex_bin = getenv("DMUTEX_BIN") };
 	cfg->seed = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -322,6 +355,12 @@ main(int argc, char **argv)
 			cfg->faults = parse_faults(v);
 		else if (!strcmp(a, "--work"))
 			cfg->work_ms = (unsigned)atoi(v);
+		else if (!strcmp(a, "--lease-cache"))
+			cfg->lease_cache = !strcmp(v, "on");
+		else if (!strcmp(a, "--async-release"))
+			cfg->async_release = atoi(v) != 0;
+		else if (!strcmp(a, "--idle"))
+			cfg->idle_ms = (unsigned)atoi(v);
 		else
 			usage();
 	}
@@ -368,17 +407,25 @@ main(int argc, char **argv)
 		return 2;
 	}
 	save_resource(R.dir, value, log, nlog, cfg);
-	tt_check(R.dir, &s, value, log, nlog, cfg->lease_ms, cfg->cmd_ms, cfg->nodes);
+	struct tt_checkcfg cc = checkcfg_of(cfg);
+	tt_check(R.dir, &s, value, log, nlog, &cc);
 	print_summary(cfg, &s, (double)(tt_now_ns() - t0) / 1e9, extra);
 	if (expect_all) {
 		/* A deterministic run must have shown each fault and its effect. */
 		for (int i = 0; i < TT_NFAULTS; i++)
-			if ((cfg->faults & (1u << i)) && (cfg->nodes > 1 || i != F_MAJORITY_STOP) && !s.faults[i]) {
+			if ((cfg->faults & (1u << i)) && tt_fault_applies(i, cfg->nodes) && !s.faults[i]) {
 				fprintf(stderr, "FAILED: fault %s was never injected\n", tt_fault_names[i]);
 				extra++;
 			}
 		if (!s.holds_lost || !s.lost_by_onlost) {
 			fprintf(stderr, "FAILED: no hold was lost and reported: the faults proved nothing\n");
+			extra++;
+		}
+		int lossy = 0;
+		for (int i = 0; i < TT_NFAULTS; i++)
+			lossy |= tt_fault_loses_keys(i) && (cfg->faults & (1u << i)) && tt_fault_applies(i, cfg->nodes);
+		if (lossy && !s.keys_taken) {
+			fprintf(stderr, "FAILED: no fault took the lock's key from under a hold\n");
 			extra++;
 		}
 		if (!s.stale_rejected) {

@@ -9,14 +9,18 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "run.h"
+
+extern char **environ;
 
 #define SAMPLE_MS 20
 #define FIND_MS   3000
@@ -198,16 +202,183 @@ holder_kill(struct tt_run *r, uint64_t *pick)
 	return tt_spawn_worker(r);
 }
 
+/* ---- faults no lease prevents: the keys vanish ---- */
+
+#define LOCK_KEY "dmutex:lock:{" TT_LOCK_NAME "}"
+#define META_KEY "dmutex:meta:{" TT_LOCK_NAME "}"
+
+/* A command that answers OK; cmd a literal (it is th_redis_cmd's format). */
+#define simple_cmd(s, cmd) check_ok(th_redis_cmd((s), cmd), cmd)
+
+static int
+check_ok(redisReply *rep, const char *cmd)
+{
+	int rc = !rep || rep->type == REDIS_REPLY_ERROR ? -1 : 0;
+
+	if (rc)
+		fprintf(stderr, "torture: %s: %s\n", cmd, rep ? rep->str : "no answer");
+	if (rep)
+		freeReplyObject(rep);
+	return rc;
+}
+
+/* `dmutex reset --force torture`, the operator's way, on the server
+ * itself (not through the proxies).  Exit 84 (no such lock) is fine: the
+ * key may have gone between the holder's phase and the command. */
+static int
+key_reset(struct tt_run *r, int node, long long *effect)
+{
+	char url[64], log[600];
+	char *argv[] = { (char *)r->cfg.dmutex_bin, "--url", url, "reset", "--force", TT_LOCK_NAME, NULL };
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int st, rc;
+
+	if (!r->cfg.dmutex_bin) {
+		fprintf(stderr, "torture: key_reset needs DMUTEX_BIN (the dmutex command)\n");
+		return -1;
+	}
+	snprintf(url, sizeof url, "redis://127.0.0.1:%d", r->lock[node].port);
+	snprintf(log, sizeof log, "%s/reset.log", r->dir);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	rc = posix_spawn(&pid, r->cfg.dmutex_bin, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc) {
+		fprintf(stderr, "torture: %s: %s\n", r->cfg.dmutex_bin, strerror(rc));
+		return -1;
+	}
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 84)) {
+		fprintf(stderr, "torture: dmutex reset --force exited %d (see %s)\n",
+				WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), log);
+		return -1;
+	}
+	*effect = WEXITSTATUS(st) == 0;
+	return 0;
+}
+
+static long long
+info_field(struct th_redis *s, const char *section, const char *field)
+{
+	redisReply *rep = th_redis_cmd(s, "INFO %s", section);
+	long long v = -1;
+	const char *p;
+
+	if (rep && rep->type == REDIS_REPLY_STRING &&
+	    (p = strstr(rep->str, field)))
+		v = strtoll(p + strlen(field), NULL, 10);
+	if (rep)
+		freeReplyObject(rep);
+	return v;
+}
+
+/* Eviction: an evicting policy (volatile-random: every key dmutex uses has
+ * a TTL while in use, the filler none, so only dmutex's keys go) and a
+ * maxmemory just above what the server uses, filled until the lock key is
+ * evicted, or for at most window_ms.  Then back to noeviction and no limit,
+ * and the filler deleted. */
+static int
+evict(struct tt_run *r, struct th_redis *s, double window_ms, long long *effect)
+{
+	static char fill[8192];
+	long long used = info_field(s, "memory", "used_memory:"), ev0 = info_field(s, "stats", "evicted_keys:");
+	redisContext *c = th_tcp_connect(s->port, 1000);
+	int64_t until = tt_now_ns() + (int64_t)(window_ms * 1e6);
+	long n = 0;
+	int rc = 0;
+
+	(void)r;
+	if (used < 0 || ev0 < 0 || !c) {
+		if (c)
+			redisFree(c);
+		return -1;
+	}
+	memset(fill, 'x', sizeof fill - 1);
+	if (simple_cmd(s, "CONFIG SET maxmemory-policy volatile-random"))
+		rc = -1;
+	redisReply *rep = th_redis_cmd(s, "CONFIG SET maxmemory %lld", used + 512 * 1024);
+	if (!rep || rep->type == REDIS_REPLY_ERROR)
+		rc = -1;
+	if (rep)
+		freeReplyObject(rep);
+	while (!rc && tt_now_ns() < until) {
+		rep = redisCommand(c, "SET tt:fill:%ld %s", n, fill);
+		if (!rep)
+			break;
+		int full = rep->type == REDIS_REPLY_ERROR;   /* OOM: nothing volatile left */
+		freeReplyObject(rep);
+		if (full)
+			break;
+		n++;
+		if (n % 16 == 0 && th_redis_int(s, "EXISTS " LOCK_KEY) == 0 &&
+		    info_field(s, "stats", "evicted_keys:") > ev0) {
+			*effect = 1;
+			break;
+		}
+	}
+	/* Something of dmutex's went (the lock key, or its meta key). */
+	*effect = *effect || info_field(s, "stats", "evicted_keys:") > ev0;
+	rc |= simple_cmd(s, "CONFIG SET maxmemory 0");
+	rc |= simple_cmd(s, "CONFIG SET maxmemory-policy noeviction");
+	for (long i = 0; i < n; i++)
+		redisAppendCommand(c, "UNLINK tt:fill:%ld", i);
+	for (long i = 0; i < n; i++) {
+		if (redisGetReply(c, (void **)&rep) != REDIS_OK) {
+			rc = -1;
+			break;
+		}
+		freeReplyObject(rep);
+	}
+	redisFree(c);
+	return rc;
+}
+
+/* A restart that loses the last writes: the AOF as it was window_ms ago
+ * (copied while the server is stopped, so that no write is torn), then
+ * SIGKILL and a restart from that copy.  The holds granted in between are
+ * gone from Redis; their holders must be told. */
+static int
+restart_lossy(struct tt_run *r, struct th_redis *s, double window_ms, long long *effect)
+{
+	char cmd[2048];
+	int rc;
+
+	(void)r;
+	*effect = th_redis_int(s, "EXISTS " LOCK_KEY) == 1;
+	if (th_redis_pause(s))
+		return -1;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/aof-old' && cp -a '%s/appendonlydir' '%s/aof-old'", s->dir, s->dir,
+			s->dir);
+	rc = system(cmd) != 0;
+	if (th_redis_resume(s) || rc)
+		return -1;
+	tt_sleep_ms(window_ms);
+	if (th_redis_kill(s))
+		return -1;
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/appendonlydir' && mv '%s/aof-old' '%s/appendonlydir'", s->dir, s->dir,
+			s->dir);
+	rc = system(cmd) != 0;
+	return th_redis_restart(s) || rc ? -1 : 0;
+}
+
 static int
 node_fault(struct tt_run *r, int f, int node, double window_ms, double param, uint64_t *pick)
 {
 	struct th_redis *s = &r->lock[node];
 	int rc = 0;
+	long long effect = 0;
 
 	/* A fault longer than half a lease starts, when it can, while a
 	 * holder is in a long critical section: its renewals fail, and it
-	 * must be told it lost the lock (docs/faults.md #14). */
-	if (window_ms > r->cfg.lease_ms / 2.0 && f != F_PROXY_DELAY)
+	 * must be told it lost the lock (docs/faults.md #14).  One that
+	 * takes the keys away starts while somebody holds the lock: the
+	 * next locker gets it at once, and the holder must be told. */
+	if (tt_fault_loses_keys(f))
+		find_worker(r, HOLDING_MASK, pick);
+	else if (window_ms > r->cfg.lease_ms / 2.0 && f != F_PROXY_DELAY)
 		find_worker(r, 1u << PH_LONGWORK, pick);
 
 	tt_nrec(r, N_FAULT, f, node, 0, (int64_t)window_ms);
@@ -249,16 +420,96 @@ node_fault(struct tt_run *r, int f, int node, double window_ms, double param, ui
 		for (int i = 0; i <= r->cfg.nodes / 2; i++)
 			rc |= th_redis_resume(&r->lock[i]);
 		break;
+	case F_KEY_DEL:
+		/* param 1: the meta key too (the name's counter: later
+		 * tokens come from the server's clock). */
+		effect = th_redis_int(s, "DEL " LOCK_KEY);
+		rc = effect == LLONG_MIN || (param && th_redis_int(s, "DEL " META_KEY) == LLONG_MIN);
+		break;
+	case F_KEY_RESET:
+		rc = key_reset(r, node, &effect);
+		break;
+	case F_FLUSHALL:
+		effect = th_redis_int(s, "EXISTS " LOCK_KEY);
+		rc = simple_cmd(s, "FLUSHALL");
+		break;
+	case F_EVICT:
+		rc = evict(r, s, window_ms, &effect);
+		break;
+	case F_RESTART_LOSSY:
+		rc = restart_lossy(r, s, window_ms, &effect);
+		break;
+	case F_OUTAGE_LONG:
+		th_proxy_set_mode(r->px[node], TH_PROXY_BLACKHOLE);
+		tt_sleep_ms(window_ms);
+		th_proxy_set_mode(r->px[node], TH_PROXY_PASS);
+		break;
 	}
 	if (rc)
 		fprintf(stderr, "torture: fault %s on node %d: the harness failed\n", tt_fault_names[f], node);
-	tt_nrec(r, N_HEAL, f, node, 0, (int64_t)param);
+	/* token: what a fault that takes keys did (1: the lock key went). */
+	tt_nrec(r, N_HEAL, f, node, effect > 0 ? (uint64_t)effect : 0, (int64_t)param);
+	return rc;
+}
+
+/* Whether node's lock key is a kept lease (flag c, README "Cached leases"). */
+static int
+key_kept(struct tt_run *r, int node)
+{
+	redisReply *rep = th_redis_cmd(&r->lock[node], "GET " LOCK_KEY);
+	char flags[16];
+	int kept = 0;
+
+	if (rep && rep->type == REDIS_REPLY_STRING && sscanf(rep->str, "%*s %*s %*s %*s %15s", flags) == 1)
+		kept = strchr(flags, 'c') != NULL;
+	if (rep)
+		freeReplyObject(rep);
+	return kept;
+}
+
+/* A fault that takes the keys, made while one process keeps its lease
+ * and its threads hold it locally: only that worker starts new holds (the
+ * others' waits drain, nobody asks for the lock, the lease is kept) until
+ * the key is kept and one of its threads holds it, polled for at most
+ * eight leases; then the fault, and everybody runs again and asks Redis,
+ * which has no key: the kept lease's holds must be told (rule 2 of README
+ * "The fast paths").  Not robust workers (id % 3 == 1): they never cache. */
+static int
+solo_fault(struct tt_run *r, int f, int node, double window_ms, double param, uint64_t *pick)
+{
+	int cand[TT_MAX_WORKERS], n = 0, w, rc;
+
+	for (int i = 0; i < r->nworkers; i++)
+		if (r->alive[i] && i % 3 != 1)
+			cand[n++] = i;
+	if (!n)
+		return node_fault(r, f, node, window_ms, param, pick);
+	w = cand[tt_rand(pick) % (uint64_t)n];
+	atomic_store(&r->sh->solo, w + 1);
+	int64_t until = tt_now_ns() + 8LL * r->cfg.lease_ms * 1000000;
+	while (tt_now_ns() < until) {
+		int holding = 0;
+		for (int t = 0; t < r->cfg.threads; t++)
+			holding |= phase_in(atomic_load(&r->sh->slot[w][t].phase), HOLDING_MASK);
+		if (holding && key_kept(r, node))
+			break;
+		tt_sleep_ms(1);
+	}
+	rc = node_fault(r, f, node, window_ms, param, pick);
+	atomic_store(&r->sh->solo, 0);
 	return rc;
 }
 
 static int
 inject(struct tt_run *r, int f, int node, double window_ms, double param, uint64_t *pick)
 {
+	/* param 2 and up: the same fault under a kept lease (param - 2),
+	 * when the workers may keep one. */
+	if (tt_fault_loses_keys(f) && param >= 2) {
+		if (r->cfg.lease_cache != 0 && r->cfg.nodes == 1)
+			return solo_fault(r, f, node, window_ms, param - 2, pick);
+		param -= 2;
+	}
 	switch (f) {
 	case F_HOLDER_STOP:
 		return holder_stop(r, window_ms, param != 0, pick);
@@ -291,6 +542,9 @@ int
 tt_nemesis(struct tt_run *r)
 {
 	const double L = r->cfg.lease_ms, C = r->cfg.cmd_ms;
+	/* outage_long: longer than the lease and idle_ms (the meta key's
+	 * time after the lease: the longest window the server keeps). */
+	const double OUT = L + (r->cfg.idle_ms ? r->cfg.idle_ms : L) + 2 * C;
 	uint64_t pick = r->cfg.seed ^ 0x5bd1e995ULL;
 	int n = r->cfg.nodes;
 
@@ -311,9 +565,21 @@ tt_nemesis(struct tt_run *r)
 			{ F_REDIS_STOP, 0 % n, 1.6 * L, 0 },    /* past the lease */
 			{ F_MAJORITY_STOP, 0, 1.6 * L, 0 },     /* Redlock only */
 			{ F_HOLDER_STOP, 0, 2 * L, 0 },
+			/* The keys vanish under a holder (one Redis only). */
+			{ F_KEY_DEL, 0, 0, 0 },
+			{ F_KEY_RESET, 0, 0, 0 },
+			{ F_FLUSHALL, 0, 0, 0 },
+			{ F_EVICT, 0, 2 * L, 0 },
+			{ F_RESTART_LOSSY, 0, 0.5 * L, 0 },
+			{ F_KEY_DEL, 0, 0, 1 },                /* the counter too */
+			/* The same under a kept lease (param 2 and up). */
+			{ F_KEY_DEL, 0, 0, 2 },
+			{ F_FLUSHALL, 0, 0, 2 },
+			{ F_EVICT, 0, 2 * L, 2 },
+			{ F_OUTAGE_LONG, 2 % n, OUT, 0 },
 		};
 		for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-			if (steps[i].fault == F_MAJORITY_STOP && n == 1)
+			if (!tt_fault_applies(steps[i].fault, n))
 				continue;
 			if (!(r->cfg.faults & (1u << steps[i].fault)))
 				continue;
@@ -324,7 +590,10 @@ tt_nemesis(struct tt_run *r)
 		return 0;
 	}
 	int64_t until = tt_now_ns() + (int64_t)(r->cfg.seconds * 1e9);
-	unsigned enabled = r->cfg.faults & (n == 1 ? ~(1u << F_MAJORITY_STOP) : ~0u);
+	unsigned enabled = 0;
+	for (int f = 0; f < TT_NFAULTS; f++)
+		if (tt_fault_applies(f, n))
+			enabled |= r->cfg.faults & (1u << f);
 	while (tt_now_ns() < until) {
 		int f, node;
 		double window = 0, param = 0;
@@ -354,6 +623,24 @@ tt_nemesis(struct tt_run *r)
 		case F_PROXY_DELAY:
 			window = tt_uniform(&r->rng, L, 4 * L);
 			param = tt_uniform(&r->rng, C / 10, 2 * C);
+			break;
+		case F_KEY_DEL:
+			param = tt_rand(&r->rng) % 4;   /* the counter too; under a kept lease */
+			break;
+		case F_KEY_RESET:
+		case F_FLUSHALL:
+			param = 2 * (tt_rand(&r->rng) % 2);
+			break;
+		case F_EVICT:
+			window = 2 * L;
+			param = 2 * (tt_rand(&r->rng) % 2);
+			break;
+		case F_RESTART_LOSSY:
+			window = tt_uniform(&r->rng, 0.1 * L, L);
+			param = 2 * (tt_rand(&r->rng) % 2);
+			break;
+		case F_OUTAGE_LONG:
+			window = OUT + tt_uniform(&r->rng, 0, L);
 			break;
 		}
 		if (inject(r, f, node, window, param, &pick))

@@ -43,10 +43,13 @@ enum tt_type {
 	R_UNLOCK_INV,
 	R_UNLOCK,       /* rc */
 	R_LOST,         /* onlost ran (renewal thread or the holder); hold = the thread's hold then */
-	R_EXIT,         /* the thread stopped cleanly */
+	R_EXIT,         /* the thread stopped cleanly; kind 1: it ends holding the lock (churn),
+	                 * which ends its hold; a new thread (record id + TT_MAX_THREADS)
+	                 * takes its slot unless the run is stopping */
 	/* nemesis (thr == TT_NEMESIS_THR) */
 	N_FAULT,        /* kind: fault; rc: node or -1; token: target pid; value: duration/param ms */
-	N_HEAL,         /* kind: fault; rc: node; token: target pid */
+	N_HEAL,         /* kind: fault; rc: node; token: target pid, or for a fault that takes
+	                 * keys 1 if the lock key went */
 	N_SPAWN,        /* token: pid; rc: worker id */
 	N_KILLED,       /* token: pid (SIGKILL sent before this record's time) */
 	N_STOPPED,      /* token: pid (SIGSTOP'd) */
@@ -55,6 +58,12 @@ enum tt_type {
 	N_SAMPLE,       /* rc: node; token: fence on the lock key (0 none); value: PTTL; hold: 1 if key;
 	                 * kind: 1 if the key is a kept lease (README "Cached leases") */
 	N_END,          /* faults healed and workers told to stop */
+	/* worker, one thread: a condition wait inside a hold */
+	R_CWAIT_INV,    /* hold: the hold the wait gives up */
+	R_CWAIT,        /* rc; hold: the new hold it returns with (rc 0, ETIMEDOUT, EOWNERDEAD,
+	                 * ENOLCK), or the same one (EIO: nothing released; kind 1: ETIMEDOUT
+	                 * and the fence, token, unchanged: the deadline had passed, nothing
+	                 * released) */
 };
 
 enum tt_op { OP_LOCK, OP_TIMED, OP_TRY };
@@ -83,10 +92,24 @@ enum tt_fault {
 	F_PROXY_DROP,           /* the proxy drops every reply */
 	F_PROXY_BLACKHOLE,      /* the proxy swallows everything */
 	F_MAJORITY_STOP,        /* Redlock: SIGSTOP a majority of the nodes */
+	/* Faults no lease prevents (README "Limits"): the lock's keys vanish
+	 * under a holder.  One Redis only: on Redlock they break safety as
+	 * docs/faults.md #17 says, which is documented, not tested. */
+	F_KEY_DEL,              /* DEL of the lock's keys */
+	F_KEY_RESET,            /* `dmutex reset --force` (the CLI of the tree) */
+	F_FLUSHALL,             /* FLUSHALL */
+	F_EVICT,                /* maxmemory + volatile-random, filled until the lock key is evicted */
+	F_RESTART_LOSSY,        /* SIGKILL + restart from an older AOF: the last writes lost */
+	F_OUTAGE_LONG,          /* blackhole past lease + idle_ms: every server-side window ends */
 	TT_NFAULTS
 };
 
 extern const char *const tt_fault_names[TT_NFAULTS];
+/* Whether fault f is made on a run over n nodes: majority_stop on Redlock
+ * only, the faults that lose keys on one Redis only. */
+int tt_fault_applies(int f, int nodes);
+/* The faults that take the lock's keys away (key_del .. restart_lossy). */
+int tt_fault_loses_keys(int f);
 
 /* ---- shared state ---- */
 
@@ -102,6 +125,10 @@ struct tt_slot {
 
 struct tt_shared {
 	_Atomic int stop;
+	/* Worker id + 1 that alone starts new holds (0: all): the nemesis
+	 * lets one process keep its lease (README "Cached leases") before it
+	 * takes the key away from under it. */
+	_Atomic int solo;
 	_Atomic int nworkers;
 	struct tt_slot slot[TT_MAX_WORKERS][TT_MAX_THREADS];
 };
@@ -121,6 +148,10 @@ struct tt_cfg {
 	unsigned faults;        /* bit mask of enabled faults */
 	unsigned work_ms;       /* longest simulated work inside the critical section */
 	const char *dir;        /* run directory; NULL: a new one under $TMPDIR */
+	/* The variant (README "The fast paths"): -1 the library's default. */
+	int lease_cache, async_release;
+	unsigned idle_ms;       /* 0: the library's default */
+	const char *dmutex_bin; /* the dmutex command, for key_reset ($DMUTEX_BIN) */
 };
 
 /* ---- helpers (common.c) ---- */
@@ -143,12 +174,18 @@ int tt_worker_main(int argc, char **argv);                 /* worker.c */
 struct tt_summary {
 	uint64_t ops, holds, holds_lost, lost_by_onlost, lost_at_unlock, stale_rejected,
 		writes_accepted, lock_eio, lock_timeout, lock_busy, lock_enolck, unlock_eio, ownerdead,
-		unknown_writes, samples, killed, violations;
+		unknown_writes, samples, kept_samples, threads, ended_holding, cond_waits, killed, late_reports, keys_taken, violations;
 	uint64_t faults[TT_NFAULTS];
 	int64_t final_value, log_len;
 	unsigned lease_ms;
 };
+/* The run's parameters the checker needs (saved in resource.txt). */
+struct tt_checkcfg {
+	unsigned lease_ms, cmd_ms;
+	int nodes;
+	int lease_cache, async_release;   /* as the workers ran: 0 or 1 */
+};
 int tt_check(const char *dir, struct tt_summary *s, int64_t final_value,
-		const uint64_t *log_tokens, size_t log_len, unsigned lease_ms, unsigned cmd_ms, int nodes);
+		const uint64_t *log_tokens, size_t log_len, const struct tt_checkcfg *cc);
 
 #endif

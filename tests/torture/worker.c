@@ -71,12 +71,21 @@ struct thr {
 	struct worker *w;
 	int idx;
 	dmutex_t m;
+	dcond_t cv;             /* one name for every worker: signals cross processes */
 	redisContext *res;
 	_Atomic uint32_t hold;
-	/* The last hold granted: the only one an onlost can be about (an
+	/* The last hold granted, and the thread (record id) it was granted
+	 * to, (thr << 32) | hold: the only one an onlost can be about (an
 	 * asynchronous release's not-ours answer arrives after the unlock
-	 * returned, when hold already counts the next request). */
-	_Atomic uint32_t granted;
+	 * returned, when hold already counts the next request, or after its
+	 * thread ended and another took the slot). */
+	_Atomic uint64_t granted;
+	/* The running thread's record id: idx + TT_MAX_THREADS * generation.
+	 * A thread may end (churn, below) and a new one take the slot, its
+	 * mutex and hold count; the checker sees it as a new thread. */
+	uint16_t thr_id;
+	int gen;
+	_Atomic int ended;      /* 1: ended, its successor to start; 2: ended by stop */
 	uint64_t rng;
 	struct tt_slot *slot;
 	int failed;
@@ -85,10 +94,10 @@ struct thr {
 static struct worker W;
 
 static void
-rec_hold(struct thr *t, uint32_t hold, int type, int kind, int rc, uint64_t token, int64_t value)
+rec_hold_as(struct thr *t, uint16_t thr_id, uint32_t hold, int type, int kind, int rc, uint64_t token, int64_t value)
 {
 	struct tt_rec r = {
-		.t = tt_now_ns(), .pid = (int32_t)getpid(), .thr = (uint16_t)t->idx,
+		.t = tt_now_ns(), .pid = (int32_t)getpid(), .thr = thr_id,
 		.type = (uint8_t)type, .kind = (uint8_t)kind, .hold = hold,
 		.rc = rc, .token = token, .value = value,
 	};
@@ -101,7 +110,7 @@ rec_hold(struct thr *t, uint32_t hold, int type, int kind, int rc, uint64_t toke
 static void
 rec(struct thr *t, int type, int kind, int rc, uint64_t token, int64_t value)
 {
-	rec_hold(t, atomic_load(&t->hold), type, kind, rc, token, value);
+	rec_hold_as(t, t->thr_id, atomic_load(&t->hold), type, kind, rc, token, value);
 }
 
 static void
@@ -110,7 +119,9 @@ on_lost(const char *name, void *arg)
 	struct thr *t = arg;
 
 	(void)name;
-	rec_hold(t, atomic_load(&t->granted), R_LOST, 0, 0, 0, 0);
+	uint64_t g = atomic_load(&t->granted);
+
+	rec_hold_as(t, (uint16_t)(g >> 32), (uint32_t)g, R_LOST, 0, 0, 0, 0);
 }
 
 static void
@@ -219,8 +230,52 @@ do_lock(struct thr *t, int op)
 	}
 }
 
-/* One hold, recorded step by step. */
-static void
+/* A condition wait inside the hold, up to the work time: it gives the
+ * mutex up and returns holding it again, on a new hold (the checker's
+ * overlap rules hold it to that).  Returns 1 if the mutex is not held
+ * (ENOTRECOVERABLE), the round over. */
+static int
+cond_wait(struct thr *t, uint64_t token)
+{
+	struct timespec dl;
+	double ms = tt_uniform(&t->rng, 0, t->w->work_ms + 1.0);
+	uint64_t again = 0;
+	int rc, same = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_nsec += (long)(ms * 1e6);
+	dl.tv_sec += dl.tv_nsec / 1000000000L;
+	dl.tv_nsec %= 1000000000L;
+	atomic_store(&t->slot->phase, PH_LOCKING);
+	rec(t, R_CWAIT_INV, 0, 0, 0, 0);
+	rc = dcond_clockwait(&t->cv, &t->m, CLOCK_MONOTONIC, &dl);
+	/* A deadline already past may time out without giving the mutex up:
+	 * the same hold, its token unchanged (kind 1). */
+	if (rc == ETIMEDOUT && !dmutex_fence(&t->m, &again) && again == token)
+		same = 1;
+	if (!same && rc != EIO && rc != ENOTRECOVERABLE && rc != EPERM && rc != EINVAL) {
+		atomic_fetch_add(&t->hold, 1);
+		atomic_store(&t->granted, (uint64_t)t->thr_id << 32 | atomic_load(&t->hold));
+	}
+	rec(t, R_CWAIT, same, rc, again, 0);
+	if (rc == EOWNERDEAD) {
+		int rc2 = dmutex_consistent(&t->m);
+		rec(t, R_CONSISTENT, 0, rc2, 0, 0);
+	}
+	atomic_store(&t->slot->phase, PH_HOLDING);
+	if (rc == ENOTRECOVERABLE) {
+		atomic_store(&t->slot->phase, PH_IDLE);
+		return 1;
+	}
+	return 0;
+}
+
+/* One hold, recorded step by step.  Returns 1 if the thread is to end
+ * now (churn): one round in CHURN ends its thread, half of them holding the
+ * lock (the hold ends with the thread, docs/faults.md #21), half right
+ * after the unlock returned (an asynchronous release's answer pending). */
+#define CHURN 40
+static int
 one_round(struct thr *t)
 {
 	struct worker *w = t->w;
@@ -235,7 +290,7 @@ one_round(struct thr *t)
 	rec(t, R_LOCK_INV, op, 0, 0, 0);
 	rc = do_lock(t, op);
 	if (rc == 0 || rc == EOWNERDEAD)
-		atomic_store(&t->granted, atomic_load(&t->hold));
+		atomic_store(&t->granted, (uint64_t)t->thr_id << 32 | atomic_load(&t->hold));
 	rec(t, R_LOCK, op, rc, 0, 0);
 	if (rc == EOWNERDEAD) {
 		int rc2 = dmutex_consistent(&t->m);
@@ -245,7 +300,7 @@ one_round(struct thr *t)
 		/* A refused trylock would otherwise spin on Redis: pace it. */
 		if (rc == EBUSY)
 			tt_sleep_ms(tt_uniform(&t->rng, 0.2, 2));
-		return;
+		return 0;
 	}
 	if (w->flags & FL_RECURSIVE) {
 		rc = dmutex_lock(&t->m);
@@ -255,6 +310,14 @@ one_round(struct thr *t)
 	atomic_store(&t->slot->phase, PH_HOLDING);
 	rc = dmutex_fence(&t->m, &token);
 	rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
+	/* A condition wait after the fence (the hold it gives up has its
+	 * token, which orders it against the others), then the new hold's. */
+	if (!rc && tt_rand(&t->rng) % 8 == 0) {
+		if (cond_wait(t, token))
+			return 0;       /* not recoverable: the mutex is not held */
+		rc = dmutex_fence(&t->m, &token);
+		rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
+	}
 	if (!rc) {
 		atomic_store(&t->slot->token, token);
 		rc = res_read(t, token, &v);
@@ -274,6 +337,14 @@ one_round(struct thr *t)
 			rec(t, R_WRITE, 0, rc, token, (int64_t)max);
 		}
 	}
+	/* Record ids stay below TT_NEMESIS_THR: the last generation stays. */
+	int churn = tt_rand(&t->rng) % CHURN == 0 && (t->gen + 2) * TT_MAX_THREADS < TT_NEMESIS_THR
+		? 1 + (int)(tt_rand(&t->rng) % 2) : 0;
+	if (churn == 1) {
+		/* Ends holding: R_EXIT kind 1 ends the hold for the checker. */
+		atomic_store(&t->slot->phase, PH_IDLE);
+		return 1;
+	}
 	if (relocked) {
 		rc = dmutex_unlock(&t->m);
 		rec(t, R_INNER_UNLOCK, 0, rc, 0, 0);
@@ -283,17 +354,38 @@ one_round(struct thr *t)
 	rc = dmutex_unlock(&t->m);
 	rec(t, R_UNLOCK, 0, rc, 0, 0);
 	atomic_store(&t->slot->phase, PH_IDLE);
+	/* Wake a waiter now and then (the mutex need not be held). */
+	if (tt_rand(&t->rng) % 4 == 0)
+		dcond_signal(&t->cv);
+	return churn;
 }
+
+static pthread_mutex_t churn_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t churn_cv = PTHREAD_COND_INITIALIZER;
 
 static void *
 thread_main(void *p)
 {
 	struct thr *t = p;
+	int end = 0, holding = 0;
 
-	while (!atomic_load(&t->w->sh->stop))
-		one_round(t);
-	atomic_store(&t->slot->phase, PH_DONE);
-	rec(t, R_EXIT, 0, 0, 0, 0);
+	while (!end && !atomic_load(&t->w->sh->stop)) {
+		int solo = atomic_load(&t->w->sh->solo);
+		if (solo && solo != t->w->id + 1) {
+			tt_sleep_ms(1);         /* pacing: another process runs alone */
+			continue;
+		}
+		end = one_round(t);
+		holding = end == 1;
+	}
+	if (!end)
+		atomic_store(&t->slot->phase, PH_DONE);
+	/* kind 1: it ends holding the lock; the hold ends here. */
+	rec(t, R_EXIT, holding, 0, 0, 0);
+	pthread_mutex_lock(&churn_mu);
+	atomic_store(&t->ended, end ? 1 : 2);
+	pthread_cond_signal(&churn_cv);
+	pthread_mutex_unlock(&churn_mu);
 	return NULL;
 }
 
@@ -301,6 +393,11 @@ static int
 init_mutex(struct thr *t)
 {
 	dmutex_attr_t a;
+	/* Odd slots run on half the lease (at least 100 ms): one process's
+	 * mutexes of one name with two lease lengths, and a kept lease is
+	 * for one of them only (README "The fast paths" rule 3).  The
+	 * checker's windows use the run's lease, the longer. */
+	unsigned lease = t->idx % 2 && t->w->lease_ms >= 200 ? t->w->lease_ms / 2 : t->w->lease_ms;
 	int rc;
 
 	if ((rc = dmutex_attr_init(&a)))
@@ -310,10 +407,16 @@ init_mutex(struct thr *t)
 			: DMUTEX_ERRORCHECK)) &&
 	    !(rc = dmutex_attr_setrobust(&a, t->w->flags & FL_ROBUST ? DMUTEX_ROBUST
 			: DMUTEX_STALLED)) &&
-	    !(rc = dmutex_attr_setlease(&a, t->w->lease_ms)) &&
+	    !(rc = dmutex_attr_setlease(&a, lease)) &&
 	    !(rc = dmutex_attr_setonlost(&a, on_lost, t)))
 		rc = dmutex_init(&t->m, t->w->flags & FL_UNSAFE ? TT_LOCK_NAME "-unsafe" : TT_LOCK_NAME, &a);
 	dmutex_attr_destroy(&a);
+	if (!rc) {
+		dcond_attr_t ca;
+		if (!(rc = dcond_attr_init(&ca)) && !(rc = dcond_attr_setclient(&ca, t->w->client)))
+			rc = dcond_init(&t->cv, TT_LOCK_NAME "-cv", &ca);
+		dcond_attr_destroy(&ca);
+	}
 	return rc;
 }
 
@@ -370,12 +473,43 @@ tt_worker_main(int argc, char **argv)
 			return 3;
 		}
 	}
-	for (int i = 0; i < W.nthreads; i++)
+	for (int i = 0; i < W.nthreads; i++) {
+		thr[i].thr_id = (uint16_t)i;
 		if (pthread_create(&tid[i], NULL, thread_main, &thr[i]))
 			return 3;
-	for (int i = 0; i < W.nthreads; i++)
+	}
+	/* Churn: a thread that ended before the stop is joined and a new one
+	 * takes its slot (glibc may give it the dead one's pthread_t): it must
+	 * inherit nothing of it (README "The fast paths" rule 5). */
+	for (int left = W.nthreads; left > 0;) {
+		pthread_mutex_lock(&churn_mu);
+		int i = -1;
+		while (i < 0) {
+			for (int k = 0; k < W.nthreads && i < 0; k++)
+				if (atomic_load(&thr[k].ended))
+					i = k;
+			if (i < 0)
+				pthread_cond_wait(&churn_cv, &churn_mu);
+		}
+		int why = atomic_exchange(&thr[i].ended, 0);
+		pthread_mutex_unlock(&churn_mu);
 		pthread_join(tid[i], NULL);
+		if (why == 2 || atomic_load(&W.sh->stop)) {
+			if (why == 1) {
+				/* Ended by churn as the stop came: done too. */
+				atomic_store(&thr[i].slot->phase, PH_DONE);
+			}
+			left--;
+			continue;
+		}
+		thr[i].gen++;
+		thr[i].thr_id = (uint16_t)(i + TT_MAX_THREADS * thr[i].gen);
+		if (pthread_create(&tid[i], NULL, thread_main, &thr[i]))
+			return 3;
+	}
 	for (int i = 0; i < W.nthreads; i++) {
+		if ((rc = dcond_destroy(&thr[i].cv)))
+			fprintf(stderr, "torture worker %d: dcond_destroy: %s\n", W.id, dmutex_strerror(rc));
 		if ((rc = dmutex_destroy(&thr[i].m))) {
 			fprintf(stderr, "torture worker %d: destroy: %s\n", W.id, dmutex_strerror(rc));
 			status = 4;
