@@ -201,13 +201,7 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why, int64_t t0)
 		dmutex__renewer_orphan(c, e->name, token, mode,
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	lost_rep.report = 0;
-	if (err == ENOLCK && !lost) {
-		dmutex__entry_mark_lost(e);
-		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
-	}
-	if (err == ENOLCK && was_kept && e->kept)
-		dmutex__cache_gone(e, &sus);
+	dmutex__cache_release_answered(e, err, lost, was_kept, &lost_rep, &sus);
 	dmutex__entry_forget(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);

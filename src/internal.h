@@ -403,6 +403,14 @@ struct dmutex__suspects {
 void dmutex__cache_gone(struct dmutex__entry *e, struct dmutex__suspects *out);
 /* Without any lock: log them, count them, call their handlers; frees. */
 void dmutex__cache_report(const struct dmutex__entry *e, struct dmutex__suspects *s);
+/* Under e->mu, after a release of e's hold answered err (before
+ * dmutex__entry_forget): an ENOLCK is a loss found now, of that hold
+ * unless `lost` (already known) and, if the hold ran on a kept lease
+ * (was_kept) that is still kept, of every hold granted on it since its
+ * last confirmation.  Fills rep and sus for dmutex__lost_report and
+ * dmutex__cache_report, called after e->mu. */
+void dmutex__cache_release_answered(struct dmutex__entry *e, int err, int lost, int was_kept,
+		struct dmutex__lost *rep, struct dmutex__suspects *sus);
 
 /* ---- renewer.c ---- */
 /* Look at every kept lease now (one was revoked): any thread, no lock. */

@@ -173,6 +173,22 @@ dmutex__cache_gone(struct dmutex__entry *e, struct dmutex__suspects *out)
 }
 
 void
+dmutex__cache_release_answered(struct dmutex__entry *e, int err, int lost, int was_kept,
+		struct dmutex__lost *rep, struct dmutex__suspects *sus)
+{
+	rep->report = 0;
+	if (err != ENOLCK)
+		return;
+	if (!lost) {
+		/* Taken from us without our noticing: report it as lost. */
+		dmutex__entry_mark_lost(e);
+		dmutex__entry_check_lost(e, dmutex__now_ns(), rep);
+	}
+	if (was_kept && e->kept)
+		dmutex__cache_gone(e, sus);
+}
+
+void
 dmutex__cache_report(const struct dmutex__entry *e, struct dmutex__suspects *s)
 {
 	for (size_t i = 0; i < s->n; i++) {

@@ -105,14 +105,7 @@ unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket
 				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	lost_rep.report = 0;
-	if (err == ENOLCK && !lost) {
-		/* Taken from us without our noticing: report it as lost. */
-		dmutex__entry_mark_lost(e);
-		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
-	}
-	if (err == ENOLCK && was_kept && e->kept)
-		dmutex__cache_gone(e, &sus);
+	dmutex__cache_release_answered(e, err, lost, was_kept, &lost_rep, &sus);
 	dmutex__entry_forget(e);
 	/* After the hold is forgotten: the next thread takes it now. */
 	if (next)
