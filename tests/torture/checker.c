@@ -342,6 +342,20 @@ nemesis_rec(struct ctx *c, const struct tt_rec *r)
 	}
 }
 
+/* A hold begins: a lock granted, or a condition wait that took the
+ * mutex back (t->pending_t is when it was asked for). */
+static void
+begin_hold(struct ctx *c, struct thread *t, const struct tt_rec *r)
+{
+	c->h = grow(c->h, &c->caph, c->nh + 1, sizeof *c->h);
+	c->h[c->nh] = (struct hold){ .pid = r->pid, .thr = r->thr, .seq = r->hold,
+		.t_inv = t->pending_t, .t_ok = r->t, .unlock_rc = -1, .write_rc = -2,
+		.report_t = INT64_MAX, .thread = (size_t)(t - c->th) };
+	t->cur = (int)c->nh++;
+	c->s->holds++;
+	c->s->ownerdead += r->rc == EOWNERDEAD;
+}
+
 static void
 worker_rec(struct ctx *c, const struct tt_rec *r)
 {
@@ -360,13 +374,7 @@ worker_rec(struct ctx *c, const struct tt_rec *r)
 		break;
 	case R_LOCK:
 		if (r->rc == 0 || r->rc == EOWNERDEAD) {
-			c->h = grow(c->h, &c->caph, c->nh + 1, sizeof *c->h);
-			c->h[c->nh] = (struct hold){ .pid = r->pid, .thr = r->thr, .seq = r->hold,
-				.t_inv = t->pending_t, .t_ok = r->t, .unlock_rc = -1, .write_rc = -2,
-				.report_t = INT64_MAX, .thread = (size_t)(t - c->th) };
-			t->cur = (int)c->nh++;
-			c->s->holds++;
-			c->s->ownerdead += r->rc == EOWNERDEAD;
+			begin_hold(c, t, r);
 		} else if (r->rc == EIO) {
 			c->s->lock_eio++;
 		} else if (r->rc == ETIMEDOUT && r->kind == OP_TIMED) {
@@ -509,14 +517,8 @@ worker_rec(struct ctx *c, const struct tt_rec *r)
 		t->cur = -1;
 		if (r->rc == ENOTRECOVERABLE)
 			break;
-		c->h = grow(c->h, &c->caph, c->nh + 1, sizeof *c->h);
-		c->h[c->nh] = (struct hold){ .pid = r->pid, .thr = r->thr, .seq = r->hold,
-			.t_inv = t->pending_t, .t_ok = r->t, .unlock_rc = -1, .write_rc = -2,
-			.report_t = INT64_MAX, .thread = (size_t)(t - c->th) };
-		t->cur = (int)c->nh++;
-		c->s->holds++;
+		begin_hold(c, t, r);
 		c->s->cond_waits++;
-		c->s->ownerdead += r->rc == EOWNERDEAD;
 		break;
 	case R_EXIT:
 		t->exited = 1;
