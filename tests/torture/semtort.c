@@ -54,13 +54,19 @@ int dmutex_shim_sem_timedwait(dsem_t *s, const struct timespec *abstime);
 int dmutex_shim_sem_post(dsem_t *s);
 int dmutex_shim_barrier_wait(dbarrier_t *b);
 
-#define SEM_NAME     "semtort.sem"
+/* Two semaphores of k permits, one used through the core, one through the
+ * shim: each face's operations told EIO bound only its own semaphore's
+ * accounts, so that the many EIO of the core's few tries during a long
+ * fault cannot hide a shim retry applied twice (and the reverse). */
+static const char *const sem_name[2] = { "semtort.sem.core", "semtort.sem.shim" };
 #define MAX_PROCS    8
 #define MAX_PARTIES  (MAX_PROCS * TT_MAX_THREADS)
 #define MAX_GENS     (1 << 16)
 #define UNKNOWN_LINE "whether it was applied is unknown"
 
 /* Records (struct tt_rec, torture.h); kind: 0 core, 1 shim. */
+enum { SP_IDLE, SP_WORK, SP_LONGWORK };
+
 enum {
 	S_WAIT_INV = 100,       /* value: 0 timed, 1 try */
 	S_WAIT,                 /* rc */
@@ -78,7 +84,10 @@ struct st_shared {
 	 * parked while pause is set (between two operations), and the
 	 * operations that returned EIO (their fate unknown). */
 	_Atomic int sem_ready, bar_ready, pause, parked;
-	_Atomic uint64_t unknown;
+	_Atomic uint64_t unknown[2];   /* by face: 0 core, 1 shim */
+	/* Each semaphore thread's phase (SP_*), for the nemesis to start a
+	 * fault while a shim thread is about to post. */
+	_Atomic int phase[MAX_PROCS][TT_MAX_THREADS];
 	/* Per epoch: arrivals announced and waits returned, by party; the
 	 * serial returns by generation. */
 	_Atomic int64_t arrived[MAX_PARTIES];
@@ -158,7 +167,7 @@ sem_thread(void *arg)
 	uint64_t rng = w->seed ^ ((uint64_t)w->id << 32) ^ (uint64_t)(t->idx + 1) * 0x9e3779b97f4a7c15ULL;
 	dsem_t s;
 
-	if ((err = dsem_init(&s, SEM_NAME, (unsigned)w->permits, w->client, 0))) {
+	if ((err = dsem_init(&s, sem_name[shim], (unsigned)w->permits, w->client, 0))) {
 		fprintf(stderr, "semtorture worker %d: dsem_init: %s\n", w->id, dmutex_strerror(err));
 		return NULL;
 	}
@@ -190,19 +199,24 @@ sem_thread(void *arg)
 			err = try ? dsem_trywait(&s) : dsem_timedwait(&s, &at);
 		rec(t, S_WAIT, shim, err, try);
 		if (err == EIO)
-			atomic_fetch_add(&w->sh->unknown, 1);
+			atomic_fetch_add(&w->sh->unknown[shim], 1);
 		if (err) {
 			/* Nothing held (or, after EIO, a permit held by
 			 * nobody): pace the retries. */
 			tt_sleep_ms(1);
 			continue;
 		}
-		tt_sleep_ms(tt_uniform(&rng, 0, 3));   /* the work inside */
+		/* The work inside: now and then a long one, in which the
+		 * nemesis may start a fault so that the post meets it. */
+		int lng = tt_rand(&rng) % 5 == 0;
+		atomic_store(&w->sh->phase[w->id][t->idx], lng ? SP_LONGWORK : SP_WORK);
+		tt_sleep_ms(lng ? tt_uniform(&rng, 20, 60) : tt_uniform(&rng, 0, 3));
+		atomic_store(&w->sh->phase[w->id][t->idx], SP_IDLE);
 		rec(t, S_POST_INV, shim, 0, 0);
 		err = shim ? (dmutex_shim_sem_post(&s) ? errno : 0) : dsem_post(&s);
 		rec(t, S_POST, shim, err, 0);
 		if (err == EIO)
-			atomic_fetch_add(&w->sh->unknown, 1);
+			atomic_fetch_add(&w->sh->unknown[shim], 1);
 	}
 	dsem_destroy(&s);
 	return NULL;
@@ -347,8 +361,8 @@ struct run {
 	uint64_t serial_bad;
 	/* The semaphore's accounts (reconcile) */
 	dmutex_client_t *direct;        /* past the proxies */
-	dsem_t dsem;
-	uint64_t unknown_seen, reconciles, restored, account_bad;
+	dsem_t dsem[2];
+	uint64_t unknown_seen[2], reconciles, restored, account_bad;
 };
 
 /* Poll *v until it reaches n, or timeout_ms pass: 0 or -1. */
@@ -366,7 +380,7 @@ wait_count(_Atomic int *v, int n, int timeout_ms)
 }
 
 /*
- * The semaphore's accounts, with every operation finished and no permit
+ * A semaphore's accounts, with every operation finished and no permit
  * held (the threads parked, or stopped): the value is k, less one for each
  * permit whose fate is unknown since the last accounts -- a wait that
  * returned EIO may have taken one, a post that returned EIO may not have
@@ -378,28 +392,30 @@ wait_count(_Atomic int *v, int n, int timeout_ms)
 static int
 reconcile(struct run *r, int restore, int *value)
 {
-	uint64_t unknown = atomic_load(&r->sh->unknown) - r->unknown_seen;
-	int v, err;
+	for (int f = 0; f < 2; f++) {
+		uint64_t unknown = atomic_load(&r->sh->unknown[f]) - r->unknown_seen[f];
+		int v, err;
 
-	if ((err = dsem_getvalue(&r->dsem, &v))) {
-		fprintf(stderr, "semtorture: cannot read the semaphore's value: %s\n", dmutex_strerror(err));
-		return -1;
-	}
-	*value = v;
-	r->reconciles++;
-	if (v > r->permits || (int64_t)v < (int64_t)r->permits - (int64_t)unknown) {
-		fprintf(stderr, "VIOLATION: the semaphore's value is %d with no operation under way, not within "
-				"[%" PRId64 ", %d] (%d permits, %" PRIu64 " operations since the last count whose "
-				"fate is unknown)\n", v, (int64_t)r->permits - (int64_t)unknown, r->permits, r->permits,
-				unknown);
-		r->account_bad++;
-	}
-	r->unknown_seen += unknown;
-	for (; restore && v < r->permits; v++, r->restored++)
-		if ((err = dsem_post(&r->dsem))) {
-			fprintf(stderr, "semtorture: restoring a permit: %s\n", dmutex_strerror(err));
+		if ((err = dsem_getvalue(&r->dsem[f], &v))) {
+			fprintf(stderr, "semtorture: cannot read %s's value: %s\n", sem_name[f], dmutex_strerror(err));
 			return -1;
 		}
+		value[f] = v;
+		if (v > r->permits || (int64_t)v < (int64_t)r->permits - (int64_t)unknown) {
+			fprintf(stderr, "VIOLATION: %s's value is %d with no operation under way, not within "
+					"[%" PRId64 ", %d] (%d permits, %" PRIu64 " operations since the last count "
+					"whose fate is unknown)\n", sem_name[f], v, (int64_t)r->permits - (int64_t)unknown,
+					r->permits, r->permits, unknown);
+			r->account_bad++;
+		}
+		r->unknown_seen[f] += unknown;
+		for (; restore && v < r->permits; v++, r->restored++)
+			if ((err = dsem_post(&r->dsem[f]))) {
+				fprintf(stderr, "semtorture: restoring a permit: %s\n", dmutex_strerror(err));
+				return -1;
+			}
+	}
+	r->reconciles++;
 	return 0;
 }
 
@@ -407,7 +423,7 @@ reconcile(struct run *r, int restore, int *value)
 static int
 sem_account(struct run *r)
 {
-	int n = r->procs * r->threads, v, rc;
+	int n = r->procs * r->threads, v[2], rc;
 
 	atomic_store(&r->sh->pause, 1);
 	/* A shim operation ends at the latest a window after the fault. */
@@ -418,7 +434,7 @@ sem_account(struct run *r)
 		atomic_store(&r->sh->pause, 0);
 		return 0;
 	}
-	rc = reconcile(r, 1, &v);
+	rc = reconcile(r, 1, v);
 	atomic_store(&r->sh->pause, 0);
 	return rc;
 }
@@ -510,10 +526,30 @@ bar_mend(struct run *r)
 	return bar_start(r);
 }
 
+/* Poll, for at most 3 s, until a shim thread is in a long work (its post
+ * comes within a few tens of ms): a fault started now meets that post, the
+ * first try of which may be applied and its reply lost (issue 25 defect 3). */
+static void
+await_shim_post(struct run *r)
+{
+	int64_t until = tt_now_ns() + 3000LL * 1000000;
+
+	while (tt_now_ns() < until) {
+		for (int w = 0; w < r->procs; w++)
+			for (int t = 0; t < r->threads; t++)
+				if ((w + t) % 2 && atomic_load(&r->sh->phase[w][t]) == SP_LONGWORK)
+					return;
+		tt_sleep_ms(0.5);
+	}
+}
+
 static int
 fault(struct run *r, int f, double window_ms, double param)
 {
 	int rc = 0;
+
+	if (f == F_PROXY_DROP || f == F_REDIS_STOP || f == F_PROXY_BLACKHOLE || f == F_OUTAGE_LONG)
+		await_shim_post(r);
 
 	r->faults[f]++;
 	switch (f) {
@@ -623,6 +659,7 @@ nemesis(struct run *r)
 
 struct ev {
 	int64_t t;
+	int face;               /* which semaphore: 0 core, 1 shim */
 	int d;                  /* +1 a wait returned 0, -1 its post was called */
 };
 
@@ -631,6 +668,8 @@ ev_cmp(const void *a, const void *b)
 {
 	const struct ev *x = a, *y = b;
 
+	if (x->face != y->face)
+		return x->face - y->face;
 	if (x->t != y->t)
 		return x->t < y->t ? -1 : 1;
 	return x->d - y->d;     /* a leave before an enter at the same time */
@@ -707,7 +746,7 @@ sem_check(struct run *r, struct sem_sum *s)
 				s->waits++;
 				if (x.rc == 0) {
 					s->holds++;
-					ev[nev++] = (struct ev){ x.t, +1 };
+					ev[nev++] = (struct ev){ x.t, x.kind, +1 };
 				} else if (x.rc == EIO) {
 					s->wait_eio++;
 					s->shim_eio += x.kind;
@@ -722,7 +761,7 @@ sem_check(struct run *r, struct sem_sum *s)
 				}
 				break;
 			case S_POST_INV:
-				ev[nev++] = (struct ev){ x.t, -1 };
+				ev[nev++] = (struct ev){ x.t, x.kind, -1 };
 				break;
 			case S_POST:
 				if (x.rc == EIO) {
@@ -743,12 +782,14 @@ sem_check(struct run *r, struct sem_sum *s)
 	qsort(ev, nev, sizeof *ev, ev_cmp);
 	int64_t inside = 0;
 	for (size_t i = 0; i < nev; i++) {
+		if (i && ev[i].face != ev[i - 1].face)
+			inside = 0;
 		inside += ev[i].d;
 		if ((uint64_t)(inside > 0 ? inside : 0) > s->max_inside)
 			s->max_inside = (uint64_t)inside;
 		if (ev[i].d > 0 && inside > r->permits) {
-			fprintf(stderr, "VIOLATION: %" PRId64 " holders inside a semaphore of %d permits at t=%.3f s\n",
-					inside, r->permits, (double)ev[i].t / 1e9);
+			fprintf(stderr, "VIOLATION: %" PRId64 " holders inside %s (%d permits) at t=%.3f s\n",
+					inside, sem_name[ev[i].face], r->permits, (double)ev[i].t / 1e9);
 			s->violations++;
 		}
 	}
@@ -785,7 +826,8 @@ setup(struct run *r)
 	char direct[128];
 	snprintf(direct, sizeof direct, "redis://127.0.0.1:%d", r->srv.port);
 	if (dmutex_client_open(&r->direct, direct) ||
-	    dsem_init(&r->dsem, SEM_NAME, (unsigned)r->permits, r->direct, 0))
+	    dsem_init(&r->dsem[0], sem_name[0], (unsigned)r->permits, r->direct, 0) ||
+	    dsem_init(&r->dsem[1], sem_name[1], (unsigned)r->permits, r->direct, 0))
 		return -1;
 	if (r->window_ms)
 		snprintf(win, sizeof win, "&retry_window_ms=%u", r->window_ms);
@@ -808,7 +850,8 @@ teardown(struct run *r, int keep)
 		}
 	}
 	if (r->direct) {
-		dsem_destroy(&r->dsem);
+		dsem_destroy(&r->dsem[0]);
+		dsem_destroy(&r->dsem[1]);
 		dmutex_client_close(r->direct);
 	}
 	if (r->dp)
@@ -839,7 +882,7 @@ main(int argc, char **argv)
 		.cmd_ms = 250, .window_ms = 1500, .seconds = 20 };
 	struct run *r = &R;
 	struct sem_sum s;
-	int expect_all = 0, extra = 0, value = -1;
+	int expect_all = 0, extra = 0, value[2] = { -1, -1 };
 	const char *env;
 
 	if (argc > 1 && (!strcmp(argv[1], "semworker") || !strcmp(argv[1], "barworker")))
@@ -918,7 +961,7 @@ main(int argc, char **argv)
 	bar_stop(r);
 	sem_check(r, &s);
 	/* The last accounts: every worker stopped, every operation ended. */
-	if (!stuck && reconcile(r, 0, &value))
+	if (!stuck && reconcile(r, 0, value))
 		extra++;
 	/* A shim operation's EIO comes from its retry window, whose end is
 	 * logged as "whether it was applied is unknown" (src/retry.c); the
@@ -941,10 +984,10 @@ main(int argc, char **argv)
 		}
 	printf("] sem k=%d workers=%dx%d waits=%" PRIu64 " holds=%" PRIu64 " max_inside=%" PRIu64
 			" timeouts=%" PRIu64 " busy=%" PRIu64 " wait_eio=%" PRIu64 " post_eio=%" PRIu64
-			" final=%d accounts=%" PRIu64 " restored=%" PRIu64 " barrier n=%d epochs=%d generations=%" PRIu64 " arrival_eio=%" PRIu64
+			 " final=%d,%d accounts=%" PRIu64 " restored=%" PRIu64 " barrier n=%d epochs=%d generations=%" PRIu64 " arrival_eio=%" PRIu64
 			" eio_told=%" PRIu64 " unknown_lines=%" PRIu64 " violations=%" PRIu64 "\n",
 			r->permits, r->procs, r->threads, s.waits, s.holds, s.max_inside, s.timeouts, s.busy,
-			s.wait_eio, s.post_eio, value, r->reconciles, r->restored, r->bprocs * r->bthreads, r->epochs,
+			s.wait_eio, s.post_eio, value[0], value[1], r->reconciles, r->restored, r->bprocs * r->bthreads, r->epochs,
 			atomic_load(&r->sh->gens) / (uint64_t)(r->bprocs * r->bthreads), atomic_load(&r->sh->bar_eio),
 			eio_told, s.unknown_lines, violations);
 	fflush(stdout);
