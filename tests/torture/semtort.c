@@ -88,6 +88,8 @@ struct st_shared {
 	/* Each semaphore thread's phase (SP_*), for the nemesis to start a
 	 * fault while a shim thread is about to post. */
 	_Atomic int phase[MAX_PROCS][TT_MAX_THREADS];
+	/* Each barrier party's: SP_LONGWORK before it arrives. */
+	_Atomic int bphase[MAX_PARTIES];
 	/* Per epoch: arrivals announced and waits returned, by party; the
 	 * serial returns by generation. */
 	_Atomic int64_t arrived[MAX_PARTIES];
@@ -256,7 +258,15 @@ bar_thread(void *arg)
 		return NULL;
 	}
 	atomic_fetch_add(&sh->bar_ready, 1);
+	uint64_t rng = w->seed ^ ((uint64_t)(p + 1) << 40) ^ (uint64_t)w->epoch;
 	for (int64_t g = 0; !atomic_load(&sh->stop) && atomic_load(&sh->broken) != w->epoch + 1; g++) {
+		/* Now and then a while before arriving, in which the nemesis
+		 * may start a fault that the arrival then meets. */
+		if (tt_rand(&rng) % 5 == 0) {
+			atomic_store(&sh->bphase[p], SP_LONGWORK);
+			tt_sleep_ms(tt_uniform(&rng, 20, 60));
+			atomic_store(&sh->bphase[p], SP_IDLE);
+		}
 		atomic_store(&sh->arrived[p], g + 1);
 		err = shim ? dmutex_shim_barrier_wait(&b) : dbarrier_wait(&b);
 		if (err == EIO) {
@@ -516,6 +526,29 @@ bar_start(struct run *r)
 	return 0;
 }
 
+/* With every fault healed, two generations pass within 10 s: polled. */
+static int
+bar_live(struct run *r)
+{
+	int n = r->bprocs * r->bthreads;
+	uint64_t g0 = atomic_load(&r->sh->gens);
+	int64_t until = tt_now_ns() + 10000LL * 1000000;
+
+	while (atomic_load(&r->sh->gens) < g0 + 2 * (uint64_t)n) {
+		if (tt_now_ns() >= until) {
+			fprintf(stderr, "VIOLATION: barrier epoch %d: no two generations passed in 10 s with no fault on; "
+					"arrivals / returns by party:", atomic_load(&r->sh->epoch));
+			for (int p = 0; p < n; p++)
+				fprintf(stderr, " %" PRId64 "/%" PRId64, atomic_load(&r->sh->arrived[p]),
+						atomic_load(&r->sh->returned[p]));
+			fputc('\n', stderr);
+			return -1;
+		}
+		tt_sleep_ms(1);
+	}
+	return 0;
+}
+
 /* Between faults: a barrier an arrival's EIO broke starts again. */
 static int
 bar_mend(struct run *r)
@@ -526,19 +559,27 @@ bar_mend(struct run *r)
 	return bar_start(r);
 }
 
-/* Poll, for at most 3 s, until a shim thread is in a long work (its post
- * comes within a few tens of ms): a fault started now meets that post, the
- * first try of which may be applied and its reply lost (issue 25 defect 3). */
+/* Poll, for at most 3 s, until a shim thread is in a long work before its
+ * post (bar 0) or a shim barrier party before its arrival (bar 1), due
+ * within a few tens of ms: a fault started now meets that operation, the
+ * first try of which may be applied and its reply lost (issue 25 defect
+ * 3, docs/faults.md #27). */
 static void
-await_shim_post(struct run *r)
+await_shim_op(struct run *r, int bar)
 {
 	int64_t until = tt_now_ns() + 3000LL * 1000000;
 
 	while (tt_now_ns() < until) {
-		for (int w = 0; w < r->procs; w++)
-			for (int t = 0; t < r->threads; t++)
-				if ((w + t) % 2 && atomic_load(&r->sh->phase[w][t]) == SP_LONGWORK)
-					return;
+		if (!bar)
+			for (int w = 0; w < r->procs; w++)
+				for (int t = 0; t < r->threads; t++)
+					if ((w + t) % 2 && atomic_load(&r->sh->phase[w][t]) == SP_LONGWORK)
+						return;
+		if (bar)
+			for (int w = 0; w < r->bprocs; w++)
+				for (int t = 0; t < r->bthreads; t++)
+					if ((w + t) % 2 && atomic_load(&r->sh->bphase[w * r->bthreads + t]) == SP_LONGWORK)
+						return;
 		tt_sleep_ms(0.5);
 	}
 }
@@ -548,8 +589,9 @@ fault(struct run *r, int f, double window_ms, double param)
 {
 	int rc = 0;
 
+	/* The semaphore's post and the barrier's arrival in turn. */
 	if (f == F_PROXY_DROP || f == F_REDIS_STOP || f == F_PROXY_BLACKHOLE || f == F_OUTAGE_LONG)
-		await_shim_post(r);
+		await_shim_op(r, r->faults[f] % 2 == 0);
 
 	r->faults[f]++;
 	switch (f) {
@@ -943,6 +985,10 @@ main(int argc, char **argv)
 		teardown(r, 1);
 		return 2;
 	}
+	/* No fault on: the barrier must go round (a lost or doubled arrival
+	 * may leave every party waiting for ever instead of passing short). */
+	if (bar_live(r))
+		extra++;
 	/* Every fault healed: the workers finish the operation they are in
 	 * (a retry is answered now, or ends with EIO after the window). */
 	atomic_store(&r->sh->stop, 1);
