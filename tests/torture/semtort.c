@@ -5,17 +5,19 @@
  * servers and dropping/blackholing proxy); its nemesis and checker are
  * about leases, fences and a fenced resource, which a semaphore has not.
  *
- * Semaphore: K processes x T threads share one semaphore of k permits, half
- * the threads through the core (dsem_timedwait, dsem_trywait, dsem_post),
+ * Semaphore: K processes x T threads, half through the core
+ * (dsem_timedwait, dsem_trywait, dsem_post) on one semaphore of k permits,
  * half through the shim's sem_* (which asks again while the server is
- * away).  Each records on CLOCK_MONOTONIC when its wait returned and when
- * it called post.  Barrier: P processes x T threads (n parties) cycle
+ * away) on another.  Each records on CLOCK_MONOTONIC when its wait returned
+ * and when it called post; between faults the orchestrator parks them and
+ * counts the permits.  Barrier: P processes x T threads (n parties) cycle
  * through one barrier, half core dbarrier_wait, half the shim's
  * pthread_barrier_wait; each checks after every wait that all n arrived.
  * The nemesis loses replies, stalls and blackholes the server shorter and
  * longer than retry_window_ms, SIGSTOPs it, restarts it (appendfsync
  * always).  No key deletion: a semaphore has no owner, and one deleted is
- * recreated with its initial value (docs/faults.md, the limits).
+ * recreated with its initial value (docs/faults.md, after the table).
+ * docs/guide.md "Semaphores and barriers" has the whole design.
  *
  *   semtorture [--deterministic | --seconds S] [--seed X] [--retry-window MS]
  *              [--cmd-timeout MS] [--permits K] [--keep] [--expect-all]
