@@ -1,9 +1,13 @@
 /* Small helpers every part of the torture harness uses. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -103,4 +107,41 @@ tt_shared_map(const char *dir, int create)
 		return NULL;
 	}
 	return s;
+}
+
+pid_t
+tt_spawn(const char *who, char *exe, char **argv)
+{
+	pid_t parent = getpid(), pid;
+
+	fflush(NULL);
+	if ((pid = fork()) < 0) {
+		fprintf(stderr, "%s: fork: %s\n", who, strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		/* Never outlive the run (a failed or killed orchestrator). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(99);
+		execv(exe, argv);
+		_exit(98);
+	}
+	return pid;
+}
+
+static int
+rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+void
+tt_rmtree(const char *dir)
+{
+	nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }

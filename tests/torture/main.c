@@ -18,7 +18,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -71,16 +70,6 @@ parse_faults(const char *s)
 		m |= 1u << i;
 	}
 	return m;
-}
-
-static int
-rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
 }
 
 /* ---- the resource's final state ---- */
@@ -262,7 +251,7 @@ teardown(struct tt_run *r, int keep)
 	if (r->fd > 0)
 		close(r->fd);
 	if (r->dir[0] && !keep)
-		nftw(r->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+		tt_rmtree(r->dir);
 	else if (r->dir[0])
 		fprintf(stderr, "torture: run directory kept: %s\n", r->dir);
 }

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,7 +38,7 @@ tt_spawn_worker(struct tt_run *r)
 {
 	char a_id[16], a_thr[16], a_port[16], a_lease[16], a_seed[32], a_flags[16], a_work[16];
 	int id = r->nworkers;
-	pid_t parent = getpid(), pid;
+	pid_t pid;
 
 	if (id >= TT_MAX_WORKERS) {
 		fprintf(stderr, "torture: more than %d workers\n", TT_MAX_WORKERS);
@@ -56,20 +55,8 @@ tt_spawn_worker(struct tt_run *r)
 	snprintf(a_work, sizeof a_work, "%u", r->cfg.work_ms);
 	char *argv[] = { r->exe, "worker", r->dir, a_id, a_thr, r->url, a_port, a_lease, a_seed,
 		a_flags, a_work, NULL };
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0) {
-		perror("torture: fork");
+	if ((pid = tt_spawn("torture", r->exe, argv)) < 0)
 		return -1;
-	}
-	if (pid == 0) {
-		/* Never outlive the run (a failed or killed orchestrator). */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(99);
-		execv(r->exe, argv);
-		_exit(98);
-	}
 	r->pid[id] = pid;
 	r->alive[id] = 1;
 	r->nworkers++;

@@ -28,7 +28,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -37,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -456,25 +454,15 @@ spawn(struct run *r, const char *mode, int id, int threads, int param, int epoch
 {
 	char a_id[16], a_thr[16], a_param[16], a_seed[32], a_epoch[16];
 	char *argv[] = { r->exe, (char *)mode, r->dir, a_id, a_thr, r->url, a_param, a_seed, a_epoch, NULL };
-	pid_t parent = getpid(), pid;
+	pid_t pid;
 
 	snprintf(a_id, sizeof a_id, "%d", id);
 	snprintf(a_thr, sizeof a_thr, "%d", threads);
 	snprintf(a_param, sizeof a_param, "%d", param);
 	snprintf(a_seed, sizeof a_seed, "%" PRIu64, r->seed);
 	snprintf(a_epoch, sizeof a_epoch, "%d", epoch);
-	fflush(NULL);
-	if ((pid = fork()) < 0) {
-		perror("semtorture: fork");
+	if ((pid = tt_spawn("semtorture", r->exe, argv)) < 0)
 		return -1;
-	}
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(99);
-		execv(r->exe, argv);
-		_exit(98);
-	}
 	return pid;
 }
 
@@ -841,16 +829,6 @@ sem_check(struct run *r, struct sem_sum *s)
 }
 
 static int
-rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static int
 setup(struct run *r)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -906,7 +884,7 @@ teardown(struct run *r, int keep)
 	if (r->sh)
 		munmap(r->sh, sizeof *r->sh);
 	if (r->dir[0] && !keep)
-		nftw(r->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+		tt_rmtree(r->dir);
 	else if (r->dir[0])
 		fprintf(stderr, "semtorture: run directory kept: %s\n", r->dir);
 }

@@ -165,6 +165,12 @@ double tt_uniform(uint64_t *s, double lo, double hi);
 void tt_rec_write(int fd, const struct tt_rec *r);
 /* The file of the shared state, mapped; NULL on failure (message printed). */
 struct tt_shared *tt_shared_map(const char *dir, int create);
+/* Start exe with argv in a child that dies with this process (a failed
+ * or killed orchestrator leaves no worker behind); its pid, or -1
+ * (message printed, prefixed by who). */
+pid_t tt_spawn(const char *who, char *exe, char **argv);
+/* Remove a run directory and everything in it. */
+void tt_rmtree(const char *dir);
 
 /* ---- parts ---- */
 
