@@ -447,6 +447,40 @@ Test(tls, unreadable_files_are_einval, .init = up)
 	}
 }
 
+/* A FIFO (nobody writing) named as any file of the URL: EINVAL at once,
+ * not an open that hangs for ever in OpenSSL's blocking read.  The
+ * timeout makes the old hang a failure. */
+Test(tls, fifo_files_are_einval_not_a_hang, .init = up, .timeout = 30)
+{
+	char url[2000], more[1400], fifo[400];
+
+	path(fifo, sizeof fifo, "fifo.pem");
+	cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo %s", fifo);
+	log_start();
+	snprintf(url, sizeof url, "rediss://localhost:%d?tls_ca=%s", tls_port[0], fifo);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("cannot read tls_ca"), 1, "%s", log_text);
+	cr_assert_eq(log_lines("fifo.pem: not a regular file"), 1, "%s", log_text);
+
+	log_start();
+	snprintf(more, sizeof more, "tls_cert=%s&tls_key=%s/client.key", fifo, dir);
+	url_for(url, sizeof url, "localhost", tls_port[0], more);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("cannot read tls_cert"), 1, "%s", log_text);
+
+	log_start();
+	snprintf(more, sizeof more, "tls_cert=%s/client.crt&tls_key=%s", dir, fifo);
+	url_for(url, sizeof url, "localhost", tls_port[0], more);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("cannot read tls_key"), 1, "%s", log_text);
+
+	log_start();
+	snprintf(url, sizeof url, "redis://default@127.0.0.1:%d?password_file=%s", srv[0].port, fifo);
+	open_fails(url, EINVAL);
+	cr_assert_eq(log_lines("cannot read password_file"), 1, "%s", log_text);
+	cr_assert_eq(log_lines("not a regular file"), 1, "%s", log_text);
+}
+
 Test(tls, certificate_without_its_key_is_einval, .init = up)
 {
 	char url[2000], more[1200];

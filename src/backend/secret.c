@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -15,13 +16,21 @@ dmutex__secret_read(const char *display, const char *path, char **out)
 {
 	char buf[SECRET_MAX + 1];
 	size_t len = 0, line;
+	struct stat st;
 	int fd, err = 0;
 
 	*out = NULL;
-	/* O_NONBLOCK: a FIFO with no writer must not hang the open. */
+	/* O_NONBLOCK: a FIFO with no writer must not hang the open; and only
+	 * a regular file is read (a FIFO's writer could feed it slowly). */
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot read password_file %s: %s", display, path,
 				strerror(errno));
+		return EINVAL;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot read password_file %s: not a regular file",
+				display, path);
 		return EINVAL;
 	}
 	while (len < sizeof buf) {

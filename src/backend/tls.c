@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/bio.h>
@@ -111,18 +112,27 @@ no_passphrase(char *buf, int size, int rwflag, void *u)
 	return 0;
 }
 
-/* Readable at all?  errno's words are clearer than OpenSSL's "system lib". */
+/* Readable at all, and a regular file?  errno's words are clearer than
+ * OpenSSL's "system lib"; and OpenSSL reads with blocking I/O, so a FIFO
+ * (or a device) named here would hang the open for ever. */
 static int
 check_file(const struct dmutex__node_addr *a, const char *opt, const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), reg;
+	struct stat st;
 
 	if (fd < 0) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot read %s %s: %s", a->display, opt, path,
 				strerror(errno));
 		return EINVAL;
 	}
+	reg = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 	close(fd);
+	if (!reg) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s: cannot read %s %s: not a regular file", a->display,
+				opt, path);
+		return EINVAL;
+	}
 	return 0;
 }
 
