@@ -619,3 +619,46 @@ Test(hostile_values, rwlock_numbers_out_of_range_are_eio)
 	dmutex_attr_destroy(&a);
 	dmutex_client_close(c);
 }
+
+/* Issue 30 item 5: the counters' index holds a member that is not a
+ * string.  `dmutex metrics` says so and exits with the backend status
+ * (87), not SIGSEGV. */
+static char *
+metrics_answer(int argc, char **argv, void *arg)
+{
+	(void)arg;
+	if (argc > 1 && !strcasecmp(argv[0], "ZREVRANGE"))
+		return strdup("*2\r\n:1\r\n$4\r\nlive\r\n");
+	if (argc > 1 && !strcasecmp(argv[0], "HGETALL"))
+		return strdup("*2\r\n$3\r\nacq\r\n$1\r\n5\r\n");
+	return strdup("-ERR unknown\r\n");
+}
+
+Test(hostile_values, metrics_index_member_not_a_string_is_refused)
+{
+	struct fake_redis *f;
+	char out[128], env_url[700], *text;
+	const char *bin = getenv("DMUTEX_BIN");
+	FILE *fp;
+	long n;
+
+	cr_assert(bin, "DMUTEX_BIN is not set (run through meson test)");
+	cr_assert_eq(fake_redis_start(&f, dir, "met", metrics_answer, NULL), 0);
+	snprintf(out, sizeof out, "%s/metrics.out", dir);
+	snprintf(env_url, sizeof env_url, "DMUTEX_URL=%s", fake_redis_url(f));
+	const char *argv[] = { bin, "metrics", NULL };
+	const char *env[] = { env_url, NULL };
+	int rc = th_run(argv, env, out, 20000);
+	fake_redis_stop(f);
+	cr_assert_not_null(fp = fopen(out, "r"));
+	fseek(fp, 0, SEEK_END);
+	n = ftell(fp);
+	rewind(fp);
+	cr_assert_not_null(text = calloc(1, (size_t)n + 1));
+	cr_assert_eq(fread(text, 1, (size_t)n, fp), (size_t)n);
+	fclose(fp);
+	unlink(out);
+	cr_expect_eq(rc, 87, "dmutex metrics exited %d, want 87; output:\n%s", rc, text);
+	cr_expect(strstr(text, "a member that is not a string"), "output:\n%s", text);
+	free(text);
+}

@@ -58,6 +58,14 @@ cli_metrics_read(struct dmutex__conn *c, const char *prefix, size_t top, struct 
 		status = CLI_BACKEND;
 		goto out;
 	}
+	/* A member that is not a string (a broken or hostile server) names no
+	 * counters: refused, as any reply of the wrong shape. */
+	for (size_t i = 0; idx->type == REDIS_REPLY_ARRAY && i < idx->elements; i++)
+		if (idx->element[i]->type != REDIS_REPLY_STRING) {
+			cli_err("cannot read the counters: the index holds a member that is not a string");
+			status = CLI_BACKEND;
+			goto out;
+		}
 	hash_into(tot, total);
 	n = idx->type == REDIS_REPLY_ARRAY && top ? idx->elements : 0;
 	if (!(out->sets = calloc(n + 1, sizeof *out->sets))) {
