@@ -297,6 +297,9 @@ bar_thread(void *arg)
 		atomic_store(&sh->returned[p], g + 1);
 		atomic_fetch_add(&sh->gens, 1);
 	}
+	/* Each party has its own handle: nobody else waits on it now. */
+	if ((err = dbarrier_destroy(&b)))
+		violation(sh, "barrier party %d: destroy returned %d (%s)", p, err, dmutex_strerror(err));
 	return NULL;
 }
 
