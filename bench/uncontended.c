@@ -218,7 +218,7 @@ setup(struct ctx *x, struct bench *b)
 	snprintf(x->ch, sizeof x->ch, "bench:wake:{%s:byhand}", b->run_id);
 	snprintf(x->pid, sizeof x->pid, "%ld", (long)getpid());
 	gethostname(x->host, sizeof x->host - 1);
-	/* The shape of src/hostid.c's "boot_id/pid namespace inode". */
+	/* The shape of src/core/hostid.c's "boot_id/pid namespace inode". */
 	snprintf(x->hostid, sizeof x->hostid, "%s", "5b1f3ac2-7d2e-4c4b-9a0f-2d7c1e9b8a61/4026531836");
 	if ((err = dmutex_client_open(&x->cli, b->tgt.url))) {
 		fprintf(stderr, "bench: dmutex_client_open: %s\n", dmutex_strerror(err));

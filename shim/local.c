@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dmutex_shim.h"
-#include "internal.h"
+#include "include/dmutex_shim.h"
+#include "core/internal.h"
 #include "local.h"
 
 #define MAX_GLOBS 64

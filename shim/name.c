@@ -7,10 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 #include "local.h"
 #include "name.h"
-#include "static_name.h"
+#include "core/static_name.h"
 
 #define NAMESPACE_MAX 128
 

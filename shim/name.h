@@ -9,7 +9,7 @@
 #define DMUTEX_SHIM_NAME_H
 
 #include "dmutex.h"
-#include "dmutex_shim.h"
+#include "include/dmutex_shim.h"
 
 enum { DMUTEX__SHIM_MUTEX, DMUTEX__SHIM_COND, DMUTEX__SHIM_SEM, DMUTEX__SHIM_BARRIER, DMUTEX__SHIM_RWLOCK };
 

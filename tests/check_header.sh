@@ -3,8 +3,8 @@
 # -Werror, in each language version it claims (include/dmutex.h says which):
 #   include/dmutex.h    C89 (with glibc's <stdint.h>), C99, C11, C17, GNU C11;
 #                       C++98, C++11, C++17 (a C++ namespace `dmutex` beside it)
-#   shim/dmutex_shim.h  C99, C11, C++11
-#   shim/pthread.h      C99, C11; in C++ it stops with its #error, on purpose
+#   shim/include/dmutex_shim.h  C99, C11, C++11
+#   shim/include/pthread.h      C99, C11; in C++ it stops with its #error, on purpose
 # The programs also use what a caller compares with (EOWNERDEAD from
 # <errno.h>) and the static initializers at file scope.
 # usage: check_header.sh SRCDIR CC [CC ARGS...]   (C++: c++ from PATH, if any)
@@ -59,7 +59,7 @@ PROG
 # compile LABEL FILE COMPILER... : must compile
 compile() {
 	label=$1; file=$2; shift 2
-	if "$@" -I"$src/shim" -I"$src/include" -c "$dir/$file" -o "$dir/out.o" >"$dir/log" 2>&1; then
+	if "$@" -I"$src/shim/include" -I"$src/include" -c "$dir/$file" -o "$dir/out.o" >"$dir/log" 2>&1; then
 		echo "ok: $label"
 	else
 		cat "$dir/log"; echo "FAIL: $label"; fail=1
@@ -81,7 +81,7 @@ if command -v c++ >/dev/null 2>&1; then
 		compile "dmutex.h alone, -std=$std, beside namespace dmutex" dmutex.cc c++ -std=$std $warn
 	done
 	compile "dmutex_shim.h alone, -std=c++11" shim.cc c++ -std=c++11 $warn
-	if c++ -std=c++11 -I"$src/shim" -I"$src/include" -c "$dir/pthread.cc" -o "$dir/out.o" \
+	if c++ -std=c++11 -I"$src/shim/include" -I"$src/include" -c "$dir/pthread.cc" -o "$dir/out.o" \
 			>"$dir/log" 2>&1; then
 		echo "FAIL: shim pthread.h compiled in C++ (it must stop with its #error)"; fail=1
 	elif grep -q 'error: #error "the dmutex pthread shim is for C' "$dir/log"; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The permission probe (src/backend/scripts/probe.lua) must try every
+"""The permission probe (src/backend/redis/scripts/probe.lua) must try every
 command the other scripts run, and the ACL documented in
 dmutex_client_open(3) must allow each: else a confined user passes the
 check at open and fails later, maybe after a script's first write.
@@ -10,7 +10,7 @@ import re
 import sys
 
 root = pathlib.Path(sys.argv[1])
-scripts = root / 'src' / 'backend' / 'scripts'
+scripts = root / 'src' / 'backend' / 'redis' / 'scripts'
 used = set()
 for f in scripts.glob('*.lua'):
     if f.name != 'probe.lua':

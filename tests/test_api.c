@@ -21,7 +21,7 @@
 #include "dmutex.h"
 #include "harness.h"
 #include "dmt.h"
-#include "internal.h"
+#include "core/internal.h"
 
 /* Each criterion test runs in its own worker process: these are per test. */
 static struct th_redis srv;

@@ -1,5 +1,5 @@
 /*
- * Redis Cluster key slots (src/backend/crc16.c): the vectors of the Redis
+ * Redis Cluster key slots (src/backend/redis/crc16.c): the vectors of the Redis
  * Cluster specification, and agreement with CLUSTER KEYSLOT of a real
  * cluster-enabled redis-server for every shape of key the library may meet:
  * tags, empty tags, nested and unbalanced braces, binary bytes, NULs, the
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/crc16.h"
+#include "backend/redis/crc16.h"
 #include "harness.h"
 
 static unsigned slot_of(const char *s)

@@ -531,7 +531,7 @@ Test(fair, threads_of_one_process_get_the_lock_in_arrival_order)
 }
 
 /*
- * Local hand-overs (src/fair_handoff.c): an unlock offers the lock to the
+ * Local hand-overs (src/core/fair_handoff.c): an unlock offers the lock to the
  * next thread of its process, and its release gives it that thread unless
  * a waiter queued in Redis comes first.
  */

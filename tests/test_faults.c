@@ -432,7 +432,7 @@ Test(faults, waiter_across_restart_acquires_when_holder_unlocks, .init = srv_up_
 /* 4. resource hygiene (short form of docs/faults.md #18)              */
 /* ------------------------------------------------------------------ */
 
-/* The library's connection pool per node (src/backend/node.h DMUTEX__POOL_MAX). */
+/* The library's connection pool per node (src/backend/redis/node.h DMUTEX__POOL_MAX). */
 #define POOL_MAX 16
 #define CYCLES 2000
 

@@ -312,7 +312,7 @@ Test(sem, killed_holder_keeps_its_permit_killed_waiter_takes_none)
 	th_sync_close(&sy);
 }
 
-/* A script of src/backend/scripts/, as the library embeds it. */
+/* A script of src/backend/redis/scripts/, as the library embeds it. */
 static char *
 script(const char *name)
 {

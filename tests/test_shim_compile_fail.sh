@@ -9,7 +9,7 @@ src=$1; shift
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 compile() {
-	"$@" $std -Wall -Wextra -Werror -I"$src/shim" -I"$src/include" \
+	"$@" $std -Wall -Wextra -Werror -I"$src/shim/include" -I"$src/include" \
 		-c "$src/tests/test_shim_fail.c" -o "$dir/out.o" >"$dir/log" 2>&1
 }
 fail=0

@@ -6,7 +6,7 @@
 
 #include "dmutex.h"
 #include "dmutex_config.h"
-#include "url.h"
+#include "core/url.h"
 
 #if defined(DMUTEX_HAVE_TLS) && DMUTEX_HAVE_TLS
 #define TLS_BUILD 1

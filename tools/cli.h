@@ -18,9 +18,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include "metrics.h"
-#include "node.h"
-#include "url.h"
+#include "core/metrics.h"
+#include "backend/redis/node.h"
+#include "core/url.h"
 
 /* Exit statuses of dmutex itself, listed in dmutex(1).  `run` otherwise
  * exits with COMMAND's status (128 + N when a signal N killed it). */
@@ -162,7 +162,7 @@ void cli_json_lock(FILE *f, const struct cli_lock *l, const char *node);
 struct cli_metset {
 	char *name;                     /* NULL when other */
 	int other;                      /* the names past the top, summed */
-	uint64_t v[DMUTEX__MET_NFIELDS]; /* src/metrics.h */
+	uint64_t v[DMUTEX__MET_NFIELDS]; /* src/core/metrics.h */
 };
 struct cli_metrics {
 	struct cli_metset *sets;        /* busiest first; then other, if any */

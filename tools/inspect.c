@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #include "cli.h"
-#include "keys.h"
+#include "backend/redis/keys.h"
 
 static long long
 num(const char *s)

@@ -1,5 +1,5 @@
 /*
- * The per-lock counters every process added to Redis (src/metrics.h): the
+ * The per-lock counters every process added to Redis (src/core/metrics.h): the
  * busiest names one by one and the rest summed, so that a million names
  * cost a scrape only `top` rows.  metrics and top read through here.
  */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "metrics.h"
+#include "core/metrics.h"
 
 static void
 hash_into(const redisReply *r, uint64_t v[DMUTEX__MET_NFIELDS])
@@ -89,7 +89,7 @@ cli_metrics_read(struct dmutex__conn *c, const char *prefix, size_t top, struct 
 		}
 		hash_into(r, s->v);
 		/* Expired (idle for idle_ms) and not yet out of the index
-		 * (src/backend/counters.h): nothing to show. */
+		 * (src/backend/redis/counters.h): nothing to show. */
 		int empty = !r || ((redisReply *)r)->type != REDIS_REPLY_ARRAY || !((redisReply *)r)->elements;
 		freeReplyObject(r);
 		if (empty)

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "keys.h"
+#include "backend/redis/keys.h"
 
 static const char usage[] =
 	"usage: dmutex reset [--force] [--url URL] NAME\n"

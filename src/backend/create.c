@@ -1,5 +1,5 @@
 /* Which backend a URL names: the one place that knows every topology. */
-#include "topology.h"
+#include "backend/redis/topology.h"
 
 int
 dmutex__backend_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out)

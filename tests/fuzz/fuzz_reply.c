@@ -4,7 +4,7 @@
  * functions that interpret acquire (the script's and the plain SET's),
  * release, renew and NOSCRIPT replies, and
  * the range checks of the cond, sem, barrier and rwlock counts
- * (src/backend/common.c, src/backend/node.c).  Any shape is either understood
+ * (src/backend/redis/common.c, src/backend/redis/node.c).  Any shape is either understood
  * within the documented values or refused; never a crash.
  */
 #include <errno.h>
@@ -13,9 +13,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include "common.h"
+#include "backend/redis/common.h"
 #include "dmutex.h"
-#include "node.h"
+#include "backend/redis/node.h"
 
 static void
 quiet(int level, const char *msg, void *arg)

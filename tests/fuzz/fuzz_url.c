@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: the URL parser (src/url.c).  Any input is either a
+ * libFuzzer target: the URL parser (src/core/url.c).  Any input is either a
  * configuration within the documented ranges or an error with a log line;
  * never a crash, a leak, or a password in a log line or a display URL.
  */
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "dmutex.h"
-#include "url.h"
+#include "core/url.h"
 
 static const char *secret;
 static int leaked;

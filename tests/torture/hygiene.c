@@ -24,7 +24,7 @@
 #include "dmt.h"
 #include "harness.h"
 
-#define POOL_MAX    16          /* src/backend/node.h: idle connections per node */
+#define POOL_MAX    16          /* src/backend/redis/node.h: idle connections per node */
 #define INJECT_EVERY 1000       /* cycles between injected faults */
 #define CMD_MS      20
 #define LEASE_MS    1000

@@ -45,8 +45,8 @@
 #include "harness.h"
 #include "torture.h"
 
-/* The shim's semaphore and barrier calls (shim/dmutex_shim_sem.h,
- * shim/dmutex_shim.h), declared here: the shim's directory would put its
+/* The shim's semaphore and barrier calls (shim/include/dmutex_shim_sem.h,
+ * shim/include/dmutex_shim.h), declared here: the shim's directory would put its
  * <pthread.h> and <semaphore.h> before the system's.  POSIX returns: the
  * sem calls -1 and errno; the barrier call an errno. */
 int dmutex_shim_sem_trywait(dsem_t *s);
@@ -993,7 +993,7 @@ main(int argc, char **argv)
 	if (!stuck && reconcile(r, 0, value))
 		extra++;
 	/* A shim operation's EIO comes from its retry window, whose end is
-	 * logged as "whether it was applied is unknown" (src/retry.c); the
+	 * logged as "whether it was applied is unknown" (src/core/retry.c); the
 	 * core's EIO after its few tries (dmutex.h) is counted only. */
 	uint64_t eio_told = s.shim_eio + atomic_load(&r->sh->bar_shim_eio);
 	if (s.unknown_lines < eio_told) {

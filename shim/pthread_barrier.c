@@ -1,0 +1,65 @@
+/* pthread barriers through the shim: dbarrier_t named by call site, the
+ * backend being away waited out. */
+#include <errno.h>
+
+#include "core/barrier.h"
+#include "include/dmutex_shim_sync.h"
+#include "name.h"
+
+static void
+backoff(int attempt)
+{
+	int64_t d = 50 * DMUTEX__MS << (attempt < 5 ? attempt : 5);
+
+	dmutex__sleep_until(dmutex__now_ns() + (d < 1000 * DMUTEX__MS ? d : 1000 * DMUTEX__MS));
+}
+
+int
+dmutex_shim_barrier_init(dbarrier_t *b, const dmutex_shim_barrierattr_t *a, unsigned count,
+		const char *site)
+{
+	char name[DMUTEX_NAME_MAX + 1];
+	int err;
+
+	if (!b || (a && a->__magic != DMUTEX__SHIM_BATTR_MAGIC))
+		return EINVAL;
+	if ((err = dmutex__shim_site_name(DMUTEX__SHIM_BARRIER, b, site, name)))
+		return err;
+	for (int attempt = 0; (err = dbarrier_init(b, name, count, NULL)) == EIO; attempt++) {
+		if (attempt % 10 == 0)
+			dmutex__log(DMUTEX_LOG_WARN, "pthread_barrier_init('%s'): waiting for the backend", name);
+		backoff(attempt);
+	}
+	if (err)
+		dmutex__shim_site_release(DMUTEX__SHIM_BARRIER, b);
+	return err;
+}
+
+int
+dmutex_shim_barrier_destroy(dbarrier_t *b)
+{
+	int err = dbarrier_destroy(b);
+
+	if (!err)
+		dmutex__shim_site_release(DMUTEX__SHIM_BARRIER, b);
+	return err;
+}
+
+int
+dmutex_shim_barrier_wait(dbarrier_t *b)
+{
+	struct dmutex__op o;
+	int err;
+
+	if ((err = dmutex__op_init(&o)))
+		return err;
+	/* Until the retry window has passed since a try went unanswered: then
+	 * EIO, the arrival counted or not. */
+	for (int attempt = 0; (err = dmutex__barrier_wait_op(b, &o)) == EIO && !o.expired; attempt++) {
+		if (attempt % 10 == 0)
+			dmutex__log(DMUTEX_LOG_WARN, "pthread_barrier_wait: waiting for the backend");
+		backoff(attempt);
+	}
+	/* DBARRIER_SERIAL_THREAD is glibc's PTHREAD_BARRIER_SERIAL_THREAD. */
+	return err;
+}

@@ -1,0 +1,377 @@
+/*
+ * The pthread shim's mutex calls: pthread behaviour on top of dmutex.  A
+ * pthread program does not expect its mutex calls to fail because a server
+ * is away, and would run unprotected if they did: blocking calls wait for
+ * the backend instead (see shim/include/dmutex_shim.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "base/lockorder.h"
+#include "name.h"
+#include "local.h"
+#include "object.h"
+#include "stamp.h"
+
+/* shim/include/pthread.h maps the robustness calls straight to dmutex's. */
+_Static_assert((int)PTHREAD_MUTEX_STALLED == (int)DMUTEX_STALLED && (int)PTHREAD_MUTEX_ROBUST == (int)DMUTEX_ROBUST,
+		"pthread and dmutex robustness values differ");
+
+/* Back off between attempts while the backend is away: 50 ms doubling to
+ * 1 s (each dmutex attempt already retried for a few command timeouts). */
+static void
+backoff(int attempt)
+{
+	int64_t d = 50 * DMUTEX__MS << (attempt < 5 ? attempt : 5);
+	dmutex__sleep_until(dmutex__now_ns() + (d < 1000 * DMUTEX__MS ? d : 1000 * DMUTEX__MS));
+}
+
+static int
+attr_ok(const dmutex_attr_t *a)
+{
+	return a && a->__magic == DMUTEX__ATTR_MAGIC;
+}
+
+/* dmutex_attr_t's __reserved[1]: the pshared value, only stored (a dmutex
+ * is shared by nature; stamp.h says what shared memory may do). */
+#define ATTR_PSHARED 1
+
+#define STAMP(m) DMUTEX__SHIM_STAMP(m)
+/* A distributed mutex initialized by the shim: __reserved[1] is its site. */
+#define SITE_SLOT 1
+
+/* The pthread attributes of a local mutex made with dmutex attributes a. */
+static void
+local_attr(pthread_mutexattr_t *pa, const dmutex_attr_t *a)
+{
+	pthread_mutexattr_init(pa);
+	if (!attr_ok(a))
+		return;
+	pthread_mutexattr_settype(pa, a->__type == DMUTEX_RECURSIVE ? PTHREAD_MUTEX_RECURSIVE
+			: a->__type == DMUTEX_ERRORCHECK ? PTHREAD_MUTEX_ERRORCHECK : PTHREAD_MUTEX_NORMAL);
+	pthread_mutexattr_setrobust(pa, a->__robust == DMUTEX_ROBUST ? PTHREAD_MUTEX_ROBUST : PTHREAD_MUTEX_STALLED);
+	pthread_mutexattr_setpshared(pa, (int)(uintptr_t)a->__reserved[ATTR_PSHARED]);
+}
+
+static int
+init_local(dmutex_t *m, const dmutex_attr_t *a, const char *site, const char *name)
+{
+	struct dmutex__shim_lmutex *l = (struct dmutex__shim_lmutex *)(void *)m;
+	pthread_mutexattr_t pa;
+	int err;
+
+	local_attr(&pa, a);
+	err = pthread_mutex_init(&l->mu, &pa);
+	pthread_mutexattr_destroy(&pa);
+	if (err)
+		return err;
+	l->site = site;
+	l->pid = getpid();
+	__atomic_store_n(&l->magic, DMUTEX__SHIM_LOCAL_INIT, __ATOMIC_RELEASE);
+	dmutex__shim_announce("mutex", name, site, 1);
+	return 0;
+}
+
+int
+dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
+{
+	char name[DMUTEX_NAME_MAX + 1];
+	const char *given = attr_ok(a) ? a->__reserved[0] : NULL;
+	int err;
+
+	if (!m)
+		return EINVAL;
+	if (given)
+		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+	else if ((err = dmutex__shim_site_name(DMUTEX__SHIM_MUTEX, m, site, name)))
+		return err;
+	if (dmutex__shim_is_local(site, given ? given : name)) {
+		if ((err = init_local(m, a, site, given ? given : name)) && !given)
+			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+		return err;
+	}
+	for (int attempt = 0; (err = dmutex_init(m, given ? given : name, a)) == EIO; attempt++) {
+		if (attempt % 10 == 0)	/* the first, then every tenth */
+			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_init('%s'): waiting for the backend",
+				given ? given : name);
+		backoff(attempt);
+	}
+	if (err && !given)
+		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+	if (!err) {
+		m->__reserved[0] = NULL;
+		m->__reserved[SITE_SLOT] = (void *)(uintptr_t)site;
+		dmutex__shim_stamp(STAMP(m), attr_ok(a) ? (int)(uintptr_t)a->__reserved[ATTR_PSHARED] : 0);
+		dmutex__shim_announce("mutex", given ? given : name, site, 0);
+	}
+	return err;
+}
+
+/* Where a distributed mutex was defined, for messages. */
+static const char *
+site_of(const dmutex_t *m)
+{
+	if (m->__magic == DMUTEX__MAGIC_STATIC)
+		return m->__reserved[0] == DMUTEX__SHIM_ZERO ? m->__reserved[4] : m->__static_name;
+	return m->__reserved[SITE_SLOT] ? m->__reserved[SITE_SLOT] : "?";
+}
+
+/*
+ * The distributed lock of m, held by a thread of this process, released
+ * now whoever holds it: the program is done with the mutex, and other
+ * processes must not wait for the lease.  The holder's later unlock finds
+ * the mutex destroyed.  1 if there was a hold to release.
+ */
+static int
+release_now(dmutex_t *m)
+{
+	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	int err;
+
+	if (dmutex__resolve(m, &mx))
+		return 0;
+	e = mx->entry;
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (!e->held || e->releasing) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return 0;
+	}
+	memcpy(token, e->token, sizeof token);
+	e->releasing = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__renewer_remove(e->client, e);
+	if ((err = dmutex__release(e->client, e->name, token, DMUTEX__REL_CLEAN)) == EIO)
+		dmutex__renewer_orphan(e->client, e->name, token, DMUTEX__REL_CLEAN,
+				dmutex__now_ns() + (int64_t)e->lease_ms * DMUTEX__MS);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	dmutex__entry_forget(e);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	return 1;
+}
+
+int
+dmutex_shim_mutex_destroy(dmutex_t *m)
+{
+	pthread_mutex_t *l;
+	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_destroy", &l);
+
+	if (!err && l) {
+		/* EBUSY when locked, as glibc says; nothing outside the process waits. */
+		if ((err = pthread_mutex_destroy(l)))
+			return err;
+		if (m->__magic == DMUTEX__SHIM_LOCAL_STATIC)
+			free(m->__impl);
+		m->__impl = NULL;
+		__atomic_store_n(&m->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
+		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+		return 0;
+	}
+	if (!err && (err = dmutex_destroy(m)) == EBUSY && release_now(m)) {
+		/* glibc says EBUSY and leaves the mutex locked; a distributed
+		 * lock left so would stall every other process until its lease
+		 * ends, for a mutex the program has finished with. */
+		dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_destroy: the mutex defined at %s is locked: EBUSY, and "
+				"its distributed lock is released now and the mutex destroyed (a later pthread_mutex_init "
+				"makes it anew)", dmutex__shim_site_text(site_of(m)));
+		if (!dmutex_destroy(m))
+			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+		return EBUSY;
+	}
+	if (!err)
+		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+	return err;
+}
+
+int
+dmutex_shim_mutex_lock(dmutex_t *m)
+{
+	pthread_mutex_t *l;
+	int err;
+
+	if ((err = dmutex__shim_mutex_ready(m, "pthread_mutex_lock", &l)))
+		return err;
+	if (l)
+		return pthread_mutex_lock(l);
+	for (int attempt = 0; (err = dmutex_lock(m)) == EIO; attempt++) {
+		if (attempt % 10 == 0)	/* the first, then every tenth */
+			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_lock: waiting for the backend");
+		backoff(attempt);
+	}
+	return err;
+}
+
+int
+dmutex_shim_mutex_trylock(dmutex_t *m)
+{
+	pthread_mutex_t *l;
+	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_trylock", &l);
+
+	if (!err && l)
+		return pthread_mutex_trylock(l);
+	if (!err)
+		err = dmutex_trylock(m);
+	/* "Not now" is what a trylock caller is ready for. */
+	return err == EIO ? EBUSY : err;
+}
+
+static int
+passed(clockid_t clock, const struct timespec *at)
+{
+	struct timespec now;
+
+	clock_gettime(clock, &now);
+	return now.tv_sec > at->tv_sec || (now.tv_sec == at->tv_sec && now.tv_nsec >= at->tv_nsec);
+}
+
+int
+dmutex_shim_mutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec *at)
+{
+	pthread_mutex_t *l;
+	int err;
+
+	if ((err = dmutex__shim_mutex_ready(m, "pthread_mutex_clocklock", &l)))
+		return err;
+	if (l)
+		return pthread_mutex_clocklock(l, clock, at);
+	for (int attempt = 0; (err = dmutex_clocklock(m, clock, at)) == EIO; attempt++) {
+		if (passed(clock, at))
+			return ETIMEDOUT;
+		if (attempt % 10 == 0)	/* the first, then every tenth */
+			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_timedlock: waiting for the backend");
+		backoff(attempt);
+	}
+	return err;
+}
+
+int
+dmutex_shim_mutex_timedlock(dmutex_t *m, const struct timespec *at)
+{
+	return dmutex_shim_mutex_clocklock(m, CLOCK_REALTIME, at);
+}
+
+int
+dmutex_shim_mutex_unlock(dmutex_t *m)
+{
+	pthread_mutex_t *l;
+	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_unlock", &l);
+
+	if (!err && l)
+		return pthread_mutex_unlock(l);
+	if (!err)
+		err = dmutex_unlock(m);
+	/* Not confirmed: the hold is forgotten here, the release retried in
+	 * the background, and the lease ends it anyway (logged). */
+	return err == EIO ? 0 : err;
+}
+
+int
+dmutex_shim_mutex_consistent(dmutex_t *m)
+{
+	pthread_mutex_t *l;
+	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_consistent", &l);
+
+	if (!err && l)
+		return pthread_mutex_consistent(l);
+	return err ? err : dmutex_consistent(m);
+}
+
+/* ---- attributes, with pthread's values ---- */
+
+int
+dmutex_shim_mutexattr_settype(dmutex_attr_t *a, int type)
+{
+	switch (type) {
+	case PTHREAD_MUTEX_NORMAL:
+	case PTHREAD_MUTEX_ADAPTIVE_NP:
+		return dmutex_attr_settype(a, DMUTEX_NORMAL);
+	case PTHREAD_MUTEX_ERRORCHECK:
+		return dmutex_attr_settype(a, DMUTEX_ERRORCHECK);
+	case PTHREAD_MUTEX_RECURSIVE:
+		return dmutex_attr_settype(a, DMUTEX_RECURSIVE);
+	}
+	dmutex__log(DMUTEX_LOG_ERROR, "pthread_mutexattr_settype: unknown type %d", type);
+	return EINVAL;
+}
+
+int
+dmutex_shim_mutexattr_gettype(const dmutex_attr_t *a, int *type)
+{
+	int t, err;
+
+	if (!type || (err = dmutex_attr_gettype(a, &t)))
+		return EINVAL;
+	*type = t == DMUTEX_RECURSIVE ? PTHREAD_MUTEX_RECURSIVE
+		: t == DMUTEX_ERRORCHECK ? PTHREAD_MUTEX_ERRORCHECK : PTHREAD_MUTEX_NORMAL;
+	return 0;
+}
+
+int
+dmutex_shim_mutexattr_setpshared(dmutex_attr_t *a, int pshared)
+{
+	/* Only stored: a dmutex is shared by nature (stamp.h for shared memory). */
+	if (!attr_ok(a))
+		return EINVAL;
+	if (pshared != PTHREAD_PROCESS_PRIVATE && pshared != PTHREAD_PROCESS_SHARED) {
+		dmutex__log(DMUTEX_LOG_ERROR, "pthread_mutexattr_setpshared: unknown value %d", pshared);
+		return EINVAL;
+	}
+	a->__reserved[ATTR_PSHARED] = (void *)(uintptr_t)pshared;
+	return 0;
+}
+
+int
+dmutex_shim_mutexattr_getpshared(const dmutex_attr_t *a, int *pshared)
+{
+	if (!attr_ok(a) || !pshared)
+		return EINVAL;
+	*pshared = (int)(uintptr_t)a->__reserved[ATTR_PSHARED];
+	return 0;
+}
+
+int
+dmutex_shim_mutexattr_setprotocol(dmutex_attr_t *a, int protocol)
+{
+	if (!attr_ok(a))
+		return EINVAL;
+	if (protocol == PTHREAD_PRIO_NONE)
+		return 0;
+	if (protocol == PTHREAD_PRIO_INHERIT || protocol == PTHREAD_PRIO_PROTECT) {
+		dmutex__log(DMUTEX_LOG_ERROR, "pthread_mutexattr_setprotocol: priority %s has no meaning for a "
+				"lock held across hosts", protocol == PTHREAD_PRIO_INHERIT ? "inheritance" : "ceilings");
+		return ENOTSUP;
+	}
+	return EINVAL;
+}
+
+int
+dmutex_shim_mutexattr_getprotocol(const dmutex_attr_t *a, int *protocol)
+{
+	if (!attr_ok(a) || !protocol)
+		return EINVAL;
+	*protocol = PTHREAD_PRIO_NONE;
+	return 0;
+}
+
+int
+dmutex_shim_mutexattr_setname_np(dmutex_attr_t *a, const char *name)
+{
+	const char *copy;
+	size_t len;
+	int err;
+
+	if (!attr_ok(a))
+		return EINVAL;
+	if ((err = dmutex__name_ok(name, &len)))
+		return err;
+	if (!(copy = dmutex__shim_intern(name)))
+		return ENOMEM;
+	a->__reserved[0] = (void *)(uintptr_t)copy;
+	return 0;
+}

@@ -1,0 +1,644 @@
+/*
+ * lock, trylock, timedlock and clocklock are one function with different
+ * deadlines.  Threads of a process queue on the entry locally; the one at
+ * the head (the "acquirer") talks to the backend, waits for wake-ups from
+ * it, and hands the entry on when it gives up.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/internal.h"
+#include "base/lockorder.h"
+#include "core/metrics.h"
+#include "backend/redis/waiter.h"
+
+#define NO_DEADLINE INT64_MAX
+
+enum { BLOCK, TRY };
+
+/* A lost reply may have given us the lock: take it back, or make sure it
+ * is taken back in the background, so that nobody waits for a lock that
+ * nobody knows it holds. */
+static void
+abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms,
+		int64_t until, int fair)
+{
+	/* A trylock's release shares its deadline (past it: at once to the
+	 * background), so that its EIO comes within command_timeout_ms.
+	 * Fair: also leaves the queue, or hands on a lock handed to us. */
+	int mode = DMUTEX__REL_ABANDON | (fair ? DMUTEX__REL_FAIR : 0);
+	int err = until ? dmutex__release_by(c, e->name, token, mode, until)
+		: dmutex__release(c, e->name, token, mode);
+	if (err == EIO)
+		dmutex__renewer_orphan(c, e->name, token, mode,
+				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+}
+
+/* Under e->mu, fair mutexes only (their acquirer asks while a thread of
+ * ours holds the lock): wait until that thread's unlock has forgotten its
+ * hold, at most until `until`.  1 if it has. */
+static int
+local_release_ended(struct dmutex__entry *e, int64_t until)
+{
+	struct timespec ts;
+
+	dmutex__ns_to_ts(until, &ts);
+	while (e->held)
+		if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT)
+			break;
+	return !e->held;
+}
+
+/* A fair lock handed to us by its release (fair_release.lua), as the wake-up
+ * message told: "<fence>:<died>:<lease_ms>".  1 if it is a grant we can
+ * take as it is (our own lease), with a filled in. */
+static int
+granted(const char *handed, unsigned lease_ms, struct dmutex__acq *a)
+{
+	unsigned long long fence, lease;
+	char *end;
+	int died;
+
+	errno = 0;
+	fence = strtoull(handed, &end, 10);
+	if (errno || end == handed || *end != ':' || (end[1] != '0' && end[1] != '1') || end[2] != ':')
+		return 0;
+	died = end[1] == '1';
+	handed = end + 3;
+	lease = strtoull(handed, &end, 10);
+	if (errno || end == handed || *end || lease != lease_ms)
+		return 0;
+	a->status = DMUTEX__ACQ_OK;
+	a->fence = fence;
+	a->died = died;
+	return 1;
+}
+
+/* Under e->mu, nobody of ours holding it: record the hold of `token`, begun
+ * after `sent`, and have it renewed.  0, or the renewer's error (the hold
+ * is then forgotten; the caller gives the lock back). */
+static int
+take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, uint64_t fence,
+		int died, int64_t sent)
+{
+	struct dmutex_client *c = e->client;
+	int err;
+
+	dmutex__entry_hold(e, token, fence, mx->lease_ms, sent);
+	e->start_ns = sent;     /* lease_cache.c: locked again soon? */
+	e->inconsistent = died && mx->robust == DMUTEX_ROBUST;
+	e->onlost = mx->onlost;
+	e->onlost_arg = mx->onlost_arg;
+	e->robust = mx->robust == DMUTEX_ROBUST;
+	e->fair = mx->fair;
+	__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
+	if ((err = dmutex__renewer_add(c, e))) {
+		dmutex__entry_forget(e);
+		return err;
+	}
+	/* Counted from here, with the hold: a loss the renewer finds from now
+	 * on ends it too. */
+	dmutex__entry_count_hold(e, sent);
+	if (died)
+		dmutex__log(DMUTEX_LOG_INFO, "'%s': previous owner died holding it%s", e->name,
+				e->inconsistent ? "" : " (not robust: acquired as usual)");
+	return 0;
+}
+
+/* The channel a waiter listens on: the lock's, or for a fair lock's waiter
+ * its own, "<the lock's>:<token>" (fair_release.lua publishes a hand-over
+ * there, so that only the head's process hears it).  Caller frees. */
+static char *
+wake_channel(struct dmutex__backend *be, const char *name, const char *token)
+{
+	char *ch = be->ops->channel(be, name), *own;
+	size_t len;
+
+	if (!ch || !token)
+		return ch;
+	len = strlen(ch);
+	if (!(own = realloc(ch, len + 1 + strlen(token) + 1))) {
+		free(ch);
+		return NULL;
+	}
+	own[len] = ':';
+	strcpy(own + len + 1, token);
+	return own;
+}
+
+/* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
+ * preset: the token to ask with (NULL: a new one).
+ * For the counters, without clock reads of their own: *busy set when
+ * another holder made us wait, *first the first request's send time, *done
+ * when the grant arrived. */
+static int
+acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int presub,
+		const char *preset, int *busy, int64_t *first, int64_t *done)
+{
+	struct dmutex__entry *e = mx->entry;
+	struct dmutex_client *c = e->client;
+	struct dmutex__backend *be = c->be;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__wsub *sub = NULL;
+	char *channel = NULL;
+	int64_t io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
+	int64_t io_until = dmutex__now_ns() + io_budget;
+	/* trylock: one attempt, its release included, within command_timeout_ms. */
+	int64_t try_until = mode == TRY ? dmutex__now_ns() +
+		(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS : 0;
+	int maybe_done = 0, queued = 0, io_attempt = 0, err;
+	uint64_t seq = 0;
+	/* Fair: when the last request answered "busy" was sent.  A hand-over
+	 * to us came after the server answered it. */
+	int64_t busy_sent = 0;
+	char handed[DMUTEX__HANDED_MAX];
+
+	/* Offered the lock by an unlock that could not say it was handed to
+	 * us: ask with the offered token, which it may have become. */
+	if (preset)
+		memcpy(token, preset, sizeof token);
+	else if ((err = dmutex__token(token)))
+		return err;
+
+	/* Subscribed already (a condition wait's caller): the first attempt
+	 * asks to be told of the release, with no subscription round trip. */
+	if (presub && (channel = wake_channel(be, e->name, mx->fair ? token : NULL)) &&
+			(sub = dmutex__waiter_sub(be, channel, dmutex__now_ns())) && mx->fair)
+		dmutex__wsub_want(be, sub, token);
+	for (;;) {
+		struct dmutex__acq a = { .name = e->name, .token = token,
+			.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
+			.robust = mx->robust == DMUTEX_ROBUST, .wait = sub != NULL,
+			.deadline = try_until, .fair = mx->fair };
+		int64_t sent, now;
+
+		if (sub)
+			seq = dmutex__wsub_seq(c->be, sub);
+		if (busy_sent && sub && dmutex__wsub_handed(c->be, sub, handed) &&
+				granted(handed, mx->lease_ms, &a)) {
+			/* Handed to us outright: no claim round trip.  The hold
+			 * began after the busy answer, so its deadline counts
+			 * safely from that request's send time. */
+			sent = busy_sent;
+			err = 0;
+		} else {
+			sent = dmutex__now_ns();
+			if (!*first)
+				*first = sent;
+			err = be->ops->acquire(be, &a);
+		}
+		now = dmutex__now_ns();
+		/* Whatever the answer, a request that may have been applied must
+		 * be taken back if we end up not holding the lock. */
+		maybe_done |= a.maybe_done;
+		if (!err && a.status == DMUTEX__ACQ_OK &&
+				now >= sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
+			/* Granted, but the answer came after the hold's own deadline:
+			 * not a hold we can vouch for.  Asking again with the same
+			 * token renews it and counts from a fresh send time. */
+			dmutex__log(DMUTEX_LOG_WARN, "lock '%s': granted after its lease would have ended; asking again",
+					e->name);
+			maybe_done = 1;
+			err = EIO;
+		}
+		if (!err && a.status == DMUTEX__ACQ_OK) {
+			*done = now;
+			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+			if (e->held && !local_release_ended(e,
+					sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms))) {
+				/* Fair: handed over by a thread of ours that has not
+				 * finished its unlock within our lease (a lost hold it
+				 * keeps): give it back and queue again. */
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
+				/* Queue again with a new token: the release of the
+				 * old one, if it could not be confirmed, is retried in
+				 * the background, and must never meet a hold we take
+				 * next under the same token (it would delete it).  A
+				 * new token is a new place, and a new channel. */
+				maybe_done = queued = 0;
+				busy_sent = 0;
+				if (sub)
+					dmutex__waiter_unsub(c->be, sub);
+				sub = NULL;
+				free(channel);
+				channel = NULL;
+				if ((err = dmutex__token(token)))
+					break;
+				continue;
+			}
+			if ((err = take_hold(mx, e, token, a.fence, a.died, sent))) {
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
+				break;
+			}
+			err = e->inconsistent ? EOWNERDEAD : 0;
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			break;
+		}
+		if (!err && a.status == DMUTEX__ACQ_NOTREC) {
+			err = ENOTRECOVERABLE;
+			break;
+		}
+		if (err) {
+			dmutex__met_count(c, e->name, DMUTEX__MET_ERRORS);
+			/* An answer of "no" from Redis will not change by asking again. */
+			if (mode == TRY || a.refused || now >= io_until || now >= until) {
+				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': backend failing, giving up", e->name);
+				err = EIO;
+				break;
+			}
+			int64_t wake = now + dmutex__backoff_ns(io_attempt++);
+			dmutex__sleep_until(wake < until ? wake : until);
+			continue;
+		}
+		/* Held by someone else.  The backend answered: fresh I/O budget. */
+		*busy = 1;
+		if (mx->fair)
+			busy_sent = sent;
+		/* Fair: we hold a place in the queue now, to give back if we go. */
+		queued |= mx->fair && a.wait;
+		io_until = now + io_budget;
+		io_attempt = 0;
+		if (mode == TRY) {
+			err = EBUSY;
+			break;
+		}
+		if (bad_deadline) {
+			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
+			err = EINVAL;
+			break;
+		}
+		if (now >= until) {
+			err = ETIMEDOUT;
+			break;
+		}
+		if (!sub && !channel) {
+			/* Subscribe, then ask again at once: a release between our
+			 * attempt and the subscription would otherwise be missed. */
+			channel = wake_channel(be, e->name, mx->fair ? token : NULL);
+			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+			if (channel)
+				sub = dmutex__waiter_sub(c->be, channel, sub_until < until ? sub_until : until);
+			if (sub && mx->fair)
+				dmutex__wsub_want(c->be, sub, token);
+			continue;
+		}
+		/* Sleep until woken, or at most until the holder's lease ends
+		 * (so a lost wake-up costs at most one lease). */
+		int64_t bound = a.pttl_ms >= 0 ? now + (a.pttl_ms + 1) * DMUTEX__MS
+				: now + (int64_t)mx->lease_ms * DMUTEX__MS;
+		/* Fair: our place in the queue lasts a lease; asking keeps it. */
+		if (mx->fair && bound > now + (int64_t)mx->lease_ms * DMUTEX__MS / 3)
+			bound = now + (int64_t)mx->lease_ms * DMUTEX__MS / 3;
+		if (bound > until)
+			bound = until;
+		if (sub && !a.split)
+			dmutex__wsub_wait(c->be, sub, seq, bound);
+		else
+			dmutex__sleep_until(bound);
+	}
+	if (sub)
+		dmutex__waiter_unsub(c->be, sub);
+	free(channel);
+	if (err && err != EOWNERDEAD && (maybe_done || queued))
+		abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
+	return err;
+}
+
+/* Under e->mu: a fair mutex's local queue (README "Fair locks"). */
+static void
+fifo_join(struct dmutex__entry *e, struct dmutex__fifo *me)
+{
+	me->next = NULL;
+	if (e->fifo_tail)
+		e->fifo_tail->next = me;
+	else
+		e->fifo_head = me;
+	e->fifo_tail = me;
+}
+
+static void
+fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
+{
+	struct dmutex__fifo **pp = &e->fifo_head, *prev = NULL;
+
+	while (*pp && *pp != me) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	if (!*pp)
+		return;
+	*pp = me->next;
+	if (e->fifo_tail == me)
+		e->fifo_tail = prev;
+	/* The next in line may now go. */
+	pthread_cond_broadcast(&e->cv);
+}
+
+/* locked: NULL, or m's object, resolved by lock_fast, which found no
+ * release of it pending and holds its entry's mutex. */
+static int
+lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
+		int presub)
+{
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	pthread_t self = pthread_self();
+	struct timespec ts;
+	struct dmutex__fifo me = { 0 };
+	uint64_t gen;
+	int64_t t0 = 0, done = 0;      /* t0: a local wait's start */
+	int err, contended = 0;
+
+	if (locked) {
+		mx = locked;
+		e = mx->entry;
+	} else {
+		if ((err = dmutex__resolve(m, &mx)))
+			return err;
+		e = mx->entry;
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	}
+	if (e->held && pthread_equal(e->owner, self)) {
+		struct dmutex__lost lost;
+
+		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
+		if (e->lost && mx->type == DMUTEX_RECURSIVE) {
+			/* A hold known lost is not re-entered: the nested section
+			 * would run believing it holds the lock (issue 16 item
+			 * 9).  Nor is the loss this call's to return (issue 25: a
+			 * lock call returns without the lock only with an error
+			 * that says "not acquired"): the lost hold ends here,
+			 * reported as its unlock would report it, and the lock is
+			 * taken anew, at the depth the caller counts. */
+			int depth = e->depth;
+
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__lost_report(e, &lost);
+			dmutex__log(DMUTEX_LOG_WARN, "lock '%s': re-lock by its owner: the hold was lost; "
+					"taking the lock anew", e->name);
+			dmutex__unlock_impl(m);
+			err = lock_impl(m, NULL, mode, until, bad_deadline, presub);
+			if (err == 0 || err == EOWNERDEAD) {
+				dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+				if (e->held && pthread_equal(e->owner, self))
+					e->depth = depth < INT_MAX ? depth + 1 : INT_MAX;
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			}
+			return err;
+		}
+		if (mx->type == DMUTEX_RECURSIVE) {
+			if (e->depth == INT_MAX)
+				err = EAGAIN;
+			else
+				e->depth++;
+		} else if (bad_deadline) {
+			/* This call would block (POSIX lets NORMAL hang here), so
+			 * the bad deadline is the error, before EDEADLK. */
+			err = EINVAL;
+		} else {
+			/* POSIX lets NORMAL hang here; a distributed lock must not. */
+			err = mode == TRY ? EBUSY : EDEADLK;
+		}
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__lost_report(e, &lost);
+		if (err == EINVAL)
+			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
+		return err;
+	}
+	dmutex__ns_to_ts(until, &ts);
+	if (mx->fair) {
+		me.id = ++e->fifo_ids;
+		me.lease_ms = mx->lease_ms;
+		me.robust = mx->robust == DMUTEX_ROBUST;
+		me.tid = dmutex__tid();
+		fifo_join(e, &me);
+	}
+	/* Fair: the first in line asks the backend, but not while a thread of
+	 * ours holds the lock: that thread's unlock offers it the lock, and
+	 * its release gives it the lock unless a waiter queued in Redis comes
+	 * first (fair_handoff.c).  A robust one waits for the unlock and asks. */
+	while (mx->fair ? !me.granted && (e->acquiring || e->fifo_head != &me ||
+				(me.offered && !me.answered) || (e->held && !me.offered))
+			: e->held || e->acquiring) {
+		if (e->dropping && !e->held) {
+			/* The renewer gives back an idle kept lease (bounded by
+			 * a command timeout): the mutex is not locked, so even a
+			 * trylock waits for that, then asks as usual. */
+			pthread_cond_wait(&e->cv, &e->mu);
+			continue;
+		}
+		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
+			if (mx->fair)
+				fifo_leave(e, &me);
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			if (mode != TRY && bad_deadline)
+				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
+			return mode == TRY ? EBUSY : bad_deadline ? EINVAL : ETIMEDOUT;
+		}
+		contended = 1;  /* another thread of ours holds it */
+		if (!t0)
+			t0 = dmutex__now_ns();
+		if (until == NO_DEADLINE)
+			pthread_cond_wait(&e->cv, &e->mu);
+		else
+			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+	}
+	if (!mx->fair && e->kept) {
+		int64_t now = dmutex__now_ns();
+
+		/* The process kept the lease: take it with no round trip. */
+		if (dmutex__cache_lock(mx, e, now)) {
+			gen = e->gen;
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_hold(e, gen);
+			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, contended);
+			return 0;
+		}
+	}
+	if (mx->fair && me.granted) {
+		int64_t now = dmutex__now_ns();
+
+		fifo_leave(e, &me);
+		/* Handed to us by a thread of ours (fair_handoff.c).  A grant
+		 * that came after its own lease's end is not vouched for: we ask
+		 * with its token instead (renewing it). */
+		if (now < me.sent_ns + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
+			if ((err = take_hold(mx, e, me.token, me.fence, me.died, me.sent_ns))) {
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+				abandon(e->client, e, me.token, mx->lease_ms, 0, 1);
+				return err;
+			}
+			gen = e->gen;
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_hold(e, gen);
+			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, 1);
+			return 0;
+		}
+		me.granted = 0;
+	}
+	if (mx->fair) {
+		/* A fair trylock does not overtake a holder of this process. */
+		if (mode == TRY && e->held) {
+			fifo_leave(e, &me);
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			return EBUSY;
+		}
+		fifo_leave(e, &me);
+	}
+	e->acquiring = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	/* A release of it, unanswered, may still be on its way on another
+	 * connection: our acquire must not overtake it. */
+	dmutex__rel_settle_now(e);
+
+	{
+		int64_t first = 0;
+		err = acquire_remote(mx, mode, until, bad_deadline, presub,
+				mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
+		if ((err == 0 || err == EOWNERDEAD) && done)
+			dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
+	}
+
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	e->acquiring = 0;
+	gen = e->gen;
+	/* Whether we got it or gave up, the next local waiter looks again. */
+	pthread_cond_broadcast(&e->cv);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	/* The hold ends with its thread if the thread does not end it. */
+	if (err == 0 || err == EOWNERDEAD)
+		dmutex__thread_hold(e, gen);
+	return err;
+}
+
+/*
+ * Two common cases: the owner of a recursive mutex locking it again (no
+ * release of ours unanswered, no ENOLCK due, the hold not lost and its
+ * deadline well ahead: lock_impl would only count one more level), and a
+ * lease the process kept taken locally.  Nothing on the way is a cancellation point (no I/O, no
+ * log line, no callback; pthread_mutex_lock is none), so it runs without
+ * cancel.c's pthread_setcancelstate pair.  1 if done; else 0 and *locked
+ * as lock_impl takes it (the entry's mutex held, so that the whole way,
+ * with cancellation disabled, does not take it again).
+ */
+static int
+lock_fast(dmutex_t *m, struct dmutex__mutex **locked)
+{
+	struct dmutex__mutex *mx = dmutex__resolve_bound(m);
+	struct dmutex__entry *e;
+
+	*locked = NULL;
+	if (!mx)
+		return 0;
+	e = mx->entry;
+	/* The whole way's dmutex__rel_settle has work to do. */
+	if (__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE))
+		return 0;
+	DMUTEX__LO_SELF(lo);
+	dmutex__mu_lock_by(lo, &e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	/* The deadline as dmutex__entry_check_lost reads it, last: the
+	 * clock is read only for a hold that is ours. */
+	if (mx->type == DMUTEX_RECURSIVE && e->held && pthread_equal(e->owner, pthread_self()) &&
+			!e->lost && e->depth < INT_MAX &&
+			dmutex__now_before(e->deadline_ns)) {
+		e->depth++;
+		dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
+		return 1;
+	}
+	/* A lease the process kept, which no thread of ours holds or is
+	 * asking for: lock_impl would take it at once (lease_cache.c). */
+	if (!mx->fair && e->kept && !e->held && !e->acquiring) {
+		int64_t now = dmutex__now_ns();
+
+		if (dmutex__cache_lock_local(mx, e, now)) {
+			uint64_t gen = e->gen;
+
+			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_hold(e, gen);
+			dmutex__met_acquired(e->client, e->name, now, now, 0);
+			return 1;
+		}
+	}
+	*locked = mx;
+	return 0;
+}
+
+/* Not a cancellation point (POSIX: pthread_mutex_lock is not one), and
+ * never cancelled half-way: cancel.c. */
+int
+dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
+{
+	struct dmutex__mutex *locked;
+	int cs, err;
+
+	if (lock_fast(m, &locked))
+		return 0;
+	cs = dmutex__nocancel();
+	err = lock_impl(m, locked, mode, until, bad_deadline, 0);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dmutex__relock(dmutex_t *m)
+{
+	int cs = dmutex__nocancel(), err = lock_impl(m, NULL, BLOCK, NO_DEADLINE, 0, 1);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dmutex_lock(dmutex_t *m)
+{
+	return dmutex__lock(m, BLOCK, NO_DEADLINE, 0);
+}
+
+int
+dmutex_trylock(dmutex_t *m)
+{
+	return dmutex__lock(m, TRY, NO_DEADLINE, 0);
+}
+
+int
+dmutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec *at)
+{
+	struct timespec now;
+	int64_t until, left;
+	int bad;
+
+	if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "clocklock: clock %d is neither CLOCK_REALTIME nor CLOCK_MONOTONIC",
+				(int)clock);
+		return EINVAL;
+	}
+	if (!at)
+		return EINVAL;
+	/* POSIX: a bad deadline is an error only if we would block. */
+	bad = at->tv_nsec < 0 || at->tv_nsec >= 1000000000L;
+	if (bad)
+		return dmutex__lock(m, BLOCK, dmutex__now_ns(), 1);
+	clock_gettime(clock, &now);
+	/* Waits run on CLOCK_MONOTONIC; a realtime deadline is converted once.
+	 * Compare before subtracting so that no tv_sec overflows anything: a
+	 * deadline passed means "try once", one a century away means none. */
+	if (at->tv_sec < now.tv_sec || (at->tv_sec == now.tv_sec && at->tv_nsec <= now.tv_nsec))
+		return dmutex__lock(m, BLOCK, dmutex__now_ns(), 0);
+	if ((int64_t)at->tv_sec - now.tv_sec > 100LL * 365 * 24 * 3600)
+		return dmutex__lock(m, BLOCK, NO_DEADLINE, 0);
+	left = ((int64_t)at->tv_sec - now.tv_sec) * 1000000000 + (at->tv_nsec - now.tv_nsec);
+	until = dmutex__now_ns() + left;
+	return dmutex__lock(m, BLOCK, until, 0);
+}
+
+int
+dmutex_timedlock(dmutex_t *m, const struct timespec *abs_realtime)
+{
+	return dmutex_clocklock(m, CLOCK_REALTIME, abs_realtime);
+}

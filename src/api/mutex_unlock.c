@@ -1,0 +1,195 @@
+#include <errno.h>
+#include <string.h>
+
+#include "core/fair_handoff.h"
+#include "core/internal.h"
+#include "core/metrics.h"
+#include "base/lockorder.h"
+
+/* locked: NULL, or m's object, resolved by unlock_fast, which holds its
+ * entry's mutex.  ticket: NULL, or where an asynchronous release leaves a
+ * reference to its ticket (a condition wait's). */
+static int
+unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket **ticket)
+{
+	struct dmutex__mutex *mx;
+	struct dmutex__entry *e;
+	struct dmutex_client *c;
+	struct dmutex__lost lost_rep;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__offer offer;
+	struct dmutex__handoff *next = NULL;
+	struct dmutex__suspects sus = { 0 };
+	int err, lost, mode, pass = 0, was_kept;
+	unsigned lease_ms;
+	int64_t now, sent, held, until;
+
+	if (locked) {
+		mx = locked;
+	} else {
+		if ((err = dmutex__resolve(m, &mx)))
+			return err;
+		dmutex__mu_lock(&mx->entry->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	}
+	e = mx->entry;
+	c = e->client;
+	if (!e->held || !pthread_equal(e->owner, pthread_self()) || e->releasing) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		/* Not ours to unlock.  The last release of it, if still
+		 * unanswered, is waited for and acted on first (onlost, if it
+		 * was not ours): what Redis holds is known when this returns,
+		 * as the header says; the loss is not this call's to return. */
+		dmutex__rel_settle_now(e);
+		return EPERM;
+	}
+	now = dmutex__now_ns();
+	/* One deadline for the whole call: keeping the lease (a subscription
+	 * and a script) and the release that may follow share it. */
+	until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+	dmutex__entry_check_lost(e, now, &lost_rep);
+	lost = e->lost;
+	if (!lost && e->depth > 1) {
+		/* Only the outermost unlock talks to the backend. */
+		e->depth--;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return 0;
+	}
+	/* The hold ends now, whatever the release below says (a hold lost
+	 * ended when the loss was found: nothing left to end). */
+	held = dmutex__entry_take_counted(e, now);
+	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now, until)) {
+		/* The process keeps the lease: no release (lease_cache.c). */
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__thread_unhold(e);
+		dmutex__met_hold_ended(c, e->name, held);
+		return 0;
+	}
+	/* A lost hold is forgotten whole, however deep: the caller was told. */
+	mode = lost ? DMUTEX__REL_DIED : e->inconsistent ? DMUTEX__REL_NOTREC : DMUTEX__REL_CLEAN;
+	if (e->fair) {
+		mode |= DMUTEX__REL_FAIR;
+		/* The next thread of ours in line may get it with the release
+		 * (fair_handoff.c); never past a hold found not recoverable. */
+		if (mode != (DMUTEX__REL_NOTREC | DMUTEX__REL_FAIR))
+			next = dmutex__fair_offer(e, &offer);
+	}
+	memcpy(token, e->token, sizeof token);
+	lease_ms = e->lease_ms;
+	/* The last hold of a kept lease: if the release finds the key not
+	 * ours, the other holds granted on it since its last confirmation
+	 * must be reported too, so it waits for the answer. */
+	was_kept = e->kept;
+	e->releasing = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost_rep);
+	dmutex__met_hold_ended(c, e->name, held);
+
+	/* No renewal may outlive the unlock; the release below is compare-and-
+	 * delete by token, so one already in flight cannot resurrect it. */
+	dmutex__renewer_remove(c, e);
+	/* Without waiting for the answer (mutex_unlock_async.c): Redis runs
+	 * it before anything we send on that connection next. */
+	if (mode == DMUTEX__REL_CLEAN && !was_kept &&
+			!dmutex__unlock_async_ticket(e, token, lease_ms, now, ticket)) {
+		dmutex__thread_unhold(e);
+		return 0;
+	}
+	sent = dmutex__now_ns();
+	err = next ? dmutex__release_to(c, e->name, token, mode, until, next)
+		: dmutex__release_by(c, e->name, token, mode, until);
+	if ((mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)
+		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
+				"it is not recoverable until reset", e->name);
+	if (err == EIO)
+		dmutex__renewer_orphan(c, e->name, token, mode,
+				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	dmutex__cache_release_answered(e, err, lost, was_kept, &lost_rep, &sus);
+	dmutex__entry_forget(e);
+	/* After the hold is forgotten: the next thread takes it now. */
+	if (next)
+		pass = dmutex__fair_answer(e, &offer, err, sent);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	if (pass)
+		dmutex__fair_pass(e, &offer);
+	dmutex__thread_unhold(e);
+	dmutex__lost_report(e, &lost_rep);
+	dmutex__cache_report(e, &sus);
+	if (lost)
+		return ENOLCK;
+	return err;
+}
+
+/*
+ * Two common cases: an inner unlock of a recursive hold (the hold ours,
+ * not being released, not lost and its deadline well ahead: the whole way
+ * would only count one level less), and the outermost unlock of a hold on
+ * a kept lease that stays kept.  No cancellation point on the way: no pthread_setcancelstate pair
+ * (cancel.c).  1 if done; else 0 and *locked as unlock_impl takes
+ * it (the entry's mutex held, not taken twice).
+ */
+static int
+unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
+{
+	struct dmutex__mutex *mx = dmutex__resolve_bound(m);
+	struct dmutex__entry *e;
+
+	*locked = NULL;
+	if (!mx)
+		return 0;
+	e = mx->entry;
+	DMUTEX__LO_SELF(lo);
+	dmutex__mu_lock_by(lo, &e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (e->held && e->depth > 1 && pthread_equal(e->owner, pthread_self()) && !e->releasing &&
+			!e->lost && dmutex__now_before(e->deadline_ns)) {
+		e->depth--;
+		dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
+		return 1;
+	}
+	/* The outermost unlock of a sound hold of a lease the process keeps,
+	 * which it keeps again (lease_cache.c). */
+	if (e->held && e->depth == 1 && e->kept && pthread_equal(e->owner, pthread_self()) &&
+			!e->releasing && !e->lost && !e->inconsistent) {
+		int64_t now = dmutex__now_ns();
+
+		if (now < e->deadline_ns && dmutex__cache_unlock_local(mx, e, now)) {
+			int64_t held = dmutex__entry_take_counted(e, now);
+
+			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_unhold(e);
+			dmutex__met_hold_ended(e->client, e->name, held);
+			return 1;
+		}
+	}
+	*locked = mx;
+	return 0;
+}
+
+int
+dmutex__unlock_impl(dmutex_t *m)
+{
+	return unlock_impl(m, NULL, NULL);
+}
+
+int
+dmutex__unlock_for_wait(dmutex_t *m, struct dmutex__rel_ticket **ticket)
+{
+	*ticket = NULL;
+	return unlock_impl(m, NULL, ticket);
+}
+
+int
+dmutex_unlock(dmutex_t *m)
+{
+	struct dmutex__mutex *locked;
+	int cs, err;
+
+	if (unlock_fast(m, &locked))
+		return 0;
+	cs = dmutex__nocancel();
+	err = unlock_impl(m, locked, NULL);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}

@@ -1,0 +1,141 @@
+/* drwlock_unlock and drwlock_fence. */
+#include <errno.h>
+#include <string.h>
+
+#include "base/lockorder.h"
+#include "core/rwlock.h"
+
+/*
+ * Release by token, retrying within the command timeout.  As for mutexes
+ * (release.c): a "not ours" that follows a possibly-applied attempt counts
+ * as released.  0; ENOLCK not ours; EIO unconfirmed.
+ */
+static int
+release(struct dmutex_client *c, const char *name, int op, const char *token)
+{
+	int64_t until = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+	int released = 0, maybe = 0, any_maybe = 0, err;
+
+	for (int attempt = 0;; attempt++) {
+		err = dmutex__rw_release(c->be, name, op, token, &released, &maybe);
+		any_maybe |= maybe;
+		if (!err)
+			return released || any_maybe ? 0 : ENOLCK;
+		if (attempt >= 2 || dmutex__now_ns() >= until)
+			return EIO;
+		dmutex__sleep_until(dmutex__now_ns() + 20 * DMUTEX__MS * (attempt + 1));
+	}
+}
+
+static int
+unlock_impl(drwlock_t *rw)
+{
+	struct dmutex__rwlock *rx;
+	struct dmutex__entry *e;
+	struct dmutex__reader *r = NULL;
+	struct dmutex_client *c;
+	struct dmutex__lost lost_rep;
+	pthread_t self = pthread_self();
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err, lost, op;
+
+	if ((err = dmutex__rwlock_resolve(rw, &rx)))
+		return err;
+	e = rx->entry;
+	c = e->client;
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (e->releasing || !e->held ||
+			(e->rw_write ? !pthread_equal(e->owner, self) : !(r = dmutex__rw_reader(e, self)))) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return EPERM;
+	}
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
+	lost = e->lost;
+	if (r) {
+		if (!lost && r->count > 1) {
+			r->count--;
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			return 0;
+		}
+		/* A lost share is forgotten whole by each of its readers. */
+		dmutex__rw_reader_drop(e, r);
+		if (e->nreaders) {
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__lost_report(e, &lost_rep);
+			return lost ? ENOLCK : 0;
+		}
+	}
+	/* The writer, or the process's last reader: tell the backend. */
+	op = e->rw_write ? 'w' : 'r';
+	memcpy(token, e->token, sizeof token);
+	e->releasing = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost_rep);
+
+	/* No renewal may outlive the unlock; the release compares tokens,
+	 * so one already in flight cannot resurrect the hold. */
+	dmutex__renewer_remove(c, e);
+	err = release(c, e->name, op, token);
+	if (err == EIO)
+		dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': release not confirmed; it ends with its lease",
+				e->name);
+
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	lost_rep.report = 0;
+	if (err == ENOLCK && !lost) {
+		/* Taken from us without our noticing: report it as lost. */
+		dmutex__entry_mark_lost(e);
+		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
+	}
+	dmutex__entry_forget(e);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost_rep);
+	return lost ? ENOLCK : err;
+}
+
+int
+drwlock_unlock(drwlock_t *rw)
+{
+	int cs = dmutex__nocancel(), err = unlock_impl(rw);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+static int
+fence_impl(drwlock_t *rw, uint64_t *token)
+{
+	struct dmutex__rwlock *rx;
+	struct dmutex__entry *e;
+	struct dmutex__lost lost;
+	int err;
+
+	if ((err = dmutex__rwlock_resolve(rw, &rx)))
+		return err;
+	if (!token)
+		return EINVAL;
+	e = rx->entry;
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (!e->held || !e->rw_write || !pthread_equal(e->owner, pthread_self())) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return EPERM;
+	}
+	/* The holder's own clock decides, not the renewer's last word. */
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
+	if (e->lost)
+		err = ENOLCK;
+	else
+		*token = e->fence;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost);
+	return err;
+}
+
+int
+drwlock_fence(drwlock_t *rw, uint64_t *token)
+{
+	int cs = dmutex__nocancel(), err = fence_impl(rw, token);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}

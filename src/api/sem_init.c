@@ -1,0 +1,249 @@
+/* dsem_t: binding, creation, destruction, post, getvalue, unlink. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/sem.h"
+
+/* Create or join `name` in the backend, then the local state. */
+static int
+open_sem(struct dmutex_client *c, const char *name, size_t len, unsigned value, int flags,
+		struct dmutex__sem **out)
+{
+	struct dmutex__sem *sx;
+	int created, err;
+
+	if (c->be->quorum) {
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': a client over several masters cannot hold a semaphore",
+				name);
+		return ENOTSUP;
+	}
+	if ((err = dmutex__sem_create(c->be, name, value, flags, &created)))
+		return err;
+	if (created == -2) {
+		dmutex__log(DMUTEX_LOG_INFO, "semaphore '%s' does not exist (no creation asked)", name);
+		return ENOENT;
+	}
+	if (created < 0) {
+		dmutex__log(DMUTEX_LOG_INFO, "semaphore '%s' exists already (exclusive creation asked)", name);
+		return EEXIST;
+	}
+	if (!(sx = calloc(1, sizeof *sx + len + 1)))
+		return ENOMEM;
+	sx->client = c;
+	sx->value = value;
+	memcpy(sx->name, name, len + 1);
+	/* The client counts what points into it, so that it is not closed
+	 * under a semaphore. */
+	__atomic_fetch_add(&c->mutexes, 1, __ATOMIC_ACQ_REL);
+	*out = sx;
+	return 0;
+}
+
+int
+dsem_init(dsem_t *s, const char *name, unsigned value, dmutex_client_t *client, int flags)
+{
+	struct dmutex__sem *sx;
+	size_t len;
+	int err;
+
+	if (!s)
+		return EINVAL;
+	if ((err = dmutex__name_ok(name, &len)))
+		return err;
+	if (value > DSEM_VALUE_MAX || (flags & ~(DSEM_EXCL | DSEM_NOCREATE)) ||
+			flags == (DSEM_EXCL | DSEM_NOCREATE)) {
+		dmutex__log(DMUTEX_LOG_ERROR, "dsem_init('%s'): %s", name,
+				value > DSEM_VALUE_MAX ? "value above DSEM_VALUE_MAX" : "bad flags");
+		return EINVAL;
+	}
+	if (!client && (err = dmutex__client_default(&client)))
+		return err;
+	if ((err = open_sem(client, name, len, value, flags, &sx)))
+		return err;
+	s->__static_name = NULL;
+	s->__value = value;
+	__atomic_store_n(&s->__impl, sx, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->__magic, DSEM__MAGIC_INIT, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static int
+bind_static(dsem_t *s, struct dmutex__sem **out)
+{
+	struct dmutex__sem *sx, *expected = NULL;
+	struct dmutex_client *cl;
+	size_t len;
+	int err;
+
+	if ((err = dmutex__name_ok(s->__static_name, &len)))
+		return err;
+	if (s->__value > DSEM_VALUE_MAX) {
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': initial value above DSEM_VALUE_MAX",
+				s->__static_name);
+		return EINVAL;
+	}
+	if ((err = dmutex__client_default(&cl)))
+		return err;
+	if ((err = open_sem(cl, s->__static_name, len, s->__value, 0, &sx)))
+		return err;
+	if (!__atomic_compare_exchange_n(&s->__impl, (void **)&expected, sx, 0,
+			__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/* Another thread bound it first. */
+		__atomic_fetch_sub(&cl->mutexes, 1, __ATOMIC_ACQ_REL);
+		free(sx);
+		sx = expected;
+	}
+	*out = sx;
+	return 0;
+}
+
+int
+dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out)
+{
+	void *sx;
+	int err = dmutex__resolve_object(s, s ? &s->__magic : NULL, s ? &s->__impl : NULL,
+			DSEM__MAGIC_INIT, DSEM__MAGIC_STATIC, "semaphore", &sx);
+
+	if (err == DMUTEX__UNBOUND)
+		return bind_static(s, out);
+	if (!err)
+		*out = sx;
+	return err;
+}
+
+int
+dsem_destroy(dsem_t *s)
+{
+	struct dmutex__sem *sx;
+	unsigned long magic;
+
+	if (!s)
+		return EINVAL;
+	magic = __atomic_load_n(&s->__magic, __ATOMIC_ACQUIRE);
+	if (magic != DSEM__MAGIC_INIT && magic != DSEM__MAGIC_STATIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "dsem_destroy: semaphore %p is %s", (void *)s,
+				magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
+		return EINVAL;
+	}
+	if ((sx = __atomic_load_n((struct dmutex__sem **)&s->__impl, __ATOMIC_ACQUIRE))) {
+		if (__atomic_load_n(&sx->waiters, __ATOMIC_ACQUIRE))
+			return EBUSY;
+		__atomic_fetch_sub(&sx->client->mutexes, 1, __ATOMIC_ACQ_REL);
+		free(sx);
+	}
+	__atomic_store_n(&s->__impl, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int
+dsem_unlink(const char *name, dmutex_client_t *client)
+{
+	size_t len;
+	int existed, err;
+
+	if ((err = dmutex__name_ok(name, &len)))
+		return err;
+	if (!client && (err = dmutex__client_default(&client)))
+		return err;
+	if ((err = dmutex__sem_unlink(client->be, name, &existed)))
+		return err;
+	return existed ? 0 : ENOENT;
+}
+
+int
+dsem_post(dsem_t *s)
+{
+	struct dmutex__op o;
+	int err;
+
+	if ((err = dmutex__op_init(&o)))
+		return err;
+	return dmutex__sem_post_op(s, &o);
+}
+
+int
+dmutex__sem_post_op(dsem_t *s, struct dmutex__op *o)
+{
+	struct dmutex__sem *sx;
+	long long v;
+	int err;
+
+	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post_once(sx, o, &v)))
+		return err;
+	if (v < 0) {
+		dmutex__log(DMUTEX_LOG_ERROR, "dsem_post('%s'): the value is at DSEM_VALUE_MAX", sx->name);
+		return EOVERFLOW;
+	}
+	return 0;
+}
+
+int
+dsem_getvalue(dsem_t *s, int *value)
+{
+	struct dmutex__sem *sx;
+	long long v;
+	int err;
+
+	if (!value)
+		return EINVAL;
+	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_get(sx->client->be, sx->name, sx->value, &v)))
+		return err;
+	*value = v < 0 ? 0 : v > DSEM_VALUE_MAX ? (int)DSEM_VALUE_MAX : (int)v;
+	return 0;
+}
+
+/* The pause between tries: short, a lost reply is usually a dropped
+ * connection that the next call re-dials. */
+static void
+pause_try(int attempt)
+{
+	dmutex__sleep_until(dmutex__now_ns() + (int64_t)(attempt + 1) * 50 * DMUTEX__MS);
+}
+
+static int
+server_time(void *arg, long long *ms)
+{
+	struct dmutex__sem *sx = arg;
+
+	return dmutex__sem_time(sx->client->be, sx->name, ms);
+}
+
+int
+dmutex__sem_take_once(struct dmutex__sem *sx, struct dmutex__op *o, int *taken)
+{
+	unsigned window = sx->client->cfg.retry_window_ms;
+	long long r = 0;
+	int err;
+
+	for (int i = 0;; i++) {
+		if (!(err = dmutex__op_begin(o, window, server_time, sx, "wait", "semaphore", sx->name)))
+			err = dmutex__sem_take(sx->client->be, sx->name, sx->value, o, &r);
+		err = dmutex__op_end(o, err, !err && r == DMUTEX__OP_REFUSED, "wait", "semaphore", sx->name);
+		if (err != EIO || o->expired || i + 1 >= DMUTEX__SEM_TRIES)
+			break;
+		pause_try(i);
+	}
+	*taken = !err && r == 1;
+	return err;
+}
+
+int
+dmutex__sem_post_once(struct dmutex__sem *sx, struct dmutex__op *o, long long *value)
+{
+	unsigned window = sx->client->cfg.retry_window_ms;
+	int err;
+
+	for (int i = 0;; i++) {
+		if (!(err = dmutex__op_begin(o, window, server_time, sx, "post", "semaphore", sx->name)))
+			err = dmutex__sem_post(sx->client->be, sx->name, sx->value, o, value);
+		err = dmutex__op_end(o, err, !err && *value == DMUTEX__OP_REFUSED, "post", "semaphore",
+				sx->name);
+		if (err != EIO || o->expired || i + 1 >= DMUTEX__SEM_TRIES)
+			break;
+		pause_try(i);
+	}
+	return err;
+}

@@ -1,0 +1,157 @@
+/*
+ * dsem_wait, trywait, timedwait and clockwait are one function with
+ * different deadlines:
+ *
+ * 1. try to take a permit (one script: decrement if positive);
+ * 2. none: subscribe to the semaphore's wake channel, note the wake
+ *    sequence, and try once more, so that a post between the first try and
+ *    the subscription is not missed;
+ * 3. sleep until the sequence moves (a post published) or the deadline,
+ *    then try again.  A post wakes every waiting process and one of them
+ *    wins; the others sleep again.  As a safety net against a lost message
+ *    (a subscription that broke and came back) a waiter also tries again
+ *    once per lease period on its own.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/sem.h"
+#include "backend/redis/waiter.h"
+
+#define NO_DEADLINE INT64_MAX
+
+int
+dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only)
+{
+	struct dmutex__sem *sx;
+	struct dmutex_client *cl;
+	struct dmutex__wsub *sub;
+	char channel[DMUTEX__KEY_MAX];
+	int64_t recheck_ns;
+	uint64_t seq;
+	int err, taken;
+
+	/* One token for the whole wait: only a take that succeeded is
+	 * remembered under it, so asking again with it after a failed take
+	 * is a fresh take, and after a lost reply returns that take. */
+	if ((err = dmutex__sem_resolve(s, &sx)))
+		return err;
+	if ((err = dmutex__sem_take_once(sx, o, &taken)))
+		return err;
+	if (taken)
+		return 0;
+	if (try_only)
+		return EAGAIN;
+	if (dmutex__now_ns() >= until)
+		return ETIMEDOUT;
+
+	cl = sx->client;
+	dmutex__sem_channel(sx->client->be, sx->name, channel);
+	__atomic_fetch_add(&sx->waiters, 1, __ATOMIC_ACQ_REL);
+	if (!(sub = dmutex__waiter_sub(cl->be, channel,
+			dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS))) {
+		err = ENOMEM;
+		goto out;
+	}
+	recheck_ns = (int64_t)cl->cfg.lease_ms * DMUTEX__MS;
+	for (;;) {
+		int64_t next;
+
+		/* Read before asking: a post after the ask moves it. */
+		seq = dmutex__wsub_seq(cl->be, sub);
+		if ((err = dmutex__sem_take_once(sx, o, &taken)) || taken)
+			break;
+		/* No confirmed subscription yet: a post might not reach us;
+		 * try again soon rather than once a lease. */
+		next = dmutex__now_ns() + (seq ? recheck_ns : recheck_ns / 10 + DMUTEX__MS);
+		if (!dmutex__wsub_wait(cl->be, sub, seq, next < until ? next : until) &&
+				dmutex__now_ns() >= until) {
+			/* A last try: a permit that came at the deadline is taken. */
+			if (!(err = dmutex__sem_take_once(sx, o, &taken)) && !taken)
+				err = ETIMEDOUT;
+			break;
+		}
+	}
+	dmutex__waiter_unsub(cl->be, sub);
+out:
+	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
+	return err;
+}
+
+static int
+wait_until(dsem_t *s, int64_t until, int try_only)
+{
+	struct dmutex__op o;
+	int err;
+
+	if ((err = dmutex__op_init(&o)))
+		return err;
+	return dmutex__sem_wait_until(s, &o, until, try_only);
+}
+
+int
+dsem_wait(dsem_t *s)
+{
+	return wait_until(s, NO_DEADLINE, 0);
+}
+
+int
+dsem_trywait(dsem_t *s)
+{
+	return wait_until(s, NO_DEADLINE, 1);
+}
+
+int
+dmutex__sem_deadline(const char *name, clockid_t clock, const struct timespec *at,
+		int64_t *until)
+{
+	struct timespec now;
+	int64_t left, secs;
+
+	if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) {
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': clock %d is neither CLOCK_REALTIME nor CLOCK_MONOTONIC",
+				name, (int)clock);
+		return EINVAL;
+	}
+	if (!at || at->tv_nsec < 0 || at->tv_nsec >= 1000000000L) {
+		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': %s", name,
+				at ? "tv_nsec out of range" : "NULL deadline");
+		return EINVAL;
+	}
+	clock_gettime(clock, &now);
+	secs = (int64_t)at->tv_sec - now.tv_sec;
+	if (secs > INT64_MAX / 1000000000 - 1) {
+		*until = NO_DEADLINE;
+		return 0;
+	}
+	left = secs < 0 ? 0 : secs * 1000000000 + (at->tv_nsec - now.tv_nsec);
+	*until = dmutex__now_ns() + (left > 0 ? left : 0);
+	if (left > 0 && *until < 0)
+		*until = NO_DEADLINE;
+	return 0;
+}
+
+int
+dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
+{
+	struct dmutex__sem *sx;
+	int64_t until;
+	int err;
+
+	if ((err = dmutex__sem_resolve(s, &sx)))
+		return err;
+	/* POSIX: the deadline is not examined if a permit is free at once. */
+	if (dmutex__sem_deadline(sx->name, clock, at, &until)) {
+		if (!(err = dsem_trywait(s)))
+			return 0;
+		return err == EAGAIN ? EINVAL : err;
+	}
+	return wait_until(s, until, 0);
+}
+
+int
+dsem_timedwait(dsem_t *s, const struct timespec *at)
+{
+	return dsem_clockwait(s, CLOCK_REALTIME, at);
+}

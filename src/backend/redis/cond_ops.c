@@ -1,0 +1,218 @@
+/* The backend calls of condition variables: one script on every node, a
+ * majority of answers required (one node: that node). */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "keys.h"
+#include "base/log.h"
+#include "node.h"
+#include "backend/redis/scripts/scripts.h"
+#include "sync.h"
+
+struct cargs {
+	char wk[DMUTEX__KEY_MAX], sk[DMUTEX__KEY_MAX], ik[DMUTEX__KEY_MAX], ch[DMUTEX__CHANNEL_MAX];
+	char ttl[16], ack[16];
+};
+
+/* What the nodes answered. */
+struct tally {
+	size_t answered;        /* with an integer */
+	size_t zero;            /* ... that was 0 */
+};
+
+void
+dmutex__cond_channel(struct dmutex__backend *be, const char *name, const char *token, char *out)
+{
+	snprintf(out, DMUTEX__CHANNEL_MAX, "%scwake:{%s}:%s", be->cfg.prefix, name,
+			token ? token : "");
+}
+
+unsigned
+dmutex__cond_ttl_ms(struct dmutex__backend *be)
+{
+	return be->cfg.lease_ms;
+}
+
+static void
+fill(struct dmutex__backend *be, const char *name, struct cargs *a)
+{
+	unsigned ttl = dmutex__cond_ttl_ms(be);
+
+	dmutex__key(a->wk, be->cfg.prefix, "cond", name);
+	dmutex__key(a->sk, be->cfg.prefix, "csig", name);
+	dmutex__key(a->ik, be->cfg.prefix, "cinfo", name);
+	dmutex__cond_channel(be, name, NULL, a->ch);
+	snprintf(a->ttl, sizeof a->ttl, "%u", ttl);
+	/* A woken waiter acknowledges in one round trip; a third of the
+	 * registration's life is ample, and bounds a frozen waiter's hold on
+	 * a wake-up. */
+	snprintf(a->ack, sizeof a->ack, "%u", ttl / 3 ? ttl / 3 : 1);
+}
+
+/* Every script answers an integer from 0 to max (1: still a waiter or not;
+ * signal: how many it woke); anything else is a reply from something that
+ * is not our script, counted as no answer. */
+static int
+call_all(struct dmutex__backend *be, const char *name, const char *what, int script, int nkeys, int argc,
+		const char **argv, long long max, struct tally *t)
+{
+	/* One deadline for every node and retry: signal and broadcast end
+	 * within command_timeout_ms in total.  The nodes are asked one after
+	 * the other, each given an equal share of what is left, so that one
+	 * stalled node leaves time for the others' quorum. */
+	int64_t until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
+
+	memset(t, 0, sizeof *t);
+	for (size_t i = 0; i < be->nnodes; i++) {
+		int64_t now = dmutex__now_ns();
+		int64_t by = now >= until ? now : now + (until - now) / (int64_t)(be->nnodes - i);
+		int md = 0;
+		redisReply *r = now >= until ? NULL
+			: dmutex__node_call_by(&be->nodes[i], script, nkeys, argc, argv, &md, by);
+
+		if (r && r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && r->integer <= max) {
+			t->answered++;
+			t->zero += r->integer == 0;
+		} else if (r) {
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s of condition variable '%s': unexpected reply "
+					"(shape, or a number out of range)", be->nodes[i].addr->display, what, name);
+		}
+		if (r)
+			freeReplyObject(r);
+	}
+	if (t->answered < be->nnodes / 2 + 1) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s of condition variable '%s': %zu of %zu backend nodes answered",
+				what, name, t->answered, be->nnodes);
+		return EIO;
+	}
+	return 0;
+}
+
+int
+dmutex__cond_register(struct dmutex__backend *be, const char *name, const char *token)
+{
+	struct cargs a;
+	struct tally t;
+
+	char info[512];
+
+	fill(be, name, &a);
+	/* Who waits, for operators: host pid tid since_ms hostid. */
+	snprintf(info, sizeof info, "%s %ld %ld %" PRId64 " %s", be->cfg.host, (long)getpid(),
+			dmutex__tid(), dmutex__wall_ms(), be->cfg.hostid);
+	const char *argv[] = { a.wk, a.ik, token, a.ttl, info };
+	return call_all(be, name, "wait", DMUTEX__SCRIPT_COND_REGISTER, 2, 5, argv, 1, &t);
+}
+
+int
+dmutex__cond_refresh(struct dmutex__backend *be, const char *name, const char *token, int *still)
+{
+	struct cargs a;
+	struct tally t;
+	int err;
+
+	fill(be, name, &a);
+	const char *argv[] = { a.wk, a.sk, a.ik, token, a.ttl, a.ch, a.ack };
+	if ((err = call_all(be, name, "refresh", DMUTEX__SCRIPT_COND_REFRESH, 3, 7, argv, 1, &t)))
+		return err;
+	/* Woken on any node counts: a spurious wake-up at worst. */
+	*still = t.zero == 0;
+	return 0;
+}
+
+int
+dmutex__cond_leave(struct dmutex__backend *be, const char *name, const char *token, int *still)
+{
+	struct cargs a;
+	struct tally t;
+	int err;
+
+	fill(be, name, &a);
+	const char *argv[] = { a.wk, a.sk, a.ik, token };
+	if ((err = call_all(be, name, "leave", DMUTEX__SCRIPT_COND_LEAVE, 3, 4, argv, 1, &t)))
+		return err;
+	*still = t.zero == 0;
+	return 0;
+}
+
+int
+dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all)
+{
+	struct cargs a;
+	struct tally t;
+
+	fill(be, name, &a);
+	const char *argv[] = { a.wk, a.sk, a.ch, a.ack, all ? "1" : "0" };
+	/* PUBLISH counts receivers: at most one per client connection. */
+	return call_all(be, name, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 5, argv,
+			INT_MAX, &t);
+}
+
+int
+dmutex__cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l)
+{
+	struct cargs a;
+
+	memset(l, 0, sizeof *l);
+	/* Several nodes need a majority, a cluster a route: the slow way. */
+	if (be->nnodes != 1 || be->nodes[0].route)
+		return ENOTSUP;
+	l->node = &be->nodes[0];
+	l->until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
+	if (!(l->conn = dmutex__node_get_by(l->node, l->until)))
+		return ENOTSUP;
+	/* It may carry an asynchronous release's answer, which the taking back
+	 * of the mutex waits for (it looks for that connection in the pool):
+	 * read it now, long arrived after the wait, rather than keep it. */
+	if (l->conn->nowed && dmutex__conn_settle(l->conn, l->until)) {
+		dmutex__conn_free(l->conn);
+		l->conn = NULL;
+		return ENOTSUP;
+	}
+	fill(be, name, &a);
+	const char *argv[] = { a.wk, a.sk, a.ik, token };
+	/* Sent now as far as the socket takes it; the rest goes with the
+	 * flush in end. */
+	if (dmutex__node_script_append(l->node, l->conn, DMUTEX__SCRIPT_COND_LEAVE, 1, 3, 4, argv, NULL) ||
+			dmutex__conn_write(l->conn) < 0) {
+		dmutex__conn_free(l->conn);
+		l->conn = NULL;
+		return ENOTSUP;
+	}
+	return 0;
+}
+
+int
+dmutex__cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l, int *still)
+{
+	void *v = NULL;
+	redisReply *r;
+
+	/* The mutex may have taken long: the answer has been here since. */
+	l->until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
+	if (dmutex__conn_get(l->conn, &v, l->until)) {
+		dmutex__conn_free(l->conn);
+		l->conn = NULL;
+		/* Leaving twice changes nothing: ask again, the slow way. */
+		return dmutex__cond_leave(be, name, token, still);
+	}
+	dmutex__node_put(l->node, l->conn);
+	l->conn = NULL;
+	r = v;
+	if (r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)) {
+		*still = r->integer == 1;
+		freeReplyObject(r);
+		return 0;
+	}
+	/* NOSCRIPT (a restarted server), or anything else: the slow way,
+	 * which loads the script and logs what is wrong. */
+	freeReplyObject(r);
+	return dmutex__cond_leave(be, name, token, still);
+}

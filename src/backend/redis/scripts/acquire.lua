@@ -1,0 +1,136 @@
+-- Take a lock if it is free or already carries our token.
+--
+-- KEYS[1]  lock key, a string that expires with the lease (README "How it
+--          works", layout 3):
+--            "3 token fence died flags lease since pid tid hostid host"
+--          fence '-' until the hold asks for it (fence.lua); flags '-' or
+--          letters: r robust hold, w someone waits (release.lua publishes
+--          only then), c the lease is kept for its process
+--          (lease_cache.lua).  "3 notrec" (no expiry): not recoverable
+--          until an operator resets it.
+-- KEYS[2]  meta hash: fence (the last token handed out), state (robust
+--          holds only: held, died); expires idle_ms after the lease of the
+--          hold that last wrote it
+-- ARGV     token, lease_ms, tail ("lease since pid tid hostid host", made
+--          by the client: for operators), robust (1/0), keep_ms (lease_ms
+--          + idle_ms), wait (1: the caller listens on the wake channel and
+--          waits if the lock is busy; 0: trylock, or not subscribed yet),
+--          step (0: the token at the hold's first dmutex_fence, fence.lua;
+--          1: Redlock: a token now, counted on from the counter, see below;
+--          2: a token now: Cluster, where fence.lua could meet a slot in
+--          migration), wake channel
+--
+-- Returns {0, fence, died}  acquired (fence a decimal string, '0' when not
+--                           assigned yet; died = 1: the previous robust
+--                           hold ended without an unlock)
+--         {1, pttl_ms}      held by someone else for at most pttl_ms more
+--         {2}               not recoverable until an operator resets it
+--         {3, version}      the key was written by another version
+--
+-- The common case never comes here: a non-robust lock that nobody holds is
+-- taken by the client's one `SET lock value NX PX lease GET` (redis.c).
+-- This script serves what that command cannot: robust holds (the meta
+-- state), Redlock (a token at once), a waiter's mark, a kept lease's
+-- recall, and the retry of an attempt whose reply was lost.
+--
+-- Fencing tokens: token = max(previous + 1, server TIME in ms << 20), so
+-- the low 20 bits count holds within one millisecond.  A name whose state
+-- expired (or was reset) starts again from the server's clock, above every
+-- token it handed out before: tokens stay strictly increasing without
+-- keeping every name for ever (as long as the server's clock does not go
+-- back).  One server assigns a hold's token while the hold is live (here
+-- or in fence.lua), and holds do not overlap, so the order of the tokens
+-- is the order of the holds.
+--
+-- Redlock (step 1): a name with state counts on, last + 1, without the
+-- clock.  Each node has its own clock, so with the clock in every token
+-- the nodes would almost never agree and every acquisition would need the
+-- write-back round (fence_raise.lua, src/backend/redis/redlock.c).  Counting on,
+-- nodes that took part in the same holds stay equal, and the write-back
+-- runs only after a node missed some.  Tokens still grow across expiry: a
+-- counter grows by one a hold, far less than 2^20 a millisecond, so it
+-- does not run ahead of the clock (by more than the nodes' clocks differ,
+-- when the write-back raised it to another node's value).
+--
+-- A retry after a lost reply carries the same token: it finds the lock
+-- already ours and answers as the first attempt did, so a lost reply never
+-- strands a lock and never hands out a second fencing token.
+--
+-- Every read comes before the first write: a script that fails (WRONGTYPE
+-- on foreign data, a command the ACL denies) must not have changed anything.
+local tok, lease, robust, keep, step = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[7]
+
+-- @include token.lua
+-- @include layout.lua
+
+local val = redis.call('GET', KEYS[1])
+if val then
+	if val == NOTREC then
+		return {2}
+	end
+	local v, cur, fence, died, flags, rest = parse(val)
+	if v ~= VERSION then
+		if v then
+			return {3, v}
+		end
+		return redis.error_reply('WRONGTYPE lock key holds data dmutex did not write')
+	end
+	if cur == tok then
+		redis.call('PEXPIRE', KEYS[1], lease)
+		if step ~= '0' then
+			-- Redlock: while our first attempt's key sat here, another
+			-- holder may have raised this node's counter (fence_raise); a
+			-- token handed out now must still be above it.  On one node
+			-- the two are always equal.
+			local counter = redis.call('HGET', KEYS[2], 'fence')
+			if fence == '-' or (counter and above(counter, fence)) then
+				fence = fresh_token(KEYS[2], counter, step)
+				redis.call('HSET', KEYS[2], 'v', VERSION)
+				redis.call('PEXPIRE', KEYS[2], keep)
+				redis.call('SET', KEYS[1], value(cur, fence, died, flags, rest), 'KEEPTTL')
+			end
+		end
+		return {0, fence == '-' and '0' or fence, tonumber(died) or 0}
+	end
+	-- A waiter says so on the key, which ends with this hold: the release
+	-- publishes only when someone listens.  A lease kept for its process
+	-- (lease_cache.lua) is asked back, by a trylock too, once per hold: its
+	-- holder hands it over at its next unlock, or at once if no thread of
+	-- it holds it.  Waiters ignore the 'k' they hear on that channel
+	-- (waiter.c).
+	if not flags:find('w', 1, true) then
+		local cached = flags:find('c', 1, true)
+		if cached then
+			redis.pcall('PUBLISH', ARGV[8], 'k')
+		end
+		if cached or ARGV[6] == '1' then
+			redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'w'), rest), 'KEEPTTL')
+		end
+	end
+	return {1, redis.call('PTTL', KEYS[1])}
+end
+
+-- Free.  A robust lock reads its state: 'held' with no lock key means the
+-- last robust holder's lease ran out (crash, stall, partition); 'died' that
+-- it exited holding the lock.  Both are owner-died.  A non-robust lock
+-- keeps no state (the contract lets it take a dead holder's lock once the
+-- lease ended, and say nothing).
+local died, fence, flags = '0', '-', '-'
+if robust == '1' or step ~= '0' then
+	local counter, state = unpack(redis.call('HMGET', KEYS[2], 'fence', 'state'))
+	if step ~= '0' then
+		fence = fresh_token(KEYS[2], counter, step)
+	end
+	if robust == '1' then
+		if state == 'held' or state == 'died' then
+			died = '1'
+		end
+		flags = 'r'
+		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held')
+	else
+		redis.call('HSET', KEYS[2], 'v', VERSION)
+	end
+	redis.call('PEXPIRE', KEYS[2], keep)
+end
+redis.call('SET', KEYS[1], value(tok, fence, died, flags, ARGV[3]), 'PX', lease)
+return {0, fence == '-' and '0' or fence, tonumber(died)}

@@ -1,0 +1,179 @@
+-- Release a fair lock: hand it to the head of its queue, or free it.
+--
+-- KEYS     lock hash, meta hash, queue, places (fair_acquire.lua)
+-- ARGV     token, mode, wake channel, idle_ms (as release.lua), lease_ms:
+--          the lease a handed lock starts with, until its new holder
+--          claims it with its own; then the releaser's next thread, if it
+--          has one waiting ('' if not): its token, lease_ms, host, pid, tid
+--          and hostid (the hold it would record)
+--
+-- Returns as release.lua: 1 released (or handed on), 0 not ours, 2
+-- released but the channel is denied; {1, fence, died} handed to the next
+-- thread.  Not ours also takes the caller out of the queue: a waiter that
+-- gives up (mode 3) leaves through here.
+--
+-- The next thread (a local hand-over, src/core/fair_handoff.c): when nobody
+-- queued here comes before it, the lock goes to it outright, as to a head
+-- that left its hold's details, and the answer says so: the releaser
+-- wakes it in its own process, with no message (nobody queued waits for
+-- one).  Otherwise the head gets it as below, and the next thread asks.
+--
+-- Each queued waiter listens on its own channel, the wake channel
+-- followed by ':' and its token: a hand-over is published to the head's
+-- alone, so the other processes' wake-up threads are not woken for it.
+-- A release that frees the lock (or leaves it not recoverable) tells
+-- every waiter still queued (one whose place ran out may still be alive),
+-- and the wake channel.
+--
+-- A handed lock gets a new fencing token now and the head's token as
+-- owner.  A head that left its hold's details (fair_acquire.lua, 'q:'
+-- fields) and is not robust becomes the holder outright, with its own
+-- lease, and the message tells it so: "h:<token>:<fence>:<died>:<lease>";
+-- it needs no claim.  Any other head gets state 'handed' ('died' if the
+-- releaser died holding it) and the message "h:<token>": it claims the
+-- lock with its own acquire, and one that never does is no owner that
+-- died (a robust one must learn of a death only from a hold it knew of).
+-- Not recoverable is never handed on: every waiter is woken to see it.
+--
+-- Every read comes before the first write; the PUBLISH, under pcall,
+-- cannot fail the script, and its message reaches the waiters only after
+-- the script ends (see release.lua).
+local VERSION = '2'
+local tok = ARGV[1]
+
+-- @include token.lua
+
+local cur, ldied = unpack(redis.call('HMGET', KEYS[1], 'token', 'died'))
+if cur ~= tok then
+	redis.call('ZSCORE', KEYS[4], tok)
+	redis.call('HGET', KEYS[2], 'q:' .. tok)
+	redis.call('ZREM', KEYS[3], tok)
+	redis.call('ZREM', KEYS[4], tok)
+	redis.call('HDEL', KEYS[2], 'q:' .. tok)
+	return 0
+end
+local counter = redis.call('HGET', KEYS[2], 'fence')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local queue = redis.call('ZRANGE', KEYS[3], 0, -1)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+local mode = ARGV[2]
+if mode == '3' then
+	if ldied == '1' then
+		mode = '2'
+	else
+		mode = '0'
+	end
+end
+local dead = {}
+for _, w in ipairs(gone) do
+	dead[w] = true
+end
+local head
+if mode ~= '1' then
+	for _, w in ipairs(queue) do
+		if not dead[w] and w ~= tok then
+			head = w
+			break
+		end
+	end
+end
+local nxt = ARGV[6]
+if nxt == '' or mode == '1' or (head and head ~= nxt) then
+	nxt = nil
+end
+local msg = 'r'
+-- The head's hold: lease robust host pid tid since hostid.
+local info
+if head and not nxt then
+	msg = 'h:' .. head
+	local q = redis.call('HGET', KEYS[2], 'q:' .. head)
+	if q then
+		info = {}
+		for f in string.gmatch(q, '%S+') do
+			info[#info + 1] = f
+		end
+		if #info ~= 7 or info[2] ~= '0' then
+			info = nil
+		end
+	end
+end
+
+for _, w in ipairs(gone) do
+	redis.call('ZREM', KEYS[3], w)
+	redis.call('ZREM', KEYS[4], w)
+	redis.call('HDEL', KEYS[2], 'q:' .. w)
+end
+redis.call('ZREM', KEYS[3], tok)
+redis.call('ZREM', KEYS[4], tok)
+redis.call('HDEL', KEYS[2], 'q:' .. tok)
+redis.call('DEL', KEYS[1])
+if nxt then
+	local fence = next_token(KEYS[2], counter, now)
+	local d = 0
+	if mode == '2' then
+		d = 1
+	end
+	redis.call('ZREM', KEYS[3], nxt)
+	redis.call('ZREM', KEYS[4], nxt)
+	redis.call('HDEL', KEYS[2], 'q:' .. nxt)
+	redis.call('HINCRBY', KEYS[2], 'n', 1)
+	redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', '0')
+	redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) + tonumber(ARGV[4]))
+	redis.call('HSET', KEYS[1], 'v', VERSION, 'token', nxt, 'fence', fence, 'died', d,
+		'host', ARGV[8], 'pid', ARGV[9], 'tid', ARGV[10], 'since', tostring(now),
+		'lease', ARGV[7], 'hostid', ARGV[11])
+	redis.call('PEXPIRE', KEYS[1], ARGV[7])
+	return {1, fence, d}
+end
+if head then
+	local fence = next_token(KEYS[2], counter, now)
+	local d, state = 0, 'handed'
+	if mode == '2' then
+		d, state = 1, 'died'
+	end
+	redis.call('ZREM', KEYS[3], head)
+	redis.call('ZREM', KEYS[4], head)
+	redis.call('HDEL', KEYS[2], 'q:' .. head)
+	redis.call('HINCRBY', KEYS[2], 'n', 1)
+	if info then
+		local lease = info[1]
+		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', '0')
+		redis.call('PEXPIRE', KEYS[2], tonumber(lease) + tonumber(ARGV[4]))
+		redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
+			'host', info[3], 'pid', info[4], 'tid', info[5], 'since', tostring(now),
+			'lease', lease, 'hostid', info[7])
+		redis.call('PEXPIRE', KEYS[1], lease)
+		msg = msg .. ':' .. fence .. ':' .. d .. ':' .. lease
+	else
+		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', state)
+		redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]))
+		redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
+			'since', tostring(now), 'lease', ARGV[5])
+		redis.call('PEXPIRE', KEYS[1], ARGV[5])
+	end
+elseif mode == '0' then
+	redis.call('HDEL', KEYS[2], 'state')
+	redis.call('PEXPIRE', KEYS[2], ARGV[4])
+elseif mode == '1' then
+	redis.call('HSET', KEYS[2], 'state', 'notrec')
+	redis.call('PERSIST', KEYS[2])
+else
+	redis.call('HSET', KEYS[2], 'state', 'died')
+	redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
+local told
+if head then
+	told = redis.pcall('PUBLISH', ARGV[3] .. ':' .. head, msg)
+else
+	told = redis.pcall('PUBLISH', ARGV[3], msg)
+	for _, w in ipairs(queue) do
+		if w ~= tok then
+			redis.pcall('PUBLISH', ARGV[3] .. ':' .. w, msg)
+		end
+	end
+end
+if type(told) == 'table' then
+	return 2
+end
+return 1

@@ -1,0 +1,34 @@
+-- The token format, shared by the scripts that issue fencing tokens (embedded
+-- in each by src/backend/redis/scripts/embed_lua.py: "-- @include token.lua"; not a script).
+--
+-- Tokens are decimal strings without leading zeros, exact past 2^53 (Lua's
+-- numbers are not): max(last + 1, server TIME in ms << 20).
+
+-- x > y for decimal strings without leading zeros.
+local function above(x, y)
+	if #x ~= #y then
+		return #x > #y
+	end
+	return x > y
+end
+-- ms << 20 as an exact decimal string (ms < 2^42: the parts stay exact).
+local function shifted(ms)
+	local a, b = math.floor(ms / 1000000) * 1048576, (ms % 1000000) * 1048576
+	a, b = a + math.floor(b / 1000000), b % 1000000
+	if a == 0 then
+		return string.format('%d', b)
+	end
+	return string.format('%d%06d', a, b)
+end
+-- The next token of a name, written to its meta hash meta_key and returned:
+-- above counter (the last one, nil if none) and above the clock now_ms.
+local function next_token(meta_key, counter, now_ms)
+	local floor = shifted(now_ms)
+	if counter and not above(floor, counter) then
+		-- HGET, not HINCRBY's reply: Lua numbers lose digits past 2^53.
+		redis.call('HINCRBY', meta_key, 'fence', 1)
+		return redis.call('HGET', meta_key, 'fence')
+	end
+	redis.call('HSET', meta_key, 'fence', floor)
+	return floor
+end

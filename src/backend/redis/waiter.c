@@ -1,0 +1,784 @@
+/*
+ * The subscriber thread of a client: one pub/sub connection per node,
+ * driven with poll(2) so that subscriptions can be added while it waits.
+ * A release publishes on the lock's channel; the message bumps the
+ * subscription's sequence and wakes the thread waiting on it.
+ *
+ * When a connection breaks, every sequence is bumped too: a release may
+ * have been missed, so waiters look again (a spurious wake-up, never a
+ * lost one).
+ *
+ * Sharded (a cluster, backend.h sub_route): a channel is subscribed with
+ * SSUBSCRIBE on the one node serving its slot, connected to when first
+ * needed.  A node that gives the slot away unsubscribes us itself
+ * (sunsubscribe): the sequence is bumped, the slot map refreshed, and the
+ * channel subscribed again where it now lives.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "base/base.h"
+#include "base/log.h"
+#include "node.h"
+#include "crc16.h"
+#include "waiter.h"
+
+enum { ST_NONE, ST_SUB_SENT, ST_SUBSCRIBED, ST_UNSUB_SENT };
+
+struct dmutex__wsub {
+	struct dmutex__wsub *next;
+	char *channel;
+	unsigned refs;
+	uint64_t seq;                   /* written under waiter.mu, atomically */
+	int confirmed;
+	int target;                     /* sharded: the node serving it, -1 unknown */
+	/* A fair lock's waiter: the token a hand-over must name to wake it
+	 * (fair_release.lua publishes "h:<token>[:<grant>]"); "" wakes on
+	 * everything.  handed: the grant of a hand-over to it, if any. */
+	char want[DMUTEX__TOKEN_HEX + 1];
+	unsigned nnotify;               /* held by kept leases: tell w->notify */
+	char handed[DMUTEX__HANDED_MAX];
+	int has_handed;
+	unsigned char state[];          /* per node */
+};
+
+struct wnode {
+	struct dmutex__node *node;
+	struct dmutex__conn *ctx;
+	int64_t retry_ns;
+	int64_t backoff_ns;
+};
+
+struct dmutex__waiter {
+	pthread_mutex_t mu;             /* leaf */
+	pthread_cond_t cv;              /* CLOCK_MONOTONIC */
+	pthread_t thread;
+	int running, stop;
+	int pipe[2];
+	struct dmutex__wsub *subs;
+	size_t nnodes;
+	struct wnode *nodes;
+	struct dmutex__backend *be;
+	int sharded;
+	int stale;                      /* sharded: the slot map needs a refresh */
+	/* Called by the thread, with no lock held, after a message (or a lost
+	 * connection) on a subscription with nnotify > 0: set by kick. */
+	void (*notify)(void *);
+	void *notify_arg;
+	int kick;
+};
+
+static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void
+dmutex__waiter_create_lock(void)
+{
+	pthread_mutex_lock(&create_mu);
+}
+
+void
+dmutex__waiter_create_unlock(void)
+{
+	pthread_mutex_unlock(&create_mu);
+}
+
+static void
+init_sync(struct dmutex__waiter *w)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+static struct dmutex__waiter *
+get_waiter(struct dmutex__backend *be)
+{
+	struct dmutex__waiter *w;
+
+	pthread_mutex_lock(&create_mu);
+	if (!(w = be->waiter) && (w = calloc(1, sizeof *w))) {
+		w->be = be;
+		w->sharded = be->ops->sub_route != NULL;
+		w->nnodes = be->ops->sub_node ? be->nsub : be->nnodes;
+		if (!(w->nodes = calloc(w->nnodes, sizeof *w->nodes))) {
+			free(w);
+			w = NULL;
+		} else {
+			/* Sub nodes are looked up when first needed. */
+			for (size_t i = 0; i < w->nnodes && !be->ops->sub_node; i++)
+				w->nodes[i].node = &be->nodes[i];
+			w->pipe[0] = w->pipe[1] = -1;
+			init_sync(w);
+			be->waiter = w;
+		}
+	}
+	pthread_mutex_unlock(&create_mu);
+	return w;
+}
+
+static void
+poke(struct dmutex__waiter *w)
+{
+	char b = 1;
+	if (w->pipe[1] >= 0 && write(w->pipe[1], &b, 1) < 0 && errno != EAGAIN)
+		dmutex__log(DMUTEX_LOG_DEBUG, "waiter: cannot poke: %s", strerror(errno));
+}
+
+static struct dmutex__wsub *
+find(struct dmutex__waiter *w, const char *ch, size_t len)
+{
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next)
+		if (strlen(s->channel) == len && !memcmp(s->channel, ch, len))
+			return s;
+	return NULL;
+}
+
+/* The next connection attempt of a node, with a back-off that only a
+ * working connection (a confirmed reply) resets: a server that accepts and
+ * then resets every connection must not make us spin. */
+static void
+schedule_retry(struct wnode *wn)
+{
+	wn->retry_ns = dmutex__now_ns() + wn->backoff_ns;
+	wn->backoff_ns = wn->backoff_ns ? wn->backoff_ns * 2 : 50 * DMUTEX__MS;
+	if (wn->backoff_ns > 1000 * DMUTEX__MS)
+		wn->backoff_ns = 1000 * DMUTEX__MS;
+}
+
+/*
+ * Under w->mu: something may have been published on s that nobody heard
+ * (a message, a lost connection, a subscription that landed late or moved).
+ * Waiters look again; a kept lease counts as asked back, and its client's
+ * renewal thread must hear of it now: nobody may be about to lock or
+ * unlock it, and otherwise it would keep the lease until its idle end
+ * (a third of a lease) while another process waits.
+ */
+static void
+bump(struct dmutex__waiter *w, struct dmutex__wsub *s)
+{
+	__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
+	w->kick |= s->nnotify > 0;
+}
+
+static void
+drop_node(struct dmutex__waiter *w, size_t i, const char *why)
+{
+	struct wnode *wn = &w->nodes[i];
+
+	dmutex__log(DMUTEX_LOG_DEBUG, "%s: wake-up connection lost: %s", wn->node->addr->display, why);
+	schedule_retry(wn);
+	pthread_mutex_lock(&w->mu);
+	/* Under w->mu, which fork() holds (client.c, atfork_prepare): a
+	 * child sees the context whole or gone, never closed with its
+	 * pointer still set.  Its atfork handler closes the socket of what
+	 * it sees (forget_inherited), and would close whatever file the
+	 * parent had opened under the freed number meanwhile (a server spawn
+	 * of the test harness found its /dev/null closed in its child). */
+	dmutex__conn_free(wn->ctx);
+	wn->ctx = NULL;
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
+		s->state[i] = ST_NONE;
+		bump(w, s);
+	}
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Under w->mu: queue SUBSCRIBE/UNSUBSCRIBE for what changed, free what
+ * nobody wants any more. */
+static void
+sync_subs(struct dmutex__waiter *w)
+{
+	struct dmutex__wsub **pp = &w->subs, *s;
+
+	while ((s = *pp)) {
+		int any = 0;
+		for (size_t i = 0; i < w->nnodes; i++) {
+			struct dmutex__conn *ctx = w->nodes[i].ctx;
+			int want = s->refs && (!w->sharded || s->target == (int)i);
+			if (ctx && want && s->state[i] == ST_NONE) {
+				dmutex__conn_appendf(ctx, w->sharded ? "SSUBSCRIBE %s" : "SUBSCRIBE %s",
+						s->channel);
+				s->state[i] = ST_SUB_SENT;
+			} else if (ctx && !want && (s->state[i] == ST_SUB_SENT || s->state[i] == ST_SUBSCRIBED)) {
+				dmutex__conn_appendf(ctx, w->sharded ? "SUNSUBSCRIBE %s" : "UNSUBSCRIBE %s",
+						s->channel);
+				s->state[i] = ST_UNSUB_SENT;
+				/* A thread that reuses this record must wait for its
+				 * own SUBSCRIBE to land, not trust the old one. */
+				s->confirmed = 0;
+			}
+			any |= s->state[i] != ST_NONE;
+		}
+		if (!s->refs && !any) {
+			*pp = s->next;
+			free(s->channel);
+			free(s);
+			continue;
+		}
+		pp = &s->next;
+	}
+}
+
+/* A cluster node answered an SSUBSCRIBE with "MOVED slot host:port": our
+ * map was out of date.  The channels of that slot we asked it for are to
+ * be asked where the slot went (the others on this connection stay). */
+static int
+moved(struct dmutex__waiter *w, size_t node, const char *err)
+{
+	long slot = strtol(err + 6, NULL, 10);
+
+	dmutex__log(DMUTEX_LOG_DEBUG, "%s: subscribe: %s", w->nodes[node].node->addr->display, err);
+	pthread_mutex_lock(&w->mu);
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next)
+		if (s->state[node] == ST_SUB_SENT &&
+				(long)dmutex__key_slot(s->channel, strlen(s->channel)) == slot) {
+			s->state[node] = ST_NONE;
+			bump(w, s);
+		}
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	return 1;
+}
+
+/* A fair lock handed to another waiter: nothing for ours to do.  One
+ * handed to ours: keep what it was granted ("" if it is to claim it). */
+static int
+for_another(struct dmutex__wsub *s, const redisReply *msg)
+{
+	const char *tok, *end;
+	size_t len;
+
+	/* "k": a process asks for a kept lease back (acquire.lua): news for
+	 * its holder only.  A waiter that woke on it would ask again and
+	 * publish it again: a hot loop.  (Not "w": rw_release.lua wakes a
+	 * read-write lock's waiters with that one.) */
+	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'k')
+		return !s->nnotify;
+	if (!s->want[0] || msg->type != REDIS_REPLY_STRING || msg->len <= 2 || memcmp(msg->str, "h:", 2))
+		return 0;
+	tok = msg->str + 2;
+	end = memchr(tok, ':', msg->len - 2);
+	len = end ? (size_t)(end - tok) : msg->len - 2;
+	if (len != strlen(s->want) || memcmp(tok, s->want, len))
+		return 1;
+	len = end ? msg->len - 2 - len - 1 : 0;
+	if (len >= sizeof s->handed)
+		len = 0;        /* not ours to read: claim it */
+	memcpy(s->handed, end ? end + 1 : "", len);
+	s->handed[len] = 0;
+	s->has_handed = 1;
+	return 0;
+}
+
+/* -1 if the server refused a (UN)SUBSCRIBE: the connection is then
+ * dropped and everything subscribed again on a new one (a server still
+ * loading its data after a restart answers LOADING to the first). */
+static int
+on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
+{
+	struct dmutex__wsub *s;
+	const char *kind;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+			r->element[0]->type != REDIS_REPLY_STRING ||
+			r->element[1]->type != REDIS_REPLY_STRING) {
+		if (r->type == REDIS_REPLY_ERROR && w->sharded && !strncmp(r->str, "MOVED ", 6))
+			return moved(w, node, r->str);
+		if (r->type == REDIS_REPLY_ERROR) {
+			dmutex__log(DMUTEX_LOG_WARN, "%s: subscribe failed: %s",
+					w->nodes[node].node->addr->display, r->str);
+			return -1;
+		}
+		return 0;
+	}
+	kind = r->element[0]->str;
+	/* smessage, ssubscribe, sunsubscribe: the same with sharded pub/sub. */
+	if (w->sharded && kind[0] == 's')
+		kind++;
+	pthread_mutex_lock(&w->mu);
+	if ((s = find(w, r->element[1]->str, r->element[1]->len))) {
+		if (!strcmp(kind, "message")) {
+			if (!for_another(s, r->element[2]))
+				bump(w, s);
+		} else if (!strcmp(kind, "subscribe")) {
+			/* The connection works: the next loss retries at once. */
+			w->nodes[node].backoff_ns = 0;
+			if (s->state[node] == ST_SUB_SENT)
+				s->state[node] = ST_SUBSCRIBED;
+			/* A release published before the first subscription landed
+			 * reached nobody: make the waiter ask again (one spurious
+			 * wake).  Later nodes add nothing: a release publishes on
+			 * every node. */
+			if (!s->confirmed)
+				bump(w, s);
+			s->confirmed = 1;
+		} else if (!strcmp(kind, "unsubscribe")) {
+			if (s->state[node] == ST_UNSUB_SENT) {
+				s->state[node] = ST_NONE;
+			} else if (s->state[node] != ST_NONE) {
+				/* Not asked for: the node gave the slot away.  A
+				 * release may be published where it went before we
+				 * subscribe there: look again now. */
+				s->state[node] = ST_NONE;
+				bump(w, s);
+				w->stale = 1;
+			}
+		}
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
+static void
+read_node(struct dmutex__waiter *w, size_t i)
+{
+	struct dmutex__conn *ctx = w->nodes[i].ctx;
+	void *v;
+	int rc;
+
+	if (dmutex__conn_fill(ctx)) {
+		drop_node(w, i, ctx->errstr);
+		return;
+	}
+	for (;;) {
+		if (dmutex__conn_next(ctx, &v)) {
+			drop_node(w, i, ctx->errstr);
+			return;
+		}
+		if (!v)
+			return;
+		if ((rc = on_reply(w, i, v)) > 0) {
+			/* Outside w->mu: the backend may ask the cluster. */
+			w->be->ops->sub_stale(w->be, ((redisReply *)v)->str);
+			freeReplyObject(v);
+			continue;
+		}
+		if (rc) {
+			freeReplyObject(v);
+			/* Not at once (drop_node backs off): a loading server
+			 * says the same again. */
+			drop_node(w, i, "subscribe refused");
+			pthread_mutex_lock(&w->mu);
+			w->stale |= w->sharded;
+			pthread_mutex_unlock(&w->mu);
+			return;
+		}
+		freeReplyObject(v);
+	}
+}
+
+static void
+flush_node(struct dmutex__waiter *w, size_t i)
+{
+	struct dmutex__conn *ctx = w->nodes[i].ctx;
+
+	/* Never blocks: what does not fit now goes when poll says POLLOUT. */
+	if (ctx && dmutex__conn_write(ctx) < 0)
+		drop_node(w, i, ctx->errstr);
+}
+
+/* Under w->mu, sharded: where each channel lives now, and which nodes that
+ * makes needed.  1 if some channel's node is not known. */
+static int
+route_subs(struct dmutex__waiter *w, unsigned char *need)
+{
+	int unknown = 0;
+
+	memset(need, 0, w->nnodes);
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
+		s->target = w->be->ops->sub_route(w->be, s->channel);
+		if (s->target >= (int)w->nnodes)
+			s->target = -1;
+		if (s->target >= 0)
+			need[s->target] = 1;
+		unknown |= s->refs && s->target < 0;
+		/* Still subscribed elsewhere: keep that connection to undo it. */
+		for (size_t i = 0; i < w->nnodes; i++)
+			need[i] |= s->state[i] != ST_NONE;
+	}
+	if (unknown)
+		w->stale = 1;
+	return unknown;
+}
+
+static void *
+waiter_main(void *arg)
+{
+	struct dmutex__waiter *w = arg;
+	struct pollfd *pf = calloc(w->nnodes + 1, sizeof *pf);
+	unsigned char *need = calloc(w->nnodes, 1);
+
+	if (!pf || !need) {
+		free(pf);
+		free(need);
+		return NULL;
+	}
+	pthread_mutex_lock(&w->mu);
+	while (!w->stop) {
+		int64_t now = dmutex__now_ns(), next = INT64_MAX;
+		int timeout, stale;
+
+		if (w->sharded && route_subs(w, need))
+			next = now + 50 * DMUTEX__MS;   /* a slot's owner unknown: again soon */
+		stale = w->stale;
+		w->stale = 0;
+		pthread_mutex_unlock(&w->mu);
+		if (stale)
+			w->be->ops->sub_stale(w->be, NULL);
+		/* Connect what is down, with backoff; outside the lock. */
+		for (size_t i = 0; i < w->nnodes; i++) {
+			struct wnode *wn = &w->nodes[i];
+			if (wn->ctx || (w->sharded && !need[i]))
+				continue;
+			if (!wn->node && !(wn->node = w->be->ops->sub_node(w->be, i))) {
+				if (now >= wn->retry_ns)
+					schedule_retry(wn);
+				continue;
+			}
+			if (now >= wn->retry_ns && !(wn->ctx = dmutex__node_connect(wn->node)))
+				schedule_retry(wn);
+		}
+		pthread_mutex_lock(&w->mu);
+		sync_subs(w);
+		pthread_mutex_unlock(&w->mu);
+		/* The retry times are read after the flush: a connection that
+		 * fails its first write is down again, and a poll without a
+		 * timeout would then wait for ever (a server restarted while
+		 * we connected to its dying listener). */
+		for (size_t i = 0; i < w->nnodes; i++) {
+			struct wnode *wn = &w->nodes[i];
+
+			flush_node(w, i);
+			/* Only a node we want and do not have brings the next
+			 * pass forward: a sharded waiter's unneeded nodes keep a
+			 * retry time long past (0 for one never connected), and
+			 * a poll timeout taken from it would be 0 on every pass,
+			 * a busy loop. */
+			if (!wn->ctx && !(w->sharded && !need[i]) && wn->retry_ns < next)
+				next = wn->retry_ns;
+		}
+
+		pf[0].fd = w->pipe[0];
+		pf[0].events = POLLIN;
+		for (size_t i = 0; i < w->nnodes; i++) {
+			pf[i + 1].fd = w->nodes[i].ctx ? w->nodes[i].ctx->fd : -1;
+			pf[i + 1].events = POLLIN;
+			if (w->nodes[i].ctx && w->nodes[i].ctx->outoff < w->nodes[i].ctx->outlen)
+				pf[i + 1].events |= POLLOUT;
+			pf[i + 1].revents = 0;
+		}
+		now = dmutex__now_ns();
+		timeout = next == INT64_MAX ? -1 : next <= now ? 0 : (int)((next - now) / DMUTEX__MS + 1);
+		if (poll(pf, w->nnodes + 1, timeout) > 0) {
+			if (pf[0].revents) {
+				char buf[64];
+				while (read(w->pipe[0], buf, sizeof buf) > 0)
+					;
+			}
+			for (size_t i = 0; i < w->nnodes; i++)
+				if ((pf[i + 1].revents & ~POLLOUT) && w->nodes[i].ctx)
+					read_node(w, i);
+		}
+		pthread_mutex_lock(&w->mu);
+		if (w->kick && w->notify) {
+			void (*fn)(void *) = w->notify;
+			void *arg = w->notify_arg;
+			w->kick = 0;
+			pthread_mutex_unlock(&w->mu);
+			fn(arg);
+			pthread_mutex_lock(&w->mu);
+		}
+	}
+	pthread_mutex_unlock(&w->mu);
+	free(pf);
+	free(need);
+	return NULL;
+}
+
+/* Under w->mu. */
+static int
+ensure_running(struct dmutex__waiter *w)
+{
+	sigset_t all, old;
+	int err;
+
+	if (w->running)
+		return 0;
+	if (pipe2(w->pipe, O_NONBLOCK | O_CLOEXEC)) {
+		dmutex__log(DMUTEX_LOG_ERROR, "waiter: pipe: %s", strerror(errno));
+		w->pipe[0] = w->pipe[1] = -1;
+		return errno;
+	}
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&w->thread, NULL, waiter_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		dmutex__log(DMUTEX_LOG_ERROR, "cannot start the wake-up thread: %s", strerror(err));
+		close(w->pipe[0]);
+		close(w->pipe[1]);
+		w->pipe[0] = w->pipe[1] = -1;
+		return err;
+	}
+	w->running = 1;
+	return 0;
+}
+
+struct dmutex__wsub *
+dmutex__waiter_sub(struct dmutex__backend *be, const char *channel, int64_t until_ns)
+{
+	struct dmutex__waiter *w = get_waiter(be);
+	struct dmutex__wsub *s;
+	size_t len = strlen(channel);
+	struct timespec ts;
+
+	if (!w)
+		return NULL;
+	pthread_mutex_lock(&w->mu);
+	if (ensure_running(w)) {
+		pthread_mutex_unlock(&w->mu);
+		return NULL;
+	}
+	if (!(s = find(w, channel, len))) {
+		if (!(s = calloc(1, sizeof *s + w->nnodes)) || !(s->channel = strdup(channel))) {
+			free(s);
+			pthread_mutex_unlock(&w->mu);
+			return NULL;
+		}
+		s->next = w->subs;
+		w->subs = s;
+	}
+	s->refs++;
+	poke(w);
+	dmutex__ns_to_ts(until_ns, &ts);
+	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&w->mu);
+	return s;
+}
+
+struct dmutex__wsub *
+dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel, int64_t until_ns,
+		void (*notify)(void *), void *arg)
+{
+	struct dmutex__wsub *s = dmutex__waiter_sub(be, channel, until_ns);
+	struct dmutex__waiter *w = be->waiter;
+
+	if (s) {
+		pthread_mutex_lock(&w->mu);
+		s->nnotify++;
+		w->notify = notify;
+		w->notify_arg = arg;
+		pthread_mutex_unlock(&w->mu);
+	}
+	return s;
+}
+
+void
+dmutex__waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	struct dmutex__waiter *w = be->waiter;
+
+	pthread_mutex_lock(&w->mu);
+	s->nnotify--;
+	pthread_mutex_unlock(&w->mu);
+	dmutex__waiter_unsub(be, s);
+}
+
+int
+dmutex__wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns)
+{
+	struct dmutex__waiter *w = be->waiter;
+	struct timespec ts;
+	int ok;
+
+	dmutex__ns_to_ts(until_ns, &ts);
+	pthread_mutex_lock(&w->mu);
+	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+			break;
+	ok = s->confirmed;
+	pthread_mutex_unlock(&w->mu);
+	return ok;
+}
+
+uint64_t
+dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	/* Without waiter.mu: a kept lease's every local lock and unlock
+	 * asks (lease_cache.c).  Changed only under waiter.mu, atomically. */
+	(void)be;
+	return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+}
+
+static void
+unlock_mu(void *mu)
+{
+	pthread_mutex_unlock(mu);
+}
+
+int
+dmutex__wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
+{
+	struct dmutex__waiter *w = be->waiter;
+	struct timespec ts;
+	int woke;
+
+	dmutex__ns_to_ts(until_ns, &ts);
+	pthread_mutex_lock(&w->mu);
+	/* A condition wait's caller may be cancelled here (the one
+	 * cancellation point of the library, cond_wait.c): leave w->mu free. */
+	pthread_cleanup_push(unlock_mu, &w->mu);
+	while (s->seq == seq && !w->stop)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+			break;
+	woke = s->seq != seq;
+	pthread_cleanup_pop(1);
+	return woke;
+}
+
+void
+dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token)
+{
+	struct dmutex__waiter *w = be->waiter;
+
+	pthread_mutex_lock(&w->mu);
+	snprintf(s->want, sizeof s->want, "%s", token ? token : "");
+	s->has_handed = 0;
+	pthread_mutex_unlock(&w->mu);
+}
+
+int
+dmutex__wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out)
+{
+	struct dmutex__waiter *w = be->waiter;
+	int has;
+
+	pthread_mutex_lock(&w->mu);
+	if ((has = s->has_handed))
+		memcpy(out, s->handed, sizeof s->handed);
+	s->has_handed = 0;
+	pthread_mutex_unlock(&w->mu);
+	return has;
+}
+
+void
+dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	struct dmutex__waiter *w = be->waiter;
+
+	pthread_mutex_lock(&w->mu);
+	s->want[0] = 0;
+	s->has_handed = 0;
+	if (!--s->refs)
+		poke(w);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/*
+ * In a fork child the wake-up thread is gone but may have been using its
+ * contexts at the moment of fork (it does so without w->mu): close our copy
+ * of the socket and drop the context without touching its buffers.
+ */
+static void
+forget_inherited(struct dmutex__waiter *w)
+{
+	for (size_t i = 0; i < w->nnodes; i++)
+		if (w->nodes[i].ctx) {
+			close(w->nodes[i].ctx->fd);
+			w->nodes[i].ctx = NULL;
+		}
+}
+
+static void
+free_state(struct dmutex__waiter *w)
+{
+	struct dmutex__wsub *s, *next;
+
+	for (s = w->subs; s; s = next) {
+		next = s->next;
+		free(s->channel);
+		free(s);
+	}
+	w->subs = NULL;
+	for (size_t i = 0; i < w->nnodes; i++) {
+		if (w->nodes[i].ctx)
+			dmutex__conn_free(w->nodes[i].ctx);
+		w->nodes[i].ctx = NULL;
+		w->nodes[i].retry_ns = 0;
+		w->nodes[i].backoff_ns = 0;
+	}
+	if (w->pipe[0] >= 0) {
+		close(w->pipe[0]);
+		close(w->pipe[1]);
+	}
+	w->pipe[0] = w->pipe[1] = -1;
+	w->running = 0;
+	w->stop = 0;
+}
+
+void
+dmutex__waiter_stop(struct dmutex__backend *be)
+{
+	struct dmutex__waiter *w = be->waiter;
+	int running;
+
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	running = w->running;
+	w->stop = 1;
+	poke(w);
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	if (running)
+		pthread_join(w->thread, NULL);
+	free_state(w);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w->nodes);
+	free(w);
+	be->waiter = NULL;
+}
+
+void
+dmutex__waiter_lock(struct dmutex__backend *be)
+{
+	if (be->waiter)
+		pthread_mutex_lock(&be->waiter->mu);
+}
+
+void
+dmutex__waiter_unlock(struct dmutex__backend *be)
+{
+	if (be->waiter)
+		pthread_mutex_unlock(&be->waiter->mu);
+}
+
+void
+dmutex__waiter_atfork_child(struct dmutex__backend *be)
+{
+	struct dmutex__waiter *w = be->waiter;
+
+	if (!w)
+		return;
+	/* No thread here, and the pipe is shared with the parent: make our
+	 * own on first use. */
+	forget_inherited(w);
+	free_state(w);
+	init_sync(w);
+}

@@ -1,0 +1,66 @@
+/*
+ * The ground every layer stands on (core, backend, tools): time, the
+ * library's random stream, tokens.  Includes nothing from src/ but log.h's
+ * peers (tests/check_layers.py), so the backend can use it without knowing
+ * the core.  Implemented in token.c.
+ */
+#ifndef DMUTEX_BASE_H
+#define DMUTEX_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* ---- time ---- */
+int64_t dmutex__now_ns(void);                     /* CLOCK_MONOTONIC */
+/* dmutex__now_ns() < t, without reading the exact clock when t is far
+ * (token.c: the coarse clock with a margin of 16 of its ticks). */
+int dmutex__now_before(int64_t t);
+int64_t dmutex__wall_ms(void);                    /* CLOCK_REALTIME, for operators */
+void dmutex__ns_to_ts(int64_t ns, struct timespec *ts);
+/* Not a cancellation point (cancel.c). */
+void dmutex__sleep_until(int64_t until_ns);
+#define DMUTEX__MS 1000000LL
+/* Safety margin for clock drift between us and Redis: 1 % + 2 ms. */
+#define DMUTEX__DRIFT_NS(lease_ms) ((int64_t)(lease_ms) * DMUTEX__MS / 100 + 2 * DMUTEX__MS)
+long dmutex__tid(void);
+
+/* ---- tokens and random ---- */
+/* 128 random bits as hex: an unguessable token, new for every acquisition. */
+#define DMUTEX__TOKEN_HEX 32
+int dmutex__token(char out[DMUTEX__TOKEN_HEX + 1]);
+/* libsodium, initialised once per process (0 or EIO, logged). */
+int dmutex__random_init(void);
+/* Uniform in [0, upper), the library's own stream; 0 if upper < 2. */
+uint32_t dmutex__random_uniform(uint32_t upper);
+/* The wait before retry `attempt` (0, 1, ...) of a lock whose backend
+ * failed: 25 ms, 50, 100, then 200 ms, jittered from that stream. */
+int64_t dmutex__backoff_ns(int attempt);
+
+/* Fork child: the caller's thread forgets its cached thread id and its
+ * unused random bytes (token.c), which are its parent thread's. */
+void dmutex__token_atfork_child(void);
+
+/* ---- cancel.c: every public call runs with cancellation disabled ---- */
+int dmutex__nocancel(void);             /* returns the caller's state */
+void dmutex__cancel_restore(int cs);
+
+/* ---- formatting ---- */
+/* v in decimal at buf (room for 21 bytes), NUL-terminated; its length.
+ * By hand, not snprintf: every request's lengths and numbers. */
+static inline size_t
+dmutex__udec(char *buf, unsigned long long v)
+{
+	char tmp[20];
+	size_t n = 0, k = 0;
+
+	do
+		tmp[n++] = (char)('0' + v % 10);
+	while ((v /= 10));
+	while (n)
+		buf[k++] = tmp[--n];
+	buf[k] = '\0';
+	return k;
+}
+
+#endif

@@ -1,0 +1,538 @@
+/*
+ * Cached leases (README "Cached leases", issue 15 item 1): a process that
+ * unlocks a lock nobody else asked for keeps the lease, and a thread of the
+ * process that locks again takes it with no round trip.
+ *
+ * What a kept lease is, under e->mu: e->kept with e->held 0; e->token,
+ * e->deadline_ns, e->lease_ms and e->gen are the lease's (the renewer
+ * renews it while it is used); e->blk_next .. e->blk_last are fencing
+ * tokens reserved in Redis for local holds; e->ksub is the subscription
+ * to the lock's wake channel on which another process says it wants the
+ * lock (any message there, or a broken connection, moves its sequence
+ * past e->kseq: the lease is then "revoked").
+ *
+ * Safety rests on three rules, each checked where a local hold starts:
+ *   - the lease is ours for more than half a lease yet (deadline counted
+ *     from before the request that last granted or renewed it), so the
+ *     lock key that keeps every other process out outlives the start of
+ *     the hold, which the renewer then renews as any other;
+ *   - nobody asked for it since we kept it (e->kseq): not for safety, for
+ *     the hand-over (a waiting process is served at the next unlock);
+ *   - a reserved token is left: every token any later holder gets is above
+ *     the whole block (lease_cache.lua raised the name's counter past it);
+ *   - the hold's mutex has the lease's length: every hold runs on its own
+ *     mutex's lease (a 10 s mutex must not live on a 1 s lease).
+ *
+ * What the lease cannot prevent (the key deleted, evicted or lost with a
+ * failover while kept) it reports: the holds granted on the lease since
+ * Redis last confirmed it (e->suspects, one record per onlost handler) are
+ * reported lost as soon as anyone finds the key gone or not ours (the
+ * renewer, a block reservation, the release), and a hold still running
+ * is marked lost (ENOLCK from its unlock and fence).  A confirmation (a
+ * renewal, a reservation) clears the holds that ended before its request
+ * went out: the key was ours then, and a token never comes back once gone.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "internal.h"
+#include "base/lockorder.h"
+#include "metrics.h"
+#include "backend/redis/waiter.h"
+
+/* Tokens reserved per round trip: one round trip per this many holds.
+ * Far below 2^20 (a millisecond of the token clock, token.lua), so the
+ * counter does not run ahead of the clock by any amount that matters. */
+#define BLOCK 4096u
+
+static void
+set_kept(struct dmutex__entry *e, int kept)
+{
+	/* Read without e->mu by dmutex__renewer_kick, as a hint. */
+	__atomic_store_n(&e->kept, kept, __ATOMIC_RELAXED);
+}
+
+/* Under e->mu: someone wants the lock, or we cannot tell. */
+static int
+revoked(const struct dmutex__entry *e)
+{
+	return !e->ksub || dmutex__wsub_seq(e->client->be, e->ksub) != e->kseq;
+}
+
+/* Under e->mu: the lease is ours long enough to start a hold on it. */
+static int
+fresh(const struct dmutex__entry *e, int64_t now)
+{
+	return e->deadline_ns - now > (int64_t)e->lease_ms * DMUTEX__MS / 2;
+}
+
+int
+dmutex__cache_allowed(const struct dmutex__mutex *mx)
+{
+	const struct dmutex_client *c = mx->entry->client;
+
+	/* Robust: a local hold would have to tell Redis that a thread holds
+	 * it (owner died); fair: the queue decides; Redlock and Cluster: no
+	 * cache op (README "Cached leases"). */
+	return mx->cache && !mx->fair && mx->robust != DMUTEX_ROBUST && c->cfg.lease_cache &&
+			c->be->ops->cache && mx->entry->kind == DMUTEX__KIND_MUTEX;
+}
+
+/* Under e->mu: mx may start a hold on the kept lease (its own lease length). */
+static int
+fits(const struct dmutex__mutex *mx, const struct dmutex__entry *e)
+{
+	return dmutex__cache_allowed(mx) && mx->lease_ms == e->lease_ms;
+}
+
+/* ---- holds granted since the last confirmation ---- */
+
+static struct dmutex__suspect *
+suspect_of(struct dmutex__entry *e, void (*cb)(const char *, void *), void *arg)
+{
+	for (size_t i = 0; i < e->nsuspects; i++)
+		if (e->suspects[i].cb == cb && e->suspects[i].arg == arg)
+			return &e->suspects[i];
+	return NULL;
+}
+
+/* Under e->mu, before a local hold starts: its record, made now, so that
+ * the hold cannot start unrecorded (ENOMEM: it asks Redis instead). */
+static int
+suspect_room(struct dmutex__entry *e, const struct dmutex__mutex *mx)
+{
+	if (suspect_of(e, mx->onlost, mx->onlost_arg) || e->nsuspects < e->suspects_cap)
+		return 1;
+	size_t ncap = e->suspects_cap ? 2 * e->suspects_cap : 4;
+	struct dmutex__suspect *v = realloc(e->suspects, ncap * sizeof *v);
+	if (!v)
+		return 0;
+	e->suspects = v;
+	e->suspects_cap = ncap;
+	return 1;
+}
+
+static void
+suspect_start(struct dmutex__entry *e, uint64_t fence)
+{
+	struct dmutex__suspect *s = suspect_of(e, e->onlost, e->onlost_arg);
+
+	if (!s) {
+		s = &e->suspects[e->nsuspects++];
+		*s = (struct dmutex__suspect){ e->onlost, e->onlost_arg, fence, fence, 0, 0 };
+	}
+	s->fence_hi = fence;
+	s->holds++;
+	s->end_ns = 0;
+}
+
+static void
+suspect_end(struct dmutex__entry *e, int64_t now)
+{
+	struct dmutex__suspect *s = suspect_of(e, e->onlost, e->onlost_arg);
+
+	if (s)
+		s->end_ns = now;
+}
+
+void
+dmutex__cache_confirmed(struct dmutex__entry *e, int64_t sent)
+{
+	size_t k = 0;
+
+	e->confirmed_ns = sent;
+	for (size_t i = 0; i < e->nsuspects; i++)
+		if (!e->suspects[i].end_ns || e->suspects[i].end_ns >= sent)
+			e->suspects[k++] = e->suspects[i];
+	e->nsuspects = k;
+}
+
+void
+dmutex__cache_gone(struct dmutex__entry *e, struct dmutex__suspects *out)
+{
+	size_t k = 0;
+
+	out->v = e->suspects;
+	out->n = 0;
+	out->since_ns = e->confirmed_ns;
+	for (size_t i = 0; i < e->nsuspects; i++) {
+		/* The hold running now is reported as any hold found lost
+		 * (dmutex__entry_check_lost, by the caller), with its
+		 * handler: once per handler. */
+		if (e->held && !e->suspects[i].end_ns) {
+			dmutex__entry_mark_lost(e);
+			continue;
+		}
+		e->suspects[k++] = e->suspects[i];
+	}
+	out->n = k;
+	e->suspects = NULL;
+	e->nsuspects = e->suspects_cap = 0;
+}
+
+void
+dmutex__cache_release_answered(struct dmutex__entry *e, int err, int lost, int was_kept,
+		struct dmutex__lost *rep, struct dmutex__suspects *sus)
+{
+	rep->report = 0;
+	if (err != ENOLCK)
+		return;
+	if (!lost) {
+		/* Taken from us without our noticing: report it as lost. */
+		dmutex__entry_mark_lost(e);
+		dmutex__entry_check_lost(e, dmutex__now_ns(), rep);
+	}
+	if (was_kept && e->kept)
+		dmutex__cache_gone(e, sus);
+}
+
+void
+dmutex__cache_report(const struct dmutex__entry *e, struct dmutex__suspects *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		const struct dmutex__suspect *x = &s->v[i];
+		dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
+		dmutex__log(DMUTEX_LOG_WARN, "lost the hold of '%s': its kept lease was found gone; "
+				"%zu local hold%s granted on it since Redis last confirmed it (fences %llu..%llu) "
+				"may have overlapped another holder", e->name, x->holds, x->holds == 1 ? "" : "s",
+				(unsigned long long)x->fence_lo, (unsigned long long)x->fence_hi);
+		if (x->cb)
+			x->cb(e->name, x->arg);
+	}
+	free(s->v);
+	s->v = NULL;
+	s->n = 0;
+}
+
+/* Waiter thread, no lock held: a message on a kept lease's channel.  The
+ * renewal thread releases kept leases nobody holds that were revoked. */
+static void
+kick(void *client)
+{
+	dmutex__renewer_kick(client);
+}
+
+void
+dmutex__cache_forget(struct dmutex__entry *e)
+{
+	set_kept(e, 0);
+	e->blk_next = e->blk_last = 0;
+	/* Anything to report was taken (dmutex__cache_gone) before. */
+	free(e->suspects);
+	e->suspects = NULL;
+	e->nsuspects = e->suspects_cap = 0;
+	if (e->ksub) {
+		dmutex__waiter_unsub_notify(e->client->be, e->ksub);
+		e->ksub = NULL;
+	}
+}
+
+/* Without e->mu: subscribe, then mark the lease kept in Redis, both by
+ * `until` (the unlock's one deadline, which its release shares if this
+ * fails).  1 kept (*sub, *seq, *last, *sent set), 0 release as usual. */
+static int
+keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__wsub **sub,
+		uint64_t *seq, uint64_t *last, int64_t *sent)
+{
+	struct dmutex_client *c = e->client;
+	struct dmutex__backend *be = c->be;
+	char *channel = be->ops->channel(be, e->name);
+	int result = 0;
+
+	*sub = channel ? dmutex__waiter_sub_notify(be, channel, until, kick, c) : NULL;
+	free(channel);
+	if (!*sub)
+		return 0;
+	/* Read before the script: a want published after the script read the
+	 * lock hash reaches this subscription (confirmed above, or, if not,
+	 * its confirmation moves the sequence: revoked, conservatively). */
+	*seq = dmutex__wsub_seq(be, *sub);
+	*sent = dmutex__now_ns();
+	if (be->ops->cache(be, e->name, token, BLOCK, until, last, &result) || result != 1) {
+		dmutex__waiter_unsub_notify(be, *sub);
+		*sub = NULL;
+		return 0;
+	}
+	return 1;
+}
+
+/* Under e->mu, the owner's outermost unlock, the lease kept: the hold ends,
+ * the process keeps the lease. */
+static void
+end_local(struct dmutex__entry *e, int64_t now)
+{
+	suspect_end(e, now);
+	if (e->held)
+		__atomic_fetch_sub(&e->client->held, 1, __ATOMIC_ACQ_REL);
+	e->held = 0;
+	e->depth = 0;
+	e->last_use_ns = now;
+	pthread_cond_broadcast(&e->cv);
+}
+
+int
+dmutex__cache_unlock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	/* dmutex__cache_unlock's way to its "kept" label, with no side
+	 * effect where it would turn off. */
+	if (!e->kept || !fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns || revoked(e))
+		return 0;
+	e->last_end_ns = now;
+	end_local(e, now);
+	return 1;
+}
+
+int
+dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now, int64_t until)
+{
+	char token[DMUTEX__TOKEN_HEX + 1];
+	struct dmutex__wsub *sub;
+	uint64_t seq, last;
+	int64_t prev_end = e->last_end_ns, sent;
+	int rc;
+
+	e->last_end_ns = now;
+	if (!fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns)
+		return 0;
+	if (e->kept) {
+		if (revoked(e)) {
+			/* Another process waits: hand over now, and keep
+			 * nothing for a lease (contended: caching only costs). */
+			e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
+			return 0;
+		}
+		goto kept;
+	}
+	/* Keep only a lock this process took again soon after its last hold
+	 * ended: a name locked once (or rarely) is released at once, as
+	 * without caching, and costs no subscription. */
+	if (!prev_end || e->start_ns - prev_end > (int64_t)e->lease_ms * DMUTEX__MS / 3)
+		return 0;
+	/* The first unlock of this lease: two round trips, once per lease. */
+	memcpy(token, e->token, sizeof token);
+	e->releasing = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	rc = keep(e, token, until, &sub, &seq, &last, &sent);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	e->releasing = 0;
+	if (rc != 1) {
+		/* Someone asked meanwhile, or Redis failed: release as usual
+		 * (which also finds out whether the lease is still ours). */
+		e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
+		return 0;
+	}
+	set_kept(e, 1);
+	e->ksub = sub;
+	e->kseq = seq;
+	e->confirmed_ns = sent;
+	e->blk_next = last - BLOCK + 1;
+	e->blk_last = last;
+	/* Asked back already (a message, or a subscription confirmed late)
+	 * while we were not yet kept: the kick it sent found nothing kept
+	 * and looked at nothing, and the renewal thread would only see it at
+	 * this lease's next renewal, a third of a lease from now, while the
+	 * other process waits (cond::signal_wakes_a_waiter_of_another_process
+	 * _at_once: woken after 3339 ms, lease 10 s, at load 5).  Entry, then
+	 * renewer: the lock order. */
+	if (revoked(e))
+		dmutex__renewer_kick(e->client);
+kept:
+	end_local(e, now);
+	return 1;
+}
+
+/* Under e->mu, kept and nobody holding it: start a hold of mx by us. */
+static void
+take(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	e->held = 1;
+	e->owner = pthread_self();
+	e->depth = 1;
+	e->fence = e->blk_next++;
+	e->lost = e->lost_reported = 0;
+	e->inconsistent = 0;
+	e->robust = 0;
+	e->fair = 0;
+	e->onlost = mx->onlost;
+	e->onlost_arg = mx->onlost_arg;
+	e->last_use_ns = now;
+	suspect_start(e, e->fence);
+	dmutex__entry_count_hold(e, now);
+	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Without e->mu, e->acquiring ours: release the kept lease by `until`;
+ * the release's answer (ENOLCK: it was not ours any more). */
+static int
+drop(struct dmutex__entry *e, const char *token, int64_t until)
+{
+	struct dmutex_client *c = e->client;
+	int err;
+
+	dmutex__renewer_remove(c, e);
+	if ((err = dmutex__release_by(c, e->name, token, DMUTEX__REL_CLEAN, until)) == EIO)
+		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_CLEAN,
+				dmutex__now_ns() + (int64_t)e->lease_ms * DMUTEX__MS);
+	return err;
+}
+
+/* Under e->mu, e->acquiring set by the caller: forget the kept lease,
+ * and if `gone`, report the holds granted on it since its last
+ * confirmation (e->mu dropped meanwhile: the caller's acquiring keeps
+ * other threads of ours waiting). */
+static void
+forget_kept(struct dmutex__entry *e, int gone)
+{
+	struct dmutex__suspects sus = { 0 };
+
+	if (gone)
+		dmutex__cache_gone(e, &sus);
+	dmutex__cache_forget(e);
+	dmutex__entry_forget(e);
+	if (!sus.n) {
+		free(sus.v);
+		return;
+	}
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__cache_report(e, &sus);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+}
+
+/* Under e->mu (dropped meanwhile, e->acquiring set): give the kept lease
+ * back and forget it. */
+static void
+drop_locked(struct dmutex__entry *e, int64_t until)
+{
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err;
+
+	memcpy(token, e->token, sizeof token);
+	e->acquiring = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	err = drop(e, token, until);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	forget_kept(e, err == ENOLCK);
+	e->acquiring = 0;
+}
+
+int
+dmutex__cache_lock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	if (!e->kept || !fits(mx, e) || revoked(e) || !fresh(e, now) ||
+			e->blk_next > e->blk_last || !suspect_room(e, mx))
+		return 0;
+	take(mx, e, now);
+	return 1;
+}
+
+int
+dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
+{
+	struct dmutex_client *c = e->client;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	uint64_t last;
+	int result = 0, err;
+
+	if (!e->kept)
+		return 0;
+	if (fits(mx, e) && !revoked(e) && fresh(e, now) && suspect_room(e, mx)) {
+		int64_t sent;
+
+		if (e->blk_next <= e->blk_last) {
+			take(mx, e, now);
+			return 1;
+		}
+		/* The block is used up: reserve the next (one round trip). */
+		memcpy(token, e->token, sizeof token);
+		e->acquiring = 1;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		sent = dmutex__now_ns();
+		err = c->be->ops->cache(c->be, e->name, token, BLOCK,
+				sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, &last, &result);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		if (!err && result == 1 && e->kept && !strcmp(token, e->token) && !revoked(e) &&
+				suspect_room(e, mx)) {
+			e->acquiring = 0;
+			pthread_cond_broadcast(&e->cv);
+			dmutex__cache_confirmed(e, sent);
+			e->blk_next = last - BLOCK + 1;
+			e->blk_last = last;
+			take(mx, e, dmutex__now_ns());
+			return 1;
+		}
+		if (!err && result == 0 && e->kept && !strcmp(token, e->token)) {
+			/* Not ours any more: the holds since its last
+			 * confirmation may have overlapped another's. */
+			dmutex__renewer_remove(c, e);
+			forget_kept(e, 1);
+			e->acquiring = 0;
+			pthread_cond_broadcast(&e->cv);
+			return 0;
+		}
+		e->acquiring = 0;
+		pthread_cond_broadcast(&e->cv);
+		if (!e->kept)
+			return 0;
+	}
+	/* Revoked, too close to its end, or this mutex may not use it: give
+	 * the lease back, then ask as anyone would. */
+	e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
+	drop_locked(e, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
+	return 0;
+}
+
+int
+dmutex__cache_idle(const struct dmutex__entry *e, int64_t now)
+{
+	/* Used since the last renewal (a third of a lease ago): renew it. */
+	return !e->held && (revoked(e) ||
+			now - e->last_use_ns >= (int64_t)e->lease_ms * DMUTEX__MS / 3 - 50 * DMUTEX__MS);
+}
+
+void
+dmutex__cache_release(struct dmutex__entry *e, int64_t until)
+{
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (e->kept && !e->held && !e->acquiring && !e->releasing) {
+		/* The renewer's or a closing client's own work, not a user's
+		 * lock: dmutex_destroy waits for it rather than say EBUSY. */
+		e->dropping = 1;
+		drop_locked(e, until);
+		e->dropping = 0;
+		pthread_cond_broadcast(&e->cv);
+	}
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+}
+
+void
+dmutex__cache_release_all(struct dmutex_client *c, int64_t until)
+{
+	struct dmutex__entry **v = NULL;
+	size_t n = 0, cap = 0;
+
+	/* References under the table's lock, releases without it. */
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < c->tab_size; i++)
+		for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
+			if (!__atomic_load_n(&e->kept, __ATOMIC_RELAXED))
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 16;
+				struct dmutex__entry **nv = realloc(v, nc * sizeof *nv);
+				if (!nv)
+					break;
+				v = nv;
+				cap = nc;
+			}
+			__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+			v[n++] = e;
+		}
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < n; i++) {
+		dmutex__cache_release(v[i], until);
+		dmutex__entry_put(v[i]);
+	}
+	free(v);
+}

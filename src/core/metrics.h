@@ -1,0 +1,46 @@
+/*
+ * Per-lock counters (issue 17.7): kept in the process, per client and lock
+ * name, and added to Redis by the renewal thread at most once a second
+ * (never per acquisition), where `dmutex metrics` and `dmutex top` read
+ * every process's sums.
+ *
+ * Their layout in Redis, and the call that adds them there: backend/counters.h.
+ */
+#ifndef DMUTEX_METRICS_H
+#define DMUTEX_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend/redis/counters.h"
+#include "dmutex.h"
+
+struct dmutex_client;
+
+int dmutex__met_init(struct dmutex_client *c);
+void dmutex__met_free(struct dmutex_client *c);
+void dmutex__met_atfork_child(struct dmutex_client *c);
+
+/* The hooks; cheap (a hash lookup under a leaf mutex), never any I/O. */
+void dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns,
+		int64_t now_ns, int contended);
+/* A hold of name ended, after held_ns, however it ended: the caller
+ * (hold.c dmutex__entry_end_counted / _take_counted) says so once per
+ * hold.  held_ns < 0: no hold was counted, nothing to do. */
+void dmutex__met_hold_ended(struct dmutex_client *c, const char *name, int64_t held_ns);
+void dmutex__met_count(struct dmutex_client *c, const char *name, int field);
+
+/* CLOCK_MONOTONIC ns when a flush is due; INT64_MAX when nothing waits. */
+int64_t dmutex__met_due(struct dmutex_client *c);
+/* Add the counters gathered since the last flush to Redis (the backend's
+ * node for them: any topology),
+ * giving up at `until` (CLOCK_MONOTONIC ns): the renewal thread passes its
+ * next renewal, so that a slow or stopped server never delays one. */
+void dmutex__met_flush(struct dmutex_client *c, int64_t until);
+/* This process's totals on c, of one lock (name) or all (NULL), into out.
+ * The caller (client_metrics.c) checks the arguments and resolves the
+ * default client: metrics is given its client, it does not find one. */
+void dmutex__met_totals(struct dmutex_client *c, const char *name, dmutex_metrics_t *out);
+
+#endif
