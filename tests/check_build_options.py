@@ -9,6 +9,10 @@
    and the man pages.
 3. Every option of meson_options.txt has a description (`meson configure`
    shows it) and is named in README.md as -DNAME.
+4. Installed into a prefix, the library serves what README promises:
+   a C program with <dmutex.h>, a C++ program with <dmutex.hpp> and a
+   pthread program through the shim each compile and link with nothing
+   but `pkg-config --cflags --libs dmutex` (or dmutex-shim).
 
 usage: check_build_options.py MESON SRCDIR
 """
@@ -41,6 +45,56 @@ def pc_dirs():
     out = subprocess.run(['pkg-config', '--variable', 'pc_path', 'pkg-config'],
                          capture_output=True, text=True, check=True).stdout.strip()
     return [d for d in out.split(':') if os.path.isdir(d)]
+
+
+PROGRAMS = {
+    'c.c': ('cc', 'dmutex', '''#include <dmutex.h>
+int main(void) { dmutex_t m; return dmutex_init(&m, "x", NULL) == 12345; }
+'''),
+    'cpp.cpp': ('c++', 'dmutex', '''#include <dmutex.hpp>
+#include <mutex>
+int main() { dmutex::mutex m("x"); std::lock_guard<dmutex::mutex> g(m); return 0; }
+'''),
+    'shim.c': ('cc', 'dmutex-shim', '''#include <pthread.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+int main(void) { pthread_mutex_lock(&m); return pthread_mutex_unlock(&m); }
+'''),
+}
+
+
+def installed_tree(meson, src, tmp):
+    prefix = os.path.join(tmp, 'prefix')
+    build = os.path.join(tmp, 'install')
+    rc, out = setup(meson, src, build, ['--prefix=' + prefix, '-Dtests=false',
+                                        '-Dbench=false', '-Dman=disabled'])
+    if rc:
+        return ['meson setup --prefix failed:\n' + out]
+    p = subprocess.run([meson, 'install', '-C', build], capture_output=True, text=True)
+    if p.returncode:
+        return ['meson install failed:\n' + p.stdout + p.stderr]
+    pcs = [d for d, _, f in os.walk(prefix) if 'dmutex.pc' in f]
+    if not pcs:
+        return ['meson install wrote no dmutex.pc under ' + prefix]
+    env = dict(os.environ, PKG_CONFIG_PATH=pcs[0])
+    failures = []
+    for name, (cc, pkg, text) in PROGRAMS.items():
+        path = os.path.join(tmp, name)
+        with open(path, 'w') as f:
+            f.write(text)
+        flags = subprocess.run(['pkg-config', '--cflags', '--libs', pkg], env=env,
+                               capture_output=True, text=True)
+        if flags.returncode:
+            failures.append(f'pkg-config {pkg} failed: {flags.stderr.strip()}')
+            continue
+        p = subprocess.run([cc, path, '-o', path + '.out'] + flags.stdout.split(),
+                           capture_output=True, text=True)
+        if p.returncode:
+            failures.append(f'{name} does not build against the installed tree '
+                            f'({cc} ... {flags.stdout.strip()}):\n{p.stdout}{p.stderr}')
+    if not failures:
+        print('ok: installed into a prefix, ' + ', '.join(PROGRAMS)
+              + ' build with pkg-config alone')
+    return failures
 
 
 def main():
@@ -105,6 +159,9 @@ def main():
             if opts and not failures:
                 print('ok: every option is described and in README.md: '
                       + ', '.join('-D' + o['name'] for o in opts))
+        # 4. the installed tree
+        if default_ok:
+            failures += installed_tree(meson, src, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:
