@@ -1,5 +1,6 @@
 /*
- * The client URL grammar of API.md.  Every rejection logs exactly one line,
+ * The client URL grammar of API.md: schemes, user information, hosts,
+ * node lists (url_options.c reads what follows '?').  Every rejection logs exactly one line,
  * and no log line ever carries a password: a node is named by its display
  * string (password replaced by "***") once its user information has been
  * cut out unambiguously, and only by its position before that.
@@ -14,14 +15,11 @@
 
 #include "dmutex_config.h"
 #include "base/log.h"
-#include "url.h"
+#include "url_parse.h"
 
 #define NODES_MAX 64
 #define PORT_DEFAULT 6379
 #define PORT_MAX 65535ul
-#define DB_MAX 1000000ul
-#define TIMEOUT_MAX 600000ul
-#define HOST_MAX 255
 #define PREFIX_DEFAULT "dmutex:"
 
 /* meson.build defines DMUTEX_HAVE_TLS 1 (src/backend/net/tls.c, OpenSSL); a build
@@ -32,41 +30,6 @@
 #define TLS_SUPPORTED 0
 #endif
 
-enum { OPT_DB, OPT_CONNECT, OPT_COMMAND, OPT_LEASE, OPT_NODE, OPT_IDLE, OPT_PREFIX, OPT_METRICS,
-	OPT_ASYNC_RELEASE,
-	OPT_LEASE_CACHE, OPT_RETRY_WINDOW,
-	/* Options of one URL (one node), not of the client: */
-	OPT_PASSWORD_FILE, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_SERVER_NAME,
-	OPT_TLS_VERIFY, OPT_SENTINEL_USER, OPT_SENTINEL_PASSWORD, OPT_SENTINEL_PASSWORD_FILE,
-	OPT_COUNT };
-
-static const struct {
-	const char *name;
-	unsigned long min, max;
-} options[OPT_COUNT] = {
-	[OPT_DB] = { "db", 0, DB_MAX },
-	[OPT_CONNECT] = { "connect_timeout_ms", 1, TIMEOUT_MAX },
-	[OPT_COMMAND] = { "command_timeout_ms", 1, TIMEOUT_MAX },
-	[OPT_LEASE] = { "lease_ms", DMUTEX_LEASE_MIN, DMUTEX_LEASE_MAX },
-	[OPT_NODE] = { "node_timeout_ms", 1, TIMEOUT_MAX },
-	[OPT_IDLE] = { "idle_ms", DMUTEX__IDLE_MIN, DMUTEX__IDLE_MAX },
-	[OPT_PREFIX] = { "prefix", 0, 0 },  /* not a number: see set_prefix */
-	[OPT_METRICS] = { "metrics", 0, 1 },
-	[OPT_ASYNC_RELEASE] = { "async_release", 0, 1 },
-	[OPT_LEASE_CACHE] = { "lease_cache", 0, 0 },    /* on or off: set_lease_cache */
-	[OPT_RETRY_WINDOW] = { "retry_window_ms", DMUTEX__RETRY_WINDOW_MIN, DMUTEX__RETRY_WINDOW_MAX },
-	/* Not numbers either: see set_node_string, set_verify. */
-	[OPT_PASSWORD_FILE] = { "password_file", 0, 0 },
-	[OPT_TLS_CA] = { "tls_ca", 0, 0 },
-	[OPT_TLS_CERT] = { "tls_cert", 0, 0 },
-	[OPT_TLS_KEY] = { "tls_key", 0, 0 },
-	[OPT_TLS_SERVER_NAME] = { "tls_server_name", 0, 0 },
-	[OPT_TLS_VERIFY] = { "tls_verify", 0, 0 },
-	/* Of redis-sentinel:// URLs: how to authenticate to the sentinels. */
-	[OPT_SENTINEL_USER] = { "sentinel_user", 0, 0 },
-	[OPT_SENTINEL_PASSWORD] = { "sentinel_password", 0, 0 },
-	[OPT_SENTINEL_PASSWORD_FILE] = { "sentinel_password_file", 0, 0 },
-};
 
 /* The schemes; only those with `redlock` set may be listed (Redlock). */
 static const struct scheme {
@@ -82,20 +45,9 @@ static const struct scheme {
 	{ "rediss-cluster", 1, 0, 0, 0, 1 },
 };
 
-struct parse {
-	struct dmutex__config *cfg;
-	size_t index, count;   /* the node being parsed, for log lines */
-	const char *display;   /* NULL until the password is known to be cut out */
-	unsigned seen;         /* client-wide options given so far, bit per OPT_ */
-	unsigned node_seen;    /* this node's options given so far, bit per OPT_ */
-	int db_seen;           /* this node's db was given */
-};
 
-static void
-bad(const struct parse *p, const char *fmt, ...) DMUTEX__PRINTF(2, 3);
-
-static void
-bad(const struct parse *p, const char *fmt, ...)
+void
+dmutex__url_bad(const struct parse *p, const char *fmt, ...)
 {
 	char what[256];
 	va_list ap;
@@ -124,8 +76,8 @@ dupn(const char *s, size_t n)
 }
 
 /* strcspn within s[0..n), which is not NUL-terminated there. */
-static size_t
-strcspn_n(const char *s, size_t n, const char *reject)
+size_t
+dmutex__url_strcspn_n(const char *s, size_t n, const char *reject)
 {
 	size_t i = 0;
 
@@ -135,8 +87,8 @@ strcspn_n(const char *s, size_t n, const char *reject)
 }
 
 /* Plain decimal only: strtoul would take signs, spaces and hex. */
-static int
-parse_num(const char *s, size_t n, unsigned long min, unsigned long max,
+int
+dmutex__url_parse_num(const char *s, size_t n, unsigned long min, unsigned long max,
 		unsigned long *out)
 {
 	unsigned long v = 0;
@@ -171,8 +123,8 @@ hexval(int c)
 }
 
 /* EINVAL for a malformed escape or %00, which a C string cannot carry. */
-static int
-pct_decode(const char *s, size_t n, char **out, size_t *outlen)
+int
+dmutex__url_pct_decode(const char *s, size_t n, char **out, size_t *outlen)
 {
 	char *d = malloc(n + 1);
 	size_t j = 0;
@@ -208,9 +160,9 @@ userinfo_part(struct parse *p, const char *s, size_t n, const char *what, char *
 
 	if (!n)
 		return 0;
-	err = pct_decode(s, n, out, NULL);
+	err = dmutex__url_pct_decode(s, n, out, NULL);
 	if (err == EINVAL)
-		bad(p, "malformed percent escape (or %%00) in the %s", what);
+		dmutex__url_bad(p, "malformed percent escape (or %%00) in the %s", what);
 	return err;
 }
 
@@ -288,8 +240,8 @@ make_display(const char *elem, size_t len, const char *ui, const char *at,
 	return node->display ? 0 : ENOMEM;
 }
 
-static int
-valid_hostname(const char *s, size_t n)
+int
+dmutex__url_valid_hostname(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
@@ -318,7 +270,7 @@ valid_ipv6(const char *s, size_t n)
 		return 1;
 	if (n - i < 4 || strncmp(s + i, "%25", 3))
 		return 0;
-	return valid_hostname(s + i + 3, n - i - 3);
+	return dmutex__url_valid_hostname(s + i + 3, n - i - 3);
 }
 
 /* getaddrinfo wants the zone after a bare '%'; a URL writes it "%25". */
@@ -348,44 +300,44 @@ parse_hostport(struct parse *p, const char *s, size_t n, struct dmutex__node_add
 	if (n && s[0] == '[') {
 		const char *close = memchr(s, ']', n);
 		if (!close) {
-			bad(p, "IPv6 address without its closing ']'");
+			dmutex__url_bad(p, "IPv6 address without its closing ']'");
 			return EINVAL;
 		}
 		host = s + 1;
 		hlen = (size_t)(close - host);
 		rest = close + 1;
 		if (!valid_ipv6(host, hlen)) {
-			bad(p, "bad IPv6 address '%.*s'", (int)hlen, host);
+			dmutex__url_bad(p, "bad IPv6 address '%.*s'", (int)hlen, host);
 			return EINVAL;
 		}
 	} else {
-		hlen = strcspn_n(s, n, ":");
+		hlen = dmutex__url_strcspn_n(s, n, ":");
 		rest = s + hlen;
 		if (!hlen) {
-			bad(p, "empty host");
+			dmutex__url_bad(p, "empty host");
 			return EINVAL;
 		}
 		if (rest < end && memchr(rest + 1, ':', (size_t)(end - rest - 1))) {
-			bad(p, "an IPv6 address must be in brackets, like [::1]");
+			dmutex__url_bad(p, "an IPv6 address must be in brackets, like [::1]");
 			return EINVAL;
 		}
 		if (hlen > HOST_MAX) {
-			bad(p, "host name longer than %d bytes", HOST_MAX);
+			dmutex__url_bad(p, "host name longer than %d bytes", HOST_MAX);
 			return EINVAL;
 		}
-		if (!valid_hostname(host, hlen)) {
-			bad(p, "bad host '%.*s'", (int)hlen, host);
+		if (!dmutex__url_valid_hostname(host, hlen)) {
+			dmutex__url_bad(p, "bad host '%.*s'", (int)hlen, host);
 			return EINVAL;
 		}
 	}
 	if (rest < end) {
 		size_t plen = (size_t)(end - rest) - 1;
 		if (*rest != ':') {
-			bad(p, "unexpected '%.*s' after the host", (int)(plen + 1), rest);
+			dmutex__url_bad(p, "unexpected '%.*s' after the host", (int)(plen + 1), rest);
 			return EINVAL;
 		}
-		if (parse_num(rest + 1, plen, 1, PORT_MAX, &port)) {
-			bad(p, "bad port '%.*s' (1..65535)", (int)plen, rest + 1);
+		if (dmutex__url_parse_num(rest + 1, plen, 1, PORT_MAX, &port)) {
+			dmutex__url_bad(p, "bad port '%.*s' (1..65535)", (int)plen, rest + 1);
 			return EINVAL;
 		}
 	}
@@ -397,235 +349,23 @@ parse_hostport(struct parse *p, const char *s, size_t n, struct dmutex__node_add
 }
 
 static int
-set_db(struct parse *p, unsigned long db, struct dmutex__node_addr *node)
-{
-	if (p->db_seen && (unsigned long)node->db != db) {
-		bad(p, "db given twice with different values (%d and %lu)", node->db, db);
-		return EINVAL;
-	}
-	p->db_seen = 1;
-	node->db = (int)db;
-	return 0;
-}
-
-static int
-set_prefix(struct parse *p, const char *v, size_t n)
-{
-	struct dmutex__config *cfg = p->cfg;
-	char *prefix;
-	size_t len;
-	int err = pct_decode(v, n, &prefix, &len);
-
-	if (err == EINVAL)
-		bad(p, "malformed percent escape (or %%00) in prefix");
-	if (err)
-		return err;
-	if (len > DMUTEX__PREFIX_MAX) {
-		bad(p, "prefix longer than %u bytes", DMUTEX__PREFIX_MAX);
-		free(prefix);
-		return EINVAL;
-	}
-	if (p->seen & 1u << OPT_PREFIX) {
-		err = strcmp(prefix, cfg->prefix) ? EINVAL : 0;
-		if (err)
-			bad(p, "prefix given twice with different values");
-		free(prefix);
-		return err;
-	}
-	p->seen |= 1u << OPT_PREFIX;
-	cfg->prefix = prefix;
-	return 0;
-}
-
-static char **
-node_string(struct dmutex__node_addr *node, int o)
-{
-	switch (o) {
-	case OPT_PASSWORD_FILE: return &node->password_file;
-	case OPT_TLS_CA: return &node->tls_ca;
-	case OPT_TLS_CERT: return &node->tls_cert;
-	case OPT_TLS_KEY: return &node->tls_key;
-	case OPT_TLS_SERVER_NAME: return &node->tls_server_name;
-	case OPT_SENTINEL_USER: return &node->sentinel_user;
-	case OPT_SENTINEL_PASSWORD: return &node->sentinel_password;
-	case OPT_SENTINEL_PASSWORD_FILE: return &node->sentinel_password_file;
-	}
-	return NULL;
-}
-
-/* A file name or server name, percent-decoded (a path may hold '&' or ','). */
-static int
-set_node_string(struct parse *p, int o, const char *v, size_t n, struct dmutex__node_addr *node)
-{
-	char **field = node_string(node, o), *val;
-	size_t len;
-	int err = pct_decode(v, n, &val, &len);
-
-	if (err == EINVAL)
-		bad(p, "malformed percent escape (or %%00) in %s", options[o].name);
-	if (err)
-		return err;
-	if (!len) {
-		bad(p, "empty %s", options[o].name);
-		free(val);
-		return EINVAL;
-	}
-	if (o == OPT_TLS_SERVER_NAME && (len > HOST_MAX || !valid_hostname(val, len))) {
-		bad(p, "bad tls_server_name '%.64s'", val);
-		free(val);
-		return EINVAL;
-	}
-	if (*field) {
-		err = strcmp(val, *field) ? EINVAL : 0;
-		if (err)
-			bad(p, "%s given twice with different values", options[o].name);
-		free(val);
-		return err;
-	}
-	*field = val;
-	return 0;
-}
-
-/* "on" 1, "off" 0, anything else -1 (logged, naming option o). */
-static int
-on_off(struct parse *p, int o, const char *v, size_t n)
-{
-	if (n == 2 && !memcmp(v, "on", 2))
-		return 1;
-	if (n == 3 && !memcmp(v, "off", 3))
-		return 0;
-	bad(p, "bad %s '%.*s' (on or off)", options[o].name, n > 16 ? 16 : (int)n, v);
-	return -1;
-}
-
-static int
-set_verify(struct parse *p, const char *v, size_t n, struct dmutex__node_addr *node)
-{
-	int on = on_off(p, OPT_TLS_VERIFY, v, n);
-
-	if (on < 0)
-		return EINVAL;
-	if (p->node_seen & 1u << OPT_TLS_VERIFY && node->tls_verify != on) {
-		bad(p, "tls_verify given twice with different values");
-		return EINVAL;
-	}
-	p->node_seen |= 1u << OPT_TLS_VERIFY;
-	node->tls_verify = on;
-	return 0;
-}
-
-/* lease_cache=on|off (README "Cached leases"): client-wide. */
-static int
-set_lease_cache(struct parse *p, const char *v, size_t n)
-{
-	int on = on_off(p, OPT_LEASE_CACHE, v, n);
-
-	if (on < 0)
-		return EINVAL;
-	if (p->seen & 1u << OPT_LEASE_CACHE && p->cfg->lease_cache != (unsigned)on) {
-		bad(p, "lease_cache given twice with different values");
-		return EINVAL;
-	}
-	p->seen |= 1u << OPT_LEASE_CACHE;
-	p->cfg->lease_cache = (unsigned)on;
-	return 0;
-}
-
-static int
-set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr *node)
-{
-	size_t nlen = strcspn_n(opt, n, "=");
-	const char *v;
-	size_t vlen;
-	unsigned long num;
-	unsigned *field;
-	int o;
-
-	if (!n) {
-		bad(p, "empty option (a stray '?' or '&')");
-		return EINVAL;
-	}
-	for (o = 0; o < OPT_COUNT; o++)
-		if (strlen(options[o].name) == nlen && !memcmp(options[o].name, opt, nlen))
-			break;
-	if (o == OPT_COUNT) {
-		bad(p, "unknown option '%.*s'", (int)nlen, opt);
-		return EINVAL;
-	}
-	if (nlen == n) {
-		bad(p, "option '%s' without '=value'", options[o].name);
-		return EINVAL;
-	}
-	v = opt + nlen + 1;
-	vlen = n - nlen - 1;
-	if (o == OPT_PREFIX)
-		return set_prefix(p, v, vlen);
-	if (o == OPT_TLS_VERIFY)
-		return set_verify(p, v, vlen, node);
-	if (o == OPT_LEASE_CACHE)
-		return set_lease_cache(p, v, vlen);
-	if (node_string(node, o))
-		return set_node_string(p, o, v, vlen, node);
-	if (parse_num(v, vlen, options[o].min, options[o].max, &num)) {
-		bad(p, "bad %s '%.*s' (%lu..%lu)", options[o].name, (int)vlen, v,
-				options[o].min, options[o].max);
-		return EINVAL;
-	}
-	if (o == OPT_DB)
-		return set_db(p, num, node);
-	field = o == OPT_CONNECT ? &p->cfg->connect_timeout_ms
-		: o == OPT_COMMAND ? &p->cfg->command_timeout_ms
-		: o == OPT_NODE ? &p->cfg->node_timeout_ms
-		: o == OPT_METRICS ? &p->cfg->metrics
-		: o == OPT_ASYNC_RELEASE ? &p->cfg->async_release
-		: o == OPT_IDLE ? &p->cfg->idle_ms
-		: o == OPT_RETRY_WINDOW ? &p->cfg->retry_window_ms
-		: &p->cfg->lease_ms;
-	if (p->seen & 1u << o && *field != num) {
-		bad(p, "%s given twice with different values (%u and %lu)",
-				options[o].name, *field, num);
-		return EINVAL;
-	}
-	p->seen |= 1u << o;
-	*field = (unsigned)num;
-	return 0;
-}
-
-static int
-parse_query(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
-{
-	const char *end = s + n;
-
-	for (;;) {
-		const char *amp = memchr(s, '&', (size_t)(end - s));
-		const char *stop = amp ? amp : end;
-		int err = set_option(p, s, (size_t)(stop - s), node);
-		if (err)
-			return err;
-		if (!amp)
-			return 0;
-		s = amp + 1;
-	}
-}
-
-static int
 parse_unix_path(struct parse *p, const char *s, size_t n, struct dmutex__node_addr *node)
 {
 	size_t len;
 	int err;
 
 	if (!n) {
-		bad(p, "empty unix socket path");
+		dmutex__url_bad(p, "empty unix socket path");
 		return EINVAL;
 	}
-	err = pct_decode(s, n, &node->path, &len);
+	err = dmutex__url_pct_decode(s, n, &node->path, &len);
 	if (err == EINVAL)
-		bad(p, "malformed percent escape (or %%00) in the socket path");
+		dmutex__url_bad(p, "malformed percent escape (or %%00) in the socket path");
 	if (err)
 		return err;
 	/* hiredis would truncate it silently into sun_path. */
 	if (len >= sizeof ((struct sockaddr_un *)0)->sun_path) {
-		bad(p, "unix socket path longer than %zu bytes",
+		dmutex__url_bad(p, "unix socket path longer than %zu bytes",
 				sizeof ((struct sockaddr_un *)0)->sun_path - 1);
 		return EINVAL;
 	}
@@ -641,27 +381,27 @@ check_node(struct parse *p, const struct dmutex__node_addr *node)
 		: p->node_seen & 1u << OPT_TLS_VERIFY ? "tls_verify" : NULL;
 
 	if (tls_opt && !node->tls) {
-		bad(p, "%s is an option of rediss:// (TLS) URLs", tls_opt);
+		dmutex__url_bad(p, "%s is an option of rediss:// (TLS) URLs", tls_opt);
 		return EINVAL;
 	}
 	if (!node->tls_cert != !node->tls_key) {
-		bad(p, "%s without %s: a client certificate needs its key", node->tls_cert
+		dmutex__url_bad(p, "%s without %s: a client certificate needs its key", node->tls_cert
 				? "tls_cert" : "tls_key", node->tls_cert ? "tls_key" : "tls_cert");
 		return EINVAL;
 	}
 	if (node->password_file && node->password) {
-		bad(p, "a password and password_file both given");
+		dmutex__url_bad(p, "a password and password_file both given");
 		return EINVAL;
 	}
 	if (!node->master_name && (node->sentinel_user || node->sentinel_password
 			|| node->sentinel_password_file)) {
-		bad(p, "%s is an option of redis-sentinel:// URLs", node->sentinel_user
+		dmutex__url_bad(p, "%s is an option of redis-sentinel:// URLs", node->sentinel_user
 				? "sentinel_user" : node->sentinel_password ? "sentinel_password"
 				: "sentinel_password_file");
 		return EINVAL;
 	}
 	if (node->sentinel_password && node->sentinel_password_file) {
-		bad(p, "sentinel_password and sentinel_password_file both given");
+		dmutex__url_bad(p, "sentinel_password and sentinel_password_file both given");
 		return EINVAL;
 	}
 	return 0;
@@ -718,16 +458,16 @@ parse_host_list(struct parse *p, const char *s, size_t n, const char *what, unsi
 	for (size_t i = 0; i < n; i++)
 		count += s[i] == ',';
 	if (count > NODES_MAX) {
-		bad(p, "%zu %ss, at most %d", count, what, NODES_MAX);
+		dmutex__url_bad(p, "%zu %ss, at most %d", count, what, NODES_MAX);
 		return EINVAL;
 	}
 	if (!(*list = calloc(count, sizeof **list)))
 		return ENOMEM;
 	*nlist = count;
 	for (size_t i = 0; i < count; i++) {
-		size_t len = strcspn_n(s, n, ",");
+		size_t len = dmutex__url_strcspn_n(s, n, ",");
 		if (!len) {
-			bad(p, "empty element in the %s list", what);
+			dmutex__url_bad(p, "empty element in the %s list", what);
 			return EINVAL;
 		}
 		if ((err = parse_hostport(p, s, len, &(*list)[i], port)))
@@ -753,14 +493,14 @@ parse_master_name(struct parse *p, const char *s, size_t n, struct dmutex__node_
 	int err;
 
 	if (n < 2 || *s != '/') {
-		bad(p, "no master name: redis-sentinel://HOST:PORT,.../MASTERNAME");
+		dmutex__url_bad(p, "no master name: redis-sentinel://HOST:PORT,.../MASTERNAME");
 		return EINVAL;
 	}
-	err = pct_decode(s + 1, n - 1, &node->master_name, &len);
+	err = dmutex__url_pct_decode(s + 1, n - 1, &node->master_name, &len);
 	if (err == EINVAL)
-		bad(p, "malformed percent escape (or %%00) in the master name");
+		dmutex__url_bad(p, "malformed percent escape (or %%00) in the master name");
 	if (!err && len > HOST_MAX) {
-		bad(p, "master name longer than %d bytes", HOST_MAX);
+		dmutex__url_bad(p, "master name longer than %d bytes", HOST_MAX);
 		err = EINVAL;
 	}
 	return err;
@@ -776,7 +516,7 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 		struct dmutex__node_addr *node)
 {
 	const char *rest = elem + strlen(sc->name) + 3, *end = elem + len;
-	const char *auth_end = rest + strcspn_n(rest, (size_t)(end - rest), "/?");
+	const char *auth_end = rest + dmutex__url_strcspn_n(rest, (size_t)(end - rest), "/?");
 	const char *at = NULL, *host, *q;
 	int err;
 
@@ -784,7 +524,7 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 		if (*c == '@')
 			at = c;
 	if (memchr(auth_end, '@', (size_t)(end - auth_end))) {
-		bad(p, "'@' outside the user information (write it as %%40)");
+		dmutex__url_bad(p, "'@' outside the user information (write it as %%40)");
 		return EINVAL;
 	}
 	err = make_display(elem, len, rest, at, node);
@@ -804,7 +544,7 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 			err = parse_master_name(p, auth_end, (size_t)(q - auth_end), node);
 	} else if (sc->is_unix) {
 		if (host < auth_end) {
-			bad(p, "unix socket path is not absolute");
+			dmutex__url_bad(p, "unix socket path is not absolute");
 			return EINVAL;
 		}
 		err = parse_unix_path(p, auth_end, (size_t)(q - auth_end), node);
@@ -818,23 +558,23 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 		if (!err && auth_end < q) {
 			unsigned long db;
 			const char *d = auth_end + 1;
-			if (q > d && parse_num(d, (size_t)(q - d), 0, DB_MAX, &db)) {
-				bad(p, "bad db '%.*s' (0..%lu)", (int)(q - d), d, DB_MAX);
+			if (q > d && dmutex__url_parse_num(d, (size_t)(q - d), 0, DB_MAX, &db)) {
+				dmutex__url_bad(p, "bad db '%.*s' (0..%lu)", (int)(q - d), d, DB_MAX);
 				return EINVAL;
 			}
 			if (q > d)
-				err = set_db(p, db, node);
+				err = dmutex__url_set_db(p, db, node);
 		}
 	}
 	if (err)
 		return err;
-	if (q < end && (err = parse_query(p, q + 1, (size_t)(end - q - 1), node)))
+	if (q < end && (err = dmutex__url_query(p, q + 1, (size_t)(end - q - 1), node)))
 		return err;
 	if ((err = check_node(p, node)))
 		return err;
 	/* Redis Cluster serves database 0 only. */
 	if (sc->cluster && node->db) {
-		bad(p, "a cluster has only db 0");
+		dmutex__url_bad(p, "a cluster has only db 0");
 		return EINVAL;
 	}
 	return sc->sentinel ? finish_sentinels(node) : 0;
@@ -881,13 +621,13 @@ scheme_of(struct parse *p, const char *elem, size_t len)
 	size_t n = scheme_at(elem, len);
 
 	if (!n) {
-		bad(p, "no scheme (redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://)");
+		dmutex__url_bad(p, "no scheme (redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://)");
 		return NULL;
 	}
 	for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
 		if (strlen(schemes[i].name) == n && !strncasecmp(schemes[i].name, elem, n))
 			return &schemes[i];
-	bad(p, "unknown scheme '%.*s'", n > 16 ? 16 : (int)n, elem);
+	dmutex__url_bad(p, "unknown scheme '%.*s'", n > 16 ? 16 : (int)n, elem);
 	return NULL;
 }
 
@@ -915,18 +655,18 @@ check_list(struct parse *p, const char *url)
 		size_t len = elem_len(s);
 		const struct scheme *sc;
 		if (!len) {
-			bad(p, p->count > 1 ? "empty element in the node list" : "empty URL");
+			dmutex__url_bad(p, p->count > 1 ? "empty element in the node list" : "empty URL");
 			return EINVAL;
 		}
 		for (size_t i = 0; i < len; i++)
 			if ((unsigned char)s[i] <= ' ' || s[i] == 0x7f) {
-				bad(p, "space or control character (percent-encode it)");
+				dmutex__url_bad(p, "space or control character (percent-encode it)");
 				return EINVAL;
 			}
 		if (!(sc = scheme_of(p, s, len)))
 			return EINVAL;
 		if (p->count > 1 && !sc->redlock) {
-			bad(p, "a Redlock list may only contain redis://, rediss:// and unix:// "
+			dmutex__url_bad(p, "a Redlock list may only contain redis://, rediss:// and unix:// "
 					"URLs, not %s://", sc->name);
 			return EINVAL;
 		}
