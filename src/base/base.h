@@ -2,7 +2,8 @@
  * The ground every layer stands on (core, backend, tools): time, the
  * library's random stream, tokens.  Includes nothing from src/ but log.h's
  * peers (tests/check_layers.py), so the backend can use it without knowing
- * the core.  Implemented in token.c.
+ * the core.  Implemented in time.c (clocks, sleep), token.c (tokens,
+ * random, thread id, back-off) and cancel.c.
  */
 #ifndef DMUTEX_BASE_H
 #define DMUTEX_BASE_H
