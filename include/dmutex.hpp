@@ -126,6 +126,23 @@ deadline(const std::chrono::time_point<Clock, Duration> &tp, struct timespec *ts
 	return clk;
 }
 
+// now + d on the steady clock, saturated: duration::max() (and any wait
+// longer than the clock can count) means "no deadline we can reach", not
+// a signed overflow into the past; a negative d means now.
+template <class Rep, class Period>
+inline std::chrono::steady_clock::time_point
+after(const std::chrono::duration<Rep, Period> &d)
+{
+	using namespace std::chrono;
+	const steady_clock::time_point now = steady_clock::now();
+
+	if (d <= d.zero())
+		return now;
+	if (duration<long double>(d) >= duration<long double>(steady_clock::time_point::max() - now))
+		return steady_clock::time_point::max();
+	return now + duration_cast<steady_clock::duration>(d);
+}
+
 // Mutexes: one class, the type a template parameter.
 class mutex_base {
 public:
@@ -206,7 +223,7 @@ public:
 	template <class Rep, class Period>
 	bool try_lock_for(const std::chrono::duration<Rep, Period> &d)
 	{
-		return lock_until(std::chrono::steady_clock::now() + d);
+		return lock_until(detail::after(d));
 	}
 	template <class Clock, class Duration>
 	bool try_lock_until(const std::chrono::time_point<Clock, Duration> &tp)
@@ -265,7 +282,7 @@ public:
 	template <class Rep, class Period>
 	bool try_lock_for(const std::chrono::duration<Rep, Period> &d)
 	{
-		return try_lock_until(std::chrono::steady_clock::now() + d);
+		return try_lock_until(detail::after(d));
 	}
 	template <class Clock, class Duration>
 	bool try_lock_until(const std::chrono::time_point<Clock, Duration> &tp)
@@ -277,7 +294,7 @@ public:
 	template <class Rep, class Period>
 	bool try_lock_shared_for(const std::chrono::duration<Rep, Period> &d)
 	{
-		return try_lock_shared_until(std::chrono::steady_clock::now() + d);
+		return try_lock_shared_until(detail::after(d));
 	}
 	template <class Clock, class Duration>
 	bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration> &tp)
@@ -369,13 +386,13 @@ public:
 	template <class Rep, class Period>
 	std::cv_status wait_for(std::unique_lock<mutex> &lk, const std::chrono::duration<Rep, Period> &d)
 	{
-		return wait_until(lk, std::chrono::steady_clock::now() + d);
+		return wait_until(lk, detail::after(d));
 	}
 	template <class Rep, class Period, class Predicate>
 	bool wait_for(std::unique_lock<mutex> &lk, const std::chrono::duration<Rep, Period> &d,
 			Predicate pred)
 	{
-		return wait_until(lk, std::chrono::steady_clock::now() + d, std::move(pred));
+		return wait_until(lk, detail::after(d), std::move(pred));
 	}
 	dcond_t *native_handle() noexcept { return &c_; }
 
@@ -434,7 +451,7 @@ public:
 	template <class Rep, class Period>
 	bool try_acquire_for(const std::chrono::duration<Rep, Period> &d)
 	{
-		return try_acquire_until(std::chrono::steady_clock::now() + d);
+		return try_acquire_until(detail::after(d));
 	}
 	template <class Clock, class Duration>
 	bool try_acquire_until(const std::chrono::time_point<Clock, Duration> &tp)

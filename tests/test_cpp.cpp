@@ -70,7 +70,24 @@ static void standard_locks()
 		CHECK(!tm.try_lock_until(std::chrono::system_clock::now() + std::chrono::milliseconds(50)));
 	});
 	t.join();
+	// duration::max(): a wait with no reachable deadline, not an overflow
+	// into the past that gives up at once (issue 30).
+	std::atomic<int> got(-1);
+	std::thread forever([&] {
+		got = tm.try_lock_for(std::chrono::nanoseconds::max()) ? 1 : 0;
+		if (got == 1)
+			tm.unlock();
+	});
+	auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+	while (got == -1 && std::chrono::steady_clock::now() < until)
+		std::this_thread::sleep_for(std::chrono::milliseconds(5));
+	CHECK(got == -1);       // still waiting for the holder
 	tm.unlock();
+	forever.join();
+	CHECK(got == 1);
+	CHECK(tm.try_lock_for(std::chrono::hours::max()));
+	tm.unlock();
+	CHECK(tm.try_lock_for(std::chrono::milliseconds(-5)));
 
 	dmutex::recursive_timed_mutex rm("cpp-rm");
 	{
