@@ -549,7 +549,7 @@ dmutex_client_close_impl(dmutex_client_t *c)
 	if (*pp)
 		*pp = c->next_all;
 	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
-	/* No orphan release is queued from here on (mutex_unlock_async.c). */
+	/* No orphan release is queued from here on (unlock_async.c). */
 	__atomic_store_n(&c->closing, 1, __ATOMIC_RELEASE);
 	/* Their mutexes gave back their kept leases when destroyed, unless a
 	 * renewal was dropping one at that moment: none may stay behind. */

@@ -1,24 +1,36 @@
 /*
  * Internal types shared by the public calls, the renewer and the waiter.
  *
- * Who calls whom (no file calls one above it; issue 16 "while in there"):
+ * Who calls whom (no file calls one above it, no two call each other;
+ * tests/check_layers.py reads the calls from the objects):
  *
- *   public calls (mutex_*.c, cond_*.c), shim/
- *     -> bind.c      dmutex_t/dcond_t -> private object; static initializers
- *                    bound to the default client on first use
- *     -> client.c    client life cycle, the default client, fork and exit;
- *                    owns the renewer and the hold table of each client
- *     -> renewer.c   the renewal thread and the orphan releases
- *     -> hold.c      the hold table: entries, lost marks, local wake-ups
- *        release.c   release with retries
- *     -> backend     (backend.h, src/backend/): all Redis I/O
- *     -> log.c, error.c, token.c, url.c: leaves
+ *   public calls (src/api/), shim/
+ *     -> bind.c         dmutex_t/dcond_t -> private object; static
+ *                       initializers bound to the default client on first use
+ *     -> client.c       client life cycle, the default client, fork and exit;
+ *                       owns the renewer and the hold table of each client
+ *     -> lease_cache.c  keep a lease at unlock, take a kept one at lock
+ *        unlock_async.c send a release without waiting for its answer
+ *        fair_handoff.c a fair lock's local hand-over
+ *     -> renewer.c      the renewal thread: renewals, the orphan releases
+ *                       (dmutex__renewer_release: release, else retried
+ *                       until the lease ends), reading asynchronous
+ *                       releases' answers, giving back kept leases
+ *     -> rel_settle.c   act on an asynchronous release's answer
+ *        kept_lease.c   a kept lease's record: confirmations, losses found
+ *     -> release.c      release with retries
+ *     -> hold.c         the hold table: entries, lost marks, forgetting a
+ *                       hold with what hangs on it (kept lease, pending
+ *                       release): the bottom of the core
+ *     -> metrics.c      counters (calls none of the above)
+ *     -> backend        (backend.h, src/backend/): all Redis I/O
+ *     -> base/ (log, time, token, lock order), url.c: leaves
  *
- * The renewer calls hold.c, release.c and the backend, never client.c;
- * hold.c reads the client fields declared below (mu, tab, held) and calls
- * neither client.c nor renewer.c.  The backend never calls back into the
- * public layer, and only the renewer (or the holder itself, on noticing its
- * deadline has passed) marks a hold lost.
+ * The renewer calls hold.c, kept_lease.c, rel_settle.c, release.c and the
+ * backend, never lease_cache.c, unlock_async.c or client.c; hold.c calls
+ * no other file of the core but the counters.  The backend never calls
+ * back into the public layer, and only the renewer (or the holder itself,
+ * on noticing its deadline has passed) marks a hold lost.
  *
  * Lock hierarchy (PLAN design 1; lockorder.h names the levels and, in
  * builds without NDEBUG, aborts on a violation):
@@ -108,7 +120,7 @@ struct dmutex__entry {
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
 	/* The last hold's release, sent without waiting for its answer
-	 * (mutex_unlock_async.c), under mu; rel is read unlocked only as a
+	 * (unlock_async.c), under mu; rel is read unlocked only as a
 	 * hint (atomic), acted on under mu. */
 	struct dmutex__rel_ticket *rel;
 	char rel_token[DMUTEX__TOKEN_HEX + 1];
@@ -117,7 +129,7 @@ struct dmutex__entry {
 	void (*rel_onlost)(const char *, void *);
 	void *rel_onlost_arg;
 	/* Holds granted on the kept lease since Redis last confirmed it
-	 * (lease_cache.c): reported lost if it turns out gone. */
+	 * (kept_lease.c): reported lost if it turns out gone. */
 	struct dmutex__suspect *suspects;
 	size_t nsuspects, suspects_cap;
 	int64_t confirmed_ns;           /* that confirmation's request was sent */
@@ -173,7 +185,7 @@ struct dmutex__reader {
 enum { DMUTEX__KIND_MUTEX = 0, DMUTEX__KIND_RW = 1 };
 
 /* The handler of holds granted on a kept lease since its last
- * confirmation (lease_cache.c), one per handler: the fences they had, and
+ * confirmation (kept_lease.c), one per handler: the fences they had, and
  * when the last of them ended (0: one still holds it). */
 struct dmutex__suspect {
 	void (*cb)(const char *, void *);
@@ -215,7 +227,7 @@ struct dmutex__renewer {
 	struct dmutex__orphan *orphans;
 	size_t norphans, orphans_cap;
 	/* Entries whose asynchronous release is unanswered: the thread reads
-	 * the answer and acts on it (mutex_unlock_async.c), so that a
+	 * the answer and acts on it (rel_settle.c), so that a
 	 * release found not ours is reported soon, not at the name's next
 	 * call, which may never come.  A reference each. */
 	struct dmutex__entry **rels;

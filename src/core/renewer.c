@@ -805,7 +805,7 @@ dmutex__renewer_atfork_child(struct dmutex__renewer *r)
 		free(r->orphans[i].name);
 	r->norphans = 0;
 	r->n = 0;
-	/* The parent's releases are the parent's to answer (rel_drop); the
+	/* The parent's releases are the parent's to answer (entry_rel_drop); the
 	 * references go without a lock (the table's is the parent's). */
 	for (size_t i = 0; i < r->nrels; i++) {
 		r->rels[i]->rel_watched = 0;
