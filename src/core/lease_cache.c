@@ -190,7 +190,8 @@ dmutex__cache_unlock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, in
 {
 	/* dmutex__cache_unlock's way to its "kept" label, with no side
 	 * effect where it would turn off. */
-	if (!e->kept || !fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns || dmutex__kept_revoked(e))
+	if (!e->kept || !fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns ||
+			dmutex__kept_revoked(e))
 		return 0;
 	e->last_end_ns = now;
 	end_local(e, now);
@@ -311,8 +312,8 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 		err = c->be->ops->cache(c->be, e->name, token, BLOCK,
 				sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, &last, &result);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		if (!err && result == 1 && e->kept && !strcmp(token, e->token) && !dmutex__kept_revoked(e) &&
-				suspect_room(e, mx)) {
+		if (!err && result == 1 && e->kept && !strcmp(token, e->token) &&
+				!dmutex__kept_revoked(e) && suspect_room(e, mx)) {
 			e->acquiring = 0;
 			pthread_cond_broadcast(&e->cv);
 			dmutex__kept_confirmed(e, sent);
