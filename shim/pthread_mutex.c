@@ -133,7 +133,6 @@ release_now(dmutex_t *m)
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
-	int err;
 
 	if (dmutex__resolve(m, &mx))
 		return 0;
@@ -147,9 +146,8 @@ release_now(dmutex_t *m)
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__renewer_remove(e->client, e);
-	if ((err = dmutex__release(e->client, e->name, token, DMUTEX__REL_CLEAN)) == EIO)
-		dmutex__renewer_orphan(e->client, e->name, token, DMUTEX__REL_CLEAN,
-				dmutex__now_ns() + (int64_t)e->lease_ms * DMUTEX__MS);
+	dmutex__renewer_release(e->client, e->name, token, DMUTEX__REL_CLEAN, dmutex__now_ns() +
+			(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS, NULL, e->lease_ms);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	dmutex__entry_forget(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);

@@ -38,7 +38,7 @@ dmutex_destroy_impl(dmutex_t *m)
 			return EBUSY;
 		/* A lease kept for the process (lease_cache.c) goes back now: the
 		 * renewer must not keep an entry that is about to be freed. */
-		dmutex__cache_release(e, dmutex__now_ns() +
+		dmutex__renewer_give_back(e, dmutex__now_ns() +
 				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS);
 		__atomic_fetch_sub(&e->client->mutexes, 1, __ATOMIC_ACQ_REL);
 		dmutex__entry_put(e);

@@ -30,11 +30,8 @@ abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, uns
 	 * background), so that its EIO comes within command_timeout_ms.
 	 * Fair: also leaves the queue, or hands on a lock handed to us. */
 	int mode = DMUTEX__REL_ABANDON | (fair ? DMUTEX__REL_FAIR : 0);
-	int err = until ? dmutex__release_by(c, e->name, token, mode, until)
-		: dmutex__release(c, e->name, token, mode);
-	if (err == EIO)
-		dmutex__renewer_orphan(c, e->name, token, mode,
-				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+	dmutex__renewer_release(c, e->name, token, mode, until ? until
+			: dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, NULL, lease_ms);
 }
 
 /* Under e->mu, fair mutexes only (their acquirer asks while a thread of

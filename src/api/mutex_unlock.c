@@ -6,6 +6,107 @@
 #include "core/metrics.h"
 #include "base/lockorder.h"
 
+/* What an outermost unlock releases, taken under the entry's mutex. */
+struct release {
+	char token[DMUTEX__TOKEN_HEX + 1];
+	unsigned lease_ms;
+	int mode;
+	int lost;                       /* the hold was found lost: ENOLCK */
+	int was_kept;                   /* it ran on a kept lease */
+	struct dmutex__offer offer;
+	struct dmutex__handoff *next;   /* a fair lock's next thread of ours */
+};
+
+/* locked: NULL, or m's object with its entry's mutex held (unlock_fast).
+ * 0 and *out m's object, its entry's mutex held, if the calling thread
+ * holds it and is not releasing it already; else the error, the mutex
+ * not held. */
+static int
+lock_own(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__mutex **out)
+{
+	struct dmutex__mutex *mx = locked;
+	struct dmutex__entry *e;
+	int err;
+
+	if (!mx) {
+		if ((err = dmutex__resolve(m, &mx)))
+			return err;
+		dmutex__mu_lock(&mx->entry->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	}
+	e = mx->entry;
+	if (!e->held || !pthread_equal(e->owner, pthread_self()) || e->releasing) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		/* Not ours to unlock.  The last release of it, if still
+		 * unanswered, is waited for and acted on first (onlost, if it
+		 * was not ours): what Redis holds is known when this returns,
+		 * as the header says; the loss is not this call's to return. */
+		dmutex__rel_settle_now(e);
+		return EPERM;
+	}
+	*out = mx;
+	return 0;
+}
+
+/* Under e->mu, the hold's outermost unlock that does not keep the lease:
+ * what to release, how and to whom; the hold is being released from now. */
+static void
+prepare(struct dmutex__entry *e, int lost, struct release *rel)
+{
+	/* A lost hold is forgotten whole, however deep: the caller was told. */
+	rel->lost = lost;
+	rel->mode = lost ? DMUTEX__REL_DIED : e->inconsistent ? DMUTEX__REL_NOTREC
+		: DMUTEX__REL_CLEAN;
+	rel->next = NULL;
+	if (e->fair) {
+		rel->mode |= DMUTEX__REL_FAIR;
+		/* The next thread of ours in line may get it with the release
+		 * (fair_handoff.c); never past a hold found not recoverable. */
+		if (rel->mode != (DMUTEX__REL_NOTREC | DMUTEX__REL_FAIR))
+			rel->next = dmutex__fair_offer(e, &rel->offer);
+	}
+	memcpy(rel->token, e->token, sizeof rel->token);
+	rel->lease_ms = e->lease_ms;
+	/* The last hold of a kept lease: if the release finds the key not
+	 * ours, the other holds granted on it since its last confirmation
+	 * must be reported too, so it waits for the answer. */
+	rel->was_kept = e->kept;
+	e->releasing = 1;
+}
+
+/* Without e->mu: release and wait for the answer, then end the hold and
+ * report what the answer found; the unlock's result. */
+static int
+release_sync(struct dmutex__entry *e, struct release *rel, int64_t until)
+{
+	struct dmutex_client *c = e->client;
+	struct dmutex__lost lost_rep;
+	struct dmutex__suspects sus = { 0 };
+	int64_t sent = dmutex__now_ns();
+	int err, pass = 0;
+
+	err = dmutex__renewer_release(c, e->name, rel->token, rel->mode, until, rel->next,
+			rel->lease_ms);
+	if ((rel->mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)
+		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
+				"it is not recoverable until reset", e->name);
+
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	dmutex__kept_release_answered(e, err, rel->lost, rel->was_kept, &lost_rep, &sus);
+	dmutex__entry_forget(e);
+	/* After the hold is forgotten: the next thread takes it now. */
+	if (rel->next)
+		pass = dmutex__fair_answer(e, &rel->offer, err, sent);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	if (pass)
+		dmutex__fair_pass(e, &rel->offer);
+	dmutex__thread_unhold(e);
+	dmutex__lost_report(e, &lost_rep);
+	dmutex__kept_report(e, &sus);
+	if (rel->lost)
+		return ENOLCK;
+	return err;
+}
+
 /* locked: NULL, or m's object, resolved by unlock_fast, which holds its
  * entry's mutex.  ticket: NULL, or where an asynchronous release leaves a
  * reference to its ticket (a condition wait's). */
@@ -16,32 +117,14 @@ unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket
 	struct dmutex__entry *e;
 	struct dmutex_client *c;
 	struct dmutex__lost lost_rep;
-	char token[DMUTEX__TOKEN_HEX + 1];
-	struct dmutex__offer offer;
-	struct dmutex__handoff *next = NULL;
-	struct dmutex__suspects sus = { 0 };
-	int err, lost, mode, pass = 0, was_kept;
-	unsigned lease_ms;
-	int64_t now, sent, held, until;
+	struct release rel;
+	int err, lost;
+	int64_t now, held, until;
 
-	if (locked) {
-		mx = locked;
-	} else {
-		if ((err = dmutex__resolve(m, &mx)))
-			return err;
-		dmutex__mu_lock(&mx->entry->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	}
+	if ((err = lock_own(m, locked, &mx)))
+		return err;
 	e = mx->entry;
 	c = e->client;
-	if (!e->held || !pthread_equal(e->owner, pthread_self()) || e->releasing) {
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		/* Not ours to unlock.  The last release of it, if still
-		 * unanswered, is waited for and acted on first (onlost, if it
-		 * was not ours): what Redis holds is known when this returns,
-		 * as the header says; the loss is not this call's to return. */
-		dmutex__rel_settle_now(e);
-		return EPERM;
-	}
 	now = dmutex__now_ns();
 	/* One deadline for the whole call: keeping the lease (a subscription
 	 * and a script) and the release that may follow share it. */
@@ -64,22 +147,7 @@ unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket
 		dmutex__met_hold_ended(c, e->name, held);
 		return 0;
 	}
-	/* A lost hold is forgotten whole, however deep: the caller was told. */
-	mode = lost ? DMUTEX__REL_DIED : e->inconsistent ? DMUTEX__REL_NOTREC : DMUTEX__REL_CLEAN;
-	if (e->fair) {
-		mode |= DMUTEX__REL_FAIR;
-		/* The next thread of ours in line may get it with the release
-		 * (fair_handoff.c); never past a hold found not recoverable. */
-		if (mode != (DMUTEX__REL_NOTREC | DMUTEX__REL_FAIR))
-			next = dmutex__fair_offer(e, &offer);
-	}
-	memcpy(token, e->token, sizeof token);
-	lease_ms = e->lease_ms;
-	/* The last hold of a kept lease: if the release finds the key not
-	 * ours, the other holds granted on it since its last confirmation
-	 * must be reported too, so it waits for the answer. */
-	was_kept = e->kept;
-	e->releasing = 1;
+	prepare(e, lost, &rel);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
 	dmutex__met_hold_ended(c, e->name, held);
@@ -87,38 +155,14 @@ unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket
 	/* No renewal may outlive the unlock; the release below is compare-and-
 	 * delete by token, so one already in flight cannot resurrect it. */
 	dmutex__renewer_remove(c, e);
-	/* Without waiting for the answer (mutex_unlock_async.c): Redis runs
-	 * it before anything we send on that connection next. */
-	if (mode == DMUTEX__REL_CLEAN && !was_kept &&
-			!dmutex__unlock_async_ticket(e, token, lease_ms, now, ticket)) {
+	/* Without waiting for the answer (unlock_async.c): Redis runs it
+	 * before anything we send on that connection next. */
+	if (rel.mode == DMUTEX__REL_CLEAN && !rel.was_kept &&
+			!dmutex__unlock_async_ticket(e, rel.token, rel.lease_ms, now, ticket)) {
 		dmutex__thread_unhold(e);
 		return 0;
 	}
-	sent = dmutex__now_ns();
-	err = next ? dmutex__release_to(c, e->name, token, mode, until, next)
-		: dmutex__release_by(c, e->name, token, mode, until);
-	if ((mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)
-		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
-				"it is not recoverable until reset", e->name);
-	if (err == EIO)
-		dmutex__renewer_orphan(c, e->name, token, mode,
-				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
-
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	dmutex__cache_release_answered(e, err, lost, was_kept, &lost_rep, &sus);
-	dmutex__entry_forget(e);
-	/* After the hold is forgotten: the next thread takes it now. */
-	if (next)
-		pass = dmutex__fair_answer(e, &offer, err, sent);
-	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	if (pass)
-		dmutex__fair_pass(e, &offer);
-	dmutex__thread_unhold(e);
-	dmutex__lost_report(e, &lost_rep);
-	dmutex__cache_report(e, &sus);
-	if (lost)
-		return ENOLCK;
-	return err;
+	return release_sync(e, &rel, until);
 }
 
 /*

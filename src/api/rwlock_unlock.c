@@ -81,12 +81,7 @@ unlock_impl(drwlock_t *rw)
 				e->name);
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	lost_rep.report = 0;
-	if (err == ENOLCK && !lost) {
-		/* Taken from us without our noticing: report it as lost. */
-		dmutex__entry_mark_lost(e);
-		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost_rep);
-	}
+	dmutex__entry_release_answered(e, err, lost, &lost_rep);
 	dmutex__entry_forget(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);

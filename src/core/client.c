@@ -113,7 +113,7 @@ atfork_child(void)
 				e->nocache_until_ns = 0;
 				e->registered = 0;
 				/* The parent's releases: its to answer. */
-				dmutex__rel_drop(e);
+				dmutex__entry_rel_drop(e);
 			}
 		c->held = 0;
 		c->pid = getpid();
@@ -195,17 +195,14 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why, int64_t t0)
 	else
 		dmutex__log(DMUTEX_LOG_WARN, "'%s': %s while holding it: released", e->name, why);
 	dmutex__renewer_remove(c, e);
-	err = dmutex__release_by(c, e->name, token, mode,
-			t0 + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
-	if (err == EIO)
-		dmutex__renewer_orphan(c, e->name, token, mode,
-				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+	err = dmutex__renewer_release(c, e->name, token, mode,
+			t0 + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, NULL, lease_ms);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	dmutex__cache_release_answered(e, err, lost, was_kept, &lost_rep, &sus);
+	dmutex__kept_release_answered(e, err, lost, was_kept, &lost_rep, &sus);
 	dmutex__entry_forget(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
-	dmutex__cache_report(e, &sus);
+	dmutex__kept_report(e, &sus);
 }
 
 static void
@@ -307,7 +304,7 @@ at_exit(void)
 	dmutex__mu_lock(&clients_mu, DMUTEX__LK_CLIENTS, "clients_mu");
 	for (struct dmutex_client *c = clients; c; c = c->next_all)
 		if (c->pid == getpid())
-			dmutex__cache_release_all(c, dmutex__now_ns() +
+			dmutex__renewer_give_back_all(c, dmutex__now_ns() +
 					(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
 }
@@ -552,11 +549,12 @@ dmutex_client_close_impl(dmutex_client_t *c)
 	if (*pp)
 		*pp = c->next_all;
 	dmutex__mu_unlock(&clients_mu, DMUTEX__LK_CLIENTS);
-	/* No orphan release is queued from here on (mutex_unlock_async.c). */
+	/* No orphan release is queued from here on (unlock_async.c). */
 	__atomic_store_n(&c->closing, 1, __ATOMIC_RELEASE);
 	/* Their mutexes gave back their kept leases when destroyed, unless a
 	 * renewal was dropping one at that moment: none may stay behind. */
-	dmutex__cache_release_all(c, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
+	dmutex__renewer_give_back_all(c,
+			dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	dmutex__renewer_stop(c);
 	/* The last second's counts, bounded like any command. */
 	dmutex__met_flush(c, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);

@@ -86,10 +86,7 @@ dmutex__fair_pass(struct dmutex__entry *e, struct dmutex__offer *o)
 		next = dmutex__fair_offer(e, o);
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		sent = dmutex__now_ns();
-		err = dmutex__release_to(c, e->name, token, mode, sent + cmd, next);
-		if (err == EIO)
-			dmutex__renewer_orphan(c, e->name, token, mode,
-					dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+		err = dmutex__renewer_release(c, e->name, token, mode, sent + cmd, next, lease_ms);
 		if (!next)
 			return;
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");

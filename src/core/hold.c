@@ -2,14 +2,18 @@
  * dmutex_t of that name, holding the current hold's token, depth, fence,
  * deadline and lost flag.  The hold table belongs to its client; this file
  * reads only the client fields internal.h gives it (mu, tab, held,
- * cfg.metrics) and calls neither client.c nor renewer.c (see "Who calls
- * whom" in internal.h). */
+ * cfg.metrics) and is the bottom of the core: it calls no other file of
+ * it but the counters (see "Who calls whom" in internal.h).  Forgetting a
+ * hold forgets what hangs on the entry with it (a kept lease, a pending
+ * release), so that is done here too. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "internal.h"
 #include "metrics.h"
+#include "backend/redis/waiter.h"
 
 static size_t
 hash(const char *s)
@@ -125,11 +129,20 @@ dmutex__entry_put(struct dmutex__entry *e)
 	c->n_entries--;
 	pthread_mutex_unlock(&c->mu);
 	/* An unanswered release goes on without us (its connection keeps it). */
-	dmutex__rel_drop(e);
+	dmutex__entry_rel_drop(e);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
 	free(e->readers);
 	free(e);
+}
+
+void
+dmutex__entry_rel_drop(struct dmutex__entry *e)
+{
+	struct dmutex__rel_ticket *t = e->rel;
+
+	__atomic_store_n(&e->rel, NULL, __ATOMIC_RELEASE);
+	dmutex__ticket_put(t);
 }
 
 void
@@ -171,6 +184,18 @@ dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lo
 	out->fence = e->fence;
 	out->cb = e->onlost;
 	out->arg = e->onlost_arg;
+}
+
+void
+dmutex__entry_release_answered(struct dmutex__entry *e, int err, int lost,
+		struct dmutex__lost *rep)
+{
+	rep->report = 0;
+	if (err != ENOLCK || lost)
+		return;
+	/* Taken from us without our noticing: report it as lost. */
+	dmutex__entry_mark_lost(e);
+	dmutex__entry_check_lost(e, dmutex__now_ns(), rep);
 }
 
 void
@@ -230,6 +255,22 @@ dmutex__entry_forget(struct dmutex__entry *e)
 	e->gen++;
 	memset(e->token, 0, sizeof e->token);
 	/* No lease left to keep either. */
-	dmutex__cache_forget(e);
+	dmutex__entry_forget_kept(e);
 	pthread_cond_broadcast(&e->cv);
+}
+
+void
+dmutex__entry_forget_kept(struct dmutex__entry *e)
+{
+	/* Read without e->mu by dmutex__renewer_kick, as a hint. */
+	__atomic_store_n(&e->kept, 0, __ATOMIC_RELAXED);
+	e->blk_next = e->blk_last = 0;
+	/* Anything to report was taken (dmutex__kept_gone) before. */
+	free(e->suspects);
+	e->suspects = NULL;
+	e->nsuspects = e->suspects_cap = 0;
+	if (e->ksub) {
+		dmutex__waiter_unsub_notify(e->client->be, e->ksub);
+		e->ksub = NULL;
+	}
 }

@@ -1,24 +1,36 @@
 /*
  * Internal types shared by the public calls, the renewer and the waiter.
  *
- * Who calls whom (no file calls one above it; issue 16 "while in there"):
+ * Who calls whom (no file calls one above it, no two call each other;
+ * tests/check_layers.py reads the calls from the objects):
  *
- *   public calls (mutex_*.c, cond_*.c), shim/
- *     -> bind.c      dmutex_t/dcond_t -> private object; static initializers
- *                    bound to the default client on first use
- *     -> client.c    client life cycle, the default client, fork and exit;
- *                    owns the renewer and the hold table of each client
- *     -> renewer.c   the renewal thread and the orphan releases
- *     -> hold.c      the hold table: entries, lost marks, local wake-ups
- *        release.c   release with retries
- *     -> backend     (backend.h, src/backend/): all Redis I/O
- *     -> log.c, error.c, token.c, url.c: leaves
+ *   public calls (src/api/), shim/
+ *     -> bind.c         dmutex_t/dcond_t -> private object; static
+ *                       initializers bound to the default client on first use
+ *     -> client.c       client life cycle, the default client, fork and exit;
+ *                       owns the renewer and the hold table of each client
+ *     -> lease_cache.c  keep a lease at unlock, take a kept one at lock
+ *        unlock_async.c send a release without waiting for its answer
+ *        fair_handoff.c a fair lock's local hand-over
+ *     -> renewer.c      the renewal thread: renewals, the orphan releases
+ *                       (dmutex__renewer_release: release, else retried
+ *                       until the lease ends), reading asynchronous
+ *                       releases' answers, giving back kept leases
+ *     -> rel_settle.c   act on an asynchronous release's answer
+ *        kept_lease.c   a kept lease's record: confirmations, losses found
+ *     -> release.c      release with retries
+ *     -> hold.c         the hold table: entries, lost marks, forgetting a
+ *                       hold with what hangs on it (kept lease, pending
+ *                       release): the bottom of the core
+ *     -> metrics.c      counters (calls none of the above)
+ *     -> backend        (backend.h, src/backend/): all Redis I/O
+ *     -> base/ (log, time, token, lock order), url.c: leaves
  *
- * The renewer calls hold.c, release.c and the backend, never client.c;
- * hold.c reads the client fields declared below (mu, tab, held) and calls
- * neither client.c nor renewer.c.  The backend never calls back into the
- * public layer, and only the renewer (or the holder itself, on noticing its
- * deadline has passed) marks a hold lost.
+ * The renewer calls hold.c, kept_lease.c, rel_settle.c, release.c and the
+ * backend, never lease_cache.c, unlock_async.c or client.c; hold.c calls
+ * no other file of the core but the counters.  The backend never calls
+ * back into the public layer, and only the renewer (or the holder itself,
+ * on noticing its deadline has passed) marks a hold lost.
  *
  * Lock hierarchy (PLAN design 1; lockorder.h names the levels and, in
  * builds without NDEBUG, aborts on a violation):
@@ -108,7 +120,7 @@ struct dmutex__entry {
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
 	/* The last hold's release, sent without waiting for its answer
-	 * (mutex_unlock_async.c), under mu; rel is read unlocked only as a
+	 * (unlock_async.c), under mu; rel is read unlocked only as a
 	 * hint (atomic), acted on under mu. */
 	struct dmutex__rel_ticket *rel;
 	char rel_token[DMUTEX__TOKEN_HEX + 1];
@@ -117,7 +129,7 @@ struct dmutex__entry {
 	void (*rel_onlost)(const char *, void *);
 	void *rel_onlost_arg;
 	/* Holds granted on the kept lease since Redis last confirmed it
-	 * (lease_cache.c): reported lost if it turns out gone. */
+	 * (kept_lease.c): reported lost if it turns out gone. */
 	struct dmutex__suspect *suspects;
 	size_t nsuspects, suspects_cap;
 	int64_t confirmed_ns;           /* that confirmation's request was sent */
@@ -173,7 +185,7 @@ struct dmutex__reader {
 enum { DMUTEX__KIND_MUTEX = 0, DMUTEX__KIND_RW = 1 };
 
 /* The handler of holds granted on a kept lease since its last
- * confirmation (lease_cache.c), one per handler: the fences they had, and
+ * confirmation (kept_lease.c), one per handler: the fences they had, and
  * when the last of them ended (0: one still holds it). */
 struct dmutex__suspect {
 	void (*cb)(const char *, void *);
@@ -215,7 +227,7 @@ struct dmutex__renewer {
 	struct dmutex__orphan *orphans;
 	size_t norphans, orphans_cap;
 	/* Entries whose asynchronous release is unanswered: the thread reads
-	 * the answer and acts on it (mutex_unlock_async.c), so that a
+	 * the answer and acts on it (rel_settle.c), so that a
 	 * release found not ours is reported soon, not at the name's next
 	 * call, which may never come.  A reference each. */
 	struct dmutex__entry **rels;
@@ -291,6 +303,18 @@ void dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__los
 /* Under e->mu: forget the hold and wake local waiters.  A hold the
  * counters still follow ends with it (dmutex__entry_end_counted). */
 void dmutex__entry_forget(struct dmutex__entry *e);
+/* Under e->mu: forget the kept lease (its subscription too); part of
+ * dmutex__entry_forget. */
+void dmutex__entry_forget_kept(struct dmutex__entry *e);
+/* The entry's pending asynchronous release forgotten (entry freed; fork
+ * child): its connection answers it without us. */
+void dmutex__entry_rel_drop(struct dmutex__entry *e);
+/* Under e->mu, after a release of e's hold answered err (before
+ * dmutex__entry_forget): an ENOLCK is a loss found now, of that hold
+ * unless `lost` (already known).  Fills rep for dmutex__lost_report,
+ * called after e->mu. */
+void dmutex__entry_release_answered(struct dmutex__entry *e, int err, int lost,
+		struct dmutex__lost *rep);
 /* Under e->mu, a mutex's hold just recorded (a read-write lock's are not
  * counted): the counters follow it from `since` (CLOCK_MONOTONIC ns). */
 void dmutex__entry_count_hold(struct dmutex__entry *e, int64_t since);
@@ -329,7 +353,7 @@ int dmutex__resolve_object(const void *obj, unsigned long *magic, void **impl,
 		unsigned long init_magic, unsigned long static_magic, const char *what, void **out);
 int dmutex__name_ok(const char *name, size_t *len);
 
-/* ---- mutex_unlock_async.c: unlock without waiting for the answer ---- */
+/* ---- unlock_async.c: unlock without waiting for the answer ---- */
 /* The owner, without e->mu, after its hold left the renewer: send the
  * release of `token` and end the hold (forget, local waiters woken) without
  * its answer.  0 done; -1 not possible here (Redlock, Cluster, turned off,
@@ -342,6 +366,7 @@ int dmutex__unlock_async(struct dmutex__entry *e, const char *token, unsigned le
  * whether the hold it gave up had been lost. */
 int dmutex__unlock_async_ticket(struct dmutex__entry *e, const char *token, unsigned lease_ms,
 		int64_t now, struct dmutex__rel_ticket **t);
+/* ---- rel_settle.c: the answer of an asynchronous release ---- */
 /* Without e->mu: wait, until `until` at most, for the answer of the
  * entry's pending release, if any, and act on it: not ours -> the hold is
  * reported lost (log, onlost); no answer -> released again, here by
@@ -351,8 +376,6 @@ int dmutex__unlock_async_ticket(struct dmutex__entry *e, const char *token, unsi
 int dmutex__rel_settle(struct dmutex__entry *e, int64_t until);
 /* The same, a command timeout from now. */
 void dmutex__rel_settle_now(struct dmutex__entry *e);
-/* The entry's pending release forgotten (entry freed; fork child). */
-void dmutex__rel_drop(struct dmutex__entry *e);
 /* ---- lease_cache.c (README "Cached leases") ---- */
 /* mx may keep its lease after an unlock and take a kept one. */
 int dmutex__cache_allowed(const struct dmutex__mutex *mx);
@@ -371,19 +394,15 @@ int dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_
  * way.  Never drop e->mu. */
 int dmutex__cache_unlock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
 int dmutex__cache_lock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now);
-/* Under e->mu, e kept: nobody used it for a renewal period, or another
- * process wants it: release it rather than renew it. */
-int dmutex__cache_idle(const struct dmutex__entry *e, int64_t now);
-/* Without any lock: release e's kept lease by `until` if nobody holds it. */
-void dmutex__cache_release(struct dmutex__entry *e, int64_t until);
-/* Without any lock: the same for every kept lease of c (exit). */
-void dmutex__cache_release_all(struct dmutex_client *c, int64_t until);
-/* Under e->mu: forget the kept lease (its subscription too). */
-void dmutex__cache_forget(struct dmutex__entry *e);
+
+/* ---- kept_lease.c: the record of a kept lease ---- */
+/* Under e->mu: someone wants the lock (its wake channel spoke since the
+ * lease was kept), or we cannot tell. */
+int dmutex__kept_revoked(const struct dmutex__entry *e);
 /* Under e->mu, e kept: Redis confirmed the lease for a request sent at
  * `sent` (a renewal, a reservation). */
-void dmutex__cache_confirmed(struct dmutex__entry *e, int64_t sent);
-/* Holds of a kept lease found gone, to report (dmutex__cache_gone). */
+void dmutex__kept_confirmed(struct dmutex__entry *e, int64_t sent);
+/* Holds of a kept lease found gone, to report (dmutex__kept_gone). */
 struct dmutex__suspects {
 	struct dmutex__suspect *v;
 	size_t n;
@@ -393,17 +412,20 @@ struct dmutex__suspects {
  * reports of the holds granted on it since its last confirmation; a hold
  * still running is marked lost instead (the caller's
  * dmutex__entry_check_lost reports it). */
-void dmutex__cache_gone(struct dmutex__entry *e, struct dmutex__suspects *out);
+void dmutex__kept_gone(struct dmutex__entry *e, struct dmutex__suspects *out);
 /* Without any lock: log them, count them, call their handlers; frees. */
-void dmutex__cache_report(const struct dmutex__entry *e, struct dmutex__suspects *s);
-/* Under e->mu, after a release of e's hold answered err (before
- * dmutex__entry_forget): an ENOLCK is a loss found now, of that hold
- * unless `lost` (already known) and, if the hold ran on a kept lease
- * (was_kept) that is still kept, of every hold granted on it since its
- * last confirmation.  Fills rep and sus for dmutex__lost_report and
- * dmutex__cache_report, called after e->mu. */
-void dmutex__cache_release_answered(struct dmutex__entry *e, int err, int lost, int was_kept,
+void dmutex__kept_report(const struct dmutex__entry *e, struct dmutex__suspects *s);
+/* dmutex__entry_release_answered, and if the hold ran on a kept lease
+ * (was_kept) that is still kept, an ENOLCK is a loss of every hold granted
+ * on it since its last confirmation too.  Fills rep and sus for
+ * dmutex__lost_report and dmutex__kept_report, called after e->mu. */
+void dmutex__kept_release_answered(struct dmutex__entry *e, int err, int lost, int was_kept,
 		struct dmutex__lost *rep, struct dmutex__suspects *sus);
+/* Under e->mu, e->acquiring set by the caller: forget the kept lease and
+ * the hold, and if `gone`, report the holds granted on it since its last
+ * confirmation (e->mu dropped meanwhile: the caller's acquiring keeps
+ * other threads of ours waiting). */
+void dmutex__kept_forget(struct dmutex__entry *e, int gone);
 
 /* ---- renewer.c ---- */
 /* Look at every kept lease now (one was revoked): any thread, no lock. */
@@ -416,6 +438,19 @@ void dmutex__renewer_watch_rel(struct dmutex_client *c, struct dmutex__entry *e)
 /* Keep trying to release `token` in the background until until_ns. */
 void dmutex__renewer_orphan(struct dmutex_client *c, const char *name,
 		const char *token, int mode, int64_t until_ns);
+/* Release `token` by until (dmutex__release_to, next NULL for none);
+ * unconfirmed (EIO), the renewer keeps trying until the lease, lease_ms
+ * from now, ends.  The release's answer. */
+int dmutex__renewer_release(struct dmutex_client *c, const char *name, const char *token,
+		int mode, int64_t until, struct dmutex__handoff *next, unsigned lease_ms);
+/* Without any lock: give e's kept lease back by `until` if nobody holds
+ * it (idle, asked back, a mutex destroyed). */
+void dmutex__renewer_give_back(struct dmutex__entry *e, int64_t until);
+/* The same under e->mu (dropped meanwhile, e->acquiring set meanwhile),
+ * e kept: the lease given back and forgotten (dmutex__kept_forget). */
+void dmutex__renewer_give_back_locked(struct dmutex__entry *e, int64_t until);
+/* Without any lock: every kept lease of c given back (exit, close). */
+void dmutex__renewer_give_back_all(struct dmutex_client *c, int64_t until);
 void dmutex__renewer_stop(struct dmutex_client *c);
 void dmutex__renewer_atfork_child(struct dmutex__renewer *r);
 

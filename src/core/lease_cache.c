@@ -31,6 +31,10 @@
  * is marked lost (ENOLCK from its unlock and fence).  A confirmation (a
  * renewal, a reservation) clears the holds that ended before its request
  * went out: the key was ours then, and a token never comes back once gone.
+ *
+ * This file decides at lock and unlock; the record of the suspects and the
+ * reports are kept_lease.c's, the give-back of a lease nobody uses (or one
+ * asked back) the renewer's, which owns the lease meanwhile.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -52,13 +56,6 @@ set_kept(struct dmutex__entry *e, int kept)
 {
 	/* Read without e->mu by dmutex__renewer_kick, as a hint. */
 	__atomic_store_n(&e->kept, kept, __ATOMIC_RELAXED);
-}
-
-/* Under e->mu: someone wants the lock, or we cannot tell. */
-static int
-revoked(const struct dmutex__entry *e)
-{
-	return !e->ksub || dmutex__wsub_seq(e->client->be, e->ksub) != e->kseq;
 }
 
 /* Under e->mu: the lease is ours long enough to start a hold on it. */
@@ -137,96 +134,12 @@ suspect_end(struct dmutex__entry *e, int64_t now)
 		s->end_ns = now;
 }
 
-void
-dmutex__cache_confirmed(struct dmutex__entry *e, int64_t sent)
-{
-	size_t k = 0;
-
-	e->confirmed_ns = sent;
-	for (size_t i = 0; i < e->nsuspects; i++)
-		if (!e->suspects[i].end_ns || e->suspects[i].end_ns >= sent)
-			e->suspects[k++] = e->suspects[i];
-	e->nsuspects = k;
-}
-
-void
-dmutex__cache_gone(struct dmutex__entry *e, struct dmutex__suspects *out)
-{
-	size_t k = 0;
-
-	out->v = e->suspects;
-	out->n = 0;
-	out->since_ns = e->confirmed_ns;
-	for (size_t i = 0; i < e->nsuspects; i++) {
-		/* The hold running now is reported as any hold found lost
-		 * (dmutex__entry_check_lost, by the caller), with its
-		 * handler: once per handler. */
-		if (e->held && !e->suspects[i].end_ns) {
-			dmutex__entry_mark_lost(e);
-			continue;
-		}
-		e->suspects[k++] = e->suspects[i];
-	}
-	out->n = k;
-	e->suspects = NULL;
-	e->nsuspects = e->suspects_cap = 0;
-}
-
-void
-dmutex__cache_release_answered(struct dmutex__entry *e, int err, int lost, int was_kept,
-		struct dmutex__lost *rep, struct dmutex__suspects *sus)
-{
-	rep->report = 0;
-	if (err != ENOLCK)
-		return;
-	if (!lost) {
-		/* Taken from us without our noticing: report it as lost. */
-		dmutex__entry_mark_lost(e);
-		dmutex__entry_check_lost(e, dmutex__now_ns(), rep);
-	}
-	if (was_kept && e->kept)
-		dmutex__cache_gone(e, sus);
-}
-
-void
-dmutex__cache_report(const struct dmutex__entry *e, struct dmutex__suspects *s)
-{
-	for (size_t i = 0; i < s->n; i++) {
-		const struct dmutex__suspect *x = &s->v[i];
-		dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
-		dmutex__log(DMUTEX_LOG_WARN, "lost the hold of '%s': its kept lease was found gone; "
-				"%zu local hold%s granted on it since Redis last confirmed it (fences %llu..%llu) "
-				"may have overlapped another holder", e->name, x->holds, x->holds == 1 ? "" : "s",
-				(unsigned long long)x->fence_lo, (unsigned long long)x->fence_hi);
-		if (x->cb)
-			x->cb(e->name, x->arg);
-	}
-	free(s->v);
-	s->v = NULL;
-	s->n = 0;
-}
-
 /* Waiter thread, no lock held: a message on a kept lease's channel.  The
  * renewal thread releases kept leases nobody holds that were revoked. */
 static void
 kick(void *client)
 {
 	dmutex__renewer_kick(client);
-}
-
-void
-dmutex__cache_forget(struct dmutex__entry *e)
-{
-	set_kept(e, 0);
-	e->blk_next = e->blk_last = 0;
-	/* Anything to report was taken (dmutex__cache_gone) before. */
-	free(e->suspects);
-	e->suspects = NULL;
-	e->nsuspects = e->suspects_cap = 0;
-	if (e->ksub) {
-		dmutex__waiter_unsub_notify(e->client->be, e->ksub);
-		e->ksub = NULL;
-	}
 }
 
 /* Without e->mu: subscribe, then mark the lease kept in Redis, both by
@@ -277,7 +190,8 @@ dmutex__cache_unlock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, in
 {
 	/* dmutex__cache_unlock's way to its "kept" label, with no side
 	 * effect where it would turn off. */
-	if (!e->kept || !fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns || revoked(e))
+	if (!e->kept || !fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns ||
+			dmutex__kept_revoked(e))
 		return 0;
 	e->last_end_ns = now;
 	end_local(e, now);
@@ -297,7 +211,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	if (!fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns)
 		return 0;
 	if (e->kept) {
-		if (revoked(e)) {
+		if (dmutex__kept_revoked(e)) {
 			/* Another process waits: hand over now, and keep
 			 * nothing for a lease (contended: caching only costs). */
 			e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
@@ -336,7 +250,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	 * other process waits (cond::signal_wakes_a_waiter_of_another_process
 	 * _at_once: woken after 3339 ms, lease 10 s, at load 5).  Entry, then
 	 * renewer: the lock order. */
-	if (revoked(e))
+	if (dmutex__kept_revoked(e))
 		dmutex__renewer_kick(e->client);
 kept:
 	end_local(e, now);
@@ -363,64 +277,10 @@ take(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Without e->mu, e->acquiring ours: release the kept lease by `until`;
- * the release's answer (ENOLCK: it was not ours any more). */
-static int
-drop(struct dmutex__entry *e, const char *token, int64_t until)
-{
-	struct dmutex_client *c = e->client;
-	int err;
-
-	dmutex__renewer_remove(c, e);
-	if ((err = dmutex__release_by(c, e->name, token, DMUTEX__REL_CLEAN, until)) == EIO)
-		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_CLEAN,
-				dmutex__now_ns() + (int64_t)e->lease_ms * DMUTEX__MS);
-	return err;
-}
-
-/* Under e->mu, e->acquiring set by the caller: forget the kept lease,
- * and if `gone`, report the holds granted on it since its last
- * confirmation (e->mu dropped meanwhile: the caller's acquiring keeps
- * other threads of ours waiting). */
-static void
-forget_kept(struct dmutex__entry *e, int gone)
-{
-	struct dmutex__suspects sus = { 0 };
-
-	if (gone)
-		dmutex__cache_gone(e, &sus);
-	dmutex__cache_forget(e);
-	dmutex__entry_forget(e);
-	if (!sus.n) {
-		free(sus.v);
-		return;
-	}
-	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	dmutex__cache_report(e, &sus);
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-}
-
-/* Under e->mu (dropped meanwhile, e->acquiring set): give the kept lease
- * back and forget it. */
-static void
-drop_locked(struct dmutex__entry *e, int64_t until)
-{
-	char token[DMUTEX__TOKEN_HEX + 1];
-	int err;
-
-	memcpy(token, e->token, sizeof token);
-	e->acquiring = 1;
-	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	err = drop(e, token, until);
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	forget_kept(e, err == ENOLCK);
-	e->acquiring = 0;
-}
-
 int
 dmutex__cache_lock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 {
-	if (!e->kept || !fits(mx, e) || revoked(e) || !fresh(e, now) ||
+	if (!e->kept || !fits(mx, e) || dmutex__kept_revoked(e) || !fresh(e, now) ||
 			e->blk_next > e->blk_last || !suspect_room(e, mx))
 		return 0;
 	take(mx, e, now);
@@ -437,7 +297,7 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 
 	if (!e->kept)
 		return 0;
-	if (fits(mx, e) && !revoked(e) && fresh(e, now) && suspect_room(e, mx)) {
+	if (fits(mx, e) && !dmutex__kept_revoked(e) && fresh(e, now) && suspect_room(e, mx)) {
 		int64_t sent;
 
 		if (e->blk_next <= e->blk_last) {
@@ -452,11 +312,11 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 		err = c->be->ops->cache(c->be, e->name, token, BLOCK,
 				sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, &last, &result);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		if (!err && result == 1 && e->kept && !strcmp(token, e->token) && !revoked(e) &&
-				suspect_room(e, mx)) {
+		if (!err && result == 1 && e->kept && !strcmp(token, e->token) &&
+				!dmutex__kept_revoked(e) && suspect_room(e, mx)) {
 			e->acquiring = 0;
 			pthread_cond_broadcast(&e->cv);
-			dmutex__cache_confirmed(e, sent);
+			dmutex__kept_confirmed(e, sent);
 			e->blk_next = last - BLOCK + 1;
 			e->blk_last = last;
 			take(mx, e, dmutex__now_ns());
@@ -466,7 +326,7 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 			/* Not ours any more: the holds since its last
 			 * confirmation may have overlapped another's. */
 			dmutex__renewer_remove(c, e);
-			forget_kept(e, 1);
+			dmutex__kept_forget(e, 1);
 			e->acquiring = 0;
 			pthread_cond_broadcast(&e->cv);
 			return 0;
@@ -479,60 +339,7 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 	/* Revoked, too close to its end, or this mutex may not use it: give
 	 * the lease back, then ask as anyone would. */
 	e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
-	drop_locked(e, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
+	dmutex__renewer_give_back_locked(e,
+			dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	return 0;
-}
-
-int
-dmutex__cache_idle(const struct dmutex__entry *e, int64_t now)
-{
-	/* Used since the last renewal (a third of a lease ago): renew it. */
-	return !e->held && (revoked(e) ||
-			now - e->last_use_ns >= (int64_t)e->lease_ms * DMUTEX__MS / 3 - 50 * DMUTEX__MS);
-}
-
-void
-dmutex__cache_release(struct dmutex__entry *e, int64_t until)
-{
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	if (e->kept && !e->held && !e->acquiring && !e->releasing) {
-		/* The renewer's or a closing client's own work, not a user's
-		 * lock: dmutex_destroy waits for it rather than say EBUSY. */
-		e->dropping = 1;
-		drop_locked(e, until);
-		e->dropping = 0;
-		pthread_cond_broadcast(&e->cv);
-	}
-	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-}
-
-void
-dmutex__cache_release_all(struct dmutex_client *c, int64_t until)
-{
-	struct dmutex__entry **v = NULL;
-	size_t n = 0, cap = 0;
-
-	/* References under the table's lock, releases without it. */
-	pthread_mutex_lock(&c->mu);
-	for (size_t i = 0; i < c->tab_size; i++)
-		for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
-			if (!__atomic_load_n(&e->kept, __ATOMIC_RELAXED))
-				continue;
-			if (n == cap) {
-				size_t nc = cap ? 2 * cap : 16;
-				struct dmutex__entry **nv = realloc(v, nc * sizeof *nv);
-				if (!nv)
-					break;
-				v = nv;
-				cap = nc;
-			}
-			__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
-			v[n++] = e;
-		}
-	pthread_mutex_unlock(&c->mu);
-	for (size_t i = 0; i < n; i++) {
-		dmutex__cache_release(v[i], until);
-		dmutex__entry_put(v[i]);
-	}
-	free(v);
 }

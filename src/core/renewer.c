@@ -5,7 +5,12 @@
  * deadline is lost: flagged, and its onlost handler called once.
  *
  * The thread also retries releases that could not be confirmed (orphans),
- * until their lease would have run out anyway.
+ * until their lease would have run out anyway, acts on the answers of
+ * asynchronous releases (rel_settle.c), and gives back the leases the
+ * process keeps (lease_cache.c) that nobody used lately or another process
+ * asked for: the renewer holds a kept lease while nobody does, so giving
+ * it back is its job.  Above hold.c, kept_lease.c, release.c and
+ * rel_settle.c; below lease_cache.c, unlock_async.c and the client.
  */
 #include <errno.h>
 #include <signal.h>
@@ -269,137 +274,302 @@ fail:
 	free(copy);
 }
 
+int
+dmutex__renewer_release(struct dmutex_client *c, const char *name, const char *token, int mode,
+		int64_t until, struct dmutex__handoff *next, unsigned lease_ms)
+{
+	int err = dmutex__release_to(c, name, token, mode, until, next);
+
+	if (err == EIO)
+		dmutex__renewer_orphan(c, name, token, mode,
+				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+	return err;
+}
+
+/* ---- giving back kept leases (lease_cache.c) ---- */
+
+/* Under e->mu (dropped meanwhile, e->acquiring set): give the kept lease
+ * back and forget it; the holds granted on it since its last
+ * confirmation are reported if it was no longer ours. */
+void
+dmutex__renewer_give_back_locked(struct dmutex__entry *e, int64_t until)
+{
+	struct dmutex_client *c = e->client;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int err;
+
+	memcpy(token, e->token, sizeof token);
+	e->acquiring = 1;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__renewer_remove(c, e);
+	err = dmutex__renewer_release(c, e->name, token, DMUTEX__REL_CLEAN, until, NULL,
+			e->lease_ms);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	dmutex__kept_forget(e, err == ENOLCK);
+	e->acquiring = 0;
+}
+
+void
+dmutex__renewer_give_back(struct dmutex__entry *e, int64_t until)
+{
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (e->kept && !e->held && !e->acquiring && !e->releasing) {
+		/* The renewer's or a closing client's own work, not a user's
+		 * lock: dmutex_destroy waits for it rather than say EBUSY. */
+		e->dropping = 1;
+		dmutex__renewer_give_back_locked(e, until);
+		e->dropping = 0;
+		pthread_cond_broadcast(&e->cv);
+	}
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+}
+
+void
+dmutex__renewer_give_back_all(struct dmutex_client *c, int64_t until)
+{
+	struct dmutex__entry **v = NULL;
+	size_t n = 0, cap = 0;
+
+	/* References under the table's lock, releases without it. */
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < c->tab_size; i++)
+		for (struct dmutex__entry *e = c->tab[i]; e; e = e->next) {
+			if (!__atomic_load_n(&e->kept, __ATOMIC_RELAXED))
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 16;
+				struct dmutex__entry **nv = realloc(v, nc * sizeof *nv);
+				if (!nv)
+					break;
+				v = nv;
+				cap = nc;
+			}
+			__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+			v[n++] = e;
+		}
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < n; i++) {
+		dmutex__renewer_give_back(v[i], until);
+		dmutex__entry_put(v[i]);
+	}
+	free(v);
+}
+
+/* A kept lease that nobody used since its last renewal (a third of a
+ * lease ago), or that another process wants: given back, not renewed.
+ * Under e->mu, e kept. */
+static int
+idle(const struct dmutex__entry *e, int64_t now)
+{
+	return !e->held && (dmutex__kept_revoked(e) ||
+			now - e->last_use_ns >= (int64_t)e->lease_ms * DMUTEX__MS / 3 - 50 * DMUTEX__MS);
+}
+
+/* One batch of renewals: rn[j] asks for live[j], whose hold was then
+ * generation gens[j]; mutexes from the front (k of them), read-write
+ * locks (their own script: rwlock.h) from the back (nrw), and the kept
+ * leases to give back instead in idle[]. */
+struct batch {
+	struct dmutex__renewal *rn;
+	struct dmutex__entry **live;
+	char (*tokens)[DMUTEX__TOKEN_HEX + 1];
+	uint64_t *gens;
+	struct dmutex__entry **idle;
+	size_t n, k, nrw, nidle;
+};
+
+static int
+batch_alloc(struct batch *b, size_t n)
+{
+	*b = (struct batch){ .n = n };
+	b->rn = calloc(n, sizeof *b->rn);
+	b->live = malloc(n * sizeof *b->live);
+	b->tokens = malloc(n * sizeof *b->tokens);
+	b->gens = malloc(n * sizeof *b->gens);
+	b->idle = malloc(n * sizeof *b->idle);
+	return b->rn && b->live && b->tokens && b->gens && b->idle;
+}
+
+static void
+batch_free(struct batch *b)
+{
+	free(b->rn);
+	free(b->live);
+	free(b->tokens);
+	free(b->gens);
+	free(b->idle);
+}
+
+/* Under each entry's lock in turn: what to ask for it, if anything.  The
+ * batch's deadline, *bound, comes no later than any lease it guards. */
+static void
+snapshot(struct batch *b, struct dmutex__entry *const *es, int64_t now, int64_t *bound)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		struct dmutex__entry *e = es[i];
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		if (e->kept && idle(e, now)) {
+			/* A kept lease nobody used since the last renewal, or
+			 * one another process wants: given back, not renewed. */
+			b->idle[b->nidle++] = e;
+		} else if ((e->held || e->kept) && !e->lost && !e->releasing) {
+			/* Mutexes from the front, read-write locks (their own
+			 * script: rwlock.h) from the back. */
+			size_t j = e->kind == DMUTEX__KIND_RW ? b->n - ++b->nrw : b->k++;
+			memcpy(b->tokens[j], e->token, sizeof b->tokens[j]);
+			b->rn[j].name = e->name;
+			b->rn[j].token = b->tokens[j];
+			b->rn[j].lease_ms = e->lease_ms;
+			b->rn[j].rw = e->kind != DMUTEX__KIND_RW ? 0 : e->rw_write ? 'w' : 'r';
+			b->gens[j] = e->gen;
+			b->live[j] = e;
+			/* The call must not outlive any lease it guards. */
+			if (e->deadline_ns < *bound)
+				*bound = e->deadline_ns;
+		}
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	}
+}
+
+/* Under e->mu, dropped on return: a kept lease nobody holds that is no
+ * longer ours (result 0), or no longer known to be (its key, if any is
+ * left, expires as 'cached').  Not ours: the local holds granted on it
+ * since its last confirmation may have overlapped another holder's, and
+ * are reported.  Not known: they stand as holds taken from Redis before
+ * an outage stand (README "Cached leases"). */
+static void
+kept_lapsed(struct dmutex_client *c, struct dmutex__entry *e, int result)
+{
+	struct dmutex__suspects sus = { 0 };
+
+	if (result == 0)
+		dmutex__kept_gone(e, &sus);
+	dmutex__renewer_remove(c, e);
+	dmutex__entry_forget(e);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	if (sus.n)
+		dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the kept lease is no longer ours",
+				e->name);
+	dmutex__kept_report(e, &sus);
+}
+
+/* Under e->mu: the renewal, asked at t0, was confirmed in time; when the
+ * next one is due. */
+static int64_t
+renewed(struct dmutex__entry *e, const struct dmutex__renewal *rn, int64_t t0)
+{
+	if (rn->writer_waits)
+		e->rw_remote_wwait = 1;
+	e->deadline_ns = t0 + (int64_t)e->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(e->lease_ms);
+	if (e->kept)
+		dmutex__kept_confirmed(e, t0);
+	return t0 + renew_interval(e->lease_ms);
+}
+
+/* Under e->mu: not ours any more (*gone), or confirmed only for a request
+ * sent after our own deadline, or no answer; when to look again. */
+static int64_t
+not_renewed(struct dmutex__entry *e, const struct dmutex__renewal *rn, int64_t now,
+		struct dmutex__suspects *sus, int *gone)
+{
+	int64_t due;
+
+	/* The guarantee lapsed either way but the last. */
+	*gone = rn->result != -1;
+	if (*gone)
+		dmutex__entry_mark_lost(e);
+	/* A local hold on a kept lease: the other holds granted on it since
+	 * its last confirmation are reported too. */
+	if (rn->result == 0 && e->kept)
+		dmutex__kept_gone(e, sus);
+	/* Otherwise keep trying until the holder's own deadline, and be back
+	 * at that deadline to report the loss. */
+	due = now + RETRY_NS;
+	if (!*gone && e->deadline_ns < due)
+		due = e->deadline_ns;
+	return due;
+}
+
+/* Under e->mu: decide for this hold while we still hold its lock: once we
+ * let go, the owner may unlock and lock again, and a late removal would
+ * take the new hold off the renewal list. */
+static void
+reschedule(struct dmutex_client *c, struct dmutex__entry *e, int64_t due)
+{
+	if (e->lost) {
+		dmutex__renewer_remove(c, e);
+		return;
+	}
+	dmutex__mu_lock(&c->renewer.mu, DMUTEX__LK_RENEWER, "renewer.mu");
+	if (e->registered)
+		e->due_ns = due;
+	dmutex__mu_unlock(&c->renewer.mu, DMUTEX__LK_RENEWER);
+}
+
+/* The answer of one renewal, sent at t0, applied to a hold that is still
+ * the same (generation gen). */
+static void
+apply(struct dmutex_client *c, struct dmutex__entry *e, const struct dmutex__renewal *rn,
+		uint64_t gen, int64_t t0)
+{
+	struct dmutex__lost lost;
+	struct dmutex__suspects sus = { 0 };
+	int64_t now = dmutex__now_ns(), due;
+	int gone = 0;
+
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if ((!e->held && !e->kept) || e->gen != gen || e->releasing) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return;
+	}
+	if (!e->held && (rn->result == 0 || (rn->result != 1 && now >= e->deadline_ns))) {
+		kept_lapsed(c, e, rn->result);
+		return;
+	}
+	/* (A hold found gone is counted lost where it is reported.) */
+	if (rn->result != 0)
+		dmutex__met_count(c, e->name, rn->result == 1 ? DMUTEX__MET_RENEWALS
+				: DMUTEX__MET_ERRORS);
+	if (rn->result == 1 && t0 < e->deadline_ns)
+		due = renewed(e, rn, t0);
+	else
+		due = not_renewed(e, rn, now, &sus, &gone);
+	dmutex__entry_check_lost(e, now, &lost);
+	reschedule(c, e, due);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	if (gone)
+		dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the lock is no longer ours", e->name);
+	dmutex__lost_report(e, &lost);
+	dmutex__kept_report(e, &sus);
+}
+
 /* One batch of renewals: snapshot under each entry's lock, one backend
  * call, then apply the answers to the holds that are still the same. */
 static void
 renew_batch(struct dmutex_client *c, struct dmutex__entry *const *es, size_t n, int64_t bound)
 {
-	struct dmutex__renewal *rn = calloc(n, sizeof *rn);
-	struct dmutex__entry **live = malloc(n * sizeof *live);
-	char (*tokens)[DMUTEX__TOKEN_HEX + 1] = malloc(n * sizeof *tokens);
-	uint64_t *gens = malloc(n * sizeof *gens);
-	struct dmutex__entry **idle = malloc(n * sizeof *idle);
-	size_t k = 0, nrw = 0, nidle = 0;
+	struct batch b;
+	size_t n_rw;
 	int64_t t0;
 
-	if (!rn || !live || !tokens || !gens || !idle)
+	if (!batch_alloc(&b, n))
 		goto out;
-	t0 = dmutex__now_ns();
-	for (size_t i = 0; i < n; i++) {
-		struct dmutex__entry *e = es[i];
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		if (e->kept && dmutex__cache_idle(e, t0)) {
-			/* A kept lease nobody used since the last renewal, or
-			 * one another process wants: released, not renewed. */
-			idle[nidle++] = e;
-		} else if ((e->held || e->kept) && !e->lost && !e->releasing) {
-			/* Mutexes from the front, read-write locks (their own
-			 * script: rwlock.h) from the back. */
-			size_t j = e->kind == DMUTEX__KIND_RW ? n - ++nrw : k++;
-			memcpy(tokens[j], e->token, sizeof tokens[j]);
-			rn[j].name = e->name;
-			rn[j].token = tokens[j];
-			rn[j].lease_ms = e->lease_ms;
-			rn[j].rw = e->kind != DMUTEX__KIND_RW ? 0 : e->rw_write ? 'w' : 'r';
-			gens[j] = e->gen;
-			live[j] = e;
-			/* The call must not outlive any lease it guards. */
-			if (e->deadline_ns < bound)
-				bound = e->deadline_ns;
-		}
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	}
+	snapshot(&b, es, dmutex__now_ns(), &bound);
+	n_rw = n - b.nrw;
 	/* Validity counts from before the request went out. */
 	t0 = dmutex__now_ns();
-	if (k)
-		c->be->ops->renew(c->be, rn, k, bound);
-	if (nrw)
-		dmutex__rw_renew(c->be, rn + n - nrw, nrw, bound);
+	if (b.k)
+		c->be->ops->renew(c->be, b.rn, b.k, bound);
+	if (b.nrw)
+		dmutex__rw_renew(c->be, b.rn + n_rw, b.nrw, bound);
 	/* Both ends of rn, skipping the gap between them. */
-	for (size_t i = k ? 0 : n - nrw; i < n; i = i + 1 == k ? n - nrw : i + 1) {
-		struct dmutex__entry *e = live[i];
-		struct dmutex__lost lost;
-		struct dmutex__suspects sus = { 0 };
-		int64_t now = dmutex__now_ns(), due;
-		int gone = 0;
-
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		if ((!e->held && !e->kept) || e->gen != gens[i] || e->releasing) {
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			continue;
-		}
-		if (!e->held && (rn[i].result == 0 || (rn[i].result != 1 && now >= e->deadline_ns))) {
-			/* A kept lease that is no longer ours, or no longer
-			 * known to be (its key, if any is left, expires as
-			 * 'cached').  Not ours: the local holds granted on it
-			 * since its last confirmation may have overlapped
-			 * another holder's, and are reported.  Not known: they
-			 * stand as holds taken from Redis before an outage
-			 * stand (README "Cached leases"). */
-			if (rn[i].result == 0)
-				dmutex__cache_gone(e, &sus);
-			dmutex__renewer_remove(c, e);
-			dmutex__entry_forget(e);
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			if (sus.n)
-				dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the kept lease is no longer ours",
-						e->name);
-			dmutex__cache_report(e, &sus);
-			continue;
-		}
-		/* (A hold found gone is counted lost where it is reported.) */
-		if (rn[i].result != 0)
-			dmutex__met_count(c, e->name, rn[i].result == 1 ? DMUTEX__MET_RENEWALS
-					: DMUTEX__MET_ERRORS);
-		if (rn[i].result == 1 && t0 < e->deadline_ns) {
-			if (rn[i].writer_waits)
-				e->rw_remote_wwait = 1;
-			e->deadline_ns = t0 + (int64_t)e->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(e->lease_ms);
-			due = t0 + renew_interval(e->lease_ms);
-			if (e->kept)
-				dmutex__cache_confirmed(e, t0);
-		} else {
-			/* Not ours any more, or confirmed only for a request sent
-			 * after our own deadline: the guarantee lapsed either way. */
-			gone = rn[i].result != -1;
-			if (gone)
-				dmutex__entry_mark_lost(e);
-			/* A local hold on a kept lease: the other holds granted on
-			 * it since its last confirmation are reported too. */
-			if (rn[i].result == 0 && e->kept)
-				dmutex__cache_gone(e, &sus);
-			/* Otherwise keep trying until the holder's own deadline,
-			 * and be back at that deadline to report the loss. */
-			due = now + RETRY_NS;
-			if (!gone && e->deadline_ns < due)
-				due = e->deadline_ns;
-		}
-		dmutex__entry_check_lost(e, now, &lost);
-		/* Decide for this hold while we still hold its lock: once we
-		 * let go, the owner may unlock and lock again, and a late
-		 * removal would take the new hold off the renewal list. */
-		if (e->lost) {
-			dmutex__renewer_remove(c, e);
-		} else {
-			dmutex__mu_lock(&c->renewer.mu, DMUTEX__LK_RENEWER, "renewer.mu");
-			if (e->registered)
-				e->due_ns = due;
-			dmutex__mu_unlock(&c->renewer.mu, DMUTEX__LK_RENEWER);
-		}
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		if (gone)
-			dmutex__log(DMUTEX_LOG_WARN, "renewal of '%s': the lock is no longer ours", e->name);
-		dmutex__lost_report(e, &lost);
-		dmutex__cache_report(e, &sus);
-	}
-	for (size_t i = 0; i < nidle; i++)
-		dmutex__cache_release(idle[i], dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
+	for (size_t i = b.k ? 0 : n_rw; i < n; i = i + 1 == b.k ? n_rw : i + 1)
+		apply(c, b.live[i], &b.rn[i], b.gens[i], t0);
+	for (size_t i = 0; i < b.nidle; i++)
+		dmutex__renewer_give_back(b.idle[i],
+				dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 out:
-	free(rn);
-	free(live);
-	free(tokens);
-	free(gens);
-	free(idle);
+	batch_free(&b);
 }
 
 static void
@@ -434,6 +604,123 @@ retry_orphans(struct dmutex_client *c)
 	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 }
 
+/* renewer.mu held: the earliest renewal or orphan retry due. */
+static int64_t
+next_due(const struct dmutex__renewer *r)
+{
+	int64_t first = INT64_MAX;
+
+	for (size_t i = 0; i < r->n; i++)
+		if (r->items[i]->due_ns < first)
+			first = r->items[i]->due_ns;
+	for (size_t i = 0; i < r->norphans; i++)
+		if (r->orphans[i].next_ns < first)
+			first = r->orphans[i].next_ns;
+	return first;
+}
+
+/* renewer.mu held on entry and on return.  The counters ride along: sent
+ * from here, never from a lock call, and only while no renewal is due,
+ * given up before the next one (and after METRICS_BUDGET_NS at most).
+ * 1 if sent (renewer.mu dropped meanwhile); else 0, and *first moved to
+ * the flush's time if that comes first. */
+static int
+flush_metrics(struct dmutex_client *c, int64_t now, int64_t *first)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	int64_t flush = dmutex__met_due(c);
+
+	if (flush <= now && *first > now + METRICS_ROOM_NS) {
+		int64_t budget = (int64_t)c->cfg.lease_ms * DMUTEX__MS / 10;
+		int64_t until;
+		if (budget > METRICS_BUDGET_NS)
+			budget = METRICS_BUDGET_NS;
+		until = now + budget < *first ? now + budget : *first;
+		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+		dmutex__met_flush(c, until);
+		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+		return 1;
+	}
+	if (flush < *first && (flush > now || *first > now + METRICS_ROOM_NS))
+		*first = flush;
+	return 0;
+}
+
+/* renewer.mu held: sleep until `until` (INT64_MAX: until signalled). */
+static void
+sleep_until(struct dmutex__renewer *r, int64_t until)
+{
+	struct timespec ts;
+
+	if (until == INT64_MAX) {
+		pthread_cond_wait(&r->cv, &r->mu);
+		return;
+	}
+	dmutex__ns_to_ts(until, &ts);
+	pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+/* renewer.mu held: room in *batch for every registered hold.  0 if there
+ * is room for none at all. */
+static int
+batch_room(const struct dmutex__renewer *r, struct dmutex__entry ***batch, size_t *cap)
+{
+	if (*cap < r->n) {
+		struct dmutex__entry **nb = realloc(*batch, r->n * sizeof *nb);
+		if (nb) {
+			*batch = nb;
+			*cap = r->n;
+		}
+	}
+	return !(*cap < r->n && !*cap);
+}
+
+/* renewer.mu held: everything due soon rides in this batch (fewer round
+ * trips), each with a reference, kept alive while used unlocked.
+ * *others: when the first hold left for later must be renewed by. */
+static size_t
+take_due(struct dmutex__renewer *r, struct dmutex__entry **batch, size_t cap, int64_t now,
+		int64_t *others)
+{
+	size_t n = 0;
+
+	*others = INT64_MAX;
+	for (size_t i = 0; i < r->n; i++) {
+		struct dmutex__entry *e = r->items[i];
+		if (n < cap && e->due_ns <= now + batch_slack(e->lease_ms)) {
+			__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+			e->due_ns = now + renew_interval(e->lease_ms);
+			batch[n++] = e;
+		} else if (e->due_ns + renew_interval(e->lease_ms) < *others) {
+			/* A hold left for later can wait for us until a
+			 * renewal interval past its due time: that leaves it
+			 * most of a third of its lease to be renewed after the
+			 * batch returns. */
+			*others = e->due_ns + renew_interval(e->lease_ms);
+		}
+	}
+	return n;
+}
+
+/* Without renewer.mu: renew the batch, then retry the orphan releases. */
+static void
+renew_taken(struct dmutex_client *c, struct dmutex__entry **batch, size_t n, int64_t others)
+{
+	if (n) {
+		/* The batch may take until the earliest lease deadline it
+		 * guards (renew_batch), but a stuck one must not keep the
+		 * holds left for later from their own renewal.  Ending it
+		 * when the next hold merely fell due (as before) gave it as
+		 * little as a millisecond with many holds taken one after
+		 * another: at load 20, 100,000 holds timed out batch after
+		 * batch until their leases ran out. */
+		renew_batch(c, batch, n, others);
+		for (size_t i = 0; i < n; i++)
+			dmutex__entry_put(batch[i]);
+	}
+	retry_orphans(c);
+}
+
 static void *
 renewer_main(void *arg)
 {
@@ -444,94 +731,31 @@ renewer_main(void *arg)
 
 	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	while (!r->stop) {
-		int64_t now = dmutex__now_ns(), first = INT64_MAX, others = INT64_MAX;
-		size_t n = 0;
+		int64_t now = dmutex__now_ns(), first = next_due(r), others;
+		size_t n;
 
-		for (size_t i = 0; i < r->n; i++)
-			if (r->items[i]->due_ns < first)
-				first = r->items[i]->due_ns;
-		for (size_t i = 0; i < r->norphans; i++)
-			if (r->orphans[i].next_ns < first)
-				first = r->orphans[i].next_ns;
 		if (r->nrels && r->rels_due_ns <= now) {
 			settle_rels(c, first);
 			continue;
 		}
 		if (r->nrels && r->rels_due_ns < first)
 			first = r->rels_due_ns;
-		/* The counters ride along: sent from here, never from a lock
-		 * call, and only while no renewal is due, given up before the
-		 * next one (and after METRICS_BUDGET_NS at most). */
-		int64_t flush = dmutex__met_due(c);
-		if (flush <= now && first > now + METRICS_ROOM_NS) {
-			int64_t budget = (int64_t)c->cfg.lease_ms * DMUTEX__MS / 10;
-			int64_t until;
-			if (budget > METRICS_BUDGET_NS)
-				budget = METRICS_BUDGET_NS;
-			until = now + budget < first ? now + budget : first;
-			dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
-			dmutex__met_flush(c, until);
-			dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+		if (flush_metrics(c, now, &first))
 			continue;
-		}
-		if (flush < first && (flush > now || first > now + METRICS_ROOM_NS))
-			first = flush;
 		if (first > now) {
 			r->wake_ns = first;
-			if (first == INT64_MAX) {
-				pthread_cond_wait(&r->cv, &r->mu);
-			} else {
-				struct timespec ts;
-				dmutex__ns_to_ts(first, &ts);
-				pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-			}
+			sleep_until(r, first);
 			continue;
 		}
 		r->wake_ns = INT64_MIN;         /* busy: it will look again */
-		/* Everything due soon rides in this batch: fewer round trips. */
-		if (cap < r->n) {
-			struct dmutex__entry **nb = realloc(batch, r->n * sizeof *nb);
-			if (nb) {
-				batch = nb;
-				cap = r->n;
-			}
-		}
-		if (cap < r->n && !cap) {
+		if (!batch_room(r, &batch, &cap)) {
 			/* No memory for even one: wait a little rather than spin. */
-			struct timespec ts;
-			dmutex__ns_to_ts(dmutex__now_ns() + RETRY_NS, &ts);
-			pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+			sleep_until(r, dmutex__now_ns() + RETRY_NS);
 			continue;
 		}
-		for (size_t i = 0; i < r->n; i++) {
-			struct dmutex__entry *e = r->items[i];
-			if (n < cap && e->due_ns <= now + batch_slack(e->lease_ms)) {
-				/* Keep the entry alive while we use it unlocked. */
-				__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
-				e->due_ns = now + renew_interval(e->lease_ms);
-				batch[n++] = e;
-			} else if (e->due_ns + renew_interval(e->lease_ms) < others) {
-				/* A hold left for later can wait for us until a
-				 * renewal interval past its due time: that leaves
-				 * it most of a third of its lease to be renewed
-				 * after the batch returns. */
-				others = e->due_ns + renew_interval(e->lease_ms);
-			}
-		}
+		n = take_due(r, batch, cap, now, &others);
 		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
-		if (n) {
-			/* The batch may take until the earliest lease deadline it
-			 * guards (renew_batch), but a stuck one must not keep the
-			 * holds left for later from their own renewal.  Ending
-			 * it when the next hold merely fell due (as before) gave
-			 * it as little as a millisecond with many holds taken
-			 * one after another: at load 20, 100,000 holds timed out
-			 * batch after batch until their leases ran out. */
-			renew_batch(c, batch, n, others);
-			for (size_t i = 0; i < n; i++)
-				dmutex__entry_put(batch[i]);
-		}
-		retry_orphans(c);
+		renew_taken(c, batch, n, others);
 		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	}
 	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
@@ -581,7 +805,7 @@ dmutex__renewer_atfork_child(struct dmutex__renewer *r)
 		free(r->orphans[i].name);
 	r->norphans = 0;
 	r->n = 0;
-	/* The parent's releases are the parent's to answer (rel_drop); the
+	/* The parent's releases are the parent's to answer (entry_rel_drop); the
 	 * references go without a lock (the table's is the parent's). */
 	for (size_t i = 0; i < r->nrels; i++) {
 		r->rels[i]->rel_watched = 0;
