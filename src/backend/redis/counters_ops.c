@@ -28,7 +28,7 @@ refused(const char *why)
 }
 
 /* "ZADD seen MS name MS name ...": when each name of the batch was last
- * counted, for dmutex__backend_counters_trim.  On the heap: the flush at
+ * counted, for dmutex__redis_counters_trim.  On the heap: the flush at
  * dmutex_client_close runs on the caller's stack, which may be small. */
 static int
 append_seen(struct dmutex__conn *cn, const char *sk, const struct dmutex__count *v, size_t n)
@@ -101,7 +101,7 @@ append4(struct dmutex__conn *cn, const char *cmd, const char *key, const char *a
 }
 
 int
-dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count *v,
+dmutex__redis_counters(struct dmutex__backend *be, const struct dmutex__count *v,
 		size_t n, int *multi_ok, int64_t until)
 {
 	char tk[DMUTEX__MET_KEY_MAX], ik[DMUTEX__MET_KEY_MAX], nk[DMUTEX__MET_KEY_MAX];
@@ -228,7 +228,7 @@ index_has_more(struct dmutex__conn *cn, const char *ik, const char *sk, int64_t 
 }
 
 int
-dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t until)
+dmutex__redis_counters_trim(struct dmutex__backend *be, size_t max, int64_t until)
 {
 	char ik[DMUTEX__MET_KEY_MAX], sk[DMUTEX__MET_KEY_MAX];
 	long long cutoff = (long long)dmutex__wall_ms() - (long long)be->cfg.idle_ms;
@@ -393,7 +393,7 @@ out:
 }
 
 int
-dmutex__backend_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
+dmutex__redis_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
 		size_t max, int64_t until)
 {
 	char ik[DMUTEX__MET_KEY_MAX], sk[DMUTEX__MET_KEY_MAX], cur[24];

@@ -521,12 +521,16 @@ static const struct dmutex__backend_ops redlock_ops = {
 	.acquire = rl_acquire,
 	.release = rl_release,
 	.renew = rl_renew,
-	.channel = dmutex__backend_channel,
+	.channel = dmutex__redis_channel,
 	.atfork_child = rl_atfork_child,
 	.destroy = rl_destroy,
 	.verify = dmutex__backend_verify_nodes,
 	.atfork_prepare = dmutex__backend_lock_nodes,
 	.atfork_parent = dmutex__backend_unlock_nodes,
+	DMUTEX__REDIS_WAKE_OPS,
+	DMUTEX__REDIS_COND_OPS,
+	/* rwlocks, semaphores, barriers: one master only (NULL) */
+	DMUTEX__REDIS_ADMIN_OPS,
 };
 
 int
