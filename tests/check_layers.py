@@ -44,7 +44,7 @@ RANK = {'base': 0, 'net': 1, 'redis': 2, 'face': 3, 'core': 4, 'api': 5, 'shim':
 # Headers of a floor that floors above it may include: None means any.
 OPEN_TO = {
     'base': None,
-    'net': {'net', 'redis'},
+    'net': {'net', 'redis', 'face'},    # backend.h carries net/addr.h's address
     'redis': {'redis', 'face'},         # create.c picks the backend
     'face': None,                       # backend.h: the face itself
     'core': {'core', 'api'},            # shim and tools: through their doors

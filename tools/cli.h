@@ -20,6 +20,7 @@
 
 #include "core/metrics.h"
 #include "backend/redis/node.h"
+#include "backend/redis/counters.h"
 #include "core/url.h"
 
 /* Exit statuses of dmutex itself, listed in dmutex(1).  `run` otherwise

@@ -15,7 +15,6 @@
 
 #include "backend/backend.h"
 #include "core/barrier.h"
-#include "backend/redis/waiter.h"
 
 #define TRIES 3
 

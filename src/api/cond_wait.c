@@ -35,7 +35,6 @@
 #include "backend/backend.h"
 #include "core/cond.h"
 #include "base/lockorder.h"
-#include "backend/redis/waiter.h"
 
 #define NO_DEADLINE INT64_MAX
 

@@ -13,7 +13,6 @@
 #include "core/internal.h"
 #include "base/lockorder.h"
 #include "core/metrics.h"
-#include "backend/redis/waiter.h"
 
 #define NO_DEADLINE INT64_MAX
 

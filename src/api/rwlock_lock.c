@@ -15,7 +15,7 @@
 
 #include "base/lockorder.h"
 #include "core/rwlock.h"
-#include "backend/redis/waiter.h"
+#include "backend/backend.h"
 
 #define NO_DEADLINE INT64_MAX
 

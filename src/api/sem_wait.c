@@ -17,7 +17,6 @@
 
 #include "backend/backend.h"
 #include "core/sem.h"
-#include "backend/redis/waiter.h"
 
 #define NO_DEADLINE INT64_MAX
 

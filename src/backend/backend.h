@@ -1,64 +1,49 @@
 /*
- * The interface every backend implements: one Redis master, Redlock over N
- * masters, a Redis Cluster (src/backend/).  The core talks only to this
- * and to waiter.h, and never learns which topology is behind it.
+ * The backend face: everything the core (src/core/, src/api/) asks of a
+ * store of locks goes through one table, struct dmutex__backend_ops, that a
+ * backend fills in, and the static inline calls below that dispatch
+ * through it (they keep the names the core has always called, so the call
+ * sites read as before).  The core includes nothing else of src/backend/
+ * and never learns which topology is behind it.  A new backend plugs in
+ * with no change above this file: it embeds struct dmutex__backend first
+ * in its own state, fills a static const table (the Redis ones are in
+ * redis/redis.c, redlock.c and cluster.c; Sentinel is redis.c's table
+ * with a locator), leaves NULL what it cannot do (the face then answers
+ * ENOTSUP, or the comment says what NULL means), and is picked by
+ * dmutex__backend_create in create.c from the URL.  Wake-ups are "wake
+ * subscriptions" on a channel (Redis: pub/sub; a store with watches: a
+ * watch on a key), each with a sequence that moves on every message.
  *
- * Every call returns 0 or EIO.  EIO means the backend did not answer or
- * answered an error; the detail goes to the log.  `maybe_done` tells the
- * caller that the request may have been applied all the same (it was sent,
- * the reply was lost), so the caller must not assume nothing happened.
+ * Every call returns 0 or EIO unless it says otherwise.  EIO means the
+ * backend did not answer or answered an error; the detail goes to the
+ * log.  `maybe_done` tells the caller that the request may have been
+ * applied all the same (it was sent, the reply was lost), so the caller
+ * must not assume nothing happened.
  */
 #ifndef DMUTEX_BACKEND_H
 #define DMUTEX_BACKEND_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "backend/counts.h"
+#include "backend/net/addr.h"
+#include "base/base.h"
+
 struct dmutex__node;
 struct dmutex__waiter;
+/* A wake subscription (wake_sub): the backend's own. */
+struct dmutex__wsub;
 
 /* The longest key or channel name the backend makes (backend/keys.h):
  * prefix (<= 128) + kind + name (<= 512) + braces. */
 #define DMUTEX__KEY_MAX (128 + 16 + 512 + 4)
-
-/* One Redis master, as a URL names it (url.c parses, the backend reads;
- * the strings live as long as the client). */
-struct dmutex__node_addr {
-	char *host;      /* TCP host (brackets stripped from IPv6); NULL for unix */
-	int port;        /* TCP port, default 6379 */
-	char *path;      /* unix socket path; NULL for TCP */
-	char *user;      /* ACL user, percent-decoded; NULL: none */
-	char *password;  /* percent-decoded; NULL: none.  Never logged. */
-	int db;          /* default 0 */
-	int tls;         /* rediss:// */
-	/* Options of this URL (NULL: not given).  The files are read when the
-	 * client opens (backend/node.c, tls.c), not by the parser. */
-	char *password_file;    /* password_file=: the password is its first line */
-	char *tls_ca;           /* CA bundle (PEM); NULL: the system store */
-	char *tls_cert;         /* client certificate chain (PEM), with tls_key */
-	char *tls_key;          /* its private key (PEM) */
-	char *tls_server_name;  /* SNI and the name verified; NULL: the host */
-	int tls_verify;         /* 1 (default), 0: tls_verify=off */
-	char *display;   /* the URL with the password replaced by "***", for logs */
-	/* redis-sentinel:// and rediss-sentinel://: this address is the master's
-	 * template (user, password, db, TLS options); its host stays NULL, the
-	 * sentinels name the master (src/backend/redis/sentinel.c). */
-	char *master_name;
-	struct dmutex__node_addr *sentinels;  /* user, password (or its file):
-	                                       * the sentinel_* options; TLS: the URL's */
-	size_t nsentinels;
-	char *sentinel_user;                  /* options as given, NULL: none */
-	char *sentinel_password;
-	char *sentinel_password_file;
-	/* redis-cluster:// and rediss-cluster://: this address is the template
-	 * of every node of the cluster (user, password, TLS options); its host
-	 * stays NULL, the seeds (host and port only) lead to the others
-	 * (src/backend/redis/cluster.c). */
-	int cluster;
-	struct dmutex__node_addr *seeds;
-	size_t nseeds;
-};
+/* A channel name with a token after it (a condition variable waiter's). */
+#define DMUTEX__CHANNEL_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)
+/* A fair lock's hand-over as wake_handed reports it. */
+#define DMUTEX__HANDED_MAX 64
 
 /* What the backend is told of the client (the core's struct dmutex_client
  * stays the core's): pointers into the client, which outlives it. */
@@ -153,8 +138,12 @@ struct dmutex__backend;
 
 /* An asynchronous release (ops->release_async): sent, its answer to come.
  * Counted references: the caller's (dmutex__ticket_put) and the
- * connection's until the answer is read. */
-struct dmutex__rel_ticket;
+ * connection's until the answer is read.  Every backend's ticket begins
+ * with this head: the table whose ticket_* operations read it. */
+struct dmutex__backend_ops;
+struct dmutex__rel_ticket {
+	const struct dmutex__backend_ops *ops;
+};
 enum {
 	DMUTEX__TICKET_PENDING = 0,     /* no answer read yet */
 	DMUTEX__TICKET_RELEASED,        /* compare-and-delete found our token */
@@ -168,6 +157,51 @@ enum {
  * thread read the answer, holding no lock of the backend's. */
 typedef void (*dmutex__rescue_fn)(void *arg, const char *name, const char *token,
 		int64_t until_ns);
+
+/* A condition variable's leave in flight (cond_leave_start .. _end), on
+ * the caller's stack: the backend's own, the core only hands it on. */
+struct dmutex__cond_leaving {
+	void *own[2];
+	int64_t until;
+};
+
+/* A read-write lock's acquisition (rw_acquire): op 'r' share, 'w' write
+ * lock ('q', release only: a waiting writer's intent). */
+struct dmutex__rw_acq {
+	int op;
+	const char *token;
+	unsigned lease_ms;
+	int wait;               /* a writer that will wait: register its intent */
+	/* out */
+	int taken;
+	uint64_t fence;
+	long long pttl_ms;      /* not taken: the blocking hold ends in at most this */
+	int maybe_done;
+	int refused;
+};
+
+/* ---- an operation asked again after a lost reply (semaphores, barriers) ----
+ * Every try carries one token; the server keeps the result under it for
+ * window_ms and a second more, so a try that finds it is not applied
+ * twice.  A first try carries deadline_ms 0; a retry carries the server's
+ * time (ms) after which it is refused (DMUTEX__OP_REFUSED) rather than
+ * applied, set by the core no later than the server's time at the first
+ * try plus the window: one that reaches the server when the result may be
+ * gone is never applied again.  The backend reads token, window_ms and
+ * deadline_ms, and sets maybe_done; the rest is the core's (src/core/retry.c). */
+struct dmutex__op {
+	char token[DMUTEX__TOKEN_HEX + 1];
+	unsigned window_ms;     /* the client's retry_window_ms */
+	long long deadline_ms;  /* 0: none (no try lost since the last answer) */
+	int maybe_done;         /* the latest try failed (EIO) but may have been
+	                         * applied: it reached Redis, its answer did not
+	                         * come back (or made no sense) */
+	int64_t sent;           /* CLOCK_MONOTONIC ns: the latest try went out */
+	int64_t lost_at;        /* the first try since the last answer went out; 0: none */
+	int expired;            /* gave up: whether it was applied is unknown */
+};
+#define DMUTEX__OP_REFUSED (-2LL)
+#define DMUTEX__OP_REFUSED_GEN (-1LL)
 
 struct dmutex__backend_ops {
 	int (*acquire)(struct dmutex__backend *be, struct dmutex__acq *a);
@@ -240,6 +274,169 @@ struct dmutex__backend_ops {
 	/* Optional (cluster): the node serving key's slot, NULL if unknown
 	 * yet (the map is refreshed for next time).  NULL op: nodes[0]. */
 	struct dmutex__node *(*node_of)(struct dmutex__backend *be, const char *key);
+
+	/* ---- asynchronous releases: the tickets release_async makes ----
+	 * (Only for backends with release_async; a ticket's head names the
+	 * table.)  state: DMUTEX__TICKET_*, without waiting.  wait: its
+	 * answer, read by the deadline (from its connection, or waiting while
+	 * another thread reads it): DMUTEX__TICKET_PENDING if the deadline
+	 * came first.  ref, put: its counted references. */
+	int (*ticket_state)(const struct dmutex__rel_ticket *t);
+	int (*ticket_wait)(struct dmutex__rel_ticket *t, int64_t deadline);
+	void (*ticket_ref)(struct dmutex__rel_ticket *t);
+	void (*ticket_put)(struct dmutex__rel_ticket *t);
+
+	/* ---- wake subscriptions (required) ----
+	 * One listener per backend delivers "something happened on channel"
+	 * to the (at most one per lock) thread of this process that waits for
+	 * it.  A lost connection counts as a message: waiters look again (a
+	 * spurious wake-up, never a lost one).
+	 * sub: subscribe to channel, starting the listener on first use;
+	 *   waits until the store confirms it or until_ns.  The subscription
+	 *   (confirmed or not: an unconfirmed one still wakes once it lands),
+	 *   or NULL on ENOMEM.
+	 * sub_notify: the same for a kept lease (lease_cache.c): every message,
+	 *   and a lost connection, also calls notify(arg) from the listener
+	 *   with no lock held (one notify per backend: the last set).  Undone
+	 *   by unsub_notify.
+	 * confirmed: wait until s is confirmed or until_ns: 1 if it was.
+	 * seq: the wake sequence; read it before asking the backend, then
+	 * wait: until it moves past seq (1) or until_ns (0).
+	 * want: wake only on hand-overs to token (and every other message): a
+	 *   fair lock's waiter.  NULL: wake on everything.
+	 * handed: the last hand-over to the wanted token, taken once: 1 with
+	 *   out[DMUTEX__HANDED_MAX] = "<fence>:<died>:<lease_ms>", or "" when
+	 *   the waiter is to claim the lock itself; 0 if none came.
+	 * stop: end the listener (the client closes).
+	 * lock, unlock, atfork_child: fork's prepare, parent and child (the
+	 *   listener's mutex, waiter.mu in internal.h's hierarchy; the child
+	 *   makes it and the listener anew). */
+	struct dmutex__wsub *(*wake_sub)(struct dmutex__backend *be, const char *channel,
+			int64_t until_ns);
+	struct dmutex__wsub *(*wake_sub_notify)(struct dmutex__backend *be, const char *channel,
+			int64_t until_ns, void (*notify)(void *), void *arg);
+	void (*wake_unsub_notify)(struct dmutex__backend *be, struct dmutex__wsub *s);
+	int (*wake_confirmed)(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns);
+	uint64_t (*wake_seq)(struct dmutex__backend *be, struct dmutex__wsub *s);
+	int (*wake_wait)(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
+			int64_t until_ns);
+	void (*wake_want)(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
+	int (*wake_handed)(struct dmutex__backend *be, struct dmutex__wsub *s, char *out);
+	void (*wake_unsub)(struct dmutex__backend *be, struct dmutex__wsub *s);
+	void (*wake_stop)(struct dmutex__backend *be);
+	void (*wake_lock)(struct dmutex__backend *be);
+	void (*wake_unlock)(struct dmutex__backend *be);
+	void (*wake_atfork_child)(struct dmutex__backend *be);
+
+	/* ---- condition variables (required) ----
+	 * channel: the wake channel of one waiter into out[DMUTEX__CHANNEL_MAX].
+	 * ttl_ms: how long a registration lives without a refresh, and how
+	 *   long a woken waiter has to acknowledge.
+	 * register: add token to the waiters.
+	 * refresh: *still = 1 if token is still a waiter (its expiry moved on),
+	 *   0 if a wake-up took it (or it expired).  Also hands on the
+	 *   wake-ups nobody acknowledged.
+	 * leave: remove token and acknowledge its wake-up; *still = 1 if it
+	 *   was still a waiter everywhere that answered, i.e. nobody woke it.
+	 * wake: all = 0: wake one live waiter (signal); 1: every waiter.
+	 * leave_start, leave_end: leave in two halves around the caller's next
+	 *   round trip (a woken waiter taking its mutex back), so that both
+	 *   cost one.  start: 0, or ENOTSUP when it cannot go ahead alone
+	 *   (the caller leaves at once); end reads the answer (or leaves the
+	 *   slow way).
+	 * With several independent masters (Redlock) registering and waking
+	 * need a majority, so that any waker meets any waiter on one. */
+	void (*cond_channel)(struct dmutex__backend *be, const char *name, const char *token,
+			char *out);
+	unsigned (*cond_ttl_ms)(struct dmutex__backend *be);
+	int (*cond_register)(struct dmutex__backend *be, const char *name, const char *token);
+	int (*cond_refresh)(struct dmutex__backend *be, const char *name, const char *token,
+			int *still);
+	int (*cond_leave)(struct dmutex__backend *be, const char *name, const char *token,
+			int *still);
+	int (*cond_wake)(struct dmutex__backend *be, const char *name, int all);
+	int (*cond_leave_start)(struct dmutex__backend *be, const char *name, const char *token,
+			struct dmutex__cond_leaving *l);
+	int (*cond_leave_end)(struct dmutex__backend *be, const char *name, const char *token,
+			struct dmutex__cond_leaving *l, int *still);
+
+	/* ---- read-write locks (NULL: none; Redlock) ----
+	 * acquire: *maybe_done as above.  release: 0 and *released (1 while
+	 * still valid, 0 not ours).  renew: the renewal thread's batch of rw
+	 * holds (rn[i].rw 'r' or 'w'), filling result and writer_waits by
+	 * deadline.  channel: the wake channel, caller frees. */
+	int (*rw_acquire)(struct dmutex__backend *be, const char *name, struct dmutex__rw_acq *a);
+	int (*rw_release)(struct dmutex__backend *be, const char *name, int op, const char *token,
+			int *released, int *maybe_done);
+	void (*rw_renew)(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n,
+			int64_t deadline);
+	char *(*rw_channel)(struct dmutex__backend *be, const char *name);
+
+	/* ---- semaphores (NULL: none; Redlock) ----
+	 * `init` is the creator's value, used if the semaphore must be made
+	 * again.
+	 * create: flags DSEM_EXCL / DSEM_NOCREATE; *created = 1 created,
+	 *   0 existed, -1 existed and DSEM_EXCL, -2 missing and DSEM_NOCREATE.
+	 * take: *taken = 1 or 0 (none free), or DMUTEX__OP_REFUSED.
+	 * post: *value = the new value, -1 at DSEM_VALUE_MAX, or
+	 *   DMUTEX__OP_REFUSED.
+	 * get: *value = free permits.  unlink: *existed = 1 or 0.
+	 * time: *ms = the server's time (ms since the epoch, its clock).
+	 * channel: the wake channel into out[DMUTEX__KEY_MAX].
+	 * take and post carry the caller's dmutex__op (above). */
+	int (*sem_create)(struct dmutex__backend *be, const char *name, unsigned value, int flags,
+			int *created);
+	int (*sem_take)(struct dmutex__backend *be, const char *name, unsigned init,
+			struct dmutex__op *o, long long *taken);
+	int (*sem_post)(struct dmutex__backend *be, const char *name, unsigned init,
+			struct dmutex__op *o, long long *value);
+	int (*sem_time)(struct dmutex__backend *be, const char *name, long long *ms);
+	int (*sem_get)(struct dmutex__backend *be, const char *name, unsigned init,
+			long long *value);
+	int (*sem_unlink)(struct dmutex__backend *be, const char *name, int *existed);
+	void (*sem_channel)(struct dmutex__backend *be, const char *name, char *out);
+
+	/* ---- barriers (NULL: none; Redlock) ----
+	 * create: *other = 0 if it is (now) a barrier of this count, else the
+	 *   count it has.
+	 * arrive: *gen = the cycle arrived in, *serial = 1 if this arrival
+	 *   completed it; *gen = DMUTEX__OP_REFUSED_GEN a retry refused.  The
+	 *   same op token again returns the first result (as semaphores).
+	 * gen: *gen = cycles completed.  time: as sem_time.
+	 * channel: the wake channel into out[DMUTEX__KEY_MAX]. */
+	int (*barrier_create)(struct dmutex__backend *be, const char *name, unsigned count,
+			long long *other);
+	int (*barrier_arrive)(struct dmutex__backend *be, const char *name, unsigned count,
+			struct dmutex__op *o, long long *gen, int *serial);
+	int (*barrier_gen)(struct dmutex__backend *be, const char *name, unsigned count,
+			long long *gen);
+	int (*barrier_time)(struct dmutex__backend *be, const char *name, unsigned count,
+			long long *ms);
+	void (*barrier_channel)(struct dmutex__backend *be, const char *name, char *out);
+
+	/* ---- per-lock counters for operators (required; counts.h) ----
+	 * counters_add: add v[0..n) at once, by until (CLOCK_MONOTONIC ns):
+	 *   DMUTEX__CNT_*.  *multi_ok is the caller's, 0 at first: the
+	 *   backend's memory of what the store accepted.
+	 * counters_trim: forget the names not counted for idle_ms, at most
+	 *   max of them: the number forgotten, or -1 if the store could not
+	 *   be asked.
+	 * counters_adopt: one page (about max names, from *cursor; 0 starts a
+	 *   pass) of giving names counted by older versions a time, so that
+	 *   trim forgets them in turn: 1 the pass goes on, 0 it is over, -1
+	 *   the store could not be asked. */
+	int (*counters_add)(struct dmutex__backend *be, const struct dmutex__count *v, size_t n,
+			int *multi_ok, int64_t until);
+	int (*counters_trim)(struct dmutex__backend *be, size_t max, int64_t until);
+	int (*counters_adopt)(struct dmutex__backend *be, unsigned long long *cursor, size_t max,
+			int64_t until);
+
+	/* Why the last verify found servers unreachable (required): each
+	 * failing server's last failure ("cannot connect: Connection refused";
+	 * with several, each prefixed with its address, "; " between them),
+	 * or "" if none is known.  For the open's one summary line: the
+	 * servers' own lines went to debug. */
+	void (*why)(struct dmutex__backend *be, char *out, size_t len);
 };
 
 struct dmutex__backend {
@@ -260,22 +457,321 @@ struct dmutex__backend {
  * (several URLs) or a cluster.  Copies *cfg (not what it points to).  0,
  * ENOMEM, or EINVAL (a file the URL names cannot be used; logged). */
 int dmutex__backend_create(const struct dmutex__backend_cfg *cfg, struct dmutex__backend **out);
-/* The wake channel of a lock, the same on every backend. */
-char *dmutex__backend_channel(struct dmutex__backend *be, const char *name);
+/* fork: hold (and let go) the lock under which every backend makes its
+ * wake-up listener (create_mu in internal.h's hierarchy; create.c). */
+void dmutex__waiter_create_lock(void);
+void dmutex__waiter_create_unlock(void);
 
-/* An asynchronous release's answer so far (DMUTEX__TICKET_*), without waiting. */
-int dmutex__ticket_state(const struct dmutex__rel_ticket *t);
-/* Its answer, read by the deadline (from its connection, taken out of the
- * pool, or waiting while another thread uses that connection and so reads
- * it): DMUTEX__TICKET_PENDING if the deadline came first. */
-int dmutex__ticket_wait(struct dmutex__rel_ticket *t, int64_t deadline);
-void dmutex__ticket_ref(struct dmutex__rel_ticket *t);
-void dmutex__ticket_put(struct dmutex__rel_ticket *t);
+/*
+ * The calls the core makes, each through the table (the names the core
+ * has always used; ENOTSUP where the backend leaves an operation NULL).
+ */
 
-/* Why the last verify found nodes unreachable: each failing node's last
- * failure ("cannot connect: Connection refused"; on several nodes each
- * prefixed with its address, "; " between them), or "" if none is known.
- * For the open's one summary line: the nodes' own lines went to debug. */
-void dmutex__backend_why(struct dmutex__backend *be, char *out, size_t len);
+static inline void
+dmutex__backend_why(struct dmutex__backend *be, char *out, size_t len)
+{
+	be->ops->why(be, out, len);
+}
+
+/* Asynchronous releases. */
+static inline int
+dmutex__ticket_state(const struct dmutex__rel_ticket *t)
+{
+	return t->ops->ticket_state(t);
+}
+
+static inline int
+dmutex__ticket_wait(struct dmutex__rel_ticket *t, int64_t deadline)
+{
+	return t->ops->ticket_wait(t, deadline);
+}
+
+static inline void
+dmutex__ticket_ref(struct dmutex__rel_ticket *t)
+{
+	t->ops->ticket_ref(t);
+}
+
+static inline void
+dmutex__ticket_put(struct dmutex__rel_ticket *t)
+{
+	if (t)
+		t->ops->ticket_put(t);
+}
+
+/* Wake subscriptions. */
+static inline struct dmutex__wsub *
+dmutex__waiter_sub(struct dmutex__backend *be, const char *channel, int64_t until_ns)
+{
+	return be->ops->wake_sub(be, channel, until_ns);
+}
+
+static inline struct dmutex__wsub *
+dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel, int64_t until_ns,
+		void (*notify)(void *), void *arg)
+{
+	return be->ops->wake_sub_notify(be, channel, until_ns, notify, arg);
+}
+
+static inline void
+dmutex__waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	be->ops->wake_unsub_notify(be, s);
+}
+
+static inline int
+dmutex__wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns)
+{
+	return be->ops->wake_confirmed(be, s, until_ns);
+}
+
+static inline uint64_t
+dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	return be->ops->wake_seq(be, s);
+}
+
+static inline int
+dmutex__wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
+		int64_t until_ns)
+{
+	return be->ops->wake_wait(be, s, seq, until_ns);
+}
+
+static inline void
+dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token)
+{
+	be->ops->wake_want(be, s, token);
+}
+
+static inline int
+dmutex__wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out)
+{
+	return be->ops->wake_handed(be, s, out);
+}
+
+static inline void
+dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	be->ops->wake_unsub(be, s);
+}
+
+static inline void
+dmutex__waiter_stop(struct dmutex__backend *be)
+{
+	be->ops->wake_stop(be);
+}
+
+static inline void
+dmutex__waiter_lock(struct dmutex__backend *be)
+{
+	be->ops->wake_lock(be);
+}
+
+static inline void
+dmutex__waiter_unlock(struct dmutex__backend *be)
+{
+	be->ops->wake_unlock(be);
+}
+
+static inline void
+dmutex__waiter_atfork_child(struct dmutex__backend *be)
+{
+	be->ops->wake_atfork_child(be);
+}
+
+/* Condition variables. */
+static inline void
+dmutex__cond_channel(struct dmutex__backend *be, const char *name, const char *token, char *out)
+{
+	be->ops->cond_channel(be, name, token, out);
+}
+
+static inline unsigned
+dmutex__cond_ttl_ms(struct dmutex__backend *be)
+{
+	return be->ops->cond_ttl_ms(be);
+}
+
+static inline int
+dmutex__cond_register(struct dmutex__backend *be, const char *name, const char *token)
+{
+	return be->ops->cond_register(be, name, token);
+}
+
+static inline int
+dmutex__cond_refresh(struct dmutex__backend *be, const char *name, const char *token, int *still)
+{
+	return be->ops->cond_refresh(be, name, token, still);
+}
+
+static inline int
+dmutex__cond_leave(struct dmutex__backend *be, const char *name, const char *token, int *still)
+{
+	return be->ops->cond_leave(be, name, token, still);
+}
+
+static inline int
+dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all)
+{
+	return be->ops->cond_wake(be, name, all);
+}
+
+static inline int
+dmutex__cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l)
+{
+	return be->ops->cond_leave_start(be, name, token, l);
+}
+
+static inline int
+dmutex__cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l, int *still)
+{
+	return be->ops->cond_leave_end(be, name, token, l, still);
+}
+
+/* Read-write locks: the core refuses them on a quorum backend first. */
+static inline int
+dmutex__rw_acquire(struct dmutex__backend *be, const char *name, struct dmutex__rw_acq *a)
+{
+	return be->ops->rw_acquire ? be->ops->rw_acquire(be, name, a) : ENOTSUP;
+}
+
+static inline int
+dmutex__rw_release(struct dmutex__backend *be, const char *name, int op, const char *token,
+		int *released, int *maybe_done)
+{
+	if (!be->ops->rw_release)
+		return ENOTSUP;
+	return be->ops->rw_release(be, name, op, token, released, maybe_done);
+}
+
+/* Without rw_renew no rw hold can exist: nothing to renew. */
+static inline void
+dmutex__rw_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n,
+		int64_t deadline)
+{
+	if (be->ops->rw_renew)
+		be->ops->rw_renew(be, rn, n, deadline);
+}
+
+/* NULL: no channel (as out of memory). */
+static inline char *
+dmutex__rw_channel(struct dmutex__backend *be, const char *name)
+{
+	return be->ops->rw_channel ? be->ops->rw_channel(be, name) : NULL;
+}
+
+/* Semaphores: the core refuses them on a quorum backend first. */
+static inline int
+dmutex__sem_create(struct dmutex__backend *be, const char *name, unsigned value, int flags,
+		int *created)
+{
+	return be->ops->sem_create ? be->ops->sem_create(be, name, value, flags, created) : ENOTSUP;
+}
+
+static inline int
+dmutex__sem_take(struct dmutex__backend *be, const char *name, unsigned init,
+		struct dmutex__op *o, long long *taken)
+{
+	return be->ops->sem_take ? be->ops->sem_take(be, name, init, o, taken) : ENOTSUP;
+}
+
+static inline int
+dmutex__sem_post(struct dmutex__backend *be, const char *name, unsigned init,
+		struct dmutex__op *o, long long *value)
+{
+	return be->ops->sem_post ? be->ops->sem_post(be, name, init, o, value) : ENOTSUP;
+}
+
+static inline int
+dmutex__sem_time(struct dmutex__backend *be, const char *name, long long *ms)
+{
+	return be->ops->sem_time ? be->ops->sem_time(be, name, ms) : ENOTSUP;
+}
+
+static inline int
+dmutex__sem_get(struct dmutex__backend *be, const char *name, unsigned init, long long *value)
+{
+	return be->ops->sem_get ? be->ops->sem_get(be, name, init, value) : ENOTSUP;
+}
+
+static inline int
+dmutex__sem_unlink(struct dmutex__backend *be, const char *name, int *existed)
+{
+	return be->ops->sem_unlink ? be->ops->sem_unlink(be, name, existed) : ENOTSUP;
+}
+
+/* NULL: "" (nothing to hear). */
+static inline void
+dmutex__sem_channel(struct dmutex__backend *be, const char *name, char *out)
+{
+	if (be->ops->sem_channel)
+		be->ops->sem_channel(be, name, out);
+	else
+		out[0] = '\0';
+}
+
+/* Barriers: the core refuses them on a quorum backend first. */
+static inline int
+dmutex__barrier_create(struct dmutex__backend *be, const char *name, unsigned count,
+		long long *other)
+{
+	return be->ops->barrier_create ? be->ops->barrier_create(be, name, count, other) : ENOTSUP;
+}
+
+static inline int
+dmutex__barrier_arrive(struct dmutex__backend *be, const char *name, unsigned count,
+		struct dmutex__op *o, long long *gen, int *serial)
+{
+	if (!be->ops->barrier_arrive)
+		return ENOTSUP;
+	return be->ops->barrier_arrive(be, name, count, o, gen, serial);
+}
+
+static inline int
+dmutex__barrier_gen(struct dmutex__backend *be, const char *name, unsigned count, long long *gen)
+{
+	return be->ops->barrier_gen ? be->ops->barrier_gen(be, name, count, gen) : ENOTSUP;
+}
+
+static inline int
+dmutex__barrier_time(struct dmutex__backend *be, const char *name, unsigned count, long long *ms)
+{
+	return be->ops->barrier_time ? be->ops->barrier_time(be, name, count, ms) : ENOTSUP;
+}
+
+/* NULL: "" (nothing to hear). */
+static inline void
+dmutex__barrier_channel(struct dmutex__backend *be, const char *name, char *out)
+{
+	if (be->ops->barrier_channel)
+		be->ops->barrier_channel(be, name, out);
+	else
+		out[0] = '\0';
+}
+
+/* Per-lock counters. */
+static inline int
+dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count *v, size_t n,
+		int *multi_ok, int64_t until)
+{
+	return be->ops->counters_add(be, v, n, multi_ok, until);
+}
+
+static inline int
+dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t until)
+{
+	return be->ops->counters_trim(be, max, until);
+}
+
+static inline int
+dmutex__backend_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
+		size_t max, int64_t until)
+{
+	return be->ops->counters_adopt(be, cursor, max, until);
+}
+
 
 #endif

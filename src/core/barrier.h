@@ -14,7 +14,7 @@
 
 #include "internal.h"
 #include "retry.h"
-#include "backend/redis/sync.h"
+#include "backend/backend.h"
 
 #define DBARRIER__MAGIC_INIT 0x44424152UL /* "DBAR" */
 

@@ -10,7 +10,6 @@
 #include "internal.h"
 #include "base/lockorder.h"
 #include "metrics.h"
-#include "backend/redis/waiter.h"
 
 static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dmutex_client *clients;   /* every open client, clients_mu */

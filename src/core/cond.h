@@ -10,7 +10,7 @@
  *                              acknowledged in time is given to another waiter
  *   dmutex:cwake:{NAME}:TOKEN  channel: the one waiting thread's wake-up
  *
- * The backend calls: backend/sync.h.
+ * The backend calls: backend/backend.h (cond_*).
  */
 #ifndef DMUTEX_COND_H
 #define DMUTEX_COND_H
@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "internal.h"
-#include "backend/redis/sync.h"
+#include "backend/backend.h"
 
 #define DCOND__MAGIC_INIT 0x44434e44UL /* "DCND" */
 #define DCOND__ATTR_MAGIC 0x63617474UL /* "catt" */

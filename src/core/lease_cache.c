@@ -44,7 +44,6 @@
 #include "internal.h"
 #include "base/lockorder.h"
 #include "metrics.h"
-#include "backend/redis/waiter.h"
 
 /* Tokens reserved per round trip: one round trip per this many holds.
  * Far below 2^20 (a millisecond of the token clock, token.lua), so the

@@ -4,7 +4,8 @@
  * (never per acquisition), where `dmutex metrics` and `dmutex top` read
  * every process's sums.
  *
- * Their layout in Redis, and the call that adds them there: backend/counters.h.
+ * What is counted: backend/counts.h; the calls that add them: backend.h
+ * (counters_*); their layout in Redis: backend/redis/counters.h.
  */
 #ifndef DMUTEX_METRICS_H
 #define DMUTEX_METRICS_H
@@ -13,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "backend/redis/counters.h"
+#include "backend/backend.h"
 #include "dmutex.h"
 
 struct dmutex_client;

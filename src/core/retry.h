@@ -1,6 +1,6 @@
 /*
  * An operation of a semaphore or barrier asked again after a lost reply
- * (struct dmutex__op, src/backend/redis/sync.h): the same token on every try,
+ * (struct dmutex__op, src/backend/backend.h): the same token on every try,
  * for no longer than the client's retry_window_ms since the first try
  * that may have been applied went unanswered.  Past that the server may
  * have forgotten the result, so a retry could be applied twice: the caller
@@ -10,7 +10,7 @@
 #ifndef DMUTEX_RETRY_H
 #define DMUTEX_RETRY_H
 
-#include "backend/redis/sync.h"
+#include "backend/backend.h"
 
 /* A new token; the window is set by the first try (0 here). 0 or EIO. */
 int dmutex__op_init(struct dmutex__op *o);

@@ -21,7 +21,7 @@
 #ifndef DMUTEX_RWLOCK_H
 #define DMUTEX_RWLOCK_H
 
-#include "backend/redis/sync.h"
+#include "backend/backend.h"
 #include "internal.h"
 
 #define DRWLOCK__MAGIC_INIT 0x4452574cUL /* "DRWL" */

@@ -18,7 +18,7 @@
 #include "dial.h"
 #include "base/log.h"
 #include "tls.h"
-#include "backend/backend.h"
+#include "addr.h"
 
 /*
  * OpenSSL's socket BIO writes with write(2): a connection reset by the

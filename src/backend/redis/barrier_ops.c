@@ -13,7 +13,7 @@
 #include "sync.h"
 
 void
-dmutex__barrier_channel(struct dmutex__backend *be, const char *name, char *out)
+dmutex__redis_barrier_channel(struct dmutex__backend *be, const char *name, char *out)
 {
 	dmutex__key(out, be->cfg.prefix, "barwake", name);
 }
@@ -57,7 +57,7 @@ call(struct dmutex__backend *be, const char *name, const char *what, int script,
 }
 
 int
-dmutex__barrier_create(struct dmutex__backend *be, const char *name, unsigned count,
+dmutex__redis_barrier_create(struct dmutex__backend *be, const char *name, unsigned count,
 		long long *other)
 {
 	/* 1 created, 0 joined, -N: it exists with count N (1 .. INT_MAX). */
@@ -89,7 +89,7 @@ wait_call(struct dmutex__backend *be, const char *name, unsigned count, const ch
 
 	dmutex__key(k, be->cfg.prefix, "barrier", name);
 	snprintf(ok, sizeof ok, "%sbarop:{%s}:%s", be->cfg.prefix, name, o ? o->token : "-");
-	dmutex__barrier_channel(be, name, ch);
+	dmutex__redis_barrier_channel(be, name, ch);
 	snprintf(n, sizeof n, "%u", count);
 	snprintf(window, sizeof window, "%u", o ? o->window_ms : 0);
 	snprintf(deadline, sizeof deadline, "%lld", o ? o->deadline_ms : 0);
@@ -111,14 +111,14 @@ wait_call(struct dmutex__backend *be, const char *name, unsigned count, const ch
 }
 
 int
-dmutex__barrier_arrive(struct dmutex__backend *be, const char *name, unsigned count,
+dmutex__redis_barrier_arrive(struct dmutex__backend *be, const char *name, unsigned count,
 		struct dmutex__op *o, long long *gen, int *serial)
 {
 	return wait_call(be, name, count, "wait", "a", o, gen, serial);
 }
 
 int
-dmutex__barrier_gen(struct dmutex__backend *be, const char *name, unsigned count,
+dmutex__redis_barrier_gen(struct dmutex__backend *be, const char *name, unsigned count,
 		long long *gen)
 {
 	int serial;
@@ -127,7 +127,7 @@ dmutex__barrier_gen(struct dmutex__backend *be, const char *name, unsigned count
 }
 
 int
-dmutex__barrier_time(struct dmutex__backend *be, const char *name, unsigned count,
+dmutex__redis_barrier_time(struct dmutex__backend *be, const char *name, unsigned count,
 		long long *ms)
 {
 	int err, serial;

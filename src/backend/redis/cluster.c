@@ -435,7 +435,7 @@ static const struct dmutex__backend_ops cluster_ops = {
 	.release = cl_release,
 	.release_to = cl_release_to,
 	.renew = cl_renew,
-	.channel = dmutex__backend_channel,
+	.channel = dmutex__redis_channel,
 	.atfork_child = cl_atfork_child,
 	.destroy = cl_destroy,
 	.verify = cl_verify,
@@ -445,6 +445,10 @@ static const struct dmutex__backend_ops cluster_ops = {
 	.sub_route = cl_sub_route,
 	.sub_stale = cl_sub_stale,
 	.node_of = cl_node_of,
+	DMUTEX__REDIS_WAKE_OPS,
+	DMUTEX__REDIS_COND_OPS,
+	DMUTEX__REDIS_ONE_MASTER_OPS,
+	DMUTEX__REDIS_ADMIN_OPS,
 };
 
 int

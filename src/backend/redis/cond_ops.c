@@ -26,14 +26,14 @@ struct tally {
 };
 
 void
-dmutex__cond_channel(struct dmutex__backend *be, const char *name, const char *token, char *out)
+dmutex__redis_cond_channel(struct dmutex__backend *be, const char *name, const char *token, char *out)
 {
 	snprintf(out, DMUTEX__CHANNEL_MAX, "%scwake:{%s}:%s", be->cfg.prefix, name,
 			token ? token : "");
 }
 
 unsigned
-dmutex__cond_ttl_ms(struct dmutex__backend *be)
+dmutex__redis_cond_ttl_ms(struct dmutex__backend *be)
 {
 	return be->cfg.lease_ms;
 }
@@ -41,12 +41,12 @@ dmutex__cond_ttl_ms(struct dmutex__backend *be)
 static void
 fill(struct dmutex__backend *be, const char *name, struct cargs *a)
 {
-	unsigned ttl = dmutex__cond_ttl_ms(be);
+	unsigned ttl = dmutex__redis_cond_ttl_ms(be);
 
 	dmutex__key(a->wk, be->cfg.prefix, "cond", name);
 	dmutex__key(a->sk, be->cfg.prefix, "csig", name);
 	dmutex__key(a->ik, be->cfg.prefix, "cinfo", name);
-	dmutex__cond_channel(be, name, NULL, a->ch);
+	dmutex__redis_cond_channel(be, name, NULL, a->ch);
 	snprintf(a->ttl, sizeof a->ttl, "%u", ttl);
 	/* A woken waiter acknowledges in one round trip; a third of the
 	 * registration's life is ample, and bounds a frozen waiter's hold on
@@ -94,7 +94,7 @@ call_all(struct dmutex__backend *be, const char *name, const char *what, int scr
 }
 
 int
-dmutex__cond_register(struct dmutex__backend *be, const char *name, const char *token)
+dmutex__redis_cond_register(struct dmutex__backend *be, const char *name, const char *token)
 {
 	struct cargs a;
 	struct tally t;
@@ -110,7 +110,7 @@ dmutex__cond_register(struct dmutex__backend *be, const char *name, const char *
 }
 
 int
-dmutex__cond_refresh(struct dmutex__backend *be, const char *name, const char *token, int *still)
+dmutex__redis_cond_refresh(struct dmutex__backend *be, const char *name, const char *token, int *still)
 {
 	struct cargs a;
 	struct tally t;
@@ -126,7 +126,7 @@ dmutex__cond_refresh(struct dmutex__backend *be, const char *name, const char *t
 }
 
 int
-dmutex__cond_leave(struct dmutex__backend *be, const char *name, const char *token, int *still)
+dmutex__redis_cond_leave(struct dmutex__backend *be, const char *name, const char *token, int *still)
 {
 	struct cargs a;
 	struct tally t;
@@ -141,7 +141,7 @@ dmutex__cond_leave(struct dmutex__backend *be, const char *name, const char *tok
 }
 
 int
-dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all)
+dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all)
 {
 	struct cargs a;
 	struct tally t;
@@ -154,57 +154,59 @@ dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all)
 }
 
 int
-dmutex__cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
+dmutex__redis_cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
 		struct dmutex__cond_leaving *l)
 {
+	struct dmutex__node *n = &be->nodes[0];
+	struct dmutex__conn *c;
 	struct cargs a;
 
 	memset(l, 0, sizeof *l);
 	/* Several nodes need a majority, a cluster a route: the slow way. */
-	if (be->nnodes != 1 || be->nodes[0].route)
+	if (be->nnodes != 1 || n->route)
 		return ENOTSUP;
-	l->node = &be->nodes[0];
 	l->until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
-	if (!(l->conn = dmutex__node_get_by(l->node, l->until)))
+	if (!(c = dmutex__node_get_by(n, l->until)))
 		return ENOTSUP;
 	/* It may carry an asynchronous release's answer, which the taking back
 	 * of the mutex waits for (it looks for that connection in the pool):
 	 * read it now, long arrived after the wait, rather than keep it. */
-	if (l->conn->nowed && dmutex__conn_settle(l->conn, l->until)) {
-		dmutex__conn_free(l->conn);
-		l->conn = NULL;
+	if (c->nowed && dmutex__conn_settle(c, l->until)) {
+		dmutex__conn_free(c);
 		return ENOTSUP;
 	}
 	fill(be, name, &a);
 	const char *argv[] = { a.wk, a.sk, a.ik, token };
 	/* Sent now as far as the socket takes it; the rest goes with the
 	 * flush in end. */
-	if (dmutex__node_script_append(l->node, l->conn, DMUTEX__SCRIPT_COND_LEAVE, 1, 3, 4, argv, NULL) ||
-			dmutex__conn_write(l->conn) < 0) {
-		dmutex__conn_free(l->conn);
-		l->conn = NULL;
+	if (dmutex__node_script_append(n, c, DMUTEX__SCRIPT_COND_LEAVE, 1, 3, 4, argv, NULL) ||
+			dmutex__conn_write(c) < 0) {
+		dmutex__conn_free(c);
 		return ENOTSUP;
 	}
+	l->own[0] = n;
+	l->own[1] = c;
 	return 0;
 }
 
 int
-dmutex__cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
+dmutex__redis_cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
 		struct dmutex__cond_leaving *l, int *still)
 {
+	struct dmutex__node *n = l->own[0];
+	struct dmutex__conn *c = l->own[1];
 	void *v = NULL;
 	redisReply *r;
 
+	l->own[1] = NULL;
 	/* The mutex may have taken long: the answer has been here since. */
 	l->until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
-	if (dmutex__conn_get(l->conn, &v, l->until)) {
-		dmutex__conn_free(l->conn);
-		l->conn = NULL;
+	if (dmutex__conn_get(c, &v, l->until)) {
+		dmutex__conn_free(c);
 		/* Leaving twice changes nothing: ask again, the slow way. */
-		return dmutex__cond_leave(be, name, token, still);
+		return dmutex__redis_cond_leave(be, name, token, still);
 	}
-	dmutex__node_put(l->node, l->conn);
-	l->conn = NULL;
+	dmutex__node_put(n, c);
 	r = v;
 	if (r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)) {
 		*still = r->integer == 1;
@@ -214,5 +216,5 @@ dmutex__cond_leave_end(struct dmutex__backend *be, const char *name, const char 
 	/* NOSCRIPT (a restarted server), or anything else: the slow way,
 	 * which loads the script and logs what is wrong. */
 	freeReplyObject(r);
-	return dmutex__cond_leave(be, name, token, still);
+	return dmutex__redis_cond_leave(be, name, token, still);
 }

@@ -1,7 +1,7 @@
 /*
  * Per-lock counters in Redis (metrics.c gathers them in the process, the
- * CLI reads them): their layout, and the backend call that adds a batch.
- * Part of the backend's interface, with backend.h.
+ * CLI reads them): their layout, and the calls that fill backend.h's
+ * counters_* operations (counters_ops.c).  What is counted: backend/counts.h.
  *
  * All in one cluster slot (hash tag {metrics}) so that one
  * MULTI/EXEC adds a batch:
@@ -13,12 +13,12 @@
  *
  * Bounded like the names' own state (README "Memory: idle names expire"):
  * n:NAME expires idle_ms after its last batch, and the names whose last
- * batch is older than idle_ms leave index and seen (dmutex__backend_
+ * batch is older than idle_ms leave index and seen (dmutex__redis_
  * counters_trim), so a program that locks job:<uuid> once per job does
  * not fill Redis with counters either.  Only total, one hash, stays.
  * A batch writes index and seen together; a name in index without seen
  * (written by a version before seen, or a set changed by hand) is given
- * one by dmutex__backend_counters_adopt, and so leaves in turn.
+ * one by dmutex__redis_counters_adopt, and so leaves in turn.
  */
 #ifndef DMUTEX_BACKEND_COUNTERS_H
 #define DMUTEX_BACKEND_COUNTERS_H
@@ -27,25 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-struct dmutex__backend;
-
-/* Upper bounds of the wait and hold histograms, seconds; then +Inf. */
-#define DMUTEX__MET_BUCKETS 10
-#define DMUTEX__MET_BOUNDS { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10 }
-
-enum {
-	DMUTEX__MET_ACQ,                /* acquisitions */
-	DMUTEX__MET_CONTENDED,          /* ... that had to wait for another holder */
-	DMUTEX__MET_LOST,               /* leases lost */
-	DMUTEX__MET_RENEWALS,           /* renewals confirmed */
-	DMUTEX__MET_ERRORS,             /* backend calls that failed (EIO) */
-	DMUTEX__MET_WAIT_US,            /* wait time, microseconds, summed */
-	DMUTEX__MET_WAIT_B0,            /* .. + DMUTEX__MET_BUCKETS - 1 */
-	DMUTEX__MET_HOLDS = DMUTEX__MET_WAIT_B0 + DMUTEX__MET_BUCKETS,   /* holds ended */
-	DMUTEX__MET_HOLD_US,
-	DMUTEX__MET_HOLD_B0,
-	DMUTEX__MET_NFIELDS = DMUTEX__MET_HOLD_B0 + DMUTEX__MET_BUCKETS
-};
+#include "backend/backend.h"
 
 /* "acq", "contended", ..., "wait_b0".., "hold_b9": the Redis hash fields. */
 extern const char *const dmutex__met_fields[DMUTEX__MET_NFIELDS];
@@ -58,21 +40,6 @@ dmutex__met_key(char *buf, const char *prefix, const char *what, const char *nam
 			name ? name : "");
 }
 
-/* One name's counts not yet in Redis. */
-struct dmutex__count {
-	char *name;
-	uint64_t delta[DMUTEX__MET_NFIELDS];
-};
-
-/* What dmutex__backend_counters did with a batch. */
-enum {
-	DMUTEX__CNT_SENT = 0,
-	DMUTEX__CNT_MAYBE = 1,          /* given up after it may have been applied: drop it
-	                                 * (a count is never added twice) */
-	DMUTEX__CNT_REFUSED = 2,        /* the server refuses them (ACL): logged; never again */
-	DMUTEX__CNT_NOT_SENT = -1       /* nothing applied: send it again later */
-};
-
 /*
  * Add v[0..n) to Redis in one MULTI/EXEC of plain HINCRBYs and a ZINCRBY
  * (not a script: the library's script calls stay what they were, and the
@@ -81,7 +48,7 @@ enum {
  * ns).  *multi_ok is the caller's: 0 until MULTI was accepted once (then
  * it is sent alone first, so that an ACL without it is told apart).
  */
-int dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count *v,
+int dmutex__redis_counters(struct dmutex__backend *be, const struct dmutex__count *v,
 		size_t n, int *multi_ok, int64_t until);
 
 /*
@@ -90,7 +57,7 @@ int dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__co
  * the server could not be asked.  Every process does it now and then; two
  * at once remove the same names twice, which is harmless.
  */
-int dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t until);
+int dmutex__redis_counters_trim(struct dmutex__backend *be, size_t max, int64_t until);
 
 /*
  * Give the names of index that have no time in seen the present one
@@ -103,7 +70,7 @@ int dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_
  * (*cursor set for the next page), 0 when it is over or not needed, -1 if
  * the server could not be asked.
  */
-int dmutex__backend_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
+int dmutex__redis_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
 		size_t max, int64_t until);
 
 #endif

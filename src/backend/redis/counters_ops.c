@@ -28,7 +28,7 @@ refused(const char *why)
 }
 
 /* "ZADD seen MS name MS name ...": when each name of the batch was last
- * counted, for dmutex__backend_counters_trim.  On the heap: the flush at
+ * counted, for dmutex__redis_counters_trim.  On the heap: the flush at
  * dmutex_client_close runs on the caller's stack, which may be small. */
 static int
 append_seen(struct dmutex__conn *cn, const char *sk, const struct dmutex__count *v, size_t n)
@@ -100,46 +100,48 @@ append4(struct dmutex__conn *cn, const char *cmd, const char *key, const char *a
 	return dmutex__conn_append_argv(cn, 4, argv, lens);
 }
 
-int
-dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count *v,
-		size_t n, int *multi_ok, int64_t until)
+/* MULTI, sent alone the first time (*multi_ok 0), else queued (*q
+ * counts it; *bad set if it could not be).  DMUTEX__CNT_SENT to go on,
+ * else what the batch came to (cn freed or given back). */
+static int
+begin(struct dmutex__node *nd, struct dmutex__conn *cn, int64_t deadline, int *multi_ok,
+		size_t *q, int *bad)
 {
-	char tk[DMUTEX__MET_KEY_MAX], ik[DMUTEX__MET_KEY_MAX], nk[DMUTEX__MET_KEY_MAX];
-	char idle[24];
+	if (*multi_ok) {
+		*bad |= dmutex__conn_appendf(cn, "MULTI");
+		(*q)++;
+		return DMUTEX__CNT_SENT;
+	}
+	/* Once per client, MULTI alone: refused (an ACL without it), the
+	 * increments that follow would run one by one, half of them refused
+	 * too.  Then the counters stay in the process. */
+	redisReply *r = dmutex__conn_command(cn, deadline, "MULTI");
+	if (!r) {
+		dmutex__conn_free(cn);
+		return DMUTEX__CNT_NOT_SENT;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		refused(r->str);
+		freeReplyObject(r);
+		dmutex__node_put(nd, cn);
+		return DMUTEX__CNT_REFUSED;
+	}
+	freeReplyObject(r);
+	*multi_ok = 1;
+	return DMUTEX__CNT_SENT;
+}
+
+/* Queue the batch's commands (none once bad) and EXEC behind MULTI; *q
+ * counts them.  Nonzero if one could not be queued, or bad was. */
+static int
+append_batch(struct dmutex__backend *be, struct dmutex__conn *cn, const struct dmutex__count *v,
+		size_t n, const char *tk, const char *ik, size_t *q, int bad)
+{
+	char nk[DMUTEX__MET_KEY_MAX], idle[24];
 	unsigned long long sum[DMUTEX__MET_NFIELDS] = { 0 };
 	const char *pre = be->cfg.prefix;
-	struct dmutex__node *nd;
-	struct dmutex__conn *cn;
-	int64_t deadline;
-	size_t q = 0;
-	int bad = 0, st = DMUTEX__CNT_SENT;
 
-	dmutex__met_key(tk, pre, "total", NULL);
-	dmutex__met_key(ik, pre, "index", NULL);
 	idle[dmutex__udec(idle, be->cfg.idle_ms)] = '\0';
-	if (!(cn = counters_conn(be, tk, &nd, until, &deadline)))
-		return DMUTEX__CNT_NOT_SENT;
-	if (!*multi_ok) {
-		/* Once per client, MULTI alone: refused (an ACL without it),
-		 * the increments that follow would run one by one, half of
-		 * them refused too.  Then the counters stay in the process. */
-		redisReply *r = dmutex__conn_command(cn, deadline, "MULTI");
-		if (!r) {
-			dmutex__conn_free(cn);
-			return DMUTEX__CNT_NOT_SENT;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			refused(r->str);
-			freeReplyObject(r);
-			dmutex__node_put(nd, cn);
-			return DMUTEX__CNT_REFUSED;
-		}
-		freeReplyObject(r);
-		*multi_ok = 1;
-	} else {
-		bad |= dmutex__conn_appendf(cn, "MULTI");
-		q++;
-	}
 	for (size_t i = 0; i < n && !bad; i++) {
 		dmutex__met_key(nk, pre, "n:", v[i].name);
 		for (int f = 0; f < DMUTEX__MET_NFIELDS && !bad; f++) {
@@ -148,20 +150,20 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 				continue;
 			sum[f] += d;
 			bad |= append4(cn, "HINCRBY", nk, dmutex__met_fields[f], d, NULL, 0);
-			q++;
+			(*q)++;
 			if (f == DMUTEX__MET_ACQ) {
 				bad |= append4(cn, "ZINCRBY", ik, NULL, d, v[i].name, strlen(v[i].name));
-				q++;
+				(*q)++;
 			}
 		}
 		/* A name's counters live as long as its state would. */
 		bad |= dmutex__conn_appendf(cn, "PEXPIRE %s %s", nk, idle);
-		q++;
+		(*q)++;
 	}
 	if (!bad && n) {
 		dmutex__met_key(nk, pre, "seen", NULL);
 		bad |= append_seen(cn, nk, v, n);
-		q++;
+		(*q)++;
 	}
 	/* The total once per batch, not once per name: the same sums, and
 	 * a batch of names each locked once (fresh names) costs Redis half
@@ -169,14 +171,25 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 	for (int f = 0; f < DMUTEX__MET_NFIELDS && !bad; f++)
 		if (sum[f]) {
 			bad |= append4(cn, "HINCRBY", tk, dmutex__met_fields[f], sum[f], NULL, 0);
-			q++;
+			(*q)++;
 		}
 	bad |= dmutex__conn_appendf(cn, "EXEC");
-	q++;
-	for (size_t i = 0; i < q && !bad; i++) {
+	(*q)++;
+	return bad;
+}
+
+/* Read the q answers of a batch: DMUTEX__CNT_SENT, _NOT_SENT or
+ * _REFUSED, with *bad set if one did not come. */
+static int
+exec_replies(struct dmutex__backend *be, struct dmutex__conn *cn, size_t q, int64_t deadline,
+		int *bad)
+{
+	int st = DMUTEX__CNT_SENT;
+
+	for (size_t i = 0; i < q && !*bad; i++) {
 		redisReply *r = NULL;
 		if (dmutex__conn_get(cn, (void **)&r, deadline)) {
-			bad = 1;
+			*bad = 1;
 			break;
 		}
 		/* A command refused inside MULTI aborts the whole transaction:
@@ -197,6 +210,28 @@ dmutex__backend_counters(struct dmutex__backend *be, const struct dmutex__count 
 		}
 		freeReplyObject(r);
 	}
+	return st;
+}
+
+int
+dmutex__redis_counters(struct dmutex__backend *be, const struct dmutex__count *v,
+		size_t n, int *multi_ok, int64_t until)
+{
+	char tk[DMUTEX__MET_KEY_MAX], ik[DMUTEX__MET_KEY_MAX];
+	struct dmutex__node *nd;
+	struct dmutex__conn *cn;
+	int64_t deadline;
+	size_t q = 0;
+	int bad = 0, st;
+
+	dmutex__met_key(tk, be->cfg.prefix, "total", NULL);
+	dmutex__met_key(ik, be->cfg.prefix, "index", NULL);
+	if (!(cn = counters_conn(be, tk, &nd, until, &deadline)))
+		return DMUTEX__CNT_NOT_SENT;
+	if ((st = begin(nd, cn, deadline, multi_ok, &q, &bad)) != DMUTEX__CNT_SENT)
+		return st;
+	bad = append_batch(be, cn, v, n, tk, ik, &q, bad);
+	st = exec_replies(be, cn, q, deadline, &bad);
 	if (bad) {
 		dmutex__conn_free(cn);
 		/* Sent, maybe in part: the server may have applied it. */
@@ -228,7 +263,7 @@ index_has_more(struct dmutex__conn *cn, const char *ik, const char *sk, int64_t 
 }
 
 int
-dmutex__backend_counters_trim(struct dmutex__backend *be, size_t max, int64_t until)
+dmutex__redis_counters_trim(struct dmutex__backend *be, size_t max, int64_t until)
 {
 	char ik[DMUTEX__MET_KEY_MAX], sk[DMUTEX__MET_KEY_MAX];
 	long long cutoff = (long long)dmutex__wall_ms() - (long long)be->cfg.idle_ms;
@@ -393,7 +428,7 @@ out:
 }
 
 int
-dmutex__backend_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
+dmutex__redis_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor,
 		size_t max, int64_t until)
 {
 	char ik[DMUTEX__MET_KEY_MAX], sk[DMUTEX__MET_KEY_MAX], cur[24];

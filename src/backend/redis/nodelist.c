@@ -130,7 +130,7 @@ dmutex__backend_unlock_nodes(struct dmutex__backend *be)
 }
 
 void
-dmutex__backend_why(struct dmutex__backend *be, char *out, size_t len)
+dmutex__redis_why(struct dmutex__backend *be, char *out, size_t len)
 {
 	size_t k = 0;
 

@@ -344,7 +344,7 @@ out:
 }
 
 char *
-dmutex__backend_channel(struct dmutex__backend *be, const char *name)
+dmutex__redis_channel(struct dmutex__backend *be, const char *name)
 {
 	char buf[DMUTEX__KEY_MAX];
 	dmutex__key(buf, be->cfg.prefix, "wake", name);
@@ -370,15 +370,23 @@ static const struct dmutex__backend_ops redis_ops = {
 	.release = redis_release,
 	.release_to = redis_release_to,
 	.release_async = redis_release_async,
+	.ticket_state = dmutex__redis_ticket_state,
+	.ticket_wait = dmutex__redis_ticket_wait,
+	.ticket_ref = dmutex__redis_ticket_ref,
+	.ticket_put = dmutex__redis_ticket_put,
 	.renew = redis_renew,
 	.cache = redis_cache,
 	.fence = redis_fence,
-	.channel = dmutex__backend_channel,
+	.channel = dmutex__redis_channel,
 	.atfork_child = redis_atfork_child,
 	.destroy = redis_destroy,
 	.verify = dmutex__backend_verify_nodes,
 	.atfork_prepare = dmutex__backend_lock_nodes,
 	.atfork_parent = dmutex__backend_unlock_nodes,
+	DMUTEX__REDIS_WAKE_OPS,
+	DMUTEX__REDIS_COND_OPS,
+	DMUTEX__REDIS_ONE_MASTER_OPS,
+	DMUTEX__REDIS_ADMIN_OPS,
 };
 
 int

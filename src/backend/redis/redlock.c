@@ -324,27 +324,23 @@ raise_fence(struct redlock *rl, const char *meta_key, uint64_t fence, unsigned l
 	return ok >= rl->quorum ? 0 : -1;
 }
 
-static int
-rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
-{
-	struct redlock *rl = rl_of(be);
-	size_t n = be->nnodes, ok = 0, busy = 0, notrec = 0, down = 0, refused = 0;
-	unsigned nt = node_timeout(rl, a->lease_ms);
-	int64_t t0 = dmutex__now_ns();
-	int64_t valid_until = t0 + (int64_t)a->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(a->lease_ms);
-	struct dmutex__acq_argv x;
-	struct call calls[n];
-	uint64_t fence = 0, fences[n];
-	size_t at_max = 0;
-	long long pttl = -1;
-	int died = 0, maybe = 0, raise_failed = 0;
-	/* A trylock's deadline covers the three rounds (acquire, write-back,
-	 * give-back) together; a blocking lock's attempts have only nt each. */
-	int64_t until = a->deadline ? a->deadline : INT64_MAX;
+/* What the nodes answered an acquire. */
+struct votes {
+	size_t ok, busy, notrec, down, refused;
+	size_t at_max;                  /* ok nodes whose token is the highest */
+	uint64_t fence;                 /* the highest token of the ok nodes */
+	long long pttl;                 /* busy: the longest remaining lease; -1 unknown */
+	int died, maybe;
+};
 
-	a->maybe_done = a->refused = a->split = 0;
-	dmutex__acq_argv(be, a, &x);
-	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, nt, until, calls);
+/* Count the answers in calls[0..nnodes) (and free them). */
+static void
+tally(struct redlock *rl, const struct dmutex__acq *a, struct call *calls, struct votes *v)
+{
+	size_t n = rl->base.nnodes;
+	uint64_t fences[n];
+
+	*v = (struct votes){ .pttl = -1 };
 	for (size_t i = 0; i < n; i++) {
 		struct dmutex__acq one = *a;
 		fences[i] = 0;
@@ -357,40 +353,62 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 			dmutex__log(DMUTEX_LOG_ERROR, "%s: acquire of '%s': unexpected reply (shape, or a number out of range)",
 					rl->nodes[i].addr->display, a->name);
 		if (calls[i].state != CALL_DONE || bad || one.status == DMUTEX__ACQ_VERSION) {
-			down++;
-			refused += calls[i].refused || (!bad && calls[i].state == CALL_DONE);
-			maybe |= calls[i].state == CALL_LOST || calls[i].state == CALL_DONE;
+			v->down++;
+			v->refused += calls[i].refused || (!bad && calls[i].state == CALL_DONE);
+			v->maybe |= calls[i].state == CALL_LOST || calls[i].state == CALL_DONE;
 			continue;
 		}
 		if (one.status == DMUTEX__ACQ_OK) {
-			ok++;
+			v->ok++;
 			fences[i] = one.fence;
-			fence = one.fence > fence ? one.fence : fence;
-			died |= one.died;
+			v->fence = one.fence > v->fence ? one.fence : v->fence;
+			v->died |= one.died;
 		} else if (one.status == DMUTEX__ACQ_BUSY) {
-			busy++;
-			pttl = one.pttl_ms > pttl ? one.pttl_ms : pttl;
+			v->busy++;
+			v->pttl = one.pttl_ms > v->pttl ? one.pttl_ms : v->pttl;
 		} else {
-			notrec++;
+			v->notrec++;
 		}
 	}
 	free_calls(calls, n);
 	for (size_t i = 0; i < n; i++)
-		at_max += fences[i] == fence && fence;
+		v->at_max += fences[i] == v->fence && v->fence;
+}
+
+static int
+rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
+{
+	struct redlock *rl = rl_of(be);
+	size_t n = be->nnodes;
+	unsigned nt = node_timeout(rl, a->lease_ms);
+	int64_t t0 = dmutex__now_ns();
+	int64_t valid_until = t0 + (int64_t)a->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(a->lease_ms);
+	struct dmutex__acq_argv x;
+	struct call calls[n];
+	struct votes v;
+	int raise_failed = 0;
+	/* A trylock's deadline covers the three rounds (acquire, write-back,
+	 * give-back) together; a blocking lock's attempts have only nt each. */
+	int64_t until = a->deadline ? a->deadline : INT64_MAX;
+
+	a->maybe_done = a->refused = a->split = 0;
+	dmutex__acq_argv(be, a, &x);
+	parallel(rl, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, nt, until, calls);
+	tally(rl, a, calls, &v);
 
 	/* The token must stand on a quorum before we return it.  When a
 	 * quorum of the acquiring nodes already counted to it (nodes in step,
 	 * the usual case) that is so without the write-back round. */
-	if (ok >= rl->quorum && dmutex__now_ns() < valid_until &&
-			(at_max >= rl->quorum ||
-			 !(raise_failed = raise_fence(rl, x.mk, fence, a->lease_ms, nt, until))) &&
+	if (v.ok >= rl->quorum && dmutex__now_ns() < valid_until &&
+			(v.at_max >= rl->quorum ||
+			 !(raise_failed = raise_fence(rl, x.mk, v.fence, a->lease_ms, nt, until))) &&
 			dmutex__now_ns() < valid_until) {
 		a->status = DMUTEX__ACQ_OK;
-		a->fence = fence;
-		a->died = died;
+		a->fence = v.fence;
+		a->died = v.died;
 		return 0;
 	}
-	if (ok || maybe) {
+	if (v.ok || v.maybe) {
 		/* A failed attempt gives back what it took, everywhere. */
 		size_t rel, nours, lost;
 		if (release_everywhere(rl, a->name, a->token, DMUTEX__REL_ABANDON, nt, until, &rel, &nours,
@@ -403,22 +421,22 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 				a->name);
 		return EIO;
 	}
-	if (ok >= rl->quorum)
+	if (v.ok >= rl->quorum)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s': quorum reached too late (validity gone); retrying", a->name);
-	if (notrec) {
+	if (v.notrec) {
 		a->status = DMUTEX__ACQ_NOTREC;
 		return 0;
 	}
-	if (down > n - rl->quorum) {
+	if (v.down > n - rl->quorum) {
 		/* No quorum can answer: fail fast. */
-		a->refused = refused > n - rl->quorum;
+		a->refused = v.refused > n - rl->quorum;
 		dmutex__log(DMUTEX_LOG_ERROR, "'%s': only %zu of %zu nodes answered, %zu needed",
-				a->name, n - down, n, rl->quorum);
+				a->name, n - v.down, n, rl->quorum);
 		return EIO;
 	}
 	a->status = DMUTEX__ACQ_BUSY;
-	if (busy >= rl->quorum)
-		a->pttl_ms = pttl;      /* a real holder: wait for its release or lease */
+	if (v.busy >= rl->quorum)
+		a->pttl_ms = v.pttl;      /* a real holder: wait for its release or lease */
 	else {
 		/* Split between contenders, nobody has a quorum: everyone gave
 		 * back what they took; try again after a random delay. */
@@ -521,12 +539,16 @@ static const struct dmutex__backend_ops redlock_ops = {
 	.acquire = rl_acquire,
 	.release = rl_release,
 	.renew = rl_renew,
-	.channel = dmutex__backend_channel,
+	.channel = dmutex__redis_channel,
 	.atfork_child = rl_atfork_child,
 	.destroy = rl_destroy,
 	.verify = dmutex__backend_verify_nodes,
 	.atfork_prepare = dmutex__backend_lock_nodes,
 	.atfork_parent = dmutex__backend_unlock_nodes,
+	DMUTEX__REDIS_WAKE_OPS,
+	DMUTEX__REDIS_COND_OPS,
+	/* rwlocks, semaphores, barriers: one master only (NULL) */
+	DMUTEX__REDIS_ADMIN_OPS,
 };
 
 int

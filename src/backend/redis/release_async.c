@@ -3,11 +3,12 @@
  * is written to a pooled connection and the connection goes back to the
  * pool owing its answer (conn.h, struct dmutex__conn_owed).  The next user
  * of that connection sends its own request behind it and reads the answer
- * on the way to its own; dmutex__ticket_wait reads it for whoever needs it
+ * on the way to its own; dmutex__redis_ticket_wait reads it for whoever needs it
  * sooner.  The answer is only recorded here (no lock taken, no user code
  * run: the reader may be any thread in any call); the core acts on it.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +22,9 @@
 /* scripts_ok has a bit per script. */
 _Static_assert(DMUTEX__SCRIPT_COUNT <= 64, "conn.h scripts_ok: one bit per script");
 
-struct dmutex__rel_ticket {
-	struct dmutex__conn_owed owed;  /* first: done is given &owed */
+struct ticket {
+	struct dmutex__rel_ticket face; /* first: what the core holds */
+	struct dmutex__conn_owed owed;
 	struct dmutex__backend *be;
 	struct dmutex__node *node;
 	const struct dmutex__conn *conn;  /* where the answer comes; compared only */
@@ -37,27 +39,35 @@ struct dmutex__rel_ticket {
 	char name[];
 };
 
+static struct ticket *
+ticket_of(const struct dmutex__rel_ticket *f)
+{
+	return (struct ticket *)f;
+}
+
 int
-dmutex__ticket_state(const struct dmutex__rel_ticket *t)
+dmutex__redis_ticket_state(const struct dmutex__rel_ticket *f)
 {
-	return __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&ticket_of(f)->state, __ATOMIC_ACQUIRE);
 }
 
 void
-dmutex__ticket_ref(struct dmutex__rel_ticket *t)
+dmutex__redis_ticket_ref(struct dmutex__rel_ticket *f)
 {
-	__atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
+	__atomic_add_fetch(&ticket_of(f)->refs, 1, __ATOMIC_ACQ_REL);
 }
 
 void
-dmutex__ticket_put(struct dmutex__rel_ticket *t)
+dmutex__redis_ticket_put(struct dmutex__rel_ticket *f)
 {
+	struct ticket *t = ticket_of(f);
+
 	if (t && !__atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL))
 		free(t);
 }
 
 static int
-append(struct dmutex__rel_ticket *t, struct dmutex__conn *c)
+append(struct ticket *t, struct dmutex__conn *c)
 {
 	struct dmutex__rel_argv x;
 
@@ -70,16 +80,16 @@ append(struct dmutex__rel_ticket *t, struct dmutex__conn *c)
 }
 
 static void
-settle(struct dmutex__rel_ticket *t, int state)
+settle(struct ticket *t, int state)
 {
 	__atomic_store_n(&t->state, state, __ATOMIC_RELEASE);
-	dmutex__ticket_put(t);
+	dmutex__redis_ticket_put(&t->face);
 }
 
 /* It may not have run: the core releases again in the background (a
  * fork child's copy is the parent's to finish). */
 static void
-settle_unknown(struct dmutex__rel_ticket *t, const struct dmutex__conn *c)
+settle_unknown(struct ticket *t, const struct dmutex__conn *c)
 {
 	if (!c->abandoned)
 		t->rescue(t->rescue_arg, t->name, t->token, t->until_ns);
@@ -90,7 +100,7 @@ settle_unknown(struct dmutex__rel_ticket *t, const struct dmutex__conn *c)
 static void
 done(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *v)
 {
-	struct dmutex__rel_ticket *t = (struct dmutex__rel_ticket *)o;
+	struct ticket *t = (struct ticket *)((char *)o - offsetof(struct ticket, owed));
 	const char *display = t->node->addr->display;
 	redisReply *r = v;
 	int released;
@@ -165,7 +175,7 @@ dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__n
 		dmutex__rescue_fn rescue, void *rescue_arg, struct dmutex__rel_ticket **out)
 {
 	size_t len = strlen(name);
-	struct dmutex__rel_ticket *t;
+	struct ticket *t;
 	struct dmutex__conn *c;
 
 	*out = NULL;
@@ -175,6 +185,7 @@ dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__n
 		dmutex__node_put(n, c);
 		return EIO;
 	}
+	t->face.ops = be->ops;
 	t->owed.done = done;
 	t->be = be;
 	t->node = n;
@@ -200,24 +211,25 @@ dmutex__backend_redis_release_async(struct dmutex__backend *be, struct dmutex__n
 	 * settles the ticket UNKNOWN (rescued). */
 	dmutex__conn_flush(c, deadline);
 	dmutex__node_put(n, c);
-	*out = t;
+	*out = &t->face;
 	return 0;
 }
 
 static int
 is_settled(void *arg)
 {
-	return dmutex__ticket_state(arg) != DMUTEX__TICKET_PENDING;
+	return dmutex__redis_ticket_state(arg) != DMUTEX__TICKET_PENDING;
 }
 
 int
-dmutex__ticket_wait(struct dmutex__rel_ticket *t, int64_t deadline)
+dmutex__redis_ticket_wait(struct dmutex__rel_ticket *f, int64_t deadline)
 {
+	struct ticket *t = ticket_of(f);
 	struct dmutex__conn *c;
 	int st;
 
-	while ((st = dmutex__ticket_state(t)) == DMUTEX__TICKET_PENDING) {
-		if (dmutex__node_take(t->node, t->conn, deadline, is_settled, t, &c))
+	while ((st = dmutex__redis_ticket_state(f)) == DMUTEX__TICKET_PENDING) {
+		if (dmutex__node_take(t->node, t->conn, deadline, is_settled, f, &c))
 			break;
 		if (c) {
 			/* Ours now: read what it owes (a failure frees it in

@@ -37,7 +37,7 @@ gc_ms(unsigned lease_ms, char *out, size_t size)
 }
 
 char *
-dmutex__rw_channel(struct dmutex__backend *be, const char *name)
+dmutex__redis_rw_channel(struct dmutex__backend *be, const char *name)
 {
 	char buf[DMUTEX__KEY_MAX];
 
@@ -56,7 +56,7 @@ int_at(const redisReply *r, size_t i, long long *out)
 }
 
 int
-dmutex__rw_acquire(struct dmutex__backend *be, const char *name, struct dmutex__rw_acq *a)
+dmutex__redis_rw_acquire(struct dmutex__backend *be, const char *name, struct dmutex__rw_acq *a)
 {
 	struct dmutex__node *n = &be->nodes[0];
 	struct rw_keys k;
@@ -94,7 +94,7 @@ dmutex__rw_acquire(struct dmutex__backend *be, const char *name, struct dmutex__
 }
 
 int
-dmutex__rw_release(struct dmutex__backend *be, const char *name, int op, const char *token,
+dmutex__redis_rw_release(struct dmutex__backend *be, const char *name, int op, const char *token,
 		int *released, int *maybe_done)
 {
 	struct dmutex__node *n = &be->nodes[0];
@@ -181,7 +181,7 @@ out:
 }
 
 void
-dmutex__rw_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64_t until)
+dmutex__redis_rw_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n, int64_t until)
 {
 	struct dmutex__node *node = &be->nodes[0];
 	int64_t now = dmutex__now_ns(), deadline = now + (int64_t)node->command_ms * DMUTEX__MS;

@@ -14,7 +14,7 @@
 #include "sync.h"
 
 void
-dmutex__sem_channel(struct dmutex__backend *be, const char *name, char *out)
+dmutex__redis_sem_channel(struct dmutex__backend *be, const char *name, char *out)
 {
 	dmutex__key(out, be->cfg.prefix, "semwake", name);
 }
@@ -49,7 +49,7 @@ call(struct dmutex__backend *be, const char *name, const char *what, int script,
 }
 
 int
-dmutex__sem_create(struct dmutex__backend *be, const char *name, unsigned value, int flags,
+dmutex__redis_sem_create(struct dmutex__backend *be, const char *name, unsigned value, int flags,
 		int *created)
 {
 	char k[DMUTEX__KEY_MAX], v[16];
@@ -76,7 +76,7 @@ op(struct dmutex__backend *be, const char *name, unsigned init, const char *what
 
 	dmutex__key(k, be->cfg.prefix, "sem", name);
 	snprintf(ok, sizeof ok, "%ssemop:{%s}:%s", be->cfg.prefix, name, o->token);
-	dmutex__sem_channel(be, name, ch);
+	dmutex__redis_sem_channel(be, name, ch);
 	snprintf(v, sizeof v, "%u", init);
 	snprintf(max, sizeof max, "%u", DSEM_VALUE_MAX);
 	snprintf(window, sizeof window, "%u", o->window_ms);
@@ -96,14 +96,14 @@ op(struct dmutex__backend *be, const char *name, unsigned init, const char *what
 }
 
 int
-dmutex__sem_take(struct dmutex__backend *be, const char *name, unsigned init,
+dmutex__redis_sem_take(struct dmutex__backend *be, const char *name, unsigned init,
 		struct dmutex__op *o, long long *taken)
 {
 	return op(be, name, init, "wait", "t", o, 0, 1, taken);
 }
 
 int
-dmutex__sem_post(struct dmutex__backend *be, const char *name, unsigned init,
+dmutex__redis_sem_post(struct dmutex__backend *be, const char *name, unsigned init,
 		struct dmutex__op *o, long long *value)
 {
 	/* The new value, or -1 at the maximum. */
@@ -111,7 +111,7 @@ dmutex__sem_post(struct dmutex__backend *be, const char *name, unsigned init,
 }
 
 int
-dmutex__sem_time(struct dmutex__backend *be, const char *name, long long *ms)
+dmutex__redis_sem_time(struct dmutex__backend *be, const char *name, long long *ms)
 {
 	char k[DMUTEX__KEY_MAX];
 
@@ -121,7 +121,7 @@ dmutex__sem_time(struct dmutex__backend *be, const char *name, long long *ms)
 }
 
 int
-dmutex__sem_get(struct dmutex__backend *be, const char *name, unsigned init,
+dmutex__redis_sem_get(struct dmutex__backend *be, const char *name, unsigned init,
 		long long *value)
 {
 	char k[DMUTEX__KEY_MAX], v[16];
@@ -134,7 +134,7 @@ dmutex__sem_get(struct dmutex__backend *be, const char *name, unsigned init,
 }
 
 int
-dmutex__sem_unlink(struct dmutex__backend *be, const char *name, int *existed)
+dmutex__redis_sem_unlink(struct dmutex__backend *be, const char *name, int *existed)
 {
 	char k[DMUTEX__KEY_MAX];
 	long long r;

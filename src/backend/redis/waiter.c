@@ -78,13 +78,13 @@ struct dmutex__waiter {
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void
-dmutex__waiter_create_lock(void)
+dmutex__redis_waiter_create_lock(void)
 {
 	pthread_mutex_lock(&create_mu);
 }
 
 void
-dmutex__waiter_create_unlock(void)
+dmutex__redis_waiter_create_unlock(void)
 {
 	pthread_mutex_unlock(&create_mu);
 }
@@ -538,7 +538,7 @@ ensure_running(struct dmutex__waiter *w)
 }
 
 struct dmutex__wsub *
-dmutex__waiter_sub(struct dmutex__backend *be, const char *channel, int64_t until_ns)
+dmutex__redis_waiter_sub(struct dmutex__backend *be, const char *channel, int64_t until_ns)
 {
 	struct dmutex__waiter *w = get_waiter(be);
 	struct dmutex__wsub *s;
@@ -572,10 +572,10 @@ dmutex__waiter_sub(struct dmutex__backend *be, const char *channel, int64_t unti
 }
 
 struct dmutex__wsub *
-dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel, int64_t until_ns,
+dmutex__redis_waiter_sub_notify(struct dmutex__backend *be, const char *channel, int64_t until_ns,
 		void (*notify)(void *), void *arg)
 {
-	struct dmutex__wsub *s = dmutex__waiter_sub(be, channel, until_ns);
+	struct dmutex__wsub *s = dmutex__redis_waiter_sub(be, channel, until_ns);
 	struct dmutex__waiter *w = be->waiter;
 
 	if (s) {
@@ -589,18 +589,18 @@ dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel, int64
 }
 
 void
-dmutex__waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s)
+dmutex__redis_waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
 	struct dmutex__waiter *w = be->waiter;
 
 	pthread_mutex_lock(&w->mu);
 	s->nnotify--;
 	pthread_mutex_unlock(&w->mu);
-	dmutex__waiter_unsub(be, s);
+	dmutex__redis_waiter_unsub(be, s);
 }
 
 int
-dmutex__wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns)
+dmutex__redis_wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns)
 {
 	struct dmutex__waiter *w = be->waiter;
 	struct timespec ts;
@@ -617,7 +617,7 @@ dmutex__wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64
 }
 
 uint64_t
-dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
+dmutex__redis_wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
 	/* Without waiter.mu: a kept lease's every local lock and unlock
 	 * asks (lease_cache.c).  Changed only under waiter.mu, atomically. */
@@ -632,7 +632,7 @@ unlock_mu(void *mu)
 }
 
 int
-dmutex__wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
+dmutex__redis_wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
 {
 	struct dmutex__waiter *w = be->waiter;
 	struct timespec ts;
@@ -652,7 +652,7 @@ dmutex__wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t s
 }
 
 void
-dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token)
+dmutex__redis_wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token)
 {
 	struct dmutex__waiter *w = be->waiter;
 
@@ -663,7 +663,7 @@ dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char
 }
 
 int
-dmutex__wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out)
+dmutex__redis_wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out)
 {
 	struct dmutex__waiter *w = be->waiter;
 	int has;
@@ -677,7 +677,7 @@ dmutex__wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *ou
 }
 
 void
-dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
+dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
 	struct dmutex__waiter *w = be->waiter;
 
@@ -732,7 +732,7 @@ free_state(struct dmutex__waiter *w)
 }
 
 void
-dmutex__waiter_stop(struct dmutex__backend *be)
+dmutex__redis_waiter_stop(struct dmutex__backend *be)
 {
 	struct dmutex__waiter *w = be->waiter;
 	int running;
@@ -756,21 +756,21 @@ dmutex__waiter_stop(struct dmutex__backend *be)
 }
 
 void
-dmutex__waiter_lock(struct dmutex__backend *be)
+dmutex__redis_waiter_lock(struct dmutex__backend *be)
 {
 	if (be->waiter)
 		pthread_mutex_lock(&be->waiter->mu);
 }
 
 void
-dmutex__waiter_unlock(struct dmutex__backend *be)
+dmutex__redis_waiter_unlock(struct dmutex__backend *be)
 {
 	if (be->waiter)
 		pthread_mutex_unlock(&be->waiter->mu);
 }
 
 void
-dmutex__waiter_atfork_child(struct dmutex__backend *be)
+dmutex__redis_waiter_atfork_child(struct dmutex__backend *be)
 {
 	struct dmutex__waiter *w = be->waiter;
 

@@ -1,12 +1,16 @@
 /*
- * Wake-ups: one subscriber thread per client, with one pub/sub connection
- * per node, delivers release notifications to the (at most one per lock)
- * thread of this process that waits on the backend for that lock.
+ * Wake-ups over Redis pub/sub: one subscriber thread per client, with one
+ * pub/sub connection per node, delivers release notifications to the (at
+ * most one per lock) thread of this process that waits on the backend for
+ * that lock.  What fills backend.h's wake_* operations (DMUTEX__REDIS_WAKE_OPS
+ * in topology.h); their comments there say what each does.
  */
 #ifndef DMUTEX_WAITER_H
 #define DMUTEX_WAITER_H
 
 #include <stdint.h>
+
+#include "backend/backend.h"
 
 struct dmutex__backend;
 struct dmutex__waiter;
@@ -18,39 +22,38 @@ struct dmutex__wsub;
  * subscription (confirmed or not: an unconfirmed one still wakes when the
  * subscription lands) or NULL on ENOMEM.
  */
-struct dmutex__wsub *dmutex__waiter_sub(struct dmutex__backend *be, const char *channel,
+struct dmutex__wsub *dmutex__redis_waiter_sub(struct dmutex__backend *be, const char *channel,
 		int64_t until_ns);
-/* As dmutex__waiter_sub, for a kept lease (lease_cache.c): every message on
+/* As dmutex__redis_waiter_sub, for a kept lease (lease_cache.c): every message on
  * the channel, and a lost connection, also calls notify(arg) from the
  * wake-up thread with no lock held (one notify per backend: the last set).
- * Undone by dmutex__waiter_unsub_notify. */
-struct dmutex__wsub *dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel,
+ * Undone by dmutex__redis_waiter_unsub_notify. */
+struct dmutex__wsub *dmutex__redis_waiter_sub_notify(struct dmutex__backend *be, const char *channel,
 		int64_t until_ns, void (*notify)(void *), void *arg);
-void dmutex__waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s);
+void dmutex__redis_waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsub *s);
 /* Wait until a node confirms s, or until_ns (a subscription made without
  * waiting, so that two go out together): 1 if one did. */
-int dmutex__wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns);
+int dmutex__redis_wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns);
 /* The wake sequence: read it before asking the backend, wait on it after. */
-uint64_t dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s);
+uint64_t dmutex__redis_wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s);
 /* Wait until the sequence moves past `seq` (1) or until_ns (0). */
-int dmutex__wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
+int dmutex__redis_wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
 		int64_t until_ns);
 /* Wake only on hand-overs to `token` (and on every other message): a fair
  * lock's waiter.  NULL: wake on everything. */
-void dmutex__wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
+void dmutex__redis_wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
 /* The last hand-over to the wanted token, taken once: 1 with out set to
  * what it granted ("<fence>:<died>:<lease_ms>", or "" when the waiter is
  * to claim the lock itself), 0 if none came. */
-#define DMUTEX__HANDED_MAX 64
-int dmutex__wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out);
-void dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s);
+int dmutex__redis_wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out);
+void dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s);
 
-void dmutex__waiter_stop(struct dmutex__backend *be);
+void dmutex__redis_waiter_stop(struct dmutex__backend *be);
 /* fork: hold the lock under which waiters are created. */
-void dmutex__waiter_create_lock(void);
-void dmutex__waiter_create_unlock(void);
-void dmutex__waiter_lock(struct dmutex__backend *be);      /* fork prepare */
-void dmutex__waiter_unlock(struct dmutex__backend *be);    /* fork parent */
-void dmutex__waiter_atfork_child(struct dmutex__backend *be);
+void dmutex__redis_waiter_create_lock(void);
+void dmutex__redis_waiter_create_unlock(void);
+void dmutex__redis_waiter_lock(struct dmutex__backend *be);      /* fork prepare */
+void dmutex__redis_waiter_unlock(struct dmutex__backend *be);    /* fork parent */
+void dmutex__redis_waiter_atfork_child(struct dmutex__backend *be);
 
 #endif
