@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/acquire_wait.h"
 #include "core/internal.h"
 #include "base/lockorder.h"
 #include "core/metrics.h"
@@ -129,6 +130,152 @@ wake_channel(struct dmutex__backend *be, const char *name, const char *token)
 	return own;
 }
 
+/* One acquisition's state across its tries (acquire_wait.h). */
+struct mutex_try {
+	struct dmutex__mutex *mx;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int64_t try_until;      /* trylock: its release's deadline too */
+	int maybe_done, queued;
+	/* Fair: when the last request answered "busy" was sent.  A hand-over
+	 * to us came after the server answered it. */
+	int64_t busy_sent;
+	/* For the counters: see acquire_remote. */
+	int *busy;
+	int64_t *first, *done;
+};
+
+static char *
+mutex_channel(void *arg)
+{
+	struct mutex_try *m = arg;
+	struct dmutex__entry *e = m->mx->entry;
+
+	return wake_channel(e->client->be, e->name, m->mx->fair ? m->token : NULL);
+}
+
+/* Granted, under e->mu: record the hold, unless a thread of ours that
+ * handed it over has not finished its unlock within our lease (a fair lock's
+ * lost hold it keeps): then give it back and queue again, AGAIN. */
+static int
+granted_take(struct mutex_try *m, struct dmutex__acquire *aq, const struct dmutex__acq *a, int64_t sent,
+		struct dmutex__try *t)
+{
+	struct dmutex__mutex *mx = m->mx;
+	struct dmutex__entry *e = mx->entry;
+	int err;
+
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (e->held && !local_release_ended(e,
+			sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms))) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair);
+		/* Queue again with a new token: the release of the old one, if
+		 * it could not be confirmed, is retried in the background, and
+		 * must never meet a hold we take next under the same token (it
+		 * would delete it).  A new token is a new place, and a new
+		 * channel. */
+		m->maybe_done = m->queued = 0;
+		m->busy_sent = 0;
+		dmutex__acquire_unsubscribe(aq);
+		if ((t->err = dmutex__token(m->token)))
+			return DMUTEX__TRY_DONE;
+		return DMUTEX__TRY_AGAIN;
+	}
+	if ((err = take_hold(mx, e, m->token, a->fence, a->died, sent))) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair);
+		t->err = err;
+		return DMUTEX__TRY_DONE;
+	}
+	t->err = e->inconsistent ? EOWNERDEAD : 0;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	return DMUTEX__TRY_DONE;
+}
+
+/* Held by someone else: how long to wait, and the fair queue's place. */
+static int
+busy_answer(struct mutex_try *m, const struct dmutex__acq *a, int64_t sent, int64_t now,
+		struct dmutex__try *t)
+{
+	struct dmutex__mutex *mx = m->mx;
+	int64_t lease = (int64_t)mx->lease_ms * DMUTEX__MS;
+
+	*m->busy = 1;
+	if (mx->fair)
+		m->busy_sent = sent;
+	/* Fair: we hold a place in the queue now, to give back if we go. */
+	m->queued |= mx->fair && a->wait;
+	/* Sleep until woken, or at most until the holder's lease ends (so a
+	 * lost wake-up costs at most one lease). */
+	t->bound = a->pttl_ms >= 0 ? now + (a->pttl_ms + 1) * DMUTEX__MS : now + lease;
+	/* Fair: our place in the queue lasts a lease; asking keeps it. */
+	if (mx->fair && t->bound > now + lease / 3)
+		t->bound = now + lease / 3;
+	t->no_wake = a->split;
+	t->now = now;
+	return DMUTEX__TRY_BUSY;
+}
+
+/* One request for the lock (acquire_wait.h). */
+static int
+mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
+{
+	struct mutex_try *m = arg;
+	struct dmutex__mutex *mx = m->mx;
+	struct dmutex__entry *e = mx->entry;
+	struct dmutex__backend *be = e->client->be;
+	struct dmutex__acq a = { .name = e->name, .token = m->token,
+		.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
+		.robust = mx->robust == DMUTEX_ROBUST, .wait = aq->sub != NULL,
+		.deadline = m->try_until, .fair = mx->fair };
+	char handed[DMUTEX__HANDED_MAX];
+	int64_t sent, now;
+	int err;
+
+	if (m->busy_sent && aq->sub && dmutex__wsub_handed(be, aq->sub, handed) &&
+			granted(handed, mx->lease_ms, &a)) {
+		/* Handed to us outright: no claim round trip.  The hold began
+		 * after the busy answer, so its deadline counts safely from
+		 * that request's send time. */
+		sent = m->busy_sent;
+		err = 0;
+	} else {
+		sent = dmutex__now_ns();
+		if (!*m->first)
+			*m->first = sent;
+		err = be->ops->acquire(be, &a);
+	}
+	now = dmutex__now_ns();
+	/* Whatever the answer, a request that may have been applied must be
+	 * taken back if we end up not holding the lock. */
+	m->maybe_done |= a.maybe_done;
+	if (!err && a.status == DMUTEX__ACQ_OK &&
+			now >= sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
+		/* Granted, but the answer came after the hold's own deadline:
+		 * not a hold we can vouch for.  Asking again with the same token
+		 * renews it and counts from a fresh send time. */
+		dmutex__log(DMUTEX_LOG_WARN, "lock '%s': granted after its lease would have ended; asking again",
+				e->name);
+		m->maybe_done = 1;
+		err = EIO;
+	}
+	if (!err && a.status == DMUTEX__ACQ_OK) {
+		*m->done = now;
+		return granted_take(m, aq, &a, sent, t);
+	}
+	if (!err && a.status == DMUTEX__ACQ_NOTREC) {
+		t->err = ENOTRECOVERABLE;
+		return DMUTEX__TRY_DONE;
+	}
+	if (err) {
+		dmutex__met_count(e->client, e->name, DMUTEX__MET_ERRORS);
+		t->refused = a.refused;
+		t->now = now;
+		return DMUTEX__TRY_FAILED;
+	}
+	return busy_answer(m, &a, sent, now, t);
+}
+
 /* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
  * preset: the token to ask with (NULL: a new one).
  * For the counters, without clock reads of their own: *busy set when
@@ -140,172 +287,24 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 {
 	struct dmutex__entry *e = mx->entry;
 	struct dmutex_client *c = e->client;
-	struct dmutex__backend *be = c->be;
-	char token[DMUTEX__TOKEN_HEX + 1];
-	struct dmutex__wsub *sub = NULL;
-	char *channel = NULL;
-	int64_t io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
-	int64_t io_until = dmutex__now_ns() + io_budget;
-	/* trylock: one attempt, its release included, within command_timeout_ms. */
-	int64_t try_until = mode == TRY ? dmutex__now_ns() +
-		(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS : 0;
-	int maybe_done = 0, queued = 0, io_attempt = 0, err;
-	uint64_t seq = 0;
-	/* Fair: when the last request answered "busy" was sent.  A hand-over
-	 * to us came after the server answered it. */
-	int64_t busy_sent = 0;
-	char handed[DMUTEX__HANDED_MAX];
+	struct mutex_try m = { .mx = mx, .busy = busy, .first = first, .done = done };
+	struct dmutex__acquire aq = { .c = c, .what = "lock", .name = e->name, .trylock = mode == TRY,
+		.bad_deadline = bad_deadline, .presub = presub, .until = until,
+		.channel = mutex_channel, .want = mx->fair ? m.token : NULL, .try = mutex_try, .arg = &m };
+	int err;
 
+	/* trylock: one attempt, its release included, within command_timeout_ms. */
+	if (mode == TRY)
+		m.try_until = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 	/* Offered the lock by an unlock that could not say it was handed to
 	 * us: ask with the offered token, which it may have become. */
 	if (preset)
-		memcpy(token, preset, sizeof token);
-	else if ((err = dmutex__token(token)))
+		memcpy(m.token, preset, sizeof m.token);
+	else if ((err = dmutex__token(m.token)))
 		return err;
-
-	/* Subscribed already (a condition wait's caller): the first attempt
-	 * asks to be told of the release, with no subscription round trip. */
-	if (presub && (channel = wake_channel(be, e->name, mx->fair ? token : NULL)) &&
-			(sub = dmutex__waiter_sub(be, channel, dmutex__now_ns())) && mx->fair)
-		dmutex__wsub_want(be, sub, token);
-	for (;;) {
-		struct dmutex__acq a = { .name = e->name, .token = token,
-			.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
-			.robust = mx->robust == DMUTEX_ROBUST, .wait = sub != NULL,
-			.deadline = try_until, .fair = mx->fair };
-		int64_t sent, now;
-
-		if (sub)
-			seq = dmutex__wsub_seq(c->be, sub);
-		if (busy_sent && sub && dmutex__wsub_handed(c->be, sub, handed) &&
-				granted(handed, mx->lease_ms, &a)) {
-			/* Handed to us outright: no claim round trip.  The hold
-			 * began after the busy answer, so its deadline counts
-			 * safely from that request's send time. */
-			sent = busy_sent;
-			err = 0;
-		} else {
-			sent = dmutex__now_ns();
-			if (!*first)
-				*first = sent;
-			err = be->ops->acquire(be, &a);
-		}
-		now = dmutex__now_ns();
-		/* Whatever the answer, a request that may have been applied must
-		 * be taken back if we end up not holding the lock. */
-		maybe_done |= a.maybe_done;
-		if (!err && a.status == DMUTEX__ACQ_OK &&
-				now >= sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
-			/* Granted, but the answer came after the hold's own deadline:
-			 * not a hold we can vouch for.  Asking again with the same
-			 * token renews it and counts from a fresh send time. */
-			dmutex__log(DMUTEX_LOG_WARN, "lock '%s': granted after its lease would have ended; asking again",
-					e->name);
-			maybe_done = 1;
-			err = EIO;
-		}
-		if (!err && a.status == DMUTEX__ACQ_OK) {
-			*done = now;
-			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-			if (e->held && !local_release_ended(e,
-					sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms))) {
-				/* Fair: handed over by a thread of ours that has not
-				 * finished its unlock within our lease (a lost hold it
-				 * keeps): give it back and queue again. */
-				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
-				/* Queue again with a new token: the release of the
-				 * old one, if it could not be confirmed, is retried in
-				 * the background, and must never meet a hold we take
-				 * next under the same token (it would delete it).  A
-				 * new token is a new place, and a new channel. */
-				maybe_done = queued = 0;
-				busy_sent = 0;
-				if (sub)
-					dmutex__waiter_unsub(c->be, sub);
-				sub = NULL;
-				free(channel);
-				channel = NULL;
-				if ((err = dmutex__token(token)))
-					break;
-				continue;
-			}
-			if ((err = take_hold(mx, e, token, a.fence, a.died, sent))) {
-				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
-				break;
-			}
-			err = e->inconsistent ? EOWNERDEAD : 0;
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			break;
-		}
-		if (!err && a.status == DMUTEX__ACQ_NOTREC) {
-			err = ENOTRECOVERABLE;
-			break;
-		}
-		if (err) {
-			dmutex__met_count(c, e->name, DMUTEX__MET_ERRORS);
-			/* An answer of "no" from Redis will not change by asking again. */
-			if (mode == TRY || a.refused || now >= io_until || now >= until) {
-				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': backend failing, giving up", e->name);
-				err = EIO;
-				break;
-			}
-			int64_t wake = now + dmutex__backoff_ns(io_attempt++);
-			dmutex__sleep_until(wake < until ? wake : until);
-			continue;
-		}
-		/* Held by someone else.  The backend answered: fresh I/O budget. */
-		*busy = 1;
-		if (mx->fair)
-			busy_sent = sent;
-		/* Fair: we hold a place in the queue now, to give back if we go. */
-		queued |= mx->fair && a.wait;
-		io_until = now + io_budget;
-		io_attempt = 0;
-		if (mode == TRY) {
-			err = EBUSY;
-			break;
-		}
-		if (bad_deadline) {
-			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
-			err = EINVAL;
-			break;
-		}
-		if (now >= until) {
-			err = ETIMEDOUT;
-			break;
-		}
-		if (!sub && !channel) {
-			/* Subscribe, then ask again at once: a release between our
-			 * attempt and the subscription would otherwise be missed. */
-			channel = wake_channel(be, e->name, mx->fair ? token : NULL);
-			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
-			if (channel)
-				sub = dmutex__waiter_sub(c->be, channel, sub_until < until ? sub_until : until);
-			if (sub && mx->fair)
-				dmutex__wsub_want(c->be, sub, token);
-			continue;
-		}
-		/* Sleep until woken, or at most until the holder's lease ends
-		 * (so a lost wake-up costs at most one lease). */
-		int64_t bound = a.pttl_ms >= 0 ? now + (a.pttl_ms + 1) * DMUTEX__MS
-				: now + (int64_t)mx->lease_ms * DMUTEX__MS;
-		/* Fair: our place in the queue lasts a lease; asking keeps it. */
-		if (mx->fair && bound > now + (int64_t)mx->lease_ms * DMUTEX__MS / 3)
-			bound = now + (int64_t)mx->lease_ms * DMUTEX__MS / 3;
-		if (bound > until)
-			bound = until;
-		if (sub && !a.split)
-			dmutex__wsub_wait(c->be, sub, seq, bound);
-		else
-			dmutex__sleep_until(bound);
-	}
-	if (sub)
-		dmutex__waiter_unsub(c->be, sub);
-	free(channel);
-	if (err && err != EOWNERDEAD && (maybe_done || queued))
-		abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
+	err = dmutex__acquire_wait(&aq);
+	if (err && err != EOWNERDEAD && (m.maybe_done || m.queued))
+		abandon(c, e, m.token, mx->lease_ms, m.try_until, mx->fair);
 	return err;
 }
 
