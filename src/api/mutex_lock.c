@@ -338,170 +338,201 @@ fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
 	pthread_cond_broadcast(&e->cv);
 }
 
-/* locked: NULL, or m's object, resolved by lock_fast, which found no
- * release of it pending and holds its entry's mutex. */
+static int lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
+		int presub);
+
+/* Under e->mu, which it releases: the owner locking its mutex again. */
 static int
-lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
-		int presub)
+relock_own(dmutex_t *m, struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int presub)
 {
-	struct dmutex__mutex *mx;
-	struct dmutex__entry *e;
-	pthread_t self = pthread_self();
-	struct timespec ts;
-	struct dmutex__fifo me = { 0 };
-	uint64_t gen;
-	int64_t t0 = 0, done = 0;      /* t0: a local wait's start */
-	int err, contended = 0;
+	struct dmutex__entry *e = mx->entry;
+	struct dmutex__lost lost;
+	int err = 0;
 
-	if (locked) {
-		mx = locked;
-		e = mx->entry;
-	} else {
-		if ((err = dmutex__resolve(m, &mx)))
-			return err;
-		e = mx->entry;
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	}
-	if (e->held && pthread_equal(e->owner, self)) {
-		struct dmutex__lost lost;
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
+	if (e->lost && mx->type == DMUTEX_RECURSIVE) {
+		/* A hold known lost is not re-entered: the nested section would
+		 * run believing it holds the lock (issue 16 item 9).  Nor is the
+		 * loss this call's to return (issue 25: a lock call returns
+		 * without the lock only with an error that says "not
+		 * acquired"): the lost hold ends here, reported as its unlock
+		 * would report it, and the lock is taken anew, at the depth the
+		 * caller counts. */
+		int depth = e->depth;
 
-		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
-		if (e->lost && mx->type == DMUTEX_RECURSIVE) {
-			/* A hold known lost is not re-entered: the nested section
-			 * would run believing it holds the lock (issue 16 item
-			 * 9).  Nor is the loss this call's to return (issue 25: a
-			 * lock call returns without the lock only with an error
-			 * that says "not acquired"): the lost hold ends here,
-			 * reported as its unlock would report it, and the lock is
-			 * taken anew, at the depth the caller counts. */
-			int depth = e->depth;
-
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			dmutex__lost_report(e, &lost);
-			dmutex__log(DMUTEX_LOG_WARN, "lock '%s': re-lock by its owner: the hold was lost; "
-					"taking the lock anew", e->name);
-			dmutex__unlock_impl(m);
-			err = lock_impl(m, NULL, mode, until, bad_deadline, presub);
-			if (err == 0 || err == EOWNERDEAD) {
-				dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-				if (e->held && pthread_equal(e->owner, self))
-					e->depth = depth < INT_MAX ? depth + 1 : INT_MAX;
-				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			}
-			return err;
-		}
-		if (mx->type == DMUTEX_RECURSIVE) {
-			if (e->depth == INT_MAX)
-				err = EAGAIN;
-			else
-				e->depth++;
-		} else if (bad_deadline) {
-			/* This call would block (POSIX lets NORMAL hang here), so
-			 * the bad deadline is the error, before EDEADLK. */
-			err = EINVAL;
-		} else {
-			/* POSIX lets NORMAL hang here; a distributed lock must not. */
-			err = mode == TRY ? EBUSY : EDEADLK;
-		}
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		dmutex__lost_report(e, &lost);
-		if (err == EINVAL)
-			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
+		dmutex__log(DMUTEX_LOG_WARN, "lock '%s': re-lock by its owner: the hold was lost; "
+				"taking the lock anew", e->name);
+		dmutex__unlock_impl(m);
+		err = lock_impl(m, NULL, mode, until, bad_deadline, presub);
+		if (err == 0 || err == EOWNERDEAD) {
+			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+			if (e->held && pthread_equal(e->owner, pthread_self()))
+				e->depth = depth < INT_MAX ? depth + 1 : INT_MAX;
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		}
 		return err;
 	}
+	if (mx->type == DMUTEX_RECURSIVE) {
+		if (e->depth == INT_MAX)
+			err = EAGAIN;
+		else
+			e->depth++;
+	} else if (bad_deadline) {
+		/* This call would block (POSIX lets NORMAL hang here), so the
+		 * bad deadline is the error, before EDEADLK. */
+		err = EINVAL;
+	} else {
+		/* POSIX lets NORMAL hang here; a distributed lock must not. */
+		err = mode == TRY ? EBUSY : EDEADLK;
+	}
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost);
+	if (err == EINVAL)
+		dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
+	return err;
+}
+
+/* Under e->mu: wait for this thread's turn to ask (0, still under e->mu),
+ * or give up (released, the error).  *t0: when a local wait began;
+ * *contended when another thread of ours made us wait. */
+static int
+wait_turn(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t until, int bad_deadline,
+		int64_t *t0, int *contended)
+{
+	struct dmutex__entry *e = mx->entry;
+	struct timespec ts;
+
 	dmutex__ns_to_ts(until, &ts);
 	if (mx->fair) {
-		me.id = ++e->fifo_ids;
-		me.lease_ms = mx->lease_ms;
-		me.robust = mx->robust == DMUTEX_ROBUST;
-		me.tid = dmutex__tid();
-		fifo_join(e, &me);
+		me->id = ++e->fifo_ids;
+		me->lease_ms = mx->lease_ms;
+		me->robust = mx->robust == DMUTEX_ROBUST;
+		me->tid = dmutex__tid();
+		fifo_join(e, me);
 	}
 	/* Fair: the first in line asks the backend, but not while a thread of
 	 * ours holds the lock: that thread's unlock offers it the lock, and
 	 * its release gives it the lock unless a waiter queued in Redis comes
 	 * first (fair_handoff.c).  A robust one waits for the unlock and asks. */
-	while (mx->fair ? !me.granted && (e->acquiring || e->fifo_head != &me ||
-				(me.offered && !me.answered) || (e->held && !me.offered))
+	while (mx->fair ? !me->granted && (e->acquiring || e->fifo_head != me ||
+				(me->offered && !me->answered) || (e->held && !me->offered))
 			: e->held || e->acquiring) {
 		if (e->dropping && !e->held) {
-			/* The renewer gives back an idle kept lease (bounded by
-			 * a command timeout): the mutex is not locked, so even a
+			/* The renewer gives back an idle kept lease (bounded by a
+			 * command timeout): the mutex is not locked, so even a
 			 * trylock waits for that, then asks as usual. */
 			pthread_cond_wait(&e->cv, &e->mu);
 			continue;
 		}
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			if (mx->fair)
-				fifo_leave(e, &me);
+				fifo_leave(e, me);
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (mode != TRY && bad_deadline)
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
 			return mode == TRY ? EBUSY : bad_deadline ? EINVAL : ETIMEDOUT;
 		}
-		contended = 1;  /* another thread of ours holds it */
-		if (!t0)
-			t0 = dmutex__now_ns();
+		*contended = 1;  /* another thread of ours holds it */
+		if (!*t0)
+			*t0 = dmutex__now_ns();
 		if (until == NO_DEADLINE)
 			pthread_cond_wait(&e->cv, &e->mu);
 		else
 			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
 	}
-	if (!mx->fair && e->kept) {
-		int64_t now = dmutex__now_ns();
+	return 0;
+}
 
+/* Under e->mu, this thread's turn: take the lock with no round trip if the
+ * process kept its lease, or a thread of ours handed it to us.  1 done
+ * (e->mu released, *err the result); 0 to ask the backend (still under
+ * e->mu, out of the fair queue). */
+static int
+take_local(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t t0, int contended, int *err)
+{
+	struct dmutex__entry *e = mx->entry;
+	int64_t now;
+	uint64_t gen;
+
+	if (!mx->fair && e->kept) {
+		now = dmutex__now_ns();
 		/* The process kept the lease: take it with no round trip. */
 		if (dmutex__cache_lock(mx, e, now)) {
 			gen = e->gen;
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
 			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, contended);
-			return 0;
+			return *err = 0, 1;
 		}
 	}
-	if (mx->fair && me.granted) {
-		int64_t now = dmutex__now_ns();
-
-		fifo_leave(e, &me);
-		/* Handed to us by a thread of ours (fair_handoff.c).  A grant
-		 * that came after its own lease's end is not vouched for: we ask
-		 * with its token instead (renewing it). */
-		if (now < me.sent_ns + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
-			if ((err = take_hold(mx, e, me.token, me.fence, me.died, me.sent_ns))) {
+	if (!mx->fair)
+		return 0;
+	if (me->granted) {
+		now = dmutex__now_ns();
+		fifo_leave(e, me);
+		/* Handed to us by a thread of ours (fair_handoff.c).  A grant that
+		 * came after its own lease's end is not vouched for: we ask with
+		 * its token instead (renewing it). */
+		if (now < me->sent_ns + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
+			if ((*err = take_hold(mx, e, me->token, me->fence, me->died, me->sent_ns))) {
 				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(e->client, e, me.token, mx->lease_ms, 0, 1);
-				return err;
+				abandon(e->client, e, me->token, mx->lease_ms, 0, 1);
+				return 1;
 			}
 			gen = e->gen;
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
 			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, 1);
-			return 0;
+			return 1;
 		}
-		me.granted = 0;
+		me->granted = 0;
 	}
-	if (mx->fair) {
-		/* A fair trylock does not overtake a holder of this process. */
-		if (mode == TRY && e->held) {
-			fifo_leave(e, &me);
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			return EBUSY;
-		}
-		fifo_leave(e, &me);
+	/* A fair trylock does not overtake a holder of this process. */
+	if (mode == TRY && e->held) {
+		fifo_leave(e, me);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return *err = EBUSY, 1;
 	}
+	fifo_leave(e, me);
+	return 0;
+}
+
+/* locked: NULL, or m's object, resolved by lock_fast, which found no
+ * release of it pending and holds its entry's mutex. */
+static int
+lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
+		int presub)
+{
+	struct dmutex__mutex *mx = locked;
+	struct dmutex__entry *e;
+	struct dmutex__fifo me = { 0 };
+	uint64_t gen;
+	int64_t t0 = 0, first = 0, done = 0;      /* t0: a local wait's start */
+	int err, contended = 0;
+
+	if (!mx) {
+		if ((err = dmutex__resolve(m, &mx)))
+			return err;
+		dmutex__mu_lock(&mx->entry->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	}
+	e = mx->entry;
+	if (e->held && pthread_equal(e->owner, pthread_self()))
+		return relock_own(m, mx, mode, until, bad_deadline, presub);
+	if ((err = wait_turn(mx, &me, mode, until, bad_deadline, &t0, &contended)) ||
+			take_local(mx, &me, mode, t0, contended, &err))
+		return err;
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	/* A release of it, unanswered, may still be on its way on another
 	 * connection: our acquire must not overtake it. */
 	dmutex__rel_settle_now(e);
 
-	{
-		int64_t first = 0;
-		err = acquire_remote(mx, mode, until, bad_deadline, presub,
-				mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
-		if ((err == 0 || err == EOWNERDEAD) && done)
-			dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
-	}
+	err = acquire_remote(mx, mode, until, bad_deadline, presub,
+			mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
+	if ((err == 0 || err == EOWNERDEAD) && done)
+		dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;
