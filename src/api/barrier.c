@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "core/barrier.h"
+#include "core/bind.h"
 
 #define TRIES 3
 
@@ -76,38 +77,46 @@ dbarrier_init(dbarrier_t *b, const char *name, unsigned count, dmutex_client_t *
 }
 
 static int
-bind_static(dbarrier_t *b, struct dmutex__barrier **out)
+open_static(struct dmutex_client *c, const char *name, size_t len, const void *h, int type, void **out)
 {
-	struct dmutex__barrier *bx, *expected = NULL;
-	struct dmutex_client *cl;
-	size_t len;
+	struct dmutex__barrier *bx;
 	int err;
 
-	if ((err = dmutex__name_ok(b->__static_name, &len)))
-		return err;
-	if ((err = dmutex__client_default(&cl)))
-		return err;
-	if ((err = open_barrier(cl, b->__static_name, len, b->__count, &bx)))
-		return err;
-	if (!__atomic_compare_exchange_n(&b->__impl, (void **)&expected, bx, 0,
-			__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		__atomic_fetch_sub(&cl->mutexes, 1, __ATOMIC_ACQ_REL);
-		free(bx);
-		bx = expected;
-	}
-	*out = bx;
-	return 0;
+	(void)type;
+	if (!(err = open_barrier(c, name, len, ((const dbarrier_t *)h)->__count, &bx)))
+		*out = bx;
+	return err;
 }
+
+static int
+retire(void *obj)
+{
+	struct dmutex__barrier *bx = obj;
+
+	return __atomic_load_n(&bx->waiters, __ATOMIC_ACQUIRE) ? EBUSY : 0;
+}
+
+static void
+close_barrier(void *obj)
+{
+	struct dmutex__barrier *bx = obj;
+
+	__atomic_fetch_sub(&bx->client->mutexes, 1, __ATOMIC_ACQ_REL);
+	free(bx);
+}
+
+static const struct dmutex__kind kind = {
+	.what = "barrier", .destroy_call = "dbarrier_destroy",
+	.init_magic = DBARRIER__MAGIC_INIT, .static_magic = DBARRIER__MAGIC_STATIC,
+	.open_static = open_static, .retire = retire, .close = close_barrier,
+};
 
 static int
 resolve(dbarrier_t *b, struct dmutex__barrier **out)
 {
 	void *bx;
-	int err = dmutex__resolve_object(b, b ? &b->__magic : NULL, b ? &b->__impl : NULL,
-			DBARRIER__MAGIC_INIT, DBARRIER__MAGIC_STATIC, "barrier", &bx);
+	int err = dmutex__resolve_handle(&kind, DMUTEX__HANDLE(b, NULL), &bx);
 
-	if (err == DMUTEX__UNBOUND)
-		return bind_static(b, out);
 	if (!err)
 		*out = bx;
 	return err;
@@ -116,26 +125,7 @@ resolve(dbarrier_t *b, struct dmutex__barrier **out)
 int
 dbarrier_destroy(dbarrier_t *b)
 {
-	struct dmutex__barrier *bx;
-	unsigned long magic;
-
-	if (!b)
-		return EINVAL;
-	magic = __atomic_load_n(&b->__magic, __ATOMIC_ACQUIRE);
-	if (magic != DBARRIER__MAGIC_INIT && magic != DBARRIER__MAGIC_STATIC) {
-		dmutex__log(DMUTEX_LOG_ERROR, "dbarrier_destroy: barrier %p is %s", (void *)b,
-				magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
-		return EINVAL;
-	}
-	if ((bx = __atomic_load_n((struct dmutex__barrier **)&b->__impl, __ATOMIC_ACQUIRE))) {
-		if (__atomic_load_n(&bx->waiters, __ATOMIC_ACQUIRE))
-			return EBUSY;
-		__atomic_fetch_sub(&bx->client->mutexes, 1, __ATOMIC_ACQ_REL);
-		free(bx);
-	}
-	__atomic_store_n(&b->__impl, NULL, __ATOMIC_RELEASE);
-	__atomic_store_n(&b->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
-	return 0;
+	return dmutex__destroy_object(&kind, DMUTEX__HANDLE(b, NULL));
 }
 
 int

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bind.h"
 #include "core/cond.h"
 #include "core/static_name.h"
 
@@ -49,46 +50,44 @@ dcond_init_impl(dcond_t *c, const char *name, const dcond_attr_t *attr)
 	return 0;
 }
 
-/* Bind a statically initialized condition variable on first use. */
 static int
-bind_static(dcond_t *c, struct dmutex__cond **out)
+open_static(struct dmutex_client *c, const char *name, size_t len, const void *h, int type, void **out)
 {
-	struct dmutex__cond *cx, *expected = NULL;
-	struct dmutex_client *cl;
-	const char *name = c->__static_name;
-	char buf[DMUTEX_NAME_MAX + 1];
-	size_t len;
-	int type, err;
-
-	/* A layer's initializer is named by that layer (static_name.h). */
-	if ((err = dmutex__static_name(DMUTEX__STATIC_COND, c, c->__reserved[0], &name, buf, &type)))
-		return err;
-	if ((err = dmutex__name_ok(name, &len)))
-		return err;
-	if ((err = dmutex__client_default(&cl)))
-		return err;
-	if (!(cx = make(cl, name, len, CLOCK_REALTIME)))
-		return ENOMEM;
-	if (!__atomic_compare_exchange_n(&c->__impl, (void **)&expected, cx, 0,
-			__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		/* Another thread bound it first. */
-		__atomic_fetch_sub(&cl->mutexes, 1, __ATOMIC_ACQ_REL);
-		free(cx);
-		cx = expected;
-	}
-	*out = cx;
-	return 0;
+	(void)h;
+	(void)type;
+	return (*out = make(c, name, len, CLOCK_REALTIME)) ? 0 : ENOMEM;
 }
+
+static int
+retire(void *obj)
+{
+	struct dmutex__cond *cx = obj;
+
+	return __atomic_load_n(&cx->waiters, __ATOMIC_ACQUIRE) ? EBUSY : 0;
+}
+
+static void
+close_cond(void *obj)
+{
+	struct dmutex__cond *cx = obj;
+
+	__atomic_fetch_sub(&cx->client->mutexes, 1, __ATOMIC_ACQ_REL);
+	free(cx);
+}
+
+const struct dmutex__kind dmutex__cond_kind = {
+	.what = "condition variable", .destroy_call = "dcond_destroy",
+	.init_magic = DCOND__MAGIC_INIT, .static_magic = DCOND__MAGIC_STATIC,
+	.static_kind = DMUTEX__STATIC_COND, .open_static = open_static, .retire = retire,
+	.close = close_cond,
+};
 
 int
 dmutex__cond_resolve(dcond_t *c, struct dmutex__cond **out)
 {
 	void *cx;
-	int err = dmutex__resolve_object(c, c ? &c->__magic : NULL, c ? &c->__impl : NULL,
-			DCOND__MAGIC_INIT, DCOND__MAGIC_STATIC, "condition variable", &cx);
+	int err = dmutex__resolve_handle(&dmutex__cond_kind, DMUTEX__HANDLE(c, c ? c->__reserved[0] : NULL), &cx);
 
-	if (err == DMUTEX__UNBOUND)
-		return bind_static(c, out);
 	if (!err)
 		*out = cx;
 	return err;

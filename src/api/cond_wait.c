@@ -134,77 +134,79 @@ sleep_until_woken(struct cancel_ctx *k, struct sleep_state *st, int64_t until, i
 	pthread_cleanup_pop(0);
 }
 
-/* cs: the caller's cancellation state, restored around the sleep only. */
+/* Whether the calling thread holds m's mutex e, as a wait needs: 0 with
+ * its depth, else EPERM (logged). */
 static int
-wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
+check_owner(struct dmutex__cond *cx, struct dmutex__entry *e, int *depth)
 {
-	struct cancel_ctx k;
-	struct sleep_state st;
-	struct dmutex__cond *cx;
-	struct dmutex__mutex *mx;
-	struct dmutex__entry *e;
-	struct dmutex_client *cl;
-	struct dmutex__wsub *sub, *msub = NULL;
-	struct dmutex__cond_leaving leaving;
-	struct dmutex__rel_ticket *rel = NULL;
-	char token[DMUTEX__TOKEN_HEX + 1], channel[DMUTEX__CHANNEL_MAX], *mchannel;
-	int64_t refresh_ns, sub_until;
-	uint64_t seq;
-	int depth, err, lost = 0, still = 1, timed_out = 0, overlap = 0;
+	int err;
 
-	if ((err = dmutex__cond_resolve(c, &cx)) || (err = dmutex__resolve(m, &mx)))
-		return err;
-	e = mx->entry;
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	depth = e->depth;
+	*depth = e->depth;
 	err = e->held && pthread_equal(e->owner, pthread_self()) && !e->releasing ? 0 : EPERM;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	if (err) {
+	if (err)
 		dmutex__log(DMUTEX_LOG_ERROR, "wait on condition variable '%s': the calling thread does not hold mutex '%s'",
 				cx->name, e->name);
-		return EPERM;
-	}
-	/* Nothing to wait for: as if released and taken back at once. */
-	if (dmutex__now_ns() >= until)
-		return ETIMEDOUT;
-	if ((err = dmutex__token(token)))
-		return err;
-	cl = cx->client;
-	dmutex__cond_channel(cx->client->be, cx->name, token, channel);
-	__atomic_fetch_add(&cx->waiters, 1, __ATOMIC_ACQ_REL);
+	return err;
+}
 
-	/* 1.  The mutex's channel first, not waited for, so that both
+/* Step 1: k->sub on channel, k->msub (or NULL) on the mutex's, *seq the
+ * confirmed sequence of ours.  0, or an error with nothing left subscribed. */
+static int
+subscribe(struct cancel_ctx *k, const char *channel, uint64_t *seq)
+{
+	struct dmutex_client *cl = k->cx->client;
+	struct dmutex__entry *e = k->e;
+	int64_t sub_until = dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS;
+	char *mchannel;
+
+	/* The mutex's channel first, not waited for, so that both
 	 * subscriptions travel together.  Without it (out of memory) the
 	 * mutex subscribes when it needs to, as usual. */
-	sub_until = dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS;
+	k->msub = NULL;
 	if ((mchannel = e->client->be->ops->channel(e->client->be, e->name))) {
-		msub = dmutex__waiter_sub(e->client->be, mchannel, dmutex__now_ns());
+		k->msub = dmutex__waiter_sub(e->client->be, mchannel, dmutex__now_ns());
 		free(mchannel);
 	}
 	/* The confirmation of a fresh channel moves its sequence: still 0
 	 * means no node confirmed, and a wake-up would find nobody there. */
-	if (!(sub = dmutex__waiter_sub(cl->be, channel, sub_until))) {
-		err = ENOMEM;
-		goto out_msub;
+	if (!(k->sub = dmutex__waiter_sub(cl->be, channel, sub_until))) {
+		if (k->msub)
+			dmutex__waiter_unsub(e->client->be, k->msub);
+		return ENOMEM;
 	}
-	if (!(seq = dmutex__wsub_seq(cl->be, sub))) {
-		dmutex__log(DMUTEX_LOG_ERROR, "wait on condition variable '%s': no wake-up subscription", cx->name);
-		err = EIO;
-		goto out_sub;
+	if (!(*seq = dmutex__wsub_seq(cl->be, k->sub))) {
+		dmutex__log(DMUTEX_LOG_ERROR, "wait on condition variable '%s': no wake-up subscription", k->cx->name);
+		dmutex__waiter_unsub(cl->be, k->sub);
+		if (k->msub)
+			dmutex__waiter_unsub(e->client->be, k->msub);
+		return EIO;
 	}
 	/* Confirmed before we sleep, the mutex's subscription costs the
 	 * wake-up nothing.  Unconfirmed (a slow node), it still works: its
 	 * confirmation, whenever it comes, makes the taking back ask again,
 	 * so no release is missed. */
-	if (msub)
-		dmutex__wsub_confirmed(e->client->be, msub, sub_until);
+	if (k->msub)
+		dmutex__wsub_confirmed(e->client->be, k->msub, sub_until);
+	return 0;
+}
 
-	/* 2. */
-	if ((err = dmutex__cond_register(cx->client->be, cx->name, token))) {
+/* Step 2: register, then release the mutex.  0, with *lost if the hold
+ * given up was lost already and k->rel its release's ticket; or an error,
+ * the registration taken back. */
+static int
+register_and_release(struct cancel_ctx *k, int *lost)
+{
+	struct dmutex__cond *cx = k->cx;
+	struct dmutex__entry *e = k->e;
+	int still = 1, err;
+
+	if ((err = dmutex__cond_register(cx->client->be, cx->name, k->token))) {
 		/* It may have landed on some node: take it back (best effort; a
 		 * stale one expires, and a wake-up sent to it is handed on). */
-		dmutex__cond_leave(cx->client->be, cx->name, token, &still);
-		goto out_sub;
+		dmutex__cond_leave(cx->client->be, cx->name, k->token, &still);
+		return err;
 	}
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->depth = 1;           /* a recursive mutex is released whole */
@@ -212,61 +214,103 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	/* An asynchronous release leaves us its ticket: its answer, read
 	 * before the mutex is taken back (step 5), says whether the hold we
 	 * gave up had been lost, which the caller is owed. */
-	err = dmutex__unlock_for_wait(m, &rel);
+	k->rel = NULL;
+	err = dmutex__unlock_for_wait(k->m, &k->rel);
 	if (err == ENOLCK) {
-		lost = 1;       /* onlost was called; the lock is not ours anyway */
+		*lost = 1;      /* onlost was called; the lock is not ours anyway */
 	} else if (err && err != EIO) {
 		/* EIO: the release is retried in the background, and the lease
 		 * runs out anyway.  Anything else: the mutex went away. */
-		dmutex__cond_leave(cx->client->be, cx->name, token, &still);
-		goto out_sub;
+		dmutex__cond_leave(cx->client->be, cx->name, k->token, &still);
+		return err;
 	}
+	return 0;
+}
 
-	/* 3. */
-	refresh_ns = (int64_t)dmutex__cond_ttl_ms(cx->client->be) * DMUTEX__MS / 3;
-	k = (struct cancel_ctx){ c, cx, sub, msub, m, e, token, depth, rel };
-	st = (struct sleep_state){ seq, 1, 0, 0 };
-	sleep_until_woken(&k, &st, until, refresh_ns, cs);
-	still = st.still;
-	timed_out = st.timed_out;
+/* Steps 4 and 5, after the sleep: leave, take the mutex back.  The wait's
+ * result. */
+static int
+leave_and_take_back(struct cancel_ctx *k, struct sleep_state *st, int lost)
+{
+	struct dmutex__cond *cx = k->cx;
+	struct dmutex__entry *e = k->e;
+	struct dmutex_client *cl = cx->client;
+	struct dmutex__cond_leaving leaving;
+	int still = st->still, overlap = 0, err;
 
 	/* 4.  If the backend cannot say, count as woken: a spurious wake-up
 	 * is allowed, a lost one is not.  A refresh that found us woken has
 	 * acknowledged already; several nodes may each have woken someone
 	 * else: leave them all. */
-	if (st.message || timed_out || cl->be->quorum) {
-		if (st.message && !timed_out && !dmutex__cond_leave_start(cx->client->be, cx->name, token, &leaving))
+	if (st->message || st->timed_out || cl->be->quorum) {
+		if (st->message && !st->timed_out && !dmutex__cond_leave_start(cx->client->be, cx->name, k->token,
+					&leaving))
 			overlap = 1;
-		else if (dmutex__cond_leave(cx->client->be, cx->name, token, &still))
+		else if (dmutex__cond_leave(cx->client->be, cx->name, k->token, &still))
 			still = 0;
 	}
-	dmutex__waiter_unsub(cl->be, sub);
+	dmutex__waiter_unsub(cl->be, k->sub);
 	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 
 	/* 5.  The taking back waits for our release's answer first
 	 * (dmutex__rel_settle): it is read by then, or never will be. */
-	err = take_back(m, e, depth);
-	if (rel) {
-		lost |= dmutex__ticket_wait(rel, dmutex__now_ns() +
+	err = take_back(k->m, e, k->depth);
+	if (k->rel) {
+		lost |= dmutex__ticket_wait(k->rel, dmutex__now_ns() +
 				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS) == DMUTEX__TICKET_NOT_OURS;
-		dmutex__ticket_put(rel);
+		dmutex__ticket_put(k->rel);
 	}
-	if (msub)
-		dmutex__waiter_unsub(e->client->be, msub);
-	if (overlap && dmutex__cond_leave_end(cx->client->be, cx->name, token, &leaving, &still))
+	if (k->msub)
+		dmutex__waiter_unsub(e->client->be, k->msub);
+	if (overlap && dmutex__cond_leave_end(cx->client->be, cx->name, k->token, &leaving, &still))
 		still = 0;
 	if (err)
 		return err;
 	if (lost)
 		return ENOLCK;
-	return timed_out && still ? ETIMEDOUT : 0;
+	return st->timed_out && still ? ETIMEDOUT : 0;
+}
 
-out_sub:
-	dmutex__waiter_unsub(cl->be, sub);
-out_msub:
-	if (msub)
-		dmutex__waiter_unsub(e->client->be, msub);
-	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
+/* cs: the caller's cancellation state, restored around the sleep only. */
+static int
+wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
+{
+	struct cancel_ctx k = { .c = c, .m = m };
+	struct sleep_state st;
+	struct dmutex__mutex *mx;
+	char token[DMUTEX__TOKEN_HEX + 1], channel[DMUTEX__CHANNEL_MAX];
+	int64_t refresh_ns;
+	uint64_t seq;
+	int err, lost = 0;
+
+	if ((err = dmutex__cond_resolve(c, &k.cx)) || (err = dmutex__resolve(m, &mx)))
+		return err;
+	k.e = mx->entry;
+	if (check_owner(k.cx, k.e, &k.depth))
+		return EPERM;
+	/* Nothing to wait for: as if released and taken back at once. */
+	if (dmutex__now_ns() >= until)
+		return ETIMEDOUT;
+	if ((err = dmutex__token(token)))
+		return err;
+	k.token = token;
+	dmutex__cond_channel(k.cx->client->be, k.cx->name, token, channel);
+	__atomic_fetch_add(&k.cx->waiters, 1, __ATOMIC_ACQ_REL);
+	if ((err = subscribe(&k, channel, &seq)))
+		goto out;
+	if ((err = register_and_release(&k, &lost))) {
+		dmutex__waiter_unsub(k.cx->client->be, k.sub);
+		if (k.msub)
+			dmutex__waiter_unsub(k.e->client->be, k.msub);
+		goto out;
+	}
+	/* 3. */
+	refresh_ns = (int64_t)dmutex__cond_ttl_ms(k.cx->client->be) * DMUTEX__MS / 3;
+	st = (struct sleep_state){ seq, 1, 0, 0 };
+	sleep_until_woken(&k, &st, until, refresh_ns, cs);
+	return leave_and_take_back(&k, &st, lost);
+out:
+	__atomic_fetch_sub(&k.cx->waiters, 1, __ATOMIC_ACQ_REL);
 	return err;
 }
 

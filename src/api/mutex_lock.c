@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/acquire_wait.h"
 #include "core/internal.h"
 #include "base/lockorder.h"
 #include "core/metrics.h"
@@ -125,6 +126,152 @@ wake_channel(struct dmutex__backend *be, const char *name, const char *token)
 	return own;
 }
 
+/* One acquisition's state across its tries (acquire_wait.h). */
+struct mutex_try {
+	struct dmutex__mutex *mx;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int64_t try_until;      /* trylock: its release's deadline too */
+	int maybe_done, queued;
+	/* Fair: when the last request answered "busy" was sent.  A hand-over
+	 * to us came after the server answered it. */
+	int64_t busy_sent;
+	/* For the counters: see acquire_remote. */
+	int *busy;
+	int64_t *first, *done;
+};
+
+static char *
+mutex_channel(void *arg)
+{
+	struct mutex_try *m = arg;
+	struct dmutex__entry *e = m->mx->entry;
+
+	return wake_channel(e->client->be, e->name, m->mx->fair ? m->token : NULL);
+}
+
+/* Granted, under e->mu: record the hold, unless a thread of ours that
+ * handed it over has not finished its unlock within our lease (a fair lock's
+ * lost hold it keeps): then give it back and queue again, AGAIN. */
+static int
+granted_take(struct mutex_try *m, struct dmutex__acquire *aq, const struct dmutex__acq *a, int64_t sent,
+		struct dmutex__try *t)
+{
+	struct dmutex__mutex *mx = m->mx;
+	struct dmutex__entry *e = mx->entry;
+	int err;
+
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if (e->held && !local_release_ended(e,
+			sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms))) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair);
+		/* Queue again with a new token: the release of the old one, if
+		 * it could not be confirmed, is retried in the background, and
+		 * must never meet a hold we take next under the same token (it
+		 * would delete it).  A new token is a new place, and a new
+		 * channel. */
+		m->maybe_done = m->queued = 0;
+		m->busy_sent = 0;
+		dmutex__acquire_unsubscribe(aq);
+		if ((t->err = dmutex__token(m->token)))
+			return DMUTEX__TRY_DONE;
+		return DMUTEX__TRY_AGAIN;
+	}
+	if ((err = take_hold(mx, e, m->token, a->fence, a->died, sent))) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair);
+		t->err = err;
+		return DMUTEX__TRY_DONE;
+	}
+	t->err = e->inconsistent ? EOWNERDEAD : 0;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	return DMUTEX__TRY_DONE;
+}
+
+/* Held by someone else: how long to wait, and the fair queue's place. */
+static int
+busy_answer(struct mutex_try *m, const struct dmutex__acq *a, int64_t sent, int64_t now,
+		struct dmutex__try *t)
+{
+	struct dmutex__mutex *mx = m->mx;
+	int64_t lease = (int64_t)mx->lease_ms * DMUTEX__MS;
+
+	*m->busy = 1;
+	if (mx->fair)
+		m->busy_sent = sent;
+	/* Fair: we hold a place in the queue now, to give back if we go. */
+	m->queued |= mx->fair && a->wait;
+	/* Sleep until woken, or at most until the holder's lease ends (so a
+	 * lost wake-up costs at most one lease). */
+	t->bound = a->pttl_ms >= 0 ? now + (a->pttl_ms + 1) * DMUTEX__MS : now + lease;
+	/* Fair: our place in the queue lasts a lease; asking keeps it. */
+	if (mx->fair && t->bound > now + lease / 3)
+		t->bound = now + lease / 3;
+	t->no_wake = a->split;
+	t->now = now;
+	return DMUTEX__TRY_BUSY;
+}
+
+/* One request for the lock (acquire_wait.h). */
+static int
+mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
+{
+	struct mutex_try *m = arg;
+	struct dmutex__mutex *mx = m->mx;
+	struct dmutex__entry *e = mx->entry;
+	struct dmutex__backend *be = e->client->be;
+	struct dmutex__acq a = { .name = e->name, .token = m->token,
+		.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
+		.robust = mx->robust == DMUTEX_ROBUST, .wait = aq->sub != NULL,
+		.deadline = m->try_until, .fair = mx->fair };
+	char handed[DMUTEX__HANDED_MAX];
+	int64_t sent, now;
+	int err;
+
+	if (m->busy_sent && aq->sub && dmutex__wsub_handed(be, aq->sub, handed) &&
+			granted(handed, mx->lease_ms, &a)) {
+		/* Handed to us outright: no claim round trip.  The hold began
+		 * after the busy answer, so its deadline counts safely from
+		 * that request's send time. */
+		sent = m->busy_sent;
+		err = 0;
+	} else {
+		sent = dmutex__now_ns();
+		if (!*m->first)
+			*m->first = sent;
+		err = be->ops->acquire(be, &a);
+	}
+	now = dmutex__now_ns();
+	/* Whatever the answer, a request that may have been applied must be
+	 * taken back if we end up not holding the lock. */
+	m->maybe_done |= a.maybe_done;
+	if (!err && a.status == DMUTEX__ACQ_OK &&
+			now >= sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
+		/* Granted, but the answer came after the hold's own deadline:
+		 * not a hold we can vouch for.  Asking again with the same token
+		 * renews it and counts from a fresh send time. */
+		dmutex__log(DMUTEX_LOG_WARN, "lock '%s': granted after its lease would have ended; asking again",
+				e->name);
+		m->maybe_done = 1;
+		err = EIO;
+	}
+	if (!err && a.status == DMUTEX__ACQ_OK) {
+		*m->done = now;
+		return granted_take(m, aq, &a, sent, t);
+	}
+	if (!err && a.status == DMUTEX__ACQ_NOTREC) {
+		t->err = ENOTRECOVERABLE;
+		return DMUTEX__TRY_DONE;
+	}
+	if (err) {
+		dmutex__met_count(e->client, e->name, DMUTEX__MET_ERRORS);
+		t->refused = a.refused;
+		t->now = now;
+		return DMUTEX__TRY_FAILED;
+	}
+	return busy_answer(m, &a, sent, now, t);
+}
+
 /* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
  * preset: the token to ask with (NULL: a new one).
  * For the counters, without clock reads of their own: *busy set when
@@ -136,172 +283,24 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 {
 	struct dmutex__entry *e = mx->entry;
 	struct dmutex_client *c = e->client;
-	struct dmutex__backend *be = c->be;
-	char token[DMUTEX__TOKEN_HEX + 1];
-	struct dmutex__wsub *sub = NULL;
-	char *channel = NULL;
-	int64_t io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
-	int64_t io_until = dmutex__now_ns() + io_budget;
-	/* trylock: one attempt, its release included, within command_timeout_ms. */
-	int64_t try_until = mode == TRY ? dmutex__now_ns() +
-		(int64_t)c->cfg.command_timeout_ms * DMUTEX__MS : 0;
-	int maybe_done = 0, queued = 0, io_attempt = 0, err;
-	uint64_t seq = 0;
-	/* Fair: when the last request answered "busy" was sent.  A hand-over
-	 * to us came after the server answered it. */
-	int64_t busy_sent = 0;
-	char handed[DMUTEX__HANDED_MAX];
+	struct mutex_try m = { .mx = mx, .busy = busy, .first = first, .done = done };
+	struct dmutex__acquire aq = { .c = c, .what = "lock", .name = e->name, .trylock = mode == TRY,
+		.bad_deadline = bad_deadline, .presub = presub, .until = until,
+		.channel = mutex_channel, .want = mx->fair ? m.token : NULL, .try = mutex_try, .arg = &m };
+	int err;
 
+	/* trylock: one attempt, its release included, within command_timeout_ms. */
+	if (mode == TRY)
+		m.try_until = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 	/* Offered the lock by an unlock that could not say it was handed to
 	 * us: ask with the offered token, which it may have become. */
 	if (preset)
-		memcpy(token, preset, sizeof token);
-	else if ((err = dmutex__token(token)))
+		memcpy(m.token, preset, sizeof m.token);
+	else if ((err = dmutex__token(m.token)))
 		return err;
-
-	/* Subscribed already (a condition wait's caller): the first attempt
-	 * asks to be told of the release, with no subscription round trip. */
-	if (presub && (channel = wake_channel(be, e->name, mx->fair ? token : NULL)) &&
-			(sub = dmutex__waiter_sub(be, channel, dmutex__now_ns())) && mx->fair)
-		dmutex__wsub_want(be, sub, token);
-	for (;;) {
-		struct dmutex__acq a = { .name = e->name, .token = token,
-			.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
-			.robust = mx->robust == DMUTEX_ROBUST, .wait = sub != NULL,
-			.deadline = try_until, .fair = mx->fair };
-		int64_t sent, now;
-
-		if (sub)
-			seq = dmutex__wsub_seq(c->be, sub);
-		if (busy_sent && sub && dmutex__wsub_handed(c->be, sub, handed) &&
-				granted(handed, mx->lease_ms, &a)) {
-			/* Handed to us outright: no claim round trip.  The hold
-			 * began after the busy answer, so its deadline counts
-			 * safely from that request's send time. */
-			sent = busy_sent;
-			err = 0;
-		} else {
-			sent = dmutex__now_ns();
-			if (!*first)
-				*first = sent;
-			err = be->ops->acquire(be, &a);
-		}
-		now = dmutex__now_ns();
-		/* Whatever the answer, a request that may have been applied must
-		 * be taken back if we end up not holding the lock. */
-		maybe_done |= a.maybe_done;
-		if (!err && a.status == DMUTEX__ACQ_OK &&
-				now >= sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
-			/* Granted, but the answer came after the hold's own deadline:
-			 * not a hold we can vouch for.  Asking again with the same
-			 * token renews it and counts from a fresh send time. */
-			dmutex__log(DMUTEX_LOG_WARN, "lock '%s': granted after its lease would have ended; asking again",
-					e->name);
-			maybe_done = 1;
-			err = EIO;
-		}
-		if (!err && a.status == DMUTEX__ACQ_OK) {
-			*done = now;
-			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-			if (e->held && !local_release_ended(e,
-					sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms))) {
-				/* Fair: handed over by a thread of ours that has not
-				 * finished its unlock within our lease (a lost hold it
-				 * keeps): give it back and queue again. */
-				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
-				/* Queue again with a new token: the release of the
-				 * old one, if it could not be confirmed, is retried in
-				 * the background, and must never meet a hold we take
-				 * next under the same token (it would delete it).  A
-				 * new token is a new place, and a new channel. */
-				maybe_done = queued = 0;
-				busy_sent = 0;
-				if (sub)
-					dmutex__waiter_unsub(c->be, sub);
-				sub = NULL;
-				free(channel);
-				channel = NULL;
-				if ((err = dmutex__token(token)))
-					break;
-				continue;
-			}
-			if ((err = take_hold(mx, e, token, a.fence, a.died, sent))) {
-				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
-				break;
-			}
-			err = e->inconsistent ? EOWNERDEAD : 0;
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			break;
-		}
-		if (!err && a.status == DMUTEX__ACQ_NOTREC) {
-			err = ENOTRECOVERABLE;
-			break;
-		}
-		if (err) {
-			dmutex__met_count(c, e->name, DMUTEX__MET_ERRORS);
-			/* An answer of "no" from Redis will not change by asking again. */
-			if (mode == TRY || a.refused || now >= io_until || now >= until) {
-				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': backend failing, giving up", e->name);
-				err = EIO;
-				break;
-			}
-			int64_t wake = now + dmutex__backoff_ns(io_attempt++);
-			dmutex__sleep_until(wake < until ? wake : until);
-			continue;
-		}
-		/* Held by someone else.  The backend answered: fresh I/O budget. */
-		*busy = 1;
-		if (mx->fair)
-			busy_sent = sent;
-		/* Fair: we hold a place in the queue now, to give back if we go. */
-		queued |= mx->fair && a.wait;
-		io_until = now + io_budget;
-		io_attempt = 0;
-		if (mode == TRY) {
-			err = EBUSY;
-			break;
-		}
-		if (bad_deadline) {
-			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
-			err = EINVAL;
-			break;
-		}
-		if (now >= until) {
-			err = ETIMEDOUT;
-			break;
-		}
-		if (!sub && !channel) {
-			/* Subscribe, then ask again at once: a release between our
-			 * attempt and the subscription would otherwise be missed. */
-			channel = wake_channel(be, e->name, mx->fair ? token : NULL);
-			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
-			if (channel)
-				sub = dmutex__waiter_sub(c->be, channel, sub_until < until ? sub_until : until);
-			if (sub && mx->fair)
-				dmutex__wsub_want(c->be, sub, token);
-			continue;
-		}
-		/* Sleep until woken, or at most until the holder's lease ends
-		 * (so a lost wake-up costs at most one lease). */
-		int64_t bound = a.pttl_ms >= 0 ? now + (a.pttl_ms + 1) * DMUTEX__MS
-				: now + (int64_t)mx->lease_ms * DMUTEX__MS;
-		/* Fair: our place in the queue lasts a lease; asking keeps it. */
-		if (mx->fair && bound > now + (int64_t)mx->lease_ms * DMUTEX__MS / 3)
-			bound = now + (int64_t)mx->lease_ms * DMUTEX__MS / 3;
-		if (bound > until)
-			bound = until;
-		if (sub && !a.split)
-			dmutex__wsub_wait(c->be, sub, seq, bound);
-		else
-			dmutex__sleep_until(bound);
-	}
-	if (sub)
-		dmutex__waiter_unsub(c->be, sub);
-	free(channel);
-	if (err && err != EOWNERDEAD && (maybe_done || queued))
-		abandon(c, e, token, mx->lease_ms, try_until, mx->fair);
+	err = dmutex__acquire_wait(&aq);
+	if (err && err != EOWNERDEAD && (m.maybe_done || m.queued))
+		abandon(c, e, m.token, mx->lease_ms, m.try_until, mx->fair);
 	return err;
 }
 
@@ -335,170 +334,201 @@ fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
 	pthread_cond_broadcast(&e->cv);
 }
 
-/* locked: NULL, or m's object, resolved by lock_fast, which found no
- * release of it pending and holds its entry's mutex. */
+static int lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
+		int presub);
+
+/* Under e->mu, which it releases: the owner locking its mutex again. */
 static int
-lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
-		int presub)
+relock_own(dmutex_t *m, struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadline, int presub)
 {
-	struct dmutex__mutex *mx;
-	struct dmutex__entry *e;
-	pthread_t self = pthread_self();
-	struct timespec ts;
-	struct dmutex__fifo me = { 0 };
-	uint64_t gen;
-	int64_t t0 = 0, done = 0;      /* t0: a local wait's start */
-	int err, contended = 0;
+	struct dmutex__entry *e = mx->entry;
+	struct dmutex__lost lost;
+	int err = 0;
 
-	if (locked) {
-		mx = locked;
-		e = mx->entry;
-	} else {
-		if ((err = dmutex__resolve(m, &mx)))
-			return err;
-		e = mx->entry;
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	}
-	if (e->held && pthread_equal(e->owner, self)) {
-		struct dmutex__lost lost;
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
+	if (e->lost && mx->type == DMUTEX_RECURSIVE) {
+		/* A hold known lost is not re-entered: the nested section would
+		 * run believing it holds the lock (issue 16 item 9).  Nor is the
+		 * loss this call's to return (issue 25: a lock call returns
+		 * without the lock only with an error that says "not
+		 * acquired"): the lost hold ends here, reported as its unlock
+		 * would report it, and the lock is taken anew, at the depth the
+		 * caller counts. */
+		int depth = e->depth;
 
-		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
-		if (e->lost && mx->type == DMUTEX_RECURSIVE) {
-			/* A hold known lost is not re-entered: the nested section
-			 * would run believing it holds the lock (issue 16 item
-			 * 9).  Nor is the loss this call's to return (issue 25: a
-			 * lock call returns without the lock only with an error
-			 * that says "not acquired"): the lost hold ends here,
-			 * reported as its unlock would report it, and the lock is
-			 * taken anew, at the depth the caller counts. */
-			int depth = e->depth;
-
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			dmutex__lost_report(e, &lost);
-			dmutex__log(DMUTEX_LOG_WARN, "lock '%s': re-lock by its owner: the hold was lost; "
-					"taking the lock anew", e->name);
-			dmutex__unlock_impl(m);
-			err = lock_impl(m, NULL, mode, until, bad_deadline, presub);
-			if (err == 0 || err == EOWNERDEAD) {
-				dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-				if (e->held && pthread_equal(e->owner, self))
-					e->depth = depth < INT_MAX ? depth + 1 : INT_MAX;
-				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			}
-			return err;
-		}
-		if (mx->type == DMUTEX_RECURSIVE) {
-			if (e->depth == INT_MAX)
-				err = EAGAIN;
-			else
-				e->depth++;
-		} else if (bad_deadline) {
-			/* This call would block (POSIX lets NORMAL hang here), so
-			 * the bad deadline is the error, before EDEADLK. */
-			err = EINVAL;
-		} else {
-			/* POSIX lets NORMAL hang here; a distributed lock must not. */
-			err = mode == TRY ? EBUSY : EDEADLK;
-		}
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		dmutex__lost_report(e, &lost);
-		if (err == EINVAL)
-			dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
+		dmutex__log(DMUTEX_LOG_WARN, "lock '%s': re-lock by its owner: the hold was lost; "
+				"taking the lock anew", e->name);
+		dmutex__unlock_impl(m);
+		err = lock_impl(m, NULL, mode, until, bad_deadline, presub);
+		if (err == 0 || err == EOWNERDEAD) {
+			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+			if (e->held && pthread_equal(e->owner, pthread_self()))
+				e->depth = depth < INT_MAX ? depth + 1 : INT_MAX;
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		}
 		return err;
 	}
+	if (mx->type == DMUTEX_RECURSIVE) {
+		if (e->depth == INT_MAX)
+			err = EAGAIN;
+		else
+			e->depth++;
+	} else if (bad_deadline) {
+		/* This call would block (POSIX lets NORMAL hang here), so the
+		 * bad deadline is the error, before EDEADLK. */
+		err = EINVAL;
+	} else {
+		/* POSIX lets NORMAL hang here; a distributed lock must not. */
+		err = mode == TRY ? EBUSY : EDEADLK;
+	}
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost);
+	if (err == EINVAL)
+		dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
+	return err;
+}
+
+/* Under e->mu: wait for this thread's turn to ask (0, still under e->mu),
+ * or give up (released, the error).  *t0: when a local wait began;
+ * *contended when another thread of ours made us wait. */
+static int
+wait_turn(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t until, int bad_deadline,
+		int64_t *t0, int *contended)
+{
+	struct dmutex__entry *e = mx->entry;
+	struct timespec ts;
+
 	dmutex__ns_to_ts(until, &ts);
 	if (mx->fair) {
-		me.id = ++e->fifo_ids;
-		me.lease_ms = mx->lease_ms;
-		me.robust = mx->robust == DMUTEX_ROBUST;
-		me.tid = dmutex__tid();
-		fifo_join(e, &me);
+		me->id = ++e->fifo_ids;
+		me->lease_ms = mx->lease_ms;
+		me->robust = mx->robust == DMUTEX_ROBUST;
+		me->tid = dmutex__tid();
+		fifo_join(e, me);
 	}
 	/* Fair: the first in line asks the backend, but not while a thread of
 	 * ours holds the lock: that thread's unlock offers it the lock, and
 	 * its release gives it the lock unless a waiter queued in Redis comes
 	 * first (fair_handoff.c).  A robust one waits for the unlock and asks. */
-	while (mx->fair ? !me.granted && (e->acquiring || e->fifo_head != &me ||
-				(me.offered && !me.answered) || (e->held && !me.offered))
+	while (mx->fair ? !me->granted && (e->acquiring || e->fifo_head != me ||
+				(me->offered && !me->answered) || (e->held && !me->offered))
 			: e->held || e->acquiring) {
 		if (e->dropping && !e->held) {
-			/* The renewer gives back an idle kept lease (bounded by
-			 * a command timeout): the mutex is not locked, so even a
+			/* The renewer gives back an idle kept lease (bounded by a
+			 * command timeout): the mutex is not locked, so even a
 			 * trylock waits for that, then asks as usual. */
 			pthread_cond_wait(&e->cv, &e->mu);
 			continue;
 		}
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			if (mx->fair)
-				fifo_leave(e, &me);
+				fifo_leave(e, me);
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (mode != TRY && bad_deadline)
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
 			return mode == TRY ? EBUSY : bad_deadline ? EINVAL : ETIMEDOUT;
 		}
-		contended = 1;  /* another thread of ours holds it */
-		if (!t0)
-			t0 = dmutex__now_ns();
+		*contended = 1;  /* another thread of ours holds it */
+		if (!*t0)
+			*t0 = dmutex__now_ns();
 		if (until == NO_DEADLINE)
 			pthread_cond_wait(&e->cv, &e->mu);
 		else
 			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
 	}
-	if (!mx->fair && e->kept) {
-		int64_t now = dmutex__now_ns();
+	return 0;
+}
 
+/* Under e->mu, this thread's turn: take the lock with no round trip if the
+ * process kept its lease, or a thread of ours handed it to us.  1 done
+ * (e->mu released, *err the result); 0 to ask the backend (still under
+ * e->mu, out of the fair queue). */
+static int
+take_local(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t t0, int contended, int *err)
+{
+	struct dmutex__entry *e = mx->entry;
+	int64_t now;
+	uint64_t gen;
+
+	if (!mx->fair && e->kept) {
+		now = dmutex__now_ns();
 		/* The process kept the lease: take it with no round trip. */
 		if (dmutex__cache_lock(mx, e, now)) {
 			gen = e->gen;
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
 			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, contended);
-			return 0;
+			return *err = 0, 1;
 		}
 	}
-	if (mx->fair && me.granted) {
-		int64_t now = dmutex__now_ns();
-
-		fifo_leave(e, &me);
-		/* Handed to us by a thread of ours (fair_handoff.c).  A grant
-		 * that came after its own lease's end is not vouched for: we ask
-		 * with its token instead (renewing it). */
-		if (now < me.sent_ns + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
-			if ((err = take_hold(mx, e, me.token, me.fence, me.died, me.sent_ns))) {
+	if (!mx->fair)
+		return 0;
+	if (me->granted) {
+		now = dmutex__now_ns();
+		fifo_leave(e, me);
+		/* Handed to us by a thread of ours (fair_handoff.c).  A grant that
+		 * came after its own lease's end is not vouched for: we ask with
+		 * its token instead (renewing it). */
+		if (now < me->sent_ns + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
+			if ((*err = take_hold(mx, e, me->token, me->fence, me->died, me->sent_ns))) {
 				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(e->client, e, me.token, mx->lease_ms, 0, 1);
-				return err;
+				abandon(e->client, e, me->token, mx->lease_ms, 0, 1);
+				return 1;
 			}
 			gen = e->gen;
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
 			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, 1);
-			return 0;
+			return 1;
 		}
-		me.granted = 0;
+		me->granted = 0;
 	}
-	if (mx->fair) {
-		/* A fair trylock does not overtake a holder of this process. */
-		if (mode == TRY && e->held) {
-			fifo_leave(e, &me);
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			return EBUSY;
-		}
-		fifo_leave(e, &me);
+	/* A fair trylock does not overtake a holder of this process. */
+	if (mode == TRY && e->held) {
+		fifo_leave(e, me);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return *err = EBUSY, 1;
 	}
+	fifo_leave(e, me);
+	return 0;
+}
+
+/* locked: NULL, or m's object, resolved by lock_fast, which found no
+ * release of it pending and holds its entry's mutex. */
+static int
+lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
+		int presub)
+{
+	struct dmutex__mutex *mx = locked;
+	struct dmutex__entry *e;
+	struct dmutex__fifo me = { 0 };
+	uint64_t gen;
+	int64_t t0 = 0, first = 0, done = 0;      /* t0: a local wait's start */
+	int err, contended = 0;
+
+	if (!mx) {
+		if ((err = dmutex__resolve(m, &mx)))
+			return err;
+		dmutex__mu_lock(&mx->entry->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	}
+	e = mx->entry;
+	if (e->held && pthread_equal(e->owner, pthread_self()))
+		return relock_own(m, mx, mode, until, bad_deadline, presub);
+	if ((err = wait_turn(mx, &me, mode, until, bad_deadline, &t0, &contended)) ||
+			take_local(mx, &me, mode, t0, contended, &err))
+		return err;
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	/* A release of it, unanswered, may still be on its way on another
 	 * connection: our acquire must not overtake it. */
 	dmutex__rel_settle_now(e);
 
-	{
-		int64_t first = 0;
-		err = acquire_remote(mx, mode, until, bad_deadline, presub,
-				mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
-		if ((err == 0 || err == EOWNERDEAD) && done)
-			dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
-	}
+	err = acquire_remote(mx, mode, until, bad_deadline, presub,
+			mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
+	if ((err == 0 || err == EOWNERDEAD) && done)
+		dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;

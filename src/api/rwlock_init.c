@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/lockorder.h"
+#include "core/bind.h"
 #include "core/rwlock.h"
 
 static int
@@ -75,8 +76,9 @@ drwlock_init(drwlock_t *rw, const char *name, const dmutex_attr_t *attr)
 }
 
 static void
-close_rw(struct dmutex__rwlock *rx)
+close_rw(void *obj)
 {
+	struct dmutex__rwlock *rx = obj;
 	struct dmutex_client *c = rx->entry->client;
 
 	dmutex__entry_put(rx->entry);
@@ -85,77 +87,52 @@ close_rw(struct dmutex__rwlock *rx)
 }
 
 static int
-bind_static(drwlock_t *rw, struct dmutex__rwlock **out)
+open_static(struct dmutex_client *c, const char *name, size_t len, const void *h, int type, void **out)
 {
-	struct dmutex__rwlock *rx, *expected = NULL;
-	struct dmutex_client *c;
-	size_t len;
+	struct dmutex__rwlock *rx;
 	int err;
 
-	if ((err = dmutex__name_ok(rw->__static_name, &len)))
-		return err;
-	if ((err = dmutex__client_default(&c)))
-		return err;
-	if ((err = open_rw(c, rw->__static_name, NULL, &rx)))
-		return err;
-	if (!__atomic_compare_exchange_n(&rw->__impl, (void **)&expected, rx, 0,
-			__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		/* Another thread bound it first. */
-		close_rw(rx);
-		rx = expected;
-	}
-	*out = rx;
-	return 0;
-}
-
-int
-dmutex__rwlock_resolve(drwlock_t *rw, struct dmutex__rwlock **out)
-{
-	void *rx;
-	int err = dmutex__resolve_object(rw, rw ? &rw->__magic : NULL, rw ? &rw->__impl : NULL,
-			DRWLOCK__MAGIC_INIT, DRWLOCK__MAGIC_STATIC, "rwlock", &rx);
-
-	if (err == DMUTEX__UNBOUND)
-		return bind_static(rw, out);
-	if (!err)
+	(void)len;
+	(void)h;
+	(void)type;
+	if (!(err = open_rw(c, name, NULL, &rx)))
 		*out = rx;
 	return err;
 }
 
 static int
-destroy_impl(drwlock_t *rw)
+retire(void *obj)
 {
-	struct dmutex__rwlock *rx;
-	struct dmutex__entry *e;
-	unsigned long magic;
+	struct dmutex__entry *e = ((struct dmutex__rwlock *)obj)->entry;
 	int busy;
 
-	if (!rw)
-		return EINVAL;
-	magic = __atomic_load_n(&rw->__magic, __ATOMIC_ACQUIRE);
-	if (magic != DRWLOCK__MAGIC_INIT && magic != DRWLOCK__MAGIC_STATIC) {
-		dmutex__log(DMUTEX_LOG_ERROR, "drwlock_destroy: rwlock %p is %s", (void *)rw,
-				magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
-		return EINVAL;
-	}
-	if ((rx = __atomic_load_n((struct dmutex__rwlock **)&rw->__impl, __ATOMIC_ACQUIRE))) {
-		e = rx->entry;
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		busy = e->held || e->acquiring || e->rw_wwait;
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		if (busy)
-			return EBUSY;
-		close_rw(rx);
-	}
-	__atomic_store_n(&rw->__impl, NULL, __ATOMIC_RELEASE);
-	__atomic_store_n(&rw->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
-	return 0;
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	busy = e->held || e->acquiring || e->rw_wwait;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	return busy ? EBUSY : 0;
+}
+
+static const struct dmutex__kind kind = {
+	.what = "rwlock", .destroy_call = "drwlock_destroy",
+	.init_magic = DRWLOCK__MAGIC_INIT, .static_magic = DRWLOCK__MAGIC_STATIC,
+	.open_static = open_static, .retire = retire, .close = close_rw,
+};
+
+int
+dmutex__rwlock_resolve(drwlock_t *rw, struct dmutex__rwlock **out)
+{
+	void *rx;
+	int err = dmutex__resolve_handle(&kind, DMUTEX__HANDLE(rw, NULL), &rx);
+
+	if (!err)
+		*out = rx;
+	return err;
 }
 
 int
 drwlock_destroy(drwlock_t *rw)
 {
-	int cs = dmutex__nocancel(), err = destroy_impl(rw);
+	int cs = dmutex__nocancel(), err = dmutex__destroy_object(&kind, DMUTEX__HANDLE(rw, NULL));
 
 	dmutex__cancel_restore(cs);
 	return err;

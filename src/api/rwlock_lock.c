@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "base/lockorder.h"
+#include "core/acquire_wait.h"
 #include "core/rwlock.h"
 #include "backend/backend.h"
 
@@ -73,106 +74,90 @@ record(struct dmutex__rwlock *rx, int op, const char *token, uint64_t fence, int
 	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
 }
 
+/* One acquisition's state across its tries (acquire_wait.h). */
+struct rw_try {
+	struct dmutex__rwlock *rx;
+	int op, trylock;
+	char token[DMUTEX__TOKEN_HEX + 1];
+	int maybe_done, intent;
+};
+
+static char *
+rw_channel(void *arg)
+{
+	struct rw_try *r = arg;
+
+	return dmutex__rw_channel(r->rx->entry->client->be, r->rx->entry->name);
+}
+
+/* One request for the lock (acquire_wait.h). */
+static int
+rw_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
+{
+	struct rw_try *r = arg;
+	struct dmutex__rwlock *rx = r->rx;
+	struct dmutex__entry *e = rx->entry;
+	struct dmutex_client *c = e->client;
+	struct dmutex__rw_acq a = { .op = r->op, .token = r->token, .lease_ms = rx->lease_ms,
+		.wait = r->op == 'w' && !r->trylock };
+	int64_t valid_ns = (int64_t)rx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(rx->lease_ms);
+	int64_t sent = dmutex__now_ns(), now;
+	int err;
+
+	(void)aq;
+	err = dmutex__rw_acquire(c->be, e->name, &a);
+	t->now = now = dmutex__now_ns();
+	r->maybe_done |= a.maybe_done;
+	if (!err && a.taken && now >= sent + valid_ns) {
+		/* Granted after the hold's own deadline: ask again with the
+		 * same token, which renews it from a fresh send time. */
+		dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': granted after its lease would have ended; asking again",
+				e->name);
+		r->maybe_done = 1;
+		err = EIO;
+	}
+	if (!err && a.taken) {
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		record(rx, r->op, r->token, a.fence, sent);
+		if ((err = dmutex__renewer_add(c, e)))
+			dmutex__entry_forget(e);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		if (err)
+			r->maybe_done = 1;
+		t->err = err;
+		return DMUTEX__TRY_DONE;
+	}
+	if (err) {
+		t->refused = a.refused;
+		return DMUTEX__TRY_FAILED;
+	}
+	/* Held by others. */
+	r->intent |= a.wait;
+	/* Until woken, or at most until the blocking hold's lease ends (a lost
+	 * wake-up costs at most that); a writer comes back within a third of
+	 * its lease to keep its intent alive. */
+	t->bound = now + (a.pttl_ms + 1) * DMUTEX__MS;
+	if (r->op == 'w' && t->bound > now + (int64_t)rx->lease_ms * DMUTEX__MS / 3)
+		t->bound = now + (int64_t)rx->lease_ms * DMUTEX__MS / 3;
+	return DMUTEX__TRY_BUSY;
+}
+
 /* Called without e->mu, as the entry's acquirer. */
 static int
 acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int bad_deadline)
 {
 	struct dmutex__entry *e = rx->entry;
-	struct dmutex_client *c = e->client;
-	char token[DMUTEX__TOKEN_HEX + 1];
-	struct dmutex__wsub *sub = NULL;
-	char *channel = NULL;
-	int64_t io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * c->cfg.command_timeout_ms * DMUTEX__MS;
-	int64_t io_until = dmutex__now_ns() + io_budget;
-	int64_t valid_ns = (int64_t)rx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(rx->lease_ms);
-	int maybe_done = 0, intent = 0, io_attempt = 0, err;
-	uint64_t seq = 0;
+	struct rw_try r = { .rx = rx, .op = op, .trylock = mode == TRY };
+	struct dmutex__acquire aq = { .c = e->client, .what = "rwlock", .name = e->name,
+		.trylock = mode == TRY, .bad_deadline = bad_deadline, .until = until,
+		.channel = rw_channel, .try = rw_try, .arg = &r };
+	int err;
 
-	if ((err = dmutex__token(token)))
+	if ((err = dmutex__token(r.token)))
 		return err;
-	for (;;) {
-		struct dmutex__rw_acq a = { .op = op, .token = token, .lease_ms = rx->lease_ms,
-			.wait = op == 'w' && mode != TRY };
-		int64_t sent, now, bound;
-
-		if (sub)
-			seq = dmutex__wsub_seq(c->be, sub);
-		sent = dmutex__now_ns();
-		err = dmutex__rw_acquire(c->be, e->name, &a);
-		now = dmutex__now_ns();
-		maybe_done |= a.maybe_done;
-		if (!err && a.taken && now >= sent + valid_ns) {
-			/* Granted after the hold's own deadline: ask again with the
-			 * same token, which renews it from a fresh send time. */
-			dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': granted after its lease would have ended; asking again",
-					e->name);
-			maybe_done = 1;
-			err = EIO;
-		}
-		if (!err && a.taken) {
-			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-			record(rx, op, token, a.fence, sent);
-			if ((err = dmutex__renewer_add(c, e)))
-				dmutex__entry_forget(e);
-			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-			if (err)
-				maybe_done = 1;
-			break;
-		}
-		if (err) {
-			/* An answer of "no" from Redis will not change by asking again. */
-			if (mode == TRY || a.refused || now >= io_until || now >= until) {
-				dmutex__log(DMUTEX_LOG_ERROR, "rwlock '%s': backend failing, giving up", e->name);
-				err = EIO;
-				break;
-			}
-			int64_t wake = now + dmutex__backoff_ns(io_attempt++);
-			dmutex__sleep_until(wake < until ? wake : until);
-			continue;
-		}
-		/* Held by others.  The backend answered: fresh I/O budget. */
-		intent |= a.wait;
-		io_until = now + io_budget;
-		io_attempt = 0;
-		if (mode == TRY) {
-			err = EBUSY;
-			break;
-		}
-		if (bad_deadline) {
-			dmutex__log(DMUTEX_LOG_ERROR, "rwlock '%s': tv_nsec of the deadline out of range", e->name);
-			err = EINVAL;
-			break;
-		}
-		if (now >= until) {
-			err = ETIMEDOUT;
-			break;
-		}
-		if (!sub && !channel) {
-			/* Subscribe, then ask again at once: a release between our
-			 * attempt and the subscription would otherwise be missed. */
-			int64_t sub_until = now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
-			if ((channel = dmutex__rw_channel(c->be, e->name)))
-				sub = dmutex__waiter_sub(c->be, channel, sub_until < until ? sub_until : until);
-			continue;
-		}
-		/* Until woken, or at most until the blocking hold's lease ends
-		 * (a lost wake-up costs at most that); a writer comes back
-		 * within a third of its lease to keep its intent alive. */
-		bound = now + (a.pttl_ms + 1) * DMUTEX__MS;
-		if (op == 'w' && bound > now + (int64_t)rx->lease_ms * DMUTEX__MS / 3)
-			bound = now + (int64_t)rx->lease_ms * DMUTEX__MS / 3;
-		if (bound > until)
-			bound = until;
-		if (sub)
-			dmutex__wsub_wait(c->be, sub, seq, bound);
-		else
-			dmutex__sleep_until(bound);
-	}
-	if (sub)
-		dmutex__waiter_unsub(c->be, sub);
-	free(channel);
-	if (err && (maybe_done || intent))
-		abandon(c, e->name, maybe_done ? op : 'q', token);
+	err = dmutex__acquire_wait(&aq);
+	if (err && (r.maybe_done || r.intent))
+		abandon(e->client, e->name, r.maybe_done ? op : 'q', r.token);
 	return err;
 }
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/bind.h"
 #include "core/sem.h"
 
 /* Create or join `name` in the backend, then the local state. */
@@ -70,44 +71,55 @@ dsem_init(dsem_t *s, const char *name, unsigned value, dmutex_client_t *client, 
 }
 
 static int
-bind_static(dsem_t *s, struct dmutex__sem **out)
+static_ok(const void *h, const char *name)
 {
-	struct dmutex__sem *sx, *expected = NULL;
-	struct dmutex_client *cl;
-	size_t len;
+	if (((const dsem_t *)h)->__value <= DSEM_VALUE_MAX)
+		return 0;
+	dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': initial value above DSEM_VALUE_MAX", name);
+	return EINVAL;
+}
+
+static int
+open_static(struct dmutex_client *c, const char *name, size_t len, const void *h, int type, void **out)
+{
+	struct dmutex__sem *sx;
 	int err;
 
-	if ((err = dmutex__name_ok(s->__static_name, &len)))
-		return err;
-	if (s->__value > DSEM_VALUE_MAX) {
-		dmutex__log(DMUTEX_LOG_ERROR, "semaphore '%s': initial value above DSEM_VALUE_MAX",
-				s->__static_name);
-		return EINVAL;
-	}
-	if ((err = dmutex__client_default(&cl)))
-		return err;
-	if ((err = open_sem(cl, s->__static_name, len, s->__value, 0, &sx)))
-		return err;
-	if (!__atomic_compare_exchange_n(&s->__impl, (void **)&expected, sx, 0,
-			__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		/* Another thread bound it first. */
-		__atomic_fetch_sub(&cl->mutexes, 1, __ATOMIC_ACQ_REL);
-		free(sx);
-		sx = expected;
-	}
-	*out = sx;
-	return 0;
+	(void)type;
+	if (!(err = open_sem(c, name, len, ((const dsem_t *)h)->__value, 0, &sx)))
+		*out = sx;
+	return err;
 }
+
+static int
+retire(void *obj)
+{
+	struct dmutex__sem *sx = obj;
+
+	return __atomic_load_n(&sx->waiters, __ATOMIC_ACQUIRE) ? EBUSY : 0;
+}
+
+static void
+close_sem(void *obj)
+{
+	struct dmutex__sem *sx = obj;
+
+	__atomic_fetch_sub(&sx->client->mutexes, 1, __ATOMIC_ACQ_REL);
+	free(sx);
+}
+
+static const struct dmutex__kind kind = {
+	.what = "semaphore", .destroy_call = "dsem_destroy",
+	.init_magic = DSEM__MAGIC_INIT, .static_magic = DSEM__MAGIC_STATIC,
+	.static_ok = static_ok, .open_static = open_static, .retire = retire, .close = close_sem,
+};
 
 int
 dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out)
 {
 	void *sx;
-	int err = dmutex__resolve_object(s, s ? &s->__magic : NULL, s ? &s->__impl : NULL,
-			DSEM__MAGIC_INIT, DSEM__MAGIC_STATIC, "semaphore", &sx);
+	int err = dmutex__resolve_handle(&kind, DMUTEX__HANDLE(s, NULL), &sx);
 
-	if (err == DMUTEX__UNBOUND)
-		return bind_static(s, out);
 	if (!err)
 		*out = sx;
 	return err;
@@ -116,26 +128,7 @@ dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out)
 int
 dsem_destroy(dsem_t *s)
 {
-	struct dmutex__sem *sx;
-	unsigned long magic;
-
-	if (!s)
-		return EINVAL;
-	magic = __atomic_load_n(&s->__magic, __ATOMIC_ACQUIRE);
-	if (magic != DSEM__MAGIC_INIT && magic != DSEM__MAGIC_STATIC) {
-		dmutex__log(DMUTEX_LOG_ERROR, "dsem_destroy: semaphore %p is %s", (void *)s,
-				magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
-		return EINVAL;
-	}
-	if ((sx = __atomic_load_n((struct dmutex__sem **)&s->__impl, __ATOMIC_ACQUIRE))) {
-		if (__atomic_load_n(&sx->waiters, __ATOMIC_ACQUIRE))
-			return EBUSY;
-		__atomic_fetch_sub(&sx->client->mutexes, 1, __ATOMIC_ACQ_REL);
-		free(sx);
-	}
-	__atomic_store_n(&s->__impl, NULL, __ATOMIC_RELEASE);
-	__atomic_store_n(&s->__magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
-	return 0;
+	return dmutex__destroy_object(&kind, DMUTEX__HANDLE(s, NULL));
 }
 
 int

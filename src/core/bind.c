@@ -1,5 +1,5 @@
 /*
- * Binding: from a dmutex_t (or a dcond_t) to its private object and, for a
+ * Binding: from a handle (dmutex_t, dcond_t, ...: bind.h) to its private object and, for a
  * static initializer, to the default client on first use.  This sits above
  * client.c and hold.c and calls both; neither calls back (internal.h).
  */
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "bind.h"
 #include "static_name.h"
 
 static dmutex__static_namer *namer;
@@ -56,47 +57,6 @@ dmutex__name_ok(const char *name, size_t *len)
 	return 0;
 }
 
-/* Bind a statically initialized mutex to the default client on first use. */
-static int
-bind_static(dmutex_t *m, struct dmutex__mutex **out)
-{
-	struct dmutex__mutex *mx, *expected = NULL;
-	struct dmutex_client *c;
-	const char *name = m->__static_name;
-	char buf[DMUTEX_NAME_MAX + 1];
-	int type = DMUTEX_DEFAULT, err;
-	size_t len;
-
-	/* A layer's initializer is named by that layer (static_name.h). */
-	if ((err = dmutex__static_name(DMUTEX__STATIC_MUTEX, m, m->__reserved[0], &name, buf, &type)))
-		return err;
-	if ((err = dmutex__name_ok(name, &len)))
-		return err;
-	if ((err = dmutex__client_default(&c)))
-		return err;
-	if (!(mx = calloc(1, sizeof *mx)))
-		return ENOMEM;
-	mx->type = type;
-	mx->robust = DMUTEX_STALLED;
-	mx->lease_ms = c->cfg.lease_ms;
-	mx->cache = 1;
-	if ((err = dmutex__entry_get(c, name, &mx->entry))) {
-		free(mx);
-		return err;
-	}
-	if (!__atomic_compare_exchange_n(&m->__impl, (void **)&expected, mx, 0,
-			__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		/* Another thread bound it first. */
-		dmutex__entry_put(mx->entry);
-		free(mx);
-		mx = expected;
-	} else {
-		__atomic_fetch_add(&c->mutexes, 1, __ATOMIC_ACQ_REL);
-	}
-	*out = mx;
-	return 0;
-}
-
 int
 dmutex__resolve_object(const void *obj, unsigned long *magic_p, void **impl_p,
 		unsigned long init_magic, unsigned long static_magic, const char *what, void **out)
@@ -116,29 +76,67 @@ dmutex__resolve_object(const void *obj, unsigned long *magic_p, void **impl_p,
 	return magic == init_magic ? EINVAL : DMUTEX__UNBOUND;
 }
 
-struct dmutex__mutex *
-dmutex__resolve_bound(dmutex_t *m)
+/* Bind a statically initialized handle to the default client on first use. */
+static int
+bind_static(const struct dmutex__kind *k, struct dmutex__handle h, void **out)
 {
-	unsigned long magic;
+	const char *name = h.static_name;
+	char buf[DMUTEX_NAME_MAX + 1];
+	struct dmutex_client *c;
+	void *obj, *expected = NULL;
+	int type = DMUTEX_DEFAULT, err;
+	size_t len;
 
-	if (!m)
-		return NULL;
-	magic = __atomic_load_n(&m->__magic, __ATOMIC_ACQUIRE);
-	if (magic != DMUTEX__MAGIC_INIT && magic != DMUTEX__MAGIC_STATIC)
-		return NULL;
-	return __atomic_load_n(&m->__impl, __ATOMIC_ACQUIRE);
+	/* A layer's initializer is named by that layer (static_name.h). */
+	if ((err = dmutex__static_name(k->static_kind, h.h, h.tag, &name, buf, &type)))
+		return err;
+	if ((err = dmutex__name_ok(name, &len)))
+		return err;
+	if (k->static_ok && (err = k->static_ok(h.h, name)))
+		return err;
+	if ((err = dmutex__client_default(&c)))
+		return err;
+	if ((err = k->open_static(c, name, len, h.h, type, &obj)))
+		return err;
+	if (!__atomic_compare_exchange_n(h.impl, &expected, obj, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/* Another thread bound it first. */
+		k->close(obj);
+		obj = expected;
+	}
+	*out = obj;
+	return 0;
 }
 
 int
-dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out)
+dmutex__resolve_handle(const struct dmutex__kind *k, struct dmutex__handle h, void **out)
 {
-	void *mx;
-	int err = dmutex__resolve_object(m, m ? &m->__magic : NULL, m ? &m->__impl : NULL,
-			DMUTEX__MAGIC_INIT, DMUTEX__MAGIC_STATIC, "mutex", &mx);
+	int err = dmutex__resolve_object(h.h, h.magic, h.impl, k->init_magic, k->static_magic, k->what, out);
 
-	if (err == DMUTEX__UNBOUND)
-		return bind_static(m, out);
-	if (!err)
-		*out = mx;
-	return err;
+	return err == DMUTEX__UNBOUND ? bind_static(k, h, out) : err;
+}
+
+int
+dmutex__destroy_object(const struct dmutex__kind *k, struct dmutex__handle h)
+{
+	unsigned long magic;
+	void *obj;
+	int err;
+
+	if (!h.h)
+		return EINVAL;
+	magic = __atomic_load_n(h.magic, __ATOMIC_ACQUIRE);
+	if (magic != k->init_magic && magic != k->static_magic) {
+		if (k->destroy_call)
+			dmutex__log(DMUTEX_LOG_ERROR, "%s: %s %p is %s", k->destroy_call, k->what, h.h,
+					magic == DMUTEX__MAGIC_DESTROYED ? "destroyed" : "not initialized");
+		return EINVAL;
+	}
+	if ((obj = __atomic_load_n(h.impl, __ATOMIC_ACQUIRE))) {
+		if (k->retire && (err = k->retire(obj)))
+			return err;
+		k->close(obj);
+	}
+	__atomic_store_n(h.impl, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(h.magic, DMUTEX__MAGIC_DESTROYED, __ATOMIC_RELEASE);
+	return 0;
 }

@@ -13,7 +13,6 @@
 #include "backend/backend.h"
 #include "internal.h"
 #include "metrics.h"
-#include "backend/redis/waiter.h"
 
 static size_t
 hash(const char *s)

@@ -14,7 +14,6 @@
 #include "internal.h"
 #include "base/lockorder.h"
 #include "metrics.h"
-#include "backend/redis/waiter.h"
 
 int
 dmutex__kept_revoked(const struct dmutex__entry *e)

@@ -1,0 +1,113 @@
+/* The wait of an acquisition: acquire_wait.h. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "core/acquire_wait.h"
+#include "core/internal.h"
+#include "backend/backend.h"
+
+/* Subscribe to the wake channel, waiting at most until `until` for the
+ * subscription's confirmation; a fair waiter says which hand-over is its. */
+static void
+subscribe(struct dmutex__acquire *aq, int64_t until)
+{
+	struct dmutex__backend *be = aq->c->be;
+
+	if ((aq->wake = aq->channel(aq->arg)) && (aq->sub = dmutex__waiter_sub(be, aq->wake, until)) &&
+			aq->want)
+		dmutex__wsub_want(be, aq->sub, aq->want);
+}
+
+void
+dmutex__acquire_unsubscribe(struct dmutex__acquire *aq)
+{
+	if (aq->sub)
+		dmutex__waiter_unsub(aq->c->be, aq->sub);
+	aq->sub = NULL;
+	free(aq->wake);
+	aq->wake = NULL;
+}
+
+/* The backend failed: -1 to try again after a backoff, else EIO (given up). */
+static int
+failed(struct dmutex__acquire *aq, const struct dmutex__try *t)
+{
+	int64_t wake;
+
+	/* An answer of "no" from Redis will not change by asking again. */
+	if (aq->trylock || t->refused || t->now >= aq->io_until || t->now >= aq->until) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s '%s': backend failing, giving up", aq->what, aq->name);
+		return EIO;
+	}
+	wake = t->now + dmutex__backoff_ns(aq->io_attempt++);
+	dmutex__sleep_until(wake < aq->until ? wake : aq->until);
+	return -1;
+}
+
+/* Held by someone else: -1 to try again (subscribed, or woken, or the
+ * holder's lease over), else the error that ends the wait. */
+static int
+busy(struct dmutex__acquire *aq, const struct dmutex__try *t, uint64_t seq)
+{
+	int64_t now = t->now, bound = t->bound;
+
+	/* The backend answered: fresh I/O budget. */
+	aq->io_until = now + aq->io_budget;
+	aq->io_attempt = 0;
+	if (aq->trylock)
+		return EBUSY;
+	if (aq->bad_deadline) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s '%s': tv_nsec of the deadline out of range", aq->what, aq->name);
+		return EINVAL;
+	}
+	if (now >= aq->until)
+		return ETIMEDOUT;
+	if (!aq->sub && !aq->wake) {
+		/* Subscribe, then ask again at once: a release between our
+		 * attempt and the subscription would otherwise be missed. */
+		int64_t sub_until = now + (int64_t)aq->c->cfg.command_timeout_ms * DMUTEX__MS;
+
+		subscribe(aq, sub_until < aq->until ? sub_until : aq->until);
+		return -1;
+	}
+	if (bound > aq->until)
+		bound = aq->until;
+	if (aq->sub && !t->no_wake)
+		dmutex__wsub_wait(aq->c->be, aq->sub, seq, bound);
+	else
+		dmutex__sleep_until(bound);
+	return -1;
+}
+
+int
+dmutex__acquire_wait(struct dmutex__acquire *aq)
+{
+	int err = -1;
+
+	aq->io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * aq->c->cfg.command_timeout_ms * DMUTEX__MS;
+	aq->io_until = dmutex__now_ns() + aq->io_budget;
+	aq->io_attempt = 0;
+	/* Subscribed already (a condition wait's caller): the first attempt
+	 * asks to be told of the release, with no subscription round trip. */
+	if (aq->presub)
+		subscribe(aq, dmutex__now_ns());
+	while (err < 0) {
+		struct dmutex__try t = { 0 };
+		/* Read before asking: a release after the answer moves it. */
+		uint64_t seq = aq->sub ? dmutex__wsub_seq(aq->c->be, aq->sub) : 0;
+
+		switch (aq->try(aq->arg, aq, &t)) {
+		case DMUTEX__TRY_DONE:
+			err = t.err;
+			break;
+		case DMUTEX__TRY_FAILED:
+			err = failed(aq, &t);
+			break;
+		case DMUTEX__TRY_BUSY:
+			err = busy(aq, &t, seq);
+			break;
+		}
+	}
+	dmutex__acquire_unsubscribe(aq);
+	return err;
+}
