@@ -1,6 +1,7 @@
 /*
  * What the two halves of the URL parser share (url.c: the grammar;
- * url_options.c: the options after '?').  Private to them.
+ * url_options.c: the options after '?'; both read text with url_text.c).
+ * Private to them.
  */
 #ifndef DMUTEX_URL_PARSE_H
 #define DMUTEX_URL_PARSE_H
@@ -44,6 +45,8 @@ int dmutex__url_parse_num(const char *s, size_t n, unsigned long min, unsigned l
  * or %00), ENOMEM. */
 int dmutex__url_pct_decode(const char *s, size_t n, char **out, size_t *outlen);
 int dmutex__url_valid_hostname(const char *s, size_t n);
+/* A hex digit's value, -1 for any other byte. */
+int dmutex__url_hexval(int c);
 /* db, from the path ("/2") or the option: given twice, the same value. */
 int dmutex__url_set_db(struct parse *p, unsigned long db, struct dmutex__node_addr *node);
 /* The options of one URL, "a=1&b=2" (url_options.c). */
