@@ -111,7 +111,7 @@ scan_node(struct dmutex__conn *c, const char *prefix, const char *kind, const ch
 		redisReply *r = dmutex__conn_command(c, dmutex__conn_deadline(c), "SCAN %s MATCH %b COUNT " SCAN_COUNT,
 				cursor, match, strlen(match));
 		if (!r) {
-			cli_err("backend failed: %s", c->errstr);
+			cli_err("backend failed: %s", dmutex__admin_conn_error(c));
 			return CLI_BACKEND;
 		}
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -242,7 +242,7 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		if (!up)
 			goto out;
 	}
-	if (!(esc = glob_escape(cc.cfg.prefix)) ||
+	if (!(esc = glob_escape(cc.prefix)) ||
 	    !(match = malloc(strlen(esc) + strlen(pattern) + 8))) {
 		cli_err("out of memory");
 		status = CLI_INTERNAL;
@@ -253,7 +253,7 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		sprintf(match, "%s%s%s}", esc, kind, pattern);
 		for (size_t n = 0; n < cc.nnodes; n++) {
 			int st;
-			if (cc.ctx[n] && (st = scan_node(cc.ctx[n], cc.cfg.prefix, kind, match, &ns))) {
+			if (cc.ctx[n] && (st = scan_node(cc.ctx[n], cc.prefix, kind, match, &ns))) {
 				status = st;
 				goto out;
 			}
@@ -274,12 +274,12 @@ cli_cmd_list(int argc, char **argv, const char *url)
 			/* A cluster: each name on the master serving it. */
 			for (size_t i = lo; i < hi && !st; i++)
 				if (cli_conn_serves(&cc, n, ns.v[i]))
-					st = cli_inspect_append(cc.ctx[n], cc.cfg.prefix, ns.v[i]);
+					st = cli_inspect_append(cc.ctx[n], cc.prefix, ns.v[i]);
 			for (size_t i = lo; i < hi && !st; i++) {
 				struct row *r = &rows[nrows];
 				if (!cli_conn_serves(&cc, n, ns.v[i]))
 					continue;
-				st = cli_inspect_read(cc.ctx[n], cc.cfg.prefix, ns.v[i], &r->l);
+				st = cli_inspect_read(cc.ctx[n], cc.prefix, ns.v[i], &r->l);
 				r->node = n;
 				nrows++;
 				/* Gone between SCAN and now: not worth a row. */

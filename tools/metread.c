@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "core/metrics.h"
 
 static void
 hash_into(const redisReply *r, uint64_t v[DMUTEX__MET_NFIELDS])
@@ -20,7 +19,7 @@ hash_into(const redisReply *r, uint64_t v[DMUTEX__MET_NFIELDS])
 		    r->element[i + 1]->type != REDIS_REPLY_STRING)
 			continue;
 		for (int f = 0; f < DMUTEX__MET_NFIELDS; f++)
-			if (!strcmp(r->element[i]->str, dmutex__met_fields[f]))
+			if (!strcmp(r->element[i]->str, dmutex__admin_met_field(f)))
 				v[f] = strtoull(r->element[i + 1]->str, NULL, 10);
 	}
 }
@@ -28,7 +27,9 @@ hash_into(const redisReply *r, uint64_t v[DMUTEX__MET_NFIELDS])
 static int
 failed(struct dmutex__conn *c)
 {
-	cli_err("backend failed: %s", c->errstr[0] ? c->errstr : "connection lost");
+	const char *why = dmutex__admin_conn_error(c);
+
+	cli_err("backend failed: %s", *why ? why : "connection lost");
 	return CLI_BACKEND;
 }
 

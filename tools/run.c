@@ -502,15 +502,8 @@ pending_before_start(const char *name, int *sig)
 static long long
 io_budget_ms(const char *url)
 {
-	struct dmutex__config cfg;
-	unsigned command_ms = DMUTEX__COMMAND_TIMEOUT_DEFAULT;
-
 	/* dmutex_client_open has already parsed it without complaint. */
-	if (dmutex__url_parse(url, &cfg) == 0) {
-		command_ms = cfg.command_timeout_ms;
-		dmutex__config_free(&cfg);
-	}
-	return (long long)IO_RETRY_FACTOR * command_ms;
+	return (long long)IO_RETRY_FACTOR * dmutex__admin_command_ms(url);
 }
 
 /* End as `sig` would have ended dmutex, had it not been caught: the shell
