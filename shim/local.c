@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "include/dmutex_shim.h"
-#include "core/internal.h"
+#include "core/shim.h"
 #include "local.h"
 
 #define MAX_GLOBS 64

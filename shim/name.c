@@ -7,10 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/shim.h"
 #include "local.h"
 #include "name.h"
-#include "core/static_name.h"
 
 #define NAMESPACE_MAX 128
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/shim.h"
 #include "local.h"
 #include "name.h"
 #include "object.h"

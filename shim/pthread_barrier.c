@@ -2,7 +2,7 @@
  * backend being away waited out. */
 #include <errno.h>
 
-#include "core/barrier.h"
+#include "core/shim.h"
 #include "include/dmutex_shim_sync.h"
 #include "name.h"
 
@@ -48,14 +48,15 @@ dmutex_shim_barrier_destroy(dbarrier_t *b)
 int
 dmutex_shim_barrier_wait(dbarrier_t *b)
 {
-	struct dmutex__op o;
+	struct dmutex__shim_op o;
 	int err;
 
-	if ((err = dmutex__op_init(&o)))
+	if ((err = dmutex__shim_op_init(&o)))
 		return err;
 	/* Until the retry window has passed since a try went unanswered: then
 	 * EIO, the arrival counted or not. */
-	for (int attempt = 0; (err = dmutex__barrier_wait_op(b, &o)) == EIO && !o.expired; attempt++) {
+	for (int attempt = 0; (err = dmutex__shim_barrier_wait(b, &o)) == EIO && !dmutex__shim_op_expired(&o);
+			attempt++) {
 		if (attempt % 10 == 0)
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_barrier_wait: waiting for the backend");
 		backoff(attempt);

@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "core/cond.h"
+#include "core/shim.h"
 #include "local.h"
 #include "name.h"
 #include "object.h"
@@ -181,18 +181,18 @@ dmutex_shim_cond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struc
 int
 dmutex_shim_cond_timedwait(dcond_t *c, dmutex_t *m, const struct timespec *at)
 {
-	struct dmutex__cond *cx;
 	pthread_cond_t *lc;
 	pthread_mutex_t *lm;
+	clockid_t clock;
 	int err;
 
 	if ((err = usable(c, m, "pthread_cond_timedwait", &lc, &lm)))
 		return err;
 	if (lc)
 		return pthread_cond_timedwait(lc, lm, at);
-	if ((err = dmutex__cond_resolve(c, &cx)))
+	if ((err = dmutex__shim_cond_clock(c, &clock)))
 		return err;
-	return dmutex_shim_cond_clockwait(c, m, cx->clock, at);
+	return dmutex_shim_cond_clockwait(c, m, clock, at);
 }
 
 /* A signal that did not reach the backend would be a lost wake-up. */

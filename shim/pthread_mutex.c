@@ -11,8 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
-#include "base/lockorder.h"
+#include "core/shim.h"
 #include "name.h"
 #include "local.h"
 #include "object.h"
@@ -121,39 +120,6 @@ site_of(const dmutex_t *m)
 	return m->__reserved[SITE_SLOT] ? m->__reserved[SITE_SLOT] : "?";
 }
 
-/*
- * The distributed lock of m, held by a thread of this process, released
- * now whoever holds it: the program is done with the mutex, and other
- * processes must not wait for the lease.  The holder's later unlock finds
- * the mutex destroyed.  1 if there was a hold to release.
- */
-static int
-release_now(dmutex_t *m)
-{
-	char token[DMUTEX__TOKEN_HEX + 1];
-	struct dmutex__mutex *mx;
-	struct dmutex__entry *e;
-
-	if (dmutex__resolve(m, &mx))
-		return 0;
-	e = mx->entry;
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	if (!e->held || e->releasing) {
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		return 0;
-	}
-	memcpy(token, e->token, sizeof token);
-	e->releasing = 1;
-	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	dmutex__renewer_remove(e->client, e);
-	dmutex__renewer_release(e->client, e->name, token, DMUTEX__REL_CLEAN, dmutex__now_ns() +
-			(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS, NULL, e->lease_ms);
-	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	dmutex__entry_forget(e);
-	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	return 1;
-}
-
 int
 dmutex_shim_mutex_destroy(dmutex_t *m)
 {
@@ -171,7 +137,7 @@ dmutex_shim_mutex_destroy(dmutex_t *m)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 		return 0;
 	}
-	if (!err && (err = dmutex_destroy(m)) == EBUSY && release_now(m)) {
+	if (!err && (err = dmutex_destroy(m)) == EBUSY && dmutex__mutex_release_now(m)) {
 		/* glibc says EBUSY and leaves the mutex locked; a distributed
 		 * lock left so would stall every other process until its lease
 		 * ends, for a mutex the program has finished with. */

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "include/dmutex_shim_rwlock.h"
-#include "core/internal.h"
+#include "core/shim.h"
 #include "name.h"
 
 static void

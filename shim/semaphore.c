@@ -9,7 +9,7 @@
 
 #include "include/dmutex_shim_sem.h"
 #include "name.h"
-#include "core/sem.h"
+#include "core/shim.h"
 
 #define NO_DEADLINE INT64_MAX
 
@@ -76,19 +76,19 @@ dmutex_shim_sem_destroy(dsem_t *s)
 static int
 wait_until(dsem_t *s, int64_t until, int try_only)
 {
-	struct dmutex__op o;
+	struct dmutex__shim_op o;
 	int err;
 
-	if ((err = dmutex__op_init(&o)))
+	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
-	for (int attempt = 0; (err = dmutex__sem_wait_until(s, &o, until, try_only)) == EIO && !o.expired;
-			attempt++) {
+	for (int attempt = 0; (err = dmutex__shim_sem_wait(s, &o, until, try_only)) == EIO &&
+			!dmutex__shim_op_expired(&o); attempt++) {
 		/* A try that may have taken a permit is asked again until it is
 		 * answered: EAGAIN or ETIMEDOUT now would leave that permit
 		 * taken with nobody holding it. */
-		if (!o.lost_at && try_only)
+		if (!dmutex__shim_op_pending(&o) && try_only)
 			return fail(EAGAIN);
-		if (!o.lost_at && dmutex__now_ns() >= until)
+		if (!dmutex__shim_op_pending(&o) && dmutex__now_ns() >= until)
 			return fail(ETIMEDOUT);
 		waiting("sem_wait", attempt);
 		backoff(attempt);
@@ -111,14 +111,14 @@ dmutex_shim_sem_trywait(dsem_t *s)
 int
 dmutex_shim_sem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
 {
-	struct dmutex__sem *sx;
+	const char *name;
 	int64_t until;
 	int err;
 
-	if ((err = dmutex__sem_resolve(s, &sx)))
+	if ((err = dmutex__shim_sem_name(s, &name)))
 		return fail(err);
 	/* POSIX: the deadline is not examined if a permit is free at once. */
-	if (dmutex__sem_deadline(sx->name, clock, at, &until)) {
+	if (dmutex__sem_deadline(name, clock, at, &until)) {
 		if (!dmutex_shim_sem_trywait(s))
 			return 0;
 		return fail(errno == EAGAIN ? EINVAL : errno);
@@ -135,13 +135,14 @@ dmutex_shim_sem_timedwait(dsem_t *s, const struct timespec *at)
 int
 dmutex_shim_sem_post(dsem_t *s)
 {
-	struct dmutex__op o;
+	struct dmutex__shim_op o;
 	int err;
 
-	if ((err = dmutex__op_init(&o)))
+	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
 	/* As wait_until: EIO once the window has passed, posted or not. */
-	for (int attempt = 0; (err = dmutex__sem_post_op(s, &o)) == EIO && !o.expired; attempt++) {
+	for (int attempt = 0; (err = dmutex__shim_sem_post(s, &o)) == EIO && !dmutex__shim_op_expired(&o);
+			attempt++) {
 		waiting("sem_post", attempt);
 		backoff(attempt);
 	}

@@ -5,7 +5,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/shim.h"
 #include "stamp.h"
 
 /* slot 0: TAG | pshared; slot 1: pid; slot 2: sequence number */

@@ -106,6 +106,8 @@ def check_includes(root, bad):
                     continue
                 if to == FACE and mine == 'redis':
                     continue            # an implementation includes what it fills in
+                if mine == 'redis' and rel.endswith('/admin.c') and to in DOORS['tools']:
+                    continue            # so does the Redis half of the tool's door
                 if RANK[theirs] > RANK[mine]:
                     bad.append('%s:%d includes %s, a floor above (%s over %s)'
                                % (rel, n, to, theirs, mine))

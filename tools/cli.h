@@ -4,8 +4,9 @@
  * `run` goes through the public library like any user would.  The operator
  * views (status, list, reset, and the "held by" line shown while waiting)
  * read and write the Redis keys directly with hiredis, reusing the library's
- * URL parser and authenticated connect so that both agree on every address,
- * password and prefix.
+ * URL parser and authenticated connect (core/admin.h, the tool's one door
+ * into the library) so that both agree on every address, password and
+ * prefix.
  */
 #ifndef DMUTEX_CLI_H
 #define DMUTEX_CLI_H
@@ -18,10 +19,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "core/metrics.h"
-#include "backend/redis/node.h"
-#include "backend/redis/counters.h"
-#include "core/url.h"
+#include "core/admin.h"
 
 /* Exit statuses of dmutex itself, listed in dmutex(1).  `run` otherwise
  * exits with COMMAND's status (128 + N when a signal N killed it). */
@@ -55,17 +53,15 @@ int cli_check_name(const char *name);
 /* Parse "1.5" seconds into ms (0 .. 10^9 s).  0 ok, -1 bad. */
 int cli_parse_seconds(const char *s, int64_t *ms);
 
-/* ---- direct connections (conn.c) ------------------------------------ */
+/* ---- direct connections (connect.c) --------------------------------- */
 
 struct cli_conn {
-	struct dmutex__config cfg;
-	size_t nnodes;                  /* cfg.nnodes; a cluster: its masters, once connected */
-	struct dmutex__node *nodes;     /* nnodes */
-	struct dmutex__conn **ctx;             /* one per node; NULL when unreachable */
-	/* A cluster (redis-cluster://): the slot map read at connect, and the
-	 * map's member index of each node. */
-	struct dmutex__slotmap *map;
-	int *member;
+	struct dmutex__admin_url *url;  /* the URL parsed */
+	struct dmutex__admin *adm;      /* its masters */
+	const char *prefix;             /* of every key: the URL's */
+	size_t nnodes;                  /* masters; a cluster's once connected */
+	struct dmutex__conn **ctx;      /* one per master; NULL when unreachable;
+	                                 * NULL itself until the masters are known */
 };
 
 /* Parse the URL and connect to every node.  0; CLI_BADURL; CLI_BACKEND
@@ -163,7 +159,7 @@ void cli_json_lock(FILE *f, const struct cli_lock *l, const char *node);
 struct cli_metset {
 	char *name;                     /* NULL when other */
 	int other;                      /* the names past the top, summed */
-	uint64_t v[DMUTEX__MET_NFIELDS]; /* src/core/metrics.h */
+	uint64_t v[DMUTEX__MET_NFIELDS]; /* core/admin.h */
 };
 struct cli_metrics {
 	struct cli_metset *sets;        /* busiest first; then other, if any */

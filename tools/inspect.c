@@ -17,10 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
 
 #include "cli.h"
-#include "backend/redis/keys.h"
 
 static long long
 num(const char *s)
@@ -46,21 +44,23 @@ sanitize(char *s)
 static int
 connection_failed(struct dmutex__conn *c)
 {
-	cli_err("backend failed: %s", c->errstr[0] ? c->errstr : "connection lost");
+	const char *why = dmutex__admin_conn_error(c);
+
+	cli_err("backend failed: %s", *why ? why : "connection lost");
 	return CLI_BACKEND;
 }
 
 static int
 append(struct dmutex__conn *c, const char *prefix, const char *name, int detail)
 {
-	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX], ck[DMUTEX__KEY_MAX];
-	char ik[DMUTEX__KEY_MAX];
+	char lk[DMUTEX__ADMIN_KEY_MAX], mk[DMUTEX__ADMIN_KEY_MAX], ch[DMUTEX__ADMIN_KEY_MAX], ck[DMUTEX__ADMIN_KEY_MAX];
+	char ik[DMUTEX__ADMIN_KEY_MAX];
 
-	dmutex__key(lk, prefix, "lock", name);
-	dmutex__key(mk, prefix, "meta", name);
-	dmutex__key(ch, prefix, "wake", name);
-	dmutex__key(ck, prefix, "cond", name);
-	dmutex__key(ik, prefix, "cinfo", name);
+	dmutex__admin_key(lk, prefix, "lock", name);
+	dmutex__admin_key(mk, prefix, "meta", name);
+	dmutex__admin_key(ch, prefix, "wake", name);
+	dmutex__admin_key(ck, prefix, "cond", name);
+	dmutex__admin_key(ik, prefix, "cinfo", name);
 	if (dmutex__conn_appendf(c, "GET %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "HGETALL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "PTTL %b", lk, strlen(lk)) ||
@@ -226,21 +226,21 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 	const redisReply *str = rep[0], *hash = rep[1], *pttl = rep[2], *meta = rep[3];
 	const redisReply *subs = rep[4], *ncond = rep[5], *members = rep[6], *info = rep[7];
 	const char *s;
-	char key[DMUTEX__KEY_MAX];
+	char key[DMUTEX__ADMIN_KEY_MAX];
 	long long mv;
 
 	/* Someone else's data under our key names: say so, do not guess.  (A
 	 * refused PUBSUB, say by an ACL, only leaves the waiters unknown.)
 	 * One of GET and HGETALL is refused for the key's type; both, for a
 	 * type dmutex never writes. */
-	dmutex__key(key, prefix, "lock", l->name);
+	dmutex__admin_key(key, prefix, "lock", l->name);
 	for (int i = 0; i < 4; i++) {
 		if (rep[i]->type != REDIS_REPLY_ERROR ||
 		    (i == 0 && wrongtype(str) && !wrongtype(hash)) ||
 		    (i == 1 && wrongtype(hash) && !wrongtype(str)))
 			continue;
 		if (i == 3)
-			dmutex__key(key, prefix, "meta", l->name);
+			dmutex__admin_key(key, prefix, "meta", l->name);
 		snprintf(l->error, sizeof l->error, "%.80s: %.160s", key, rep[i]->str);
 		return;
 	}

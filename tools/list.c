@@ -111,7 +111,7 @@ scan_node(struct dmutex__conn *c, const char *prefix, const char *kind, const ch
 		redisReply *r = dmutex__conn_command(c, dmutex__conn_deadline(c), "SCAN %s MATCH %b COUNT " SCAN_COUNT,
 				cursor, match, strlen(match));
 		if (!r) {
-			cli_err("backend failed: %s", c->errstr);
+			cli_err("backend failed: %s", dmutex__admin_conn_error(c));
 			return CLI_BACKEND;
 		}
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -201,6 +201,98 @@ print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 	}
 }
 
+/* The names of every lock, lock record and condition variable matching
+ * pattern on the masters reachable, each once. */
+static int
+scan_all(const struct cli_conn *cc, const char *pattern, struct names *ns)
+{
+	static const char *const kinds[] = { "lock:{", "meta:{", "cond:{" };
+	char *esc = NULL, *match = NULL;
+	int status = 0;
+
+	if (!(esc = glob_escape(cc->prefix)) ||
+	    !(match = malloc(strlen(esc) + strlen(pattern) + 8))) {
+		cli_err("out of memory");
+		status = CLI_INTERNAL;
+		goto out;
+	}
+	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+		const char *kind = kinds[k];
+		sprintf(match, "%s%s%s}", esc, kind, pattern);
+		for (size_t n = 0; n < cc->nnodes; n++) {
+			int st;
+			if (cc->ctx[n] && (st = scan_node(cc->ctx[n], cc->prefix, kind, match, ns))) {
+				status = st;
+				goto out;
+			}
+		}
+	}
+	names_unique(ns);
+out:
+	free(esc);
+	free(match);
+	return status;
+}
+
+/* A row per name and master holding it, read in pipelined batches; the
+ * rows read so far are the caller's to free, whatever is returned. */
+static int
+read_rows(const struct cli_conn *cc, const struct names *ns, struct row **rows, size_t *nrows)
+{
+	if (ns->n && !(*rows = calloc(ns->n * cc->nnodes, sizeof **rows))) {
+		cli_err("out of memory");
+		return CLI_INTERNAL;
+	}
+	for (size_t n = 0; n < cc->nnodes; n++) {
+		if (!cc->ctx[n])
+			continue;
+		for (size_t lo = 0; lo < ns->n; lo += BATCH) {
+			size_t hi = lo + BATCH < ns->n ? lo + BATCH : ns->n;
+			int st = 0;
+			/* A cluster: each name on the master serving it. */
+			for (size_t i = lo; i < hi && !st; i++)
+				if (cli_conn_serves(cc, n, ns->v[i]))
+					st = cli_inspect_append(cc->ctx[n], cc->prefix, ns->v[i]);
+			for (size_t i = lo; i < hi && !st; i++) {
+				struct row *r = &(*rows)[*nrows];
+				if (!cli_conn_serves(cc, n, ns->v[i]))
+					continue;
+				st = cli_inspect_read(cc->ctx[n], cc->prefix, ns->v[i], &r->l);
+				r->node = n;
+				(*nrows)++;
+				/* Gone between SCAN and now: not worth a row. */
+				if (!st && !r->l.exists && !r->l.error[0])
+					cli_lock_free(&(*rows)[--*nrows].l);
+			}
+			if (st)
+				return st;
+		}
+	}
+	return 0;
+}
+
+/* The rows as JSON or a table: CLI_BACKEND if one could not be read. */
+static int
+show(const struct cli_conn *cc, const struct row *rows, size_t nrows, int json)
+{
+	if (json) {
+		fputc('[', stdout);
+		for (size_t i = 0; i < nrows; i++) {
+			if (i)
+				fputc(',', stdout);
+			cli_json_lock(stdout, &rows[i].l,
+					cc->nnodes > 1 ? cli_conn_node(cc, rows[i].node) : NULL);
+		}
+		fputs("]\n", stdout);
+	} else if (nrows) {
+		print_table(cc, rows, nrows);
+	}
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].l.error[0])
+			return CLI_BACKEND;
+	return 0;
+}
+
 int
 cli_cmd_list(int argc, char **argv, const char *url)
 {
@@ -210,14 +302,12 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	static const char *const kinds[] = { "lock:{", "meta:{", "cond:{" };
 	struct cli_conn cc;
 	struct names ns = { 0 };
 	struct row *rows = NULL;
 	size_t nrows = 0;
 	const char *pattern = "*";
-	char *esc = NULL, *match = NULL;
-	int json = 0, status, c;
+	int json = 0, status, st, c;
 
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
 		switch (c) {
@@ -242,78 +332,18 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		if (!up)
 			goto out;
 	}
-	if (!(esc = glob_escape(cc.cfg.prefix)) ||
-	    !(match = malloc(strlen(esc) + strlen(pattern) + 8))) {
-		cli_err("out of memory");
-		status = CLI_INTERNAL;
+	/* A master that did not answer is said, and the others listed. */
+	if ((st = scan_all(&cc, pattern, &ns)) || (st = read_rows(&cc, &ns, &rows, &nrows))) {
+		status = st;
 		goto out;
 	}
-	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-		const char *kind = kinds[k];
-		sprintf(match, "%s%s%s}", esc, kind, pattern);
-		for (size_t n = 0; n < cc.nnodes; n++) {
-			int st;
-			if (cc.ctx[n] && (st = scan_node(cc.ctx[n], cc.cfg.prefix, kind, match, &ns))) {
-				status = st;
-				goto out;
-			}
-		}
-	}
-	names_unique(&ns);
-	if (ns.n && !(rows = calloc(ns.n * cc.nnodes, sizeof *rows))) {
-		cli_err("out of memory");
-		status = CLI_INTERNAL;
-		goto out;
-	}
-	for (size_t n = 0; n < cc.nnodes; n++) {
-		if (!cc.ctx[n])
-			continue;
-		for (size_t lo = 0; lo < ns.n; lo += BATCH) {
-			size_t hi = lo + BATCH < ns.n ? lo + BATCH : ns.n;
-			int st = 0;
-			/* A cluster: each name on the master serving it. */
-			for (size_t i = lo; i < hi && !st; i++)
-				if (cli_conn_serves(&cc, n, ns.v[i]))
-					st = cli_inspect_append(cc.ctx[n], cc.cfg.prefix, ns.v[i]);
-			for (size_t i = lo; i < hi && !st; i++) {
-				struct row *r = &rows[nrows];
-				if (!cli_conn_serves(&cc, n, ns.v[i]))
-					continue;
-				st = cli_inspect_read(cc.ctx[n], cc.cfg.prefix, ns.v[i], &r->l);
-				r->node = n;
-				nrows++;
-				/* Gone between SCAN and now: not worth a row. */
-				if (!st && !r->l.exists && !r->l.error[0])
-					cli_lock_free(&rows[--nrows].l);
-			}
-			if (st) {
-				status = st;
-				goto out;
-			}
-		}
-	}
-	if (json) {
-		fputc('[', stdout);
-		for (size_t i = 0; i < nrows; i++) {
-			if (i)
-				fputc(',', stdout);
-			cli_json_lock(stdout, &rows[i].l,
-					cc.nnodes > 1 ? cli_conn_node(&cc, rows[i].node) : NULL);
-		}
-		fputs("]\n", stdout);
-	} else if (nrows) {
-		print_table(&cc, rows, nrows);
-	}
-	for (size_t i = 0; i < nrows; i++)
-		if (rows[i].l.error[0] && !status)
-			status = CLI_BACKEND;
+	if ((st = show(&cc, rows, nrows, json)) && !status)
+		status = st;
 out:
 	for (size_t i = 0; i < nrows; i++)
 		cli_lock_free(&rows[i].l);
 	free(rows);
 	names_free(&ns);
-	free(esc);
-	free(match);
 	cli_conn_close(&cc);
 	return status;
 }

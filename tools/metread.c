@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "core/metrics.h"
 
 static void
 hash_into(const redisReply *r, uint64_t v[DMUTEX__MET_NFIELDS])
@@ -20,7 +19,7 @@ hash_into(const redisReply *r, uint64_t v[DMUTEX__MET_NFIELDS])
 		    r->element[i + 1]->type != REDIS_REPLY_STRING)
 			continue;
 		for (int f = 0; f < DMUTEX__MET_NFIELDS; f++)
-			if (!strcmp(r->element[i]->str, dmutex__met_fields[f]))
+			if (!strcmp(r->element[i]->str, dmutex__admin_met_field(f)))
 				v[f] = strtoull(r->element[i + 1]->str, NULL, 10);
 	}
 }
@@ -28,14 +27,16 @@ hash_into(const redisReply *r, uint64_t v[DMUTEX__MET_NFIELDS])
 static int
 failed(struct dmutex__conn *c)
 {
-	cli_err("backend failed: %s", c->errstr[0] ? c->errstr : "connection lost");
+	const char *why = dmutex__admin_conn_error(c);
+
+	cli_err("backend failed: %s", *why ? why : "connection lost");
 	return CLI_BACKEND;
 }
 
 int
 cli_metrics_read(struct dmutex__conn *c, const char *prefix, size_t top, struct cli_metrics *out)
 {
-	char key[DMUTEX__MET_KEY_MAX];
+	char key[DMUTEX__ADMIN_MET_KEY_MAX];
 	int64_t deadline = dmutex__conn_deadline(c);
 	redisReply *idx, *tot;
 	uint64_t total[DMUTEX__MET_NFIELDS];
@@ -43,11 +44,11 @@ cli_metrics_read(struct dmutex__conn *c, const char *prefix, size_t top, struct 
 	int status = 0;
 
 	memset(out, 0, sizeof *out);
-	dmutex__met_key(key, prefix, "index", NULL);
+	dmutex__admin_met_key(key, prefix, "index", NULL);
 	if (!(idx = dmutex__conn_command(c, deadline, "ZREVRANGE %b 0 %lld", key, strlen(key),
 			(long long)top - 1)))
 		return failed(c);
-	dmutex__met_key(key, prefix, "total", NULL);
+	dmutex__admin_met_key(key, prefix, "total", NULL);
 	if (!(tot = dmutex__conn_command(c, deadline, "HGETALL %b", key, strlen(key)))) {
 		freeReplyObject(idx);
 		return failed(c);
@@ -74,7 +75,7 @@ cli_metrics_read(struct dmutex__conn *c, const char *prefix, size_t top, struct 
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		dmutex__met_key(key, prefix, "n:", idx->element[i]->str);
+		dmutex__admin_met_key(key, prefix, "n:", idx->element[i]->str);
 		if (dmutex__conn_appendf(c, "HGETALL %b", key, strlen(key))) {
 			status = failed(c);
 			goto out;

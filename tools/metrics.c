@@ -29,7 +29,7 @@ render(FILE *f, void *arg)
 
 	if ((st = cli_conn_open(&cc, cli_url(j->url))))
 		return st;
-	if (!(st = cli_metrics_read(cli_conn_counters(&cc), cc.cfg.prefix, j->top, &m))) {
+	if (!(st = cli_metrics_read(cli_conn_counters(&cc), cc.prefix, j->top, &m))) {
 		cli_prom_write(f, &m);
 		cli_metrics_free(&m);
 	}

@@ -6,7 +6,6 @@
 #include <stdio.h>
 
 #include "cli.h"
-#include "core/metrics.h"
 
 /* Label values are UTF-8 text: a lock name is any bytes, so bytes outside
  * printable ASCII (and % itself) are written %XX, which keeps two names

@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "backend/redis/keys.h"
 
 static const char usage[] =
 	"usage: dmutex reset [--force] [--url URL] NAME\n"
@@ -30,7 +29,7 @@ simple(struct dmutex__conn *c, redisReply *r)
 	int ok = r && r->type != REDIS_REPLY_ERROR;
 
 	if (!r)
-		cli_err("backend failed: %s", c->errstr);
+		cli_err("backend failed: %s", dmutex__admin_conn_error(c));
 	else if (!ok)
 		cli_err("backend refused: %s", r->str);
 	if (r)
@@ -58,15 +57,15 @@ static int
 reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int force,
 		const char *node, int *what)
 {
-	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
+	char lk[DMUTEX__ADMIN_KEY_MAX], mk[DMUTEX__ADMIN_KEY_MAX], ch[DMUTEX__ADMIN_KEY_MAX];
 	char holder[512], dur[32], fence[32], on[600] = "";
 	struct cli_lock l;
 	redisReply *r;
 	int status;
 
-	dmutex__key(lk, prefix, "lock", name);
-	dmutex__key(mk, prefix, "meta", name);
-	dmutex__key(ch, prefix, "wake", name);
+	dmutex__admin_key(lk, prefix, "lock", name);
+	dmutex__admin_key(mk, prefix, "meta", name);
+	dmutex__admin_key(ch, prefix, "wake", name);
 	if (node)
 		snprintf(on, sizeof on, " on %s", node);
 	for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
@@ -180,7 +179,7 @@ cli_cmd_reset(int argc, char **argv, const char *url)
 			struct cli_lock l;
 			if (!cli_conn_serves(&cc, n, name))
 				continue;
-			if ((status = cli_inspect(cc.ctx[n], cc.cfg.prefix, name, &l))) {
+			if ((status = cli_inspect(cc.ctx[n], cc.prefix, name, &l))) {
 				cli_lock_free(&l);
 				goto out;
 			}
@@ -199,7 +198,7 @@ cli_cmd_reset(int argc, char **argv, const char *url)
 			absent++;      /* a cluster: another master's name */
 			continue;
 		}
-		if ((status = reset_node(cc.ctx[n], cc.cfg.prefix, name, force,
+		if ((status = reset_node(cc.ctx[n], cc.prefix, name, force,
 				cc.nnodes > 1 ? cli_conn_node(&cc, n) : NULL, &what)))
 			goto out;
 		absent += what < 0;

@@ -502,15 +502,8 @@ pending_before_start(const char *name, int *sig)
 static long long
 io_budget_ms(const char *url)
 {
-	struct dmutex__config cfg;
-	unsigned command_ms = DMUTEX__COMMAND_TIMEOUT_DEFAULT;
-
 	/* dmutex_client_open has already parsed it without complaint. */
-	if (dmutex__url_parse(url, &cfg) == 0) {
-		command_ms = cfg.command_timeout_ms;
-		dmutex__config_free(&cfg);
-	}
-	return (long long)IO_RETRY_FACTOR * command_ms;
+	return (long long)IO_RETRY_FACTOR * dmutex__admin_command_ms(url);
 }
 
 /* End as `sig` would have ended dmutex, had it not been caught: the shell
@@ -531,111 +524,137 @@ die_of(int sig)
 	return 128 + sig;       /* a signal that does not kill by default */
 }
 
+/* What run has from the lock on, for the steps below and the end. */
+struct run {
+	dmutex_t m;
+	char *path;                     /* COMMAND's, found before the lock */
+	char **env, *store[2];          /* COMMAND's environment (child_env) */
+	pid_t pid;                      /* COMMAND; -1 not started */
+	int owner_died, lost, sig;
+};
+
+/* The client and the lock's dmutex_t, not locked yet.  0, or the exit
+ * status (said); *client is set once open, whatever follows. */
+static int
+open_lock(const struct run_opts *o, dmutex_client_t **client, dmutex_t *m)
+{
+	dmutex_attr_t attr;
+	int err;
+
+	if ((err = dmutex_client_open(client, o->url)))
+		return client_status(err);
+	dmutex_attr_init(&attr);
+	dmutex_attr_setclient(&attr, *client);
+	dmutex_attr_setonlost(&attr, on_lost, NULL);
+	if (o->robust)
+		dmutex_attr_setrobust(&attr, DMUTEX_ROBUST);
+	if (o->lease_ms)
+		dmutex_attr_setlease(&attr, o->lease_ms);
+	err = dmutex_init(m, o->name, &attr);
+	dmutex_attr_destroy(&attr);
+	if (err) {
+		/* The client is open: this is no URL problem. */
+		cli_err("'%s': %s", o->name, dmutex_strerror(err));
+		return err == EIO ? CLI_BACKEND : CLI_INTERNAL;
+	}
+	return 0;
+}
+
+/* The lock held: COMMAND started with its hold's token, and watched to
+ * its end.  The exit status; r->sig set if a signal came first. */
+static int
+run_command(struct run *r, const struct run_opts *o)
+{
+	uint64_t fence = 0;
+	int status, err;
+
+	if ((err = dmutex_fence(&r->m, &fence)) == ENOLCK) {
+		cli_err("lost the lock '%s' before COMMAND could start", o->name);
+		return CLI_LOST;
+	} else if (err) {
+		/* COMMAND is promised its hold's token: DMUTEX_FENCE=0 would
+		 * pass a fencing check nowhere, or everywhere. */
+		cli_err("'%s': no fencing token (%s); %s not started", o->name, dmutex_strerror(err),
+				o->argv[0]);
+		return err == EIO ? CLI_BACKEND : CLI_INTERNAL;
+	}
+	if (!(r->env = child_env(o->name, fence, r->owner_died, r->store, 2))) {
+		cli_err("out of memory");
+		return CLI_INTERNAL;
+	}
+	if ((status = pending_before_start(o->name, &r->sig)) || r->sig)
+		return status;
+	if ((r->pid = cli_spawn(r->path, o->argv, r->env, &sigpipe_at_start, &status)) < 0)
+		return status;
+	status = supervise(r->pid, o, &r->lost);
+	return r->lost ? CLI_LOST : status;
+}
+
+/* Unlock whatever happened (EPERM when it was not taken), saying what the
+ * release tells of the hold: the exit status. */
+static int
+unlock_after(struct run *r, const struct run_opts *o, int status)
+{
+	int err = dmutex_unlock(&r->m);
+
+	if (err == ENOLCK && r->pid > 0 && !r->lost) {
+		/* Noticed only now: COMMAND ran, but not all of it under the lock. */
+		cli_err("lost the lock '%s' before COMMAND finished (it exited with status %d)",
+				o->name, status);
+		return CLI_LOST;
+	}
+	if (err == EIO)
+		cli_err("warning: the release of '%s' was not confirmed; "
+				"it frees itself when its lease ends", o->name);
+	return status;
+}
+
 int
 cli_cmd_run(int argc, char **argv, const char *url)
 {
 	struct run_opts o = { .url = url };
+	struct run r = { .pid = -1 };
 	dmutex_client_t *client = NULL;
-	dmutex_attr_t attr;
-	dmutex_t m;
-	char *path = NULL, **env = NULL, *store[2] = { NULL, NULL };
-	uint64_t fence = 0;
-	int status, err, owner_died = 0, lost = 0, inited = 0, sig = 0;
-	pid_t pid = -1;
+	int status, inited = 0;
 
 	/* Before anything opens a descriptor: COMMAND inherits only these. */
 	cli_fd_snapshot();
 	if ((status = parse(argc, argv, &o)))
 		return status < 0 ? CLI_OK : status;
 	/* Before the lock: a typo must not take it. */
-	if (!(path = cli_find_command(o.argv[0], &status)))
+	if (!(r.path = cli_find_command(o.argv[0], &status)))
 		return status;
-	if ((status = setup_signals()))
+	if ((status = setup_signals()) || (status = open_lock(&o, &client, &r.m)))
 		goto out;
-	if ((err = dmutex_client_open(&client, o.url))) {
-		status = client_status(err);
-		goto out;
-	}
-	dmutex_attr_init(&attr);
-	dmutex_attr_setclient(&attr, client);
-	dmutex_attr_setonlost(&attr, on_lost, NULL);
-	if (o.robust)
-		dmutex_attr_setrobust(&attr, DMUTEX_ROBUST);
-	if (o.lease_ms)
-		dmutex_attr_setlease(&attr, o.lease_ms);
-	err = dmutex_init(&m, o.name, &attr);
-	dmutex_attr_destroy(&attr);
-	if (err) {
-		/* The client is open: this is no URL problem. */
-		cli_err("'%s': %s", o.name, dmutex_strerror(err));
-		status = err == EIO ? CLI_BACKEND : CLI_INTERNAL;
-		goto out;
-	}
 	inited = 1;
 	/* From the first request on, a signal waits for the answer. */
 	phase = PHASE_ACQUIRING;
-	status = acquire(&m, &o, cli_url(o.url), io_budget_ms(cli_url(o.url)), &owner_died);
+	status = acquire(&r.m, &o, cli_url(o.url), io_budget_ms(cli_url(o.url)), &r.owner_died);
 	/* From here a signal is passed on; one that came before is in
 	 * `deferred`, read after the phase changed so that none is missed. */
 	phase = PHASE_HOLDING;
-	if ((sig = deferred)) {
-		if (owner_died) {
+	if ((r.sig = deferred)) {
+		if (r.owner_died) {
 			/* Unlocking without dmutex_consistent would make the lock
 			 * not recoverable for everyone, and marking it consistent
 			 * would hide the earlier death.  exit() has the library
 			 * release it marked owner-died, as for any process that
 			 * exits holding a lock: the next robust locker is told.
 			 * (The one case where dmutex exits rather than dies.) */
-			exit(128 + sig);
+			exit(128 + r.sig);
 		}
-		goto unlock;
+	} else if (!status) {
+		status = run_command(&r, &o);
 	}
-	/* Unlock whatever happens: EPERM when it was not taken. */
-	if (status)
-		goto unlock;
-	if ((err = dmutex_fence(&m, &fence)) == ENOLCK) {
-		cli_err("lost the lock '%s' before COMMAND could start", o.name);
-		status = CLI_LOST;
-		goto unlock;
-	} else if (err) {
-		/* COMMAND is promised its hold's token: DMUTEX_FENCE=0 would
-		 * pass a fencing check nowhere, or everywhere. */
-		cli_err("'%s': no fencing token (%s); %s not started", o.name, dmutex_strerror(err),
-				o.argv[0]);
-		status = err == EIO ? CLI_BACKEND : CLI_INTERNAL;
-		goto unlock;
-	}
-	if (!(env = child_env(o.name, fence, owner_died, store, 2))) {
-		cli_err("out of memory");
-		status = CLI_INTERNAL;
-		goto unlock;
-	}
-	if ((status = pending_before_start(o.name, &sig)) || sig)
-		goto unlock;
-	if ((pid = cli_spawn(path, o.argv, env, &sigpipe_at_start, &status)) < 0)
-		goto unlock;
-	status = supervise(pid, &o, &lost);
-	if (lost)
-		status = CLI_LOST;
-unlock:
-	err = dmutex_unlock(&m);
-	if (err == ENOLCK && pid > 0 && !lost) {
-		/* Noticed only now: COMMAND ran, but not all of it under the lock. */
-		cli_err("lost the lock '%s' before COMMAND finished (it exited with status %d)",
-				o.name, status);
-		status = CLI_LOST;
-	} else if (err == EIO) {
-		cli_err("warning: the release of '%s' was not confirmed; "
-				"it frees itself when its lease ends", o.name);
-	}
+	status = unlock_after(&r, &o, status);
 out:
 	if (inited)
-		dmutex_destroy(&m);
+		dmutex_destroy(&r.m);
 	if (client)
 		dmutex_client_close(client);
-	free(env);
-	free(store[0]);
-	free(store[1]);
-	free(path);
-	return sig ? die_of(sig) : status;
+	free(r.env);
+	free(r.store[0]);
+	free(r.store[1]);
+	free(r.path);
+	return r.sig ? die_of(r.sig) : status;
 }

@@ -142,7 +142,7 @@ cli_cmd_status(int argc, char **argv, const char *url)
 
 			if (!cc.ctx[n] || !cli_conn_serves(&cc, n, argv[i]))
 				continue;
-			if ((st = cli_inspect(cc.ctx[n], cc.cfg.prefix, argv[i], &l))) {
+			if ((st = cli_inspect(cc.ctx[n], cc.prefix, argv[i], &l))) {
 				status = st;
 				cli_lock_free(&l);
 				goto done;

@@ -179,7 +179,7 @@ frame(const char *url, size_t names, struct prev *prev, int width, int height, d
 
 	if ((st = cli_conn_open(&cc, url)))
 		return st;
-	if ((st = cli_metrics_read(cli_conn_counters(&cc), cc.cfg.prefix, names, &m)))
+	if ((st = cli_metrics_read(cli_conn_counters(&cc), cc.prefix, names, &m)))
 		goto out;
 	if (!(rows = calloc(m.n ? m.n : 1, sizeof *rows))) {
 		cli_err("out of memory");
@@ -187,14 +187,14 @@ frame(const char *url, size_t names, struct prev *prev, int width, int height, d
 		goto out;
 	}
 	for (size_t i = 0; i < m.n; i++)
-		if (!m.sets[i].other && (st = cli_inspect_append(cli_conn_of(&cc, m.sets[i].name), cc.cfg.prefix,
+		if (!m.sets[i].other && (st = cli_inspect_append(cli_conn_of(&cc, m.sets[i].name), cc.prefix,
 				m.sets[i].name)))
 			goto out;
 	for (size_t i = 0; i < m.n; i++) {
 		struct row *r = &rows[n];
 		if (m.sets[i].other)
 			continue;
-		if ((st = cli_inspect_read(cli_conn_of(&cc, m.sets[i].name), cc.cfg.prefix, m.sets[i].name, &r->l))) {
+		if ((st = cli_inspect_read(cli_conn_of(&cc, m.sets[i].name), cc.prefix, m.sets[i].name, &r->l))) {
 			cli_lock_free(&r->l);
 			goto out;
 		}

@@ -42,7 +42,7 @@ describe(struct cli_conn *cc, int *connected, const char *name, char *buf, size_
 	for (size_t n = 0; n < cc->nnodes; n++) {
 		if (!cc->ctx[n] || !cli_conn_serves(cc, n, name))
 			continue;
-		if (cli_inspect(cc->ctx[n], cc->cfg.prefix, name, &l)) {
+		if (cli_inspect(cc->ctx[n], cc->prefix, name, &l)) {
 			/* A broken context is not reused: connect again next time. */
 			dmutex__conn_free(cc->ctx[n]);
 			cc->ctx[n] = NULL;
