@@ -88,6 +88,7 @@ static void standard_locks()
 	CHECK(tm.try_lock_for(std::chrono::hours::max()));
 	tm.unlock();
 	CHECK(tm.try_lock_for(std::chrono::milliseconds(-5)));
+	tm.unlock();
 
 	dmutex::recursive_timed_mutex rm("cpp-rm");
 	{
