@@ -635,8 +635,6 @@ dmutex_trylock(dmutex_t *m)
 int
 dmutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec *at)
 {
-	struct timespec now;
-	int64_t until, left;
 	int bad;
 
 	if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) {
@@ -650,17 +648,8 @@ dmutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec *at)
 	bad = at->tv_nsec < 0 || at->tv_nsec >= 1000000000L;
 	if (bad)
 		return dmutex__lock(m, BLOCK, dmutex__now_ns(), 1);
-	clock_gettime(clock, &now);
-	/* Waits run on CLOCK_MONOTONIC; a realtime deadline is converted once.
-	 * Compare before subtracting so that no tv_sec overflows anything: a
-	 * deadline passed means "try once", one a century away means none. */
-	if (at->tv_sec < now.tv_sec || (at->tv_sec == now.tv_sec && at->tv_nsec <= now.tv_nsec))
-		return dmutex__lock(m, BLOCK, dmutex__now_ns(), 0);
-	if ((int64_t)at->tv_sec - now.tv_sec > 100LL * 365 * 24 * 3600)
-		return dmutex__lock(m, BLOCK, NO_DEADLINE, 0);
-	left = ((int64_t)at->tv_sec - now.tv_sec) * 1000000000 + (at->tv_nsec - now.tv_nsec);
-	until = dmutex__now_ns() + left;
-	return dmutex__lock(m, BLOCK, until, 0);
+	/* Waits run on CLOCK_MONOTONIC; a realtime deadline is converted once. */
+	return dmutex__lock(m, BLOCK, dmutex__mono_deadline(clock, at), 0);
 }
 
 int

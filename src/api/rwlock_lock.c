@@ -310,9 +310,6 @@ lock(drwlock_t *rw, int write, int mode, int64_t until, int bad_deadline)
 static int
 clock_lock(drwlock_t *rw, int write, clockid_t clock, const struct timespec *at)
 {
-	struct timespec now;
-	int64_t left;
-
 	if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) {
 		dmutex__log(DMUTEX_LOG_ERROR, "rwlock: clock %d is neither CLOCK_REALTIME nor CLOCK_MONOTONIC",
 				(int)clock);
@@ -322,13 +319,7 @@ clock_lock(drwlock_t *rw, int write, clockid_t clock, const struct timespec *at)
 		return EINVAL;
 	if (at->tv_nsec < 0 || at->tv_nsec >= 1000000000L)
 		return lock(rw, write, BLOCK, dmutex__now_ns(), 1);
-	clock_gettime(clock, &now);
-	if (at->tv_sec < now.tv_sec || (at->tv_sec == now.tv_sec && at->tv_nsec <= now.tv_nsec))
-		return lock(rw, write, BLOCK, dmutex__now_ns(), 0);
-	if ((int64_t)at->tv_sec - now.tv_sec > 100LL * 365 * 24 * 3600)
-		return lock(rw, write, BLOCK, NO_DEADLINE, 0);
-	left = ((int64_t)at->tv_sec - now.tv_sec) * 1000000000 + (at->tv_nsec - now.tv_nsec);
-	return lock(rw, write, BLOCK, dmutex__now_ns() + left, 0);
+	return lock(rw, write, BLOCK, dmutex__mono_deadline(clock, at), 0);
 }
 
 int

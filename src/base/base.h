@@ -19,6 +19,10 @@ int64_t dmutex__now_ns(void);                     /* CLOCK_MONOTONIC */
 int dmutex__now_before(int64_t t);
 int64_t dmutex__wall_ms(void);                    /* CLOCK_REALTIME, for operators */
 void dmutex__ns_to_ts(int64_t ns, struct timespec *ts);
+/* A valid absolute deadline on clock (CLOCK_REALTIME or CLOCK_MONOTONIC,
+ * tv_nsec in range) as CLOCK_MONOTONIC ns, converted once: a deadline
+ * passed is now ("try once"), one over a century away INT64_MAX (none). */
+int64_t dmutex__mono_deadline(clockid_t clock, const struct timespec *at);
 /* Not a cancellation point (cancel.c). */
 void dmutex__sleep_until(int64_t until_ns);
 #define DMUTEX__MS 1000000LL

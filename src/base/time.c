@@ -88,3 +88,18 @@ dmutex__sleep_until(int64_t until_ns)
 		;
 	dmutex__cancel_restore(cs);
 }
+
+int64_t
+dmutex__mono_deadline(clockid_t clock, const struct timespec *at)
+{
+	struct timespec now;
+
+	clock_gettime(clock, &now);
+	/* Compare before subtracting so that no tv_sec overflows anything. */
+	if (at->tv_sec < now.tv_sec || (at->tv_sec == now.tv_sec && at->tv_nsec <= now.tv_nsec))
+		return dmutex__now_ns();
+	if ((int64_t)at->tv_sec - now.tv_sec > 100LL * 365 * 24 * 3600)
+		return INT64_MAX;
+	return dmutex__now_ns() + ((int64_t)at->tv_sec - now.tv_sec) * 1000000000 +
+		(at->tv_nsec - now.tv_nsec);
+}
