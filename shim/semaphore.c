@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "include/dmutex_shim_sem.h"
+#include "local.h"
 #include "name.h"
 #include "core/shim.h"
 
@@ -181,6 +182,7 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 	size_t len;
 	int err, flags;
 
+	dmutex__shim_in_effect();
 	if ((err = dmutex__name_ok(name, &len))) {
 		errno = err;
 		return NULL;
