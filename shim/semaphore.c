@@ -2,6 +2,7 @@
  * backend that is away, named ones shared by name. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -164,6 +165,16 @@ dmutex_shim_sem_getvalue(dsem_t *s, int *value)
 
 /* ---- named semaphores: one object per name per process ---- */
 
+/* As glibc: a name longer than NAME_MAX after its leading slashes is
+ * ENAMETOOLONG (the backend's own limit is DMUTEX_NAME_MAX). */
+static int
+name_too_long(const char *name)
+{
+	while (name && *name == '/')
+		name++;
+	return name && strnlen(name, NAME_MAX + 1) > NAME_MAX;
+}
+
 struct named {
 	struct named *next;
 	dsem_t sem;             /* first: sem_close finds the entry by it */
@@ -183,6 +194,10 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 	int err, flags;
 
 	dmutex__shim_in_effect();
+	if (name_too_long(name)) {
+		errno = ENAMETOOLONG;
+		return NULL;
+	}
 	if ((err = dmutex__name_ok(name, &len))) {
 		errno = err;
 		return NULL;
@@ -262,6 +277,8 @@ dmutex_shim_sem_unlink(const char *name)
 {
 	int err;
 
+	if (name_too_long(name))
+		return fail(ENAMETOOLONG);
 	for (int attempt = 0; (err = dsem_unlink(name, NULL)) == EIO; attempt++) {
 		waiting("sem_unlink", attempt);
 		backoff(attempt);

@@ -8,6 +8,7 @@
  * permit.
  */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -53,6 +54,18 @@ static void errors(void)
 	EXPECT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
 	if (r)
 		freeReplyObject(r);
+
+	/* Issue 29: a name longer than NAME_MAX after its slash, as glibc. */
+	char longname[NAME_MAX + 3];
+	longname[0] = '/';
+	memset(longname + 1, 'n', NAME_MAX + 1);
+	longname[NAME_MAX + 2] = '\0';
+	errno = 0;
+	EXPECT(sem_open(longname, O_CREAT, 0600, 1) == SEM_FAILED && errno == ENAMETOOLONG);
+	FAILS(sem_unlink(longname), ENAMETOOLONG);
+	longname[NAME_MAX + 1] = '\0';        /* NAME_MAX after the slash: fine */
+	EXPECT((a = sem_open(longname, O_CREAT, 0600, 1)) != SEM_FAILED && sem_close(a) == 0);
+	EXPECT(sem_unlink(longname) == 0);
 
 	errno = 0;
 	EXPECT(sem_open("/nosuch", 0) == SEM_FAILED && errno == ENOENT);
