@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,9 +186,76 @@ struct named {
 static pthread_mutex_t named_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct named *named_list;
 
+/*
+ * POSIX: after sem_unlink the name is gone (sem_open without O_CREAT is
+ * ENOENT, with it makes a new semaphore) while those that have the old one
+ * open go on using it.  The backend has one semaphore per name, so a POSIX
+ * name has generations: the counter semaphore NAME;gens holds the current
+ * one (none: 0); generation 0 lives under NAME, generation G under
+ * NAME;gen=G.  sem_unlink moves the counter on and leaves the old
+ * generation to those that have it, until it is idle for idle_ms.
+ */
+#define GENS ";gens"
+#define GEN ";gen="
+
+static int
+gen_name(const char *name, unsigned gen, char out[DMUTEX_NAME_MAX + 1])
+{
+	int n = gen ? snprintf(out, DMUTEX_NAME_MAX + 1, "%s" GEN "%u", name, gen)
+		: snprintf(out, DMUTEX_NAME_MAX + 1, "%s", name);
+
+	return n < 0 || n > DMUTEX_NAME_MAX ? ENAMETOOLONG : 0;
+}
+
+/* Open sem (flags of dsem_init) under backend name bn, the backend's
+ * absence waited out. */
+static int
+open_patient(dsem_t *sem, const char *call, const char *bn, unsigned value, int flags)
+{
+	int err;
+
+	for (int attempt = 0; (err = dsem_init(sem, bn, value, NULL, flags)) == EIO; attempt++) {
+		waiting(call, attempt);
+		backoff(attempt);
+	}
+	return err;
+}
+
+/* The counter of name: 0; ENOENT (never unlinked) unless create. */
+static int
+gens_open(dsem_t *g, const char *call, const char *name, int create)
+{
+	char cn[DMUTEX_NAME_MAX + 1];
+	int n = snprintf(cn, sizeof cn, "%s" GENS, name);
+
+	if (n < 0 || n > DMUTEX_NAME_MAX)
+		return ENAMETOOLONG;
+	return open_patient(g, call, cn, 0, create ? 0 : DSEM_NOCREATE);
+}
+
+/* The backend name of name's current generation. */
+static int
+current(const char *call, const char *name, char bn[DMUTEX_NAME_MAX + 1])
+{
+	dsem_t g;
+	int v = 0, err = gens_open(&g, call, name, 0);
+
+	if (err == ENOENT)
+		return gen_name(name, 0, bn);
+	if (err)
+		return err;
+	for (int attempt = 0; (err = dsem_getvalue(&g, &v)) == EIO; attempt++) {
+		waiting(call, attempt);
+		backoff(attempt);
+	}
+	dsem_destroy(&g);
+	return err ? err : gen_name(name, (unsigned)v, bn);
+}
+
 dsem_t *
 dmutex_shim_sem_open(const char *name, int oflag, ...)
 {
+	char bn[DMUTEX_NAME_MAX + 1];
 	struct named *n;
 	unsigned value = 0;
 	size_t len;
@@ -198,10 +266,11 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 		errno = ENAMETOOLONG;
 		return NULL;
 	}
-	if ((err = dmutex__name_ok(name, &len))) {
+	if ((err = dmutex__name_ok(name, &len)) || (err = current("sem_open", name, bn))) {
 		errno = err;
 		return NULL;
 	}
+	len = strlen(bn);
 	if (oflag & O_CREAT) {
 		va_list ap;
 
@@ -215,7 +284,7 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 	 * object.  sem_open is rare; the wait is one round trip. */
 	pthread_mutex_lock(&named_mu);
 	for (n = named_list; n; n = n->next)
-		if (!strcmp(n->name, name))
+		if (!strcmp(n->name, bn))
 			break;
 	if (n) {
 		if (flags == DSEM_EXCL) {
@@ -227,12 +296,8 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 	} else if (!(n = calloc(1, sizeof *n + len + 1))) {
 		err = ENOMEM;
 	} else {
-		memcpy(n->name, name, len + 1);
-		for (int attempt = 0; (err = dsem_init(&n->sem, name, value, NULL, flags)) == EIO; attempt++) {
-			waiting("sem_open", attempt);
-			backoff(attempt);
-		}
-		if (err) {
+		memcpy(n->name, bn, len + 1);
+		if ((err = open_patient(&n->sem, "sem_open", bn, value, flags))) {
 			free(n);
 		} else {
 			n->refs = 1;
@@ -275,13 +340,24 @@ dmutex_shim_sem_close(dsem_t *s)
 int
 dmutex_shim_sem_unlink(const char *name)
 {
+	char bn[DMUTEX_NAME_MAX + 1];
+	dsem_t t;
+	size_t len;
 	int err;
 
 	if (name_too_long(name))
 		return fail(ENAMETOOLONG);
-	for (int attempt = 0; (err = dsem_unlink(name, NULL)) == EIO; attempt++) {
+	/* ENOENT unless the current generation exists */
+	if ((err = dmutex__name_ok(name, &len)) || (err = current("sem_unlink", name, bn)) ||
+			(err = open_patient(&t, "sem_unlink", bn, 0, DSEM_NOCREATE)))
+		return fail(err);
+	dsem_destroy(&t);
+	if ((err = gens_open(&t, "sem_unlink", name, 1)))
+		return fail(err);
+	for (int attempt = 0; (err = dsem_post(&t)) == EIO; attempt++) {
 		waiting("sem_unlink", attempt);
 		backoff(attempt);
 	}
+	dsem_destroy(&t);
 	return fail(err);
 }

@@ -82,7 +82,23 @@ static void errors(void)
 	FAILS(sem_close(a), EINVAL);
 	EXPECT(th_redis_int(&srv, "HGET dmutex:sem:{/named} v") == 2);   /* close keeps it */
 	EXPECT(sem_unlink("/named") == 0);
-	EXPECT(th_redis_int(&srv, "EXISTS dmutex:sem:{/named}") == 0);
+
+	/* Issue 29: after sem_unlink the name is gone, a new sem_open with
+	 * O_CREAT makes a new semaphore, and the old one goes on for those
+	 * that have it open (LTP sem_unlink 6-1). */
+	EXPECT((a = sem_open("/gen", O_CREAT, 0600, 2)) != SEM_FAILED);
+	EXPECT(sem_unlink("/gen") == 0);
+	errno = 0;
+	EXPECT(sem_open("/gen", 0) == SEM_FAILED && errno == ENOENT);
+	FAILS(sem_unlink("/gen"), ENOENT);
+	EXPECT(sem_wait(a) == 0 && value(a) == 1);                   /* the old one, still usable */
+	EXPECT((b = sem_open("/gen", O_CREAT, 0600, 5)) != SEM_FAILED && b != a);
+	EXPECT(value(b) == 5);                                       /* new: its own value */
+	EXPECT(sem_post(a) == 0 && value(a) == 2 && value(b) == 5);
+	EXPECT(sem_open("/gen", 0) == b && sem_close(b) == 0);     /* by name: the new one */
+	EXPECT(sem_unlink("/gen") == 0);
+	EXPECT(sem_close(b) == 0 && sem_close(a) == 0);
+	EXPECT(sem_open("/gen", O_CREAT | O_EXCL, 0600, 7) != SEM_FAILED);   /* a third, made anew */
 
 	EXPECT((max = sem_open("/max", O_CREAT | O_EXCL, 0600, (unsigned)SEM_VALUE_MAX)) != SEM_FAILED);
 	FAILS(sem_post(max), EOVERFLOW);
