@@ -65,15 +65,12 @@ slot(const void *obj)
 	return pp;
 }
 
-/* Under mu: the first line of this process, once, with a set of its own. */
-static void
-first_line(void)
+/* Under mu: 1 if this is the process's first line (its set begun). */
+static int
+first_use(void)
 {
-	char url[1024];
-	const char *env = getenv("DMUTEX_SHIM_LOCAL");
-
 	if (owner == getpid())
-		return;
+		return 0;
 	for (size_t i = 0; i < BUCKETS; i++)
 		while (seen[i]) {
 			struct seen *s = seen[i];
@@ -81,32 +78,47 @@ first_line(void)
 			free(s);
 		}
 	owner = getpid();
+	return 1;
+}
+
+/* Not under mu: the log takes its own lock, which a fork takes before mu
+ * (the client's fork handlers are registered after announce_setup). */
+static void
+first_line(void)
+{
+	char url[1024];
+	const char *env = getenv("DMUTEX_SHIM_LOCAL");
+
 	dmutex__shim_url_text(url, sizeof url);
 	dmutex__log(DMUTEX_LOG_INFO, "shim: in effect in process %ld: its pthread and C11 objects are distributed "
-			"over %s%s%s%s", (long)owner, url, env && *env ? "; DMUTEX_SHIM_LOCAL='" : "",
+			"over %s%s%s%s", (long)getpid(), url, env && *env ? "; DMUTEX_SHIM_LOCAL='" : "",
 			env && *env ? env : "", env && *env ? "' keeps those it matches local" : "");
 }
 
 void
 dmutex__shim_in_effect(void)
 {
+	int first;
+
 	if (!dmutex__log_enabled(DMUTEX_LOG_INFO))
 		return;
 	pthread_mutex_lock(&mu);
-	first_line();
+	first = first_use();
 	pthread_mutex_unlock(&mu);
+	if (first)
+		first_line();
 }
 
 void
 dmutex__shim_announce(const void *obj, const char *what, const char *name, const char *site, int local)
 {
 	struct seen **pp, *s;
-	int before;
+	int before, first;
 
 	if (!dmutex__log_enabled(DMUTEX_LOG_INFO))
 		return;
 	pthread_mutex_lock(&mu);
-	first_line();
+	first = first_use();
 	if (!(before = *(pp = slot(obj)) != NULL) && (s = malloc(sizeof *s))) {
 		/* (no memory to remember it: logged again, at worst) */
 		s->obj = obj;
@@ -114,6 +126,8 @@ dmutex__shim_announce(const void *obj, const char *what, const char *name, const
 		*pp = s;
 	}
 	pthread_mutex_unlock(&mu);
+	if (first)
+		first_line();
 	if (before)
 		return;
 	dmutex__log(DMUTEX_LOG_INFO, "shim: %s '%s' defined at %s: %s", what, name ? name : "?",
