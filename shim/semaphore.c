@@ -41,6 +41,54 @@ waiting(const char *call, int attempt)
 		dmutex__log(DMUTEX_LOG_WARN, "%s: waiting for the backend", call);
 }
 
+/*
+ * The names of semaphores this process destroyed.  Every process runs the
+ * same sem_init at the same line to share a semaphore, and the first
+ * creator's value applies; but a process that destroys one and initializes
+ * it again means a fresh one with the new value (POSIX; LTP sem_timedwait
+ * 11-1), as sem_init of a shared semaphore would be for every process
+ * using it.  Interned names: the same pointer for the same name.
+ */
+static pthread_mutex_t gone_mu = PTHREAD_MUTEX_INITIALIZER;
+static const char **gone;
+static size_t n_gone, cap_gone;
+
+static void
+gone_add(const char *name)
+{
+	const char *in = dmutex__shim_intern(name), **more;
+	size_t i;
+
+	if (!in)
+		return;
+	pthread_mutex_lock(&gone_mu);
+	for (i = 0; i < n_gone && gone[i] != in; i++)
+		;
+	if (i == n_gone && n_gone == cap_gone &&
+			(more = realloc(gone, (cap_gone ? 2 * cap_gone : 8) * sizeof *gone))) {
+		gone = more;
+		cap_gone = cap_gone ? 2 * cap_gone : 8;
+	}
+	if (i == n_gone && n_gone < cap_gone)
+		gone[n_gone++] = in;
+	pthread_mutex_unlock(&gone_mu);
+}
+
+/* 1 if this process destroyed name (forgotten now). */
+static int
+gone_take(const char *name)
+{
+	const char *in = dmutex__shim_intern(name);
+	int found = 0;
+
+	pthread_mutex_lock(&gone_mu);
+	for (size_t i = 0; in && i < n_gone && !found; i++)
+		if ((found = gone[i] == in))
+			gone[i] = gone[--n_gone];
+	pthread_mutex_unlock(&gone_mu);
+	return found;
+}
+
 int
 dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 {
@@ -52,6 +100,12 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 		return fail(EINVAL);
 	if ((err = dmutex__shim_site_name(DMUTEX__SHIM_SEM, s, site, name)))
 		return fail(err);
+	/* Afresh: the old count goes (ENOENT: it was gone already). */
+	if (gone_take(name))
+		for (int attempt = 0; dsem_unlink(name, NULL) == EIO; attempt++) {
+			waiting("sem_init", attempt);
+			backoff(attempt);
+		}
 	for (int attempt = 0; (err = dsem_init(s, name, value, NULL, 0)) == EIO; attempt++) {
 		waiting("sem_init", attempt);
 		backoff(attempt);
@@ -64,11 +118,19 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 int
 dmutex_shim_sem_destroy(dsem_t *s)
 {
-	int err = dsem_destroy(s);
+	const char *name = NULL;
+	char copy[DMUTEX_NAME_MAX + 1] = "";
+	int err;
 
-	if (!err)
-		dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
-	return fail(err);
+	/* Not one from sem_open (named_list): those have sem_close. */
+	if (!dmutex__shim_sem_name(s, &name) && name)
+		snprintf(copy, sizeof copy, "%s", name);
+	if ((err = dsem_destroy(s)))
+		return fail(err);
+	dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
+	if (copy[0])
+		gone_add(copy);
+	return 0;
 }
 
 /* Ask again with the same request id while the backend is away, until the
