@@ -171,7 +171,8 @@ Test(shim_c11, every_call_gives_c11_results_named_and_logged_as_pthread)
 			"distributed"), 1, "%s", buf);
 }
 
-/* Local objects never reach for the backend: a URL nobody listens on. */
+/* Local objects never reach for the backend: a URL nobody listens on
+ * (with a password, which the in-effect line must not show). */
 Test(shim_c11, dmutex_shim_local_keeps_them_local)
 {
 	char out[128], buf[16384];
@@ -179,11 +180,15 @@ Test(shim_c11, dmutex_shim_local_keeps_them_local)
 
 	snprintf(out, sizeof out, "%s/local", dir);
 	st = th_wait_child(start(env_path("SHIM_C11_PROG"), (char *[]){ "c11", "api", NULL }, out,
-			"redis://127.0.0.1:1", (char *[]){ "DMUTEX_LOG=info", "DMUTEX_SHIM_LOCAL=shim_c11_prog.c:*", NULL }),
-			60000);
+			"redis://:hush-hush@127.0.0.1:1",
+			(char *[]){ "DMUTEX_LOG=info", "DMUTEX_SHIM_LOCAL=shim_c11_prog.c:*", NULL }), 60000);
 	slurp(out, buf, sizeof buf);
 	cr_assert_eq(st, 0, "check %d failed: %s", st, buf);
 	cr_assert_eq(lines_with(buf, "shim: mutex 'test_shim_c11_prog/shim_c11_prog.c:", "local to this process"),
 			3, "%s", buf);
 	cr_assert_eq(lines_with(buf, ": distributed", NULL), 0, "%s", buf);
+	/* The shim says it is in effect, naming the URL without its password. */
+	cr_assert_eq(lines_with(buf, "shim: in effect in process ", "127.0.0.1:1 (DMUTEX_URL)"), 1, "%s", buf);
+	cr_assert_eq(lines_with(buf, "DMUTEX_SHIM_LOCAL='shim_c11_prog.c:*'", NULL), 1, "%s", buf);
+	cr_assert(!strstr(buf, "hush-hush"), "the password is in the log: %s", buf);
 }
