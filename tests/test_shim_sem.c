@@ -152,6 +152,25 @@ static int hang(void *arg)
 	return 0;
 }
 
+/* Opens /xgen (2), takes one, says so, and once the parent has unlinked
+ * it and made a new one, posts twice on its old one: 3, its own count. */
+static int old_holder(void *arg)
+{
+	sem_t *s = sem_open("/xgen", O_CREAT, 0600, 2);
+	long long until = th_now_ms() + 10000;
+	int v = -1;
+
+	if (s == SEM_FAILED || sem_wait(s))
+		return 10;
+	th_sync_post(arg);
+	while (th_redis_int(&srv, "EXISTS xgen-go") != 1)
+		if (th_now_ms() > until)
+			return 11;
+	if (sem_post(s) || sem_post(s) || sem_getvalue(s, &v) || v != 3)
+		return 12;
+	return sem_close(s) ? 13 : 0;
+}
+
 static void procs(void)
 {
 	pid_t kids[3];
@@ -174,6 +193,20 @@ static void procs(void)
 	FAILS(sem_trywait(s), EAGAIN);
 	EXPECT(sem_post(s) == 0);
 	EXPECT(sem_trywait(s) == 0);
+	EXPECT(sem_close(s) == 0);
+	th_sync_close(&sy);
+
+	/* Issue 29: a process that has the semaphore open keeps using it,
+	 * count included, after another unlinks the name and makes a new one
+	 * under it (LTP sem_unlink 6-1). */
+	EXPECT(th_sync_init(&sy) == 0);
+	EXPECT((kids[0] = th_spawn(old_holder, &sy)) > 0);
+	EXPECT(th_sync_wait(&sy, 10000) == 0);
+	EXPECT(sem_unlink("/xgen") == 0);
+	EXPECT((s = sem_open("/xgen", O_CREAT, 0600, 7)) != SEM_FAILED);
+	EXPECT(th_redis_int(&srv, "INCR xgen-go") == 1);
+	EXPECT(th_wait_child(kids[0], 15000) == 0);
+	EXPECT(value(s) == 7);
 	EXPECT(sem_close(s) == 0);
 	th_sync_close(&sy);
 }
