@@ -163,9 +163,11 @@ static int old_holder(void *arg)
 	if (s == SEM_FAILED || sem_wait(s))
 		return 10;
 	th_sync_post(arg);
-	while (th_redis_int(&srv, "EXISTS xgen-go") != 1)
+	while (th_redis_int(&srv, "EXISTS xgen-go") != 1) {
 		if (th_now_ms() > until)
 			return 11;
+		usleep(2000);   /* a poll with a deadline, not a wait for an event */
+	}
 	if (sem_post(s) || sem_post(s) || sem_getvalue(s, &v) || v != 3)
 		return 12;
 	return sem_close(s) ? 13 : 0;
