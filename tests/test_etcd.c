@@ -458,3 +458,176 @@ Test(etcd, wrong_password_is_eacces_never_logging_it)
 	cr_assert_eq(dmutex_unlock(&a.m), 0);
 	pm_close(&a);
 }
+
+/* ------------------------------------------------------------------ */
+/* semaphores and barriers                                             */
+/* ------------------------------------------------------------------ */
+
+static dmutex_client_t *open_client(void)
+{
+	dmutex_client_t *c = NULL;
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	return c;
+}
+
+struct sem_waiter {
+	dsem_t *s;
+	atomic_int done;
+	atomic_llong at;
+	int rc;
+};
+
+static void *sem_wait_thread(void *arg)
+{
+	struct sem_waiter *w = arg;
+	w->rc = dsem_wait(w->s);
+	atomic_store(&w->at, th_now_ms());
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+static int sem_waiter_done(void *arg)
+{
+	return atomic_load(&((struct sem_waiter *)arg)->done);
+}
+
+Test(etcd, semaphore_counts_and_wakes)
+{
+	dmutex_client_t *c1 = open_client(), *c2 = open_client();
+	dsem_t a, b, x;
+	int v = -1;
+	cr_assert_eq(dsem_init(&x, "t-sem-missing", 1, c1, DSEM_NOCREATE), ENOENT);
+	cr_assert_eq(dsem_init(&a, "t-sem", 2, c1, 0), 0);
+	cr_assert_eq(dsem_init(&x, "t-sem", 2, c2, DSEM_EXCL), EEXIST);
+	cr_assert_eq(dsem_init(&b, "t-sem", 5, c2, 0), 0, "joins, keeps the first value");
+	cr_assert_eq(dsem_getvalue(&b, &v), 0);
+	cr_assert_eq(v, 2);
+	cr_assert_eq(dsem_trywait(&a), 0);
+	cr_assert_eq(dsem_trywait(&b), 0);
+	cr_assert_eq(dsem_trywait(&a), EAGAIN);
+	cr_assert_eq(dsem_getvalue(&a, &v), 0);
+	cr_assert_eq(v, 0);
+	struct timespec ts;
+	dmt_deadline_in(CLOCK_REALTIME, 300, &ts);
+	cr_assert_eq(dsem_timedwait(&b, &ts), ETIMEDOUT);
+	struct sem_waiter w = { .s = &b };
+	pthread_t t;
+	pthread_create(&t, NULL, sem_wait_thread, &w);
+	dmt_pass_time_ms(300); /* let it wait (the test holds either way) */
+	cr_assert_eq(atomic_load(&w.done), 0, "took a permit there is none of");
+	long long t0 = th_now_ms();
+	cr_assert_eq(dsem_post(&a), 0);
+	cr_assert(th_wait_until(sem_waiter_done, &w, 5000), "the post woke no waiter");
+	pthread_join(t, NULL);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_leq(atomic_load(&w.at) - t0, DMT_LATE_MS);
+	cr_assert_eq(dsem_getvalue(&a, &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(dsem_post(&a), 0);
+	cr_assert_eq(dsem_post(&b), 0);
+	cr_assert_eq(dsem_getvalue(&a, &v), 0);
+	cr_assert_eq(v, 2);
+	cr_assert_eq(dsem_destroy(&a), 0);
+	cr_assert_eq(dsem_destroy(&b), 0);
+	cr_assert_eq(dsem_unlink("t-sem", c1), 0);
+	cr_assert_eq(dsem_unlink("t-sem", c1), ENOENT);
+	dmutex_client_close(c1);
+	dmutex_client_close(c2);
+}
+
+/* A binary semaphore shared by two clients x two threads: never two
+ * inside, no permit lost or made (the compare on the value's revision). */
+struct sem_mx {
+	dsem_t *s;
+	atomic_int *inside, *max_inside;
+	int rounds, err;
+};
+
+static void *sem_mx_thread(void *arg)
+{
+	struct sem_mx *m = arg;
+	for (int i = 0; i < m->rounds; i++) {
+		if ((m->err = dsem_wait(m->s)))
+			return NULL;
+		int n = atomic_fetch_add(m->inside, 1) + 1;
+		if (n > atomic_load(m->max_inside))
+			atomic_store(m->max_inside, n);
+		atomic_fetch_sub(m->inside, 1);
+		if ((m->err = dsem_post(m->s)))
+			return NULL;
+	}
+	return NULL;
+}
+
+Test(etcd, semaphore_excludes_under_contention)
+{
+	dmutex_client_t *c[2] = { open_client(), open_client() };
+	dsem_t s[2];
+	atomic_int inside = 0, max_inside = 0;
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(dsem_init(&s[i], "t-sem-mx", 1, c[i], 0), 0);
+	struct sem_mx m[4];
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++) {
+		m[i] = (struct sem_mx){ &s[i % 2], &inside, &max_inside, 10, 0 };
+		pthread_create(&t[i], NULL, sem_mx_thread, &m[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(m[i].err, 0, "thread %d: %d", i, m[i].err);
+	}
+	cr_assert_eq(atomic_load(&max_inside), 1);
+	int v = -1;
+	cr_assert_eq(dsem_getvalue(&s[0], &v), 0);
+	cr_assert_eq(v, 1, "permits after 40 wait/post pairs: %d", v);
+	for (int i = 0; i < 2; i++) {
+		dsem_destroy(&s[i]);
+		dmutex_client_close(c[i]);
+	}
+}
+
+struct bar_arg {
+	dbarrier_t *b;
+	int rc[2];
+};
+
+static void *bar_thread(void *arg)
+{
+	struct bar_arg *a = arg;
+	for (int i = 0; i < 2; i++)
+		a->rc[i] = dbarrier_wait(a->b);
+	return NULL;
+}
+
+Test(etcd, barrier_releases_all_with_one_serial)
+{
+	enum { N = 3 };
+	dmutex_client_t *c[N];
+	dbarrier_t b[N], other;
+	struct bar_arg a[N];
+	pthread_t t[N];
+	for (int i = 0; i < N; i++) {
+		c[i] = open_client();
+		cr_assert_eq(dbarrier_init(&b[i], "t-bar", N, c[i]), 0);
+	}
+	cr_assert_eq(dbarrier_init(&other, "t-bar", N + 1, c[0]), EINVAL, "another count");
+	for (int i = 0; i < N; i++) {
+		a[i] = (struct bar_arg){ &b[i], { -2, -2 } };
+		pthread_create(&t[i], NULL, bar_thread, &a[i]);
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(t[i], NULL);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		int serial = 0;
+		for (int i = 0; i < N; i++) {
+			cr_assert(a[i].rc[cycle] == 0 || a[i].rc[cycle] == DBARRIER_SERIAL_THREAD,
+			          "cycle %d, waiter %d: %d", cycle, i, a[i].rc[cycle]);
+			serial += a[i].rc[cycle] == DBARRIER_SERIAL_THREAD;
+		}
+		cr_assert_eq(serial, 1, "cycle %d: %d serial waiters", cycle, serial);
+	}
+	for (int i = 0; i < N; i++) {
+		dbarrier_destroy(&b[i]);
+		dmutex_client_close(c[i]);
+	}
+}

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/etcd/etcd.h"
+#include "backend/etcd/prims.h"
 #include "base/log.h"
 
 static int
@@ -175,7 +176,9 @@ static const struct dmutex__backend_ops etcd_ops = {
 	.cond_wake = cond_wake,
 	.cond_leave_start = cond_leave_start,
 	.cond_leave_end = cond_leave_end,
-	/* rwlocks, semaphores, barriers: NULL until they are written (ENOTSUP) */
+	/* rwlocks: NULL until written (ENOTSUP) */
+	DMUTEX__ETCD_SEM_OPS,
+	DMUTEX__ETCD_BARRIER_OPS,
 	.counters_add = etcd_counters_add,
 	.counters_trim = etcd_counters_trim,
 	.counters_adopt = etcd_counters_adopt,
