@@ -176,7 +176,7 @@ static const struct dmutex__backend_ops etcd_ops = {
 	.cond_wake = cond_wake,
 	.cond_leave_start = cond_leave_start,
 	.cond_leave_end = cond_leave_end,
-	/* rwlocks: NULL until written (ENOTSUP) */
+	DMUTEX__ETCD_RW_OPS,
 	DMUTEX__ETCD_SEM_OPS,
 	DMUTEX__ETCD_BARRIER_OPS,
 	.counters_add = etcd_counters_add,

@@ -1,6 +1,7 @@
 /*
- * Semaphores and barriers over etcd (sem.c, barrier.c) and the
- * read-modify-write they share (counter.c).
+ * Semaphores, barriers and read-write locks over etcd (sem.c, barrier.c,
+ * rw.c: its keys are described there) and the read-modify-write that
+ * semaphores and barriers share (counter.c).
  *
  * keys, under the URL's prefix (<n> as in etcd.h):
  *   <prefix>s/<n>/v          a semaphore: "FREE INIT" (no lease)
@@ -95,5 +96,19 @@ void dmutex__etcd_barrier_channel(struct dmutex__backend *be, const char *name, 
 	.barrier_gen = dmutex__etcd_barrier_gen, \
 	.barrier_time = dmutex__etcd_barrier_time, \
 	.barrier_channel = dmutex__etcd_barrier_channel
+
+/* ---- rw.c ---- */
+int dmutex__etcd_rw_acquire(struct dmutex__backend *be, const char *name, struct dmutex__rw_acq *a);
+int dmutex__etcd_rw_release(struct dmutex__backend *be, const char *name, int op, const char *token,
+		int *released, int *maybe_done);
+void dmutex__etcd_rw_renew(struct dmutex__backend *be, struct dmutex__renewal *rn, size_t n,
+		int64_t deadline);
+char *dmutex__etcd_rw_channel(struct dmutex__backend *be, const char *name);
+
+#define DMUTEX__ETCD_RW_OPS \
+	.rw_acquire = dmutex__etcd_rw_acquire, \
+	.rw_release = dmutex__etcd_rw_release, \
+	.rw_renew = dmutex__etcd_rw_renew, \
+	.rw_channel = dmutex__etcd_rw_channel
 
 #endif
