@@ -16,7 +16,7 @@
 static int
 etcd_verify(struct dmutex__backend *be, size_t *up, size_t *need)
 {
-	int err = dmutex__etcd_verify(dmutex__etcd_of(be)->http);
+	int err = dmutex__etcd_verify(dmutex__etcd_of(be)->http, be->cfg.prefix);
 
 	*need = 1;
 	*up = !err;
