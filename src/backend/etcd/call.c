@@ -269,8 +269,11 @@ dmutex__etcd_call(struct dmutex__etcd_http *h, const char *path, json_t *req, js
 	if (err == EIO) {
 		char why[1024];
 		dmutex__etcd_why(h, why, sizeof why);
-		dmutex__log(ref ? DMUTEX_LOG_ERROR : DMUTEX_LOG_WARN, "etcd: %s failed: %s", path,
-				ref ? t.why : why);
+		/* A lease that ran out under a paused process: its caller
+		 * copes (a new lease), nothing for the operator. */
+		int lease_gone = ref && strstr(t.why, "requested lease not found");
+		dmutex__log(lease_gone ? DMUTEX_LOG_DEBUG : ref ? DMUTEX_LOG_ERROR : DMUTEX_LOG_WARN,
+				"etcd: %s failed: %s", path, ref ? t.why : why);
 	}
 	return err;
 }

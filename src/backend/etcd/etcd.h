@@ -20,6 +20,8 @@
  * wake channels (watch.c): "<flags>:<key>", flags 'p' the key is a
  *   prefix (the range of every key under it), 'd' only deletions wake
  *   (e.g. "dp:<prefix>m/<n>/q/", a mutex's); "k:<key>" one key, every event.
+ *   A prefix ends at its last '/': anything after it is ignored (a fair
+ *   waiter's channel is the lock's with ":<token>" added by the core).
  */
 #ifndef DMUTEX_ETCD_H
 #define DMUTEX_ETCD_H
