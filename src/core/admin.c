@@ -29,6 +29,16 @@ dmutex__admin_parse(const char *url, struct dmutex__admin_url **out)
 		free(u);
 		return err;
 	}
+	/* The views below read Redis keys themselves (admin.h says why);
+	 * over etcd only `dmutex run`, which locks through dmutex.h, works. */
+	if (u->cfg.nodes[0].etcd) {
+		dmutex__log(DMUTEX_LOG_ERROR, "dmutex status, list, reset, metrics and top read Redis "
+				"only; over etcd:// use `dmutex run`, or etcdctl get --prefix '%s'",
+				u->cfg.prefix);
+		dmutex__config_free(&u->cfg);
+		free(u);
+		return ENOTSUP;
+	}
 	u->be.nodes = u->cfg.nodes;
 	u->be.nnodes = u->cfg.nnodes;
 	u->be.connect_timeout_ms = u->cfg.connect_timeout_ms;
