@@ -12,6 +12,13 @@
 
 #include "backend/etcd/etcd.h"
 #include "base/log.h"
+/* The other primitives' operations (cond.c rw.c sem.c barrier.c), each
+ * set of the table given by a macro once it is written. */
+#if defined(__has_include)
+#if __has_include("backend/etcd/prims.h")
+#include "backend/etcd/prims.h"
+#endif
+#endif
 
 static int
 etcd_verify(struct dmutex__backend *be, size_t *up, size_t *need)
@@ -102,6 +109,7 @@ etcd_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor, size
 	return 0;
 }
 
+#ifndef DMUTEX__ETCD_COND_OPS
 /* ---- condition variables: not yet over etcd (ENOTSUP) ---- */
 static void
 cond_channel(struct dmutex__backend *be, const char *name, const char *token, char *out)
@@ -153,6 +161,7 @@ cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
 	(void)l;
 	return cond_still(be, name, token, still);
 }
+#endif
 
 static const struct dmutex__backend_ops etcd_ops = {
 	.acquire = dmutex__etcd_acquire,
@@ -167,6 +176,9 @@ static const struct dmutex__backend_ops etcd_ops = {
 	.atfork_prepare = etcd_atfork_prepare,
 	.atfork_parent = etcd_atfork_parent,
 	DMUTEX__ETCD_WAKE_OPS,
+#ifdef DMUTEX__ETCD_COND_OPS
+	DMUTEX__ETCD_COND_OPS,
+#else
 	.cond_channel = cond_channel,
 	.cond_ttl_ms = cond_ttl_ms,
 	.cond_register = cond_register,
@@ -175,7 +187,17 @@ static const struct dmutex__backend_ops etcd_ops = {
 	.cond_wake = cond_wake,
 	.cond_leave_start = cond_leave_start,
 	.cond_leave_end = cond_leave_end,
-	/* rwlocks, semaphores, barriers: NULL until they are written (ENOTSUP) */
+#endif
+	/* rwlocks, semaphores, barriers: NULL (ENOTSUP) until written */
+#ifdef DMUTEX__ETCD_RW_OPS
+	DMUTEX__ETCD_RW_OPS,
+#endif
+#ifdef DMUTEX__ETCD_SEM_OPS
+	DMUTEX__ETCD_SEM_OPS,
+#endif
+#ifdef DMUTEX__ETCD_BARRIER_OPS
+	DMUTEX__ETCD_BARRIER_OPS,
+#endif
 	.counters_add = etcd_counters_add,
 	.counters_trim = etcd_counters_trim,
 	.counters_adopt = etcd_counters_adopt,
