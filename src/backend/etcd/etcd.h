@@ -97,6 +97,11 @@ void dmutex__etcd_renew(struct dmutex__backend *be, struct dmutex__renewal *r, s
 		int64_t deadline);
 char *dmutex__etcd_channel(struct dmutex__backend *be, const char *name);
 
+/* ---- admin.c: operators' views (backend.h) ---- */
+int dmutex__etcd_inspect(struct dmutex__backend *be, const char *name, struct dmutex__lock_view *v);
+int dmutex__etcd_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *name), void *arg);
+int dmutex__etcd_reset(struct dmutex__backend *be, const char *name, int force, int *result);
+
 /* ---- watch.c: the wake subscriptions ---- */
 void dmutex__etcd_watch_create_lock(void);
 void dmutex__etcd_watch_create_unlock(void);
