@@ -1,0 +1,725 @@
+/*
+ * The contract of dmutex.h over etcd:// against a real etcd member that
+ * each test starts (tests/lib/harness_etcd.c): lock, trylock, timedlock,
+ * hand-off, recursive and error-checking mutexes, robust mutexes whose
+ * holder process is killed, fencing by etcd revision, leases rounded up
+ * to etcd's minimum, EIO naming the endpoints, EACCES with etcd's auth.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dmutex.h"
+#include "harness.h"
+#include "harness_etcd.h"
+#include "dmt.h"
+
+static struct th_etcd etcd;
+static pid_t child_pid;
+static char url[512];
+
+static void etcd_up(void)
+{
+	if (!th_etcd_available())
+		cr_skip_test("etcd is not installed (Debian: apt-get install etcd-server)");
+	cr_assert_eq(th_etcd_start(&etcd, NULL, 0), 0, "etcd did not start");
+	snprintf(url, sizeof url, "%s?command_timeout_ms=%d", etcd.url, th_command_timeout_ms());
+}
+
+static void etcd_down(void)
+{
+	dmt_reap(&child_pid);
+	th_etcd_stop(&etcd);
+}
+
+TestSuite(etcd, .init = etcd_up, .fini = etcd_down, .timeout = 60);
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+struct pm {
+	dmutex_client_t *c;
+	dmutex_t m;
+};
+
+static void pm_open(struct pm *p, const char *u, const char *name, const struct dmt_attr *a)
+{
+	cr_assert_eq(dmt_open_mutex(&p->c, &p->m, u, name, a), 0, "open %s on %s", name, u);
+}
+
+static void pm_close(struct pm *p)
+{
+	dmt_close_mutex(p->c, &p->m);
+}
+
+/* A captured log, for the error tests. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[8192];
+
+static void capture_log(int level, const char *msg, void *arg)
+{
+	(void)level, (void)arg;
+	pthread_mutex_lock(&log_mu);
+	size_t n = strlen(log_text);
+	snprintf(log_text + n, sizeof log_text - n, "%s\n", msg);
+	pthread_mutex_unlock(&log_mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* lock, trylock, timedlock, hand-off                                  */
+/* ------------------------------------------------------------------ */
+
+Test(etcd, lock_excludes_other_clients)
+{
+	struct pm a, b;
+	pm_open(&a, url, "t-basic", NULL);
+	pm_open(&b, url, "t-basic", NULL);
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	cr_assert_eq(dmutex_trylock(&b.m), EBUSY);
+	cr_assert_eq(dmutex_trylock(&a.m), EBUSY, "a NORMAL owner's trylock is EBUSY");
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), EPERM);
+	cr_assert_eq(dmutex_trylock(&b.m), 0);
+	cr_assert_eq(dmutex_trylock(&a.m), EBUSY);
+	cr_assert_eq(dmutex_unlock(&b.m), 0);
+	cr_assert_eq(dmutex_lock(&a.m), 0, "free again after the unlock");
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	pm_close(&a);
+	pm_close(&b);
+}
+
+Test(etcd, timedlock_times_out_while_held)
+{
+	struct pm a, b;
+	pm_open(&a, url, "t-timed", NULL);
+	pm_open(&b, url, "t-timed", NULL);
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	struct timespec ts;
+	dmt_deadline_in(CLOCK_REALTIME, 400, &ts);
+	long long t0 = th_now_ms();
+	cr_assert_eq(dmutex_timedlock(&b.m, &ts), ETIMEDOUT);
+	long long took = th_now_ms() - t0;
+	cr_assert_geq(took, 390, "returned %lld ms before the deadline", 400 - took);
+	cr_assert_leq(took, 400 + DMT_LATE_MS, "returned %lld ms late", took - 400);
+	dmt_deadline_in(CLOCK_MONOTONIC, 300, &ts);
+	cr_assert_eq(dmutex_clocklock(&b.m, CLOCK_MONOTONIC, &ts), ETIMEDOUT);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	dmt_deadline_in(CLOCK_REALTIME, 5000, &ts);
+	cr_assert_eq(dmutex_timedlock(&b.m, &ts), 0);
+	cr_assert_eq(dmutex_unlock(&b.m), 0);
+	pm_close(&a);
+	pm_close(&b);
+}
+
+/* A thread that locks, then holds until told to unlock (a hold is its
+ * thread's: one that exits holding is released by the library). */
+struct waiter {
+	dmutex_t *m;
+	atomic_int got, release;
+	atomic_llong at;
+	int rc, urc;
+};
+
+static int told_to_release(void *arg)
+{
+	return atomic_load(&((struct waiter *)arg)->release);
+}
+
+static void *wait_lock(void *arg)
+{
+	struct waiter *w = arg;
+	w->rc = dmutex_lock(w->m);
+	atomic_store(&w->at, th_now_ms());
+	atomic_store(&w->got, 1);
+	if (w->rc == 0) {
+		th_wait_until(told_to_release, w, 60000);
+		w->urc = dmutex_unlock(w->m);
+	}
+	return NULL;
+}
+
+static int waiter_got(void *arg)
+{
+	return atomic_load(&((struct waiter *)arg)->got);
+}
+
+/* A blocked locker wakes on the release (a watch), not at its lease or a
+ * poll: the hand-off comes within DMT_LATE_MS of the unlock. */
+Test(etcd, unlock_wakes_a_blocked_waiter)
+{
+	struct pm a, b;
+	pm_open(&a, url, "t-handoff", NULL);
+	pm_open(&b, url, "t-handoff", NULL);
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	struct waiter w = { .m = &b.m };
+	pthread_t t;
+	pthread_create(&t, NULL, wait_lock, &w);
+	/* let the waiter queue (there is no state to poll for that through the
+	 * API); the test holds either way, this only makes it test a wait */
+	dmt_pass_time_ms(300);
+	cr_assert_eq(atomic_load(&w.got), 0, "locked while held");
+	long long t0 = th_now_ms();
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert(th_wait_until(waiter_got, &w, 5000), "the waiter was not woken");
+	cr_assert_eq(w.rc, 0);
+	cr_assert_leq(atomic_load(&w.at) - t0, DMT_LATE_MS, "woken %lld ms after the unlock",
+	              atomic_load(&w.at) - t0);
+	cr_assert_eq(dmutex_trylock(&a.m), EBUSY);
+	atomic_store(&w.release, 1);
+	pthread_join(t, NULL);
+	cr_assert_eq(w.urc, 0);
+	cr_assert_eq(dmutex_trylock(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	pm_close(&a);
+	pm_close(&b);
+}
+
+/* Waiters queue by revision: every mutex over etcd is first come, first
+ * served (dmutex.h says so). */
+Test(etcd, waiters_are_served_in_arrival_order)
+{
+	enum { N = 3 };
+	struct pm a, w[N];
+	pm_open(&a, url, "t-fifo", NULL);
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	struct waiter ws[N];
+	pthread_t t[N];
+	for (int i = 0; i < N; i++) {
+		pm_open(&w[i], url, "t-fifo", NULL);
+		ws[i] = (struct waiter){ .m = &w[i].m };
+		pthread_create(&t[i], NULL, wait_lock, &ws[i]);
+		dmt_pass_time_ms(300); /* arrival order, as above */
+	}
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	for (int i = 0; i < N; i++) {
+		cr_assert(th_wait_until(waiter_got, &ws[i], 5000), "waiter %d not served", i);
+		cr_assert_eq(ws[i].rc, 0);
+		for (int k = i + 1; k < N; k++)
+			cr_assert_eq(atomic_load(&ws[k].got), 0, "waiter %d served before %d", k, i);
+		atomic_store(&ws[i].release, 1);
+		pthread_join(t[i], NULL);
+		cr_assert_eq(ws[i].urc, 0);
+	}
+	for (int i = 0; i < N; i++)
+		pm_close(&w[i]);
+	pm_close(&a);
+}
+
+/* ------------------------------------------------------------------ */
+/* types                                                               */
+/* ------------------------------------------------------------------ */
+
+Test(etcd, recursive_counts_depth)
+{
+	struct pm a, b;
+	struct dmt_attr rec = { .type = DMUTEX_RECURSIVE };
+	pm_open(&a, url, "t-rec", &rec);
+	pm_open(&b, url, "t-rec", NULL);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(dmutex_lock(&a.m), 0, "depth %d", i + 1);
+	cr_assert_eq(dmutex_trylock(&a.m), 0, "a recursive owner's trylock");
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(dmutex_unlock(&a.m), 0);
+		cr_assert_eq(dmutex_trylock(&b.m), EBUSY, "free at depth %d", 3 - i);
+	}
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), EPERM);
+	cr_assert_eq(dmutex_trylock(&b.m), 0);
+	cr_assert_eq(dmutex_unlock(&b.m), 0);
+	pm_close(&a);
+	pm_close(&b);
+}
+
+static void *unlock_other_thread(void *arg)
+{
+	return (void *)(intptr_t)dmutex_unlock(arg);
+}
+
+Test(etcd, errorcheck_reports_misuse)
+{
+	struct pm a;
+	struct dmt_attr chk = { .type = DMUTEX_ERRORCHECK };
+	pm_open(&a, url, "t-chk", &chk);
+	cr_assert_eq(dmutex_unlock(&a.m), EPERM);
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	cr_assert_eq(dmutex_lock(&a.m), EDEADLK);
+	pthread_t t;
+	void *rc;
+	pthread_create(&t, NULL, unlock_other_thread, &a.m);
+	pthread_join(t, &rc);
+	cr_assert_eq((int)(intptr_t)rc, EPERM, "another thread's unlock");
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	pm_close(&a);
+}
+
+/* ------------------------------------------------------------------ */
+/* robust: a holder process killed                                     */
+/* ------------------------------------------------------------------ */
+
+/* Child: lock the robust mutex of arg ("URL NAME FD"), say so with a byte
+ * on the pipe FD, then wait to be killed. */
+static int hold_and_wait(const char *arg)
+{
+	char u[512], name[64];
+	int fd;
+	if (sscanf(arg, "%511s %63s %d", u, name, &fd) != 3)
+		return 90;
+	struct pm p;
+	struct dmt_attr a = { .robust = DMUTEX_ROBUST };
+	if (dmt_open_mutex(&p.c, &p.m, u, name, &a) != 0)
+		return 91;
+	if (dmutex_lock(&p.m) != 0)
+		return 92;
+	if (write(fd, "h", 1) != 1)
+		return 93;
+	for (;;)
+		pause();
+}
+TH_CHILD_ENTRY(etcd_holder, hold_and_wait)
+
+/* Start a child holding NAME (robust), with the URL's lease. */
+static void child_holds(const char *u, const char *name)
+{
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	char arg[700];
+	snprintf(arg, sizeof arg, "%s %s %d", u, name, p[1]);
+	child_pid = th_spawn_exec("etcd_holder", arg);
+	close(p[1]);
+	struct pollfd pf = { .fd = p[0], .events = POLLIN };
+	char c;
+	cr_assert_eq(poll(&pf, 1, 10000 * dmt_slowdown()), 1, "the child did not lock");
+	cr_assert_eq(read(p[0], &c, 1), 1, "the child did not lock (exit %d)",
+	             th_wait_child(child_pid, 1000));
+	close(p[0]);
+}
+
+Test(etcd, robust_holder_killed_gives_eownerdead)
+{
+	char u[600];
+	snprintf(u, sizeof u, "%s&lease_ms=2000", url);
+	child_holds(u, "t-robust");
+	struct pm a, plain;
+	struct dmt_attr r = { .robust = DMUTEX_ROBUST };
+	pm_open(&a, u, "t-robust", &r);
+	pm_open(&plain, u, "t-robust", NULL);
+	cr_assert_eq(dmutex_trylock(&a.m), EBUSY);
+	kill(child_pid, SIGKILL);
+	cr_assert_eq(th_wait_child(child_pid, 5000), 128 + SIGKILL);
+	child_pid = 0;
+	long long t0 = th_now_ms();
+	cr_assert_eq(dmutex_lock(&a.m), EOWNERDEAD);
+	/* the lease (2 s, etcd's minimum) ends, etcd deletes the key */
+	cr_assert_leq(th_now_ms() - t0, 2000 + 2 * DMT_LATE_MS, "took %lld ms", th_now_ms() - t0);
+	cr_assert_eq(dmutex_consistent(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert_eq(dmutex_lock(&a.m), 0, "a clean unlock is not a death");
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert_eq(dmutex_trylock(&plain.m), 0);
+	cr_assert_eq(dmutex_unlock(&plain.m), 0);
+	pm_close(&a);
+	pm_close(&plain);
+}
+
+Test(etcd, robust_unlock_without_consistent_is_not_recoverable)
+{
+	char u[600];
+	snprintf(u, sizeof u, "%s&lease_ms=2000", url);
+	child_holds(u, "t-notrec");
+	kill(child_pid, SIGKILL);
+	cr_assert_eq(th_wait_child(child_pid, 5000), 128 + SIGKILL);
+	child_pid = 0;
+	struct pm a, b;
+	struct dmt_attr r = { .robust = DMUTEX_ROBUST };
+	pm_open(&a, u, "t-notrec", &r);
+	pm_open(&b, u, "t-notrec", &r);
+	cr_assert_eq(dmutex_lock(&a.m), EOWNERDEAD);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert_eq(dmutex_lock(&b.m), ENOTRECOVERABLE);
+	cr_assert_eq(dmutex_trylock(&a.m), ENOTRECOVERABLE);
+	pm_close(&a);
+	pm_close(&b);
+}
+
+/* ------------------------------------------------------------------ */
+/* fencing, leases                                                     */
+/* ------------------------------------------------------------------ */
+
+/* The token is the revision that created the hold's key: strictly
+ * increasing over every hold of every name of the cluster. */
+Test(etcd, fence_tokens_increase_across_names)
+{
+	struct pm a, b;
+	pm_open(&a, url, "t-fence-a", NULL);
+	pm_open(&b, url, "t-fence-b", NULL);
+	uint64_t last = 0, tok, again;
+	for (int i = 0; i < 6; i++) {
+		struct pm *p = i % 2 ? &b : &a;
+		cr_assert_eq(dmutex_lock(&p->m), 0);
+		cr_assert_eq(dmutex_fence(&p->m, &tok), 0);
+		cr_assert_eq(dmutex_fence(&p->m, &again), 0);
+		cr_assert_eq(again, tok, "one hold, one token");
+		cr_assert_gt(tok, last, "hold %d: token %llu after %llu", i,
+		             (unsigned long long)tok, (unsigned long long)last);
+		last = tok;
+		cr_assert_eq(dmutex_unlock(&p->m), 0);
+	}
+	cr_assert_eq(dmutex_fence(&a.m, &tok), EPERM);
+	pm_close(&a);
+	pm_close(&b);
+}
+
+/* etcd's minimum TTL is 1.5 x the election timeout (1 s here), granted in
+ * whole seconds: a 1 s lease is granted as 2 s, 2.5 s as whole seconds,
+ * and dmutex_getlease says what was granted. */
+Test(etcd, lease_is_rounded_up_to_what_etcd_grants)
+{
+	struct pm a, b;
+	struct dmt_attr one = { .lease_ms = 1000 }, odd = { .lease_ms = 2500 };
+	dmutex_set_logger(capture_log, NULL);
+	pm_open(&a, url, "t-lease-a", &one);
+	pm_open(&b, url, "t-lease-b", &odd);
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	cr_assert_eq(dmutex_lock(&b.m), 0);
+	unsigned la = 0, lb = 0;
+	cr_assert_eq(dmutex_getlease(&a.m, &la), 0);
+	cr_assert_eq(dmutex_getlease(&b.m, &lb), 0);
+	cr_assert_eq(la, 2000, "a 1000 ms lease reported as %u", la);
+	cr_assert(lb >= 2500 && lb % 1000 == 0, "a 2500 ms lease reported as %u", lb);
+	/* held past the asked-for 1 s: the granted lease is kept alive */
+	dmt_pass_time_ms(2500);
+	uint64_t tok;
+	cr_assert_eq(dmutex_fence(&a.m, &tok), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&b.m), 0);
+	pthread_mutex_lock(&log_mu);
+	cr_assert(strstr(log_text, "lease") != NULL, "the rounding was not logged: %s", log_text);
+	pthread_mutex_unlock(&log_mu);
+	dmutex_set_logger(NULL, NULL);
+	pm_close(&a);
+	pm_close(&b);
+}
+
+/* ------------------------------------------------------------------ */
+/* errors                                                              */
+/* ------------------------------------------------------------------ */
+
+Test(etcd, unreachable_is_eio_naming_the_endpoints)
+{
+	int p1 = th_free_port(), p2 = th_free_port();
+	char u[256];
+	snprintf(u, sizeof u, "etcd://127.0.0.1:%d,127.0.0.1:%d?connect_timeout_ms=500&command_timeout_ms=1000",
+	         p1, p2);
+	char n1[32], n2[32];
+	snprintf(n1, sizeof n1, "127.0.0.1:%d", p1);
+	snprintf(n2, sizeof n2, "127.0.0.1:%d", p2);
+	dmutex_set_logger(capture_log, NULL);
+	dmutex_client_t *c = NULL;
+	long long t0 = th_now_ms();
+	cr_assert_eq(dmutex_client_open(&c, u), EIO);
+	cr_assert_leq(th_now_ms() - t0, 1000 + DMT_LATE_MS);
+	pthread_mutex_lock(&log_mu);
+	cr_assert(strstr(log_text, n1) && strstr(log_text, n2), "the log names not both: %s", log_text);
+	pthread_mutex_unlock(&log_mu);
+	dmutex_set_logger(NULL, NULL);
+}
+
+Test(etcd, wrong_password_is_eacces_never_logging_it)
+{
+	cr_assert_eq(th_etcd_enable_auth(&etcd, "r00tPW", "alice", "alicePW"), 0);
+	const char *hostport = etcd.url + strlen("etcd://");
+	char bad[600], good[600];
+	snprintf(bad, sizeof bad, "etcd://alice:Wr0ngSecret@%s?command_timeout_ms=%d", hostport,
+	         th_command_timeout_ms());
+	snprintf(good, sizeof good, "etcd://alice:alicePW@%s?command_timeout_ms=%d", hostport,
+	         th_command_timeout_ms());
+	dmutex_set_logger(capture_log, NULL);
+	dmutex_client_t *c = NULL;
+	cr_assert_eq(dmutex_client_open(&c, bad), EACCES);
+	pthread_mutex_lock(&log_mu);
+	cr_assert(strstr(log_text, "alice") != NULL, "the user is not named: %s", log_text);
+	cr_assert(strstr(log_text, "etcd") != NULL, "etcd is not named: %s", log_text);
+	cr_assert(strstr(log_text, "Wr0ngSecret") == NULL, "the password was logged: %s", log_text);
+	pthread_mutex_unlock(&log_mu);
+	dmutex_set_logger(NULL, NULL);
+	struct pm a;
+	pm_open(&a, good, "t-auth", NULL);
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	pm_close(&a);
+}
+
+/* ------------------------------------------------------------------ */
+/* semaphores and barriers                                             */
+/* ------------------------------------------------------------------ */
+
+static dmutex_client_t *open_client(void)
+{
+	dmutex_client_t *c = NULL;
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	return c;
+}
+
+struct sem_waiter {
+	dsem_t *s;
+	atomic_int done;
+	atomic_llong at;
+	int rc;
+};
+
+static void *sem_wait_thread(void *arg)
+{
+	struct sem_waiter *w = arg;
+	w->rc = dsem_wait(w->s);
+	atomic_store(&w->at, th_now_ms());
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+static int sem_waiter_done(void *arg)
+{
+	return atomic_load(&((struct sem_waiter *)arg)->done);
+}
+
+Test(etcd, semaphore_counts_and_wakes)
+{
+	dmutex_client_t *c1 = open_client(), *c2 = open_client();
+	dsem_t a, b, x;
+	int v = -1;
+	cr_assert_eq(dsem_init(&x, "t-sem-missing", 1, c1, DSEM_NOCREATE), ENOENT);
+	cr_assert_eq(dsem_init(&a, "t-sem", 2, c1, 0), 0);
+	cr_assert_eq(dsem_init(&x, "t-sem", 2, c2, DSEM_EXCL), EEXIST);
+	cr_assert_eq(dsem_init(&b, "t-sem", 5, c2, 0), 0, "joins, keeps the first value");
+	cr_assert_eq(dsem_getvalue(&b, &v), 0);
+	cr_assert_eq(v, 2);
+	cr_assert_eq(dsem_trywait(&a), 0);
+	cr_assert_eq(dsem_trywait(&b), 0);
+	cr_assert_eq(dsem_trywait(&a), EAGAIN);
+	cr_assert_eq(dsem_getvalue(&a, &v), 0);
+	cr_assert_eq(v, 0);
+	struct timespec ts;
+	dmt_deadline_in(CLOCK_REALTIME, 300, &ts);
+	cr_assert_eq(dsem_timedwait(&b, &ts), ETIMEDOUT);
+	struct sem_waiter w = { .s = &b };
+	pthread_t t;
+	pthread_create(&t, NULL, sem_wait_thread, &w);
+	dmt_pass_time_ms(300); /* let it wait (the test holds either way) */
+	cr_assert_eq(atomic_load(&w.done), 0, "took a permit there is none of");
+	long long t0 = th_now_ms();
+	cr_assert_eq(dsem_post(&a), 0);
+	cr_assert(th_wait_until(sem_waiter_done, &w, 5000), "the post woke no waiter");
+	pthread_join(t, NULL);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_leq(atomic_load(&w.at) - t0, DMT_LATE_MS);
+	cr_assert_eq(dsem_getvalue(&a, &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(dsem_post(&a), 0);
+	cr_assert_eq(dsem_post(&b), 0);
+	cr_assert_eq(dsem_getvalue(&a, &v), 0);
+	cr_assert_eq(v, 2);
+	cr_assert_eq(dsem_destroy(&a), 0);
+	cr_assert_eq(dsem_destroy(&b), 0);
+	cr_assert_eq(dsem_unlink("t-sem", c1), 0);
+	cr_assert_eq(dsem_unlink("t-sem", c1), ENOENT);
+	dmutex_client_close(c1);
+	dmutex_client_close(c2);
+}
+
+/* A binary semaphore shared by two clients x two threads: never two
+ * inside, no permit lost or made (the compare on the value's revision). */
+struct sem_mx {
+	dsem_t *s;
+	atomic_int *inside, *max_inside;
+	int rounds, err;
+};
+
+static void *sem_mx_thread(void *arg)
+{
+	struct sem_mx *m = arg;
+	for (int i = 0; i < m->rounds; i++) {
+		if ((m->err = dsem_wait(m->s)))
+			return NULL;
+		int n = atomic_fetch_add(m->inside, 1) + 1;
+		if (n > atomic_load(m->max_inside))
+			atomic_store(m->max_inside, n);
+		atomic_fetch_sub(m->inside, 1);
+		if ((m->err = dsem_post(m->s)))
+			return NULL;
+	}
+	return NULL;
+}
+
+Test(etcd, semaphore_excludes_under_contention)
+{
+	dmutex_client_t *c[2] = { open_client(), open_client() };
+	dsem_t s[2];
+	atomic_int inside = 0, max_inside = 0;
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(dsem_init(&s[i], "t-sem-mx", 1, c[i], 0), 0);
+	struct sem_mx m[4];
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++) {
+		m[i] = (struct sem_mx){ &s[i % 2], &inside, &max_inside, 10, 0 };
+		pthread_create(&t[i], NULL, sem_mx_thread, &m[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(m[i].err, 0, "thread %d: %d", i, m[i].err);
+	}
+	cr_assert_eq(atomic_load(&max_inside), 1);
+	int v = -1;
+	cr_assert_eq(dsem_getvalue(&s[0], &v), 0);
+	cr_assert_eq(v, 1, "permits after 40 wait/post pairs: %d", v);
+	for (int i = 0; i < 2; i++) {
+		dsem_destroy(&s[i]);
+		dmutex_client_close(c[i]);
+	}
+}
+
+struct bar_arg {
+	dbarrier_t *b;
+	int rc[2];
+};
+
+static void *bar_thread(void *arg)
+{
+	struct bar_arg *a = arg;
+	for (int i = 0; i < 2; i++)
+		a->rc[i] = dbarrier_wait(a->b);
+	return NULL;
+}
+
+Test(etcd, barrier_releases_all_with_one_serial)
+{
+	enum { N = 3 };
+	dmutex_client_t *c[N];
+	dbarrier_t b[N], other;
+	struct bar_arg a[N];
+	pthread_t t[N];
+	for (int i = 0; i < N; i++) {
+		c[i] = open_client();
+		cr_assert_eq(dbarrier_init(&b[i], "t-bar", N, c[i]), 0);
+	}
+	cr_assert_eq(dbarrier_init(&other, "t-bar", N + 1, c[0]), EINVAL, "another count");
+	for (int i = 0; i < N; i++) {
+		a[i] = (struct bar_arg){ &b[i], { -2, -2 } };
+		pthread_create(&t[i], NULL, bar_thread, &a[i]);
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(t[i], NULL);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		int serial = 0;
+		for (int i = 0; i < N; i++) {
+			cr_assert(a[i].rc[cycle] == 0 || a[i].rc[cycle] == DBARRIER_SERIAL_THREAD,
+			          "cycle %d, waiter %d: %d", cycle, i, a[i].rc[cycle]);
+			serial += a[i].rc[cycle] == DBARRIER_SERIAL_THREAD;
+		}
+		cr_assert_eq(serial, 1, "cycle %d: %d serial waiters", cycle, serial);
+	}
+	for (int i = 0; i < N; i++) {
+		dbarrier_destroy(&b[i]);
+		dmutex_client_close(c[i]);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* read-write locks                                                    */
+/* ------------------------------------------------------------------ */
+
+struct rw_arg {
+	drwlock_t *rw;
+	int write;
+	atomic_int got, release;
+	int rc, urc;
+	uint64_t fence;
+};
+
+static int rw_told(void *arg)
+{
+	return atomic_load(&((struct rw_arg *)arg)->release);
+}
+
+static int rw_got(void *arg)
+{
+	return atomic_load(&((struct rw_arg *)arg)->got);
+}
+
+/* Take (blocking), hold until told, unlock: the hold is this thread's. */
+static void *rw_thread(void *arg)
+{
+	struct rw_arg *a = arg;
+	a->rc = a->write ? drwlock_wrlock(a->rw) : drwlock_rdlock(a->rw);
+	if (a->rc == 0 && a->write)
+		drwlock_fence(a->rw, &a->fence);
+	atomic_store(&a->got, 1);
+	if (a->rc == 0) {
+		th_wait_until(rw_told, a, 60000);
+		a->urc = drwlock_unlock(a->rw);
+	}
+	return NULL;
+}
+
+static void rw_open(dmutex_client_t **c, drwlock_t *rw, const char *name)
+{
+	dmutex_attr_t at;
+	*c = open_client();
+	cr_assert_eq(dmutex_attr_init(&at), 0);
+	cr_assert_eq(dmutex_attr_setclient(&at, *c), 0);
+	cr_assert_eq(drwlock_init(rw, name, &at), 0);
+	dmutex_attr_destroy(&at);
+}
+
+/* Readers share; a writer excludes them and waits for them; a waiting
+ * writer holds new readers back (writer preference); fences increase. */
+Test(etcd, rwlock_shares_and_prefers_writers)
+{
+	enum { N = 3 };
+	dmutex_client_t *c[N];
+	drwlock_t rw[N];
+	for (int i = 0; i < N; i++)
+		rw_open(&c[i], &rw[i], "t-rw");
+	/* two readers of two clients at once */
+	cr_assert_eq(drwlock_tryrdlock(&rw[0]), 0);
+	cr_assert_eq(drwlock_tryrdlock(&rw[1]), 0);
+	cr_assert_eq(drwlock_trywrlock(&rw[2]), EBUSY);
+	/* a writer waits for them ... */
+	struct rw_arg w = { .rw = &rw[2], .write = 1 };
+	pthread_t tw;
+	pthread_create(&tw, NULL, rw_thread, &w);
+	dmt_pass_time_ms(500);  /* it queues its intent (the test holds either way) */
+	cr_assert_eq(atomic_load(&w.got), 0, "a writer got in beside readers");
+	/* ... and holds a new reader back */
+	cr_assert_eq(drwlock_unlock(&rw[1]), 0);
+	cr_assert_eq(drwlock_tryrdlock(&rw[1]), EBUSY, "a reader passed a waiting writer");
+	cr_assert_eq(drwlock_unlock(&rw[0]), 0);
+	cr_assert(th_wait_until(rw_got, &w, 5000), "the writer was not woken");
+	cr_assert_eq(w.rc, 0);
+	cr_assert_eq(drwlock_tryrdlock(&rw[0]), EBUSY);
+	cr_assert_eq(drwlock_trywrlock(&rw[1]), EBUSY);
+	atomic_store(&w.release, 1);
+	pthread_join(tw, NULL);
+	cr_assert_eq(w.urc, 0);
+	/* free again: a writer, then a reader */
+	uint64_t f2 = 0;
+	cr_assert_eq(drwlock_trywrlock(&rw[1]), 0);
+	cr_assert_eq(drwlock_fence(&rw[1], &f2), 0);
+	cr_assert_gt(f2, w.fence, "fence %llu after %llu", (unsigned long long)f2,
+	             (unsigned long long)w.fence);
+	cr_assert_eq(drwlock_unlock(&rw[1]), 0);
+	cr_assert_eq(drwlock_tryrdlock(&rw[0]), 0);
+	cr_assert_eq(drwlock_unlock(&rw[0]), 0);
+	for (int i = 0; i < N; i++) {
+		drwlock_destroy(&rw[i]);
+		dmutex_client_close(c[i]);
+	}
+}
