@@ -439,6 +439,12 @@ struct dmutex__backend_ops {
 	 * servers' own lines went to debug. */
 	void (*why)(struct dmutex__backend *be, char *out, size_t len);
 
+	/* Optional: the lease the backend grants for lease_ms, rounded up to
+	 * what the store can keep (etcd: whole seconds, at least its minimum
+	 * TTL), logged once when it differs; NULL: as asked.  The core asks
+	 * it where a lease is chosen, so dmutex_getlease reports it. */
+	unsigned (*lease)(struct dmutex__backend *be, unsigned lease_ms);
+
 	/* ---- operators' views (optional; view.h) ----
 	 * For a store the tool does not read itself (etcd; NULL on Redis,
 	 * whose keys tools/ reads through core/admin.h).
@@ -485,6 +491,12 @@ static inline void
 dmutex__backend_why(struct dmutex__backend *be, char *out, size_t len)
 {
 	be->ops->why(be, out, len);
+}
+
+static inline unsigned
+dmutex__backend_lease(struct dmutex__backend *be, unsigned lease_ms)
+{
+	return be->ops->lease ? be->ops->lease(be, lease_ms) : lease_ms;
 }
 
 /* Asynchronous releases. */

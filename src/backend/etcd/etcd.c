@@ -202,6 +202,7 @@ static const struct dmutex__backend_ops etcd_ops = {
 	.counters_trim = etcd_counters_trim,
 	.counters_adopt = etcd_counters_adopt,
 	.why = etcd_why,
+	.lease = dmutex__etcd_lease,
 	.inspect = dmutex__etcd_inspect,
 	.names = dmutex__etcd_names,
 	.reset = dmutex__etcd_reset,

@@ -13,8 +13,9 @@
  *                             when it took the lock, deleted by a clean
  *                             unlock (no lease: a death leaves it behind)
  *   <prefix>m/<n>/n           "not recoverable" (no lease)
- * leases: one etcd lease per lease length per client (lease.c), TTL
- *   ceil(lease) + 1 s, at least 2 s (etcd's minimum), kept alive by the
+ * leases: a dmutex lease is rounded up to whole seconds, 2 s at least
+ *   (ops->lease: what dmutex_getlease reports); one etcd lease per lease
+ *   length per client (lease.c), TTL that + 1 s, kept alive by the
  *   renewal thread's renew and, for a hold about to be taken on a lease
  *   whose last keep-alive is older than TTL - lease, by acquire first.
  * wake channels (watch.c): "<flags>:<key>", flags 'p' the key is a
@@ -86,6 +87,8 @@ int dmutex__etcd_lease_for(struct dmutex__etcd *e, unsigned lease_ms, int64_t de
 int dmutex__etcd_lease_keep(struct dmutex__etcd *e, unsigned lease_ms, int64_t deadline);
 /* etcd said lease id is gone: forget it. */
 void dmutex__etcd_lease_forget(struct dmutex__etcd *e, int64_t id);
+/* ops->lease: lease_ms rounded up to whole seconds, at least 2 s. */
+unsigned dmutex__etcd_lease(struct dmutex__backend *be, unsigned lease_ms);
 /* Revoke every lease (destroy: our keys go at once). */
 void dmutex__etcd_lease_revoke_all(struct dmutex__etcd *e);
 
