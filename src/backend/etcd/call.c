@@ -269,39 +269,90 @@ dmutex__etcd_call(struct dmutex__etcd_http *h, const char *path, json_t *req, js
 	if (err == EIO) {
 		char why[1024];
 		dmutex__etcd_why(h, why, sizeof why);
-		dmutex__log(ref ? DMUTEX_LOG_ERROR : DMUTEX_LOG_WARN, "etcd: %s failed: %s", path,
-				ref ? t.why : why);
+		/* A lease that ran out under a paused process: its caller
+		 * copes (a new lease), nothing for the operator. */
+		int lease_gone = ref && strstr(t.why, "requested lease not found");
+		dmutex__log(lease_gone ? DMUTEX_LOG_DEBUG : ref ? DMUTEX_LOG_ERROR : DMUTEX_LOG_WARN,
+				"etcd: %s failed: %s", path, ref ? t.why : why);
 	}
 	return err;
 }
 
+/* May the user read the keys under prefix?  A read of one (keys only). */
+static int
+may_read(struct dmutex__etcd_http *h, size_t i, const char *prefix, int64_t deadline, char *why,
+		size_t len)
+{
+	char end[1024], *k = dmutex__etcd_b64(prefix, strlen(prefix)), *e;
+	json_t *req;
+	struct attempt t = { .path = "/v3/kv/range", .with_token = 1, .deadline = deadline };
+	int cls;
+
+	dmutex__etcd_prefix_end(prefix, end);
+	e = dmutex__etcd_b64(end, strlen(end));
+	req = k && e ? json_pack("{s:s, s:s, s:s, s:b}", "key", k, "range_end", e, "limit", "1",
+			"keys_only", 1) : NULL;
+	free(k);
+	free(e);
+	if (!req || !(t.body = json_dumps(req, JSON_COMPACT))) {
+		json_decref(req);
+		return ENOMEM;
+	}
+	json_decref(req);
+	t.len = strlen(t.body);
+	cls = attempt(h, i, &t);
+	free((char *)t.body);
+	json_decref(t.rep);
+	snprintf(why, len, "%s", t.why);
+	if (cls == A_AUTH || (cls == A_FAIL && strstr(t.why, "permission denied"))) {
+		if (h->addr->user)
+			dmutex__log(DMUTEX_LOG_ERROR, "etcd at %s: user '%s' may not read the keys under "
+					"'%s' (grant its role readwrite on that prefix)", h->m[i].display,
+					h->addr->user, prefix);
+		else
+			dmutex__log(DMUTEX_LOG_ERROR, "etcd at %s has authentication on: give a user "
+					"(etcd://USER:PASSWORD@HOST:PORT, or USER@ and password_file=)",
+					h->m[i].display);
+		return EACCES;
+	}
+	return cls == A_OK ? 0 : EIO;
+}
+
+/* Member i: etcd, our user let in, the prefix readable.  0, EACCES, EIO (why). */
+static int
+verify_member(struct dmutex__etcd_http *h, size_t i, const char *prefix, int64_t deadline,
+		char *why, size_t len)
+{
+	struct attempt t = { .path = "/v3/maintenance/status", .body = "{}", .len = 2,
+		.with_token = 1, .deadline = deadline };
+	int err;
+
+	if (h->addr->user && (err = authenticate(h, i, deadline, why, len)))
+		return err;
+	err = attempt(h, i, &t) == A_OK && json_object_get(t.rep, "version") ? 0 : EIO;
+	json_decref(t.rep);
+	if (err) {
+		snprintf(why, len, "%s", t.why[0] ? t.why : "not an etcd v3 server: no version in its "
+				"answer to /v3/maintenance/status");
+		return EIO;
+	}
+	return may_read(h, i, prefix, deadline, why, len);
+}
+
 int
-dmutex__etcd_verify(struct dmutex__etcd_http *h)
+dmutex__etcd_verify(struct dmutex__etcd_http *h, const char *prefix)
 {
 	int64_t deadline = dmutex__now_ns() + (int64_t)h->command_ms * DMUTEX__MS;
 	int err = EIO;
 
 	/* Each member once, the first that answers decides. */
-	for (size_t k = 0; k < h->n && err == EIO; k++) {
+	for (size_t k = 0; k < h->n && err == EIO && dmutex__now_ns() < deadline; k++) {
 		size_t i = (__atomic_load_n(&h->cur, __ATOMIC_RELAXED) + k) % h->n;
-		struct attempt t = { .path = "/v3/maintenance/status", .body = "{}", .len = 2,
-			.with_token = 1, .deadline = deadline };
-		if (h->addr->user && (err = authenticate(h, i, deadline, t.why, sizeof t.why))) {
-			dmutex__etcd_set_why(h, i, t.why);
-			if (err != EIO)
-				break;
-			continue;
-		}
-		err = attempt(h, i, &t) == A_OK && json_object_get(t.rep, "version") ? 0 : EIO;
-		if (!err || !t.why[0])
-			snprintf(t.why, sizeof t.why, "%s", err ? "not an etcd v3 server: no version in "
-					"its answer to /v3/maintenance/status" : "");
-		json_decref(t.rep);
-		dmutex__etcd_set_why(h, i, t.why);
+		char why[WHY_LEN] = "";
+		err = verify_member(h, i, prefix, deadline, why, sizeof why);
+		dmutex__etcd_set_why(h, i, err == EIO ? why : "");
 		if (!err)
 			__atomic_store_n(&h->cur, (unsigned)i, __ATOMIC_RELAXED);
-		if (deadline <= dmutex__now_ns())
-			break;
 	}
 	return err;
 }

@@ -13,13 +13,16 @@
  *                             when it took the lock, deleted by a clean
  *                             unlock (no lease: a death leaves it behind)
  *   <prefix>m/<n>/n           "not recoverable" (no lease)
- * leases: one etcd lease per lease length per client (lease.c), TTL
- *   ceil(lease) + 1 s, at least 2 s (etcd's minimum), kept alive by the
+ * leases: a dmutex lease is rounded up to whole seconds, 2 s at least
+ *   (ops->lease: what dmutex_getlease reports); one etcd lease per lease
+ *   length per client (lease.c), TTL that + 1 s, kept alive by the
  *   renewal thread's renew and, for a hold about to be taken on a lease
  *   whose last keep-alive is older than TTL - lease, by acquire first.
  * wake channels (watch.c): "<flags>:<key>", flags 'p' the key is a
  *   prefix (the range of every key under it), 'd' only deletions wake
  *   (e.g. "dp:<prefix>m/<n>/q/", a mutex's); "k:<key>" one key, every event.
+ *   A prefix ends at its last '/': anything after it is ignored (a fair
+ *   waiter's channel is the lock's with ":<token>" added by the core).
  */
 #ifndef DMUTEX_ETCD_H
 #define DMUTEX_ETCD_H
@@ -84,6 +87,8 @@ int dmutex__etcd_lease_for(struct dmutex__etcd *e, unsigned lease_ms, int64_t de
 int dmutex__etcd_lease_keep(struct dmutex__etcd *e, unsigned lease_ms, int64_t deadline);
 /* etcd said lease id is gone: forget it. */
 void dmutex__etcd_lease_forget(struct dmutex__etcd *e, int64_t id);
+/* ops->lease: lease_ms rounded up to whole seconds, at least 2 s. */
+unsigned dmutex__etcd_lease(struct dmutex__backend *be, unsigned lease_ms);
 /* Revoke every lease (destroy: our keys go at once). */
 void dmutex__etcd_lease_revoke_all(struct dmutex__etcd *e);
 
@@ -94,6 +99,11 @@ int dmutex__etcd_release(struct dmutex__backend *be, const char *name, const cha
 void dmutex__etcd_renew(struct dmutex__backend *be, struct dmutex__renewal *r, size_t n,
 		int64_t deadline);
 char *dmutex__etcd_channel(struct dmutex__backend *be, const char *name);
+
+/* ---- admin.c: operators' views (backend.h) ---- */
+int dmutex__etcd_inspect(struct dmutex__backend *be, const char *name, struct dmutex__lock_view *v);
+int dmutex__etcd_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *name), void *arg);
+int dmutex__etcd_reset(struct dmutex__backend *be, const char *name, int force, int *result);
 
 /* ---- watch.c: the wake subscriptions ---- */
 void dmutex__etcd_watch_create_lock(void);

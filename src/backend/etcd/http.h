@@ -42,10 +42,11 @@ void dmutex__etcd_http_unlock(struct dmutex__etcd_http *h);
  */
 int dmutex__etcd_call(struct dmutex__etcd_http *h, const char *path, json_t *req, json_t **rep,
 		int64_t deadline, int *maybe_done, int *refused);
-/* dmutex_client_open's check: authenticate (a user given) and ask a
- * member's status.  0; EACCES (logged, naming etcd and the user); EIO
- * (every member's failure kept for dmutex__etcd_why). */
-int dmutex__etcd_verify(struct dmutex__etcd_http *h);
+/* dmutex_client_open's check: authenticate (a user given), ask a
+ * member's status, read a key under prefix.  0; EACCES (logged, naming
+ * etcd and the user, never the password); EIO (every member's failure
+ * kept for dmutex__etcd_why). */
+int dmutex__etcd_verify(struct dmutex__etcd_http *h, const char *prefix);
 /* Each failing member's last failure, "; " between them; "" if none. */
 void dmutex__etcd_why(struct dmutex__etcd_http *h, char *out, size_t len);
 

@@ -23,6 +23,20 @@ ttl_for(unsigned lease_ms)
 	return s < TTL_MIN_S ? TTL_MIN_S : s;
 }
 
+unsigned
+dmutex__etcd_lease(struct dmutex__backend *be, unsigned lease_ms)
+{
+	static int said;
+	unsigned s = (lease_ms + 999) / 1000, granted = (s < TTL_MIN_S ? TTL_MIN_S : s) * 1000;
+
+	(void)be;
+	if (granted != lease_ms && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		dmutex__log(DMUTEX_LOG_INFO, "etcd grants leases in whole seconds, %d s at least: "
+				"a %u ms lease is %u ms (dmutex_getlease reports it)", TTL_MIN_S,
+				lease_ms, granted);
+	return granted;
+}
+
 /* Under mu: the slot of lease_ms, made if missing (NULL on ENOMEM). */
 static struct dmutex__etcd_lease *
 slot(struct dmutex__etcd *e, unsigned lease_ms)

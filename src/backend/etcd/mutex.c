@@ -179,18 +179,22 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 	a->maybe_done = a->refused = a->died = a->split = 0;
 	a->pttl_ms = -1;
-	if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
-		return err;
 	make_keys(e, a->name, a->token, &k);
-	if (!(req = acquire_txn(e, a, &k, lease)))
-		return ENOMEM;
-	err = dmutex__etcd_txn(e, req, &rep, a->deadline, &a->maybe_done, &a->refused);
-	json_decref(req);
-	if (err) {
-		if (a->refused)
-			dmutex__etcd_lease_forget(e, lease);    /* "requested lease not found" */
-		return err;
+	/* A refusal is most likely our lease gone (a pause, a long idle):
+	 * once more on a new one. */
+	for (int round = 0; round < 2; round++) {
+		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
+			return err;
+		if (!(req = acquire_txn(e, a, &k, lease)))
+			return ENOMEM;
+		err = dmutex__etcd_txn(e, req, &rep, a->deadline, &a->maybe_done, &a->refused);
+		json_decref(req);
+		if (!err || !a->refused)
+			break;
+		dmutex__etcd_lease_forget(e, lease);
 	}
+	if (err)
+		return err;
 	if (!dmutex__etcd_bool(rep, "succeeded")) {
 		err = read_queue(e, a, &k, rep);
 	} else {

@@ -46,11 +46,17 @@ create_body(const char *channel)
 	const char *colon = strchr(channel, ':'), *key = colon ? colon + 1 : channel;
 	int prefix = colon && memchr(channel, 'p', (size_t)(colon - channel));
 	int deletes = colon && memchr(channel, 'd', (size_t)(colon - channel));
-	char end[DMUTEX__ETCD_KEY_MAX], *body = NULL;
+	char pfx[DMUTEX__ETCD_KEY_MAX], end[DMUTEX__ETCD_KEY_MAX], *body = NULL, *slash;
 	json_t *k, *req;
 
 	if (strlen(key) >= sizeof end)
 		return NULL;
+	/* A prefix ends in '/': what follows is a waiter's own suffix (the
+	 * core's fair waiters add ":<token>"), the same watch for us. */
+	if (prefix && (slash = strrchr(strcpy(pfx, key), '/'))) {
+		slash[1] = '\0';
+		key = pfx;
+	}
 	dmutex__etcd_prefix_end(key, end);
 	if (!(k = dmutex__etcd_key(key, prefix ? end : NULL)))
 		return NULL;
