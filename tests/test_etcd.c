@@ -287,21 +287,50 @@ static int hold_and_wait(const char *arg)
 }
 TH_CHILD_ENTRY(etcd_holder, hold_and_wait)
 
+/* Child: a read share of the rwlock of arg ("URL NAME FD"), a byte on
+ * FD, then wait to be killed. */
+static int read_and_wait(const char *arg)
+{
+	char u[512], name[64];
+	int fd;
+	if (sscanf(arg, "%511s %63s %d", u, name, &fd) != 3)
+		return 90;
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	if (dmutex_client_open(&c, u) || dmutex_attr_init(&a) || dmutex_attr_setclient(&a, c) ||
+	    drwlock_init(&rw, name, &a))
+		return 91;
+	if (drwlock_rdlock(&rw) != 0)
+		return 92;
+	if (write(fd, "r", 1) != 1)
+		return 93;
+	for (;;)
+		pause();
+}
+TH_CHILD_ENTRY(etcd_reader, read_and_wait)
+
 /* Start a child holding NAME (robust), with the URL's lease. */
-static void child_holds(const char *u, const char *name)
+static void child_runs(const char *entry, const char *u, const char *name)
 {
 	int p[2];
 	cr_assert_eq(pipe(p), 0);
 	char arg[700];
 	snprintf(arg, sizeof arg, "%s %s %d", u, name, p[1]);
-	child_pid = th_spawn_exec("etcd_holder", arg);
+	child_pid = th_spawn_exec(entry, arg);
 	close(p[1]);
 	struct pollfd pf = { .fd = p[0], .events = POLLIN };
 	char c;
 	cr_assert_eq(poll(&pf, 1, 10000 * dmt_slowdown()), 1, "the child did not lock");
+	/* (a child that failed closes the pipe: poll says 1, read 0) */
 	cr_assert_eq(read(p[0], &c, 1), 1, "the child did not lock (exit %d)",
 	             th_wait_child(child_pid, 1000));
 	close(p[0]);
+}
+
+static void child_holds(const char *u, const char *name)
+{
+	child_runs("etcd_holder", u, name);
 }
 
 Test(etcd, robust_holder_killed_gives_eownerdead)
@@ -837,4 +866,35 @@ Test(etcd, cond_signal_wakes_one_broadcast_all)
 		dcond_destroy(&w[i].cv);
 		dmt_close_mutex(w[i].c, &w[i].m);
 	}
+}
+
+/* A reader's process killed: its share goes with its lease, and a writer
+ * waiting for it gets in within that lease (2 s granted, its etcd lease a
+ * second longer), not never. */
+Test(etcd, rwlock_dead_readers_share_ends_with_its_lease)
+{
+	char u[600];
+	snprintf(u, sizeof u, "%s&lease_ms=2000", url);
+	child_runs("etcd_reader", u, "t-rw-dead");
+	dmutex_client_t *c = NULL;
+	drwlock_t rw;
+	dmutex_attr_t a;
+	cr_assert_eq(dmutex_client_open(&c, u), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "t-rw-dead", &a), 0);
+	cr_assert_eq(drwlock_trywrlock(&rw), EBUSY);
+	kill(child_pid, SIGKILL);
+	cr_assert_eq(th_wait_child(child_pid, 5000), 128 + SIGKILL);
+	child_pid = 0;
+	long long t0 = th_now_ms();
+	struct timespec ts;
+	dmt_deadline_in(CLOCK_REALTIME, 15000, &ts);
+	cr_assert_eq(drwlock_timedwrlock(&rw, &ts), 0);
+	long long took = th_now_ms() - t0;
+	cr_assert_leq(took, 3000 + DMT_LATE_MS, "the writer waited %lld ms", took);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	drwlock_destroy(&rw);
+	dmutex_attr_destroy(&a);
+	dmutex_client_close(c);
 }
