@@ -531,3 +531,42 @@ Test(etcd_faults, paused_leader_clients_fail_over)
 		dmt_close_mutex(c[i], &l[i].m);
 	}
 }
+
+/* The same program's condition variable: three processes x two threads
+ * take turns in a fixed order, each woken by the others' broadcasts. */
+Test(etcd_faults, shim_program_turns_through_a_condition_variable)
+{
+	need_etcd();
+	const char *prog = getenv("ETCD_SHIM_PROG");
+	cr_assert(prog && *prog, "ETCD_SHIM_PROG is not set (tests/meson.build sets it)");
+	cr_assert_eq(th_etcd_start(&etcd, NULL, 0), 0, "etcd did not start");
+	char path[320], env_url[700], ns[64], out[340], idx[PROCS][4];
+	snprintf(path, sizeof path, "%s/turns", etcd.dir);
+	snprintf(out, sizeof out, "%s/turns.out", etcd.dir);
+	snprintf(env_url, sizeof env_url, "DMUTEX_URL=%s?command_timeout_ms=%d", etcd.url,
+	         th_command_timeout_ms());
+	snprintf(ns, sizeof ns, "DMUTEX_NAMESPACE=etcd-turns-%d", (int)getpid());
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	const char *const env[] = { env_url, ns, NULL };
+	for (int i = 0; i < PROCS; i++) {
+		snprintf(idx[i], sizeof idx[i], "%d", i);
+		const char *const argv[] = { prog, "turns", path, idx[i], "4", NULL };
+		kids[i] = fork();
+		cr_assert_geq(kids[i], 0);
+		if (kids[i] == 0)
+			_exit(th_run(argv, env, out, 90000 * dmt_slowdown()) & 0xff);
+	}
+	for (int i = 0; i < PROCS; i++) {
+		int st = th_wait_child(kids[i], 120000 * dmt_slowdown());
+		kids[i] = 0;
+		cr_assert_eq(st, 0, "process %d exited %d (see %s)", i, st, out);
+	}
+	char buf[64] = "";
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f);
+	cr_assert_not_null(fgets(buf, sizeof buf, f));
+	fclose(f);
+	cr_assert_str_eq(buf, "012345012345012345012345");
+}

@@ -9,6 +9,13 @@
  * good measure).  The read and the write are apart long enough that
  * processes which did not exclude one another would lose additions: the
  * final count is exact only if the mutex holds across processes.
+ *
+ *   test_etcd_shim_prog turns FILE PROC ITERS
+ *
+ * Two threads of process PROC (0..2) take turns with the other processes'
+ * through one condition variable: slot 2 * PROC + thread appends its digit
+ * to FILE when the file's length says it is its turn, then broadcasts.
+ * Run as three processes, FILE ends as "012345" ITERS times, exactly.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -65,8 +72,60 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+static pthread_mutex_t turn_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t turn_cv = PTHREAD_COND_INITIALIZER;
+static int proc_index;
+
+static long file_len(void)
+{
+	FILE *f = fopen(path, "r");
+	long n;
+	if (!f)
+		return -1;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fclose(f);
+	return n;
+}
+
+static void *turn_worker(void *arg)
+{
+	int slot = 2 * proc_index + (int)(intptr_t)arg;
+	for (int i = 0; i < iters; i++) {
+		if (pthread_mutex_lock(&turn_mu))
+			return (void *)20;
+		long n;
+		while ((n = file_len()) >= 0 && n % 6 != slot)
+			if (pthread_cond_wait(&turn_cv, &turn_mu))
+				return (void *)21;
+		FILE *f = fopen(path, "a");
+		if (n < 0 || !f || fputc('0' + slot, f) == EOF || fclose(f))
+			return (void *)22;
+		pthread_cond_broadcast(&turn_cv);
+		if (pthread_mutex_unlock(&turn_mu))
+			return (void *)23;
+	}
+	return NULL;
+}
+
+static int turns(char **argv)
+{
+	pthread_t t[2];
+	void *r[2];
+	path = argv[2];
+	proc_index = atoi(argv[3]);
+	iters = atoi(argv[4]);
+	for (intptr_t i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, turn_worker, (void *)i);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], &r[i]);
+	return r[0] || r[1] ? (int)(intptr_t)(r[0] ? r[0] : r[1]) : 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 5 && !strcmp(argv[1], "turns"))
+		return turns(argv);
 	if (argc != 4)
 		return 64;
 	path = argv[1];
