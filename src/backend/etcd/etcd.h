@@ -54,6 +54,10 @@ struct dmutex__etcd {
 	size_t nleases;
 	struct dmutex__etcd_watch *watch;       /* watch.c, made on first use */
 	pthread_mutex_t watch_mu;       /* the listener's (waiter.mu in internal.h's order) */
+	/* The tokens of our robust holds, under mu: their clean release also
+	 * clears the robust state (keys.c). */
+	char (*robust)[DMUTEX__TOKEN_HEX + 1];
+	size_t nrobust, caprobust;
 };
 
 static inline struct dmutex__etcd *
@@ -77,6 +81,11 @@ int dmutex__etcd_txn(struct dmutex__etcd *e, json_t *req, json_t **rep, int64_t 
 json_t *dmutex__etcd_resp(const json_t *rep, size_t i, const char *kind, const char *what);
 /* The first kv of a range response, NULL if none. */
 json_t *dmutex__etcd_first_kv(const json_t *range);
+
+/* Remember a robust hold's token: 0 or ENOMEM.  take: forget it, 1 if
+ * it was there. */
+int dmutex__etcd_robust_add(struct dmutex__etcd *e, const char *token);
+int dmutex__etcd_robust_take(struct dmutex__etcd *e, const char *token);
 
 /* ---- lease.c ---- */
 /* The shared lease for holds of lease_ms, granted or kept alive as

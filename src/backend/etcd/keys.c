@@ -1,5 +1,7 @@
 /* Where a primitive's keys are, and reading a txn's answer (etcd.h). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/etcd/etcd.h"
@@ -42,4 +44,42 @@ dmutex__etcd_first_kv(const json_t *range)
 	json_t *kv = json_array_get(json_object_get(range, "kvs"), 0);
 
 	return json_is_object(kv) ? kv : NULL;
+}
+
+int
+dmutex__etcd_robust_add(struct dmutex__etcd *e, const char *token)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&e->mu);
+	if (e->nrobust == e->caprobust) {
+		size_t cap = e->caprobust ? 2 * e->caprobust : 16;
+		void *p = realloc(e->robust, cap * sizeof *e->robust);
+		if (p) {
+			e->robust = p;
+			e->caprobust = cap;
+		}
+	}
+	if (e->nrobust < e->caprobust)
+		snprintf(e->robust[e->nrobust++], sizeof *e->robust, "%s", token);
+	else
+		err = ENOMEM;
+	pthread_mutex_unlock(&e->mu);
+	return err;
+}
+
+int
+dmutex__etcd_robust_take(struct dmutex__etcd *e, const char *token)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&e->mu);
+	for (size_t i = e->nrobust; i-- > 0;)
+		if (!strcmp(e->robust[i], token)) {
+			memcpy(e->robust[i], e->robust[--e->nrobust], sizeof *e->robust);
+			found = 1;
+			break;
+		}
+	pthread_mutex_unlock(&e->mu);
+	return found;
 }
