@@ -45,6 +45,11 @@ struct dmutex__etcd_lease {
 
 struct dmutex__etcd_watch;
 
+struct dmutex__etcd_tokset {
+	char (*v)[DMUTEX__TOKEN_HEX + 1];
+	size_t n, cap;
+};
+
 struct dmutex__etcd {
 	struct dmutex__backend base;    /* first: the face's */
 	struct dmutex__etcd_http *http;
@@ -54,10 +59,10 @@ struct dmutex__etcd {
 	size_t nleases;
 	struct dmutex__etcd_watch *watch;       /* watch.c, made on first use */
 	pthread_mutex_t watch_mu;       /* the listener's (waiter.mu in internal.h's order) */
-	/* The tokens of our robust holds, under mu: their clean release also
-	 * clears the robust state (keys.c). */
-	char (*robust)[DMUTEX__TOKEN_HEX + 1];
-	size_t nrobust, caprobust;
+	/* Under mu (keys.c): the tokens of our robust holds, whose clean
+	 * release also clears the robust state; and of our waiters whose key
+	 * is queued, whose next try only reads the queue (no write). */
+	struct dmutex__etcd_tokset robust, queued;
 };
 
 static inline struct dmutex__etcd *
@@ -82,10 +87,11 @@ json_t *dmutex__etcd_resp(const json_t *rep, size_t i, const char *kind, const c
 /* The first kv of a range response, NULL if none. */
 json_t *dmutex__etcd_first_kv(const json_t *range);
 
-/* Remember a robust hold's token: 0 or ENOMEM.  take: forget it, 1 if
- * it was there. */
-int dmutex__etcd_robust_add(struct dmutex__etcd *e, const char *token);
-int dmutex__etcd_robust_take(struct dmutex__etcd *e, const char *token);
+/* Remember token in set (e->robust, e->queued; under e->mu): 0 or
+ * ENOMEM.  take: forget it, 1 if it was there.  has: 1 if it is. */
+int dmutex__etcd_tok_add(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
+int dmutex__etcd_tok_take(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
+int dmutex__etcd_tok_has(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
 
 /* ---- lease.c ---- */
 /* The shared lease for holds of lease_ms, granted or kept alive as

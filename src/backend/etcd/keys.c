@@ -47,39 +47,59 @@ dmutex__etcd_first_kv(const json_t *range)
 }
 
 int
-dmutex__etcd_robust_add(struct dmutex__etcd *e, const char *token)
+dmutex__etcd_tok_add(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token)
 {
 	int err = 0;
 
 	pthread_mutex_lock(&e->mu);
-	if (e->nrobust == e->caprobust) {
-		size_t cap = e->caprobust ? 2 * e->caprobust : 16;
-		void *p = realloc(e->robust, cap * sizeof *e->robust);
+	if (set->n == set->cap) {
+		size_t cap = set->cap ? 2 * set->cap : 16;
+		void *p = realloc(set->v, cap * sizeof *set->v);
 		if (p) {
-			e->robust = p;
-			e->caprobust = cap;
+			set->v = p;
+			set->cap = cap;
 		}
 	}
-	if (e->nrobust < e->caprobust)
-		snprintf(e->robust[e->nrobust++], sizeof *e->robust, "%s", token);
+	if (set->n < set->cap)
+		snprintf(set->v[set->n++], sizeof *set->v, "%s", token);
 	else
 		err = ENOMEM;
 	pthread_mutex_unlock(&e->mu);
 	return err;
 }
 
-int
-dmutex__etcd_robust_take(struct dmutex__etcd *e, const char *token)
+/* Under e->mu: token's index in set, or set->n. */
+static size_t
+find(const struct dmutex__etcd_tokset *set, const char *token)
 {
-	int found = 0;
+	size_t i = set->n;
+
+	while (i-- > 0)
+		if (!strcmp(set->v[i], token))
+			return i;
+	return set->n;
+}
+
+int
+dmutex__etcd_tok_take(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token)
+{
+	size_t i;
+	int found;
 
 	pthread_mutex_lock(&e->mu);
-	for (size_t i = e->nrobust; i-- > 0;)
-		if (!strcmp(e->robust[i], token)) {
-			memcpy(e->robust[i], e->robust[--e->nrobust], sizeof *e->robust);
-			found = 1;
-			break;
-		}
+	if ((found = (i = find(set, token)) < set->n))
+		memcpy(set->v[i], set->v[--set->n], sizeof *set->v);
+	pthread_mutex_unlock(&e->mu);
+	return found;
+}
+
+int
+dmutex__etcd_tok_has(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token)
+{
+	int found;
+
+	pthread_mutex_lock(&e->mu);
+	found = find(set, token) < set->n;
 	pthread_mutex_unlock(&e->mu);
 	return found;
 }

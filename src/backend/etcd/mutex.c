@@ -180,6 +180,62 @@ read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, 
 	return claim_state(e, a, k, (int64_t)a->fence);
 }
 
+/* A waiter whose key is queued asks again: a read of the queue, no
+ * write (no Raft commit).  EAGAIN: its key is gone (its lease ended):
+ * queue it again. */
+static int
+recheck(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k)
+{
+	json_t *req, *rep = NULL, *own;
+	int err;
+
+	req = a->robust ? json_pack("{s:[o,o,o,o]}", "success", op_range(k->own, NULL, 0),
+			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0))
+		: json_pack("{s:[o,o]}", "success", op_range(k->own, NULL, 0),
+			op_range(k->q, k->q_end, 1));
+	if (!req)
+		return ENOMEM;
+	err = dmutex__etcd_txn(e, req, &rep, a->deadline, NULL, &a->refused);
+	json_decref(req);
+	a->maybe_done = 1;      /* queued: taken back if the caller gives up */
+	if (!err && !(own = dmutex__etcd_resp(rep, 0, "range", "our key")))
+		err = EIO;
+	if (!err && !dmutex__etcd_first_kv(own))
+		err = EAGAIN;
+	if (!err)
+		err = read_queue(e, a, k, rep);
+	json_decref(rep);
+	return err;
+}
+
+/* After an answer: whether our key stays queued for the next try. */
+static void
+note_queued(struct dmutex__etcd *e, const struct dmutex__acq *a, int err)
+{
+	int queued = !err && a->status == DMUTEX__ACQ_BUSY && a->wait;
+
+	if (queued && !dmutex__etcd_tok_has(e, &e->queued, a->token))
+		dmutex__etcd_tok_add(e, &e->queued, a->token);
+	else if (!queued)
+		dmutex__etcd_tok_take(e, &e->queued, a->token);
+}
+
+/* The end of every try: what the next try and the release must know. */
+static int
+settled(struct dmutex__etcd *e, struct dmutex__acq *a, int err)
+{
+	note_queued(e, a, err);
+	/* Its release must clear the robust state: remembered (else taken
+	 * back at once, which does). */
+	if (!err && a->robust && a->status == DMUTEX__ACQ_OK
+			&& !dmutex__etcd_tok_has(e, &e->robust, a->token)
+			&& dmutex__etcd_tok_add(e, &e->robust, a->token)) {
+		a->maybe_done = 1;
+		err = EIO;
+	}
+	return err;
+}
+
 int
 dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 {
@@ -191,7 +247,19 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 	a->maybe_done = a->refused = a->died = a->split = 0;
 	a->pttl_ms = -1;
+	/* One deadline for the whole try, its keep-alive, read and write
+	 * included: a blocking lock's try is bounded by one command timeout. */
+	if (!a->deadline)
+		a->deadline = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
 	make_keys(e, a->name, a->token, &k);
+	if (a->wait && dmutex__etcd_tok_has(e, &e->queued, a->token)) {
+		/* The lease kept alive as for any try; the key on it read. */
+		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
+			return err;
+		if ((err = recheck(e, a, &k)) != EAGAIN)
+			return settled(e, a, err);
+		a->maybe_done = 0;
+	}
 	/* A refusal is most likely our lease gone (a pause, a long idle):
 	 * once more on a new one. */
 	for (int round = 0; round < 2; round++) {
@@ -220,13 +288,7 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 		a->maybe_done = err != 0;
 	}
 	json_decref(rep);
-	/* Its release must clear the robust state: remembered (else taken
-	 * back at once, which does). */
-	if (!err && a->robust && a->status == DMUTEX__ACQ_OK && dmutex__etcd_robust_add(e, a->token)) {
-		a->maybe_done = 1;
-		err = EIO;
-	}
-	return err;
+	return settled(e, a, err);
 }
 
 /* A hold not robust ends with one delete (no txn): it counts what it
@@ -268,7 +330,8 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	/* A death keeps the state (the next locker gets EOWNERDEAD); every
 	 * other end of a robust hold takes back our state, if it is ours (a
 	 * clean unlock of a hold not robust has none: one delete). */
-	robust = dmutex__etcd_robust_take(e, token);
+	robust = dmutex__etcd_tok_take(e, &e->robust, token);
+	dmutex__etcd_tok_take(e, &e->queued, token);
 	if (mode == DMUTEX__REL_CLEAN && !robust)
 		return release_plain(e, k.own, deadline, released, maybe_done);
 	ops = json_pack("[o]", op_delete(k.own));
