@@ -723,3 +723,118 @@ Test(etcd, rwlock_shares_and_prefers_writers)
 		dmutex_client_close(c[i]);
 	}
 }
+
+/* ------------------------------------------------------------------ */
+/* condition variables                                                 */
+/* ------------------------------------------------------------------ */
+
+/* A waiter: its own client, mutex and condition variable of the names
+ * shared by all; waits until the shared counter in etcd's stead (an
+ * atomic here: the test is about wake-ups) reaches its goal. */
+struct cwaiter {
+	dmutex_client_t *c;
+	dmutex_t m;
+	dcond_t cv;
+	atomic_int *ready, *state;
+	atomic_int woken;
+	int rc;
+};
+
+static void *cond_waiter(void *arg)
+{
+	struct cwaiter *w = arg;
+	if ((w->rc = dmutex_lock(&w->m)))
+		return NULL;
+	atomic_fetch_add(w->ready, 1);
+	while (atomic_load(w->state) == 0 && !w->rc)
+		w->rc = dcond_wait(&w->cv, &w->m);
+	atomic_store(&w->woken, 1);
+	if (!w->rc)
+		w->rc = dmutex_unlock(&w->m);
+	return NULL;
+}
+
+static void cw_open(struct cwaiter *w, atomic_int *ready, atomic_int *state)
+{
+	dcond_attr_t ca;
+	dmutex_attr_t ma;
+	*w = (struct cwaiter){ .c = open_client() };
+	w->ready = ready;
+	w->state = state;
+	cr_assert_eq(dmutex_attr_init(&ma), 0);
+	cr_assert_eq(dmutex_attr_setclient(&ma, w->c), 0);
+	cr_assert_eq(dmutex_init(&w->m, "t-cv-mutex", &ma), 0);
+	cr_assert_eq(dcond_attr_init(&ca), 0);
+	cr_assert_eq(dcond_attr_setclient(&ca, w->c), 0);
+	cr_assert_eq(dcond_init(&w->cv, "t-cv", &ca), 0);
+	dmutex_attr_destroy(&ma);
+	dcond_attr_destroy(&ca);
+}
+
+static int count_woken(struct cwaiter *w, int n)
+{
+	int k = 0;
+	for (int i = 0; i < n; i++)
+		k += atomic_load(&w[i].woken);
+	return k;
+}
+
+struct woken_at_least {
+	struct cwaiter *w;
+	int n, want;
+};
+
+static int woken_reached(void *arg)
+{
+	struct woken_at_least *a = arg;
+	return count_woken(a->w, a->n) >= a->want;
+}
+
+static int ready_reached(void *arg)
+{
+	return atomic_load((atomic_int *)arg) >= 3;
+}
+
+/* signal wakes one waiter of another client, broadcast the rest; a timed
+ * wait nobody signals times out. */
+Test(etcd, cond_signal_wakes_one_broadcast_all)
+{
+	enum { N = 3 };
+	atomic_int ready = 0, state = 0;
+	struct cwaiter w[N + 1];
+	pthread_t t[N];
+	for (int i = 0; i <= N; i++)
+		cw_open(&w[i], &ready, &state);
+	for (int i = 0; i < N; i++)
+		pthread_create(&t[i], NULL, cond_waiter, &w[i]);
+	cr_assert(th_wait_until(ready_reached, &ready, 10000), "waiters did not start");
+	/* each waiter registers before it releases the mutex: once we hold
+	 * the mutex, every one that said ready is registered */
+	dmt_pass_time_ms(300);
+	struct cwaiter *s = &w[N];
+	cr_assert_eq(dmutex_lock(&s->m), 0);
+	atomic_store(&state, 1);
+	cr_assert_eq(dcond_signal(&s->cv), 0);
+	cr_assert_eq(dmutex_unlock(&s->m), 0);
+	struct woken_at_least one = { w, N, 1 };
+	cr_assert(th_wait_until(woken_reached, &one, 5000), "the signal woke nobody");
+	dmt_pass_time_ms(500); /* a second wake-up would show by now */
+	cr_assert_eq(count_woken(w, N), 1, "one signal woke %d", count_woken(w, N));
+	cr_assert_eq(dcond_broadcast(&s->cv), 0);
+	struct woken_at_least all = { w, N, N };
+	cr_assert(th_wait_until(woken_reached, &all, 5000), "the broadcast left waiters asleep");
+	for (int i = 0; i < N; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(w[i].rc, 0, "waiter %d: %d", i, w[i].rc);
+	}
+	/* nobody signals: a timed wait times out, holding the mutex again */
+	struct timespec ts;
+	cr_assert_eq(dmutex_lock(&s->m), 0);
+	dmt_deadline_in(CLOCK_REALTIME, 400, &ts);
+	cr_assert_eq(dcond_timedwait(&s->cv, &s->m, &ts), ETIMEDOUT);
+	cr_assert_eq(dmutex_unlock(&s->m), 0);
+	for (int i = 0; i <= N; i++) {
+		dcond_destroy(&w[i].cv);
+		dmt_close_mutex(w[i].c, &w[i].m);
+	}
+}

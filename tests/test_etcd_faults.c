@@ -418,3 +418,116 @@ Test(etcd_faults, shim_program_three_processes_exact_count)
 	fclose(f);
 	cr_assert_eq(atoi(buf), PROCS * 2 * 15, "counter %s, want %d", buf, PROCS * 2 * 15);
 }
+
+/* ------------------------------------------------------------------ */
+/* a member paused                                                     */
+/* ------------------------------------------------------------------ */
+
+struct looper {
+	dmutex_t m;
+	atomic_int *inside, *overlaps, *stop;
+	atomic_llong last_ok;      /* th_now_ms() of the last hold */
+	atomic_ullong last_tok;
+	atomic_int holds, errors, backwards;
+};
+
+static void *loop_thread(void *arg)
+{
+	struct looper *l = arg;
+	while (!atomic_load(l->stop)) {
+		struct timespec ts;
+		uint64_t tok = 0;
+		dmt_deadline_in(CLOCK_MONOTONIC, FAULT_COMMAND_MS, &ts);
+		if (dmutex_clocklock(&l->m, CLOCK_MONOTONIC, &ts)) {
+			atomic_fetch_add(&l->errors, 1);
+			continue;
+		}
+		if (atomic_fetch_add(l->inside, 1))
+			atomic_fetch_add(l->overlaps, 1);
+		if (dmutex_fence(&l->m, &tok) == 0) {
+			/* both threads' holds: the token of each new one is higher */
+			uint64_t prev = atomic_exchange(&l->last_tok, tok);
+			if (tok <= prev)
+				atomic_fetch_add(&l->backwards, 1);
+		}
+		atomic_fetch_sub(l->inside, 1);
+		if (dmutex_unlock(&l->m))
+			atomic_fetch_add(&l->errors, 1);
+		else
+			atomic_fetch_add(&l->holds, 1);
+		atomic_store(&l->last_ok, th_now_ms());
+	}
+	return NULL;
+}
+
+struct progress {
+	struct looper *l;
+	long long after;
+};
+
+static int both_progressed(void *arg)
+{
+	struct progress *p = arg;
+	return atomic_load(&p->l[0].last_ok) > p->after && atomic_load(&p->l[1].last_ok) > p->after;
+}
+
+/* The leader SIGSTOPped (it neither answers nor closes its connections):
+ * two clients of one lock fail over to the other members and go on, one
+ * holder at a time, tokens rising; the member resumed rejoins. */
+Test(etcd_faults, paused_leader_clients_fail_over)
+{
+	need_etcd();
+	struct th_etcd_opts o = { .members = 3 };
+	cr_assert_eq(th_etcd_start(&etcd, &o, 0), 0, "the cluster did not start");
+	char u[600];
+	snprintf(u, sizeof u, "%s?command_timeout_ms=%d&connect_timeout_ms=1000", etcd.url,
+	         FAULT_COMMAND_MS);
+	atomic_int inside = 0, overlaps = 0, stop = 0;
+	struct looper l[2];
+	dmutex_client_t *c[2];
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++) {
+		memset(&l[i], 0, sizeof l[i]);
+		l[i].inside = &inside;
+		l[i].overlaps = &overlaps;
+		l[i].stop = &stop;
+		cr_assert_eq(dmt_open_mutex(&c[i], &l[i].m, u, "t-paused-member", NULL), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, loop_thread, &l[i]);
+	struct progress p = { l, th_now_ms() };
+	cr_assert(th_wait_until(both_progressed, &p, 10000), "no progress before the fault");
+	int leader = th_etcd_leader(&etcd);
+	cr_assert_geq(leader, 0);
+	cr_assert_eq(th_etcd_pause(&etcd, leader), 0);
+	long long t0 = th_now_ms();
+	int nl = th_etcd_wait_healthy(&etcd, 20000);
+	cr_assert_geq(nl, 0, "no new leader while m%d is paused", leader);
+	cr_assert_neq(nl, leader);
+	p.after = th_now_ms();
+	/* an election, then at most a command timeout on the paused member */
+	int ok = th_wait_until(both_progressed, &p, 2 * FAULT_COMMAND_MS + 5000);
+	cr_log_info("m%d paused; m%d elected after %lld ms; both clients on again %lld ms later",
+	            leader, nl, p.after - t0, th_now_ms() - p.after);
+	/* and they stay on: a client that asked the paused member first each
+	 * time would pay a command timeout for every request */
+	int h0 = atomic_load(&l[0].holds) + atomic_load(&l[1].holds);
+	dmt_pass_time_ms(3000);
+	int during = atomic_load(&l[0].holds) + atomic_load(&l[1].holds) - h0;
+	cr_log_info("%d holds in 3 s with m%d paused", during, leader);
+	cr_assert_eq(th_etcd_resume(&etcd, leader), 0);
+	cr_assert(ok, "a client made no progress with the leader paused");
+	cr_assert_geq(during, 20, "%d holds in 3 s with a member paused", during);
+	cr_assert_geq(th_etcd_wait_healthy(&etcd, 20000), 0, "not healthy after the resume");
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		cr_log_info("client %d: %d holds, %d errors", i, atomic_load(&l[i].holds),
+		            atomic_load(&l[i].errors));
+	}
+	cr_assert_eq(atomic_load(&overlaps), 0, "two holders at once");
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(atomic_load(&l[i].backwards), 0, "client %d: a token went backwards", i);
+		dmt_close_mutex(c[i], &l[i].m);
+	}
+}

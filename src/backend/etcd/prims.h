@@ -1,6 +1,7 @@
 /*
- * Semaphores, barriers and read-write locks over etcd (sem.c, barrier.c,
- * rw.c: its keys are described there) and the read-modify-write that
+ * Semaphores, barriers, read-write locks and condition variables over
+ * etcd (sem.c, barrier.c, rw.c and cond.c: their keys are described
+ * there) and the read-modify-write that
  * semaphores and barriers share (counter.c).
  *
  * keys, under the URL's prefix (<n> as in etcd.h):
@@ -96,6 +97,31 @@ void dmutex__etcd_barrier_channel(struct dmutex__backend *be, const char *name, 
 	.barrier_gen = dmutex__etcd_barrier_gen, \
 	.barrier_time = dmutex__etcd_barrier_time, \
 	.barrier_channel = dmutex__etcd_barrier_channel
+
+/* ---- cond.c ---- */
+void dmutex__etcd_cond_channel(struct dmutex__backend *be, const char *name, const char *token,
+		char *out);
+unsigned dmutex__etcd_cond_ttl_ms(struct dmutex__backend *be);
+int dmutex__etcd_cond_register(struct dmutex__backend *be, const char *name, const char *token);
+int dmutex__etcd_cond_refresh(struct dmutex__backend *be, const char *name, const char *token,
+		int *still);
+int dmutex__etcd_cond_leave(struct dmutex__backend *be, const char *name, const char *token,
+		int *still);
+int dmutex__etcd_cond_wake(struct dmutex__backend *be, const char *name, int all);
+int dmutex__etcd_cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l);
+int dmutex__etcd_cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
+		struct dmutex__cond_leaving *l, int *still);
+
+#define DMUTEX__ETCD_COND_OPS \
+	.cond_channel = dmutex__etcd_cond_channel, \
+	.cond_ttl_ms = dmutex__etcd_cond_ttl_ms, \
+	.cond_register = dmutex__etcd_cond_register, \
+	.cond_refresh = dmutex__etcd_cond_refresh, \
+	.cond_leave = dmutex__etcd_cond_leave, \
+	.cond_wake = dmutex__etcd_cond_wake, \
+	.cond_leave_start = dmutex__etcd_cond_leave_start, \
+	.cond_leave_end = dmutex__etcd_cond_leave_end
 
 /* ---- rw.c ---- */
 int dmutex__etcd_rw_acquire(struct dmutex__backend *be, const char *name, struct dmutex__rw_acq *a);

@@ -40,8 +40,12 @@ on_message(struct dmutex__wsub *s, const char *line, size_t len)
 
 	if (!go_on)
 		dmutex__log(DMUTEX_LOG_DEBUG, "etcd watch: %.*s", (int)(len > 200 ? 200 : len), line);
-	if (go_on && dmutex__etcd_bool(r, "created"))
+	/* The confirmation moves the sequence too: a condition wait reads 0
+	 * as "no subscription" (api/cond_wait.c). */
+	if (go_on && dmutex__etcd_bool(r, "created") && !s->confirmed) {
 		s->confirmed = 1;
+		s->seq++;
+	}
 	if (go_on && json_array_size(ev))
 		s->seq++;
 	json_decref(o);
