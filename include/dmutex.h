@@ -122,8 +122,8 @@ typedef struct dmutex_mutex {
  * etcd://host:port,... (README "etcd"): the members of one etcd v3 cluster;
  * every mutex there is first-come first-served (waiters queue by etcd
  * revision), a fencing token is the hold's etcd create revision, and
- * condition variables, read-write locks, semaphores and barriers are not
- * offered yet (ENOTSUP).
+ * leases are whole seconds, 2 s at least (rounded up; dmutex_getlease
+ * reports the lease granted).
  */
 DMUTEX_EXPORT int dmutex_client_open(dmutex_client_t **client, const char *url);
 

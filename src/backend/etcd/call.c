@@ -256,7 +256,13 @@ dmutex__etcd_call(struct dmutex__etcd_http *h, const char *path, json_t *req, js
 	if (!(t.body = json_dumps(req, JSON_COMPACT)))
 		return ENOMEM;
 	t.len = strlen(t.body);
-	err = call_loop(h, &t, &md, &ref);
+	{
+		int64_t t0 = dmutex__now_ns();
+		err = call_loop(h, &t, &md, &ref);
+		if (dmutex__log_enabled(DMUTEX_LOG_DEBUG))
+			dmutex__log(DMUTEX_LOG_DEBUG, "etcd: %s %zu bytes: %d in %lld us", path, t.len,
+					err, (long long)((dmutex__now_ns() - t0) / 1000));
+	}
 	free((char *)t.body);
 	if (maybe_done)
 		*maybe_done = md;

@@ -49,6 +49,8 @@ etcd_destroy(struct dmutex__backend *be)
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->watch_mu);
 	free(e->leases);
+	free(e->robust.v);
+	free(e->queued.v);
 	free(e);
 }
 

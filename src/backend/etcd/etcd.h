@@ -45,6 +45,11 @@ struct dmutex__etcd_lease {
 
 struct dmutex__etcd_watch;
 
+struct dmutex__etcd_tokset {
+	char (*v)[DMUTEX__TOKEN_HEX + 1];
+	size_t n, cap;
+};
+
 struct dmutex__etcd {
 	struct dmutex__backend base;    /* first: the face's */
 	struct dmutex__etcd_http *http;
@@ -54,6 +59,10 @@ struct dmutex__etcd {
 	size_t nleases;
 	struct dmutex__etcd_watch *watch;       /* watch.c, made on first use */
 	pthread_mutex_t watch_mu;       /* the listener's (waiter.mu in internal.h's order) */
+	/* Under mu (keys.c): the tokens of our robust holds, whose clean
+	 * release also clears the robust state; and of our waiters whose key
+	 * is queued, whose next try only reads the queue (no write). */
+	struct dmutex__etcd_tokset robust, queued;
 };
 
 static inline struct dmutex__etcd *
@@ -77,6 +86,12 @@ int dmutex__etcd_txn(struct dmutex__etcd *e, json_t *req, json_t **rep, int64_t 
 json_t *dmutex__etcd_resp(const json_t *rep, size_t i, const char *kind, const char *what);
 /* The first kv of a range response, NULL if none. */
 json_t *dmutex__etcd_first_kv(const json_t *range);
+
+/* Remember token in set (e->robust, e->queued; under e->mu): 0 or
+ * ENOMEM.  take: forget it, 1 if it was there.  has: 1 if it is. */
+int dmutex__etcd_tok_add(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
+int dmutex__etcd_tok_take(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
+int dmutex__etcd_tok_has(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
 
 /* ---- lease.c ---- */
 /* The shared lease for holds of lease_ms, granted or kept alive as

@@ -1,5 +1,7 @@
 /* Where a primitive's keys are, and reading a txn's answer (etcd.h). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/etcd/etcd.h"
@@ -42,4 +44,62 @@ dmutex__etcd_first_kv(const json_t *range)
 	json_t *kv = json_array_get(json_object_get(range, "kvs"), 0);
 
 	return json_is_object(kv) ? kv : NULL;
+}
+
+int
+dmutex__etcd_tok_add(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&e->mu);
+	if (set->n == set->cap) {
+		size_t cap = set->cap ? 2 * set->cap : 16;
+		void *p = realloc(set->v, cap * sizeof *set->v);
+		if (p) {
+			set->v = p;
+			set->cap = cap;
+		}
+	}
+	if (set->n < set->cap)
+		snprintf(set->v[set->n++], sizeof *set->v, "%s", token);
+	else
+		err = ENOMEM;
+	pthread_mutex_unlock(&e->mu);
+	return err;
+}
+
+/* Under e->mu: token's index in set, or set->n. */
+static size_t
+find(const struct dmutex__etcd_tokset *set, const char *token)
+{
+	size_t i = set->n;
+
+	while (i-- > 0)
+		if (!strcmp(set->v[i], token))
+			return i;
+	return set->n;
+}
+
+int
+dmutex__etcd_tok_take(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token)
+{
+	size_t i;
+	int found;
+
+	pthread_mutex_lock(&e->mu);
+	if ((found = (i = find(set, token)) < set->n))
+		memcpy(set->v[i], set->v[--set->n], sizeof *set->v);
+	pthread_mutex_unlock(&e->mu);
+	return found;
+}
+
+int
+dmutex__etcd_tok_has(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token)
+{
+	int found;
+
+	pthread_mutex_lock(&e->mu);
+	found = find(set, token) < set->n;
+	pthread_mutex_unlock(&e->mu);
+	return found;
 }

@@ -92,6 +92,14 @@ acquire_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 
 	snprintf(who, sizeof who, "%s %ld %ld", e->base.cfg.host ? e->base.cfg.host : "",
 			(long)*e->base.cfg.pid, a->tid);
+	/* Not robust: no state and no mark (EOWNERDEAD and ENOTRECOVERABLE
+	 * are a robust lock's), as small a txn as a hand-made lock's. */
+	if (!a->robust)
+		return json_pack("{s:[o], s:[o], s:[o,o]}",
+			"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
+			"success", op_put(k->own, who, lease),
+			"failure", a->wait ? op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
+				op_range(k->q, k->q_end, 1));
 	return json_pack("{s:[o,o], s:[o,o,o], s:[o,o,o,o]}",
 		"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
 			cmp(k->n, NULL, "VERSION", "EQUAL", "0"),
@@ -139,15 +147,17 @@ claim_state(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 static int
 read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, const json_t *rep)
 {
-	json_t *head = dmutex__etcd_resp(rep, 1, "range", "the queue"), *st = dmutex__etcd_resp(rep, 2, "range", "the state");
-	json_t *nr = dmutex__etcd_resp(rep, 3, "range", "the mark"), *kv;
+	json_t *head = dmutex__etcd_resp(rep, 1, "range", "the queue"), *st = NULL, *nr = NULL, *kv;
 	char key[DMUTEX__ETCD_KEY_MAX];
 	int bad = 0;
 
-	if (!head || !st || !nr)
+	if (a->robust && (!(st = dmutex__etcd_resp(rep, 2, "range", "the state"))
+			|| !(nr = dmutex__etcd_resp(rep, 3, "range", "the mark"))))
+		return EIO;
+	if (!head)
 		return EIO;
 	a->maybe_done = a->wait;
-	if (dmutex__etcd_first_kv(nr)) {
+	if (nr && dmutex__etcd_first_kv(nr)) {
 		a->status = DMUTEX__ACQ_NOTREC;
 		return 0;
 	}
@@ -163,9 +173,67 @@ read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, 
 		dmutex__log(DMUTEX_LOG_ERROR, "etcd: unexpected reply to a lock's txn: no create revision");
 		return EIO;
 	}
-	a->died = a->robust && died(st, a->token);
 	a->status = DMUTEX__ACQ_OK;
+	if (!a->robust)
+		return 0;
+	a->died = died(st, a->token);
 	return claim_state(e, a, k, (int64_t)a->fence);
+}
+
+/* A waiter whose key is queued asks again: a read of the queue, no
+ * write (no Raft commit).  EAGAIN: its key is gone (its lease ended):
+ * queue it again. */
+static int
+recheck(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k)
+{
+	json_t *req, *rep = NULL, *own;
+	int err;
+
+	req = a->robust ? json_pack("{s:[o,o,o,o]}", "success", op_range(k->own, NULL, 0),
+			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0))
+		: json_pack("{s:[o,o]}", "success", op_range(k->own, NULL, 0),
+			op_range(k->q, k->q_end, 1));
+	if (!req)
+		return ENOMEM;
+	err = dmutex__etcd_txn(e, req, &rep, a->deadline, NULL, &a->refused);
+	json_decref(req);
+	a->maybe_done = 1;      /* queued: taken back if the caller gives up */
+	if (!err && !(own = dmutex__etcd_resp(rep, 0, "range", "our key")))
+		err = EIO;
+	if (!err && !dmutex__etcd_first_kv(own))
+		err = EAGAIN;
+	if (!err)
+		err = read_queue(e, a, k, rep);
+	json_decref(rep);
+	return err;
+}
+
+/* After an answer: whether our key stays queued for the next try. */
+static void
+note_queued(struct dmutex__etcd *e, const struct dmutex__acq *a, int err)
+{
+	int queued = !err && a->status == DMUTEX__ACQ_BUSY && a->wait;
+
+	if (queued && !dmutex__etcd_tok_has(e, &e->queued, a->token))
+		dmutex__etcd_tok_add(e, &e->queued, a->token);
+	else if (!queued)
+		dmutex__etcd_tok_take(e, &e->queued, a->token);
+}
+
+/* The end of every try: what the next try and the release must know. */
+static int
+settled(struct dmutex__etcd *e, struct dmutex__acq *a, int err)
+{
+	note_queued(e, a, err);
+	/* Its release must clear the robust state: remembered (else taken
+	 * back at once, which does). */
+	if (!err && a->robust && a->status == DMUTEX__ACQ_OK
+			&& !dmutex__etcd_tok_has(e, &e->robust, a->token)
+			&& dmutex__etcd_tok_add(e, &e->robust, a->token)) {
+		a->maybe_done = 1;
+		err = EIO;
+	}
+	return err;
 }
 
 int
@@ -179,7 +247,19 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 
 	a->maybe_done = a->refused = a->died = a->split = 0;
 	a->pttl_ms = -1;
+	/* One deadline for the whole try, its keep-alive, read and write
+	 * included: a blocking lock's try is bounded by one command timeout. */
+	if (!a->deadline)
+		a->deadline = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
 	make_keys(e, a->name, a->token, &k);
+	if (a->wait && dmutex__etcd_tok_has(e, &e->queued, a->token)) {
+		/* The lease kept alive as for any try; the key on it read. */
+		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
+			return err;
+		if ((err = recheck(e, a, &k)) != EAGAIN)
+			return settled(e, a, err);
+		a->maybe_done = 0;
+	}
 	/* A refusal is most likely our lease gone (a pause, a long idle):
 	 * once more on a new one. */
 	for (int round = 0; round < 2; round++) {
@@ -198,14 +278,38 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	if (!dmutex__etcd_bool(rep, "succeeded")) {
 		err = read_queue(e, a, &k, rep);
 	} else {
-		json_t *st = dmutex__etcd_resp(rep, 0, "range", "the state");
+		json_t *st = a->robust ? dmutex__etcd_resp(rep, 0, "range", "the state") : NULL;
 		json_t *hdr = json_object_get(rep, "header");
 		a->fence = (uint64_t)dmutex__etcd_int(hdr, "revision", &bad);
-		if (!st || bad || !a->fence)
+		if ((a->robust && !st) || bad || !a->fence)
 			err = EIO;
 		a->died = !err && a->robust && died(st, a->token);
 		a->status = DMUTEX__ACQ_OK;
 		a->maybe_done = err != 0;
+	}
+	json_decref(rep);
+	return settled(e, a, err);
+}
+
+/* A hold not robust ends with one delete (no txn): it counts what it
+ * deleted, 1 while the hold was still ours. */
+static int
+release_plain(struct dmutex__etcd *e, const char *own, int64_t deadline, int *released,
+		int *maybe_done)
+{
+	json_t *req = dmutex__etcd_key(own, NULL), *rep = NULL;
+	int err, bad = 0;
+
+	if (!req)
+		return ENOMEM;
+	err = dmutex__etcd_call(e->http, "/v3/kv/deleterange", req, &rep, deadline, maybe_done, NULL);
+	json_decref(req);
+	if (!err) {
+		*released = dmutex__etcd_int(rep, "deleted", &bad) > 0;
+		if (bad) {
+			dmutex__log(DMUTEX_LOG_ERROR, "etcd: unexpected reply to /v3/kv/deleterange");
+			err = EIO;
+		}
 	}
 	json_decref(rep);
 	return err;
@@ -218,15 +322,20 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	struct keys k;
 	json_t *req, *ops, *rep = NULL;
-	int err;
+	int err, robust;
 
 	*released = *maybe_done = 0;
 	make_keys(e, name, token, &k);
 	mode &= ~DMUTEX__REL_FAIR;
 	/* A death keeps the state (the next locker gets EOWNERDEAD); every
-	 * other end of a hold takes back our state, if it is ours. */
+	 * other end of a robust hold takes back our state, if it is ours (a
+	 * clean unlock of a hold not robust has none: one delete). */
+	robust = dmutex__etcd_tok_take(e, &e->robust, token);
+	dmutex__etcd_tok_take(e, &e->queued, token);
+	if (mode == DMUTEX__REL_CLEAN && !robust)
+		return release_plain(e, k.own, deadline, released, maybe_done);
 	ops = json_pack("[o]", op_delete(k.own));
-	if (ops && mode != DMUTEX__REL_DIED)
+	if (ops && mode != DMUTEX__REL_DIED && (mode != DMUTEX__REL_CLEAN || robust))
 		json_array_append_new(ops, json_pack("{s:{s:[o], s:[o]}}", "request_txn",
 				"compare", cmp(k.s, NULL, "VALUE", "EQUAL", token),
 				"success", op_delete(k.s)));
