@@ -403,8 +403,9 @@ int bench_etcd(struct bench *b)
 	char url[400];
 	int n = b->opt.quick ? 60 : 200;
 	if (!th_etcd_available()) {
-		fprintf(stderr, "bench: scenario 14 needs etcd (apt-get install etcd-server)\n");
-		return -1;
+		/* a note, not a failure: the other scenarios stand */
+		fprintf(stderr, "bench: scenario 14 skipped: no etcd (apt-get install etcd-server)\n");
+		return 0;
 	}
 	if (th_etcd_start(&e, NULL, 0))
 		return -1;

@@ -3,6 +3,8 @@
  *
  * Starts its own redis-server on a free loopback port (or uses $DMUTEX_URL),
  * measures the floor first, then each scenario, and prints one table.
+ * Scenario 14 (bench/etcd.c, in a build with -Detcd) starts its own etcd
+ * member and prints etcd's rows beside Redis's.
  */
 #include <errno.h>
 #include <stdio.h>
