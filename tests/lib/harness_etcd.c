@@ -18,6 +18,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,7 +139,11 @@ static const char *tmp_base(void)
 	const char *t = getenv("TH_ETCD_TMP");
 	if (t && t[0])
 		return t;
-	if (access("/dev/shm", W_OK) == 0)
+	/* each member preallocates a 64 MB WAL segment: a container's small
+	 * /dev/shm (64 MB by default under Docker) would not hold three */
+	struct statvfs v;
+	if (access("/dev/shm", W_OK) == 0 && statvfs("/dev/shm", &v) == 0 &&
+	    (unsigned long long)v.f_bavail * v.f_frsize >= (1ULL << 30))
 		return "/dev/shm";
 	t = getenv("TMPDIR");
 	return t && t[0] ? t : "/tmp";

@@ -12,8 +12,9 @@
  *    or at that process's exit (atexit; forked children never stop their
  *    parent's clusters).
  *  - The temp dir (th-etcd-XXXXXX) is under $TH_ETCD_TMP, else /dev/shm
- *    when writable (etcd fsyncs every commit: on tmpfs that costs nothing,
- *    so the tests measure dmutex, not the disk), else $TMPDIR or /tmp.
+ *    when writable with 1 GB free (etcd fsyncs every commit: on tmpfs that
+ *    costs nothing, so the tests measure dmutex, not the disk; each member
+ *    preallocates a 64 MB WAL segment), else $TMPDIR or /tmp.
  *    Files: DIR/mN/ (member N's data), DIR/mN.log (its stderr).
  *  - Set TH_ETCD_BIN / TH_ETCDCTL_BIN to use other binaries.
  *  - Nothing here asserts: every call returns a value, so that children
