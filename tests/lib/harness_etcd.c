@@ -4,6 +4,7 @@
 #include "harness_etcd.h"
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -527,6 +528,47 @@ static void kill_all_members(struct th_etcd *e)
 	}
 }
 
+/* DIR/owner: the pid of the process that started the cluster. */
+static void write_owner(const char *dir)
+{
+	char path[320];
+	snprintf(path, sizeof path, "%s/owner", dir);
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%d\n", (int)getpid());
+		fclose(f);
+	}
+}
+
+/* Remove the th-etcd-* dirs under base whose owner is gone (a test
+ * process SIGKILLed, e.g. by criterion's timeout: its members died with
+ * it, PR_SET_PDEATHSIG, but their data, 64 MB of WAL each, would stay in
+ * /dev/shm). */
+static void sweep_stale(const char *base)
+{
+	DIR *d = opendir(base);
+	struct dirent *de;
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char dir[300], path[320];
+		int pid = 0;
+		if (strncmp(de->d_name, "th-etcd-", 8) != 0)
+			continue;
+		snprintf(dir, sizeof dir, "%s/%s", base, de->d_name);
+		snprintf(path, sizeof path, "%s/owner", dir);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;       /* being made right now, or not ours */
+		if (fscanf(f, "%d", &pid) != 1)
+			pid = 0;
+		fclose(f);
+		if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+			rm_dir(dir);
+	}
+	closedir(d);
+}
+
 int th_etcd_start(struct th_etcd *e, const struct th_etcd_opts *o, int timeout_ms)
 {
 	int n = o && o->members ? o->members : 1;
@@ -540,12 +582,14 @@ int th_etcd_start(struct th_etcd *e, const struct th_etcd_opts *o, int timeout_m
 		timeout_ms = 30000 * th_slowdown();
 	for (int i = 0; i < n; i++)
 		memcpy(e->m[i].name, (char[]){ 'm', (char)('0' + i), '\0' }, 3);
+	sweep_stale(tmp_base());
 	snprintf(e->dir, sizeof e->dir, "%s/th-etcd-XXXXXX", tmp_base());
 	if (!mkdtemp(e->dir)) {
 		fprintf(stderr, "th_etcd: mkdtemp %s: %s\n", e->dir, strerror(errno));
 		e->dir[0] = '\0';
 		return -1;
 	}
+	write_owner(e->dir);
 	int rc = -1;
 	for (int attempt = 0; attempt < TE_ATTEMPTS; attempt++) {
 		if (pick_ports(e) != 0)

@@ -15,7 +15,9 @@
  *    when writable with 1 GB free (etcd fsyncs every commit: on tmpfs that
  *    costs nothing, so the tests measure dmutex, not the disk; each member
  *    preallocates a 64 MB WAL segment), else $TMPDIR or /tmp.
- *    Files: DIR/mN/ (member N's data), DIR/mN.log (its stderr).
+ *    Files: DIR/mN/ (member N's data), DIR/mN.log (its stderr), DIR/owner
+ *    (the starting pid: th_etcd_start removes the dirs whose owner is
+ *    gone, left by a test process that was SIGKILLed).
  *  - Set TH_ETCD_BIN / TH_ETCDCTL_BIN to use other binaries.
  *  - Nothing here asserts: every call returns a value, so that children
  *    may use them too.
