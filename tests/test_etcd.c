@@ -459,6 +459,8 @@ Test(etcd, unreachable_is_eio_naming_the_endpoints)
 	cr_assert_leq(th_now_ms() - t0, 1000 + DMT_LATE_MS);
 	pthread_mutex_lock(&log_mu);
 	cr_assert(strstr(log_text, n1) && strstr(log_text, n2), "the log names not both: %s", log_text);
+	cr_assert(strstr(log_text, "dmutex_client_open") != NULL, "the URL's source is not named: %s",
+	          log_text);
 	pthread_mutex_unlock(&log_mu);
 	dmutex_set_logger(NULL, NULL);
 }
