@@ -8,6 +8,8 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "dmutex.h"
@@ -899,4 +902,124 @@ Test(etcd, rwlock_dead_readers_share_ends_with_its_lease)
 	drwlock_destroy(&rw);
 	dmutex_attr_destroy(&a);
 	dmutex_client_close(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* a member that answers nonsense                                      */
+/* ------------------------------------------------------------------ */
+
+/* A fake member: every HTTP request on 127.0.0.1:port gets `body` with
+ * status 200 (keep-alive), until stop. */
+struct fake_member {
+	int lfd, port;
+	const char *body;
+	atomic_int stop;
+	pthread_t t;
+};
+
+static void fake_serve(struct fake_member *f, int fd)
+{
+	char buf[65536];
+	size_t have = 0;
+	while (!atomic_load(&f->stop)) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+		if (n <= 0)
+			return;
+		have += (size_t)n;
+		buf[have] = '\0';
+		char *end = strstr(buf, "\r\n\r\n");
+		if (!end)
+			continue;
+		char *cl = strcasestr(buf, "content-length:");
+		size_t need = (size_t)(end + 4 - buf) + (cl && cl < end ? strtoul(cl + 15, NULL, 10) : 0);
+		if (have < need)
+			continue;
+		char rep[512];
+		int len = snprintf(rep, sizeof rep, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+		                   "Content-Length: %zu\r\n\r\n%s", strlen(f->body), f->body);
+		if (write(fd, rep, (size_t)len) != len)
+			return;
+		memmove(buf, buf + need, have - need);
+		have -= need;
+	}
+}
+
+static void *fake_run(void *arg)
+{
+	struct fake_member *f = arg;
+	while (!atomic_load(&f->stop)) {
+		struct pollfd p = { .fd = f->lfd, .events = POLLIN };
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		int fd = accept(f->lfd, NULL, NULL);
+		if (fd >= 0) {
+			fake_serve(f, fd);
+			close(fd);
+		}
+	}
+	return NULL;
+}
+
+static void fake_start(struct fake_member *f, const char *body)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof sa;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->body = body;
+	atomic_store(&f->stop, 0);
+	f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(f->lfd, 0);
+	cr_assert_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+	cr_assert_eq(listen(f->lfd, 16), 0);
+	cr_assert_eq(getsockname(f->lfd, (struct sockaddr *)&sa, &sl), 0);
+	f->port = ntohs(sa.sin_port);
+	pthread_create(&f->t, NULL, fake_run, f);
+}
+
+static void fake_stop(struct fake_member *f)
+{
+	atomic_store(&f->stop, 1);
+	pthread_join(f->t, NULL);
+	close(f->lfd);
+}
+
+/* Whatever shape the answers have, the calls end with an error (EIO,
+ * EACCES for an answer that reads as a refusal, EBUSY for a queue it
+ * cannot read as ours), never a crash nor a lock taken on nonsense. */
+Test(etcd, a_member_answering_nonsense_is_an_error_not_a_crash)
+{
+	/* the first few fail the open's check; the others pass it and the
+	 * lease grant, then answer the lock's txn with nonsense */
+#define V "\"version\":\"3.4.23\",\"ID\":\"7\",\"TTL\":\"10\""
+	static const char *bodies[] = { "not json", "[1,2]", "{}", "{\"header\":7}",
+		"{" V "}", "{" V ",\"succeeded\":true}",
+		"{" V ",\"succeeded\":true,\"responses\":[{\"response_put\":{}}]}",
+		"{" V ",\"succeeded\":true,\"responses\":7,\"header\":{\"revision\":\"x\"}}",
+		"{" V ",\"responses\":[{\"response_range\":{\"kvs\":[{\"key\":\"!!\"}]}}]}",
+		"{" V ",\"responses\":[{},{},{},{}]}" };
+#undef V
+	for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+		struct fake_member f;
+		char u[200];
+		fake_start(&f, bodies[i]);
+		snprintf(u, sizeof u, "etcd://127.0.0.1:%d?command_timeout_ms=500&connect_timeout_ms=500",
+		         f.port);
+		dmutex_client_t *c = NULL;
+		int rc = dmutex_client_open(&c, u);
+		if (rc == 0) {
+			dmutex_t m;
+			cr_assert_eq(dmt_init_mutex(&m, "t-nonsense", c, NULL), 0);
+			int lr = dmutex_trylock(&m);
+			/* EBUSY: a queue whose head is not ours (unreadable) */
+			cr_assert(lr == EIO || lr == EBUSY, "answer %s: trylock said %d", bodies[i], lr);
+			dmutex_destroy(&m);
+			dmutex_client_close(c);
+		} else {
+			cr_assert(rc == EIO || rc == EACCES, "answer %s: open said %d", bodies[i], rc);
+		}
+		fake_stop(&f);
+	}
 }
