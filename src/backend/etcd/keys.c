@@ -157,9 +157,21 @@ dmutex__etcd_second_ready(struct dmutex__etcd *e, const char *token, int64_t lea
 	pthread_mutex_lock(&e->mu);
 	if ((i = second_of(e, token)) < e->nseconds) {
 		struct dmutex__etcd_second *s = &e->seconds[i];
+		char own[DMUTEX__ETCD_KEY_MAX];
+		const char *slash = strrchr(s->head, '/');
+		int mine_gone = 0;
+		/* Ours is the head's queue with our token. */
+		snprintf(own, sizeof own, "%.*s%s", slash ? (int)(slash - s->head + 1) : 0, s->head,
+				token);
 		for (unsigned g = 0; lease >= 0 && s->lease == lease && e->gone && g < DMUTEX__ETCD_GONE
-				&& g < e->ngone && !ready; g++)
-			ready = !strcmp(e->gone[g], s->head);
+				&& g < e->ngone; g++) {
+			ready |= !strcmp(e->gone[g], s->head);
+			/* Our own key went too (a reset, our lease): not ours. */
+			mine_gone |= !strcmp(e->gone[g], own);
+		}
+		ready &= !mine_gone;
+		if (mine_gone)
+			lease = -1;
 		if (ready)
 			*rev = s->rev;
 		/* Used or forgotten: the next answer sets it again. */
