@@ -49,6 +49,10 @@ etcd_destroy(struct dmutex__backend *be)
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->watch_mu);
 	free(e->leases);
+	for (size_t i = 0; i < e->nseconds; i++)
+		free(e->seconds[i].head);
+	free(e->seconds);
+	free(e->gone);
 	free(e->robust.v);
 	free(e->queued.v);
 	free(e);

@@ -45,6 +45,15 @@ struct dmutex__etcd_lease {
 
 struct dmutex__etcd_watch;
 
+struct dmutex__etcd_second {
+	char token[DMUTEX__TOKEN_HEX + 1];
+	char *head;             /* the key ahead */
+	int64_t rev, lease;     /* our key's create revision and lease */
+};
+
+/* How many deleted keys the watches remember. */
+#define DMUTEX__ETCD_GONE 64
+
 struct dmutex__etcd_tokset {
 	char (*v)[DMUTEX__TOKEN_HEX + 1];
 	size_t n, cap;
@@ -63,6 +72,13 @@ struct dmutex__etcd {
 	 * release also clears the robust state; and of our waiters whose key
 	 * is queued, whose next try only reads the queue (no write). */
 	struct dmutex__etcd_tokset robust, queued;
+	/* Under mu (keys.c): our waiters second in line (the key ahead of
+	 * theirs, their key's revision and lease), and the queue keys whose
+	 * deletion the watches reported lately (a ring). */
+	struct dmutex__etcd_second *seconds;
+	size_t nseconds, capseconds;
+	char (*gone)[DMUTEX__ETCD_KEY_MAX];
+	unsigned ngone;
 };
 
 static inline struct dmutex__etcd *
@@ -92,6 +108,17 @@ json_t *dmutex__etcd_first_kv(const json_t *range);
 int dmutex__etcd_tok_add(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
 int dmutex__etcd_tok_take(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
 int dmutex__etcd_tok_has(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, const char *token);
+
+/* A waiter second in line: remember it (replacing its earlier entry). */
+void dmutex__etcd_second_set(struct dmutex__etcd *e, const char *token, const char *head,
+		int64_t rev, int64_t lease);
+/* 1 and *rev if token's waiter is second behind a key the watches saw
+ * deleted, on lease: the lock is its (the entry is forgotten).  lease -1:
+ * just forget it. */
+int dmutex__etcd_second_ready(struct dmutex__etcd *e, const char *token, int64_t lease,
+		int64_t *rev);
+/* The watches saw key deleted (called under watch_mu). */
+void dmutex__etcd_gone(struct dmutex__etcd *e, const char *key);
 
 /* ---- lease.c ---- */
 /* The shared lease for holds of lease_ms, granted or kept alive as

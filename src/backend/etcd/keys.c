@@ -103,3 +103,94 @@ dmutex__etcd_tok_has(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, co
 	pthread_mutex_unlock(&e->mu);
 	return found;
 }
+
+/* Under mu: token's entry in the seconds, or nseconds. */
+static size_t
+second_of(const struct dmutex__etcd *e, const char *token)
+{
+	size_t i = 0;
+
+	while (i < e->nseconds && strcmp(e->seconds[i].token, token))
+		i++;
+	return i;
+}
+
+void
+dmutex__etcd_second_set(struct dmutex__etcd *e, const char *token, const char *head,
+		int64_t rev, int64_t lease)
+{
+	char *h = strdup(head);
+	size_t i;
+
+	if (!h)
+		return;         /* no shortcut: the next try asks etcd */
+	pthread_mutex_lock(&e->mu);
+	if ((i = second_of(e, token)) == e->nseconds && e->nseconds == e->capseconds) {
+		size_t cap = e->capseconds ? 2 * e->capseconds : 8;
+		void *p = realloc(e->seconds, cap * sizeof *e->seconds);
+		if (p) {
+			e->seconds = p;
+			e->capseconds = cap;
+		}
+	}
+	if (i < e->capseconds) {
+		if (i == e->nseconds)
+			e->nseconds++;
+		else
+			free(e->seconds[i].head);
+		snprintf(e->seconds[i].token, sizeof e->seconds[i].token, "%s", token);
+		e->seconds[i].head = h;
+		e->seconds[i].rev = rev;
+		e->seconds[i].lease = lease;
+		h = NULL;
+	}
+	pthread_mutex_unlock(&e->mu);
+	free(h);
+}
+
+int
+dmutex__etcd_second_ready(struct dmutex__etcd *e, const char *token, int64_t lease, int64_t *rev)
+{
+	int ready = 0;
+	size_t i;
+
+	pthread_mutex_lock(&e->mu);
+	if ((i = second_of(e, token)) < e->nseconds) {
+		struct dmutex__etcd_second *s = &e->seconds[i];
+		char own[DMUTEX__ETCD_KEY_MAX];
+		const char *slash = strrchr(s->head, '/');
+		int mine_gone = 0;
+		/* Ours is the head's queue with our token. */
+		snprintf(own, sizeof own, "%.*s%s", slash ? (int)(slash - s->head + 1) : 0, s->head,
+				token);
+		for (unsigned g = 0; lease >= 0 && s->lease == lease && e->gone && g < DMUTEX__ETCD_GONE
+				&& g < e->ngone; g++) {
+			ready |= !strcmp(e->gone[g], s->head);
+			/* Our own key went too (a reset, our lease): not ours. */
+			mine_gone |= !strcmp(e->gone[g], own);
+		}
+		ready &= !mine_gone;
+		if (mine_gone)
+			lease = -1;
+		if (ready)
+			*rev = s->rev;
+		/* Used or forgotten: the next answer sets it again. */
+		if (ready || lease < 0) {
+			free(s->head);
+			*s = e->seconds[--e->nseconds];
+		}
+	}
+	pthread_mutex_unlock(&e->mu);
+	return ready;
+}
+
+void
+dmutex__etcd_gone(struct dmutex__etcd *e, const char *key)
+{
+	pthread_mutex_lock(&e->mu);
+	if (!e->gone)
+		e->gone = calloc(DMUTEX__ETCD_GONE, sizeof *e->gone);
+	if (e->gone)
+		snprintf(e->gone[e->ngone++ % DMUTEX__ETCD_GONE], sizeof *e->gone, "%s", key);
+	pthread_mutex_unlock(&e->mu);
+}

@@ -36,7 +36,9 @@ op_range(const char *key, const char *end, int first)
 	if (r && first) {
 		json_object_set_new(r, "sort_target", json_string("CREATE"));
 		json_object_set_new(r, "sort_order", json_string("ASCEND"));
-		json_object_set_new(r, "limit", json_string("1"));
+		/* The head, and who is next: a second in line can tell from
+		 * the head's deletion alone that the lock is its. */
+		json_object_set_new(r, "limit", json_string("2"));
 	}
 	return r ? json_pack("{s:o}", "request_range", r) : NULL;
 }
@@ -143,9 +145,30 @@ claim_state(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 	return err;
 }
 
+/* Second in line (head, then our key): remember the head, our key's
+ * revision and lease, so that the head's deletion, heard on the watch,
+ * hands us the lock with no round trip (etcd.h, the seconds). */
+static void
+note_second(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct keys *k,
+		const json_t *head, const json_t *next, int64_t lease)
+{
+	char hk[DMUTEX__ETCD_KEY_MAX], nk[DMUTEX__ETCD_KEY_MAX];
+	int64_t rev;
+	int bad = 0;
+
+	if (!json_is_object(next)
+			|| dmutex__etcd_unb64(json_string_value(json_object_get(head, "key")), hk, sizeof hk) < 0
+			|| dmutex__etcd_unb64(json_string_value(json_object_get(next, "key")), nk, sizeof nk) < 0
+			|| strcmp(nk, k->own) || (rev = dmutex__etcd_int(next, "create_revision", &bad)) <= 0
+			|| bad || dmutex__etcd_int(next, "lease", &bad) != lease || bad)
+		return;
+	dmutex__etcd_second_set(e, a->token, hk, rev, lease);
+}
+
 /* The failure branch: queued or not, the head is ours or someone's. */
 static int
-read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, const json_t *rep)
+read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, const json_t *rep,
+		int64_t lease)
 {
 	json_t *head = dmutex__etcd_resp(rep, 1, "range", "the queue"), *st = NULL, *nr = NULL, *kv;
 	char key[DMUTEX__ETCD_KEY_MAX];
@@ -166,6 +189,8 @@ read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, 
 			|| strcmp(key, k->own)) {
 		a->status = DMUTEX__ACQ_BUSY;
 		a->pttl_ms = -1;
+		if (kv && a->wait && !a->robust)
+			note_second(e, a, k, kv, json_array_get(json_object_get(head, "kvs"), 1), lease);
 		return 0;
 	}
 	a->fence = (uint64_t)dmutex__etcd_int(kv, "create_revision", &bad);
@@ -184,7 +209,7 @@ read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, 
  * write (no Raft commit).  EAGAIN: its key is gone (its lease ended):
  * queue it again. */
 static int
-recheck(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k)
+recheck(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int64_t lease)
 {
 	json_t *req, *rep = NULL, *own;
 	int err;
@@ -203,7 +228,7 @@ recheck(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k)
 	if (!err && !dmutex__etcd_first_kv(own))
 		err = EAGAIN;
 	if (!err)
-		err = read_queue(e, a, k, rep);
+		err = read_queue(e, a, k, rep, lease);
 	json_decref(rep);
 	return err;
 }
@@ -218,6 +243,8 @@ note_queued(struct dmutex__etcd *e, const struct dmutex__acq *a, int err)
 		dmutex__etcd_tok_add(e, &e->queued, a->token);
 	else if (!queued)
 		dmutex__etcd_tok_take(e, &e->queued, a->token);
+	if (!queued || a->robust)
+		dmutex__etcd_second_ready(e, a->token, -1, NULL);
 }
 
 /* The end of every try: what the next try and the release must know. */
@@ -242,7 +269,7 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	struct keys k;
 	json_t *req, *rep = NULL;
-	int64_t lease;
+	int64_t lease, rev;
 	int err, bad = 0;
 
 	a->maybe_done = a->refused = a->died = a->split = 0;
@@ -256,7 +283,12 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 		/* The lease kept alive as for any try; the key on it read. */
 		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
 			return err;
-		if ((err = recheck(e, a, &k)) != EAGAIN)
+		if (!a->robust && dmutex__etcd_second_ready(e, a->token, lease, &rev)) {
+			a->status = DMUTEX__ACQ_OK;
+			a->fence = (uint64_t)rev;
+			return settled(e, a, 0);
+		}
+		if ((err = recheck(e, a, &k, lease)) != EAGAIN)
 			return settled(e, a, err);
 		a->maybe_done = 0;
 	}
@@ -276,7 +308,7 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	if (err)
 		return err;
 	if (!dmutex__etcd_bool(rep, "succeeded")) {
-		err = read_queue(e, a, &k, rep);
+		err = read_queue(e, a, &k, rep, lease);
 	} else {
 		json_t *st = a->robust ? dmutex__etcd_resp(rep, 0, "range", "the state") : NULL;
 		json_t *hdr = json_object_get(rep, "header");
@@ -332,6 +364,7 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	 * clean unlock of a hold not robust has none: one delete). */
 	robust = dmutex__etcd_tok_take(e, &e->robust, token);
 	dmutex__etcd_tok_take(e, &e->queued, token);
+	dmutex__etcd_second_ready(e, token, -1, NULL);
 	if (mode == DMUTEX__REL_CLEAN && !robust)
 		return release_plain(e, k.own, deadline, released, maybe_done);
 	ops = json_pack("[o]", op_delete(k.own));

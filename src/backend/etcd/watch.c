@@ -48,6 +48,16 @@ on_message(struct dmutex__wsub *s, const char *line, size_t len)
 	}
 	if (go_on && json_array_size(ev))
 		s->seq++;
+	/* Deletions, for a waiter second in line (etcd.h, the seconds). */
+	for (size_t i = 0; go_on && i < json_array_size(ev); i++) {
+		json_t *x = json_array_get(ev, i);
+		char key[DMUTEX__ETCD_KEY_MAX];
+		const char *type = json_string_value(json_object_get(x, "type"));
+		if (type && !strcmp(type, "DELETE")
+				&& dmutex__etcd_unb64(json_string_value(json_object_get(
+					json_object_get(x, "kv"), "key")), key, sizeof key) >= 0)
+			dmutex__etcd_gone(s->w->e, key);
+	}
 	json_decref(o);
 	return go_on;
 }
