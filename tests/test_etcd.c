@@ -1023,3 +1023,51 @@ Test(etcd, a_member_answering_nonsense_is_an_error_not_a_crash)
 		fake_stop(&f);
 	}
 }
+
+/* ------------------------------------------------------------------ */
+/* renewal at scale                                                    */
+/* ------------------------------------------------------------------ */
+
+static long long keepalives(void)
+{
+	return th_etcd_metric(&etcd, 0, "grpc_server_handled_total",
+	                      "grpc_method=\"LeaseKeepAlive\"");
+}
+
+/* Holds of one client with one lease length share one etcd lease: 400
+ * holds kept for several renewal periods cost a handful of keep-alives
+ * (one per period), not one per hold; and every hold is still valid. */
+Test(etcd, many_holds_share_one_lease_keepalive)
+{
+	enum { N = 400 };
+	char u[600];
+	snprintf(u, sizeof u, "%s&lease_ms=2000", url);
+	dmutex_client_t *c = NULL;
+	cr_assert_eq(dmutex_client_open(&c, u), 0);
+	static dmutex_t m[N];
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "t-many-%d", i);
+		cr_assert_eq(dmt_init_mutex(&m[i], name, c, NULL), 0);
+		cr_assert_eq(dmutex_lock(&m[i]), 0, "hold %d", i);
+	}
+	long long k0 = keepalives();
+	cr_assert_geq(k0, 0, "etcd's /metrics unreadable");
+	/* three leases' worth of renewals */
+	dmt_pass_time_ms(6000);
+	long long k = keepalives() - k0;
+	cr_log_info("%d holds, 6 s: %lld keep-alives", N, k);
+	cr_assert_geq(k, 1, "no keep-alive at all: the holds were not renewed");
+	/* The renewal thread renews every third of the lease, holds due
+	 * within an eighth of that riding together: at most ~9 batches a
+	 * period (9 periods in 6 s), each keeping the lease alive once,
+	 * whatever the number of holds.  One per hold would be ~3600. */
+	cr_assert_leq(k, 9 * 9 + 20, "%lld keep-alives for %d holds in 6 s: one per hold?", k, N);
+	for (int i = 0; i < N; i++) {
+		uint64_t tok;
+		cr_assert_eq(dmutex_fence(&m[i], &tok), 0, "hold %d lost", i);
+		cr_assert_eq(dmutex_unlock(&m[i]), 0, "hold %d", i);
+		dmutex_destroy(&m[i]);
+	}
+	dmutex_client_close(c);
+}

@@ -27,6 +27,8 @@
 #define TE_ATTEMPTS 5
 #define TE_REG_MAX 16
 #define TE_HTTP_TIMEOUT_MS 5000
+/* the largest answer read (GET /metrics is a few hundred KB) */
+#define TE_REP_MAX (4 << 20)
 
 /* ------------------------------------------------------------------ */
 /* registry: what this process must stop at exit                       */
@@ -335,7 +337,7 @@ int th_etcd_http(const struct th_etcd *e, int i, const char *path, const char *b
 		return -1;
 	size_t blen = body ? strlen(body) : 0;
 	size_t rlen = 512 + blen + (auth ? strlen(auth) : 0);
-	char *req = malloc(rlen), *rep = malloc(65536);
+	char *req = malloc(rlen), *rep = malloc(TE_REP_MAX);
 	int status = -1;
 	if (!req || !rep)
 		goto out;
@@ -344,7 +346,7 @@ int th_etcd_http(const struct th_etcd *e, int i, const char *path, const char *b
 	                 "Content-Length: %zu\r\n\r\n%s", body ? "POST" : "GET", path,
 	                 e->m[i].client_port, auth ? "Authorization: " : "", auth ? auth : "",
 	                 auth ? "\r\n" : "", blen, body ? body : "");
-	if (io_all(fd, req, (size_t)n, 1, deadline) != n || io_all(fd, rep, 65536, 0, deadline) < 12)
+	if (io_all(fd, req, (size_t)n, 1, deadline) != n || io_all(fd, rep, TE_REP_MAX, 0, deadline) < 12)
 		goto out;
 	if (sscanf(rep, "HTTP/1.%*d %d", &status) != 1)
 		status = -1;
@@ -359,6 +361,29 @@ out:
 	free(rep);
 	close(fd);
 	return status;
+}
+
+long long th_etcd_metric(const struct th_etcd *e, int i, const char *name, const char *label)
+{
+	size_t cap = TE_REP_MAX;
+	char *rep = malloc(cap);
+	long long sum = -1;
+	if (!rep || th_etcd_http(e, i, "/metrics", NULL, NULL, rep, cap, 0) != 200)
+		goto out;
+	sum = 0;
+	for (char *line = strtok(rep, "\n"); line; line = strtok(NULL, "\n")) {
+		size_t n = strlen(name);
+		if (strncmp(line, name, n) != 0 || (line[n] != '{' && line[n] != ' '))
+			continue;
+		if (label && !strstr(line, label))
+			continue;
+		char *sp = strrchr(line, ' ');
+		if (sp)
+			sum += (long long)strtod(sp + 1, NULL);
+	}
+out:
+	free(rep);
+	return sum;
 }
 
 int th_etcd_json_str(const char *json, const char *key, char *out, size_t outlen)

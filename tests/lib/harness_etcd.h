@@ -119,6 +119,11 @@ int th_etcd_http(const struct th_etcd *e, int i, const char *path, const char *b
  * copied to out; 0, or -1 if absent or too long.  For the gateway's
  * answers, whose int64 fields are strings. */
 int th_etcd_json_str(const char *json, const char *key, char *out, size_t outlen);
+/* The sum of the samples of metric `name` (Prometheus text from GET
+ * /metrics of member i) whose line contains label (NULL: every one), e.g.
+ * ("grpc_server_handled_total", "grpc_method=\"LeaseKeepAlive\""); -1 on
+ * error. */
+long long th_etcd_metric(const struct th_etcd *e, int i, const char *name, const char *label);
 /* The number of keys under prefix (a range with count_only), through
  * member i, without auth; -1 on error. */
 long long th_etcd_count_prefix(const struct th_etcd *e, int i, const char *prefix);
