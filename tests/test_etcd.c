@@ -1071,3 +1071,36 @@ Test(etcd, many_holds_share_one_lease_keepalive)
 	}
 	dmutex_client_close(c);
 }
+
+/* A fair mutex (dmutex_attr_setfair) over etcd: every etcd mutex queues
+ * anyway; the attribute is accepted and the hand-off goes to the waiter. */
+Test(etcd, fair_mutex_hands_off_to_its_waiter)
+{
+	struct pm a, b;
+	dmutex_attr_t at;
+	for (int i = 0; i < 2; i++) {
+		struct pm *p = i ? &b : &a;
+		cr_assert_eq(dmutex_client_open(&p->c, url), 0);
+		cr_assert_eq(dmutex_attr_init(&at), 0);
+		cr_assert_eq(dmutex_attr_setclient(&at, p->c), 0);
+		cr_assert_eq(dmutex_attr_setfair(&at, 1), 0);
+		cr_assert_eq(dmutex_init(&p->m, "t-fair", &at), 0);
+		dmutex_attr_destroy(&at);
+	}
+	cr_assert_eq(dmutex_lock(&a.m), 0);
+	struct waiter w = { .m = &b.m };
+	pthread_t t;
+	pthread_create(&t, NULL, wait_lock, &w);
+	dmt_pass_time_ms(300); /* let it queue (the test holds either way) */
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	cr_assert(th_wait_until(waiter_got, &w, 5000), "the fair waiter was not served");
+	cr_assert_eq(w.rc, 0);
+	cr_assert_eq(dmutex_trylock(&a.m), EBUSY);
+	atomic_store(&w.release, 1);
+	pthread_join(t, NULL);
+	cr_assert_eq(w.urc, 0);
+	cr_assert_eq(dmutex_trylock(&a.m), 0);
+	cr_assert_eq(dmutex_unlock(&a.m), 0);
+	pm_close(&a);
+	pm_close(&b);
+}
