@@ -175,6 +175,7 @@ int bench_fair(struct bench *b);                /* 10 */
 int bench_cache(struct bench *b);               /* 11 */
 int bench_fresh(struct bench *b);               /* 12 */
 int bench_cond(struct bench *b);                /* 13 */
+int bench_etcd(struct bench *b);                /* 14: built with -Detcd only */
 /* Scenarios 2 and 4 for dmutex and for each peer, each item measured for
  * all of them back to back, so that they see the same machine. */
 size_t bench_peers(struct bench *b, struct peer *out, size_t max);

@@ -3,6 +3,8 @@
  *
  * Starts its own redis-server on a free loopback port (or uses $DMUTEX_URL),
  * measures the floor first, then each scenario, and prints one table.
+ * Scenario 14 (bench/etcd.c, in a build with -Detcd) starts its own etcd
+ * member and prints etcd's rows beside Redis's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,7 +18,7 @@
 #include "dmutex.h"
 #include "harness.h"
 
-#define ALL_SCENARIOS 0x3cfeu   /* bits 1..7, 10..13 */
+#define ALL_SCENARIOS 0x7cfeu   /* bits 1..7, 10..14 */
 
 static void
 usage(FILE *f)
@@ -162,7 +164,7 @@ parse_only(const char *s, unsigned *mask)
 	while (*s) {
 		char *end;
 		long v = strtol(s, &end, 10);
-		if (end == s || v < 1 || (v > 7 && (v < 10 || v > 13)))
+		if (end == s || v < 1 || (v > 7 && (v < 10 || v > 14)))
 			return -1;
 		*mask |= 1u << v;
 		s = end + (*end == ',');
@@ -277,6 +279,10 @@ main(int argc, char **argv)
 			rc = 1;
 		if ((b.opt.scenarios & (1u << 13)) && bench_cond(&b))
 			rc = 1;
+#ifdef DMUTEX_BENCH_ETCD
+		if ((b.opt.scenarios & (1u << 14)) && bench_etcd(&b))
+			rc = 1;
+#endif
 	}
 
 	if (b.opt.json) {

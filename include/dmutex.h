@@ -1,5 +1,5 @@
 /*
- * dmutex — distributed pthread-style mutexes over Redis.
+ * dmutex — distributed pthread-style mutexes over Redis (or etcd).
  *
  * Every function returns 0 or a positive errno value, like pthreads; none
  * sets or relies on errno, and none returns EINTR.  All calls are
@@ -113,10 +113,17 @@ typedef struct dmutex_mutex {
  * Connects, authenticates and checks the server's permissions once to fail
  * early.
  * Returns 0; EINVAL (NULL client, malformed URL, unknown option, value out
- * of range, a Redlock URL naming one server twice); ENOTSUP (rediss:// in a build without TLS); EACCES (the ACL
+ * of range, a Redlock URL naming one server twice); ENOTSUP (rediss:// in a build without TLS,
+ * etcd:// in a build without etcd); EACCES (the ACL
  * denies a command, the keys or the channels dmutex needs: see
- * dmutex_client_open(3); logged); EIO (backend unreachable, authentication
- * refused); ENOMEM.
+ * dmutex_client_open(3); logged; over etcd: a wrong user or password, or
+ * a role that may not read the prefix); EIO (backend unreachable,
+ * authentication refused); ENOMEM.
+ * etcd://host:port,... (README "etcd"): the members of one etcd v3 cluster;
+ * every mutex there is first-come first-served (waiters queue by etcd
+ * revision), a fencing token is the hold's etcd create revision, and
+ * leases are whole seconds, 2 s at least (rounded up; dmutex_getlease
+ * reports the lease granted).
  */
 DMUTEX_EXPORT int dmutex_client_open(dmutex_client_t **client, const char *url);
 
@@ -183,6 +190,7 @@ DMUTEX_EXPORT int dmutex_attr_setonlost(dmutex_attr_t *attr,
  * hands the lock to the one that waited longest (no barging; README "Fair
  * locks"); every user of the name must be fair.  0 (the default): as
  * pthread mutexes.  dmutex_init of a fair mutex over Redlock is ENOTSUP.
+ * Over etcd every mutex is fair across processes, whatever this says.
  * 0; EINVAL (NULL, not initialized, fair not 0 or 1).
  */
 DMUTEX_EXPORT int dmutex_attr_setfair(dmutex_attr_t *attr, int fair);
@@ -321,6 +329,10 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
  * reported lost (onlost, log), a running one also by ENOLCK from its
  * unlock and fence: a later holder's token is above theirs, so fencing
  * refuses their writes.
+ * Over etcd (README "etcd") the token is the etcd revision that created
+ * the hold's key, returned by the acquisition itself: strictly greater
+ * than every earlier token of every name in that cluster, leader changes
+ * and restarts included, with no clock involved.
  */
 DMUTEX_EXPORT int dmutex_fence(dmutex_t *m, uint64_t *token);
 

@@ -835,3 +835,55 @@ Test(url, long_comma_run_is_refused_fast, .timeout = 10)
 	fails(url, EINVAL);
 	free(url);
 }
+
+/* etcd:// (issue 27): the members of one cluster, default port 2379. */
+Test(url, etcd_members)
+{
+	const struct dmutex__node_addr *a;
+
+	if (!DMUTEX_HAVE_ETCD) {
+		fails("etcd://a:1", ENOTSUP);
+		cr_assert_str_eq(logged[0], "etcd:// needs a libdmutex built with etcd support: "
+				"meson setup -Detcd=enabled (needs libcurl4-openssl-dev libjansson-dev)");
+		return;
+	}
+	ok("etcd://app:s3,cret@a:2381,b,[::1]:2383/?lease_ms=2000&prefix=x:");
+	cr_assert_eq(cfg.nnodes, 1);
+	a = &cfg.nodes[0];
+	cr_assert(a->etcd);
+	cr_assert_not(a->cluster);
+	cr_assert_null(a->host);
+	cr_assert_str_eq(a->user, "app");
+	cr_assert_str_eq(a->password, "s3,cret");
+	cr_assert_str_eq(a->display, "etcd://app:***@a:2381,b,[::1]:2383/?lease_ms=2000&prefix=x:");
+	cr_assert_eq(a->nseeds, 3);
+	cr_assert_str_eq(a->seeds[1].host, "b");
+	cr_assert_eq(a->seeds[1].port, 2379);
+	cr_assert_str_eq(a->seeds[2].host, "::1");
+	cr_assert_str_eq(cfg.prefix, "x:");
+	cr_assert_eq(cfg.lease_ms, 2000);
+}
+
+Test(url, etcd_tls_options)
+{
+	if (!DMUTEX_HAVE_ETCD || !TLS_BUILD)
+		return;
+	ok("etcds://a?tls_ca=/ca.pem&tls_server_name=etcd.test");
+	cr_assert(cfg.nodes[0].etcd && cfg.nodes[0].tls);
+	cr_assert_str_eq(cfg.nodes[0].tls_ca, "/ca.pem");
+	cr_assert_str_eq(cfg.nodes[0].tls_server_name, "etcd.test");
+	fails("etcd://a?tls_ca=/ca.pem", EINVAL);
+}
+
+Test(url, etcd_has_no_db)
+{
+	if (!DMUTEX_HAVE_ETCD)
+		return;
+	fails("etcd://a/2", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL etcd://a/2: an etcd:// URL has no path (etcd has no "
+			"databases): etcd://HOST:PORT,...[/][?options]");
+	fails("etcd://a?db=1", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL etcd://a?db=1: db is not an option of etcd:// URLs");
+}
+
+Test(url, etcd_not_in_redlock) { fails("redis://a,etcd://b", EINVAL); }

@@ -134,6 +134,14 @@ int cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *nam
 int cli_inspect(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l);
 void cli_lock_free(struct cli_lock *l);
 
+/* ---- a store read through the library: etcd (view.c) ----------------- */
+/* url's backend if it is one: 0 and *v; -1 when it is Redis (read it with
+ * the calls above); CLI_BADURL, CLI_BACKEND, CLI_INTERNAL (said). */
+int cli_view_open(const char *url, struct dmutex__admin_view **v);
+/* name's state into *l (cli_lock_free it): 0 (a failure in l->error), or
+ * CLI_INTERNAL. */
+int cli_view_lock(struct dmutex__admin_view *v, const char *name, struct cli_lock *l);
+
 /* ---- output (show.c, json.c) ---------------------------------------- */
 
 long long cli_wall_ms(void);

@@ -8,6 +8,7 @@
  * and dead names drop out by themselves; they are walked with SCAN (never
  * KEYS, which blocks the server).
  */
+#include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,6 +294,48 @@ show(const struct cli_conn *cc, const struct row *rows, size_t nrows, int json)
 	return 0;
 }
 
+/* Over a store read through the library (etcd): PATTERN as fnmatch(3). */
+struct view_scan {
+	struct names *ns;
+	const char *pattern;
+};
+
+static int
+view_name(void *arg, const char *name)
+{
+	struct view_scan *vs = arg;
+
+	if (fnmatch(vs->pattern, name, 0))
+		return 0;
+	return names_add(vs->ns, name, strlen(name)) ? CLI_INTERNAL : 0;
+}
+
+static int
+list_view(struct dmutex__admin_view *v, const char *pattern, int json)
+{
+	struct names ns = { 0 };
+	struct view_scan vs = { &ns, pattern };
+	struct cli_conn one = { .nnodes = 1 };
+	struct row *rows = NULL;
+	int status = dmutex__admin_view_names(v, view_name, &vs);
+
+	if (status && status != CLI_INTERNAL) {
+		cli_err("backend failed listing the locks (%s)", strerror(status));
+		status = CLI_BACKEND;
+	}
+	if (!status && ns.n && !(rows = calloc(ns.n, sizeof *rows)))
+		status = CLI_INTERNAL;
+	for (size_t i = 0; !status && i < ns.n; i++)
+		status = cli_view_lock(v, ns.v[i], &rows[i].l);
+	if (!status)
+		status = show(&one, rows, ns.n, json);
+	for (size_t i = 0; rows && i < ns.n; i++)
+		cli_lock_free(&rows[i].l);
+	free(rows);
+	names_free(&ns);
+	return status;
+}
+
 int
 cli_cmd_list(int argc, char **argv, const char *url)
 {
@@ -303,6 +346,7 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cli_conn cc;
+	struct dmutex__admin_view *view;
 	struct names ns = { 0 };
 	struct row *rows = NULL;
 	size_t nrows = 0;
@@ -323,6 +367,13 @@ cli_cmd_list(int argc, char **argv, const char *url)
 	}
 	if (optind < argc)
 		pattern = argv[optind];
+	if ((status = cli_view_open(cli_url(url), &view)) >= 0) {
+		if (!status) {
+			status = list_view(view, pattern, json);
+			dmutex__admin_view_close(view);
+		}
+		return status;
+	}
 	if ((status = cli_conn_parse(&cc, cli_url(url))))
 		return status;
 	if ((status = cli_conn_connect(&cc, 0))) {

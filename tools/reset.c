@@ -142,6 +142,43 @@ unwatch:
 	return status;
 }
 
+/* Over a store read through the library (etcd): one transaction. */
+static int
+reset_view(struct dmutex__admin_view *v, const char *name, int force)
+{
+	struct cli_lock l;
+	int status, err, result = 0;
+
+	if ((status = cli_view_lock(v, name, &l)))
+		return status;
+	if (l.error[0]) {
+		cli_err("'%s': %s", name, l.error);
+		status = CLI_BACKEND;
+	} else if (!l.exists) {
+		cli_err("no such lock '%s'", name);
+		status = CLI_NOLOCK;
+	} else if (l.held && !force) {
+		say_refused(&l, NULL);
+		status = CLI_REFUSED;
+	} else if ((err = dmutex__admin_view_reset(v, name, force, &result))) {
+		cli_err("'%s': the backend failed (%s); nothing was reset", name, strerror(err));
+		status = CLI_BACKEND;
+	} else if (result == DMUTEX__RESET_HELD) {
+		cli_err("'%s' was taken meanwhile; use --force to release it anyway", name);
+		status = CLI_REFUSED;
+	} else if (result == DMUTEX__RESET_NOTHING) {
+		printf("'%s' is free and consistent: nothing to reset\n", name);
+	} else if (l.held) {
+		printf("reset '%s': released the hold of %s pid %lld (fence %lld)\n", name, l.host,
+				l.pid, l.fence);
+	} else {
+		printf("reset '%s': cleared the %s state\n", name,
+				l.robust == ROBUST_NOTREC ? "not-recoverable" : "owner-died");
+	}
+	cli_lock_free(&l);
+	return status;
+}
+
 int
 cli_cmd_reset(int argc, char **argv, const char *url)
 {
@@ -152,6 +189,7 @@ cli_cmd_reset(int argc, char **argv, const char *url)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cli_conn cc;
+	struct dmutex__admin_view *view;
 	const char *name;
 	int force = 0, status, c, absent = 0, removed = 0;
 
@@ -170,6 +208,13 @@ cli_cmd_reset(int argc, char **argv, const char *url)
 	name = argv[optind];
 	if (cli_check_name(name))
 		return CLI_USAGE;
+	if ((status = cli_view_open(cli_url(url), &view)) >= 0) {
+		if (!status) {
+			status = reset_view(view, name, force);
+			dmutex__admin_view_close(view);
+		}
+		return status;
+	}
 	/* A reset needs every node: a half-reset Redlock lock helps nobody. */
 	if ((status = cli_conn_open(&cc, cli_url(url))))
 		return status;

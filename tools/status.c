@@ -94,6 +94,42 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 		fprintf(f, "    ... and %lld more\n", l->cond_waiters - (long long)l->ncond);
 }
 
+/* Over a store read through the library (etcd): each name once. */
+static int
+status_view(struct dmutex__admin_view *v, char **names, int n, int json)
+{
+	int status = 0, first = 1;
+
+	if (json)
+		fputc('[', stdout);
+	for (int i = 0; i < n; i++) {
+		struct cli_lock l;
+		if ((status = cli_view_lock(v, names[i], &l)))
+			break;
+		if (l.error[0]) {
+			cli_err("'%s': %s", names[i], l.error);
+			status = CLI_BACKEND;
+		} else if (!l.exists) {
+			cli_err("no such lock '%s'", names[i]);
+			if (!status)
+				status = CLI_NOLOCK;
+		}
+		if (json && (l.exists || l.error[0])) {
+			fputs(first ? "" : ",", stdout);
+			cli_json_lock(stdout, &l, NULL);
+			first = 0;
+		} else if (l.exists) {
+			fputs(first ? "" : "\n", stdout);
+			print_text(stdout, &l, NULL);
+			first = 0;
+		}
+		cli_lock_free(&l);
+	}
+	if (json)
+		fputs("]\n", stdout);
+	return status;
+}
+
 int
 cli_cmd_status(int argc, char **argv, const char *url)
 {
@@ -104,6 +140,7 @@ cli_cmd_status(int argc, char **argv, const char *url)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct cli_conn cc;
+	struct dmutex__admin_view *view;
 	int json = 0, status = 0, c, first = 1;
 
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -121,6 +158,13 @@ cli_cmd_status(int argc, char **argv, const char *url)
 	for (int i = optind; i < argc; i++)
 		if (cli_check_name(argv[i]))
 			return CLI_USAGE;
+	if ((c = cli_view_open(cli_url(url), &view)) >= 0) {
+		if (!c) {
+			status = status_view(view, argv + optind, argc - optind, json);
+			dmutex__admin_view_close(view);
+		}
+		return c ? c : status;
+	}
 	if ((c = cli_conn_parse(&cc, cli_url(url))))
 		return c;
 	/* With several nodes (Redlock), show the reachable ones. */

@@ -34,7 +34,8 @@ dmutex_init_impl(dmutex_t *m, const char *name, const dmutex_attr_t *attr)
 	mx->cache = !attr || !(attr->__flags & DMUTEX__ATTR_NOCACHE);
 	mx->type = attr ? attr->__type : DMUTEX_DEFAULT;
 	mx->robust = attr ? attr->__robust : DMUTEX_STALLED;
-	mx->lease_ms = attr && attr->__lease_ms ? attr->__lease_ms : c->cfg.lease_ms;
+	mx->lease_ms = dmutex__backend_lease(c->be, attr && attr->__lease_ms ? attr->__lease_ms
+			: c->cfg.lease_ms);
 	mx->onlost = attr ? attr->__onlost : NULL;
 	mx->onlost_arg = attr ? attr->__onlost_arg : NULL;
 	if ((err = dmutex__entry_get(c, name, &mx->entry))) {

@@ -21,7 +21,8 @@ open_rw(struct dmutex_client *c, const char *name, const dmutex_attr_t *attr,
 	}
 	if (!(rx = calloc(1, sizeof *rx)))
 		return ENOMEM;
-	rx->lease_ms = attr && attr->__lease_ms ? attr->__lease_ms : c->cfg.lease_ms;
+	rx->lease_ms = dmutex__backend_lease(c->be, attr && attr->__lease_ms ? attr->__lease_ms
+			: c->cfg.lease_ms);
 	rx->onlost = attr ? attr->__onlost : NULL;
 	rx->onlost_arg = attr ? attr->__onlost_arg : NULL;
 	if ((err = dmutex__entry_get_kind(c, name, DMUTEX__KIND_RW, &rx->entry))) {

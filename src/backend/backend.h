@@ -30,6 +30,7 @@
 
 #include "backend/counts.h"
 #include "backend/net/addr.h"
+#include "backend/view.h"
 #include "base/base.h"
 
 struct dmutex__node;
@@ -437,6 +438,25 @@ struct dmutex__backend_ops {
 	 * or "" if none is known.  For the open's one summary line: the
 	 * servers' own lines went to debug. */
 	void (*why)(struct dmutex__backend *be, char *out, size_t len);
+
+	/* Optional: the lease the backend grants for lease_ms, rounded up to
+	 * what the store can keep (etcd: whole seconds, at least its minimum
+	 * TTL), logged once when it differs; NULL: as asked.  The core asks
+	 * it where a lease is chosen, so dmutex_getlease reports it. */
+	unsigned (*lease)(struct dmutex__backend *be, unsigned lease_ms);
+
+	/* ---- operators' views (optional; view.h) ----
+	 * For a store the tool does not read itself (etcd; NULL on Redis,
+	 * whose keys tools/ reads through core/admin.h).
+	 * inspect: name's state into *v.
+	 * names: fn(arg, name) once for each lock name under the prefix
+	 *   (sorted, each once); fn returning non-zero stops with that value.
+	 * reset: release name's hold (force; else *result HELD and nothing
+	 *   done), and clear its owner-died and not-recoverable state:
+	 *   *result DMUTEX__RESET_*. */
+	int (*inspect)(struct dmutex__backend *be, const char *name, struct dmutex__lock_view *v);
+	int (*names)(struct dmutex__backend *be, int (*fn)(void *arg, const char *name), void *arg);
+	int (*reset)(struct dmutex__backend *be, const char *name, int force, int *result);
 };
 
 struct dmutex__backend {
@@ -471,6 +491,12 @@ static inline void
 dmutex__backend_why(struct dmutex__backend *be, char *out, size_t len)
 {
 	be->ops->why(be, out, len);
+}
+
+static inline unsigned
+dmutex__backend_lease(struct dmutex__backend *be, unsigned lease_ms)
+{
+	return be->ops->lease ? be->ops->lease(be, lease_ms) : lease_ms;
 }
 
 /* Asynchronous releases. */

@@ -28,6 +28,7 @@
 #include "base/base.h"
 #include "base/log.h"
 #include "backend/counts.h"     /* the counters' fields: DMUTEX__MET_* */
+#include "backend/view.h"       /* a lock as a backend reports it */
 
 struct dmutex__admin_url;       /* a URL parsed (core/admin.c) */
 struct dmutex__admin;           /* its masters (backend/redis/admin.c) */
@@ -97,6 +98,27 @@ int64_t dmutex__conn_deadline(const struct dmutex__conn *c);
 redisReply *dmutex__conn_command(struct dmutex__conn *c, int64_t deadline, const char *fmt, ...);
 /* Why c failed, "" if it has not (backend/redis/admin.c). */
 const char *dmutex__admin_conn_error(const struct dmutex__conn *c);
+
+/* ---- a store the tool reads through the library (etcd; core/admin.c) ----
+ * Redis's keys the tool reads itself (above); another backend answers
+ * the operators' questions through its table (backend.h, view.h). */
+struct dmutex__admin_view;
+/* The backend url names, opened and checked, if it is one the tool reads
+ * through the library: 0 and *out; ENOENT when it is Redis (use the
+ * calls above); EINVAL, ENOTSUP (logged); EIO (unreachable: logged,
+ * naming the members and why); EACCES (logged); ENOMEM. */
+int dmutex__admin_view_open(const char *url, struct dmutex__admin_view **out);
+void dmutex__admin_view_close(struct dmutex__admin_view *v);
+/* One lock: 0 and *out; EIO (logged). */
+int dmutex__admin_view_lock(struct dmutex__admin_view *v, const char *name,
+		struct dmutex__lock_view *out);
+/* fn(arg, name) for each lock name (sorted); fn's non-zero stops and is
+ * returned; else 0, or EIO (logged). */
+int dmutex__admin_view_names(struct dmutex__admin_view *v, int (*fn)(void *arg, const char *name),
+		void *arg);
+/* Reset name (force: even held): 0 and *result DMUTEX__RESET_*; EIO. */
+int dmutex__admin_view_reset(struct dmutex__admin_view *v, const char *name, int force,
+		int *result);
 
 /* ---- this machine (core/hostid.c) ---- */
 /* "boot_id/pidns inode" of this process, or "": a holder's pid can be

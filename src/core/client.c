@@ -513,6 +513,8 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 		err = verify(c, source);
 	if (err)
 		goto fail;
+	/* The default lease as the backend grants it (etcd: whole seconds). */
+	c->cfg.lease_ms = dmutex__backend_lease(c->be, c->cfg.lease_ms);
 	dmutex__mu_lock(&clients_mu, DMUTEX__LK_CLIENTS, "clients_mu");
 	c->next_all = clients;
 	clients = c;

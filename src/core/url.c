@@ -19,6 +19,7 @@
 
 #define NODES_MAX 64
 #define PORT_DEFAULT 6379
+#define ETCD_PORT_DEFAULT 2379
 #define PORT_MAX 65535ul
 #define PREFIX_DEFAULT "dmutex:"
 
@@ -34,15 +35,17 @@
 /* The schemes; only those with `redlock` set may be listed (Redlock). */
 static const struct scheme {
 	const char *name;
-	int tls, is_unix, sentinel, redlock, cluster;
+	int tls, is_unix, sentinel, redlock, cluster, etcd;
 } schemes[] = {
-	{ "redis", 0, 0, 0, 1, 0 },
-	{ "rediss", 1, 0, 0, 1, 0 },
-	{ "unix", 0, 1, 0, 1, 0 },
-	{ "redis-sentinel", 0, 0, 1, 0, 0 },
-	{ "rediss-sentinel", 1, 0, 1, 0, 0 },
-	{ "redis-cluster", 0, 0, 0, 0, 1 },
-	{ "rediss-cluster", 1, 0, 0, 0, 1 },
+	{ "redis", 0, 0, 0, 1, 0, 0 },
+	{ "rediss", 1, 0, 0, 1, 0, 0 },
+	{ "unix", 0, 1, 0, 1, 0, 0 },
+	{ "redis-sentinel", 0, 0, 1, 0, 0, 0 },
+	{ "rediss-sentinel", 1, 0, 1, 0, 0, 0 },
+	{ "redis-cluster", 0, 0, 0, 0, 1, 0 },
+	{ "rediss-cluster", 1, 0, 0, 0, 1, 0 },
+	{ "etcd", 0, 0, 0, 0, 0, 1 },
+	{ "etcds", 1, 0, 0, 0, 0, 1 },
 };
 
 
@@ -399,6 +402,26 @@ parse_master_name(struct parse *p, const char *s, size_t n, struct dmutex__node_
 	return err;
 }
 
+/* etcd://m1:p1,m2:p2,.../: the members of one cluster; no db (etcd has
+ * none), only an empty path. */
+static int
+parse_etcd(struct parse *p, const char *host, const char *auth_end, const char *q,
+		struct dmutex__node_addr *node)
+{
+	int err;
+
+	node->etcd = 1;
+	if ((err = parse_host_list(p, host, (size_t)(auth_end - host), "member", ETCD_PORT_DEFAULT,
+			&node->seeds, &node->nseeds)))
+		return err;
+	if (q - auth_end > 1) {
+		dmutex__url_bad(p, "an etcd:// URL has no path (etcd has no databases): "
+				"etcd://HOST:PORT,...[/][?options]");
+		return EINVAL;
+	}
+	return 0;
+}
+
 /*
  * The authority ends at the first '/' or '?' and the user information at
  * its last '@'.  A raw '@' anywhere else means a password with a raw '/' or
@@ -435,6 +458,8 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 	if (sc->sentinel) {
 		if (!(err = parse_sentinel_hosts(p, host, (size_t)(auth_end - host), node)))
 			err = parse_master_name(p, auth_end, (size_t)(q - auth_end), node);
+	} else if (sc->etcd) {
+		err = parse_etcd(p, host, auth_end, q, node);
 	} else if (sc->is_unix) {
 		if (host < auth_end) {
 			dmutex__url_bad(p, "unix socket path is not absolute");
@@ -465,6 +490,10 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 		return err;
 	if ((err = check_node(p, node)))
 		return err;
+	if (sc->etcd && p->db_seen) {
+		dmutex__url_bad(p, "db is not an option of etcd:// URLs");
+		return EINVAL;
+	}
 	/* Redis Cluster serves database 0 only. */
 	if (sc->cluster && node->db) {
 		dmutex__url_bad(p, "a cluster has only db 0");
@@ -514,7 +543,7 @@ scheme_of(struct parse *p, const char *elem, size_t len)
 	size_t n = scheme_at(elem, len);
 
 	if (!n) {
-		dmutex__url_bad(p, "no scheme (redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://)");
+		dmutex__url_bad(p, "no scheme (redis://, rediss://, unix://, redis-sentinel://, redis-cluster:// or etcd://)");
 		return NULL;
 	}
 	for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
@@ -615,6 +644,12 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 		goto fail;
 	}
 	/* Checked last, so whether a URL is well-formed does not depend on the build. */
+	if (cfg->nodes[0].etcd && !DMUTEX_HAVE_ETCD) {
+		dmutex__log(DMUTEX_LOG_ERROR, "etcd:// needs a libdmutex built with etcd support: "
+				"meson setup -Detcd=enabled (needs libcurl4-openssl-dev libjansson-dev)");
+		err = ENOTSUP;
+		goto fail;
+	}
 	if (tls && !TLS_SUPPORTED) {
 		for (p.index = 0; !cfg->nodes[p.index].tls; p.index++)
 			;

@@ -44,6 +44,10 @@ struct dmutex__node_addr {
 	int cluster;
 	struct dmutex__node_addr *seeds;
 	size_t nseeds;
+	/* etcd:// and etcds://: the members of one etcd cluster are the seeds
+	 * (host and port, default 2379); this address carries the user,
+	 * password and TLS options of all of them (src/backend/etcd/). */
+	int etcd;
 };
 
 #endif

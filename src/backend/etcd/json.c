@@ -1,0 +1,85 @@
+/* JSON and base64 for etcd's gateway (http.h): keys and values travel in
+ * base64, int64 fields as strings, and proto3 leaves out every default. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "backend/etcd/http.h"
+
+char *
+dmutex__etcd_b64(const char *s, size_t n)
+{
+	size_t len = sodium_base64_encoded_len(n, sodium_base64_VARIANT_ORIGINAL);
+	char *out = malloc(len);
+
+	if (out)
+		sodium_bin2base64(out, len, (const unsigned char *)s, n, sodium_base64_VARIANT_ORIGINAL);
+	return out;
+}
+
+long
+dmutex__etcd_unb64(const char *b64, char *out, size_t cap)
+{
+	size_t len = 0;
+
+	if (!b64 || sodium_base642bin((unsigned char *)out, cap ? cap - 1 : 0, b64, strlen(b64),
+			NULL, &len, NULL, sodium_base64_VARIANT_ORIGINAL))
+		return -1;
+	out[len] = '\0';
+	return (long)len;
+}
+
+int64_t
+dmutex__etcd_int(const json_t *o, const char *key, int *bad)
+{
+	const json_t *v = json_object_get(o, key);
+	const char *s;
+	char *end;
+	long long n;
+
+	if (!v)
+		return 0;
+	if (json_is_integer(v))
+		return (int64_t)json_integer_value(v);
+	if (!(s = json_string_value(v)) || !*s) {
+		*bad = 1;
+		return 0;
+	}
+	n = strtoll(s, &end, 10);
+	if (*end)
+		*bad = 1;
+	return (int64_t)n;
+}
+
+int
+dmutex__etcd_bool(const json_t *o, const char *key)
+{
+	return json_is_true(json_object_get(o, key));
+}
+
+json_t *
+dmutex__etcd_key(const char *key, const char *end)
+{
+	char *k = dmutex__etcd_b64(key, strlen(key)), *e = end ? dmutex__etcd_b64(end, strlen(end)) : NULL;
+	json_t *o = NULL;
+
+	if (k && (!end || e))
+		o = end ? json_pack("{s:s, s:s}", "key", k, "range_end", e) : json_pack("{s:s}", "key", k);
+	free(k);
+	free(e);
+	return o;
+}
+
+void
+dmutex__etcd_prefix_end(const char *p, char *out)
+{
+	size_t n = strlen(p);
+
+	memcpy(out, p, n + 1);
+	/* Our prefixes end in '/' (or any byte below 0xff): the next byte. */
+	while (n && (unsigned char)out[n - 1] == 0xff)
+		out[--n] = '\0';
+	if (n)
+		out[n - 1]++;
+}
