@@ -16,14 +16,14 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/bind.h"
 #include "core/sem.h"
 
 #define NO_DEADLINE INT64_MAX
 
-int
-dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only)
+static int
+wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_only)
 {
-	struct dmutex__sem *sx;
 	struct dmutex_client *cl;
 	struct dmutex__wsub *sub;
 	char channel[DMUTEX__KEY_MAX];
@@ -34,8 +34,6 @@ dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_o
 	/* One token for the whole wait: only a take that succeeded is
 	 * remembered under it, so asking again with it after a failed take
 	 * is a fresh take, and after a lost reply returns that take. */
-	if ((err = dmutex__sem_resolve(s, &sx)))
-		return err;
 	if ((err = dmutex__sem_take_once(sx, o, &taken)))
 		return err;
 	if (taken)
@@ -72,9 +70,28 @@ dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_o
 			break;
 		}
 	}
+	/* No longer a waiter that destroy must refuse for, though still a
+	 * user until it returns. */
+	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
 	dmutex__waiter_unsub(cl->be, sub);
+	return err;
 out:
 	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
+	return err;
+}
+
+int
+dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only)
+{
+	struct dmutex__sem *sx;
+	int err;
+
+	if ((err = dmutex__sem_resolve(s, &sx)))
+		return err;
+	/* Another thread may destroy s as soon as this wait took its permit. */
+	dmutex__obj_hold(&sx->users);
+	err = wait_held(sx, o, until, try_only);
+	dmutex__sem_put(sx);
 	return err;
 }
 

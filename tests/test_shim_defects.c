@@ -1,0 +1,177 @@
+/*
+ * Runtime defects the public POSIX suites found through the shim (issue
+ * 29), each as an ordinary pthread program shaped like the suite's test
+ * that found it, against a real redis-server.  One case per run (argv[1]),
+ * each in a child process with a deadline, so that a hang or a crash is a
+ * failure of that case and not of the runner:
+ *
+ *   destroy  "signal, unlock, destroy, free" of a condition variable whose
+ *            woken waiter is still leaving (LTP pthread_cond_destroy
+ *            speculative 4-1, 2-1); a barrier destroyed by the thread its
+ *            cycle released first while the others are still leaving.
+ *            Run with MALLOC_PERTURB_ and no tcache, so that a read of a
+ *            freed object finds garbage (under ASan, the use after free).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "harness.h"
+
+static struct th_redis srv;
+
+/* ---- destroy ---- */
+
+enum { CROUNDS = 200, BROUNDS = 10, BTHREADS = 4 };
+
+struct cv_case {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	int ready, go;
+};
+
+static void *
+cv_waiter(void *arg)
+{
+	struct cv_case *k = arg;
+
+	pthread_mutex_lock(&k->m);
+	k->ready = 1;
+	while (!k->go)
+		if (pthread_cond_wait(&k->c, &k->m))
+			break;
+	pthread_mutex_unlock(&k->m);
+	return NULL;
+}
+
+/* LTP pthread_cond_destroy speculative 4-1: the waiter is woken, and the
+ * condition variable destroyed and its memory reused before the waiter
+ * returns. */
+static int
+cond_round(void)
+{
+	struct cv_case *k = calloc(1, sizeof *k);
+	pthread_t t;
+	int bad = 0, ready = 0;
+
+	if (!k || pthread_mutex_init(&k->m, NULL) || pthread_cond_init(&k->c, NULL) ||
+			pthread_create(&t, NULL, cv_waiter, k))
+		return 1;
+	for (long long until = th_now_ms() + 10000; !ready && th_now_ms() < until;) {
+		pthread_mutex_lock(&k->m);
+		ready = k->ready;
+		pthread_mutex_unlock(&k->m);
+		if (!ready)
+			usleep(1000);
+	}
+	/* ready: the waiter is in pthread_cond_wait once we hold the mutex. */
+	pthread_mutex_lock(&k->m);
+	k->go = 1;
+	bad |= pthread_cond_signal(&k->c) != 0;
+	pthread_mutex_unlock(&k->m);
+	if (pthread_cond_destroy(&k->c)) {
+		fprintf(stderr, "pthread_cond_destroy after signal and unlock failed\n");
+		bad = 1;
+	}
+	memset(&k->c, 0xa5, sizeof k->c);
+	pthread_join(t, NULL);
+	pthread_mutex_destroy(&k->m);
+	free(k);
+	return bad || !ready;
+}
+
+static pthread_barrier_t *bar;
+static int bar_destroy_err = -1;
+
+static void *
+bar_waiter(void *arg)
+{
+	pthread_barrier_t *b = bar;
+
+	(void)arg;
+	if (pthread_barrier_wait(b) == PTHREAD_BARRIER_SERIAL_THREAD)
+		bar_destroy_err = pthread_barrier_destroy(b);
+	return NULL;
+}
+
+/* The thread a cycle releases (the serial one) destroys the barrier at
+ * once: the others are released, not blocked, so POSIX allows it. */
+static int
+barrier_round(void)
+{
+	pthread_t t[BTHREADS];
+	int bad = 0;
+
+	bar = malloc(sizeof *bar);
+	if (!bar || pthread_barrier_init(bar, NULL, BTHREADS))
+		return 1;
+	bar_destroy_err = -1;
+	for (int i = 0; i < BTHREADS; i++)
+		pthread_create(&t[i], NULL, bar_waiter, NULL);
+	for (int i = 0; i < BTHREADS; i++)
+		pthread_join(t[i], NULL);
+	if (bar_destroy_err != 0) {
+		fprintf(stderr, "pthread_barrier_destroy by the serial thread: %d\n", bar_destroy_err);
+		bad = 1;
+	}
+	free(bar);
+	return bad;
+}
+
+static int
+case_destroy(void *arg)
+{
+	int bad = 0;
+
+	(void)arg;
+	for (int i = 0; i < CROUNDS && !bad; i++)
+		bad |= cond_round();
+	for (int i = 0; i < BROUNDS && !(bad & 2); i++)
+		bad |= barrier_round() << 1;
+	return bad;
+}
+
+/* ---- runner ---- */
+
+struct one {
+	const char *name;
+	int (*fn)(void *);
+	int timeout_ms;
+};
+
+static const struct one cases[] = {
+	{ "destroy", case_destroy, 60000 },
+};
+
+int
+main(int argc, char **argv)
+{
+	const struct one *k = NULL;
+	int st;
+
+	for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++)
+		if (!strcmp(argv[1], cases[i].name))
+			k = &cases[i];
+	if (!k) {
+		fprintf(stderr, "usage: %s CASE\n", argv[0]);
+		return 2;
+	}
+	if (th_redis_start(&srv, NULL)) {
+		fprintf(stderr, "redis-server did not start\n");
+		return 1;
+	}
+	setenv("DMUTEX_URL", srv.url, 1);
+	setenv("DMUTEX_NAMESPACE", "shimdefects", 1);
+	st = th_wait_child(th_spawn(k->fn, NULL), k->timeout_ms);
+	if (st != 0)
+		fprintf(stderr, "case %s: %s %d\n", k->name, st < 0 ? "timed out" : st > 128 ? "killed by signal" : "status",
+				st > 128 ? st - 128 : st);
+	EXPECT(st == 0);
+	th_redis_stop(&srv);
+	return th_check_status();
+}
