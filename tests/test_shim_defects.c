@@ -11,9 +11,13 @@
  *            cycle released first while the others are still leaving.
  *            Run with MALLOC_PERTURB_ and no tcache, so that a read of a
  *            freed object finds garbage (under ASan, the use after free).
+ *   exit     LTP sem_init 3-1: a producer and a consumer on semaphores,
+ *            joined, then the main thread calls pthread_exit: the process
+ *            ends (status 0), though the library's own threads live on.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +140,47 @@ case_destroy(void *arg)
 	return bad;
 }
 
+/* ---- exit ---- */
+
+static sem_t psem, csem;
+static int produced;
+
+static void *
+producer(void *arg)
+{
+	for (long i = 0; i < (long)arg; i++) {
+		sem_wait(&psem);
+		produced++;
+		sem_post(&csem);
+	}
+	return NULL;
+}
+
+static void *
+consumer(void *arg)
+{
+	for (long i = 0; i < (long)arg; i++) {
+		sem_wait(&csem);
+		sem_post(&psem);
+	}
+	return NULL;
+}
+
+static int
+case_exit(void *arg)
+{
+	pthread_t p, c;
+
+	(void)arg;
+	if (sem_init(&csem, 0, 0) || sem_init(&psem, 0, 1) ||
+			pthread_create(&p, NULL, producer, (void *)3L) ||
+			pthread_create(&c, NULL, consumer, (void *)3L))
+		return 1;
+	if (pthread_join(p, NULL) || pthread_join(c, NULL) || produced != 3)
+		return 2;
+	pthread_exit(NULL);
+}
+
 /* ---- runner ---- */
 
 struct one {
@@ -146,6 +191,7 @@ struct one {
 
 static const struct one cases[] = {
 	{ "destroy", case_destroy, 60000 },
+	{ "exit", case_exit, 15000 },
 };
 
 int

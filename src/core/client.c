@@ -77,6 +77,7 @@ static void
 atfork_child(void)
 {
 	dmutex__token_atfork_child();
+	dmutex__own_atfork_child();
 	dmutex__log_unlock();
 	for (struct dmutex_client *c = clients; c; c = c->next_all) {
 		/* Made anew below (renewer, waiter, backend): only the count. */

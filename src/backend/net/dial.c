@@ -117,7 +117,9 @@ dial_main(void *p)
 	struct dial *d = p;
 	int abandoned;
 
+	dmutex__own_thread_begin();
 	d->fn(d->arg);
+	dmutex__own_thread_end();
 	pthread_mutex_lock(&d->mu);
 	d->done = 1;
 	abandoned = d->abandoned;

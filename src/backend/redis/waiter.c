@@ -426,6 +426,7 @@ waiter_main(void *arg)
 		free(need);
 		return NULL;
 	}
+	dmutex__own_thread_begin();
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop) {
 		int64_t now = dmutex__now_ns(), next = INT64_MAX;
@@ -481,7 +482,12 @@ waiter_main(void *arg)
 			pf[i + 1].revents = 0;
 		}
 		now = dmutex__now_ns();
-		timeout = next == INT64_MAX ? -1 : next <= now ? 0 : (int)((next - now) / DMUTEX__MS + 1);
+		/* Never for ever: once a second, whether the program has
+		 * ended under us (base.h, dmutex__exit_if_alone). */
+		if (next - now > DMUTEX__ALONE_LOOK_MS * DMUTEX__MS)
+			next = now + DMUTEX__ALONE_LOOK_MS * DMUTEX__MS;
+		timeout = next <= now ? 0 : (int)((next - now) / DMUTEX__MS + 1);
+		dmutex__exit_if_alone();
 		if (poll(pf, w->nnodes + 1, timeout) > 0) {
 			if (pf[0].revents) {
 				char buf[64];
@@ -503,6 +509,7 @@ waiter_main(void *arg)
 		}
 	}
 	pthread_mutex_unlock(&w->mu);
+	dmutex__own_thread_end();
 	free(pf);
 	free(need);
 	return NULL;
