@@ -14,6 +14,9 @@
  *   exit     LTP sem_init 3-1: a producer and a consumer on semaphores,
  *            joined, then the main thread calls pthread_exit: the process
  *            ends (status 0), though the library's own threads live on.
+ *   nomem    LTP pthread_mutex_init 5-1: with the address space full
+ *            (RLIMIT_AS), pthread_mutex_init returns 0 or ENOMEM at once,
+ *            for each attribute type, and does not retry for ever.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
 
 #include "check.h"
 #include "harness.h"
@@ -181,6 +185,66 @@ case_exit(void *arg)
 	pthread_exit(NULL);
 }
 
+/* ---- nomem ---- */
+
+static int
+case_nomem(void *arg)
+{
+	pthread_mutexattr_t ma[4], *pma[5];
+	pthread_mutex_t mtx;
+	struct rlimit rl = { 64 << 20, 64 << 20 };
+	void *ptr, *prev = NULL;
+	int ret[5], bad = 0;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	(void)arg;
+#if defined(__SANITIZE_ADDRESS__)
+	return 0;       /* ASan's shadow memory does not fit any RLIMIT_AS */
+#endif
+	for (int i = 0; i < 4; i++) {
+		pma[i] = &ma[i];
+		pthread_mutexattr_init(pma[i]);
+	}
+	pma[4] = NULL;
+	pthread_mutexattr_settype(pma[1], PTHREAD_MUTEX_NORMAL);
+	pthread_mutexattr_settype(pma[2], PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutexattr_settype(pma[3], PTHREAD_MUTEX_ERRORCHECK);
+	if (setrlimit(RLIMIT_AS, &rl))
+		return 3;
+	while ((ptr = malloc(page))) {
+		*(void **)ptr = prev;
+		prev = ptr;
+	}
+	while ((ptr = malloc(sizeof(void *)))) {
+		*(void **)ptr = prev;
+		prev = ptr;
+	}
+	/* Some heap back, as a program's own frees would give: the library's
+	 * small allocations succeed, a thread's stack cannot be mapped. */
+	for (int i = 0; i < 20000 && prev; i++) {
+		ptr = prev;
+		prev = *(void **)ptr;
+		free(ptr);
+	}
+	for (int i = 0; i < 5; i++)
+		if (!(ret[i] = pthread_mutex_init(&mtx, pma[i])))
+			pthread_mutex_destroy(&mtx);
+	while (prev) {
+		ptr = prev;
+		prev = *(void **)ptr;
+		free(ptr);
+	}
+	if (getenv("SHIM_DEFECTS_VERBOSE"))
+		fprintf(stderr, "pthread_mutex_init with memory full: %d %d %d %d %d\n", ret[0], ret[1], ret[2],
+				ret[3], ret[4]);
+	for (int i = 0; i < 5; i++)
+		if (ret[i] != 0 && ret[i] != ENOMEM) {
+			fprintf(stderr, "pthread_mutex_init with attribute %d and memory full: %d\n", i, ret[i]);
+			bad = 1;
+		}
+	return bad;
+}
+
 /* ---- runner ---- */
 
 struct one {
@@ -192,6 +256,7 @@ struct one {
 static const struct one cases[] = {
 	{ "destroy", case_destroy, 60000 },
 	{ "exit", case_exit, 15000 },
+	{ "nomem", case_nomem, 30000 },
 };
 
 int

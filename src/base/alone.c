@@ -23,6 +23,7 @@
 #define OWN_MAX 64
 #define LOOK_NS (1000 * DMUTEX__MS)
 
+static _Thread_local int short_err;     /* dmutex__short_note */
 static long own[OWN_MAX];               /* atomic; 0 is a free slot */
 static int64_t last_look;               /* atomic */
 static int leaving;                     /* atomic */
@@ -51,6 +52,21 @@ dmutex__own_thread_end(void)
 		if (__atomic_compare_exchange_n(&own[i], &expected, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			return;
 	}
+}
+
+void
+dmutex__short_note(int err)
+{
+	short_err = err;
+}
+
+int
+dmutex__short_take(void)
+{
+	int err = short_err;
+
+	short_err = 0;
+	return err;
 }
 
 void

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -133,6 +134,18 @@ dial_main(void *p)
 	return NULL;
 }
 
+/* Whether a dialer's stack could be mapped now. */
+static int
+stack_maps(void)
+{
+	void *p = mmap(NULL, DMUTEX__DIAL_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return 0;
+	munmap(p, DMUTEX__DIAL_STACK);
+	return 1;
+}
+
 int
 dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t deadline)
 {
@@ -168,6 +181,12 @@ dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t de
 	pthread_attr_destroy(&at);
 	if (err) {
 		dial_free(d);
+		/* pthread_create says EAGAIN for a stack it could not map
+		 * (RLIMIT_AS, memory full) as for a thread limit: which one
+		 * matters to the caller (pthread_mutex_init's ENOMEM). */
+		if (err == EAGAIN && !stack_maps())
+			err = ENOMEM;
+		dmutex__short_note(err);
 		return err;
 	}
 
