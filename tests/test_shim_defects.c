@@ -17,6 +17,13 @@
  *   nomem    LTP pthread_mutex_init 5-1: with the address space full
  *            (RLIMIT_AS), pthread_mutex_init returns 0 or ENOMEM at once,
  *            for each attribute type, and does not retry for ever.
+ *   handler  sem_post from a signal handler (LTP pthread_mutex_trylock 4-3,
+ *            cond_broadcast 4-2): the handler interrupts a thread that is
+ *            itself inside sem_post and sem_wait; every handler's post
+ *            arrives, none is lost as a "retry" or deadlocks.
+ *   eintr    LTP sem_wait 7-1, sem_timedwait 9-1: a handler installed
+ *            without SA_RESTART interrupts sem_wait and sem_timedwait with
+ *            -1 and errno EINTR.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -245,6 +252,131 @@ case_nomem(void *arg)
 	return bad;
 }
 
+/* ---- handler ---- */
+
+enum { KICKS = 5000 };
+
+static sem_t work, sig;
+static int handled, stop_work;
+
+static void
+on_usr1(int signo)
+{
+	(void)signo;
+	if (sem_post(&sig) == 0)
+		__atomic_fetch_add(&handled, 1, __ATOMIC_SEQ_CST);
+}
+
+static void *
+worker(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&stop_work, __ATOMIC_SEQ_CST)) {
+		sem_post(&work);
+		sem_wait(&work);
+	}
+	return NULL;
+}
+
+static int
+case_handler(void *arg)
+{
+	struct sigaction sa;
+	struct timespec at;
+	pthread_t t;
+	int bad = 0, v = -1, got = 0;
+
+	(void)arg;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_usr1;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sem_init(&work, 0, 0) || sem_init(&sig, 0, 0) || sigaction(SIGUSR1, &sa, NULL) ||
+			pthread_create(&t, NULL, worker, NULL))
+		return 1;
+	/* Many: the window where the worker takes a token is short. */
+	for (int i = 0; i < KICKS; i++) {
+		pthread_kill(t, SIGUSR1);
+		if (i % 8 == 0)
+			usleep(100);
+	}
+	__atomic_store_n(&stop_work, 1, __ATOMIC_SEQ_CST);
+	pthread_join(t, NULL);
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 30;
+	while (got < __atomic_load_n(&handled, __ATOMIC_SEQ_CST) && sem_timedwait(&sig, &at) == 0)
+		got++;
+	if (getenv("SHIM_DEFECTS_VERBOSE"))
+		fprintf(stderr, "%d handlers posted, %d posts arrived\n", handled, got);
+	if (got != handled || handled == 0) {
+		fprintf(stderr, "%d handlers posted, %d posts arrived\n", handled, got);
+		bad = 1;
+	}
+	if (sem_getvalue(&sig, &v) || v != 0) {
+		fprintf(stderr, "after every post was taken the value is %d\n", v);
+		bad = 1;
+	}
+	return bad;
+}
+
+/* ---- eintr ---- */
+
+static pthread_t waiter_thread;
+
+static void
+on_usr2(int signo)
+{
+	(void)signo;
+}
+
+static void *
+kicker(void *arg)
+{
+	(void)arg;
+	usleep(300000);
+	pthread_kill(waiter_thread, SIGUSR2);
+	return NULL;
+}
+
+/* -1 and EINTR from wait, within a few seconds of the signal. */
+static int
+interrupted(int timed)
+{
+	struct timespec at;
+	pthread_t k;
+	long long t0 = th_now_ms();
+	int r, e;
+
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 20;
+	pthread_create(&k, NULL, kicker, NULL);
+	r = timed ? sem_timedwait(&sig, &at) : sem_wait(&sig);
+	e = errno;
+	pthread_join(k, NULL);
+	if (r != -1 || e != EINTR || th_now_ms() - t0 > 5000) {
+		fprintf(stderr, "%s: %d errno %d after %lld ms, want -1 EINTR\n", timed ? "sem_timedwait" : "sem_wait",
+				r, e, th_now_ms() - t0);
+		return 1;
+	}
+	return 0;
+}
+
+static int
+case_eintr(void *arg)
+{
+	struct sigaction sa;
+
+	(void)arg;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_usr2;
+	sa.sa_flags = 0;        /* no SA_RESTART, as LTP's */
+	sigemptyset(&sa.sa_mask);
+	waiter_thread = pthread_self();
+	if (sem_init(&sig, 0, 0) || sigaction(SIGUSR2, &sa, NULL))
+		return 1;
+	return interrupted(0) | interrupted(1) << 1;
+}
+
 /* ---- runner ---- */
 
 struct one {
@@ -257,6 +389,8 @@ static const struct one cases[] = {
 	{ "destroy", case_destroy, 60000 },
 	{ "exit", case_exit, 15000 },
 	{ "nomem", case_nomem, 30000 },
+	{ "handler", case_handler, 60000 },
+	{ "eintr", case_eintr, 30000 },
 };
 
 int

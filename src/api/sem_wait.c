@@ -18,8 +18,42 @@
 #include "backend/backend.h"
 #include "core/bind.h"
 #include "core/sem.h"
+#include "core/shim.h"
 
 #define NO_DEADLINE INT64_MAX
+/* How often a wait looks whether a signal handler interrupted it. */
+#define TICK_NS (20 * DMUTEX__MS)
+
+static int (*interrupted)(void);        /* atomic; the shim's, or NULL */
+
+void
+dmutex__shim_set_interrupted(int (*fn)(void))
+{
+	__atomic_store_n(&interrupted, fn, __ATOMIC_RELEASE);
+}
+
+/* dmutex__wsub_wait, but 0 with *intr set as soon as the shim says a
+ * signal handler ran on this thread since its wait began (POSIX: EINTR).
+ * A handler does not wake a condition wait, so it is looked for at each
+ * tick of a sleep, which costs no request to the server. */
+static int
+sleep_or_interrupt(struct dmutex_client *cl, struct dmutex__wsub *sub, uint64_t seq, int64_t until, int *intr)
+{
+	int (*fn)(void) = __atomic_load_n(&interrupted, __ATOMIC_ACQUIRE);
+
+	if (!fn)
+		return dmutex__wsub_wait(cl->be, sub, seq, until);
+	for (;;) {
+		int64_t tick = dmutex__now_ns() + TICK_NS;
+
+		if ((*intr = fn()))
+			return 0;
+		if (dmutex__wsub_wait(cl->be, sub, seq, tick < until ? tick : until))
+			return 1;
+		if (dmutex__now_ns() >= until)
+			return 0;
+	}
+}
 
 static int
 wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_only)
@@ -29,7 +63,7 @@ wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_o
 	char channel[DMUTEX__KEY_MAX];
 	int64_t recheck_ns;
 	uint64_t seq;
-	int err, taken;
+	int err, taken, intr = 0;
 
 	/* One token for the whole wait: only a take that succeeded is
 	 * remembered under it, so asking again with it after a failed take
@@ -62,8 +96,11 @@ wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_o
 		/* No confirmed subscription yet: a post might not reach us;
 		 * try again soon rather than once a lease. */
 		next = dmutex__now_ns() + (seq ? recheck_ns : recheck_ns / 10 + DMUTEX__MS);
-		if (!dmutex__wsub_wait(cl->be, sub, seq, next < until ? next : until) &&
-				dmutex__now_ns() >= until) {
+		if (!sleep_or_interrupt(cl, sub, seq, next < until ? next : until, &intr) && intr) {
+			err = EINTR;
+			break;
+		}
+		if (!intr && dmutex__now_ns() >= until) {
 			/* A last try: a permit that came at the deadline is taken. */
 			if (!(err = dmutex__sem_take_once(sx, o, &taken)) && !taken)
 				err = ETIMEDOUT;

@@ -89,6 +89,10 @@ int dmutex__shim_sem_name(dsem_t *s, const char **name);
  * `name`). */
 int dmutex__sem_deadline(const char *name, clockid_t clock, const struct timespec *at,
 		int64_t *until);
+/* Set by the shim once a signal handler of the program's runs through it:
+ * fn says whether one ran on the calling thread since its semaphore wait
+ * began; that wait then ends with EINTR, as POSIX says. */
+void dmutex__shim_set_interrupted(int (*fn)(void));
 /* dbarrier_wait as the operation o. */
 int dmutex__shim_barrier_wait(dbarrier_t *b, struct dmutex__shim_op *o);
 
