@@ -116,7 +116,8 @@ typedef struct dmutex_mutex {
  * of range, a Redlock URL naming one server twice); ENOTSUP (rediss:// in a build without TLS); EACCES (the ACL
  * denies a command, the keys or the channels dmutex needs: see
  * dmutex_client_open(3); logged); EIO (backend unreachable, authentication
- * refused); ENOMEM.
+ * refused); ENOMEM; EAGAIN (no thread could be started to connect: a
+ * thread limit; ENOMEM when no memory was left for it; logged).
  */
 DMUTEX_EXPORT int dmutex_client_open(dmutex_client_t **client, const char *url);
 
@@ -218,7 +219,8 @@ DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
  * every other result means "not acquired": ENOTRECOVERABLE; EDEADLK
  * (NORMAL/ERRORCHECK owner locks again, its hold lost or not); EAGAIN
  * (recursion count would pass INT_MAX); EINVAL (NULL, uninitialized,
- * destroyed); ENOMEM; EIO (backend
+ * destroyed); ENOMEM, or EAGAIN for a thread limit (no thread could be
+ * started to connect to the server; logged); EIO (backend
  * failed for command_timeout_ms x 3, lock not taken).
  * A lock call never returns ENOLCK: a loss found late is reported by
  * onlost, by ENOLCK from that hold's unlock or fence, and in the log.  A
