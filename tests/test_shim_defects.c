@@ -7,7 +7,8 @@
  *
  *   destroy  "signal, unlock, destroy, free" of a condition variable whose
  *            woken waiter is still leaving (LTP pthread_cond_destroy
- *            speculative 4-1, 2-1); a barrier destroyed by the thread its
+ *            speculative 4-1, 2-1; then its memory zeroed and destroyed
+ *            again, as 2-1 does); a barrier destroyed by the thread its
  *            cycle released first while the others are still leaving.
  *            Run with MALLOC_PERTURB_ and no tcache, so that a read of a
  *            freed object finds garbage (under ASan, the use after free).
@@ -97,6 +98,13 @@ cond_round(void)
 	pthread_mutex_unlock(&k->m);
 	if (pthread_cond_destroy(&k->c)) {
 		fprintf(stderr, "pthread_cond_destroy after signal and unlock failed\n");
+		bad = 1;
+	}
+	/* Its memory reused as PTHREAD_COND_INITIALIZER's zeros, and
+	 * destroyed again, as LTP pthread_cond_destroy 2-1 does. */
+	memset(&k->c, 0, sizeof k->c);
+	if (pthread_cond_destroy(&k->c)) {
+		fprintf(stderr, "pthread_cond_destroy of zeroed memory failed\n");
 		bad = 1;
 	}
 	memset(&k->c, 0xa5, sizeof k->c);
