@@ -25,6 +25,9 @@
  *   eintr    LTP sem_wait 7-1, sem_timedwait 9-1: a handler installed
  *            without SA_RESTART interrupts sem_wait and sem_timedwait with
  *            -1 and errno EINTR.
+ *   smalllog a thread with a PTHREAD_STACK_MIN stack (as LTP
+ *            pthread_cond_broadcast 1-2 makes them) whose call logs an
+ *            error deep down does not overflow its stack.
  *   herd     (LTP pthread_cond_broadcast 1-2's 1,000 waiters were 25 times
  *            slower than natively) a message for one waiting thread wakes
  *            that thread, not every thread that waits on something: with
@@ -391,6 +394,46 @@ case_eintr(void *arg)
 	return interrupted(0) | interrupted(1) << 1;
 }
 
+/* ---- smalllog ---- */
+
+static pthread_mutex_t sl_m;
+static pthread_cond_t sl_c;
+
+static void *
+sl_thread(void *arg)
+{
+	struct timespec at;
+
+	(void)arg;
+	/* Not holding the mutex: EPERM, and an error line. */
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 5;
+	return (void *)(long)pthread_cond_timedwait(&sl_c, &sl_m, &at);
+}
+
+static int
+case_smalllog(void *arg)
+{
+	pthread_attr_t at;
+	pthread_t t;
+	void *r = NULL;
+
+	(void)arg;
+	if (pthread_mutex_init(&sl_m, NULL) || pthread_cond_init(&sl_c, NULL))
+		return 1;
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, (size_t)sysconf(_SC_THREAD_STACK_MIN));
+	for (int i = 0; i < 3; i++) {
+		if (pthread_create(&t, &at, sl_thread, NULL) || pthread_join(t, &r))
+			return 2;
+		if ((long)r != EPERM) {
+			fprintf(stderr, "pthread_cond_timedwait without the mutex: %ld, want EPERM\n", (long)r);
+			return 3;
+		}
+	}
+	return 0;
+}
+
 /* ---- herd ---- */
 
 enum { HERD = 150, NEWS = 60 };
@@ -490,6 +533,7 @@ static const struct one cases[] = {
 	{ "handler", case_handler, 60000 },
 	{ "eintr", case_eintr, 30000 },
 	{ "herd", case_herd, 90000 },
+	{ "smalllog", case_smalllog, 30000 },
 };
 
 int
