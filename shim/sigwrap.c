@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -55,9 +56,17 @@ poster_main(void *arg)
 	dsem_t *s;
 
 	(void)arg;
+	dmutex__shim_own_thread();
 	for (;;) {
-		ssize_t n = read(poster_pipe[0], &s, sizeof s);
+		struct pollfd pf = { poster_pipe[0], POLLIN, 0 };
+		ssize_t n;
 
+		/* Never for ever: the program may have ended under us. */
+		if (poll(&pf, 1, 1000) <= 0) {
+			dmutex__shim_exit_if_alone();
+			continue;
+		}
+		n = read(poster_pipe[0], &s, sizeof s);
 		if (n == (ssize_t)sizeof s)
 			__atomic_load_n(&poster_post, __ATOMIC_ACQUIRE)(s);
 		else if (n < 0 && errno != EINTR)
