@@ -118,7 +118,8 @@ typedef struct dmutex_mutex {
  * denies a command, the keys or the channels dmutex needs: see
  * dmutex_client_open(3); logged; over etcd: a wrong user or password, or
  * a role that may not read the prefix); EIO (backend unreachable,
- * authentication refused); ENOMEM.
+ * authentication refused); ENOMEM; EAGAIN (no thread could be started to
+ * connect: a thread limit; ENOMEM when no memory was left for it; logged).
  * etcd://host:port,... (README "etcd"): the members of one etcd v3 cluster;
  * every mutex there is first-come first-served (waiters queue by etcd
  * revision), a fencing token is the hold's etcd create revision, and
@@ -226,7 +227,8 @@ DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
  * every other result means "not acquired": ENOTRECOVERABLE; EDEADLK
  * (NORMAL/ERRORCHECK owner locks again, its hold lost or not); EAGAIN
  * (recursion count would pass INT_MAX); EINVAL (NULL, uninitialized,
- * destroyed); ENOMEM; EIO (backend
+ * destroyed); ENOMEM, or EAGAIN for a thread limit (no thread could be
+ * started to connect to the server; logged); EIO (backend
  * failed for command_timeout_ms x 3, lock not taken).
  * A lock call never returns ENOLCK: a loss found late is reported by
  * onlost, by ENOLCK from that hold's unlock or fence, and in the log.  A

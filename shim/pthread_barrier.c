@@ -43,7 +43,14 @@ dmutex_shim_barrier_init(dbarrier_t *b, const dmutex_shim_barrierattr_t *a, unsi
 int
 dmutex_shim_barrier_destroy(dbarrier_t *b)
 {
-	int err = dbarrier_destroy(b);
+	int64_t until = dmutex__now_ns() + 2000 * DMUTEX__MS;
+	int err;
+
+	/* POSIX lets the first thread a cycle releases destroy the barrier;
+	 * the others may still be hearing of the release (one message).
+	 * Give them that time, as pthread_cond_destroy does. */
+	while ((err = dbarrier_destroy(b)) == EBUSY && dmutex__now_ns() < until)
+		dmutex__sleep_until(dmutex__now_ns() + DMUTEX__MS);
 
 	if (!err)
 		dmutex__shim_site_release(DMUTEX__SHIM_BARRIER, b);

@@ -12,6 +12,7 @@
 #include "include/dmutex_shim_sem.h"
 #include "local.h"
 #include "name.h"
+#include "sigwrap.h"
 #include "core/shim.h"
 
 #define NO_DEADLINE INT64_MAX
@@ -144,6 +145,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 	struct dmutex__shim_op o;
 	int err;
 
+	dmutex__shim_wait_begin();
 	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
 	for (int attempt = 0; (err = dmutex__shim_sem_wait(s, &o, until, try_only)) == EIO &&
@@ -203,6 +205,10 @@ dmutex_shim_sem_post(dsem_t *s)
 	struct dmutex__shim_op o;
 	int err;
 
+	/* POSIX lets a signal handler post; a network call may not run
+	 * there (sigwrap.c). */
+	if (dmutex__shim_in_handler())
+		return fail(dmutex__shim_post_deferred(s, dmutex_shim_sem_post));
 	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
 	/* As wait_until: EIO once the window has passed, posted or not. */

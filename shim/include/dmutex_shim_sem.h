@@ -34,7 +34,8 @@ DMUTEX_EXPORT int dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, c
  * of this process waits on it). */
 DMUTEX_EXPORT int dmutex_shim_sem_destroy(dsem_t *s);
 /* sem_wait: 0; -1 with errno EINVAL, EIO (retry_window_ms passed with a
- * try unanswered: a permit taken or not).  Never EINTR. */
+ * try unanswered: a permit taken or not), EINTR (a signal handler of the
+ * program's ran on the waiting thread: sigaction below). */
 DMUTEX_EXPORT int dmutex_shim_sem_wait(dsem_t *s);
 /* sem_trywait: 0; -1 with errno EAGAIN (no permit free, or the backend is
  * away), EINVAL, EIO (as sem_wait, with a retry_window_ms shorter than its
@@ -48,8 +49,10 @@ DMUTEX_EXPORT int dmutex_shim_sem_timedwait(dsem_t *s, const struct timespec *ab
 DMUTEX_EXPORT int dmutex_shim_sem_clockwait(dsem_t *s, clockid_t clock,
 		const struct timespec *abstime);
 /* sem_post: 0; -1 with errno EOVERFLOW, EINVAL, EIO (retry_window_ms
- * passed with a try unanswered: posted once or not at all).  Not
- * async-signal-safe. */
+ * passed with a try unanswered: posted once or not at all).  From a signal
+ * handler installed through the shim's sigaction or signal (below): the
+ * post is handed to a thread of the library's, and 0 returned (-1 with
+ * errno EAGAIN if it could not be). */
 DMUTEX_EXPORT int dmutex_shim_sem_post(dsem_t *s);
 /* sem_getvalue: 0; -1 with errno EINVAL. */
 DMUTEX_EXPORT int dmutex_shim_sem_getvalue(dsem_t *s, int *value);
@@ -71,6 +74,16 @@ DMUTEX_EXPORT int dmutex_shim_sem_close(dsem_t *s);
  * (a generation of the name, semaphore.c).  0; -1 with errno ENOENT,
  * EINVAL, ENAMETOOLONG. */
 DMUTEX_EXPORT int dmutex_shim_sem_unlink(const char *name);
+
+/*
+ * sigaction and signal: as the system's, with each handler run through a
+ * trampoline of the shim's, so that a sem_post in it is async-signal-safe
+ * and a semaphore wait it interrupts returns -1 with errno EINTR.  The old
+ * action returned is the program's own.
+ */
+struct sigaction;
+DMUTEX_EXPORT int dmutex_shim_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+DMUTEX_EXPORT void (*dmutex_shim_signal(int sig, void (*handler)(int)))(int);
 
 #ifdef __cplusplus
 }

@@ -9,9 +9,11 @@
  * sem_open(O_CREAT) with another value joins the existing one.
  *
  * Unlike the rest of dmutex these calls set errno and return -1, as POSIX
- * requires.  Two differences from POSIX: sem_wait is never interrupted by
- * a signal (no EINTR), and sem_post is not async-signal-safe (it talks to
- * the network): do not call it from a signal handler.
+ * requires.  Signal handlers installed with sigaction or signal (mapped
+ * below) may call sem_post, which hands the post to a thread of the
+ * library's (it talks to the network), and interrupt a sem_wait or
+ * sem_timedwait on their thread with EINTR.  A handler installed without
+ * this header (another unit, a library) has neither.
  */
 #pragma GCC system_header
 
@@ -60,5 +62,11 @@
 #define sem_close dmutex_shim_sem_close
 #undef sem_unlink
 #define sem_unlink dmutex_shim_sem_unlink
+
+/* Signal handlers, so that sem_post in one is safe and sem_wait returns
+ * EINTR (dmutex_shim_sem.h).  Function-like: `struct sigaction` stays. */
+#include <signal.h>
+#define sigaction(sig, act, old) dmutex_shim_sigaction((sig), (act), (old))
+#define signal(sig, handler) dmutex_shim_signal((sig), (handler))
 
 #endif

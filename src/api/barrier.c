@@ -47,6 +47,7 @@ open_barrier(struct dmutex_client *c, const char *name, size_t len, unsigned cou
 		return ENOMEM;
 	bx->client = c;
 	bx->count = count;
+	bx->users = 1;
 	memcpy(bx->name, name, len + 1);
 	/* The client is not closed under a barrier. */
 	__atomic_fetch_add(&c->mutexes, 1, __ATOMIC_ACQ_REL);
@@ -101,6 +102,8 @@ close_barrier(void *obj)
 {
 	struct dmutex__barrier *bx = obj;
 
+	if (!dmutex__obj_drop(&bx->users))
+		return;
 	__atomic_fetch_sub(&bx->client->mutexes, 1, __ATOMIC_ACQ_REL);
 	free(bx);
 }
@@ -166,10 +169,9 @@ arrive(struct dmutex__barrier *bx, struct dmutex__op *o, long long *gen, int *se
 	}
 }
 
-int
-dmutex__barrier_wait_op(dbarrier_t *b, struct dmutex__op *o)
+static int
+wait_held(struct dmutex__barrier *bx, struct dmutex__op *o)
 {
-	struct dmutex__barrier *bx;
 	struct dmutex_client *cl;
 	struct dmutex__wsub *sub;
 	char channel[DMUTEX__KEY_MAX];
@@ -177,8 +179,6 @@ dmutex__barrier_wait_op(dbarrier_t *b, struct dmutex__op *o)
 	int64_t recheck_ns;
 	int err, serial = 0;
 
-	if ((err = resolve(b, &bx)))
-		return err;
 	cl = bx->client;
 	dmutex__barrier_channel(bx->client->be, bx->name, channel);
 	__atomic_fetch_add(&bx->waiters, 1, __ATOMIC_ACQ_REL);
@@ -203,10 +203,31 @@ dmutex__barrier_wait_op(dbarrier_t *b, struct dmutex__op *o)
 				(seq ? recheck_ns : recheck_ns / 10 + DMUTEX__MS));
 	}
 out_sub:
+	/* Released: no longer a waiter that destroy must refuse for, though
+	 * still a user until it returns. */
+	__atomic_fetch_sub(&bx->waiters, 1, __ATOMIC_ACQ_REL);
 	dmutex__waiter_unsub(cl->be, sub);
+	goto done;
 out:
 	__atomic_fetch_sub(&bx->waiters, 1, __ATOMIC_ACQ_REL);
+done:
 	if (err)
 		return err;
 	return serial ? DBARRIER_SERIAL_THREAD : 0;
+}
+
+int
+dmutex__barrier_wait_op(dbarrier_t *b, struct dmutex__op *o)
+{
+	struct dmutex__barrier *bx;
+	int err;
+
+	if ((err = resolve(b, &bx)))
+		return err;
+	/* The thread a cycle releases first may destroy b while the others
+	 * are still leaving (POSIX allows it once the cycle completed). */
+	dmutex__obj_hold(&bx->users);
+	err = wait_held(bx, o);
+	close_barrier(bx);
+	return err;
 }

@@ -16,6 +16,7 @@ make(struct dmutex_client *c, const char *name, size_t len, clockid_t clock)
 		return NULL;
 	cx->client = c;
 	cx->clock = clock;
+	cx->users = 1;
 	memcpy(cx->name, name, len + 1);
 	/* The client counts what points into it, so that it is not closed
 	 * under a condition variable. */
@@ -66,13 +67,19 @@ retire(void *obj)
 	return __atomic_load_n(&cx->waiters, __ATOMIC_ACQUIRE) ? EBUSY : 0;
 }
 
+void
+dmutex__cond_put(struct dmutex__cond *cx)
+{
+	if (!dmutex__obj_drop(&cx->users))
+		return;
+	__atomic_fetch_sub(&cx->client->mutexes, 1, __ATOMIC_ACQ_REL);
+	free(cx);
+}
+
 static void
 close_cond(void *obj)
 {
-	struct dmutex__cond *cx = obj;
-
-	__atomic_fetch_sub(&cx->client->mutexes, 1, __ATOMIC_ACQ_REL);
-	free(cx);
+	dmutex__cond_put(obj);
 }
 
 const struct dmutex__kind dmutex__cond_kind = {

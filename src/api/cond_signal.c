@@ -1,4 +1,5 @@
 /* signal and broadcast: one script run on the backend each. */
+#include "core/bind.h"
 #include "core/cond.h"
 
 static int
@@ -9,7 +10,11 @@ dcond_signal_impl(dcond_t *c)
 
 	if ((err = dmutex__cond_resolve(c, &cx)))
 		return err;
-	return dmutex__cond_wake(cx->client->be, cx->name, 0);
+	/* A waiter it wakes may destroy c before this returns. */
+	dmutex__obj_hold(&cx->users);
+	err = dmutex__cond_wake(cx->client->be, cx->name, 0);
+	dmutex__cond_put(cx);
+	return err;
 }
 
 static int
@@ -20,7 +25,11 @@ dcond_broadcast_impl(dcond_t *c)
 
 	if ((err = dmutex__cond_resolve(c, &cx)))
 		return err;
-	return dmutex__cond_wake(cx->client->be, cx->name, 1);
+	/* A waiter it wakes may destroy c before this returns. */
+	dmutex__obj_hold(&cx->users);
+	err = dmutex__cond_wake(cx->client->be, cx->name, 1);
+	dmutex__cond_put(cx);
+	return err;
 }
 
 int

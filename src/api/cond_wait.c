@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/bind.h"
 #include "core/cond.h"
 #include "base/lockorder.h"
 
@@ -88,10 +89,11 @@ cancelled(void *arg)
 		dmutex__mu_lock(&k->e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		k->e->depth = k->depth;
 		dmutex__mu_unlock(&k->e->mu, DMUTEX__LK_ENTRY);
-		return;
 	}
-	dmutex__log(DMUTEX_LOG_ERROR, "condition wait on '%s' cancelled: cannot take mutex '%s' back (%s); "
-			"the cleanup handlers run without it", k->cx->name, k->e->name, dmutex_strerror(err));
+	else
+		dmutex__log(DMUTEX_LOG_ERROR, "condition wait on '%s' cancelled: cannot take mutex '%s' back (%s); "
+				"the cleanup handlers run without it", k->cx->name, k->e->name, dmutex_strerror(err));
+	dmutex__cond_put(k->cx);
 }
 
 /* Step 3, the library's cancellation point.  Its state lives in *st, not
@@ -271,20 +273,19 @@ leave_and_take_back(struct cancel_ctx *k, struct sleep_state *st, int lost)
 	return st->timed_out && still ? ETIMEDOUT : 0;
 }
 
-/* cs: the caller's cancellation state, restored around the sleep only. */
+/* cs: the caller's cancellation state, restored around the sleep only.
+ * k->cx is held (bind.h): a woken waiter still leaving may find its
+ * condition variable destroyed (POSIX allows signal, unlock, destroy). */
 static int
-wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
+wait_held(dcond_t *c, struct dmutex__cond *cx, dmutex_t *m, struct dmutex__mutex *mx, int64_t until, int cs)
 {
-	struct cancel_ctx k = { .c = c, .m = m };
+	struct cancel_ctx k = { .c = c, .cx = cx, .m = m };
 	struct sleep_state st;
-	struct dmutex__mutex *mx;
 	char token[DMUTEX__TOKEN_HEX + 1], channel[DMUTEX__CHANNEL_MAX];
 	int64_t refresh_ns;
 	uint64_t seq;
 	int err, lost = 0;
 
-	if ((err = dmutex__cond_resolve(c, &k.cx)) || (err = dmutex__resolve(m, &mx)))
-		return err;
 	k.e = mx->entry;
 	if (check_owner(k.cx, k.e, &k.depth))
 		return EPERM;
@@ -311,6 +312,22 @@ wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
 	return leave_and_take_back(&k, &st, lost);
 out:
 	__atomic_fetch_sub(&k.cx->waiters, 1, __ATOMIC_ACQ_REL);
+	return err;
+}
+
+static int
+wait_until(dcond_t *c, dmutex_t *m, int64_t until, int cs)
+{
+	struct dmutex__cond *cx;
+	struct dmutex__mutex *mx;
+	int err;
+
+	if ((err = dmutex__cond_resolve(c, &cx)) || (err = dmutex__resolve(m, &mx)))
+		return err;
+	/* Dropped here, or by `cancelled` if the wait is cancelled. */
+	dmutex__obj_hold(&cx->users);
+	err = wait_held(c, cx, m, mx, until, cs);
+	dmutex__cond_put(cx);
 	return err;
 }
 

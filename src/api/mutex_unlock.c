@@ -99,9 +99,13 @@ release_sync(struct dmutex__entry *e, struct release *rel, int64_t until)
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	if (pass)
 		dmutex__fair_pass(e, &rel->offer);
+	/* Once the hold is ours no more, another thread may take the mutex,
+	 * release and destroy it: our own reference keeps e for the reports. */
+	__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
 	dmutex__thread_unhold(e);
 	dmutex__lost_report(e, &lost_rep);
 	dmutex__kept_report(e, &sus);
+	dmutex__entry_put(e);
 	if (rel->lost)
 		return ENOLCK;
 	return err;
@@ -143,8 +147,10 @@ unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket
 	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now, until)) {
 		/* The process keeps the lease: no release (lease_cache.c). */
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		dmutex__thread_unhold(e);
+		/* Before the hold's reference goes: another thread may take,
+		 * release and destroy the mutex from then on. */
 		dmutex__met_hold_ended(c, e->name, held);
+		dmutex__thread_unhold(e);
 		return 0;
 	}
 	prepare(e, lost, &rel);
@@ -201,8 +207,9 @@ unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 			int64_t held = dmutex__entry_take_counted(e, now);
 
 			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
-			dmutex__thread_unhold(e);
+			/* Before the hold's reference goes (unlock_impl). */
 			dmutex__met_hold_ended(e->client, e->name, held);
+			dmutex__thread_unhold(e);
 			return 1;
 		}
 	}

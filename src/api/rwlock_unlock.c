@@ -28,21 +28,15 @@ release(struct dmutex_client *c, const char *name, int op, const char *token)
 }
 
 static int
-unlock_impl(drwlock_t *rw)
+unlock_entry(struct dmutex__entry *e)
 {
-	struct dmutex__rwlock *rx;
-	struct dmutex__entry *e;
 	struct dmutex__reader *r = NULL;
-	struct dmutex_client *c;
+	struct dmutex_client *c = e->client;
 	struct dmutex__lost lost_rep;
 	pthread_t self = pthread_self();
 	char token[DMUTEX__TOKEN_HEX + 1];
 	int err, lost, op;
 
-	if ((err = dmutex__rwlock_resolve(rw, &rx)))
-		return err;
-	e = rx->entry;
-	c = e->client;
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	if (e->releasing || !e->held ||
 			(e->rw_write ? !pthread_equal(e->owner, self) : !(r = dmutex__rw_reader(e, self)))) {
@@ -86,6 +80,24 @@ unlock_impl(drwlock_t *rw)
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
 	return lost ? ENOLCK : err;
+}
+
+static int
+unlock_impl(drwlock_t *rw)
+{
+	struct dmutex__rwlock *rx;
+	struct dmutex__entry *e;
+	int err;
+
+	if ((err = dmutex__rwlock_resolve(rw, &rx)))
+		return err;
+	/* Once our share or hold is given up, another thread may take the
+	 * lock, release and destroy it while we report: e stays ours. */
+	e = rx->entry;
+	__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+	err = unlock_entry(e);
+	dmutex__entry_put(e);
+	return err;
 }
 
 int

@@ -34,6 +34,7 @@ open_sem(struct dmutex_client *c, const char *name, size_t len, unsigned value, 
 		return ENOMEM;
 	sx->client = c;
 	sx->value = value;
+	sx->users = 1;
 	memcpy(sx->name, name, len + 1);
 	/* The client counts what points into it, so that it is not closed
 	 * under a semaphore. */
@@ -99,13 +100,19 @@ retire(void *obj)
 	return __atomic_load_n(&sx->waiters, __ATOMIC_ACQUIRE) ? EBUSY : 0;
 }
 
+void
+dmutex__sem_put(struct dmutex__sem *sx)
+{
+	if (!dmutex__obj_drop(&sx->users))
+		return;
+	__atomic_fetch_sub(&sx->client->mutexes, 1, __ATOMIC_ACQ_REL);
+	free(sx);
+}
+
 static void
 close_sem(void *obj)
 {
-	struct dmutex__sem *sx = obj;
-
-	__atomic_fetch_sub(&sx->client->mutexes, 1, __ATOMIC_ACQ_REL);
-	free(sx);
+	dmutex__sem_put(obj);
 }
 
 static const struct dmutex__kind kind = {
@@ -164,13 +171,16 @@ dmutex__sem_post_op(dsem_t *s, struct dmutex__op *o)
 	long long v;
 	int err;
 
-	if ((err = dmutex__sem_resolve(s, &sx)) || (err = dmutex__sem_post_once(sx, o, &v)))
+	if ((err = dmutex__sem_resolve(s, &sx)))
 		return err;
-	if (v < 0) {
+	/* The waiter this post wakes may destroy s before it returns. */
+	dmutex__obj_hold(&sx->users);
+	if (!(err = dmutex__sem_post_once(sx, o, &v)) && v < 0) {
 		dmutex__log(DMUTEX_LOG_ERROR, "dsem_post('%s'): the value is at DSEM_VALUE_MAX", sx->name);
-		return EOVERFLOW;
+		err = EOVERFLOW;
 	}
-	return 0;
+	dmutex__sem_put(sx);
+	return err;
 }
 
 int

@@ -16,26 +16,58 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/bind.h"
 #include "core/sem.h"
+#include "core/shim.h"
 
 #define NO_DEADLINE INT64_MAX
+/* How often a wait looks whether a signal handler interrupted it. */
+#define TICK_NS (20 * DMUTEX__MS)
 
-int
-dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only)
+static int (*interrupted)(void);        /* atomic; the shim's, or NULL */
+
+void
+dmutex__shim_set_interrupted(int (*fn)(void))
 {
-	struct dmutex__sem *sx;
+	__atomic_store_n(&interrupted, fn, __ATOMIC_RELEASE);
+}
+
+/* dmutex__wsub_wait, but 0 with *intr set as soon as the shim says a
+ * signal handler ran on this thread since its wait began (POSIX: EINTR).
+ * A handler does not wake a condition wait, so it is looked for at each
+ * tick of a sleep, which costs no request to the server. */
+static int
+sleep_or_interrupt(struct dmutex_client *cl, struct dmutex__wsub *sub, uint64_t seq, int64_t until, int *intr)
+{
+	int (*fn)(void) = __atomic_load_n(&interrupted, __ATOMIC_ACQUIRE);
+
+	if (!fn)
+		return dmutex__wsub_wait(cl->be, sub, seq, until);
+	for (;;) {
+		int64_t tick = dmutex__now_ns() + TICK_NS;
+
+		if ((*intr = fn()))
+			return 0;
+		if (dmutex__wsub_wait(cl->be, sub, seq, tick < until ? tick : until))
+			return 1;
+		if (dmutex__now_ns() >= until)
+			return 0;
+	}
+}
+
+static int
+wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_only)
+{
 	struct dmutex_client *cl;
 	struct dmutex__wsub *sub;
 	char channel[DMUTEX__KEY_MAX];
 	int64_t recheck_ns;
 	uint64_t seq;
-	int err, taken;
+	int err, taken, intr = 0;
 
 	/* One token for the whole wait: only a take that succeeded is
 	 * remembered under it, so asking again with it after a failed take
 	 * is a fresh take, and after a lost reply returns that take. */
-	if ((err = dmutex__sem_resolve(s, &sx)))
-		return err;
 	if ((err = dmutex__sem_take_once(sx, o, &taken)))
 		return err;
 	if (taken)
@@ -64,17 +96,39 @@ dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_o
 		/* No confirmed subscription yet: a post might not reach us;
 		 * try again soon rather than once a lease. */
 		next = dmutex__now_ns() + (seq ? recheck_ns : recheck_ns / 10 + DMUTEX__MS);
-		if (!dmutex__wsub_wait(cl->be, sub, seq, next < until ? next : until) &&
-				dmutex__now_ns() >= until) {
+		if (!sleep_or_interrupt(cl, sub, seq, next < until ? next : until, &intr) && intr) {
+			err = EINTR;
+			break;
+		}
+		if (!intr && dmutex__now_ns() >= until) {
 			/* A last try: a permit that came at the deadline is taken. */
 			if (!(err = dmutex__sem_take_once(sx, o, &taken)) && !taken)
 				err = ETIMEDOUT;
 			break;
 		}
 	}
+	/* No longer a waiter that destroy must refuse for, though still a
+	 * user until it returns. */
+	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
 	dmutex__waiter_unsub(cl->be, sub);
+	return err;
 out:
 	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
+	return err;
+}
+
+int
+dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only)
+{
+	struct dmutex__sem *sx;
+	int err;
+
+	if ((err = dmutex__sem_resolve(s, &sx)))
+		return err;
+	/* Another thread may destroy s as soon as this wait took its permit. */
+	dmutex__obj_hold(&sx->users);
+	err = wait_held(sx, o, until, try_only);
+	dmutex__sem_put(sx);
 	return err;
 }
 

@@ -116,3 +116,15 @@ dmutex__shim_cond_clock(dcond_t *c, clockid_t *clock)
 	*clock = cx->clock;
 	return 0;
 }
+
+void
+dmutex__shim_own_thread(void)
+{
+	dmutex__own_thread_begin();
+}
+
+void
+dmutex__shim_exit_if_alone(void)
+{
+	dmutex__exit_if_alone();
+}

@@ -46,6 +46,25 @@ int64_t dmutex__backoff_ns(int attempt);
  * unused random bytes (token.c), which are its parent thread's. */
 void dmutex__token_atfork_child(void);
 
+/* ---- alone.c: the library's own threads do not keep a process alive ---- */
+/* At the start and end of each thread of the library's own. */
+void dmutex__own_thread_begin(void);
+void dmutex__own_thread_end(void);
+/* A thread of ours could not be started for the calling thread (err:
+ * ENOMEM, or EAGAIN for a limit other than memory, e.g. RLIMIT_NPROC):
+ * noted, so that the caller's call fails with it at once instead of
+ * retrying a server it never could reach.  _take returns and forgets it
+ * (0: none). */
+void dmutex__short_note(int err);
+int dmutex__short_take(void);
+/* Fork child: none of ours runs there (the parent's ids are forgotten). */
+void dmutex__own_atfork_child(void);
+/* From a long-lived thread of ours, at least once a second: if no thread
+ * of the program is left (its main thread called pthread_exit), the
+ * process exits with status 0, as it would without ours. */
+void dmutex__exit_if_alone(void);
+#define DMUTEX__ALONE_LOOK_MS 1000
+
 /* ---- cancel.c: every public call runs with cancellation disabled ---- */
 int dmutex__nocancel(void);             /* returns the caller's state */
 void dmutex__cancel_restore(int cs);

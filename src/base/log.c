@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lockorder.h"
 #include "log.h"
@@ -69,8 +70,9 @@ dmutex__log_enabled(int level)
 void
 dmutex__log(int level, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[520];
 	va_list ap;
+	int n;
 	void (*fn)(int, const char *, void *);
 	void *arg;
 
@@ -83,11 +85,20 @@ dmutex__log(int level, const char *fmt, ...)
 		if (level > env_level)
 			return;
 	}
+	/* Without stdio: fprintf to an unbuffered stderr puts an 8 KiB buffer
+	 * on the stack, and a thread made with PTHREAD_STACK_MIN (16 KiB)
+	 * that logged from deep in a call overflowed it (LTP
+	 * pthread_cond_broadcast 1-2, a connection timing out). */
+	memcpy(msg, "dmutex: ", 8);
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	n = vsnprintf(msg + 8, sizeof msg - 9, fmt, ap);
 	va_end(ap);
-	if (fn)
-		fn(level, msg, arg);
-	else
-		fprintf(stderr, "dmutex: %s\n", msg);
+	if (fn) {
+		fn(level, msg + 8, arg);
+		return;
+	}
+	n = n < 0 ? 0 : n > (int)sizeof msg - 10 ? (int)sizeof msg - 10 : n;
+	msg[8 + n] = '\n';
+	if (write(STDERR_FILENO, msg, (size_t)n + 9) < 0)
+		return;         /* nowhere to say it */
 }

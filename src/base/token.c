@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,6 +71,7 @@ static __thread struct {
 	unsigned char bytes[TOKEN_POOL];
 	size_t left;                    /* unused, at the end of bytes */
 	long tid;                       /* 0: not known yet */
+	volatile int busy;              /* dmutex__token is taking from bytes */
 } cache;
 
 void
@@ -78,23 +80,56 @@ dmutex__token_atfork_child(void)
 	sodium_memzero(&cache, sizeof cache);
 }
 
+static int
+all_zero(const unsigned char *p, size_t n)
+{
+	unsigned char acc = 0;
+
+	for (size_t i = 0; i < n; i++)
+		acc |= p[i];
+	return !acc;
+}
+
+/*
+ * A signal handler may take a token (a sem_post there, which POSIX allows)
+ * while the thread it interrupted is half way through taking one: the two
+ * took the same bytes, and the one that zeroed them second handed out an
+ * all-zero token, which the server took for a retry of the first (issue
+ * 29).  So the cache is the thread's only while `busy` is clear; a
+ * handler that finds it set takes fresh bytes of its own.  And a token is
+ * never all zeros, whatever happens.
+ */
 int
 dmutex__token(char out[DMUTEX__TOKEN_HEX + 1])
 {
-	unsigned char *raw;
+	unsigned char raw[DMUTEX__TOKEN_HEX / 2];
 
 	/* randombytes uses getrandom(2), which is fork-safe. */
 	if (dmutex__random_init())
 		return EIO;
-	if (cache.left < DMUTEX__TOKEN_HEX / 2) {
-		randombytes_buf(cache.bytes, sizeof cache.bytes);
-		cache.left = sizeof cache.bytes;
+	if (cache.busy) {
+		randombytes_buf(raw, sizeof raw);
+	} else {
+		unsigned char *p;
+
+		cache.busy = 1;
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		if (cache.left < sizeof raw) {
+			randombytes_buf(cache.bytes, sizeof cache.bytes);
+			cache.left = sizeof cache.bytes;
+		}
+		p = cache.bytes + sizeof cache.bytes - cache.left;
+		cache.left -= sizeof raw;
+		memcpy(raw, p, sizeof raw);
+		/* Used once: not left in memory for a core dump to show. */
+		sodium_memzero(p, sizeof raw);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		cache.busy = 0;
 	}
-	raw = cache.bytes + sizeof cache.bytes - cache.left;
-	cache.left -= DMUTEX__TOKEN_HEX / 2;
-	sodium_bin2hex(out, DMUTEX__TOKEN_HEX + 1, raw, DMUTEX__TOKEN_HEX / 2);
-	/* Used once: not left in memory for a core dump to show. */
-	sodium_memzero(raw, DMUTEX__TOKEN_HEX / 2);
+	while (all_zero(raw, sizeof raw))
+		randombytes_buf(raw, sizeof raw);
+	sodium_bin2hex(out, DMUTEX__TOKEN_HEX + 1, raw, sizeof raw);
+	sodium_memzero(raw, sizeof raw);
 	return 0;
 }
 

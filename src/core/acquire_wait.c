@@ -1,5 +1,6 @@
 /* The wait of an acquisition: acquire_wait.h. */
 #include <errno.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "core/acquire_wait.h"
@@ -33,7 +34,15 @@ static int
 failed(struct dmutex__acquire *aq, const struct dmutex__try *t)
 {
 	int64_t wake;
+	int err;
 
+	/* No thread could be started to reach the server (base.h): asking
+	 * again will not help soon, and the caller should know why. */
+	if ((err = dmutex__short_take())) {
+		dmutex__log(DMUTEX_LOG_ERROR, "%s '%s': out of resources: cannot start a thread to connect "
+				"to the server (%s)", aq->what, aq->name, strerror(err));
+		return err;
+	}
 	/* An answer of "no" from Redis will not change by asking again. */
 	if (aq->trylock || t->refused || t->now >= aq->io_until || t->now >= aq->until) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s '%s': backend failing, giving up", aq->what, aq->name);
@@ -87,6 +96,7 @@ dmutex__acquire_wait(struct dmutex__acquire *aq)
 	aq->io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * aq->c->cfg.command_timeout_ms * DMUTEX__MS;
 	aq->io_until = dmutex__now_ns() + aq->io_budget;
 	aq->io_attempt = 0;
+	dmutex__short_take();   /* an older call's, not ours */
 	/* Subscribed already (a condition wait's caller): the first attempt
 	 * asks to be told of the release, with no subscription round trip. */
 	if (aq->presub)

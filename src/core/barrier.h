@@ -22,6 +22,7 @@ struct dmutex__barrier {
 	struct dmutex_client *client;
 	unsigned count;
 	unsigned waiters;               /* atomic: threads of this process waiting */
+	unsigned users;                 /* atomic: bind.h, dmutex__obj_hold */
 	char name[];
 };
 

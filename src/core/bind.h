@@ -51,4 +51,26 @@ int dmutex__destroy_object(const struct dmutex__kind *k, struct dmutex__handle h
 
 extern const struct dmutex__kind dmutex__mutex_kind, dmutex__cond_kind;
 
+/*
+ * The users of a condition variable's, semaphore's or barrier's object:
+ * its handle is one (set at creation), each call that may still touch it
+ * after another thread could legally destroy the handle is another (a
+ * woken waiter leaving, a post whose waiter destroys at once).  Destroy
+ * drops the handle's; the last one dropped frees the object, so no call's
+ * last touch meets a freed object.  Taken only while the handle is known
+ * not destroyed: right after the call resolved it.
+ */
+static inline void
+dmutex__obj_hold(unsigned *users)
+{
+	__atomic_fetch_add(users, 1, __ATOMIC_ACQ_REL);
+}
+
+/* 1 when that was the last user: free the object. */
+static inline int
+dmutex__obj_drop(unsigned *users)
+{
+	return __atomic_sub_fetch(users, 1, __ATOMIC_ACQ_REL) == 0;
+}
+
 #endif

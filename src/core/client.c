@@ -81,6 +81,7 @@ static void
 atfork_child(void)
 {
 	dmutex__token_atfork_child();
+	dmutex__own_atfork_child();
 	dmutex__log_unlock();
 	for (struct dmutex_client *c = clients; c; c = c->next_all) {
 		/* Made anew below (renewer, waiter, backend): only the count. */
@@ -440,8 +441,17 @@ static int
 verify(struct dmutex_client *c, int source)
 {
 	size_t up = 0, need = 1;
-	int err = c->be->ops->verify(c->be, &up, &need);
+	int err, shortage;
 
+	dmutex__short_take();   /* an older call's, not ours */
+	err = c->be->ops->verify(c->be, &up, &need);
+	/* Not the server's fault: no thread could be started to reach it
+	 * (base.h).  Said as it is, and not retried by callers as EIO is. */
+	if (err == EIO && (shortage = dmutex__short_take())) {
+		dmutex__log(DMUTEX_LOG_ERROR, "cannot open the lock client: out of resources: cannot start a thread "
+				"to connect to the server (%s)", strerror(shortage));
+		return shortage;
+	}
 	if (err == EIO)
 		unreachable(c, source, up, need);
 	return err;

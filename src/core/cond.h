@@ -27,8 +27,12 @@ struct dmutex__cond {
 	struct dmutex_client *client;
 	clockid_t clock;                /* of dcond_timedwait */
 	unsigned waiters;               /* atomic: threads of this process waiting */
+	unsigned users;                 /* atomic: bind.h, dmutex__obj_hold */
 	char name[];
 };
+
+/* Drop a user of cx (bind.h): the last one frees it. */
+void dmutex__cond_put(struct dmutex__cond *cx);
 
 /* The state behind c, binding a statically initialized one on first use. */
 int dmutex__cond_resolve(dcond_t *c, struct dmutex__cond **out);

@@ -729,6 +729,7 @@ renewer_main(void *arg)
 	struct dmutex__entry **batch = NULL;
 	size_t cap = 0;
 
+	dmutex__own_thread_begin();
 	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	while (!r->stop) {
 		int64_t now = dmutex__now_ns(), first = next_due(r), others;
@@ -744,6 +745,11 @@ renewer_main(void *arg)
 			continue;
 		if (first > now) {
 			r->wake_ns = first;
+			/* At least once a second: whether the program has ended
+			 * under us (base.h, dmutex__exit_if_alone). */
+			dmutex__exit_if_alone();
+			if (first - now > DMUTEX__ALONE_LOOK_MS * DMUTEX__MS)
+				first = now + DMUTEX__ALONE_LOOK_MS * DMUTEX__MS;
 			sleep_until(r, first);
 			continue;
 		}
@@ -759,6 +765,7 @@ renewer_main(void *arg)
 		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	}
 	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+	dmutex__own_thread_end();
 	free(batch);
 	return NULL;
 }

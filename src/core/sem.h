@@ -22,10 +22,13 @@ struct dmutex__sem {
 	struct dmutex_client *client;
 	unsigned value;                 /* initial value, used if it is recreated */
 	unsigned waiters;               /* atomic: threads of this process waiting */
+	unsigned users;                 /* atomic: bind.h, dmutex__obj_hold */
 	char name[];
 };
 
 int dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out);
+/* Drop a user of sx (bind.h): the last one frees it. */
+void dmutex__sem_put(struct dmutex__sem *sx);
 
 /*
  * Take or post as the operation o (one token: applied at most once),

@@ -94,6 +94,16 @@ int dmutex__shim_sem_name(dsem_t *s, const char **name);
  * `name`). */
 int dmutex__sem_deadline(const char *name, clockid_t clock, const struct timespec *at,
 		int64_t *until);
+/* Set by the shim once a signal handler of the program's runs through it:
+ * fn says whether one ran on the calling thread since its semaphore wait
+ * began; that wait then ends with EINTR, as POSIX says. */
+void dmutex__shim_set_interrupted(int (*fn)(void));
+/* A thread of the shim's own (sigwrap.c's poster) calls this first: it does
+ * not keep the process alive once the program's threads have ended
+ * (base.h, dmutex__exit_if_alone). */
+void dmutex__shim_own_thread(void);
+/* From such a thread, at least once a second (base.h). */
+void dmutex__shim_exit_if_alone(void);
 /* dbarrier_wait as the operation o. */
 int dmutex__shim_barrier_wait(dbarrier_t *b, struct dmutex__shim_op *o);
 

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -117,7 +118,9 @@ dial_main(void *p)
 	struct dial *d = p;
 	int abandoned;
 
+	dmutex__own_thread_begin();
 	d->fn(d->arg);
+	dmutex__own_thread_end();
 	pthread_mutex_lock(&d->mu);
 	d->done = 1;
 	abandoned = d->abandoned;
@@ -129,6 +132,18 @@ dial_main(void *p)
 		__atomic_store_n(&d->dropped, 1, __ATOMIC_RELEASE);
 	}
 	return NULL;
+}
+
+/* Whether a dialer's stack could be mapped now. */
+static int
+stack_maps(void)
+{
+	void *p = mmap(NULL, DMUTEX__DIAL_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return 0;
+	munmap(p, DMUTEX__DIAL_STACK);
+	return 1;
 }
 
 int
@@ -166,6 +181,12 @@ dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t de
 	pthread_attr_destroy(&at);
 	if (err) {
 		dial_free(d);
+		/* pthread_create says EAGAIN for a stack it could not map
+		 * (RLIMIT_AS, memory full) as for a thread limit: which one
+		 * matters to the caller (pthread_mutex_init's ENOMEM). */
+		if (err == EAGAIN && !stack_maps())
+			err = ENOMEM;
+		dmutex__short_note(err);
 		return err;
 	}
 

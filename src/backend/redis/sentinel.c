@@ -366,13 +366,16 @@ watch_main(void *arg)
 	struct dmutex__sentinel *s = arg;
 	size_t first;
 
+	dmutex__own_thread_begin();
 	pthread_mutex_lock(&s->mu);
 	first = s->next;
 	pthread_mutex_unlock(&s->mu);
 	for (size_t i = first;; i = (i + 1) % s->n) {
 		if (watch_one(s, i) || pause_or_stop(s, WATCH_RETRY_MS))
 			break;
+		dmutex__exit_if_alone();
 	}
+	dmutex__own_thread_end();
 	return NULL;
 }
 

@@ -46,6 +46,10 @@ struct dmutex__wsub {
 	unsigned nnotify;               /* held by kept leases: tell w->notify */
 	char handed[DMUTEX__HANDED_MAX];
 	int has_handed;
+	/* Its waiters' own: a message on one channel wakes the threads
+	 * waiting for that one, not every thread of the process (a broadcast
+	 * to 1,000 waiters woke each of them for every other's message). */
+	pthread_cond_t cv;
 	unsigned char state[];          /* per node */
 };
 
@@ -58,7 +62,6 @@ struct wnode {
 
 struct dmutex__waiter {
 	pthread_mutex_t mu;             /* leaf */
-	pthread_cond_t cv;              /* CLOCK_MONOTONIC */
 	pthread_t thread;
 	int running, stop;
 	int pipe[2];
@@ -92,13 +95,7 @@ dmutex__redis_waiter_create_unlock(void)
 static void
 init_sync(struct dmutex__waiter *w)
 {
-	pthread_condattr_t ca;
-
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
 }
 
 static struct dmutex__waiter *
@@ -169,6 +166,26 @@ bump(struct dmutex__waiter *w, struct dmutex__wsub *s)
 {
 	__atomic_fetch_add(&s->seq, 1, __ATOMIC_RELEASE);
 	w->kick |= s->nnotify > 0;
+	pthread_cond_broadcast(&s->cv);
+}
+
+/* Under w->mu: every waiting thread looks again (stop, fork). */
+static void
+wake_all(struct dmutex__waiter *w)
+{
+	for (struct dmutex__wsub *s = w->subs; s; s = s->next)
+		pthread_cond_broadcast(&s->cv);
+}
+
+static void
+sub_cv_init(struct dmutex__wsub *s)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cv, &ca);
+	pthread_condattr_destroy(&ca);
 }
 
 static void
@@ -191,7 +208,6 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 		s->state[i] = ST_NONE;
 		bump(w, s);
 	}
-	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 }
 
@@ -223,6 +239,7 @@ sync_subs(struct dmutex__waiter *w)
 		}
 		if (!s->refs && !any) {
 			*pp = s->next;
+			pthread_cond_destroy(&s->cv);   /* nobody waits: no refs */
 			free(s->channel);
 			free(s);
 			continue;
@@ -247,7 +264,6 @@ moved(struct dmutex__waiter *w, size_t node, const char *err)
 			s->state[node] = ST_NONE;
 			bump(w, s);
 		}
-	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	return 1;
 }
@@ -336,7 +352,7 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 				w->stale = 1;
 			}
 		}
-		pthread_cond_broadcast(&w->cv);
+		pthread_cond_broadcast(&s->cv);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return 0;
@@ -426,6 +442,7 @@ waiter_main(void *arg)
 		free(need);
 		return NULL;
 	}
+	dmutex__own_thread_begin();
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop) {
 		int64_t now = dmutex__now_ns(), next = INT64_MAX;
@@ -481,7 +498,12 @@ waiter_main(void *arg)
 			pf[i + 1].revents = 0;
 		}
 		now = dmutex__now_ns();
-		timeout = next == INT64_MAX ? -1 : next <= now ? 0 : (int)((next - now) / DMUTEX__MS + 1);
+		/* Never for ever: once a second, whether the program has
+		 * ended under us (base.h, dmutex__exit_if_alone). */
+		if (next - now > DMUTEX__ALONE_LOOK_MS * DMUTEX__MS)
+			next = now + DMUTEX__ALONE_LOOK_MS * DMUTEX__MS;
+		timeout = next <= now ? 0 : (int)((next - now) / DMUTEX__MS + 1);
+		dmutex__exit_if_alone();
 		if (poll(pf, w->nnodes + 1, timeout) > 0) {
 			if (pf[0].revents) {
 				char buf[64];
@@ -503,6 +525,7 @@ waiter_main(void *arg)
 		}
 	}
 	pthread_mutex_unlock(&w->mu);
+	dmutex__own_thread_end();
 	free(pf);
 	free(need);
 	return NULL;
@@ -558,6 +581,7 @@ dmutex__redis_waiter_sub(struct dmutex__backend *be, const char *channel, int64_
 			pthread_mutex_unlock(&w->mu);
 			return NULL;
 		}
+		sub_cv_init(s);
 		s->next = w->subs;
 		w->subs = s;
 	}
@@ -565,7 +589,7 @@ dmutex__redis_waiter_sub(struct dmutex__backend *be, const char *channel, int64_
 	poke(w);
 	dmutex__ns_to_ts(until_ns, &ts);
 	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
-		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&s->cv, &w->mu, &ts) == ETIMEDOUT)
 			break;
 	pthread_mutex_unlock(&w->mu);
 	return s;
@@ -609,7 +633,7 @@ dmutex__redis_wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s,
 	dmutex__ns_to_ts(until_ns, &ts);
 	pthread_mutex_lock(&w->mu);
 	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
-		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&s->cv, &w->mu, &ts) == ETIMEDOUT)
 			break;
 	ok = s->confirmed;
 	pthread_mutex_unlock(&w->mu);
@@ -644,7 +668,7 @@ dmutex__redis_wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint
 	 * cancellation point of the library, cond_wait.c): leave w->mu free. */
 	pthread_cleanup_push(unlock_mu, &w->mu);
 	while (s->seq == seq && !w->stop)
-		if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&s->cv, &w->mu, &ts) == ETIMEDOUT)
 			break;
 	woke = s->seq != seq;
 	pthread_cleanup_pop(1);
@@ -709,6 +733,9 @@ free_state(struct dmutex__waiter *w)
 {
 	struct dmutex__wsub *s, *next;
 
+	/* Not pthread_cond_destroy: in a fork child it would wait for the
+	 * parent's threads that waited on it (a glibc condition variable
+	 * holds nothing else). */
 	for (s = w->subs; s; s = next) {
 		next = s->next;
 		free(s->channel);
@@ -743,13 +770,12 @@ dmutex__redis_waiter_stop(struct dmutex__backend *be)
 	running = w->running;
 	w->stop = 1;
 	poke(w);
-	pthread_cond_broadcast(&w->cv);
+	wake_all(w);
 	pthread_mutex_unlock(&w->mu);
 	if (running)
 		pthread_join(w->thread, NULL);
 	free_state(w);
 	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->cv);
 	free(w->nodes);
 	free(w);
 	be->waiter = NULL;

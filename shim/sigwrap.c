@@ -1,0 +1,186 @@
+/*
+ * Signal handlers of a program built through the shim (semaphore.h maps
+ * sigaction and signal here).  POSIX lets a handler call sem_post, and
+ * makes sem_wait return EINTR when a handler interrupted it; a distributed
+ * semaphore talks to the network, takes locks and allocates, none of which
+ * a handler may do.  So each handler the program installs runs inside a
+ * trampoline of ours that counts, per thread, that a handler runs and has
+ * run:
+ *  - a sem_post inside a handler writes the semaphore's address to a pipe
+ *    (write(2) is async-signal-safe) and returns 0; a thread of ours reads
+ *    it and posts, as the handler's thread would have;
+ *  - a semaphore wait looks, while it sleeps, whether a handler has run on
+ *    its thread since it began (a tick of SIGNAL_TICK_MS): then EINTR.
+ * Dispositions SIG_DFL and SIG_IGN are set as given.  What sigaction and
+ * signal return as the old action is the program's own, never ours.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/shim.h"
+#include "include/dmutex_shim_sem.h"
+#include "sigwrap.h"
+
+static struct sigaction user[NSIG];     /* the program's action, per signal */
+static _Thread_local volatile sig_atomic_t in_handler;
+static _Thread_local volatile unsigned handled;
+static _Thread_local unsigned wait_mark;
+
+static pthread_once_t poster_once = PTHREAD_ONCE_INIT;
+static int poster_pipe[2] = { -1, -1 };
+static int (*poster_post)(dsem_t *);    /* atomic; sem_post's own, given by it */
+
+static void
+trampoline(int sig, siginfo_t *si, void *ctx)
+{
+	struct sigaction *a = &user[sig];
+
+	in_handler++;
+	handled++;
+	if (a->sa_flags & SA_SIGINFO)
+		a->sa_sigaction(sig, si, ctx);
+	else if (a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN)
+		a->sa_handler(sig);
+	in_handler--;
+}
+
+/* The deferred posts: one at a time, in the order the handlers wrote them. */
+static void *
+poster_main(void *arg)
+{
+	dsem_t *s;
+
+	(void)arg;
+	dmutex__shim_own_thread();
+	for (;;) {
+		struct pollfd pf = { poster_pipe[0], POLLIN, 0 };
+		ssize_t n;
+
+		/* Never for ever: the program may have ended under us. */
+		if (poll(&pf, 1, 1000) <= 0) {
+			dmutex__shim_exit_if_alone();
+			continue;
+		}
+		n = read(poster_pipe[0], &s, sizeof s);
+		if (n == (ssize_t)sizeof s)
+			__atomic_load_n(&poster_post, __ATOMIC_ACQUIRE)(s);
+		else if (n < 0 && errno != EINTR)
+			return NULL;
+	}
+}
+
+static void
+poster_start(void)
+{
+	sigset_t all, old;
+	pthread_t t;
+
+	if (pipe2(poster_pipe, O_CLOEXEC))
+		return;
+	/* Ours: no signal of the program's is delivered here. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (pthread_create(&t, NULL, poster_main, NULL)) {
+		close(poster_pipe[0]);
+		close(poster_pipe[1]);
+		poster_pipe[0] = poster_pipe[1] = -1;
+	} else {
+		pthread_detach(t);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+int
+dmutex__shim_in_handler(void)
+{
+	return in_handler > 0;
+}
+
+int
+dmutex__shim_post_deferred(dsem_t *s, int (*post)(dsem_t *))
+{
+	int fd = poster_pipe[1];
+
+	__atomic_store_n(&poster_post, post, __ATOMIC_RELEASE);
+
+	/* A pointer is less than PIPE_BUF: written whole or not at all. */
+	if (fd < 0 || write(fd, &s, sizeof s) != (ssize_t)sizeof s)
+		return EAGAIN;
+	return 0;
+}
+
+void
+dmutex__shim_wait_begin(void)
+{
+	wait_mark = handled;
+}
+
+int
+dmutex__shim_interrupted(void)
+{
+	return handled != wait_mark;
+}
+
+/* The program's old action from what the kernel had: ours means its own. */
+static void
+old_action(int sig, const struct sigaction *had, const struct sigaction *mine, struct sigaction *old)
+{
+	if (!old)
+		return;
+	if ((had->sa_flags & SA_SIGINFO) && had->sa_sigaction == trampoline)
+		*old = *mine;
+	else
+		*old = *had;
+	(void)sig;
+}
+
+int
+dmutex_shim_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	struct sigaction had, mine, wrapped;
+
+	if (sig <= 0 || sig >= NSIG || !act || act->sa_handler == SIG_DFL || act->sa_handler == SIG_IGN ||
+			sig == SIGKILL || sig == SIGSTOP) {
+		mine = sig > 0 && sig < NSIG ? user[sig] : (struct sigaction){ 0 };
+		if (sigaction(sig, act, &had))
+			return -1;
+		if (act && sig > 0 && sig < NSIG)
+			user[sig] = *act;
+		old_action(sig, &had, &mine, old);
+		return 0;
+	}
+	pthread_once(&poster_once, poster_start);
+	dmutex__shim_set_interrupted(dmutex__shim_interrupted);
+	mine = user[sig];
+	user[sig] = *act;
+	wrapped = *act;
+	wrapped.sa_flags |= SA_SIGINFO;
+	wrapped.sa_sigaction = trampoline;
+	if (sigaction(sig, &wrapped, &had)) {
+		user[sig] = mine;
+		return -1;
+	}
+	old_action(sig, &had, &mine, old);
+	return 0;
+}
+
+sighandler_t
+dmutex_shim_signal(int sig, sighandler_t handler)
+{
+	struct sigaction a, old;
+
+	/* glibc's signal(): BSD semantics, restarting, the signal blocked
+	 * while its handler runs. */
+	memset(&a, 0, sizeof a);
+	a.sa_handler = handler;
+	a.sa_flags = SA_RESTART;
+	sigemptyset(&a.sa_mask);
+	if (dmutex_shim_sigaction(sig, &a, &old))
+		return SIG_ERR;
+	return (old.sa_flags & SA_SIGINFO) ? (sighandler_t)(void (*)(void))old.sa_sigaction : old.sa_handler;
+}
