@@ -66,6 +66,30 @@ dmutex__log_enabled(int level)
 	return level <= env_level;
 }
 
+/* Lines on stderr often carry a server's bytes (an error reply, a key):
+ * control bytes as \xNN, so that none reaches a terminal raw.  A logger
+ * of the program's own gets the text as it is. */
+static void
+write_stderr(const char *msg)
+{
+	static const char hex[] = "0123456789abcdef";
+	char out[4 * 512 + 1];
+	size_t o = 0;
+
+	for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+		if (*p >= 0x20 && *p != 0x7f) {
+			out[o++] = (char)*p;
+			continue;
+		}
+		out[o++] = '\\';
+		out[o++] = 'x';
+		out[o++] = hex[*p >> 4];
+		out[o++] = hex[*p & 15];
+	}
+	out[o] = '\0';
+	fprintf(stderr, "dmutex: %s\n", out);
+}
+
 void
 dmutex__log(int level, const char *fmt, ...)
 {
@@ -89,5 +113,5 @@ dmutex__log(int level, const char *fmt, ...)
 	if (fn)
 		fn(level, msg, arg);
 	else
-		fprintf(stderr, "dmutex: %s\n", msg);
+		write_stderr(msg);
 }
