@@ -74,11 +74,3 @@ dmutex__shim_is_local(const char *site, const char *name)
 			return 1;
 	return 0;
 }
-
-void
-dmutex__shim_announce(const char *what, const char *name, const char *site, int local)
-{
-	dmutex__log(DMUTEX_LOG_INFO, "shim: %s '%s' defined at %s: %s", what, name ? name : "?",
-			site ? dmutex__shim_site_text(site) : "?",
-			local ? "local to this process" : "distributed");
-}

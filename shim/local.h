@@ -42,7 +42,11 @@ _Static_assert(sizeof(struct dmutex__shim_lcond) <= sizeof(dcond_t), "a local co
 int dmutex__shim_is_local(const char *site, const char *name);
 /* site without the mark of a DMUTEX_SHIM_LOCAL_FILE unit. */
 const char *dmutex__shim_site_text(const char *site);
-/* The DMUTEX_LOG=info line for an object's first use. */
-void dmutex__shim_announce(const char *what, const char *name, const char *site, int local);
+/* The DMUTEX_LOG=info lines (announce.c): the shim's first in a process
+ * (in_effect; announce logs it too), one per object obj at its first use
+ * in the process, and forget at its destroy (a new init logs anew). */
+void dmutex__shim_in_effect(void);
+void dmutex__shim_announce(const void *obj, const char *what, const char *name, const char *site, int local);
+void dmutex__shim_announce_forget(const void *obj);
 
 #endif

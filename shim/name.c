@@ -59,6 +59,8 @@ compose(const char *site, size_t ord, char out[DMUTEX_NAME_MAX + 1])
 	const char *base, *colon;
 	int n;
 
+	/* Every object the shim names passes here: the shim is in effect. */
+	dmutex__shim_in_effect();
 	pthread_once(&ns_once, ns_read);
 	if (ns_err)
 		return ns_err;
@@ -320,6 +322,7 @@ dmutex__shim_site_release(int kind, const void *addr)
 	if (*(pp = obj_slot(kind, addr)))
 		obj_drop(pp);
 	pthread_mutex_unlock(&mu);
+	dmutex__shim_announce_forget(addr);
 }
 
 /* ---- names given with pthread_mutexattr_setname_np ---- */
@@ -368,13 +371,13 @@ namer(int kind, const void *obj, char out[DMUTEX_NAME_MAX + 1], int *type)
 		if (strlen(o->__static_name) > DMUTEX_NAME_MAX)
 			return EINVAL;
 		strcpy(out, o->__static_name);
-		dmutex__shim_announce(what, out, o->__reserved[4], 0);
+		dmutex__shim_announce(obj, what, out, o->__reserved[4], 0);
 		return 0;
 	}
 	err = dmutex__shim_static_name(kind == DMUTEX__STATIC_MUTEX ? DMUTEX__SHIM_MUTEX : DMUTEX__SHIM_COND,
 			obj, o->__static_name, out);
 	if (!err)
-		dmutex__shim_announce(what, out, o->__static_name, 0);
+		dmutex__shim_announce(obj, what, out, o->__static_name, 0);
 	return err;
 }
 

@@ -141,7 +141,7 @@ static_local(dmutex_t *o, int kind, size_t size, unsigned long local_magic, void
 	}
 	__atomic_store_n(&o->__reserved[2], LOCAL_MARK, __ATOMIC_RELEASE);
 	if (__atomic_compare_exchange_n(&o->__impl, &expected, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		dmutex__shim_announce(kind == DMUTEX__SHIM_MUTEX ? "mutex" : "condition variable", name, site, 1);
+		dmutex__shim_announce(o, kind == DMUTEX__SHIM_MUTEX ? "mutex" : "condition variable", name, site, 1);
 		__atomic_store_n(&o->__magic, local_magic, __ATOMIC_RELEASE);
 		*out = mine;
 	} else {

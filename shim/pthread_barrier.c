@@ -1,10 +1,15 @@
 /* pthread barriers through the shim: dbarrier_t named by call site, the
  * backend being away waited out. */
 #include <errno.h>
+#include <pthread.h>
 
 #include "core/shim.h"
 #include "include/dmutex_shim_sync.h"
 #include "name.h"
+
+/* dmutex_shim_sync.h's barrier attributes store pthread's values as 0 and 1. */
+_Static_assert(PTHREAD_PROCESS_PRIVATE == 0 && PTHREAD_PROCESS_SHARED == 1,
+		"the barrier attributes' pshared values are not pthread's");
 
 static void
 backoff(int attempt)

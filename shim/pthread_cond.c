@@ -62,7 +62,7 @@ init_local(dcond_t *c, const dcond_attr_t *a, const char *site, const char *name
 		return err;
 	l->site = site;
 	__atomic_store_n(&l->magic, DCOND__SHIM_LOCAL_INIT, __ATOMIC_RELEASE);
-	dmutex__shim_announce("condition variable", name, site, 1);
+	dmutex__shim_announce(c, "condition variable", name, site, 1);
 	return 0;
 }
 
@@ -95,7 +95,7 @@ dmutex_shim_cond_init(dcond_t *c, const dcond_attr_t *a, const char *site)
 	} else {
 		c->__reserved[0] = NULL;
 		dmutex__shim_stamp(STAMP(c), a ? (int)(uintptr_t)a->__reserved[ATTR_PSHARED] : 0);
-		dmutex__shim_announce("condition variable", name, site, 0);
+		dmutex__shim_announce(c, "condition variable", name, site, 0);
 	}
 	return err;
 }

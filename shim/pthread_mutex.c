@@ -72,7 +72,7 @@ init_local(dmutex_t *m, const dmutex_attr_t *a, const char *site, const char *na
 	l->site = site;
 	l->pid = getpid();
 	__atomic_store_n(&l->magic, DMUTEX__SHIM_LOCAL_INIT, __ATOMIC_RELEASE);
-	dmutex__shim_announce("mutex", name, site, 1);
+	dmutex__shim_announce(m, "mutex", name, site, 1);
 	return 0;
 }
 
@@ -106,7 +106,7 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 		m->__reserved[0] = NULL;
 		m->__reserved[SITE_SLOT] = (void *)(uintptr_t)site;
 		dmutex__shim_stamp(STAMP(m), attr_ok(a) ? (int)(uintptr_t)a->__reserved[ATTR_PSHARED] : 0);
-		dmutex__shim_announce("mutex", given ? given : name, site, 0);
+		dmutex__shim_announce(m, "mutex", given ? given : name, site, 0);
 	}
 	return err;
 }

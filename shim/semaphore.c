@@ -2,12 +2,15 @@
  * backend that is away, named ones shared by name. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "include/dmutex_shim_sem.h"
+#include "local.h"
 #include "name.h"
 #include "core/shim.h"
 
@@ -38,6 +41,54 @@ waiting(const char *call, int attempt)
 		dmutex__log(DMUTEX_LOG_WARN, "%s: waiting for the backend", call);
 }
 
+/*
+ * The names of semaphores this process destroyed.  Every process runs the
+ * same sem_init at the same line to share a semaphore, and the first
+ * creator's value applies; but a process that destroys one and initializes
+ * it again means a fresh one with the new value (POSIX; LTP sem_timedwait
+ * 11-1), as sem_init of a shared semaphore would be for every process
+ * using it.  Interned names: the same pointer for the same name.
+ */
+static pthread_mutex_t gone_mu = PTHREAD_MUTEX_INITIALIZER;
+static const char **gone;
+static size_t n_gone, cap_gone;
+
+static void
+gone_add(const char *name)
+{
+	const char *in = dmutex__shim_intern(name), **more;
+	size_t i;
+
+	if (!in)
+		return;
+	pthread_mutex_lock(&gone_mu);
+	for (i = 0; i < n_gone && gone[i] != in; i++)
+		;
+	if (i == n_gone && n_gone == cap_gone &&
+			(more = realloc(gone, (cap_gone ? 2 * cap_gone : 8) * sizeof *gone))) {
+		gone = more;
+		cap_gone = cap_gone ? 2 * cap_gone : 8;
+	}
+	if (i == n_gone && n_gone < cap_gone)
+		gone[n_gone++] = in;
+	pthread_mutex_unlock(&gone_mu);
+}
+
+/* 1 if this process destroyed name (forgotten now). */
+static int
+gone_take(const char *name)
+{
+	const char *in = dmutex__shim_intern(name);
+	int found = 0;
+
+	pthread_mutex_lock(&gone_mu);
+	for (size_t i = 0; in && i < n_gone && !found; i++)
+		if ((found = gone[i] == in))
+			gone[i] = gone[--n_gone];
+	pthread_mutex_unlock(&gone_mu);
+	return found;
+}
+
 int
 dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 {
@@ -49,6 +100,12 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 		return fail(EINVAL);
 	if ((err = dmutex__shim_site_name(DMUTEX__SHIM_SEM, s, site, name)))
 		return fail(err);
+	/* Afresh: the old count goes (ENOENT: it was gone already). */
+	if (gone_take(name))
+		for (int attempt = 0; dsem_unlink(name, NULL) == EIO; attempt++) {
+			waiting("sem_init", attempt);
+			backoff(attempt);
+		}
 	for (int attempt = 0; (err = dsem_init(s, name, value, NULL, 0)) == EIO; attempt++) {
 		waiting("sem_init", attempt);
 		backoff(attempt);
@@ -61,11 +118,19 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 int
 dmutex_shim_sem_destroy(dsem_t *s)
 {
-	int err = dsem_destroy(s);
+	const char *name = NULL;
+	char copy[DMUTEX_NAME_MAX + 1] = "";
+	int err;
 
-	if (!err)
-		dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
-	return fail(err);
+	/* Not one from sem_open (named_list): those have sem_close. */
+	if (!dmutex__shim_sem_name(s, &name) && name)
+		snprintf(copy, sizeof copy, "%s", name);
+	if ((err = dsem_destroy(s)))
+		return fail(err);
+	dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
+	if (copy[0])
+		gone_add(copy);
+	return 0;
 }
 
 /* Ask again with the same request id while the backend is away, until the
@@ -163,6 +228,16 @@ dmutex_shim_sem_getvalue(dsem_t *s, int *value)
 
 /* ---- named semaphores: one object per name per process ---- */
 
+/* As glibc: a name longer than NAME_MAX after its leading slashes is
+ * ENAMETOOLONG (the backend's own limit is DMUTEX_NAME_MAX). */
+static int
+name_too_long(const char *name)
+{
+	while (name && *name == '/')
+		name++;
+	return name && strnlen(name, NAME_MAX + 1) > NAME_MAX;
+}
+
 struct named {
 	struct named *next;
 	dsem_t sem;             /* first: sem_close finds the entry by it */
@@ -173,18 +248,91 @@ struct named {
 static pthread_mutex_t named_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct named *named_list;
 
+/*
+ * POSIX: after sem_unlink the name is gone (sem_open without O_CREAT is
+ * ENOENT, with it makes a new semaphore) while those that have the old one
+ * open go on using it.  The backend has one semaphore per name, so a POSIX
+ * name has generations: the counter semaphore NAME;gens holds the current
+ * one (none: 0); generation 0 lives under NAME, generation G under
+ * NAME;gen=G.  sem_unlink moves the counter on and leaves the old
+ * generation to those that have it, until it is idle for idle_ms.
+ */
+#define GENS ";gens"
+#define GEN ";gen="
+
+static int
+gen_name(const char *name, unsigned gen, char out[DMUTEX_NAME_MAX + 1])
+{
+	int n = gen ? snprintf(out, DMUTEX_NAME_MAX + 1, "%s" GEN "%u", name, gen)
+		: snprintf(out, DMUTEX_NAME_MAX + 1, "%s", name);
+
+	return n < 0 || n > DMUTEX_NAME_MAX ? ENAMETOOLONG : 0;
+}
+
+/* Open sem (flags of dsem_init) under backend name bn, the backend's
+ * absence waited out. */
+static int
+open_patient(dsem_t *sem, const char *call, const char *bn, unsigned value, int flags)
+{
+	int err;
+
+	for (int attempt = 0; (err = dsem_init(sem, bn, value, NULL, flags)) == EIO; attempt++) {
+		waiting(call, attempt);
+		backoff(attempt);
+	}
+	return err;
+}
+
+/* The counter of name: 0; ENOENT (never unlinked) unless create. */
+static int
+gens_open(dsem_t *g, const char *call, const char *name, int create)
+{
+	char cn[DMUTEX_NAME_MAX + 1];
+	int n = snprintf(cn, sizeof cn, "%s" GENS, name);
+
+	if (n < 0 || n > DMUTEX_NAME_MAX)
+		return ENAMETOOLONG;
+	return open_patient(g, call, cn, 0, create ? 0 : DSEM_NOCREATE);
+}
+
+/* The backend name of name's current generation. */
+static int
+current(const char *call, const char *name, char bn[DMUTEX_NAME_MAX + 1])
+{
+	dsem_t g;
+	int v = 0, err = gens_open(&g, call, name, 0);
+
+	if (err == ENOENT)
+		return gen_name(name, 0, bn);
+	if (err)
+		return err;
+	for (int attempt = 0; (err = dsem_getvalue(&g, &v)) == EIO; attempt++) {
+		waiting(call, attempt);
+		backoff(attempt);
+	}
+	dsem_destroy(&g);
+	return err ? err : gen_name(name, (unsigned)v, bn);
+}
+
 dsem_t *
 dmutex_shim_sem_open(const char *name, int oflag, ...)
 {
+	char bn[DMUTEX_NAME_MAX + 1];
 	struct named *n;
 	unsigned value = 0;
 	size_t len;
 	int err, flags;
 
-	if ((err = dmutex__name_ok(name, &len))) {
+	dmutex__shim_in_effect();
+	if (name_too_long(name)) {
+		errno = ENAMETOOLONG;
+		return NULL;
+	}
+	if ((err = dmutex__name_ok(name, &len)) || (err = current("sem_open", name, bn))) {
 		errno = err;
 		return NULL;
 	}
+	len = strlen(bn);
 	if (oflag & O_CREAT) {
 		va_list ap;
 
@@ -198,7 +346,7 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 	 * object.  sem_open is rare; the wait is one round trip. */
 	pthread_mutex_lock(&named_mu);
 	for (n = named_list; n; n = n->next)
-		if (!strcmp(n->name, name))
+		if (!strcmp(n->name, bn))
 			break;
 	if (n) {
 		if (flags == DSEM_EXCL) {
@@ -210,12 +358,8 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 	} else if (!(n = calloc(1, sizeof *n + len + 1))) {
 		err = ENOMEM;
 	} else {
-		memcpy(n->name, name, len + 1);
-		for (int attempt = 0; (err = dsem_init(&n->sem, name, value, NULL, flags)) == EIO; attempt++) {
-			waiting("sem_open", attempt);
-			backoff(attempt);
-		}
-		if (err) {
+		memcpy(n->name, bn, len + 1);
+		if ((err = open_patient(&n->sem, "sem_open", bn, value, flags))) {
 			free(n);
 		} else {
 			n->refs = 1;
@@ -258,11 +402,24 @@ dmutex_shim_sem_close(dsem_t *s)
 int
 dmutex_shim_sem_unlink(const char *name)
 {
+	char bn[DMUTEX_NAME_MAX + 1];
+	dsem_t t;
+	size_t len;
 	int err;
 
-	for (int attempt = 0; (err = dsem_unlink(name, NULL)) == EIO; attempt++) {
+	if (name_too_long(name))
+		return fail(ENAMETOOLONG);
+	/* ENOENT unless the current generation exists */
+	if ((err = dmutex__name_ok(name, &len)) || (err = current("sem_unlink", name, bn)) ||
+			(err = open_patient(&t, "sem_unlink", bn, 0, DSEM_NOCREATE)))
+		return fail(err);
+	dsem_destroy(&t);
+	if ((err = gens_open(&t, "sem_unlink", name, 1)))
+		return fail(err);
+	for (int attempt = 0; (err = dsem_post(&t)) == EIO; attempt++) {
 		waiting("sem_unlink", attempt);
 		backoff(attempt);
 	}
+	dsem_destroy(&t);
 	return fail(err);
 }

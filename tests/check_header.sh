@@ -5,6 +5,7 @@
 #                       C++98, C++11, C++17 (a C++ namespace `dmutex` beside it)
 #   shim/include/dmutex_shim.h  C99, C11, C++11
 #   shim/include/pthread.h      C99, C11; in C++ it stops with its #error, on purpose
+#   shim/include/threads.h      C11, C17 (C11's header)
 # The programs also use what a caller compares with (EOWNERDEAD from
 # <errno.h>) and the static initializers at file scope.
 # usage: check_header.sh SRCDIR CC [CC ARGS...]   (C++: c++ from PATH, if any)
@@ -55,6 +56,17 @@ int main(void)
 	return err == EOWNERDEAD ? 1 : pthread_mutex_unlock(&m);
 }
 PROG
+cat > "$dir/threads.c" <<'PROG'
+#include <threads.h>
+int main(void)
+{
+	mtx_t m;
+	cnd_t c;
+	if (mtx_init(&m, mtx_timed | mtx_recursive) != thrd_success || cnd_init(&c) != thrd_success)
+		return 1;
+	return mtx_trylock(&m) == thrd_busy ? 2 : mtx_unlock(&m);
+}
+PROG
 
 # compile LABEL FILE COMPILER... : must compile
 compile() {
@@ -72,6 +84,9 @@ done
 for std in c99 c11; do
 	compile "dmutex_shim.h alone, -std=$std" shim.c "$@" -std=$std $warn
 	compile "shim pthread.h alone, -std=$std" pthread.c "$@" -std=$std $warn
+done
+for std in c11 c17; do
+	compile "shim threads.h alone, -std=$std" threads.c "$@" -std=$std $warn
 done
 
 if command -v c++ >/dev/null 2>&1; then

@@ -542,3 +542,34 @@ Test(shim, two_initializers_on_one_line_are_one_lock_and_a_warning)
 	cr_assert(strstr(out, "shim: two mutexes statically initialized at "), "no warning in: %s", out);
 	cr_assert(strstr(out, "test_shim_prog.c:"), "the warning names no site: %s", out);
 }
+
+/* Issue 29: at DMUTEX_LOG=info the shim says once per process that it is
+ * in effect, naming the backend, and logs one line per object, however
+ * many threads race to its first use (four threads each binding one static
+ * mutex logged 3-4 identical lines). */
+Test(shim, one_in_effect_line_and_one_line_per_object_per_process)
+{
+	const char *effect_line = "shim: in effect in process ";
+	char out[16384], want[128];
+	int raced = marked_line("raced");
+
+	setenv("DMUTEX_LOG", "info", 1);
+	merge_stderr = 1;
+	snprintf(want, sizeof want, "shim: mutex 'test_shim_prog/test_shim_prog.c:%d' ", raced);
+	for (int run = 0; run < 5; run++) {
+		struct proc p;
+		const char *at;
+		int n = 0, effect = 0;
+
+		start(&p, env_path("SHIM_PROG"), NULL, (char *[]){ "test_shim_prog", "race", NULL });
+		read_all(&p, out, sizeof out, 20000);
+		cr_assert_eq(finish(&p, 10000), 0, "%s", out);
+		for (at = out; (at = strstr(at, want)); at++)
+			n++;
+		for (at = out; (at = strstr(at, effect_line)); at++)
+			effect++;
+		cr_assert_eq(n, 1, "run %d: %d lines for the raced mutex: %s", run, n, out);
+		cr_assert_eq(effect, 1, "run %d: %d in-effect lines: %s", run, effect, out);
+		cr_assert(strstr(out, srv.url), "the in-effect line does not name %s: %s", srv.url, out);
+	}
+}

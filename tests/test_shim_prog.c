@@ -11,6 +11,8 @@
  *              exit status 0, or the number of the first check that failed
  *   twins      lock twin_a, then twin_b (defined on the same line); print
  *              both results
+ *   race       four threads released at once lock `raced` (its first use)
+ *              and unlock it; exit status 0
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -203,11 +205,45 @@ twins(void)
 	return 0;
 }
 
+static pthread_mutex_t raced = PTHREAD_MUTEX_INITIALIZER; /* NAME:raced */
+static int go;
+
+static void *
+racer(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&go, __ATOMIC_ACQUIRE))
+		;
+	if (pthread_mutex_lock(&raced) || pthread_mutex_unlock(&raced))
+		return (void *)1;
+	return NULL;
+}
+
+static int
+race(void)
+{
+	pthread_t t[4];
+	void *r;
+	int bad = 0;
+
+	for (int i = 0; i < 4; i++)
+		if (pthread_create(&t[i], NULL, racer, NULL))
+			return 1;
+	__atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 4; i++)
+		if (pthread_join(t[i], &r) || r)
+			bad = 2;
+	return bad;
+}
+
 int
 main(int argc, char **argv)
 {
 	if (argc < 2)
 		return 64;
+	/* First: the race includes opening the connection. */
+	if (!strcmp(argv[1], "race"))
+		return race();
 	init_all();
 	if (!strcmp(argv[1], "hold"))
 		return hold(argc, argv);

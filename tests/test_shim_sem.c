@@ -8,6 +8,7 @@
  * permit.
  */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -54,6 +55,28 @@ static void errors(void)
 	if (r)
 		freeReplyObject(r);
 
+	/* Issue 29: sem_init at a line after this process's sem_destroy there
+	 * is a fresh semaphore with the new value, not the old count (LTP
+	 * sem_timedwait 11-1): 3, one taken, destroyed; then 1, not 2. */
+	for (unsigned round = 0; round < 2; round++) {
+		EXPECT(sem_init(&local, 0, round ? 1 : 3) == 0);
+		EXPECT(value(&local) == (round ? 1 : 3));
+		EXPECT(sem_wait(&local) == 0);
+		EXPECT(sem_destroy(&local) == 0);
+	}
+
+	/* Issue 29: a name longer than NAME_MAX after its slash, as glibc. */
+	char longname[NAME_MAX + 3];
+	longname[0] = '/';
+	memset(longname + 1, 'n', NAME_MAX + 1);
+	longname[NAME_MAX + 2] = '\0';
+	errno = 0;
+	EXPECT(sem_open(longname, O_CREAT, 0600, 1) == SEM_FAILED && errno == ENAMETOOLONG);
+	FAILS(sem_unlink(longname), ENAMETOOLONG);
+	longname[NAME_MAX + 1] = '\0';        /* NAME_MAX after the slash: fine */
+	EXPECT((a = sem_open(longname, O_CREAT, 0600, 1)) != SEM_FAILED && sem_close(a) == 0);
+	EXPECT(sem_unlink(longname) == 0);
+
 	errno = 0;
 	EXPECT(sem_open("/nosuch", 0) == SEM_FAILED && errno == ENOENT);
 	FAILS(sem_unlink("/nosuch"), ENOENT);
@@ -69,7 +92,23 @@ static void errors(void)
 	FAILS(sem_close(a), EINVAL);
 	EXPECT(th_redis_int(&srv, "HGET dmutex:sem:{/named} v") == 2);   /* close keeps it */
 	EXPECT(sem_unlink("/named") == 0);
-	EXPECT(th_redis_int(&srv, "EXISTS dmutex:sem:{/named}") == 0);
+
+	/* Issue 29: after sem_unlink the name is gone, a new sem_open with
+	 * O_CREAT makes a new semaphore, and the old one goes on for those
+	 * that have it open (LTP sem_unlink 6-1). */
+	EXPECT((a = sem_open("/gen", O_CREAT, 0600, 2)) != SEM_FAILED);
+	EXPECT(sem_unlink("/gen") == 0);
+	errno = 0;
+	EXPECT(sem_open("/gen", 0) == SEM_FAILED && errno == ENOENT);
+	FAILS(sem_unlink("/gen"), ENOENT);
+	EXPECT(sem_wait(a) == 0 && value(a) == 1);                   /* the old one, still usable */
+	EXPECT((b = sem_open("/gen", O_CREAT, 0600, 5)) != SEM_FAILED && b != a);
+	EXPECT(value(b) == 5);                                       /* new: its own value */
+	EXPECT(sem_post(a) == 0 && value(a) == 2 && value(b) == 5);
+	EXPECT(sem_open("/gen", 0) == b && sem_close(b) == 0);     /* by name: the new one */
+	EXPECT(sem_unlink("/gen") == 0);
+	EXPECT(sem_close(b) == 0 && sem_close(a) == 0);
+	EXPECT(sem_open("/gen", O_CREAT | O_EXCL, 0600, 7) != SEM_FAILED);   /* a third, made anew */
 
 	EXPECT((max = sem_open("/max", O_CREAT | O_EXCL, 0600, (unsigned)SEM_VALUE_MAX)) != SEM_FAILED);
 	FAILS(sem_post(max), EOVERFLOW);
@@ -113,6 +152,27 @@ static int hang(void *arg)
 	return 0;
 }
 
+/* Opens /xgen (2), takes one, says so, and once the parent has unlinked
+ * it and made a new one, posts twice on its old one: 3, its own count. */
+static int old_holder(void *arg)
+{
+	sem_t *s = sem_open("/xgen", O_CREAT, 0600, 2);
+	long long until = th_now_ms() + 10000;
+	int v = -1;
+
+	if (s == SEM_FAILED || sem_wait(s))
+		return 10;
+	th_sync_post(arg);
+	while (th_redis_int(&srv, "EXISTS xgen-go") != 1) {
+		if (th_now_ms() > until)
+			return 11;
+		usleep(2000);   /* a poll with a deadline, not a wait for an event */
+	}
+	if (sem_post(s) || sem_post(s) || sem_getvalue(s, &v) || v != 3)
+		return 12;
+	return sem_close(s) ? 13 : 0;
+}
+
 static void procs(void)
 {
 	pid_t kids[3];
@@ -135,6 +195,20 @@ static void procs(void)
 	FAILS(sem_trywait(s), EAGAIN);
 	EXPECT(sem_post(s) == 0);
 	EXPECT(sem_trywait(s) == 0);
+	EXPECT(sem_close(s) == 0);
+	th_sync_close(&sy);
+
+	/* Issue 29: a process that has the semaphore open keeps using it,
+	 * count included, after another unlinks the name and makes a new one
+	 * under it (LTP sem_unlink 6-1). */
+	EXPECT(th_sync_init(&sy) == 0);
+	EXPECT((kids[0] = th_spawn(old_holder, &sy)) > 0);
+	EXPECT(th_sync_wait(&sy, 10000) == 0);
+	EXPECT(sem_unlink("/xgen") == 0);
+	EXPECT((s = sem_open("/xgen", O_CREAT, 0600, 7)) != SEM_FAILED);
+	EXPECT(th_redis_int(&srv, "INCR xgen-go") == 1);
+	EXPECT(th_wait_child(kids[0], 15000) == 0);
+	EXPECT(value(s) == 7);
 	EXPECT(sem_close(s) == 0);
 	th_sync_close(&sy);
 }

@@ -77,6 +77,10 @@ int main(void)
 
 	/* The attribute calls, and one site with another count. */
 	EXPECT(pthread_barrierattr_init(&ba) == 0);
+	/* Issue 29: pthread's default, and get returns what set stored. */
+	EXPECT(pthread_barrierattr_getpshared(&ba, &ps) == 0 && ps == PTHREAD_PROCESS_PRIVATE);
+	EXPECT(pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED) == 0);
+	EXPECT(pthread_barrierattr_getpshared(&ba, &ps) == 0 && ps == PTHREAD_PROCESS_SHARED);
 	EXPECT(pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_PRIVATE) == 0);
 	EXPECT(pthread_barrierattr_getpshared(&ba, &ps) == 0 && ps == PTHREAD_PROCESS_PRIVATE);
 	EXPECT(pthread_barrierattr_setpshared(&ba, 7) == EINVAL);

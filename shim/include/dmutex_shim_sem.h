@@ -58,16 +58,18 @@ DMUTEX_EXPORT int dmutex_shim_sem_getvalue(dsem_t *s, int *value);
  * (like a system-wide POSIX name), the same object for the same name in one
  * process until its last sem_close.  O_CREAT creates it with value unless it
  * exists (the first creator's value applies); O_CREAT|O_EXCL fails if it
- * exists; mode is ignored.  The object, or SEM_FAILED with errno EEXIST,
+ * exists; mode is ignored (no permission checks).  The object, or SEM_FAILED with errno EEXIST,
  * ENOENT (no O_CREAT and it does not exist), EINVAL (bad name, value above
- * SEM_VALUE_MAX), ENOTSUP, ENOMEM.
+ * SEM_VALUE_MAX), ENAMETOOLONG (longer than NAME_MAX after its leading
+ * slashes), ENOTSUP, ENOMEM.
  */
 DMUTEX_EXPORT dsem_t *dmutex_shim_sem_open(const char *name, int oflag, ...);
 /* sem_close: 0; -1 with errno EINVAL (not from sem_open). */
 DMUTEX_EXPORT int dmutex_shim_sem_close(dsem_t *s);
-/* sem_unlink: delete it from the backend; processes that have it open go
- * on using it (it is created afresh at their next use).  0; -1 with errno
- * ENOENT, EINVAL. */
+/* sem_unlink: the name is gone (sem_open without O_CREAT: ENOENT; with it:
+ * a new semaphore); processes that have the old one open go on using it
+ * (a generation of the name, semaphore.c).  0; -1 with errno ENOENT,
+ * EINVAL, ENAMETOOLONG. */
 DMUTEX_EXPORT int dmutex_shim_sem_unlink(const char *name);
 
 #ifdef __cplusplus

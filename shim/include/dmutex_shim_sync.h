@@ -55,7 +55,9 @@ dmutex_shim_barrierattr_init(dmutex_shim_barrierattr_t *a)
 	if (!a)
 		return EINVAL;
 	a->__magic = DMUTEX__SHIM_BATTR_MAGIC;
-	a->__pshared = 1;       /* PTHREAD_PROCESS_SHARED: every one is */
+	/* PTHREAD_PROCESS_PRIVATE (0), as pthread's: only stored, every
+	 * barrier being shared (the values: shim/pthread_barrier.c). */
+	a->__pshared = 0;
 	return 0;
 }
 
@@ -68,7 +70,8 @@ dmutex_shim_barrierattr_destroy(dmutex_shim_barrierattr_t *a)
 	return 0;
 }
 
-/* Either value is accepted; every barrier is shared regardless. */
+/* Either value is accepted and returned by get; every barrier is shared
+ * regardless. */
 static __inline__ int
 dmutex_shim_barrierattr_setpshared(dmutex_shim_barrierattr_t *a, int pshared)
 {

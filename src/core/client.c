@@ -10,6 +10,10 @@
 #include "internal.h"
 #include "base/lockorder.h"
 #include "metrics.h"
+#include "shim.h"
+
+/* The lock server when neither the caller nor DMUTEX_URL names one. */
+#define DEFAULT_URL "redis://127.0.0.1:6379"
 
 static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dmutex_client *clients;   /* every open client, clients_mu */
@@ -471,7 +475,7 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 		source = URL_ENV;
 	}
 	if (!url || !*url) {
-		url = "redis://127.0.0.1:6379";
+		url = DEFAULT_URL;
 		source = URL_DEFAULT;
 	}
 	pthread_once(&hooks_once, install_hooks);
@@ -584,6 +588,30 @@ dmutex__client_default(struct dmutex_client **out)
 	*out = default_client;
 	dmutex__mu_unlock(&default_mu, DMUTEX__LK_DEFAULT);
 	return err;
+}
+
+void
+dmutex__shim_url_text(char *buf, size_t len)
+{
+	struct dmutex__config cfg;
+	const char *url = getenv("DMUTEX_URL"), *from = "DMUTEX_URL";
+	size_t n = 0;
+
+	if (!url || !*url) {
+		url = DEFAULT_URL;
+		from = "the built-in default: DMUTEX_URL is not set";
+	}
+	memset(&cfg, 0, sizeof cfg);
+	if (dmutex__url_parse(url, &cfg)) {
+		snprintf(buf, len, "an invalid URL (%s)", from);
+		return;
+	}
+	buf[0] = '\0';
+	for (size_t i = 0; i < cfg.nnodes && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : "", cfg.nodes[i].display);
+	if (n < len)
+		snprintf(buf + n, len - n, " (%s)", from);
+	dmutex__config_free(&cfg);
 }
 
 int

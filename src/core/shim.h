@@ -49,6 +49,11 @@ typedef int dmutex__static_namer(int kind, const void *obj, char out[DMUTEX_NAME
 /* Set once, before any tagged object is used (a constructor of the shim). */
 void dmutex__set_static_namer(dmutex__static_namer *fn);
 
+/* ---- the shim's first log line (core/client.c) ---- */
+/* The backend its objects use, as the default client sees it (DMUTEX_URL
+ * or the built-in default), passwords masked, and where it comes from. */
+void dmutex__shim_url_text(char *buf, size_t len);
+
 /* ---- mutexes (core/release_now.c) ---- */
 /* The distributed lock of m, held by a thread of this process, released
  * now whoever holds it (the holder's later unlock finds m destroyed).  1
