@@ -1596,3 +1596,19 @@ Test(cli, server_bytes_escaped_everywhere)
 	assert_contains(o, "holder:      h\\x1b[2J\\x07\\x9bx pid 11 tid 12");
 	free(o);
 }
+
+/* The library's own lines on stderr (DMUTEX_LOG, no logger of the
+ * program's) escape control bytes too: here a file name, percent-decoded
+ * from the URL, in the line saying it cannot be read. */
+Test(cli, library_log_lines_escaped)
+{
+	char url[800];
+	char *e;
+
+	th_url_with(url, sizeof url, srv.url, "password_file=/nonexistent/%1B%5D0%3Bt%07");
+	ASSERT_ST(DM_RUN(10000, "a", "--url", url, "status", "x"), ST_BADURL, "a");
+	e = err_of("a");
+	assert_inert("a", e);
+	assert_contains(e, "cannot read password_file /nonexistent/\\x1b]0;t\\x07");
+	free(e);
+}
