@@ -1,6 +1,7 @@
 /*
  * What the two halves of the URL parser share (url.c: the grammar;
- * url_options.c: the options after '?'; both read text with url_text.c).
+ * url_options.c: the options after '?'; both read text with url_text.c,
+ * and quote it in a log line only through url_secret.c).
  * Private to them.
  */
 #ifndef DMUTEX_URL_PARSE_H
