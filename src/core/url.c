@@ -1,9 +1,12 @@
 /*
  * The client URL grammar of API.md: schemes, user information, hosts,
  * node lists (url_options.c reads what follows '?').  Every rejection logs exactly one line,
- * and no log line ever carries a password: a node is named by its display
- * string (password replaced by "***") once its user information has been
- * cut out unambiguously, and only by its position before that.
+ * and no log line ever carries a password: a node is named by its text,
+ * every byte that may be a password under any reading masked (url_secret.c,
+ * whose map check_list draws before anything is parsed), once its user
+ * information has been cut out unambiguously, and only by its position
+ * before that.  A node that parses keeps a display string of its one
+ * reading (password and sentinel_password replaced by "***").
  */
 #include <errno.h>
 #include <stdarg.h>
