@@ -13,6 +13,8 @@
    a C program with <dmutex.h>, a C++ program with <dmutex.hpp> and a
    pthread program through the shim each compile and link with nothing
    but `pkg-config --cflags --libs dmutex` (or dmutex-shim).
+5. README's quick start `meson setup` line builds what it says, the
+   library, the dmutex command and the examples: no benchmark, no tests.
 
 usage: check_build_options.py MESON SRCDIR
 """
@@ -97,6 +99,28 @@ def installed_tree(meson, src, tmp):
     return failures
 
 
+def quick_start(meson, src, tmp):
+    readme = open(os.path.join(src, 'README.md'), encoding='utf-8').read()
+    start = readme.find('## Quick start')
+    m = re.search(r'^meson setup build((?: -D\S+)*) && ninja -C build', readme[start:], re.M)
+    if start < 0 or not m:
+        return ["README's quick start has no line 'meson setup build [-D...] && ninja -C build'"]
+    args = m.group(1).split()
+    build = os.path.join(tmp, 'quick')
+    rc, out = setup(meson, src, build, args)
+    if rc:
+        return ["the quick start's meson setup " + ' '.join(args) + ' failed:\n' + out]
+    names = {t['name'] for t in introspect(meson, build, 'targets')}
+    extra = sorted(n for n in names if n.startswith('test_') or n == 'dmutex-bench')
+    missing = sorted({'dmutex', 'bank-shim'} - names)
+    if extra or missing:
+        return ["the quick start's build (" + ' '.join(args) + ') builds ' + ', '.join(extra)
+                + (' and lacks ' + ', '.join(missing) if missing else '')]
+    print("ok: the quick start's build (" + ' '.join(args) + f') makes {len(names)} targets: '
+          'the library, the dmutex command and the examples, no benchmark or tests')
+    return []
+
+
 def main():
     meson, src = sys.argv[1], sys.argv[2]
     failures = []
@@ -162,6 +186,8 @@ def main():
         # 4. the installed tree
         if default_ok:
             failures += installed_tree(meson, src, tmp)
+        # 5. the quick start's build
+        failures += quick_start(meson, src, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:

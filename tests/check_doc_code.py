@@ -8,6 +8,13 @@ must exit with 0.  A block fenced ```c fragment is a piece of a program
 and is not compiled.  A block with another or no language that starts
 with #include is an error: say which of the two it is.
 
+A block fenced ```sh build-tree (README's quick start, and using the build
+tree without installing) is run by bash -e from a scratch directory that
+holds `build` (this build directory) and `prog.c` (an ordinary pthread
+program, as "prog.c any pthread program" says), with DMUTEX_URL pointing
+at the test's redis-server and `cc` the compiler the C blocks use; what it
+started in the background is waited for, and everything must exit 0.
+
 Man pages (docs/*.scd): scdoc allows nothing after the ``` that opens a
 literal block, so a block whose first line is an #include is a whole
 translation unit (every SYNOPSIS is one: compiling it checks the
@@ -19,6 +26,7 @@ usage: check_doc_code.py SRCDIR LIBDMUTEX CC [CC ARGS...]
 """
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -80,6 +88,67 @@ def first_line(text):
     return ''
 
 
+# The program a build-tree block compiles as "prog.c": it must come
+# through the shim, and its threads' counts must add up.
+PROG_C = r'''#include <pthread.h>
+#include <stdio.h>
+
+#ifndef DMUTEX_SHIM_PTHREAD_H
+#error "<pthread.h> is not the dmutex shim's"
+#endif
+
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static long counter;
+
+static void *
+work(void *arg)
+{
+	for (int i = 0; i < 50; i++) {
+		pthread_mutex_lock(&m);
+		counter++;
+		pthread_mutex_unlock(&m);
+	}
+	return arg;
+}
+
+int
+main(void)
+{
+	pthread_t t[4];
+
+	for (int i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, work, NULL);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	return counter != 200;
+}
+'''
+
+
+def run_build_tree(where, text, tmp, i, builddir, cc, env):
+    """A ```sh build-tree block: None, or why it failed."""
+    d = os.path.join(tmp, f'tree{i}')
+    os.makedirs(os.path.join(d, 'bin'))
+    os.symlink(builddir, os.path.join(d, 'build'))
+    with open(os.path.join(d, 'prog.c'), 'w') as f:
+        f.write(PROG_C)
+    wrapper = os.path.join(d, 'bin', 'cc')
+    # The compiler by its full path: a wrapper named cc would find itself.
+    real = [shutil.which(cc[0], path=env.get('PATH')) or cc[0]] + cc[1:]
+    with open(wrapper, 'w') as f:
+        f.write('#!/bin/sh\nexec ' + ' '.join(shlex.quote(a) for a in real) + ' "$@"\n')
+    os.chmod(wrapper, 0o755)
+    env = dict(env, PATH=os.path.join(d, 'bin') + os.pathsep + env.get('PATH', ''))
+    try:
+        p = subprocess.run(['bash', '-e', '-c', text + '\nwait\n'], capture_output=True,
+                           text=True, timeout=60, env=env, cwd=d)
+    except subprocess.TimeoutExpired:
+        return f'{where}: still running after 60 s'
+    if p.returncode:
+        return f'{where}: exited with {p.returncode}:\n{p.stdout}{p.stderr}--- the block:\n{text}'
+    return None
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
@@ -121,7 +190,7 @@ def main():
     docs = [os.path.join(src, 'README.md')] + sorted(
         os.path.join(src, 'docs', f) for f in os.listdir(os.path.join(src, 'docs'))
         if f.endswith('.scd') or f.endswith('.md'))
-    units, failures, fragments = [], [], 0
+    units, failures, fragments, trees = [], [], 0, []
     for path in docs:
         rel = os.path.relpath(path, src)
         if path.endswith('.md'):
@@ -135,6 +204,8 @@ def main():
                                         '(```c or ```c fragment)')
                     else:
                         units.append((f'{rel}:{line}', text))
+                elif words == ['sh', 'build-tree']:
+                    trees.append((f'{rel}:{line}', text))
                 elif first_line(text).startswith('#include'):
                     failures.append(f'{rel}:{line}: a block that starts with #include is '
                                     'marked neither ```c (compiled) nor ```c fragment')
@@ -187,6 +258,16 @@ def main():
             else:
                 ran += 1
                 print(f'ok: {where}: compiles and runs')
+        for i, (where, text) in enumerate(trees):
+            if redis is None:
+                redis = Redis(tmp)
+            env = dict(os.environ, DMUTEX_URL=f'redis://127.0.0.1:{redis.port}',
+                       DMUTEX_LOG='warn')
+            why = run_build_tree(where, text, tmp, i, libdir, cc, env)
+            if why:
+                failures.append(why)
+            else:
+                print(f'ok: {where}: runs in the build tree')
     finally:
         if redis:
             redis.stop()
@@ -196,7 +277,8 @@ def main():
     if not units:
         print('FAIL: no code block found to compile')
         return 1
-    print(f'{len(units)} blocks compiled ({ran} run), {fragments} fragments left alone')
+    print(f'{len(units)} blocks compiled ({ran} run), {len(trees)} build-tree blocks run, '
+          f'{fragments} fragments left alone')
     return 1 if failures else 0
 
 

@@ -1533,3 +1533,82 @@ Test(cli, status_shows_cond_waiters)
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	cr_assert_eq(th_wait_child(pid, 5000), 128 + SIGKILL);
 }
+
+/* No byte a terminal acts on: nothing below 0x20 but the line ends, no
+ * DEL, no 8-bit CSI (0x9b). */
+static void
+assert_inert(const char *what, const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		cr_assert(!((*p < 0x20 && *p != '\n') || *p == 0x7f || *p == 0x9b),
+				"%s holds byte 0x%02x at %zu:\n%s", what, *p, (size_t)(p - (const unsigned char *)s), s);
+}
+
+/* Key names and values from the server holding ESC, BEL (a terminal's
+ * window title, a screen wipe) and a lone 0x9b reach no terminal raw:
+ * not in status's or list's "cannot read" text, not in a holder's host,
+ * not in any message on stderr. */
+Test(cli, server_bytes_escaped_everywhere)
+{
+	redisContext *c = th_redis_connect(&srv, NULL, NULL);
+	const char *tags[] = { "a", "b", "c", "d", "e" };
+	char *o;
+
+	cr_assert(c);
+	/* Another layout's value: its version is quoted in the error. */
+	freeReplyObject(redisCommand(c, "SET dmutex:lock:{e\x1b[31mv\x07} %s PX 60000",
+			"9\x1b]0;t\x07 x"));
+	/* A key of another type: the key is in the error. */
+	freeReplyObject(redisCommand(c, "RPUSH dmutex:lock:{l\x1b[2J\x07} x"));
+	/* A holder's host with ESC, BEL and a byte that is no UTF-8. */
+	freeReplyObject(redisCommand(c, "HSET dmutex:lock:{hh} v 2 token t fence 9 died 0 host %s "
+			"pid 11 tid 12 since 1700000000000 lease 6000 hostid -", "h\x1b[2J\x07\x9bx"));
+	freeReplyObject(redisCommand(c, "PEXPIRE dmutex:lock:{hh} 60000"));
+	redisFree(c);
+
+	ASSERT_ST(DM_RUN(10000, "a", "status", "e\x1b[31mv\x07"), ST_BACKEND, "a");
+	ASSERT_ST(DM_RUN(10000, "b", "status", "l\x1b[2J\x07", "hh"), ST_BACKEND, "b");
+	ASSERT_ST(DM_RUN(10000, "c", "list"), ST_BACKEND, "c");
+	ASSERT_ST(DM_RUN(10000, "d", "reset", "e\x1b[31mv\x07"), ST_BACKEND, "d");
+	ASSERT_ST(DM_RUN(10000, "e", "status", "hh"), 0, "e");
+	for (size_t i = 0; i < sizeof tags / sizeof *tags; i++) {
+		char *out = out_of(tags[i]), *err = err_of(tags[i]);
+		assert_inert(tags[i], out);
+		assert_inert(tags[i], err);
+		free(out);
+		free(err);
+	}
+	/* Said, escaped: the key, the value's version, the host. */
+	o = err_of("a");
+	assert_contains(o, "dmutex:lock:{e\\x1b[31mv\\x07}: written by key layout version 9\\x1b]0;t\\x07");
+	free(o);
+	o = out_of("a");
+	assert_contains(o, "e\\x1b[31mv\\x07: cannot read: dmutex:lock:{e\\x1b[31mv\\x07}: written by");
+	free(o);
+	o = out_of("c");
+	assert_contains(o, "cannot read: dmutex:lock:{l\\x1b[2J\\x07}: WRONGTYPE");
+	assert_contains(o, "cannot read: dmutex:lock:{e\\x1b[31mv\\x07}: written by");
+	free(o);
+	o = err_of("d");
+	assert_contains(o, "dmutex:lock:{e\\x1b[31mv\\x07}");
+	free(o);
+	o = out_of("e");
+	assert_contains(o, "holder:      h\\x1b[2J\\x07\\x9bx pid 11 tid 12");
+	free(o);
+}
+
+/* The library's own lines on stderr (DMUTEX_LOG, no logger of the
+ * program's) escape control bytes too: here a file name, percent-decoded
+ * from the URL, in the line saying it cannot be read. */
+Test(cli, library_log_lines_escaped)
+{
+	char url[800];
+	char *e;
+
+	th_url_with(url, sizeof url, srv.url, "password_file=/nonexistent/%1B%5D0%3Bt%07");
+	ASSERT_ST(DM_RUN(10000, "a", "--url", url, "status", "x"), ST_BADURL, "a");
+	e = err_of("a");
+	assert_inert("a", e);
+	assert_contains(e, "cannot read password_file /nonexistent/\\x1b]0;t\\x07");
+	free(e);
+}

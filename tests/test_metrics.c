@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@
 
 static struct th_redis srv;
 static char tmpdir[256];
+static pid_t listener_pid;      /* a `metrics --listen` a failed test left */
 
 static void
 up(void)
@@ -43,6 +45,10 @@ down(void)
 {
 	char cmd[600];
 
+	if (listener_pid > 0 && waitpid(listener_pid, NULL, WNOHANG) == 0) {
+		kill(listener_pid, SIGKILL);
+		waitpid(listener_pid, NULL, 0);
+	}
 	th_redis_stop(&srv);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd))
@@ -555,21 +561,56 @@ listening(void *arg)
 	return l->port > 0;
 }
 
-/* GET path from 127.0.0.1:port; the whole answer (malloc'd). */
+/* `dmutex metrics --listen 127.0.0.1:0 [--top TOP]`, its stderr to
+ * tmpdir/tag, and the port it says it serves on. */
+static void
+start_listener(struct listener *l, const char *tag, const char *top)
+{
+	snprintf(l->log, sizeof l->log, "%s/%s", tmpdir, tag);
+	fflush(NULL);
+	if (!(l->pid = fork())) {
+		if (!freopen(l->log, "w", stderr))
+			_exit(120);
+		execl(getenv("DMUTEX_BIN"), "dmutex", "metrics", "--listen", "127.0.0.1:0",
+				top ? "--top" : (char *)NULL, top, (char *)NULL);
+		_exit(121);
+	}
+	cr_assert_gt(l->pid, 0);
+	listener_pid = l->pid;
+	cr_assert(th_wait_until(listening, l, 10000), "dmutex never listened: %s", slurp(l->log));
+}
+
+/* A socket connected to 127.0.0.1:port; rcvbuf > 0 sets its receive
+ * buffer first (a small window).  Reads give up after 30 s. */
+static int
+dial(int port, int rcvbuf)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct timeval tv = { .tv_sec = 30 };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert(fd >= 0);
+	if (rcvbuf > 0)
+		cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0);
+	cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "connect: %s", strerror(errno));
+	return fd;
+}
+
+/* GET path from 127.0.0.1:port; the whole answer (malloc'd; what came
+ * before 30 s of silence). */
 static char *
 get(int port, const char *path)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	char req[256], buf[4096];
 	char *out = NULL;
 	size_t len = 0;
 	FILE *m = open_memstream(&out, &len);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = dial(port, 0);
 	ssize_t n;
 
-	cr_assert(fd >= 0 && m);
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "connect: %s", strerror(errno));
+	cr_assert(m);
 	snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
 	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
 	while ((n = read(fd, buf, sizeof buf)) > 0)
@@ -589,17 +630,7 @@ Test(metrics, served_over_http)
 	cycles(c, "web", 3);
 	cr_assert_eq(dmutex_client_close(c), 0);
 
-	snprintf(l.log, sizeof l.log, "%s/listen.err", tmpdir);
-	fflush(NULL);
-	if (!(l.pid = fork())) {
-		if (!freopen(l.log, "w", stderr))
-			_exit(120);
-		execl(getenv("DMUTEX_BIN"), "dmutex", "metrics", "--listen", "127.0.0.1:0",
-				(char *)NULL);
-		_exit(121);
-	}
-	cr_assert_gt(l.pid, 0);
-	cr_assert(th_wait_until(listening, &l, 10000), "dmutex never listened: %s", slurp(l.log));
+	start_listener(&l, "listen.err", NULL);
 
 	o = get(l.port, "/metrics");
 	assert_contains(o, "HTTP/1.1 200 OK\r\n");
@@ -619,6 +650,164 @@ Test(metrics, served_over_http)
 
 	cr_assert_eq(kill(l.pid, SIGTERM), 0);
 	cr_assert_eq(th_wait_child(l.pid, 5000), 0);
+}
+
+/* A client sending its request head a byte a second (the issue's had one
+ * every 4 s: any pace under the old per-recv 5 s held the server).  It
+ * stops when the server closes (or answers), or when told. */
+struct trickle {
+	int port;
+	atomic_int sent, stop;
+	atomic_llong ended_ms;
+	pthread_t t;
+};
+
+static void *
+trickler(void *arg)
+{
+	static const char head[] = "GET /metrics HTTP/1.1\r\nHost: slow.example\r\nUser-Agent: x\r\n";
+	struct trickle *t = arg;
+	int fd = dial(t->port, 0);
+
+	for (size_t i = 0; i < strlen(head) && !t->stop; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (send(fd, head + i, 1, MSG_NOSIGNAL) != 1)
+			break;
+		t->sent++;
+		/* The pace of this client, not a synchronisation: it waits a
+		 * second for anything from the server (its close). */
+		if (poll(&p, 1, 1000) != 0)
+			break;
+	}
+	t->ended_ms = th_now_ms();
+	close(fd);
+	return NULL;
+}
+
+static int
+two_sent(void *arg)
+{
+	return ((struct trickle *)arg)->sent >= 2;
+}
+
+static int
+trickle_ended(void *arg)
+{
+	return ((struct trickle *)arg)->ended_ms > 0;
+}
+
+static void
+trickle_start(struct trickle *t, int port)
+{
+	memset(t, 0, sizeof *t);
+	t->port = port;
+	cr_assert_eq(pthread_create(&t->t, NULL, trickler, t), 0);
+	/* In the server's hands: two bytes sent (so accepted, or queued for
+	 * it) before the test goes on. */
+	cr_assert(th_wait_until(two_sent, t, 5000));
+}
+
+/* A scrape while a slow client trickles its head is answered at once, and
+ * the slow one is dropped when its 5 s for the whole head are up, however
+ * it paces its bytes. */
+Test(metrics, http_slow_client_holds_no_scrape)
+{
+	const int slow = dmt_slowdown();
+	struct listener l = { .port = 0 };
+	struct trickle t;
+	dmutex_client_t *c;
+	long long t0, took;
+	char *o;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cycles(c, "web", 1);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	start_listener(&l, "slow.err", NULL);
+
+	t0 = th_now_ms();
+	trickle_start(&t, l.port);
+	o = get(l.port, "/metrics");
+	took = th_now_ms() - t0;
+	assert_contains(o, "HTTP/1.1 200 OK\r\n");
+	assert_contains(o, "dmutex_acquisitions_total{name=\"web\"} 1\n");
+	cr_assert_lt(took, 3000 * slow, "the scrape took %lld ms behind a slow client", took);
+	free(o);
+	/* Dropped after 5 s from its accept, with most of its head unsent. */
+	cr_assert(th_wait_until(trickle_ended, &t, 10000 * slow));
+	t.stop = 1;
+	cr_assert_eq(pthread_join(t.t, NULL), 0);
+	cr_assert_lt(t.sent, 20, "the slow client sent %d bytes before it was dropped", (int)t.sent);
+	cr_assert_geq(t.ended_ms - t0, 4500, "dropped after %lld ms", t.ended_ms - t0);
+
+	/* A signal ends the server at once, a slow client in the middle of
+	 * its head or not. */
+	trickle_start(&t, l.port);
+	t0 = th_now_ms();
+	cr_assert_eq(kill(l.pid, SIGTERM), 0);
+	cr_assert_eq(th_wait_child(l.pid, 2000 * slow), 0, "%s", slurp(l.log));
+	took = th_now_ms() - t0;
+	cr_assert_lt(took, 2000 * slow, "SIGTERM took %lld ms", took);
+	t.stop = 1;
+	cr_assert_eq(pthread_join(t.t, NULL), 0);
+}
+
+/* 640 names of 480 bytes: a page of about 10 MB, more than the kernel
+ * buffers between the server and a client that stops reading hold. */
+static void
+many_long_names(void)
+{
+	redisReply *r = th_redis_cmd(&srv, "EVAL %s 1 %s 640",
+			"for i = 1, tonumber(ARGV[1]) do "
+			"local n = string.rep('x', 480) .. i; "
+			"redis.call('ZADD', KEYS[1], i, n); "
+			"redis.call('HSET', 'dmutex:metrics:{metrics}:n:' .. n, 'acq', i) end "
+			"return 1", IDX);
+
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER, "EVAL: %s",
+			r && r->type == REDIS_REPLY_ERROR ? r->str : "?");
+	freeReplyObject(r);
+}
+
+static int
+readable(void *arg)
+{
+	struct pollfd p = { .fd = *(int *)arg, .events = POLLIN };
+
+	return poll(&p, 1, 0) > 0;
+}
+
+/* A client that asks for a large page and stops reading holds neither the
+ * other scrapes nor the server's end. */
+Test(metrics, http_client_not_reading_holds_nothing)
+{
+	const int slow = dmt_slowdown();
+	struct listener l = { .port = 0 };
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+	long long t0, took;
+	int fd;
+	char *o;
+
+	many_long_names();
+	start_listener(&l, "stuck.err", "100000");
+	fd = dial(l.port, 4096);
+	cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+	/* The server has rendered its page and begun to send it. */
+	cr_assert(th_wait_until(readable, &fd, 20000 * slow));
+
+	t0 = th_now_ms();
+	o = get(l.port, "/metrics");
+	took = th_now_ms() - t0;
+	assert_contains(o, "HTTP/1.1 200 OK\r\n");
+	assert_contains(o, "dmutex_acquisitions_total{name=\"xxx");
+	cr_assert_lt(took, 10000 * slow, "the scrape took %lld ms behind a client not reading", took);
+	free(o);
+
+	t0 = th_now_ms();
+	cr_assert_eq(kill(l.pid, SIGTERM), 0);
+	cr_assert_eq(th_wait_child(l.pid, 2000 * slow), 0, "%s", slurp(l.log));
+	took = th_now_ms() - t0;
+	cr_assert_lt(took, 2000 * slow, "SIGTERM took %lld ms", took);
+	close(fd);
 }
 
 /* ?metrics=0: nothing counted, nothing written. */

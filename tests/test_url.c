@@ -633,6 +633,19 @@ Test(url, password_never_logged)
 		"rediss://u:SECRETXYZZY@host:0",
 		"redis-cluster://u:SECRETXYZZY@a:1,b:0",
 		"redis-cluster://u:SECRET,XYZZY@a:1,b?lease_ms=1",
+		/* Issue 30: a raw '&' in sentinel_password= reads as more
+		 * options, a raw ",scheme://" in a password as another node. */
+		"redis-sentinel://h1/m?sentinel_password=SECRET&XYZZY",
+		"redis-sentinel://h1/m?sentinel_password=SECRET&XYZZY=1",
+		"redis-sentinel://h1/m?sentinel_password=SECRET&db=XYZZY",
+		"redis-sentinel://h1/m?sentinel_password=SECRET&tls_verify=XYZZY",
+		"redis-sentinel://h1/m?lease_ms=500&sentinel_password=SECRET&lease_ms=99999999",
+		"redis-sentinel://h1/m?sentinel_password=SECRET,redis://XYZZY@h",
+		"redis://u:SECRET,redis://XYZZY@h:1",
+		"redis://u:SECRET,rediss://XYZZY@h:1?lease_ms=1",
+		"redis://u:SECRET,XYZZY://x@h",
+		"redis://h:1,redis://u:SECRET,redis://XYZZY@h:0",
+		"redis://u:SECRETXYZZY,redis://v@h:1",
 	};
 
 	for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
@@ -655,6 +668,17 @@ Test(url, error_names_the_problem)
 	cr_assert_str_eq(logged[0], "bad URL redis://u:***@h?foo=1: unknown option 'foo'");
 	fails("redis://a,redis://u:pw@b:0", EINVAL);
 	cr_assert_str_eq(logged[0], "bad URL redis://u:***@b:0: bad port '0' (1..65535)");
+	/* What may be part of a password under another reading is masked
+	 * too (url_secret.c): the rest after sentinel_password=, and a
+	 * "port" that may be a password's head cut off at ",redis://". */
+	fails("redis-sentinel://h:1/m?sentinel_password=ab&cd", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL redis-sentinel://h:1/m?sentinel_password=***: "
+			"unknown option '***'");
+	fails("redis://u:pa,redis://ss@h:1", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL redis://u:***: bad port '***' (1..65535)");
+	fails("redis-sentinel://h:1/m?db=x&sentinel_password=ab", EINVAL);
+	cr_assert_str_eq(logged[0], "bad URL redis-sentinel://h:1/m?db=x&sentinel_password=***: "
+			"bad db 'x' (0..1000000)");
 }
 
 /* Sentinel (issue 14 item 3): the user information is the master's, the

@@ -147,7 +147,15 @@ int cli_view_lock(struct dmutex__admin_view *v, const char *name, struct cli_loc
 long long cli_wall_ms(void);
 /* "12 s", "3 min 12 s", "2 h 5 min", "3 d 4 h"; "1.5 s" under 10 s */
 void cli_duration(char *buf, size_t len, long long ms);
-/* A name for a terminal: control bytes as \xNN (so up to 4 x 512 bytes). */
+/* Bytes from the server for a terminal (every place the tools print
+ * them): control bytes (below 0x20, 0x7f, and C1 U+0080..U+009F) and bytes
+ * that are not UTF-8 as \xNN, so that no key, value or error text can
+ * move the cursor, retitle the window or ring the bell.  Cut (on a whole
+ * character or escape) to fit len.  Returns buf.  CLI_TEXT_MAX(n): room
+ * for n bytes escaped. */
+#define CLI_TEXT_MAX(n) (4 * (n) + 1)
+char *cli_text(char *buf, size_t len, const char *s);
+/* A lock name, escaped as cli_text (so up to 4 x 512 bytes). */
 #define CLI_NAME_TEXT (4 * 512 + 5)
 void cli_name_text(char buf[CLI_NAME_TEXT], const char *name);
 const char *cli_robust_text(int robust);

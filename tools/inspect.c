@@ -32,15 +32,6 @@ num(const char *s)
 	return *end ? -1 : v;
 }
 
-/* Terminal escapes from whoever wrote the key: never printed. */
-static void
-sanitize(char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
-}
-
 static int
 connection_failed(struct dmutex__conn *c)
 {
@@ -127,7 +118,6 @@ cond_waiters(struct cli_lock *l, const redisReply *members, const redisReply *in
 		    sscanf(s, "%63s %lld %lld %lld %63s", w->host, &w->pid, &w->tid, &w->since_ms,
 				    hostid) >= 4)
 			w->alive = pid_alive(hostid, w->pid);
-		sanitize(w->host);
 		l->ncond++;
 	}
 }
@@ -257,7 +247,6 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 	}
 	l->exists = l->held || l->notrec_mark || (meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
 	if (l->held) {
-		sanitize(l->host);
 		l->alive = pid_alive(l->hostid, l->pid);
 		if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
 			l->pttl_ms = pttl->integer;

@@ -150,7 +150,7 @@ print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 {
 	int wname = 4, whold = 6, wnode = 4;
 	int multi = cc->nnodes > 1;
-	char name[CLI_NAME_TEXT], holder[512];
+	char name[CLI_NAME_TEXT], holder[1200], text[CLI_TEXT_MAX(600)];
 
 	for (size_t i = 0; i < n; i++) {
 		cli_name_text(name, rows[i].l.name);
@@ -159,8 +159,8 @@ print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 			wname = (int)strlen(name);
 		if (rows[i].l.held && (int)strlen(holder) > whold)
 			whold = (int)strlen(holder);
-		if (multi && (int)strlen(cli_conn_node(cc, rows[i].node)) > wnode)
-			wnode = (int)strlen(cli_conn_node(cc, rows[i].node));
+		if (multi && (int)strlen(cli_text(text, sizeof text, cli_conn_node(cc, rows[i].node))) > wnode)
+			wnode = (int)strlen(text);
 	}
 	if (multi)
 		printf("%-*s  ", wnode, "NODE");
@@ -173,9 +173,9 @@ print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 
 		cli_name_text(name, l->name);
 		if (multi)
-			printf("%-*s  ", wnode, cli_conn_node(cc, rows[i].node));
+			printf("%-*s  ", wnode, cli_text(text, sizeof text, cli_conn_node(cc, rows[i].node)));
 		if (l->error[0]) {
-			printf("%-*s  cannot read: %s\n", wname, name, l->error);
+			printf("%-*s  cannot read: %s\n", wname, name, cli_text(text, sizeof text, l->error));
 			continue;
 		}
 		if (l->held) {

@@ -67,7 +67,7 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 	dmutex__admin_key(mk, prefix, "meta", name);
 	dmutex__admin_key(ch, prefix, "wake", name);
 	if (node)
-		snprintf(on, sizeof on, " on %s", node);
+		snprintf(on, sizeof on, " on %s", cli_text(holder, sizeof holder, node));
 	for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
 		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "WATCH %b %b", lk, strlen(lk), mk, strlen(mk)))))
 			return status;

@@ -37,20 +37,7 @@ cli_duration(char *buf, size_t len, long long ms)
 void
 cli_name_text(char buf[CLI_NAME_TEXT], const char *name)
 {
-	static const char hex[] = "0123456789abcdef";
-	char *o = buf, *end = buf + CLI_NAME_TEXT - 4;
-
-	for (const unsigned char *p = (const unsigned char *)name; *p && o < end; p++) {
-		if (*p < 0x20 || *p == 0x7f) {
-			*o++ = '\\';
-			*o++ = 'x';
-			*o++ = hex[*p >> 4];
-			*o++ = hex[*p & 15];
-		} else {
-			*o++ = (char)*p;
-		}
-	}
-	*o = '\0';
+	cli_text(buf, CLI_NAME_TEXT, name);
 }
 
 const char *
@@ -72,7 +59,7 @@ cli_robust_json(int robust)
 void
 cli_holder(char *buf, size_t len, const struct cli_lock *l, int with_tid)
 {
-	char pid[32] = "", tid[32] = "";
+	char pid[32] = "", tid[32] = "", host[CLI_TEXT_MAX(sizeof l->host)];
 
 	if (l->pid >= 0)
 		snprintf(pid, sizeof pid, " pid %lld", l->pid);
@@ -81,7 +68,8 @@ cli_holder(char *buf, size_t len, const struct cli_lock *l, int with_tid)
 	if (!l->host[0] && l->pid < 0)
 		snprintf(buf, len, "an unknown holder");
 	else
-		snprintf(buf, len, "%s%s%s%s", l->host[0] ? l->host : "?", pid, tid,
+		snprintf(buf, len, "%s%s%s%s", l->host[0] ? cli_text(host, sizeof host, l->host) : "?",
+				pid, tid,
 				l->held && l->alive == 0 ? " (process gone)" : "");
 }
 

@@ -16,15 +16,17 @@ static const char usage[] =
 static void
 print_text(FILE *f, const struct cli_lock *l, const char *node)
 {
-	char buf[512], when[64], name[CLI_NAME_TEXT];
+	char buf[CLI_TEXT_MAX(sizeof l->error)], when[64], name[CLI_NAME_TEXT];
 	long long now = cli_wall_ms();
 
+	/* Everything from the server escaped (cli_text): names, node
+	 * addresses, the error text, hosts. */
 	cli_name_text(name, l->name);
 	fputs(name, f);
 	if (node)
-		fprintf(f, " (node %s)", node);
+		fprintf(f, " (node %s)", cli_text(buf, sizeof buf, node));
 	if (l->error[0]) {
-		fprintf(f, ": cannot read: %s\n", l->error);
+		fprintf(f, ": cannot read: %s\n", cli_text(buf, sizeof buf, l->error));
 		return;
 	}
 	fprintf(f, ": %s\n", l->cached ? "cached" : l->held ? "held" : "free");
@@ -86,8 +88,10 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 			fputs("    (a waiter that did not say who it is)\n", f);
 			continue;
 		}
+		char host[CLI_TEXT_MAX(sizeof w->host)];
 		cli_duration(buf, sizeof buf, now - w->since_ms);
-		fprintf(f, "    %s pid %lld tid %lld, waiting for %s%s\n", w->host, w->pid, w->tid, buf,
+		fprintf(f, "    %s pid %lld tid %lld, waiting for %s%s\n",
+				cli_text(host, sizeof host, w->host), w->pid, w->tid, buf,
 				w->alive == 0 ? " (process gone)" : w->alive == 1 ? " (alive)" : "");
 	}
 	if (l->cond_waiters > (long long)l->ncond && l->ncond == CLI_COND_SHOWN)

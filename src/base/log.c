@@ -67,12 +67,37 @@ dmutex__log_enabled(int level)
 	return level <= env_level;
 }
 
+/* Lines on stderr often carry a server's bytes (an error reply, a key):
+ * control bytes as \xNN, so that none reaches a terminal raw.  A logger
+ * of the program's own gets the text as it is. */
+static void
+write_stderr(const char *msg)
+{
+	static const char hex[] = "0123456789abcdef";
+	char out[8 + 4 * 512 + 2];
+	size_t o = 8;
+
+	memcpy(out, "dmutex: ", 8);
+	for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+		if (*p >= 0x20 && *p != 0x7f) {
+			out[o++] = (char)*p;
+			continue;
+		}
+		out[o++] = '\\';
+		out[o++] = 'x';
+		out[o++] = hex[*p >> 4];
+		out[o++] = hex[*p & 15];
+	}
+	out[o++] = '\n';
+	if (write(STDERR_FILENO, out, o) < 0)
+		return;         /* nowhere to say it */
+}
+
 void
 dmutex__log(int level, const char *fmt, ...)
 {
 	char msg[520];
 	va_list ap;
-	int n;
 	void (*fn)(int, const char *, void *);
 	void *arg;
 
@@ -91,14 +116,10 @@ dmutex__log(int level, const char *fmt, ...)
 	 * pthread_cond_broadcast 1-2, a connection timing out). */
 	memcpy(msg, "dmutex: ", 8);
 	va_start(ap, fmt);
-	n = vsnprintf(msg + 8, sizeof msg - 9, fmt, ap);
+	vsnprintf(msg + 8, sizeof msg - 8, fmt, ap);
 	va_end(ap);
-	if (fn) {
+	if (fn)
 		fn(level, msg + 8, arg);
-		return;
-	}
-	n = n < 0 ? 0 : n > (int)sizeof msg - 10 ? (int)sizeof msg - 10 : n;
-	msg[8 + n] = '\n';
-	if (write(STDERR_FILENO, msg, (size_t)n + 9) < 0)
-		return;         /* nowhere to say it */
+	else
+		write_stderr(msg + 8);
 }

@@ -1,9 +1,12 @@
 /*
  * The client URL grammar of API.md: schemes, user information, hosts,
  * node lists (url_options.c reads what follows '?').  Every rejection logs exactly one line,
- * and no log line ever carries a password: a node is named by its display
- * string (password replaced by "***") once its user information has been
- * cut out unambiguously, and only by its position before that.
+ * and no log line ever carries a password: a node is named by its text,
+ * every byte that may be a password under any reading masked (url_secret.c,
+ * whose map check_list draws before anything is parsed), once its user
+ * information has been cut out unambiguously, and only by its position
+ * before that.  A node that parses keeps a display string of its one
+ * reading (password and sentinel_password replaced by "***").
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -203,7 +206,7 @@ parse_hostport(struct parse *p, const char *s, size_t n, struct dmutex__node_add
 		hlen = (size_t)(close - host);
 		rest = close + 1;
 		if (!valid_ipv6(host, hlen)) {
-			dmutex__url_bad(p, "bad IPv6 address '%.*s'", (int)hlen, host);
+			dmutex__url_bad(p, "bad IPv6 address '%.*s'", DMUTEX__URL_FRAG(p, host, hlen));
 			return EINVAL;
 		}
 	} else {
@@ -222,18 +225,19 @@ parse_hostport(struct parse *p, const char *s, size_t n, struct dmutex__node_add
 			return EINVAL;
 		}
 		if (!dmutex__url_valid_hostname(host, hlen)) {
-			dmutex__url_bad(p, "bad host '%.*s'", (int)hlen, host);
+			dmutex__url_bad(p, "bad host '%.*s'", DMUTEX__URL_FRAG(p, host, hlen));
 			return EINVAL;
 		}
 	}
 	if (rest < end) {
 		size_t plen = (size_t)(end - rest) - 1;
 		if (*rest != ':') {
-			dmutex__url_bad(p, "unexpected '%.*s' after the host", (int)(plen + 1), rest);
+			dmutex__url_bad(p, "unexpected '%.*s' after the host",
+					DMUTEX__URL_FRAG(p, rest, plen + 1));
 			return EINVAL;
 		}
 		if (dmutex__url_parse_num(rest + 1, plen, 1, PORT_MAX, &port)) {
-			dmutex__url_bad(p, "bad port '%.*s' (1..65535)", (int)plen, rest + 1);
+			dmutex__url_bad(p, "bad port '%.*s' (1..65535)", DMUTEX__URL_FRAG(p, rest + 1, plen));
 			return EINVAL;
 		}
 	}
@@ -477,7 +481,8 @@ parse_node(struct parse *p, const char *elem, size_t len, const struct scheme *s
 			unsigned long db;
 			const char *d = auth_end + 1;
 			if (q > d && dmutex__url_parse_num(d, (size_t)(q - d), 0, DB_MAX, &db)) {
-				dmutex__url_bad(p, "bad db '%.*s' (0..%lu)", (int)(q - d), d, DB_MAX);
+				dmutex__url_bad(p, "bad db '%.*s' (0..%lu)",
+						DMUTEX__URL_FRAG(p, d, (size_t)(q - d)), DB_MAX);
 				return EINVAL;
 			}
 			if (q > d)
@@ -549,7 +554,7 @@ scheme_of(struct parse *p, const char *elem, size_t len)
 	for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
 		if (strlen(schemes[i].name) == n && !strncasecmp(schemes[i].name, elem, n))
 			return &schemes[i];
-	dmutex__url_bad(p, "unknown scheme '%.*s'", n > 16 ? 16 : (int)n, elem);
+	dmutex__url_bad(p, "unknown scheme '%.*s'", DMUTEX__URL_FRAG(p, elem, n > 16 ? 16 : n));
 	return NULL;
 }
 
@@ -572,6 +577,11 @@ check_list(struct parse *p, const char *url)
 		dmutex__log(DMUTEX_LOG_ERROR, "bad URL: %zu nodes, at most %d",
 				p->count, NODES_MAX);
 		return EINVAL;
+	}
+	for (const char *c = url; ; c += elem_len(c) + 1) {
+		dmutex__url_secret_elem(p, c, elem_len(c));
+		if (!c[elem_len(c)])
+			break;
 	}
 	for (p->index = 0; p->index < p->count; p->index++) {
 		size_t len = elem_len(s);
@@ -609,11 +619,16 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 	memset(cfg, 0, sizeof *cfg);
 	if (!url)
 		return EINVAL;
+	p.url = url;
+	p.url_len = strlen(url);
+	p.secret = calloc(p.url_len + 1, 1);
 	if ((err = check_list(&p, url)))
-		return err;
+		goto fail;
 	cfg->nodes = calloc(p.count, sizeof *cfg->nodes);
-	if (!cfg->nodes)
-		return ENOMEM;
+	if (!cfg->nodes) {
+		err = ENOMEM;
+		goto fail;
+	}
 	cfg->nnodes = p.count;
 	cfg->connect_timeout_ms = DMUTEX__CONNECT_TIMEOUT_DEFAULT;
 	cfg->command_timeout_ms = DMUTEX__COMMAND_TIMEOUT_DEFAULT;
@@ -626,6 +641,8 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 		size_t len = elem_len(s);
 
 		p.display = NULL;
+		p.elem = s;
+		p.elen = len;
 		p.db_seen = 0;
 		p.node_seen = 0;
 		/* scheme_of cannot fail here: check_list passed. */
@@ -659,8 +676,10 @@ dmutex__url_parse(const char *url, struct dmutex__config *cfg)
 		err = ENOTSUP;
 		goto fail;
 	}
+	free(p.secret);
 	return 0;
 fail:
+	free(p.secret);
 	dmutex__config_free(cfg);
 	return err;
 }

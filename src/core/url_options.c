@@ -113,7 +113,7 @@ set_node_string(struct parse *p, int o, const char *v, size_t n, struct dmutex__
 		return EINVAL;
 	}
 	if (o == OPT_TLS_SERVER_NAME && (len > HOST_MAX || !dmutex__url_valid_hostname(val, len))) {
-		dmutex__url_bad(p, "bad tls_server_name '%.64s'", val);
+		dmutex__url_bad(p, "bad tls_server_name '%.*s'", DMUTEX__URL_FRAG(p, v, n > 64 ? 64 : n));
 		free(val);
 		return EINVAL;
 	}
@@ -136,7 +136,8 @@ on_off(struct parse *p, int o, const char *v, size_t n)
 		return 1;
 	if (n == 3 && !memcmp(v, "off", 3))
 		return 0;
-	dmutex__url_bad(p, "bad %s '%.*s' (on or off)", options[o].name, n > 16 ? 16 : (int)n, v);
+	dmutex__url_bad(p, "bad %s '%.*s' (on or off)", options[o].name,
+			DMUTEX__URL_FRAG(p, v, n > 16 ? 16 : n));
 	return -1;
 }
 
@@ -191,7 +192,7 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 		if (strlen(options[o].name) == nlen && !memcmp(options[o].name, opt, nlen))
 			break;
 	if (o == OPT_COUNT) {
-		dmutex__url_bad(p, "unknown option '%.*s'", (int)nlen, opt);
+		dmutex__url_bad(p, "unknown option '%.*s'", DMUTEX__URL_FRAG(p, opt, nlen));
 		return EINVAL;
 	}
 	if (nlen == n) {
@@ -209,7 +210,8 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 	if (node_string(node, o))
 		return set_node_string(p, o, v, vlen, node);
 	if (dmutex__url_parse_num(v, vlen, options[o].min, options[o].max, &num)) {
-		dmutex__url_bad(p, "bad %s '%.*s' (%lu..%lu)", options[o].name, (int)vlen, v,
+		dmutex__url_bad(p, "bad %s '%.*s' (%lu..%lu)", options[o].name,
+				DMUTEX__URL_FRAG(p, v, vlen),
 				options[o].min, options[o].max);
 		return EINVAL;
 	}
@@ -224,8 +226,12 @@ set_option(struct parse *p, const char *opt, size_t n, struct dmutex__node_addr 
 		: o == OPT_RETRY_WINDOW ? &p->cfg->retry_window_ms
 		: &p->cfg->lease_ms;
 	if (p->seen & 1u << o && *field != num) {
-		dmutex__url_bad(p, "%s given twice with different values (%u and %lu)",
-				options[o].name, *field, num);
+		/* The numbers only when they cannot be a password's. */
+		if (dmutex__url_frag(p, v, vlen) != v)
+			dmutex__url_bad(p, "%s given twice with different values", options[o].name);
+		else
+			dmutex__url_bad(p, "%s given twice with different values (%u and %lu)",
+					options[o].name, *field, num);
 		return EINVAL;
 	}
 	p->seen |= 1u << o;

@@ -1,6 +1,7 @@
 /*
  * What the two halves of the URL parser share (url.c: the grammar;
- * url_options.c: the options after '?'; both read text with url_text.c).
+ * url_options.c: the options after '?'; both read text with url_text.c,
+ * and quote it in a log line only through url_secret.c).
  * Private to them.
  */
 #ifndef DMUTEX_URL_PARSE_H
@@ -31,11 +32,29 @@ struct parse {
 	unsigned seen;         /* client-wide options given so far, bit per OPT_ */
 	unsigned node_seen;    /* this node's options given so far, bit per OPT_ */
 	int db_seen;           /* this node's db was given */
+	/* What may be a password under any reading (url_secret.c): */
+	const char *url;
+	size_t url_len;
+	unsigned char *secret; /* a byte per byte of url; NULL: out of memory,
+	                        * then no fragment is quoted */
+	const char *secret_tail; /* from here on, all of it */
+	const char *run_from;  /* where a password cut at ",scheme://" may start */
+	const char *elem;      /* the node being parsed, its text */
+	size_t elen;
 };
 
-/* One "bad URL" log line, naming the node by its display string (the
- * password masked) once it is known, else by its position. */
+/* One "bad URL" log line, naming the node by its text with every byte that
+ * may be a password masked (url_secret.c) once its user information is
+ * cut out, else by its position.  A fragment of the URL quoted in fmt
+ * goes through DMUTEX__URL_FRAG (for a "%.*s"). */
 void dmutex__url_bad(const struct parse *p, const char *fmt, ...) DMUTEX__PRINTF(2, 3);
+/* url_secret.c: mark what element elem may hide (called for each, in
+ * order); a fragment s[0..n) as itself or "***"; the node's text masked. */
+void dmutex__url_secret_elem(struct parse *p, const char *elem, size_t len);
+int dmutex__url_frag_len(const struct parse *p, const char *s, size_t n);
+const char *dmutex__url_frag(const struct parse *p, const char *s, size_t n);
+#define DMUTEX__URL_FRAG(p, s, n) dmutex__url_frag_len(p, s, n), dmutex__url_frag(p, s, n)
+void dmutex__url_masked_elem(const struct parse *p, char *buf, size_t size);
 /* strcspn within s[0..n), which is not NUL-terminated there. */
 size_t dmutex__url_strcspn_n(const char *s, size_t n, const char *reject);
 /* Plain decimal in [min, max]: 0, or EINVAL. */

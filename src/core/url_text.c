@@ -13,15 +13,16 @@
 void
 dmutex__url_bad(const struct parse *p, const char *fmt, ...)
 {
-	char what[256];
+	char what[256], node[256];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof what, fmt, ap);
 	va_end(ap);
-	if (p->display)
-		dmutex__log(DMUTEX_LOG_ERROR, "bad URL %s: %s", p->display, what);
-	else if (p->count > 1)
+	if (p->display && p->secret) {
+		dmutex__url_masked_elem(p, node, sizeof node);
+		dmutex__log(DMUTEX_LOG_ERROR, "bad URL %s: %s", node, what);
+	} else if (p->count > 1)
 		dmutex__log(DMUTEX_LOG_ERROR, "bad URL (node %zu of %zu): %s",
 				p->index + 1, p->count, what);
 	else

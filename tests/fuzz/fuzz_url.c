@@ -49,6 +49,36 @@ password_marker(const char *url)
 	return colon && colon < m ? marker : NULL;
 }
 
+/*
+ * "PASSWORD" also when, standing once, a writer may have meant it as part
+ * of a password written raw, which the parser then reads otherwise
+ * (issue 30): (a) after a ':' that follows the first "://", with no '@'
+ * between that "://" and it and an '@' somewhere after it (a userinfo's
+ * password holding ",scheme://", '&', ',' or anything else: the list or
+ * the options the parser sees instead); (b) anywhere after
+ * "?sentinel_password=" or "&sentinel_password=" (a raw '&' or
+ * ",scheme://" makes the rest options or nodes).  No log line may show
+ * it, whatever the parser made of the rest.
+ */
+static const char *
+raw_password_marker(const char *url)
+{
+	const char *marker = "PASSWORD", *m = strstr(url, marker), *s = strstr(url, "://");
+	const char *k;
+
+	if (!m || strstr(m + 1, marker))
+		return NULL;
+	for (k = url; (k = strstr(k, "sentinel_password=")); k++)
+		if (k > url && (k[-1] == '?' || k[-1] == '&') && k + 18 <= m)
+			return marker;
+	if (!s || m < s + 3 || !strchr(m + strlen(marker), '@'))
+		return NULL;
+	for (const char *c = s + 3; c < m; c++)
+		if (*c == '@')
+			return NULL;
+	return memchr(s + 3, ':', (size_t)(m - s - 3)) ? marker : NULL;
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -61,6 +91,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(url, data, size);
 	url[size] = '\0';
 	secret = password_marker(url);
+	if (!secret)
+		secret = raw_password_marker(url);
 	leaked = 0;
 	rc = dmutex__url_parse(url, &cfg);
 	if (rc == 0) {

@@ -693,6 +693,30 @@ dmutex__conn_command(struct dmutex__conn *c, int64_t deadline, const char *fmt, 
 	return v;
 }
 
+redisReply *
+dmutex__conn_command_secret(struct dmutex__conn *c, int64_t deadline, int argc, const char **argv)
+{
+	size_t from, to;
+	void *v = NULL;
+	int err;
+
+	if (c->err)
+		return NULL;
+	/* Where append_argv writes: after what is still unsent, else at 0
+	 * (reserve starts the buffer afresh when all was sent). */
+	from = c->outoff == c->outlen ? 0 : c->outlen;
+	err = dmutex__conn_append_argv(c, argc, argv, NULL);
+	to = c->outlen;
+	if (!err)
+		err = dmutex__conn_get(c, &v, deadline);
+	/* Sent or never to be (a reply read means all of it went, and an
+	 * error ends the connection): the bytes stay where they were
+	 * written, flush only moves the offsets. */
+	if (to > from)
+		explicit_bzero(c->out + from, to - from);
+	return err ? NULL : v;
+}
+
 int64_t
 dmutex__conn_deadline(const struct dmutex__conn *c)
 {

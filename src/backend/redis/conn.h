@@ -118,5 +118,16 @@ short dmutex__conn_events(const struct dmutex__conn *c, short events);
 int64_t dmutex__conn_deadline(const struct dmutex__conn *c);
 /* appendf + get. NULL on failure. */
 redisReply *dmutex__conn_command(struct dmutex__conn *c, int64_t deadline, const char *fmt, ...);
+/* A command that carries a secret (AUTH's password), sent and its reply
+ * waited for as dmutex__conn_command does, but formatted straight into our
+ * output buffer (hiredis's redisFormatCommand would leave a copy in memory
+ * it frees unzeroed) and zeroed there once the reply came or the
+ * connection failed.  What no code of ours can reach: the kernel's socket
+ * buffer until the server acknowledges the bytes, and over TLS OpenSSL's
+ * record buffer, where the bytes are encrypted in place before they are
+ * sent.  hiredis's own context buffers are not used (this conn layer
+ * reads and writes the socket itself). */
+redisReply *dmutex__conn_command_secret(struct dmutex__conn *c, int64_t deadline, int argc,
+		const char **argv);
 
 #endif

@@ -220,10 +220,9 @@ handshake(struct connect_job *j)
 	int rc = 0;
 
 	if (a->password) {
-		if (a->user)
-			r = dmutex__conn_command(c, j->deadline, "AUTH %s %s", a->user, a->password);
-		else
-			r = dmutex__conn_command(c, j->deadline, "AUTH %s", a->password);
+		/* Zeroed in our buffer once sent (conn.h says what remains). */
+		const char *auth[] = { "AUTH", a->user ? a->user : a->password, a->password };
+		r = dmutex__conn_command_secret(c, j->deadline, a->user ? 3 : 2, auth);
 		if (!r)
 			return no_reply(j, "AUTH");
 		/* Redis's message names no password; ours neither. */
