@@ -16,7 +16,7 @@
 #include "dmutex.h"
 #include "harness.h"
 
-#define ALL_SCENARIOS 0x3cfeu   /* bits 1..7, 10..13 */
+#define ALL_SCENARIOS 0x7cfeu   /* bits 1..7, 10..14 */
 
 static void
 usage(FILE *f)
@@ -162,7 +162,7 @@ parse_only(const char *s, unsigned *mask)
 	while (*s) {
 		char *end;
 		long v = strtol(s, &end, 10);
-		if (end == s || v < 1 || (v > 7 && (v < 10 || v > 13)))
+		if (end == s || v < 1 || (v > 7 && (v < 10 || v > 14)))
 			return -1;
 		*mask |= 1u << v;
 		s = end + (*end == ',');
@@ -276,6 +276,8 @@ main(int argc, char **argv)
 		if ((b.opt.scenarios & (1u << 12)) && bench_fresh(&b))
 			rc = 1;
 		if ((b.opt.scenarios & (1u << 13)) && bench_cond(&b))
+			rc = 1;
+		if ((b.opt.scenarios & (1u << 14)) && bench_pool(&b))
 			rc = 1;
 	}
 
