@@ -149,8 +149,13 @@ bench_pool(struct bench *b)
 
 	program_path(native, sizeof native, "pool");
 	program_path(shim, sizeof shim, "pool-shim-all");
-	if (!b->tgt.host[0] || access(native, X_OK) || access(shim, X_OK)) {
-		fprintf(stderr, "bench: pool: needs a TCP server and %s, %s (ninja examples/pool "
+	if (!b->tgt.host[0]) {
+		/* examples/pool takes a host and a port, nothing else */
+		fprintf(stderr, "bench: pool: skipped, the programs need a redis:// server\n");
+		return 0;
+	}
+	if (access(native, X_OK) || access(shim, X_OK)) {
+		fprintf(stderr, "bench: pool: needs %s and %s (ninja examples/pool "
 				"examples/pool-shim-all, or $BENCH_EXAMPLES)\n", native, shim);
 		return -1;
 	}
