@@ -30,7 +30,7 @@ struct bench_target {
 struct bench_opts {
 	int quick;
 	int json;
-	unsigned scenarios;     /* bit s set: run scenario s (1..7, 10..13) */
+	unsigned scenarios;     /* bit s set: run scenario s (1..7, 10..14) */
 	const char *peers_dir;  /* run the peers from there, or NULL */
 	const char *cmdline;
 };
@@ -132,7 +132,7 @@ struct row {
 	int nm;
 	char target[96];
 	int met;
-	char note[200];
+	char note[400];
 };
 
 struct row *row_new(int scenario, const char *label);
@@ -176,6 +176,7 @@ int bench_cache(struct bench *b);               /* 11 */
 int bench_fresh(struct bench *b);               /* 12 */
 int bench_cond(struct bench *b);                /* 13 */
 int bench_etcd(struct bench *b);                /* 14: built with -Detcd only */
+int bench_pool(struct bench *b);                /* 15 */
 /* Scenarios 2 and 4 for dmutex and for each peer, each item measured for
  * all of them back to back, so that they see the same machine. */
 size_t bench_peers(struct bench *b, struct peer *out, size_t max);

@@ -27,6 +27,7 @@
 
 #include "bench.h"
 #include "dmutex.h"
+#include "harness.h"
 
 struct cshared {
 	const struct bench *b;
@@ -238,8 +239,102 @@ out:
 	return err ? -1 : 0;
 }
 
+/* Issue 28's reference: a raw PUBLISH ping-pong between two processes,
+ * each subscribed to its channel: the parent publishes to the child's,
+ * the child publishes back, the parent reads the message.  A wake-up by
+ * pub/sub can take no less. */
+struct pp {
+	const struct bench *b;
+	char ch[2][80];
+	struct th_sync ready;
+};
+
+static int
+pong_main(void *arg)
+{
+	struct pp *p = arg;
+	redisContext *sub = bench_connect(&p->b->tgt), *pub = bench_connect(&p->b->tgt);
+	redisReply *r;
+
+	if (!sub || !pub)
+		return 10;
+	freeReplyObject(bench_cmd(sub, "SUBSCRIBE %s", p->ch[0]));
+	th_sync_post(&p->ready);
+	while (redisGetReply(sub, (void **)&r) == REDIS_OK) {
+		int stop = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+			r->element[2]->type == REDIS_REPLY_STRING && !strcmp(r->element[2]->str, "stop");
+
+		freeReplyObject(r);
+		if (stop)
+			return 0;
+		freeReplyObject(bench_cmd(pub, "PUBLISH %s x", p->ch[1]));
+	}
+	return 11;
+}
+
+static double
+pingpong(struct bench *b, double *p99)
+{
+	static struct pp p;
+	redisContext *sub = bench_connect(&b->tgt), *pub = bench_connect(&b->tgt);
+	struct samples t;
+	int n = rounds_of(b) * 2;
+	double med = NAN;
+	pid_t pid;
+
+	p.b = b;
+	snprintf(p.ch[0], sizeof p.ch[0], "%s:ping", b->run_id);
+	snprintf(p.ch[1], sizeof p.ch[1], "%s:pong", b->run_id);
+	if (!sub || !pub || samples_init(&t, n) || th_sync_init(&p.ready))
+		return NAN;
+	freeReplyObject(bench_cmd(sub, "SUBSCRIBE %s", p.ch[1]));
+	if ((pid = th_spawn(pong_main, &p)) < 0 || th_sync_wait(&p.ready, 10000))
+		goto out;
+	for (int i = 0; i < n; i++) {
+		int64_t t0 = bench_now_ns();
+		redisReply *r;
+
+		freeReplyObject(bench_cmd(pub, "PUBLISH %s x", p.ch[0]));
+		if (redisGetReply(sub, (void **)&r) != REDIS_OK)
+			break;
+		freeReplyObject(r);
+		samples_add(&t, bench_now_ns() - t0);
+	}
+	freeReplyObject(bench_cmd(pub, "PUBLISH %s stop", p.ch[0]));
+	th_wait_child(pid, 10000);
+	med = samples_pct(&t, 50);
+	*p99 = samples_pct(&t, 99);
+out:
+	th_sync_close(&p.ready);
+	samples_free(&t);
+	redisFree(sub);
+	redisFree(pub);
+	return med;
+}
+
 int
 bench_cond(struct bench *b)
 {
-	return run(b, 0) | run(b, 1);
+	double p99 = NAN, pp = pingpong(b, &p99);
+	size_t first = rows_count();
+	int rc = run(b, 0) | run(b, 1);
+	struct row *r;
+
+	if (isnan(pp))
+		return -1;
+	r = row_new(13, "(why) raw PUBLISH ping-pong between two processes");
+	r->median_ns = pp;
+	r->p99_ns = p99;
+	r->ratio = pp / b->ping_ns;
+	snprintf(r->ratio_to, sizeof r->ratio_to, "PING");
+	/* Issue 28 item 1: the time row against this reference. */
+	for (size_t i = first; i < rows_count(); i++) {
+		r = rows_at(i);
+		if (r->scenario != 13 || isnan(r->median_ns) || !strncmp(r->label, "(why)", 5))
+			continue;
+		row_metric(r, "x PUBLISH ping-pong", r->median_ns / pp, "x");
+		row_target(r, r->median_ns <= 2 * pp ? MET_YES : MET_NO,
+				"signal-to-return ≤ 2x a PUBLISH ping-pong (%.2fx)", r->median_ns / pp);
+	}
+	return rc;
 }

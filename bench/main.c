@@ -18,7 +18,7 @@
 #include "dmutex.h"
 #include "harness.h"
 
-#define ALL_SCENARIOS 0x7cfeu   /* bits 1..7, 10..14 */
+#define ALL_SCENARIOS 0xfcfeu   /* bits 1..7, 10..15 */
 
 static void
 usage(FILE *f)
@@ -164,7 +164,7 @@ parse_only(const char *s, unsigned *mask)
 	while (*s) {
 		char *end;
 		long v = strtol(s, &end, 10);
-		if (end == s || v < 1 || (v > 7 && (v < 10 || v > 14)))
+		if (end == s || v < 1 || (v > 7 && (v < 10 || v > 15)))
 			return -1;
 		*mask |= 1u << v;
 		s = end + (*end == ',');
@@ -283,6 +283,8 @@ main(int argc, char **argv)
 		if ((b.opt.scenarios & (1u << 14)) && bench_etcd(&b))
 			rc = 1;
 #endif
+		if ((b.opt.scenarios & (1u << 15)) && bench_pool(&b))
+			rc = 1;
 	}
 
 	if (b.opt.json) {

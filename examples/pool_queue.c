@@ -7,9 +7,13 @@
  * (or -DDMUTEX_SHIM_LOCAL_FILE on the command line, or DMUTEX_SHIM_LOCAL=
  * "pool_queue.c:*" at run time) keeps every mutex and condition variable
  * of this file plain pthread objects of the process.  Without the shim it
- * means nothing.
+ * means nothing.  pool-shim-all (-DPOOL_ALL_DISTRIBUTED) leaves it out: the
+ * benchmark's "classic thread pool with every object distributed" (bench/
+ * pool.c), the program as a port that distributes everything would run.
  */
+#ifndef POOL_ALL_DISTRIBUTED
 #define DMUTEX_SHIM_LOCAL_FILE
+#endif
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 

@@ -431,6 +431,25 @@ Test(cond, signal_and_broadcast_without_waiters)
 	pair_close(&p);
 }
 
+/* A signal to nobody is one read (issue 28: a work queue signals at every
+ * push and pop, mostly to nobody): no clock, no scan of the waiters, no
+ * cleanup of zsets that do not exist. */
+Test(cond, signal_without_waiters_reads_one_key)
+{
+	struct pair p;
+	long long before, exists;
+
+	DMT_SINGLE_NODE();
+	cr_assert_eq(pair_open(&p, srv.url, "m1", "c1", NULL), 0);
+	before = dmt_cmd_calls(&srv, "time", "zcount", "zrangebyscore", "zremrangebyscore", NULL);
+	exists = dmt_cmd_calls(&srv, "exists", NULL);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	cr_assert_eq(dmt_cmd_calls(&srv, "time", "zcount", "zrangebyscore", "zremrangebyscore", NULL),
+			before, "the signal scanned or cleaned zsets that do not exist");
+	cr_assert_eq(dmt_cmd_calls(&srv, "exists", NULL), exists + 1);
+	pair_close(&p);
+}
+
 static struct pair *busy_pair;
 
 static void *busy_waiter(void *arg)

@@ -16,6 +16,16 @@
 -- Returns the number of waiters woken.
 
 -- @include cond_wake.lua
+
+-- No waiter and no wake-up owed: both zsets are gone (Redis drops an
+-- emptied zset, and a woken waiter's acknowledgement takes it off the
+-- second), so there is nothing to wake, pay or clean.  One read instead of
+-- five: a work queue signals at every push and pop, mostly to nobody
+-- (issue 28, pool commands per job).
+if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+	return 0
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ack = string.format('%.0f', now + tonumber(ARGV[2]))
