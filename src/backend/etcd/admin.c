@@ -178,11 +178,10 @@ dmutex__etcd_reset(struct dmutex__backend *be, const char *name, int force, int 
 		json_object_update(json_array_get(cmp, 0), k);
 		json_decref(k);
 	}
-	dq = dmutex__etcd_key(q, qe);
-	ds = dmutex__etcd_key(s, NULL);
-	dn = dmutex__etcd_key(n, NULL);
-	req = json_pack("{s:o, s:[{s:o},{s:o},{s:o}]}", "compare", cmp, "success",
-			"request_delete_range", dq, "request_delete_range", ds, "request_delete_range", dn);
+	dq = dmutex__etcd_op_del(q, qe);
+	ds = dmutex__etcd_op_del(s, NULL);
+	dn = dmutex__etcd_op_del(n, NULL);
+	req = json_pack("{s:o, s:[o,o,o]}", "compare", cmp, "success", dq, ds, dn);
 	if (!req)
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, 0, NULL, NULL);

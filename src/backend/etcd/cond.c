@@ -59,22 +59,14 @@ dmutex__etcd_cond_register(struct dmutex__backend *be, const char *name, const c
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	char k[DMUTEX__ETCD_KEY_MAX], who[300];
 	int64_t lease, deadline = deadline_of(be);
-	json_t *req, *put, *rep = NULL;
+	json_t *req, *rep = NULL;
 	int err, refused = 0;
-	char *v;
 
 	if ((err = dmutex__etcd_lease_for(e, dmutex__etcd_cond_ttl_ms(be), deadline, &lease)))
 		return err;
 	waiter_key(e, name, token, k);
 	snprintf(who, sizeof who, "%s %ld", be->cfg.host ? be->cfg.host : "", (long)*be->cfg.pid);
-	put = dmutex__etcd_key(k, NULL);
-	v = dmutex__etcd_b64(who, strlen(who));
-	if (put && v) {
-		json_object_set_new(put, "value", json_string(v));
-		json_object_set_new(put, "lease", json_integer((json_int_t)lease));
-	}
-	free(v);
-	if (!put || !(req = json_pack("{s:[{s:o}]}", "success", "request_put", put)))
+	if (!(req = json_pack("{s:[o]}", "success", dmutex__etcd_op_put(k, who, lease))))
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, deadline, NULL, &refused);
 	json_decref(req);
@@ -162,7 +154,7 @@ oldest(struct dmutex__etcd *e, const char *pre, const char *end, char *key, long
 static int
 delete_if(struct dmutex__etcd *e, const char *key, long long rev)
 {
-	json_t *c = dmutex__etcd_key(key, NULL), *d = dmutex__etcd_key(key, NULL), *req, *rep = NULL;
+	json_t *c = dmutex__etcd_key(key, NULL), *d = dmutex__etcd_op_del(key, NULL), *req, *rep = NULL;
 	char v[24];
 	int err, ok;
 
@@ -175,7 +167,7 @@ delete_if(struct dmutex__etcd *e, const char *key, long long rev)
 	json_object_set_new(c, "target", json_string("CREATE"));
 	json_object_set_new(c, "result", json_string("EQUAL"));
 	json_object_set_new(c, "create_revision", json_string(v));
-	if (!(req = json_pack("{s:[o], s:[{s:o}]}", "compare", c, "success", "request_delete_range", d)))
+	if (!(req = json_pack("{s:[o], s:[o]}", "compare", c, "success", d)))
 		return -ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, 0, NULL, NULL);
 	json_decref(req);
@@ -196,8 +188,8 @@ dmutex__etcd_cond_wake(struct dmutex__backend *be, const char *name, int all)
 	dmutex__etcd_prefix_end(pre, end);
 	if (all) {
 		/* every waiter registered now: their keys, at once */
-		json_t *d = dmutex__etcd_key(pre, end), *req, *rep = NULL;
-		if (!d || !(req = json_pack("{s:[{s:o}]}", "success", "request_delete_range", d)))
+		json_t *req, *rep = NULL;
+		if (!(req = json_pack("{s:[o]}", "success", dmutex__etcd_op_del(pre, end))))
 			return ENOMEM;
 		r = dmutex__etcd_txn(e, req, &rep, 0, NULL, NULL);
 		json_decref(req);

@@ -27,24 +27,6 @@ req_range(const char *key)
 	return r ? json_pack("{s:o}", "request_range", r) : NULL;
 }
 
-static json_t *
-req_put(const char *key, const char *value, int64_t lease)
-{
-	json_t *r = dmutex__etcd_key(key, NULL);
-	char *v = dmutex__etcd_b64(value, strlen(value));
-
-	if (!r || !v) {
-		json_decref(r);
-		free(v);
-		return NULL;
-	}
-	json_object_set_new(r, "value", json_string(v));
-	if (lease)
-		json_object_set_new(r, "lease", json_integer((json_int_t)lease));
-	free(v);
-	return json_pack("{s:o}", "request_put", r);
-}
-
 /* Compare key's target ("MOD", "CREATE", "VERSION") EQUAL or GREATER rev. */
 static json_t *
 req_cmp(const char *key, const char *target, const char *result, long long rev)
@@ -133,7 +115,7 @@ dmutex__etcd_create(struct dmutex__etcd *e, const char *key, const char *value, 
 	json_t *rep = NULL;
 	int err = txn(e, json_pack("{s:[o], s:[o], s:[o]}",
 			"compare", req_cmp(key, "CREATE", "EQUAL", 0),
-			"success", req_put(key, value, 0), "failure", req_range(key)), &rep, NULL);
+			"success", dmutex__etcd_op_put(key, value, 0), "failure", req_range(key)), &rep, NULL);
 	int r;
 
 	if (err)
@@ -152,9 +134,7 @@ int
 dmutex__etcd_delete(struct dmutex__etcd *e, const char *key)
 {
 	json_t *rep = NULL;
-	json_t *d = dmutex__etcd_key(key, NULL);
-	int err = txn(e, d ? json_pack("{s:[{s:o}]}", "success", "request_delete_range", d) : NULL,
-			&rep, NULL);
+	int err = txn(e, json_pack("{s:[o]}", "success", dmutex__etcd_op_del(key, NULL)), &rep, NULL);
 	int bad = 0;
 	long long n;
 
@@ -201,10 +181,10 @@ write_back(struct dmutex__etcd *e, const char *key, const char *opkey, const cha
 	json_array_append_new(cmp, *have ? req_cmp(key, "MOD", "EQUAL", *mod)
 			: req_cmp(key, "CREATE", "EQUAL", 0));
 	if (nv[0])
-		json_array_append_new(ok, req_put(key, nv, 0));
+		json_array_append_new(ok, dmutex__etcd_op_put(key, nv, 0));
 	if (opkey && keep) {
 		json_array_append_new(cmp, req_cmp(opkey, "VERSION", "EQUAL", 0));
-		json_array_append_new(ok, req_put(opkey, res, lease));
+		json_array_append_new(ok, dmutex__etcd_op_put(opkey, res, lease));
 	}
 	json_array_append_new(fail, req_range(opkey ? opkey : key));
 	json_array_append_new(fail, req_range(key));

@@ -11,14 +11,10 @@
 #include <string.h>
 
 #include "backend/etcd/etcd.h"
-#include "base/log.h"
 /* The other primitives' operations (cond.c rw.c sem.c barrier.c), each
- * set of the table given by a macro once it is written. */
-#if defined(__has_include)
-#if __has_include("backend/etcd/prims.h")
+ * set of the table given by a macro. */
 #include "backend/etcd/prims.h"
-#endif
-#endif
+#include "base/log.h"
 
 static int
 etcd_verify(struct dmutex__backend *be, size_t *up, size_t *need)
@@ -115,60 +111,6 @@ etcd_counters_adopt(struct dmutex__backend *be, unsigned long long *cursor, size
 	return 0;
 }
 
-#ifndef DMUTEX__ETCD_COND_OPS
-/* ---- condition variables: not yet over etcd (ENOTSUP) ---- */
-static void
-cond_channel(struct dmutex__backend *be, const char *name, const char *token, char *out)
-{
-	(void)be, (void)name, (void)token;
-	out[0] = '\0';
-}
-
-static unsigned
-cond_ttl_ms(struct dmutex__backend *be)
-{
-	return be->cfg.command_timeout_ms;
-}
-
-static int
-cond_register(struct dmutex__backend *be, const char *name, const char *token)
-{
-	(void)be, (void)name, (void)token;
-	return ENOTSUP;
-}
-
-static int
-cond_still(struct dmutex__backend *be, const char *name, const char *token, int *still)
-{
-	(void)be, (void)name, (void)token;
-	*still = 0;
-	return ENOTSUP;
-}
-
-static int
-cond_wake(struct dmutex__backend *be, const char *name, int all)
-{
-	(void)be, (void)name, (void)all;
-	return ENOTSUP;
-}
-
-static int
-cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
-		struct dmutex__cond_leaving *l)
-{
-	(void)be, (void)name, (void)token, (void)l;
-	return ENOTSUP;
-}
-
-static int
-cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,
-		struct dmutex__cond_leaving *l, int *still)
-{
-	(void)l;
-	return cond_still(be, name, token, still);
-}
-#endif
-
 static const struct dmutex__backend_ops etcd_ops = {
 	.acquire = dmutex__etcd_acquire,
 	.release = dmutex__etcd_release,
@@ -182,28 +124,10 @@ static const struct dmutex__backend_ops etcd_ops = {
 	.atfork_prepare = etcd_atfork_prepare,
 	.atfork_parent = etcd_atfork_parent,
 	DMUTEX__ETCD_WAKE_OPS,
-#ifdef DMUTEX__ETCD_COND_OPS
 	DMUTEX__ETCD_COND_OPS,
-#else
-	.cond_channel = cond_channel,
-	.cond_ttl_ms = cond_ttl_ms,
-	.cond_register = cond_register,
-	.cond_refresh = cond_still,
-	.cond_leave = cond_still,
-	.cond_wake = cond_wake,
-	.cond_leave_start = cond_leave_start,
-	.cond_leave_end = cond_leave_end,
-#endif
-	/* rwlocks, semaphores, barriers: NULL (ENOTSUP) until written */
-#ifdef DMUTEX__ETCD_RW_OPS
 	DMUTEX__ETCD_RW_OPS,
-#endif
-#ifdef DMUTEX__ETCD_SEM_OPS
 	DMUTEX__ETCD_SEM_OPS,
-#endif
-#ifdef DMUTEX__ETCD_BARRIER_OPS
 	DMUTEX__ETCD_BARRIER_OPS,
-#endif
 	.counters_add = etcd_counters_add,
 	.counters_trim = etcd_counters_trim,
 	.counters_adopt = etcd_counters_adopt,

@@ -72,6 +72,11 @@ int64_t dmutex__etcd_int(const json_t *o, const char *key, int *bad);
 int dmutex__etcd_bool(const json_t *o, const char *key);
 /* {"key": b64(key)} plus range_end b64(end) if end: a new object, NULL on ENOMEM. */
 json_t *dmutex__etcd_key(const char *key, const char *end);
+/* A txn's {"request_put": ...} of value (NULL: none) with lease (0:
+ * none), and its {"request_delete_range": ...} of key (to end if end): a
+ * new object, NULL on ENOMEM (json_pack's "o" then fails the request). */
+json_t *dmutex__etcd_op_put(const char *key, const char *value, int64_t lease);
+json_t *dmutex__etcd_op_del(const char *key, const char *end);
 /* The end of the prefix range of p ("a/" -> "a0"), into out (len + 1). */
 void dmutex__etcd_prefix_end(const char *p, char *out);
 

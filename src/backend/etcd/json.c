@@ -71,6 +71,33 @@ dmutex__etcd_key(const char *key, const char *end)
 	return o;
 }
 
+json_t *
+dmutex__etcd_op_put(const char *key, const char *value, int64_t lease)
+{
+	json_t *r = dmutex__etcd_key(key, NULL);
+	char *v = value ? dmutex__etcd_b64(value, strlen(value)) : NULL;
+
+	if (!r || (value && !v)) {
+		json_decref(r);
+		free(v);
+		return NULL;
+	}
+	if (v)
+		json_object_set_new(r, "value", json_string(v));
+	if (lease)
+		json_object_set_new(r, "lease", json_integer((json_int_t)lease));
+	free(v);
+	return json_pack("{s:o}", "request_put", r);
+}
+
+json_t *
+dmutex__etcd_op_del(const char *key, const char *end)
+{
+	json_t *r = dmutex__etcd_key(key, end);
+
+	return r ? json_pack("{s:o}", "request_delete_range", r) : NULL;
+}
+
 void
 dmutex__etcd_prefix_end(const char *p, char *out)
 {

@@ -43,28 +43,6 @@ op_range(const char *key, const char *end, int first)
 	return r ? json_pack("{s:o}", "request_range", r) : NULL;
 }
 
-static json_t *
-op_put(const char *key, const char *value, int64_t lease)
-{
-	json_t *r = dmutex__etcd_key(key, NULL);
-	char *v = dmutex__etcd_b64(value, strlen(value));
-
-	if (r && v)
-		json_object_set_new(r, "value", json_string(v));
-	if (r && lease)
-		json_object_set_new(r, "lease", json_integer((json_int_t)lease));
-	free(v);
-	return r ? json_pack("{s:o}", "request_put", r) : NULL;
-}
-
-static json_t *
-op_delete(const char *key)
-{
-	json_t *r = dmutex__etcd_key(key, NULL);
-
-	return r ? json_pack("{s:o}", "request_delete_range", r) : NULL;
-}
-
 /* A compare of key's target ("VERSION", "CREATE", "VALUE") with v. */
 static json_t *
 cmp(const char *key, const char *end, const char *target, const char *result, const char *v)
@@ -99,15 +77,15 @@ acquire_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 	if (!a->robust)
 		return json_pack("{s:[o], s:[o], s:[o,o]}",
 			"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
-			"success", op_put(k->own, who, lease),
-			"failure", a->wait ? op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
+			"success", dmutex__etcd_op_put(k->own, who, lease),
+			"failure", a->wait ? dmutex__etcd_op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
 				op_range(k->q, k->q_end, 1));
 	return json_pack("{s:[o,o], s:[o,o,o], s:[o,o,o,o]}",
 		"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
 			cmp(k->n, NULL, "VERSION", "EQUAL", "0"),
-		"success", op_range(k->s, NULL, 0), op_put(k->own, who, lease),
-			op_put(k->s, a->token, 0),
-		"failure", a->wait ? op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
+		"success", op_range(k->s, NULL, 0), dmutex__etcd_op_put(k->own, who, lease),
+			dmutex__etcd_op_put(k->s, a->token, 0),
+		"failure", a->wait ? dmutex__etcd_op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
 			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
 }
 
@@ -134,7 +112,7 @@ claim_state(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 
 	snprintf(r, sizeof r, "%lld", (long long)rev);
 	req = json_pack("{s:[o], s:[o]}", "compare", cmp(k->own, NULL, "CREATE", "EQUAL", r),
-			"success", op_put(k->s, a->token, 0));
+			"success", dmutex__etcd_op_put(k->s, a->token, 0));
 	if (!req)
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, a->deadline, &md, NULL);
@@ -367,13 +345,13 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	dmutex__etcd_second_ready(e, token, -1, NULL);
 	if (mode == DMUTEX__REL_CLEAN && !robust)
 		return release_plain(e, k.own, deadline, released, maybe_done);
-	ops = json_pack("[o]", op_delete(k.own));
+	ops = json_pack("[o]", dmutex__etcd_op_del(k.own, NULL));
 	if (ops && mode != DMUTEX__REL_DIED && (mode != DMUTEX__REL_CLEAN || robust))
 		json_array_append_new(ops, json_pack("{s:{s:[o], s:[o]}}", "request_txn",
 				"compare", cmp(k.s, NULL, "VALUE", "EQUAL", token),
-				"success", op_delete(k.s)));
+				"success", dmutex__etcd_op_del(k.s, NULL)));
 	if (ops && mode == DMUTEX__REL_NOTREC)
-		json_array_append_new(ops, op_put(k.n, "notrecoverable", 0));
+		json_array_append_new(ops, dmutex__etcd_op_put(k.n, "notrecoverable", 0));
 	req = ops ? json_pack("{s:[o], s:o}", "compare", cmp(k.own, NULL, "VERSION", "GREATER", "0"),
 			"success", ops) : NULL;
 	if (!req)

@@ -53,24 +53,6 @@ range(const char *key, const char *end)
 	return r ? json_pack("{s:o}", "request_range", r) : NULL;
 }
 
-static json_t *
-put(const char *key, int64_t lease)
-{
-	json_t *r = dmutex__etcd_key(key, NULL);
-
-	if (r)
-		json_object_set_new(r, "lease", json_integer((json_int_t)lease));
-	return r ? json_pack("{s:o}", "request_put", r) : NULL;
-}
-
-static json_t *
-del(const char *key)
-{
-	json_t *r = dmutex__etcd_key(key, NULL);
-
-	return r ? json_pack("{s:o}", "request_delete_range", r) : NULL;
-}
-
 /* "Nothing under [key, end)". */
 static json_t *
 none(const char *key, const char *end)
@@ -91,15 +73,18 @@ acquire_req(const struct dmutex__rw_acq *a, const struct rwkeys *k, int64_t leas
 	if (a->op == 'r')
 		return json_pack("{s:[o,o], s:[o], s:[o]}",
 			"compare", none(k->pre[W], k->end[W]), none(k->pre[Q], k->end[Q]),
-			"success", put(k->own[R], lease), "failure", range(k->own[R], NULL));
+			"success", dmutex__etcd_op_put(k->own[R], NULL, lease),
+			"failure", range(k->own[R], NULL));
 	return a->wait
 		? json_pack("{s:[o,o], s:[o,o,o], s:[o,o]}",
 			"compare", none(k->pre[W], k->end[W]), none(k->pre[R], k->end[R]),
-			"success", put(k->own[W], lease), del(k->own[Q]), range(k->own[W], NULL),
-			"failure", range(k->own[W], NULL), put(k->own[Q], lease))
+			"success", dmutex__etcd_op_put(k->own[W], NULL, lease),
+				dmutex__etcd_op_del(k->own[Q], NULL), range(k->own[W], NULL),
+			"failure", range(k->own[W], NULL), dmutex__etcd_op_put(k->own[Q], NULL, lease))
 		: json_pack("{s:[o,o], s:[o,o,o], s:[o]}",
 			"compare", none(k->pre[W], k->end[W]), none(k->pre[R], k->end[R]),
-			"success", put(k->own[W], lease), del(k->own[Q]), range(k->own[W], NULL),
+			"success", dmutex__etcd_op_put(k->own[W], NULL, lease),
+				dmutex__etcd_op_del(k->own[Q], NULL), range(k->own[W], NULL),
 			"failure", range(k->own[W], NULL));
 }
 
@@ -176,11 +161,12 @@ dmutex__etcd_rw_release(struct dmutex__backend *be, const char *name, int op, co
 	/* A writer's release also drops its intent (an acquire whose reply
 	 * was lost); the intent alone ('q') is a plain delete. */
 	if (op == 'q')
-		req = json_pack("{s:[o]}", "success", del(k.own[Q]));
+		req = json_pack("{s:[o]}", "success", dmutex__etcd_op_del(k.own[Q], NULL));
 	else if (op == 'r')
-		req = json_pack("{s:[o]}", "success", del(k.own[R]));
+		req = json_pack("{s:[o]}", "success", dmutex__etcd_op_del(k.own[R], NULL));
 	else
-		req = json_pack("{s:[o,o]}", "success", del(k.own[W]), del(k.own[Q]));
+		req = json_pack("{s:[o,o]}", "success", dmutex__etcd_op_del(k.own[W], NULL),
+				dmutex__etcd_op_del(k.own[Q], NULL));
 	if (!req)
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, 0, maybe_done, NULL);
