@@ -364,8 +364,7 @@ void th_child_dispatch(const char *name, int (*fn)(const char *arg))
 	_exit(rc & 0xff);
 }
 
-int th_run(const char *const argv[], const char *const env[], const char *out_path,
-           int timeout_ms)
+pid_t th_start(const char *const argv[], const char *const env[], const char *out_path)
 {
 	th_init();
 	/* Everything the child needs is built here: after fork in a threaded
@@ -395,7 +394,8 @@ int th_run(const char *const argv[], const char *const env[], const char *out_pa
 	int outfd = out_path ? open(out_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)
 	                     : fcntl(nullfd, F_DUPFD_CLOEXEC, 3);
 	if (nullfd < 0 || outfd < 0) {
-		fprintf(stderr, "th_run(%s): open: %s\n", argv[0], strerror(errno));
+		fprintf(stderr, "th_start(%s): open %s: %s\n", argv[0],
+		        out_path ? out_path : "/dev/null", strerror(errno));
 		if (nullfd >= 0)
 			close(nullfd);
 		if (outfd >= 0)
@@ -414,6 +414,7 @@ int th_run(const char *const argv[], const char *const env[], const char *out_pa
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);       /* an ignored one stays ignored across exec */
 		if (dup2(nullfd, 0) < 0 || dup2(outfd, 1) < 0 || dup2(outfd, 2) < 0)
 			_exit(127);
 		close_range(3, ~0U, 0);
@@ -425,10 +426,20 @@ int th_run(const char *const argv[], const char *const env[], const char *out_pa
 	close(outfd);
 	free(envp);
 	if (pid < 0) {
-		fprintf(stderr, "th_run(%s): fork: %s\n", argv[0], strerror(saved));
+		fprintf(stderr, "th_start(%s): fork: %s\n", argv[0], strerror(saved));
 		return -1;
 	}
 	setpgid(pid, pid);
+	return pid;
+}
+
+int th_run(const char *const argv[], const char *const env[], const char *out_path,
+           int timeout_ms)
+{
+	pid_t pid = th_start(argv, env, out_path);
+
+	if (pid < 0)
+		return -1;
 	int rc = th_wait_child(pid, timeout_ms);
 	if (rc == -1)
 		kill(-pid, SIGKILL); /* whatever it started */

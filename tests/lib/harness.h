@@ -231,6 +231,9 @@ int th_wait_child(pid_t pid, int timeout_ms);
  * failure to start. */
 int th_run(const char *const argv[], const char *const env[], const char *out_path,
            int timeout_ms);
+/* th_run's start alone: the child's pid (reap it with th_wait_child or
+ * waitpid), or -1 (logged). */
+pid_t th_start(const char *const argv[], const char *const env[], const char *out_path);
 /* Wait until process pid is in state 'T' (stopped), deadline 5 s.  0 or -1
  * (-1 also as soon as the process is gone or a zombie). */
 int th_wait_stopped(pid_t pid);

@@ -195,38 +195,7 @@ static pid_t spawn_member(const struct th_etcd *e, int i, int hb)
 	member_args(e, i, hb, &a);
 	char log[320];
 	snprintf(log, sizeof log, "%s/%s.log", e->dir, e->m[i].name);
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || nul < 0) {
-		fprintf(stderr, "th_etcd: open %s: %s\n", log, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		if (nul >= 0)
-			close(nul);
-		return -1;
-	}
-	pid_t parent = getpid();
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		if (dup2(nul, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-			_exit(127);
-		close_range(3, ~0U, 0);
-		execvp(a.argv[0], (char *const *)a.argv);
-		_exit(127);
-	}
-	close(fd);
-	close(nul);
-	if (pid < 0)
-		fprintf(stderr, "th_etcd: fork: %s\n", strerror(errno));
-	return pid;
+	return th_start(a.argv, NULL, log);
 }
 
 static void dump_log(const struct th_etcd *e, int i)
