@@ -109,7 +109,8 @@ static int
 attempt(struct dmutex__etcd_http *h, size_t i, struct attempt *t)
 {
 	CURL *c = dmutex__etcd_take(h);
-	struct curl_slist *hdr = dmutex__etcd_headers(h, t->with_token);
+	int own_hdr;
+	struct curl_slist *hdr = dmutex__etcd_headers_for(h, t->with_token, &own_hdr);
 	struct buf b = { 0 };
 	int64_t left = (t->deadline - dmutex__now_ns()) / DMUTEX__MS;
 	long ms = left < (int64_t)h->command_ms ? (long)left : (long)h->command_ms, status = 0;
@@ -118,7 +119,8 @@ attempt(struct dmutex__etcd_http *h, size_t i, struct attempt *t)
 
 	if (!c || !hdr) {
 		snprintf(t->why, sizeof t->why, "out of memory");
-		curl_slist_free_all(hdr);
+		if (own_hdr)
+			curl_slist_free_all(hdr);
 		if (c)
 			curl_easy_cleanup(c);
 		return A_FAIL;
@@ -134,7 +136,8 @@ attempt(struct dmutex__etcd_http *h, size_t i, struct attempt *t)
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	cc = curl_easy_perform(c);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
-	curl_slist_free_all(hdr);
+	if (own_hdr)
+		curl_slist_free_all(hdr);
 	if (cc != CURLE_OK) {
 		snprintf(t->why, sizeof t->why, "%s", curl_easy_strerror(cc));
 		cls = curl_class(c, cc);
@@ -249,13 +252,24 @@ int
 dmutex__etcd_call(struct dmutex__etcd_http *h, const char *path, json_t *req, json_t **rep,
 		int64_t deadline, int *maybe_done, int *refused)
 {
-	struct attempt t = { .path = path, .with_token = 1 };
+	char *body = json_dumps(req, JSON_COMPACT);
+	int err;
+
+	if (!body)
+		return ENOMEM;
+	err = dmutex__etcd_post(h, path, body, strlen(body), rep, deadline, maybe_done, refused);
+	free(body);
+	return err;
+}
+
+int
+dmutex__etcd_post(struct dmutex__etcd_http *h, const char *path, const char *body, size_t len,
+		json_t **rep, int64_t deadline, int *maybe_done, int *refused)
+{
+	struct attempt t = { .path = path, .body = body, .len = len, .with_token = 1 };
 	int err, md = 0, ref = 0;
 
 	t.deadline = deadline ? deadline : dmutex__now_ns() + (int64_t)h->command_ms * DMUTEX__MS;
-	if (!(t.body = json_dumps(req, JSON_COMPACT)))
-		return ENOMEM;
-	t.len = strlen(t.body);
 	{
 		int64_t t0 = dmutex__now_ns();
 		err = call_loop(h, &t, &md, &ref);
@@ -263,7 +277,6 @@ dmutex__etcd_call(struct dmutex__etcd_http *h, const char *path, json_t *req, js
 			dmutex__log(DMUTEX_LOG_DEBUG, "etcd: %s %zu bytes: %d in %lld us", path, t.len,
 					err, (long long)((dmutex__now_ns() - t0) / 1000));
 	}
-	free((char *)t.body);
 	if (maybe_done)
 		*maybe_done = md;
 	if (refused)

@@ -93,6 +93,8 @@ dmutex__etcd_http_new(const struct dmutex__node_addr *addr, unsigned connect_ms,
 		err = ENOMEM;
 	if (!err && addr->password_file)
 		err = dmutex__secret_read(addr->display, addr->password_file, &h->password);
+	if (!err && !(h->hdr_plain = dmutex__etcd_headers(h, 0)))
+		err = ENOMEM;
 	if (err) {
 		dmutex__etcd_http_free(h);
 		return err;
@@ -127,6 +129,7 @@ dmutex__etcd_http_free(struct dmutex__etcd_http *h)
 		free(h->password);
 	}
 	free(h->token);
+	curl_slist_free_all(h->hdr_plain);
 	pthread_mutex_destroy(&h->mu);
 	free(h);
 }
@@ -218,6 +221,18 @@ dmutex__etcd_headers(struct dmutex__etcd_http *h, int with_token)
 		return NULL;
 	}
 	return l;
+}
+
+struct curl_slist *
+dmutex__etcd_headers_for(struct dmutex__etcd_http *h, int with_token, int *own)
+{
+	int plain;
+
+	pthread_mutex_lock(&h->mu);
+	plain = !with_token || !h->token;
+	pthread_mutex_unlock(&h->mu);
+	*own = !plain;
+	return plain ? h->hdr_plain : dmutex__etcd_headers(h, with_token);
 }
 
 void

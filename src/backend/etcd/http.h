@@ -42,6 +42,10 @@ void dmutex__etcd_http_unlock(struct dmutex__etcd_http *h);
  */
 int dmutex__etcd_call(struct dmutex__etcd_http *h, const char *path, json_t *req, json_t **rep,
 		int64_t deadline, int *maybe_done, int *refused);
+/* The same with the request's body already made (body[0..len), JSON):
+ * the hot path's requests, built without a JSON tree (json.c). */
+int dmutex__etcd_post(struct dmutex__etcd_http *h, const char *path, const char *body, size_t len,
+		json_t **rep, int64_t deadline, int *maybe_done, int *refused);
 /* dmutex_client_open's check: authenticate (a user given), ask a
  * member's status, read a key under prefix.  0; EACCES (logged, naming
  * etcd and the user, never the password); EIO (every member's failure
@@ -62,6 +66,11 @@ void dmutex__etcd_stream_failed(struct dmutex__etcd_http *h);
 /* ---- JSON (json.c) ---- */
 /* s[0..n) in base64 (a new string), NULL on ENOMEM. */
 char *dmutex__etcd_b64(const char *s, size_t n);
+/* The room base64 of n bytes takes, its '\0' included. */
+#define DMUTEX__ETCD_B64_LEN(n) (((n) + 2) / 3 * 4 + 1)
+/* s[0..n) in base64 into out[0..cap) (no allocation: the hot path's
+ * requests): 0, or ENAMETOOLONG if it does not fit. */
+int dmutex__etcd_b64_to(const char *s, size_t n, char *out, size_t cap);
 /* A base64 string into out[0..cap): its length, or -1 if it is not
  * base64 or does not fit. */
 long dmutex__etcd_unb64(const char *b64, char *out, size_t cap);

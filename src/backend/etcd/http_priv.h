@@ -29,6 +29,9 @@ struct dmutex__etcd_http {
 	CURL *pool[POOL_MAX];
 	size_t npool;
 	char *token;            /* etcd's auth token; NULL: none yet */
+	/* The headers of a request without a token, made once: curl only
+	 * reads them, so every call shares them (no list built per call). */
+	struct curl_slist *hdr_plain;
 };
 
 struct buf {
@@ -41,6 +44,9 @@ void dmutex__etcd_give_back(struct dmutex__etcd_http *h, CURL *c);
 void dmutex__etcd_setup(struct dmutex__etcd_http *h, CURL *c, size_t i, const char *path,
 		struct curl_slist *hdr);
 struct curl_slist *dmutex__etcd_headers(struct dmutex__etcd_http *h, int with_token);
+/* The headers for one request: h->hdr_plain (*own 0) while there is no
+ * token to send, else a new list (*own 1: the caller frees it). */
+struct curl_slist *dmutex__etcd_headers_for(struct dmutex__etcd_http *h, int with_token, int *own);
 void dmutex__etcd_set_why(struct dmutex__etcd_http *h, size_t i, const char *why);
 size_t dmutex__etcd_on_data(char *data, size_t size, size_t n, void *arg);
 

@@ -1,5 +1,6 @@
 /* JSON and base64 for etcd's gateway (http.h): keys and values travel in
  * base64, int64 fields as strings, and proto3 leaves out every default. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,15 @@ dmutex__etcd_b64(const char *s, size_t n)
 	if (out)
 		sodium_bin2base64(out, len, (const unsigned char *)s, n, sodium_base64_VARIANT_ORIGINAL);
 	return out;
+}
+
+int
+dmutex__etcd_b64_to(const char *s, size_t n, char *out, size_t cap)
+{
+	if (sodium_base64_encoded_len(n, sodium_base64_VARIANT_ORIGINAL) > cap)
+		return ENAMETOOLONG;
+	sodium_bin2base64(out, cap, (const unsigned char *)s, n, sodium_base64_VARIANT_ORIGINAL);
+	return 0;
 }
 
 long

@@ -179,6 +179,30 @@ dmutex__etcd_lease_for(struct dmutex__etcd *e, unsigned lease_ms, int64_t deadli
 	return err;
 }
 
+/* Was the lease of lease_ms kept alive so lately that another keep-alive
+ * now would only cost a round trip?  Less than lease/6 ago (the renewal
+ * thread sends a batch as often as every 1/24 of the lease: one keep-alive
+ * a batch was most of its requests), and never later than TTL - lease ago,
+ * so that a hold renewed now (counted from now for lease_ms) is still
+ * outlived by its key, as usable() requires of a new hold. */
+static int
+recent(struct dmutex__etcd *e, unsigned lease_ms, int64_t now)
+{
+	struct dmutex__etcd_lease *l;
+	int64_t skip_ms;
+	int r = 0;
+
+	pthread_mutex_lock(&e->mu);
+	if ((l = slot(e, lease_ms)) && l->id) {
+		skip_ms = l->ttl_s * 1000 - (int64_t)lease_ms;
+		if (skip_ms > (int64_t)lease_ms / 6)
+			skip_ms = (int64_t)lease_ms / 6;
+		r = now - l->fresh_ns < skip_ms * DMUTEX__MS;
+	}
+	pthread_mutex_unlock(&e->mu);
+	return r;
+}
+
 int
 dmutex__etcd_lease_keep(struct dmutex__etcd *e, unsigned lease_ms, int64_t deadline)
 {
@@ -187,7 +211,10 @@ dmutex__etcd_lease_keep(struct dmutex__etcd *e, unsigned lease_ms, int64_t deadl
 
 	pthread_mutex_lock(&e->grant_mu);
 	id = current(e, lease_ms);
-	r = id ? keepalive(e, lease_ms, id, deadline) : 0;
+	if (id && recent(e, lease_ms, dmutex__now_ns()))
+		r = 1;
+	else
+		r = id ? keepalive(e, lease_ms, id, deadline) : 0;
 	pthread_mutex_unlock(&e->grant_mu);
 	return r;
 }

@@ -62,24 +62,65 @@ cmp(const char *key, const char *end, const char *target, const char *result, co
 	return c;
 }
 
-/* The acquisition txn: a free lock (nobody queued, not "not recoverable")
- * is ours at once, its robust state read and set; else queue (wait) and
- * read the head, the state and the not-recoverable mark. */
+/* A hold key's value: who holds it, for `dmutex status`. */
+static void
+who_of(const struct dmutex__etcd *e, const struct dmutex__acq *a, char *who, size_t len)
+{
+	snprintf(who, len, "%s %ld %ld", e->base.cfg.host ? e->base.cfg.host : "",
+			(long)*e->base.cfg.pid, a->tid);
+}
+
+/* The uncontended lock's request, the hot path, built by hand (no JSON
+ * tree, no allocation): a free lock (nobody queued) is ours with one put;
+ * nothing on failure (etcd parses every op of a txn, run or not: a failure
+ * branch cost the uncontended lock ~45 us of etcd's time), the waiter
+ * queues with queue_txn next. */
+static int
+plain_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int64_t lease,
+		json_t **rep)
+{
+	char who[300], wb[DMUTEX__ETCD_B64_LEN(sizeof who)];
+	char q[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], end[sizeof q], own[sizeof q];
+	char body[4 * sizeof q + sizeof wb];
+	int n;
+
+	who_of(e, a, who, sizeof who);
+	if (dmutex__etcd_b64_to(k->q, strlen(k->q), q, sizeof q)
+			|| dmutex__etcd_b64_to(k->q_end, strlen(k->q_end), end, sizeof end)
+			|| dmutex__etcd_b64_to(k->own, strlen(k->own), own, sizeof own)
+			|| dmutex__etcd_b64_to(who, strlen(who), wb, sizeof wb))
+		return EINVAL;          /* not with keys of DMUTEX__ETCD_KEY_MAX */
+	n = snprintf(body, sizeof body, "{\"compare\":[{\"key\":\"%s\",\"range_end\":\"%s\","
+			"\"target\":\"VERSION\",\"result\":\"EQUAL\",\"version\":\"0\"}],"
+			"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+			"\"lease\":\"%lld\"}}]}", q, end, own, wb, (long long)lease);
+	if (n < 0 || (size_t)n >= sizeof body)
+		return EINVAL;
+	return dmutex__etcd_post(e->http, "/v3/kv/txn", body, (size_t)n, rep, a->deadline,
+			&a->maybe_done, &a->refused);
+}
+
+/* A waiter of a lock not robust that found it taken: queue its key and
+ * read the head (and who is next), as the failure branch did. */
+static json_t *
+queue_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct keys *k, int64_t lease)
+{
+	char who[300];
+
+	who_of(e, a, who, sizeof who);
+	return json_pack("{s:[o,o]}", "success", dmutex__etcd_op_put(k->own, who, lease),
+			op_range(k->q, k->q_end, 1));
+}
+
+/* A robust lock's acquisition txn: a free lock (nobody queued, not "not
+ * recoverable") is ours at once, its robust state read and set; else
+ * queue (wait) and read the head, the state and the not-recoverable mark. */
 static json_t *
 acquire_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct keys *k, int64_t lease)
 {
 	char who[300];
 
-	snprintf(who, sizeof who, "%s %ld %ld", e->base.cfg.host ? e->base.cfg.host : "",
-			(long)*e->base.cfg.pid, a->tid);
-	/* Not robust: no state and no mark (EOWNERDEAD and ENOTRECOVERABLE
-	 * are a robust lock's), as small a txn as a hand-made lock's. */
-	if (!a->robust)
-		return json_pack("{s:[o], s:[o], s:[o,o]}",
-			"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
-			"success", dmutex__etcd_op_put(k->own, who, lease),
-			"failure", a->wait ? dmutex__etcd_op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
-				op_range(k->q, k->q_end, 1));
+	who_of(e, a, who, sizeof who);
 	return json_pack("{s:[o,o], s:[o,o,o], s:[o,o,o,o]}",
 		"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
 			cmp(k->n, NULL, "VERSION", "EQUAL", "0"),
@@ -87,6 +128,50 @@ acquire_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 			dmutex__etcd_op_put(k->s, a->token, 0),
 		"failure", a->wait ? dmutex__etcd_op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
 			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
+}
+
+/* Our key and the queue (and a robust lock's state and mark): a read,
+ * no Raft commit. */
+static json_t *
+read_txn(const struct dmutex__acq *a, const struct keys *k)
+{
+	return a->robust ? json_pack("{s:[o,o,o,o]}", "success", op_range(k->own, NULL, 0),
+			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0))
+		: json_pack("{s:[o,o]}", "success", op_range(k->own, NULL, 0),
+			op_range(k->q, k->q_end, 1));
+}
+
+/* One try's txn (two for a lock not robust found taken): 0 and *rep;
+ * *queued 1 if *rep is the second's answer (the queue read). */
+static int
+take_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int64_t lease,
+		json_t **rep, int *queued)
+{
+	json_t *req;
+	int err;
+
+	*queued = 0;
+	if (a->robust) {
+		if (!(req = acquire_txn(e, a, k, lease)))
+			return ENOMEM;
+		err = dmutex__etcd_txn(e, req, rep, a->deadline, &a->maybe_done, &a->refused);
+		json_decref(req);
+		return err;
+	}
+	if ((err = plain_txn(e, a, k, lease, rep)) || dmutex__etcd_bool(*rep, "succeeded"))
+		return err;
+	/* Not applied (the compare failed): a waiter queues now; a try that
+	 * will not wait reads the queue (our key may be its head: a try
+	 * asked again after a lost answer). */
+	json_decref(*rep);
+	*rep = NULL;
+	*queued = 1;
+	if (!(req = a->wait ? queue_txn(e, a, k, lease) : read_txn(a, k)))
+		return ENOMEM;
+	err = dmutex__etcd_txn(e, req, rep, a->deadline, a->wait ? &a->maybe_done : NULL,
+			&a->refused);
+	json_decref(req);
+	return err;
 }
 
 /* Did the holder before us die (its state left behind, not ours)? */
@@ -192,11 +277,7 @@ recheck(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int
 	json_t *req, *rep = NULL, *own;
 	int err;
 
-	req = a->robust ? json_pack("{s:[o,o,o,o]}", "success", op_range(k->own, NULL, 0),
-			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0))
-		: json_pack("{s:[o,o]}", "success", op_range(k->own, NULL, 0),
-			op_range(k->q, k->q_end, 1));
-	if (!req)
+	if (!(req = read_txn(a, k)))
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, a->deadline, NULL, &a->refused);
 	json_decref(req);
@@ -246,9 +327,9 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 {
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	struct keys k;
-	json_t *req, *rep = NULL;
+	json_t *rep = NULL;
 	int64_t lease, rev;
-	int err, bad = 0;
+	int err, bad = 0, queued;
 
 	a->maybe_done = a->refused = a->died = a->split = 0;
 	a->pttl_ms = -1;
@@ -275,17 +356,13 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	for (int round = 0; round < 2; round++) {
 		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
 			return err;
-		if (!(req = acquire_txn(e, a, &k, lease)))
-			return ENOMEM;
-		err = dmutex__etcd_txn(e, req, &rep, a->deadline, &a->maybe_done, &a->refused);
-		json_decref(req);
-		if (!err || !a->refused)
+		if (!(err = take_txn(e, a, &k, lease, &rep, &queued)) || !a->refused)
 			break;
 		dmutex__etcd_lease_forget(e, lease);
 	}
 	if (err)
 		return err;
-	if (!dmutex__etcd_bool(rep, "succeeded")) {
+	if (queued || !dmutex__etcd_bool(rep, "succeeded")) {
 		err = read_queue(e, a, &k, rep, lease);
 	} else {
 		json_t *st = a->robust ? dmutex__etcd_resp(rep, 0, "range", "the state") : NULL;
@@ -301,19 +378,23 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	return settled(e, a, err);
 }
 
-/* A hold not robust ends with one delete (no txn): it counts what it
- * deleted, 1 while the hold was still ours. */
+/* A hold not robust ends with one delete (no txn; its body built by
+ * hand, the hot path): it counts what it deleted, 1 while the hold was
+ * still ours. */
 static int
 release_plain(struct dmutex__etcd *e, const char *own, int64_t deadline, int *released,
 		int *maybe_done)
 {
-	json_t *req = dmutex__etcd_key(own, NULL), *rep = NULL;
-	int err, bad = 0;
+	char k[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], body[sizeof k + 16];
+	json_t *rep = NULL;
+	int err, bad = 0, n;
 
-	if (!req)
-		return ENOMEM;
-	err = dmutex__etcd_call(e->http, "/v3/kv/deleterange", req, &rep, deadline, maybe_done, NULL);
-	json_decref(req);
+	if (dmutex__etcd_b64_to(own, strlen(own), k, sizeof k)
+			|| (n = snprintf(body, sizeof body, "{\"key\":\"%s\"}", k)) < 0
+			|| (size_t)n >= sizeof body)
+		return EINVAL;          /* not with keys of DMUTEX__ETCD_KEY_MAX */
+	err = dmutex__etcd_post(e->http, "/v3/kv/deleterange", body, (size_t)n, &rep, deadline,
+			maybe_done, NULL);
 	if (!err) {
 		*released = dmutex__etcd_int(rep, "deleted", &bad) > 0;
 		if (bad) {

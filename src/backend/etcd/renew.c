@@ -1,6 +1,7 @@
 /*
  * The renewal thread's batch (ops->renew): each lease length's shared
- * lease kept alive once, then one read-only txn per 100 holds says which
+ * lease kept alive once (or not at all if that was done less than a
+ * sixth of the lease ago: lease.c's recent), then one read-only txn per 100 holds says which
  * keys are still there.  A lease that expired took its keys with it: its
  * holds are lost (0), and the next hold gets a new lease.
  */
