@@ -2,6 +2,7 @@
  * dmutex-aware test helpers.  See dmt.h for the contract.
  */
 #include "dmt.h"
+#include "harness_etcd.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -146,10 +147,44 @@ node_url(char *buf, size_t len, const char *userinfo, int port, const char *opts
 			ui ? "@" : "", port, op ? "?" : "", op ? opts : "");
 }
 
+/* DMUTEX_TEST_ETCD=1: the run's locks are in one etcd member that
+ * dmt_backend_up starts; the URLs of `first` (whose Redis stays up for
+ * the tests' own counters and lists) name it instead. */
+static struct th_etcd etcd;
+static int etcd_port;           /* first's Redis port: dmt_url's etcd alias */
+
+int
+dmt_etcd(void)
+{
+	const char *v = getenv("DMUTEX_TEST_ETCD");
+	return v && *v && strcmp(v, "0");
+}
+
+/* "etcd://[USERINFO@]127.0.0.1:P?OPTS&command_timeout_ms=T" (T as for
+ * Redis, unless opts chose one). */
+static void
+etcd_url(char *buf, size_t len, const char *userinfo, const char *opts)
+{
+	int ui = userinfo && *userinfo, op = opts && *opts;
+	int cmd = !(op && strstr(opts, "command_timeout_ms"));
+
+	snprintf(buf, len, "etcd://%s%s127.0.0.1:%d?%s%s", ui ? userinfo : "", ui ? "@" : "",
+			etcd.m[0].client_port, op ? opts : "", op && cmd ? "&" : "");
+	if (cmd) {
+		size_t used = strlen(buf);
+		snprintf(buf + used, len - used, "command_timeout_ms=%d", th_command_timeout_ms());
+	}
+}
+
 void
 dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
 {
 	char more[512];
+
+	if (etcd_port && port == etcd_port) {
+		etcd_url(buf, len, userinfo, opts);
+		return;
+	}
 
 	/* Redlock: the default node timeout is 5 % of the lease, at least
 	 * 50 ms, and a node that misses it is skipped for 200 ms.  On the
@@ -216,6 +251,15 @@ dmt_backend_up(struct th_redis *first)
 
 	nextra = 0;
 	ntls = 0;
+	etcd_port = 0;
+	if (dmt_etcd()) {
+		if (th_etcd_start(&etcd, NULL, 0))
+			return -1;
+		etcd_port = first->port;
+		etcd_url(first->url, sizeof first->url, NULL, NULL);
+		etcd_url(first->unix_url, sizeof first->unix_url, NULL, NULL);
+		return 0;
+	}
 	for (int i = 0; i < n - 1; i++) {
 		if (th_redis_start(&extra[i], first->extra[0] ? first->extra : NULL))
 			return -1;
@@ -270,12 +314,22 @@ dmt_evalsha_calls_all(struct th_redis *first)
 	return sum;
 }
 
+int
+dmt_etcd_pause(int on)
+{
+	if (!etcd_port)
+		return -1;
+	return on ? th_etcd_pause(&etcd, 0) : th_etcd_resume(&etcd, 0);
+}
+
 void
 dmt_backend_down(void)
 {
 	for (int i = 0; i < nextra; i++)
 		th_redis_stop(&extra[i]);
 	nextra = 0;
+	th_etcd_stop(&etcd);
+	etcd_port = 0;
 }
 
 void
@@ -440,12 +494,44 @@ dmt_lock_set(const struct th_redis *r, const char *name, const char *field, cons
 	return ok ? 0 : -1;
 }
 
+/* NAME's queue in etcd (README "etcd": the default prefix). */
+static void
+etcd_queue(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "dmutex:m/%zu:%s/q/", strlen(name), name);
+}
+
+/* dmt_lock_field over etcd: the holder is the queue's oldest key,
+ * ".../q/<token>", its value "host pid tid", its create revision the
+ * fence. */
+static int
+etcd_lock_field(const char *name, const char *field, char *out, size_t len)
+{
+	char q[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200], val[512], pid[32];
+	long long rev;
+
+	etcd_queue(q, sizeof q, name);
+	if (th_etcd_first_kv(&etcd, 0, q, key, sizeof key, val, sizeof val, &rev) != 1)
+		return 0;
+	if (!strcmp(field, "token"))
+		snprintf(out, len, "%s", key + strlen(q));
+	else if (!strcmp(field, "fence"))
+		snprintf(out, len, "%lld", rev);
+	else if (!strcmp(field, "pid") && sscanf(val, "%*s %31s", pid) == 1)
+		snprintf(out, len, "%s", pid);
+	else
+		return 0;
+	return 1;
+}
+
 int
 dmt_lock_field(const struct th_redis *r, const char *name, const char *field, char *out,
 		size_t len)
 {
 	char k[DMUTEX_NAME_MAX + 32];
 
+	if (etcd_port)
+		return etcd_lock_field(name, field, out, len);
 	dmt_lock_key(k, sizeof k, name);
 	return dmt_lock_key_field(r, k, field, out, len);
 }
@@ -453,10 +539,32 @@ dmt_lock_field(const struct th_redis *r, const char *name, const char *field, ch
 long long
 dmt_lock_exists(const struct th_redis *r, const char *name)
 {
-	char k[DMUTEX_NAME_MAX + 32];
+	char k[DMUTEX_NAME_MAX + 64];
 
+	if (etcd_port) {
+		/* The lock's queue (README "etcd"): a holder's key, and its
+		 * waiters'. */
+		etcd_queue(k, sizeof k, name);
+		long long n = th_etcd_count_prefix(&etcd, 0, k);
+		return n < 0 ? LLONG_MIN : n > 0;
+	}
 	dmt_lock_key(k, sizeof k, name);
 	return th_redis_int(r, "EXISTS %s", k);
+}
+
+long long
+dmt_backend_waiters(const struct th_redis *r, const char *name)
+{
+	char k[DMUTEX_NAME_MAX + 64];
+	long long n;
+
+	if (!etcd_port)
+		return th_numsub(th_redis_cmd(r, "PUBSUB NUMSUB dmutex:wake:{%s}", name));
+	/* Behind the holder, one key per waiting process (its other threads
+	 * wait in the process). */
+	etcd_queue(k, sizeof k, name);
+	n = th_etcd_count_prefix(&etcd, 0, k);
+	return n < 0 ? -1 : n > 1 ? n - 1 : 0;
 }
 
 int
