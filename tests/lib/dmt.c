@@ -314,6 +314,15 @@ dmt_evalsha_calls_all(struct th_redis *first)
 	return sum;
 }
 
+long long
+dmt_etcd_kv_calls(void)
+{
+	if (!etcd_port)
+		return -1;
+	return th_etcd_metric(&etcd, 0, "grpc_server_handled_total",
+			"grpc_service=\"etcdserverpb.KV\"");
+}
+
 int
 dmt_etcd_pause(int on)
 {

@@ -88,6 +88,10 @@ int dmt_backend_up(struct th_redis *first);
  * tests keep their own counters and lists in it, but the locks are not
  * there.  1 in that run. */
 int dmt_etcd(void);
+/* In the etcd run: the KV requests (range, txn, put, delete) its member
+ * has served (its gRPC counters, which the JSON gateway's requests go
+ * through); -1 on error or outside that run. */
+long long dmt_etcd_kv_calls(void);
 /* In the etcd run: SIGSTOP (on) or SIGCONT (!on) its member.  0, or -1
  * (also outside that run). */
 int dmt_etcd_pause(int on);
