@@ -520,7 +520,7 @@ etcd_lock_field(const char *name, const char *field, char *out, size_t len)
 	long long rev;
 
 	etcd_queue(q, sizeof q, name);
-	if (th_etcd_first_kv(&etcd, 0, q, key, sizeof key, val, sizeof val, &rev) != 1)
+	if (th_etcd_first_kv(&etcd, 0, q, key, sizeof key, val, sizeof val, &rev, NULL) != 1)
 		return 0;
 	if (!strcmp(field, "token"))
 		snprintf(out, len, "%s", key + strlen(q));
@@ -576,10 +576,73 @@ dmt_backend_waiters(const struct th_redis *r, const char *name)
 	return n < 0 ? -1 : n > 1 ? n - 1 : 0;
 }
 
+/* NAME's key PART ("s", "n") over etcd: 1 and its value, 0 if absent. */
+static int
+etcd_name_key(const char *name, const char *part, char *val, size_t len)
+{
+	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200];
+
+	snprintf(k, sizeof k, "dmutex:m/%zu:%s/%s", strlen(name), name, part);
+	return th_etcd_first_kv(&etcd, 0, k, key, sizeof key, val, len, NULL, NULL) == 1;
+}
+
+/* dmt_meta_state over etcd (README "etcd"): ".../n" is the not-
+ * recoverable mark; ".../s" holds the robust holder's token, "held" while
+ * the queue's head has that token, "died" once it is gone. */
+static int
+etcd_meta_state(const char *name, char *out, size_t len)
+{
+	char v[256], tok[256];
+	const char *st = "";
+
+	if (etcd_name_key(name, "n", v, sizeof v))
+		st = "notrec";
+	else if (etcd_name_key(name, "s", v, sizeof v))
+		st = etcd_lock_field(name, "token", tok, sizeof tok) && !strcmp(tok, v) ? "held" : "died";
+	snprintf(out, len, "%s", st);
+	return *st != '\0';
+}
+
+long long
+dmt_lock_pttl(const struct th_redis *r, const char *name)
+{
+	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200], val[512];
+	long long lease, ttl;
+	int n;
+
+	if (!etcd_port) {
+		dmt_lock_key(k, sizeof k, name);
+		return th_redis_int(r, "PTTL %s", k);
+	}
+	etcd_queue(k, sizeof k, name);
+	if ((n = th_etcd_first_kv(&etcd, 0, k, key, sizeof key, val, sizeof val, NULL, &lease)) != 1)
+		return n == 0 ? -2 : LLONG_MIN;
+	if (!lease)
+		return -1;
+	ttl = th_etcd_lease_ttl(&etcd, 0, lease);
+	return ttl == -2 ? LLONG_MIN : ttl < 0 ? -2 : ttl * 1000;
+}
+
+long long
+dmt_lock_reset(const struct th_redis *r, const char *name)
+{
+	char k[DMUTEX_NAME_MAX + 64];
+
+	if (!etcd_port) {
+		dmt_lock_key(k, sizeof k, name);
+		return th_redis_int(r, "DEL %s", k);
+	}
+	snprintf(k, sizeof k, "dmutex:m/%zu:%s/n", strlen(name), name);
+	return th_etcd_delete_prefix(&etcd, 0, k);
+}
+
 int
 dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len)
 {
 	char k[DMUTEX_NAME_MAX + 32];
+
+	if (etcd_port)
+		return etcd_meta_state(name, out, len);
 
 	if (dmt_lock_field(r, name, "state", out, len))
 		return 1;       /* "3 notrec" (a fair lock's hash has no state) */

@@ -168,8 +168,17 @@ long long dmt_lock_exists(const struct th_redis *r, const char *name);
 long long dmt_backend_waiters(const struct th_redis *r, const char *name);
 /* The robust state of NAME into out ("" when absent = clean); 1 if there
  * is one: "notrec" when the lock key is the not-recoverable mark (layout
- * 3), else the meta hash's state. */
+ * 3), else the meta hash's state.  In the etcd run: "notrec", "held" or
+ * "died", read from NAME's keys there. */
 int dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len);
+/* PTTL of NAME's lock key (-2: none, LLONG_MIN: error).  In the etcd
+ * run: the TTL left of the holder's etcd lease, in whole seconds rounded
+ * down (x 1000). */
+long long dmt_lock_pttl(const struct th_redis *r, const char *name);
+/* What `dmutex reset` does to a not-recoverable lock: DEL of NAME's lock
+ * key (etcd: of its not-recoverable mark).  The number of keys deleted,
+ * LLONG_MIN or -1 on error. */
+long long dmt_lock_reset(const struct th_redis *r, const char *name);
 /* Number of keys matching pattern, -1 on error. */
 long long dmt_count_keys(const struct th_redis *r, const char *pattern);
 /* Sum of calls= of the named commands (NULL-terminated list) from one INFO

@@ -760,8 +760,32 @@ long long th_etcd_count_prefix(const struct th_etcd *e, int i, const char *prefi
 	return atoll(count);
 }
 
+long long th_etcd_lease_ttl(const struct th_etcd *e, int i, long long lease)
+{
+	char body[64], rep[1024], ttl[24];
+	snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", lease);
+	if (th_etcd_http(e, i, "/v3/lease/timetolive", body, NULL, rep, sizeof rep, 0) != 200)
+		return -2;
+	/* an expired lease answers TTL -1 */
+	if (th_etcd_json_str(rep, "TTL", ttl, sizeof ttl))
+		return -2;
+	return atoll(ttl);
+}
+
+long long th_etcd_delete_prefix(const struct th_etcd *e, int i, const char *prefix)
+{
+	char body[700], rep[4096], n[24];
+	if (prefix_body(prefix, NULL, body, sizeof body))
+		return -1;
+	if (th_etcd_http(e, i, "/v3/kv/deleterange", body, NULL, rep, sizeof rep, 0) != 200)
+		return -1;
+	if (th_etcd_json_str(rep, "deleted", n, sizeof n) != 0)
+		return 0; /* the gateway leaves zero values out */
+	return atoll(n);
+}
+
 int th_etcd_first_kv(const struct th_etcd *e, int i, const char *prefix, char *key, size_t klen,
-                     char *val, size_t vlen, long long *create_rev)
+                     char *val, size_t vlen, long long *create_rev, long long *lease)
 {
 	char body[700], rep[8192], k64[1200], v64[1200], rev[24];
 	if (prefix_body(prefix, "\"limit\":1,\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"",
@@ -783,6 +807,8 @@ int th_etcd_first_kv(const struct th_etcd *e, int i, const char *prefix, char *k
 		return -1;
 	if (create_rev)
 		*create_rev = atoll(rev);
+	if (lease)
+		*lease = th_etcd_json_str(kv, "lease", rev, sizeof rev) ? 0 : atoll(rev);
 	return 1;
 }
 
