@@ -72,14 +72,18 @@ acquire_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 
 	snprintf(who, sizeof who, "%s %ld %ld", e->base.cfg.host ? e->base.cfg.host : "",
 			(long)*e->base.cfg.pid, a->tid);
-	/* Not robust: no state and no mark (EOWNERDEAD and ENOTRECOVERABLE
-	 * are a robust lock's), as small a txn as a hand-made lock's. */
+	/* Not robust: no state of its own (EOWNERDEAD is a robust lock's),
+	 * as small a success branch as a hand-made lock's.  But the mark is
+	 * for every locker (README "ENOTRECOVERABLE is per name"): compared,
+	 * and read on failure with the state, whose presence (a robust
+	 * head) denies the watch's hand-off (read_queue). */
 	if (!a->robust)
-		return json_pack("{s:[o], s:[o], s:[o,o]}",
+		return json_pack("{s:[o,o], s:[o], s:[o,o,o,o]}",
 			"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
+				cmp(k->n, NULL, "VERSION", "EQUAL", "0"),
 			"success", dmutex__etcd_op_put(k->own, who, lease),
 			"failure", a->wait ? dmutex__etcd_op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
-				op_range(k->q, k->q_end, 1));
+				op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
 	return json_pack("{s:[o,o], s:[o,o,o], s:[o,o,o,o]}",
 		"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
 			cmp(k->n, NULL, "VERSION", "EQUAL", "0"),
@@ -152,8 +156,8 @@ read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, 
 	char key[DMUTEX__ETCD_KEY_MAX];
 	int bad = 0;
 
-	if (a->robust && (!(st = dmutex__etcd_resp(rep, 2, "range", "the state"))
-			|| !(nr = dmutex__etcd_resp(rep, 3, "range", "the mark"))))
+	if (!(st = dmutex__etcd_resp(rep, 2, "range", "the state"))
+			|| !(nr = dmutex__etcd_resp(rep, 3, "range", "the mark")))
 		return EIO;
 	if (!head)
 		return EIO;
@@ -167,7 +171,10 @@ read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, 
 			|| strcmp(key, k->own)) {
 		a->status = DMUTEX__ACQ_BUSY;
 		a->pttl_ms = -1;
-		if (kv && a->wait && !a->robust)
+		/* Not behind a robust head (its state is there): its
+		 * release may mark the lock not recoverable, which the
+		 * watch on the queue does not show. */
+		if (kv && a->wait && !a->robust && !dmutex__etcd_first_kv(st))
 			note_second(e, a, k, kv, json_array_get(json_object_get(head, "kvs"), 1), lease);
 		return 0;
 	}
@@ -192,10 +199,9 @@ recheck(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int
 	json_t *req, *rep = NULL, *own;
 	int err;
 
-	req = a->robust ? json_pack("{s:[o,o,o,o]}", "success", op_range(k->own, NULL, 0),
-			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0))
-		: json_pack("{s:[o,o]}", "success", op_range(k->own, NULL, 0),
-			op_range(k->q, k->q_end, 1));
+	/* The state and the mark for every locker, as in acquire_txn. */
+	req = json_pack("{s:[o,o,o,o]}", "success", op_range(k->own, NULL, 0),
+			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
 	if (!req)
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, a->deadline, NULL, &a->refused);
