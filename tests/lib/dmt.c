@@ -657,6 +657,8 @@ dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len
 long long
 dmt_count_keys(const struct th_redis *r, const char *pattern)
 {
+	if (etcd_port && !strcmp(pattern, "dmutex:lock:*"))
+		return th_etcd_count_prefix(&etcd, 0, "dmutex:m/");
 	redisReply *rep = th_redis_cmd(r, "KEYS %s", pattern);
 	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
 

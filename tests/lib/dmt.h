@@ -179,7 +179,8 @@ long long dmt_lock_pttl(const struct th_redis *r, const char *name);
  * key (etcd: of its not-recoverable mark).  The number of keys deleted,
  * LLONG_MIN or -1 on error. */
 long long dmt_lock_reset(const struct th_redis *r, const char *name);
-/* Number of keys matching pattern, -1 on error. */
+/* Number of keys matching pattern, -1 on error.  In the etcd run
+ * "dmutex:lock:*" counts every mutex key there (holds, waiters, states). */
 long long dmt_count_keys(const struct th_redis *r, const char *pattern);
 /* Sum of calls= of the named commands (NULL-terminated list) from one INFO
  * commandstats (a command never run counts 0); -1 on error. */
