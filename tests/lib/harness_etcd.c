@@ -748,16 +748,25 @@ static int prefix_body(const char *prefix, const char *more, char *body, size_t 
 	return 0;
 }
 
+/* A request on every key under prefix (more added to its body) whose
+ * answer's integer field (left out by the gateway when zero) is returned;
+ * -1 on error. */
+static long long prefix_int(const struct th_etcd *e, int i, const char *path, const char *prefix,
+                            const char *more, const char *field)
+{
+	char body[700], rep[4096], n[24];
+	if (prefix_body(prefix, more, body, sizeof body))
+		return -1;
+	if (th_etcd_http(e, i, path, body, NULL, rep, sizeof rep, 0) != 200)
+		return -1;
+	if (th_etcd_json_str(rep, field, n, sizeof n) != 0)
+		return 0; /* the gateway leaves zero values out */
+	return atoll(n);
+}
+
 long long th_etcd_count_prefix(const struct th_etcd *e, int i, const char *prefix)
 {
-	char body[700], rep[4096], count[24];
-	if (prefix_body(prefix, "\"count_only\":true", body, sizeof body))
-		return -1;
-	if (th_etcd_http(e, i, "/v3/kv/range", body, NULL, rep, sizeof rep, 0) != 200)
-		return -1;
-	if (th_etcd_json_str(rep, "count", count, sizeof count) != 0)
-		return 0; /* the gateway leaves zero values out */
-	return atoll(count);
+	return prefix_int(e, i, "/v3/kv/range", prefix, "\"count_only\":true", "count");
 }
 
 long long th_etcd_lease_ttl(const struct th_etcd *e, int i, long long lease)
@@ -774,14 +783,7 @@ long long th_etcd_lease_ttl(const struct th_etcd *e, int i, long long lease)
 
 long long th_etcd_delete_prefix(const struct th_etcd *e, int i, const char *prefix)
 {
-	char body[700], rep[4096], n[24];
-	if (prefix_body(prefix, NULL, body, sizeof body))
-		return -1;
-	if (th_etcd_http(e, i, "/v3/kv/deleterange", body, NULL, rep, sizeof rep, 0) != 200)
-		return -1;
-	if (th_etcd_json_str(rep, "deleted", n, sizeof n) != 0)
-		return 0; /* the gateway leaves zero values out */
-	return atoll(n);
+	return prefix_int(e, i, "/v3/kv/deleterange", prefix, NULL, "deleted");
 }
 
 int th_etcd_first_kv(const struct th_etcd *e, int i, const char *prefix, char *key, size_t klen,
