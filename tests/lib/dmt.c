@@ -152,6 +152,17 @@ node_url(char *buf, size_t len, const char *userinfo, int port, const char *opts
  * the tests' own counters and lists) name it instead. */
 static struct th_etcd etcd;
 static int etcd_port;           /* first's Redis port: dmt_url's etcd alias */
+/* The KV requests this process's helpers made (each read below is one):
+ * dmt_etcd_kv_calls leaves them out, so that a test may read etcd while
+ * it counts the library's requests. */
+static long long etcd_own;
+
+static const struct th_etcd *
+own_req(void)
+{
+	etcd_own++;
+	return &etcd;
+}
 
 int
 dmt_etcd(void)
@@ -319,8 +330,15 @@ dmt_etcd_kv_calls(void)
 {
 	if (!etcd_port)
 		return -1;
-	return th_etcd_metric(&etcd, 0, "grpc_server_handled_total",
+	long long n = th_etcd_metric(&etcd, 0, "grpc_server_handled_total",
 			"grpc_service=\"etcdserverpb.KV\"");
+	return n < 0 ? -1 : n - etcd_own;
+}
+
+int
+dmt_etcd_kill(void)
+{
+	return etcd_port ? th_etcd_kill(&etcd, 0) : -1;
 }
 
 int
@@ -520,7 +538,7 @@ etcd_lock_field(const char *name, const char *field, char *out, size_t len)
 	long long rev;
 
 	etcd_queue(q, sizeof q, name);
-	if (th_etcd_first_kv(&etcd, 0, q, key, sizeof key, val, sizeof val, &rev, NULL) != 1)
+	if (th_etcd_first_kv(own_req(), 0, q, key, sizeof key, val, sizeof val, &rev, NULL) != 1)
 		return 0;
 	if (!strcmp(field, "token"))
 		snprintf(out, len, "%s", key + strlen(q));
@@ -554,7 +572,7 @@ dmt_lock_exists(const struct th_redis *r, const char *name)
 		/* The lock's queue (README "etcd"): a holder's key, and its
 		 * waiters'. */
 		etcd_queue(k, sizeof k, name);
-		long long n = th_etcd_count_prefix(&etcd, 0, k);
+		long long n = th_etcd_count_prefix(own_req(), 0, k);
 		return n < 0 ? LLONG_MIN : n > 0;
 	}
 	dmt_lock_key(k, sizeof k, name);
@@ -572,7 +590,7 @@ dmt_backend_waiters(const struct th_redis *r, const char *name)
 	/* Behind the holder, one key per waiting process (its other threads
 	 * wait in the process). */
 	etcd_queue(k, sizeof k, name);
-	n = th_etcd_count_prefix(&etcd, 0, k);
+	n = th_etcd_count_prefix(own_req(), 0, k);
 	return n < 0 ? -1 : n > 1 ? n - 1 : 0;
 }
 
@@ -583,7 +601,7 @@ etcd_name_key(const char *name, const char *part, char *val, size_t len)
 	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200];
 
 	snprintf(k, sizeof k, "dmutex:m/%zu:%s/%s", strlen(name), name, part);
-	return th_etcd_first_kv(&etcd, 0, k, key, sizeof key, val, len, NULL, NULL) == 1;
+	return th_etcd_first_kv(own_req(), 0, k, key, sizeof key, val, len, NULL, NULL) == 1;
 }
 
 /* dmt_meta_state over etcd (README "etcd"): ".../n" is the not-
@@ -615,7 +633,7 @@ dmt_lock_pttl(const struct th_redis *r, const char *name)
 		return th_redis_int(r, "PTTL %s", k);
 	}
 	etcd_queue(k, sizeof k, name);
-	if ((n = th_etcd_first_kv(&etcd, 0, k, key, sizeof key, val, sizeof val, NULL, &lease)) != 1)
+	if ((n = th_etcd_first_kv(own_req(), 0, k, key, sizeof key, val, sizeof val, NULL, &lease)) != 1)
 		return n == 0 ? -2 : LLONG_MIN;
 	if (!lease)
 		return -1;
@@ -633,7 +651,7 @@ dmt_lock_reset(const struct th_redis *r, const char *name)
 		return th_redis_int(r, "DEL %s", k);
 	}
 	snprintf(k, sizeof k, "dmutex:m/%zu:%s/n", strlen(name), name);
-	return th_etcd_delete_prefix(&etcd, 0, k);
+	return th_etcd_delete_prefix(own_req(), 0, k);
 }
 
 int
@@ -658,7 +676,7 @@ long long
 dmt_count_keys(const struct th_redis *r, const char *pattern)
 {
 	if (etcd_port && !strcmp(pattern, "dmutex:lock:*"))
-		return th_etcd_count_prefix(&etcd, 0, "dmutex:m/");
+		return th_etcd_count_prefix(own_req(), 0, "dmutex:m/");
 	redisReply *rep = th_redis_cmd(r, "KEYS %s", pattern);
 	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
 

@@ -90,11 +90,14 @@ int dmt_backend_up(struct th_redis *first);
 int dmt_etcd(void);
 /* In the etcd run: the KV requests (range, txn, put, delete) its member
  * has served (its gRPC counters, which the JSON gateway's requests go
- * through); -1 on error or outside that run. */
+ * through), less those of this process's dmt_ reads of etcd; -1 on error
+ * or outside that run. */
 long long dmt_etcd_kv_calls(void);
 /* In the etcd run: SIGSTOP (on) or SIGCONT (!on) its member.  0, or -1
  * (also outside that run). */
 int dmt_etcd_pause(int on);
+/* In the etcd run: SIGKILL its member (the server stopped).  0 or -1. */
+int dmt_etcd_kill(void);
 /* Skip the calling test in the etcd run: it reads or faults the lock's
  * state in Redis (a key, a script count, a Pub/Sub channel), which over
  * etcd is not there.  why says what it reads. */

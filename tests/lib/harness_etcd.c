@@ -734,13 +734,14 @@ static int b64_dec(const char *src, char *out, size_t outlen)
 static int prefix_body(const char *prefix, const char *more, char *body, size_t len)
 {
 	/* base64 of prefix and of prefix with its last byte + 1 (range_end) */
+	/* (a 512-byte name and its kind and prefix fit) */
 	size_t n = strlen(prefix);
-	if (n == 0 || n > 200)
+	if (n == 0 || n > 600)
 		return -1;
-	unsigned char end[201];
+	unsigned char end[601];
 	memcpy(end, prefix, n);
 	end[n - 1]++;
-	char k[300], r[300];
+	char k[804], r[804];
 	b64_enc((const unsigned char *)prefix, n, k);
 	b64_enc(end, n, r);
 	snprintf(body, len, "{\"key\":\"%s\",\"range_end\":\"%s\"%s%s}", k, r, more ? "," : "",
@@ -754,7 +755,7 @@ static int prefix_body(const char *prefix, const char *more, char *body, size_t 
 static long long prefix_int(const struct th_etcd *e, int i, const char *path, const char *prefix,
                             const char *more, const char *field)
 {
-	char body[700], rep[4096], n[24];
+	char body[1800], rep[4096], n[24];
 	if (prefix_body(prefix, more, body, sizeof body))
 		return -1;
 	if (th_etcd_http(e, i, path, body, NULL, rep, sizeof rep, 0) != 200)
@@ -789,7 +790,7 @@ long long th_etcd_delete_prefix(const struct th_etcd *e, int i, const char *pref
 int th_etcd_first_kv(const struct th_etcd *e, int i, const char *prefix, char *key, size_t klen,
                      char *val, size_t vlen, long long *create_rev, long long *lease)
 {
-	char body[700], rep[8192], k64[1200], v64[1200], rev[24];
+	char body[1800], rep[8192], k64[1200], v64[1200], rev[24];
 	if (prefix_body(prefix, "\"limit\":1,\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"",
 	                body, sizeof body))
 		return -1;
