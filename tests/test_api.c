@@ -1431,7 +1431,7 @@ Test(api, key_deleted_under_holder_enolck)
 	dmutex_t m;
 
 	DMT_SINGLE_NODE();
-	DMT_REDIS_STATE("DEL of the lock key under its holder; over etcd a renewal is its lease's keep-alive, which does not see it");
+	DMT_REDIS_STATE("DEL of the Redis lock key under its holder");
 
 	open_client(NULL);
 	/* The renewal notices the loss at most a third of a lease after the

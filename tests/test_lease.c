@@ -556,9 +556,7 @@ Test(lease, relock_during_slow_onlost_keeps_renewing)
 	uint64_t tok;
 
 	DMT_SINGLE_NODE();      /* it deletes the key on one server */
-	/* Over etcd a renewal is its lease's keep-alive, which does not see
-	 * a key deleted behind the holder's back (README "etcd"). */
-	DMT_REDIS_STATE("DEL of the lock key under its holder");
+	DMT_REDIS_STATE("DEL of the Redis lock key under its holder");
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
 	cr_assert_eq(dmt_init_mutex(&m, "slow-onlost", c,
 			&(struct dmt_attr){ .lease_ms = 1000, .onlost = slow_onlost }), 0);
