@@ -2,6 +2,7 @@
  * dmutex-aware test helpers.  See dmt.h for the contract.
  */
 #include "dmt.h"
+#include "harness_etcd.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -146,10 +147,55 @@ node_url(char *buf, size_t len, const char *userinfo, int port, const char *opts
 			ui ? "@" : "", port, op ? "?" : "", op ? opts : "");
 }
 
+/* DMUTEX_TEST_ETCD=1: the run's locks are in one etcd member that
+ * dmt_backend_up starts; the URLs of `first` (whose Redis stays up for
+ * the tests' own counters and lists) name it instead. */
+static struct th_etcd etcd;
+static int etcd_port;           /* first's Redis port: dmt_url's etcd alias */
+/* The KV requests this process's helpers made (each read below is one):
+ * dmt_etcd_kv_calls leaves them out, so that a test may read etcd while
+ * it counts the library's requests. */
+static long long etcd_own;
+
+static const struct th_etcd *
+own_req(void)
+{
+	etcd_own++;
+	return &etcd;
+}
+
+int
+dmt_etcd(void)
+{
+	const char *v = getenv("DMUTEX_TEST_ETCD");
+	return v && *v && strcmp(v, "0");
+}
+
+/* "etcd://[USERINFO@]127.0.0.1:P?OPTS&command_timeout_ms=T" (T as for
+ * Redis, unless opts chose one). */
+static void
+etcd_url(char *buf, size_t len, const char *userinfo, const char *opts)
+{
+	int ui = userinfo && *userinfo, op = opts && *opts;
+	int cmd = !(op && strstr(opts, "command_timeout_ms"));
+
+	snprintf(buf, len, "etcd://%s%s127.0.0.1:%d?%s%s", ui ? userinfo : "", ui ? "@" : "",
+			etcd.m[0].client_port, op ? opts : "", op && cmd ? "&" : "");
+	if (cmd) {
+		size_t used = strlen(buf);
+		snprintf(buf + used, len - used, "command_timeout_ms=%d", th_command_timeout_ms());
+	}
+}
+
 void
 dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *opts)
 {
 	char more[512];
+
+	if (etcd_port && port == etcd_port) {
+		etcd_url(buf, len, userinfo, opts);
+		return;
+	}
 
 	/* Redlock: the default node timeout is 5 % of the lease, at least
 	 * 50 ms, and a node that misses it is skipped for 200 ms.  On the
@@ -216,6 +262,15 @@ dmt_backend_up(struct th_redis *first)
 
 	nextra = 0;
 	ntls = 0;
+	etcd_port = 0;
+	if (dmt_etcd()) {
+		if (th_etcd_start(&etcd, NULL, 0))
+			return -1;
+		etcd_port = first->port;
+		etcd_url(first->url, sizeof first->url, NULL, NULL);
+		etcd_url(first->unix_url, sizeof first->unix_url, NULL, NULL);
+		return 0;
+	}
 	for (int i = 0; i < n - 1; i++) {
 		if (th_redis_start(&extra[i], first->extra[0] ? first->extra : NULL))
 			return -1;
@@ -270,12 +325,38 @@ dmt_evalsha_calls_all(struct th_redis *first)
 	return sum;
 }
 
+long long
+dmt_etcd_kv_calls(void)
+{
+	if (!etcd_port)
+		return -1;
+	long long n = th_etcd_metric(&etcd, 0, "grpc_server_handled_total",
+			"grpc_service=\"etcdserverpb.KV\"");
+	return n < 0 ? -1 : n - etcd_own;
+}
+
+int
+dmt_etcd_kill(void)
+{
+	return etcd_port ? th_etcd_kill(&etcd, 0) : -1;
+}
+
+int
+dmt_etcd_pause(int on)
+{
+	if (!etcd_port)
+		return -1;
+	return on ? th_etcd_pause(&etcd, 0) : th_etcd_resume(&etcd, 0);
+}
+
 void
 dmt_backend_down(void)
 {
 	for (int i = 0; i < nextra; i++)
 		th_redis_stop(&extra[i]);
 	nextra = 0;
+	th_etcd_stop(&etcd);
+	etcd_port = 0;
 }
 
 void
@@ -440,12 +521,44 @@ dmt_lock_set(const struct th_redis *r, const char *name, const char *field, cons
 	return ok ? 0 : -1;
 }
 
+/* NAME's queue in etcd (README "etcd": the default prefix). */
+static void
+etcd_queue(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "dmutex:m/%zu:%s/q/", strlen(name), name);
+}
+
+/* dmt_lock_field over etcd: the holder is the queue's oldest key,
+ * ".../q/<token>", its value "host pid tid", its create revision the
+ * fence. */
+static int
+etcd_lock_field(const char *name, const char *field, char *out, size_t len)
+{
+	char q[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200], val[512], pid[32];
+	long long rev;
+
+	etcd_queue(q, sizeof q, name);
+	if (th_etcd_first_kv(own_req(), 0, q, key, sizeof key, val, sizeof val, &rev, NULL) != 1)
+		return 0;
+	if (!strcmp(field, "token"))
+		snprintf(out, len, "%s", key + strlen(q));
+	else if (!strcmp(field, "fence"))
+		snprintf(out, len, "%lld", rev);
+	else if (!strcmp(field, "pid") && sscanf(val, "%*s %31s", pid) == 1)
+		snprintf(out, len, "%s", pid);
+	else
+		return 0;
+	return 1;
+}
+
 int
 dmt_lock_field(const struct th_redis *r, const char *name, const char *field, char *out,
 		size_t len)
 {
 	char k[DMUTEX_NAME_MAX + 32];
 
+	if (etcd_port)
+		return etcd_lock_field(name, field, out, len);
 	dmt_lock_key(k, sizeof k, name);
 	return dmt_lock_key_field(r, k, field, out, len);
 }
@@ -453,16 +566,101 @@ dmt_lock_field(const struct th_redis *r, const char *name, const char *field, ch
 long long
 dmt_lock_exists(const struct th_redis *r, const char *name)
 {
-	char k[DMUTEX_NAME_MAX + 32];
+	char k[DMUTEX_NAME_MAX + 64];
 
+	if (etcd_port) {
+		/* The lock's queue (README "etcd"): a holder's key, and its
+		 * waiters'. */
+		etcd_queue(k, sizeof k, name);
+		long long n = th_etcd_count_prefix(own_req(), 0, k);
+		return n < 0 ? LLONG_MIN : n > 0;
+	}
 	dmt_lock_key(k, sizeof k, name);
 	return th_redis_int(r, "EXISTS %s", k);
+}
+
+long long
+dmt_backend_waiters(const struct th_redis *r, const char *name)
+{
+	char k[DMUTEX_NAME_MAX + 64];
+	long long n;
+
+	if (!etcd_port)
+		return th_numsub(th_redis_cmd(r, "PUBSUB NUMSUB dmutex:wake:{%s}", name));
+	/* Behind the holder, one key per waiting process (its other threads
+	 * wait in the process). */
+	etcd_queue(k, sizeof k, name);
+	n = th_etcd_count_prefix(own_req(), 0, k);
+	return n < 0 ? -1 : n > 1 ? n - 1 : 0;
+}
+
+/* NAME's key PART ("s", "n") over etcd: 1 and its value, 0 if absent. */
+static int
+etcd_name_key(const char *name, const char *part, char *val, size_t len)
+{
+	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200];
+
+	snprintf(k, sizeof k, "dmutex:m/%zu:%s/%s", strlen(name), name, part);
+	return th_etcd_first_kv(own_req(), 0, k, key, sizeof key, val, len, NULL, NULL) == 1;
+}
+
+/* dmt_meta_state over etcd (README "etcd"): ".../n" is the not-
+ * recoverable mark; ".../s" holds the robust holder's token, "held" while
+ * the queue's head has that token, "died" once it is gone. */
+static int
+etcd_meta_state(const char *name, char *out, size_t len)
+{
+	char v[256], tok[256];
+	const char *st = "";
+
+	if (etcd_name_key(name, "n", v, sizeof v))
+		st = "notrec";
+	else if (etcd_name_key(name, "s", v, sizeof v))
+		st = etcd_lock_field(name, "token", tok, sizeof tok) && !strcmp(tok, v) ? "held" : "died";
+	snprintf(out, len, "%s", st);
+	return *st != '\0';
+}
+
+long long
+dmt_lock_pttl(const struct th_redis *r, const char *name)
+{
+	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200], val[512];
+	long long lease, ttl;
+	int n;
+
+	if (!etcd_port) {
+		dmt_lock_key(k, sizeof k, name);
+		return th_redis_int(r, "PTTL %s", k);
+	}
+	etcd_queue(k, sizeof k, name);
+	if ((n = th_etcd_first_kv(own_req(), 0, k, key, sizeof key, val, sizeof val, NULL, &lease)) != 1)
+		return n == 0 ? -2 : LLONG_MIN;
+	if (!lease)
+		return -1;
+	ttl = th_etcd_lease_ttl(&etcd, 0, lease);
+	return ttl == -2 ? LLONG_MIN : ttl < 0 ? -2 : ttl * 1000;
+}
+
+long long
+dmt_lock_reset(const struct th_redis *r, const char *name)
+{
+	char k[DMUTEX_NAME_MAX + 64];
+
+	if (!etcd_port) {
+		dmt_lock_key(k, sizeof k, name);
+		return th_redis_int(r, "DEL %s", k);
+	}
+	snprintf(k, sizeof k, "dmutex:m/%zu:%s/n", strlen(name), name);
+	return th_etcd_delete_prefix(own_req(), 0, k);
 }
 
 int
 dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len)
 {
 	char k[DMUTEX_NAME_MAX + 32];
+
+	if (etcd_port)
+		return etcd_meta_state(name, out, len);
 
 	if (dmt_lock_field(r, name, "state", out, len))
 		return 1;       /* "3 notrec" (a fair lock's hash has no state) */
@@ -477,6 +675,8 @@ dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len
 long long
 dmt_count_keys(const struct th_redis *r, const char *pattern)
 {
+	if (etcd_port && !strcmp(pattern, "dmutex:lock:*"))
+		return th_etcd_count_prefix(own_req(), 0, "dmutex:m/");
 	redisReply *rep = th_redis_cmd(r, "KEYS %s", pattern);
 	long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
 

@@ -81,6 +81,30 @@ void dmt_url(char *buf, size_t len, const char *userinfo, int port, const char *
  * start.
  */
 int dmt_backend_up(struct th_redis *first);
+/* The etcd run (suite 'etcd', test names NAME-etcd; environment
+ * DMUTEX_TEST_ETCD=1): dmt_backend_up starts one etcd member, and
+ * first->url, first->unix_url and dmt_url(..., first->port, ...) name it
+ * (etcd://127.0.0.1:P?OPTS&command_timeout_ms=T).  `first` stays up: the
+ * tests keep their own counters and lists in it, but the locks are not
+ * there.  1 in that run. */
+int dmt_etcd(void);
+/* In the etcd run: the KV requests (range, txn, put, delete) its member
+ * has served (its gRPC counters, which the JSON gateway's requests go
+ * through), less those of this process's dmt_ reads of etcd; -1 on error
+ * or outside that run. */
+long long dmt_etcd_kv_calls(void);
+/* In the etcd run: SIGSTOP (on) or SIGCONT (!on) its member.  0, or -1
+ * (also outside that run). */
+int dmt_etcd_pause(int on);
+/* In the etcd run: SIGKILL its member (the server stopped).  0 or -1. */
+int dmt_etcd_kill(void);
+/* Skip the calling test in the etcd run: it reads or faults the lock's
+ * state in Redis (a key, a script count, a Pub/Sub channel), which over
+ * etcd is not there.  why says what it reads. */
+#define DMT_REDIS_STATE(why) do { \
+	if (dmt_etcd()) \
+		cr_skip_test("reads Redis's lock state (%s): not there over etcd", why); \
+} while (0)
 /* Stop the extra servers (the harness's atexit handler would, too). */
 void dmt_backend_down(void);
 /* Number of Redis masters in this run (1, or N). */
@@ -128,6 +152,8 @@ int dmt_lock_key_field(const struct th_redis *r, const char *key, const char *fi
 /* dmt_lock_key_field of NAME's lock key (the default prefix). */
 int dmt_lock_field(const struct th_redis *r, const char *name, const char *field, char *out,
 		size_t len);
+/* (In the etcd run dmt_lock_field knows token, pid and fence: of the
+ * queue's oldest key, the holder's.) */
 /* The same for a layout-3 value already read (GET). */
 int dmt_lock_value_field(const char *val, const char *field, char *out, size_t len);
 /* Change one field of NAME's lock key while it is held, its TTL kept, as
@@ -135,13 +161,29 @@ int dmt_lock_value_field(const char *val, const char *field, char *out, size_t l
  * that flag added; value ignored), a hash gets HSET.  0, or -1 (no key,
  * not a hold's value, or an error). */
 int dmt_lock_set(const struct th_redis *r, const char *name, const char *field, const char *value);
-/* EXISTS of NAME's lock key: 1, 0, or LLONG_MIN on error. */
+/* EXISTS of NAME's lock key: 1, 0, or LLONG_MIN on error.  In the etcd
+ * run: whether NAME's queue holds a key (a hold or a waiter). */
 long long dmt_lock_exists(const struct th_redis *r, const char *name);
+/* The processes waiting for NAME on the backend: subscribers of its wake
+ * channel on Redis (PUBSUB NUMSUB; one per process, whose other threads
+ * wait in the process), the keys queued behind the holder's over etcd.
+ * -1 on error. */
+long long dmt_backend_waiters(const struct th_redis *r, const char *name);
 /* The robust state of NAME into out ("" when absent = clean); 1 if there
  * is one: "notrec" when the lock key is the not-recoverable mark (layout
- * 3), else the meta hash's state. */
+ * 3), else the meta hash's state.  In the etcd run: "notrec", "held" or
+ * "died", read from NAME's keys there. */
 int dmt_meta_state(const struct th_redis *r, const char *name, char *out, size_t len);
-/* Number of keys matching pattern, -1 on error. */
+/* PTTL of NAME's lock key (-2: none, LLONG_MIN: error).  In the etcd
+ * run: the TTL left of the holder's etcd lease, in whole seconds rounded
+ * down (x 1000). */
+long long dmt_lock_pttl(const struct th_redis *r, const char *name);
+/* What `dmutex reset` does to a not-recoverable lock: DEL of NAME's lock
+ * key (etcd: of its not-recoverable mark).  The number of keys deleted,
+ * LLONG_MIN or -1 on error. */
+long long dmt_lock_reset(const struct th_redis *r, const char *name);
+/* Number of keys matching pattern, -1 on error.  In the etcd run
+ * "dmutex:lock:*" counts every mutex key there (holds, waiters, states). */
 long long dmt_count_keys(const struct th_redis *r, const char *pattern);
 /* Sum of calls= of the named commands (NULL-terminated list) from one INFO
  * commandstats (a command never run counts 0); -1 on error. */

@@ -689,38 +689,130 @@ int th_etcd_kill_leader(struct th_etcd *e, int *new_leader, int timeout_ms)
 	return l >= 0 ? old : -1;
 }
 
-long long th_etcd_count_prefix(const struct th_etcd *e, int i, const char *prefix)
+static const char b64_tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* base64 of the n bytes at src into dst (4 * ((n + 2) / 3) + 1 bytes). */
+static void b64_enc(const unsigned char *src, size_t n, char *dst)
+{
+	size_t o = 0;
+	for (size_t j = 0; j < n; j += 3) {
+		unsigned v = (unsigned)src[j] << 16 | (j + 1 < n ? src[j + 1] << 8 : 0) |
+		             (j + 2 < n ? src[j + 2] : 0);
+		dst[o++] = b64_tab[v >> 18 & 63];
+		dst[o++] = b64_tab[v >> 12 & 63];
+		dst[o++] = j + 1 < n ? b64_tab[v >> 6 & 63] : '=';
+		dst[o++] = j + 2 < n ? b64_tab[v & 63] : '=';
+	}
+	dst[o] = '\0';
+}
+
+/* Decode base64 src into out (NUL-terminated); 0, or -1 if it does not
+ * fit or is not base64. */
+static int b64_dec(const char *src, char *out, size_t outlen)
+{
+	size_t o = 0;
+	unsigned v = 0;
+	int bits = 0;
+	for (; *src && *src != '='; src++) {
+		const char *at = strchr(b64_tab, *src);
+		if (!at)
+			return -1;
+		v = v << 6 | (unsigned)(at - b64_tab);
+		if ((bits += 6) >= 8) {
+			bits -= 8;
+			if (o + 1 >= outlen)
+				return -1;
+			out[o++] = (char)(v >> bits & 0xff);
+		}
+	}
+	out[o] = '\0';
+	return 0;
+}
+
+/* The range body for every key under prefix, with more (NULL: none)
+ * added to the object: 0, or -1 if prefix is empty or too long. */
+static int prefix_body(const char *prefix, const char *more, char *body, size_t len)
 {
 	/* base64 of prefix and of prefix with its last byte + 1 (range_end) */
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	/* (a 512-byte name and its kind and prefix fit) */
 	size_t n = strlen(prefix);
-	if (n == 0 || n > 200)
+	if (n == 0 || n > 600)
 		return -1;
-	unsigned char end[201];
+	unsigned char end[601];
 	memcpy(end, prefix, n);
 	end[n - 1]++;
-	char k[300], r[300];
-	const unsigned char *src[2] = { (const unsigned char *)prefix, end };
-	char *dst[2] = { k, r };
-	for (int s = 0; s < 2; s++) {
-		size_t o = 0;
-		for (size_t j = 0; j < n; j += 3) {
-			unsigned v = (unsigned)src[s][j] << 16 | (j + 1 < n ? src[s][j + 1] << 8 : 0) |
-			             (j + 2 < n ? src[s][j + 2] : 0);
-			dst[s][o++] = tab[v >> 18 & 63];
-			dst[s][o++] = tab[v >> 12 & 63];
-			dst[s][o++] = j + 1 < n ? tab[v >> 6 & 63] : '=';
-			dst[s][o++] = j + 2 < n ? tab[v & 63] : '=';
-		}
-		dst[s][o] = '\0';
-	}
-	char body[700], rep[4096], count[24];
-	snprintf(body, sizeof body, "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}", k, r);
+	char k[804], r[804];
+	b64_enc((const unsigned char *)prefix, n, k);
+	b64_enc(end, n, r);
+	snprintf(body, len, "{\"key\":\"%s\",\"range_end\":\"%s\"%s%s}", k, r, more ? "," : "",
+	         more ? more : "");
+	return 0;
+}
+
+/* A request on every key under prefix (more added to its body) whose
+ * answer's integer field (left out by the gateway when zero) is returned;
+ * -1 on error. */
+static long long prefix_int(const struct th_etcd *e, int i, const char *path, const char *prefix,
+                            const char *more, const char *field)
+{
+	char body[1800], rep[4096], n[24];
+	if (prefix_body(prefix, more, body, sizeof body))
+		return -1;
+	if (th_etcd_http(e, i, path, body, NULL, rep, sizeof rep, 0) != 200)
+		return -1;
+	if (th_etcd_json_str(rep, field, n, sizeof n) != 0)
+		return 0; /* the gateway leaves zero values out */
+	return atoll(n);
+}
+
+long long th_etcd_count_prefix(const struct th_etcd *e, int i, const char *prefix)
+{
+	return prefix_int(e, i, "/v3/kv/range", prefix, "\"count_only\":true", "count");
+}
+
+long long th_etcd_lease_ttl(const struct th_etcd *e, int i, long long lease)
+{
+	char body[64], rep[1024], ttl[24];
+	snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", lease);
+	if (th_etcd_http(e, i, "/v3/lease/timetolive", body, NULL, rep, sizeof rep, 0) != 200)
+		return -2;
+	/* an expired lease answers TTL -1 */
+	if (th_etcd_json_str(rep, "TTL", ttl, sizeof ttl))
+		return -2;
+	return atoll(ttl);
+}
+
+long long th_etcd_delete_prefix(const struct th_etcd *e, int i, const char *prefix)
+{
+	return prefix_int(e, i, "/v3/kv/deleterange", prefix, NULL, "deleted");
+}
+
+int th_etcd_first_kv(const struct th_etcd *e, int i, const char *prefix, char *key, size_t klen,
+                     char *val, size_t vlen, long long *create_rev, long long *lease)
+{
+	char body[1800], rep[8192], k64[1200], v64[1200], rev[24];
+	if (prefix_body(prefix, "\"limit\":1,\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"",
+	                body, sizeof body))
+		return -1;
 	if (th_etcd_http(e, i, "/v3/kv/range", body, NULL, rep, sizeof rep, 0) != 200)
 		return -1;
-	if (th_etcd_json_str(rep, "count", count, sizeof count) != 0)
-		return 0; /* the gateway leaves zero values out */
-	return atoll(count);
+	/* "kvs":[{"key":...,"create_revision":...,"value":...}]: the kv's
+	 * fields come before the header's "count"; none when no key. */
+	const char *kv = strstr(rep, "\"kvs\":");
+	if (!kv)
+		return 0;
+	if (th_etcd_json_str(kv, "key", k64, sizeof k64) || b64_dec(k64, key, klen) ||
+	    th_etcd_json_str(kv, "create_revision", rev, sizeof rev))
+		return -1;
+	if (th_etcd_json_str(kv, "value", v64, sizeof v64))
+		v64[0] = '\0'; /* an empty value is left out */
+	if (b64_dec(v64, val, vlen))
+		return -1;
+	if (create_rev)
+		*create_rev = atoll(rev);
+	if (lease)
+		*lease = th_etcd_json_str(kv, "lease", rev, sizeof rev) ? 0 : atoll(rev);
+	return 1;
 }
 
 /* ------------------------------------------------------------------ */

@@ -128,6 +128,18 @@ long long th_etcd_metric(const struct th_etcd *e, int i, const char *name, const
  * member i, without auth; -1 on error. */
 long long th_etcd_count_prefix(const struct th_etcd *e, int i, const char *prefix);
 
+/* The oldest key (lowest create revision) under prefix, through member i,
+ * without auth: its key, value (decoded), create revision and lease (0:
+ * none; create_rev and lease may be NULL).  1 if there is one, 0 if none,
+ * -1 on error. */
+int th_etcd_first_kv(const struct th_etcd *e, int i, const char *prefix, char *key, size_t klen,
+                     char *val, size_t vlen, long long *create_rev, long long *lease);
+/* The seconds left of lease (etcd's TimeToLive: whole seconds, rounded
+ * down), -1 if it has ended, -2 on error. */
+long long th_etcd_lease_ttl(const struct th_etcd *e, int i, long long lease);
+/* Delete every key under prefix: the number deleted, or -1. */
+long long th_etcd_delete_prefix(const struct th_etcd *e, int i, const char *prefix);
+
 /*
  * Run etcdctl (v3 API) against the cluster's endpoints with args (a
  * NULL-terminated list after the endpoints; deadline 15 s x th_slowdown);

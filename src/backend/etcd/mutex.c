@@ -80,20 +80,24 @@ plain_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, i
 		json_t **rep)
 {
 	char who[300], wb[DMUTEX__ETCD_B64_LEN(sizeof who)];
-	char q[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], end[sizeof q], own[sizeof q];
-	char body[4 * sizeof q + sizeof wb];
+	char q[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], end[sizeof q], own[sizeof q], nr[sizeof q];
+	char body[5 * sizeof q + sizeof wb];
 	int n;
 
 	who_of(e, a, who, sizeof who);
 	if (dmutex__etcd_b64_to(k->q, strlen(k->q), q, sizeof q)
 			|| dmutex__etcd_b64_to(k->q_end, strlen(k->q_end), end, sizeof end)
 			|| dmutex__etcd_b64_to(k->own, strlen(k->own), own, sizeof own)
+			|| dmutex__etcd_b64_to(k->n, strlen(k->n), nr, sizeof nr)
 			|| dmutex__etcd_b64_to(who, strlen(who), wb, sizeof wb))
 		return EINVAL;          /* not with keys of DMUTEX__ETCD_KEY_MAX */
+	/* The not-recoverable mark is every locker's (README "ENOTRECOVERABLE
+	 * is per name"): compared here too, read by queue_txn or read_txn. */
 	n = snprintf(body, sizeof body, "{\"compare\":[{\"key\":\"%s\",\"range_end\":\"%s\","
-			"\"target\":\"VERSION\",\"result\":\"EQUAL\",\"version\":\"0\"}],"
+			"\"target\":\"VERSION\",\"result\":\"EQUAL\",\"version\":\"0\"},"
+			"{\"key\":\"%s\",\"target\":\"VERSION\",\"result\":\"EQUAL\",\"version\":\"0\"}],"
 			"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
-			"\"lease\":\"%lld\"}}]}", q, end, own, wb, (long long)lease);
+			"\"lease\":\"%lld\"}}]}", q, end, nr, own, wb, (long long)lease);
 	if (n < 0 || (size_t)n >= sizeof body)
 		return EINVAL;
 	return dmutex__etcd_post(e->http, "/v3/kv/txn", body, (size_t)n, rep, a->deadline,
@@ -101,15 +105,16 @@ plain_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, i
 }
 
 /* A waiter of a lock not robust that found it taken: queue its key and
- * read the head (and who is next), as the failure branch did. */
+ * read the head (and who is next), the robust state (a robust head's
+ * release may mark the lock, which the watch does not show) and the mark. */
 static json_t *
 queue_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct keys *k, int64_t lease)
 {
 	char who[300];
 
 	who_of(e, a, who, sizeof who);
-	return json_pack("{s:[o,o]}", "success", dmutex__etcd_op_put(k->own, who, lease),
-			op_range(k->q, k->q_end, 1));
+	return json_pack("{s:[o,o,o,o]}", "success", dmutex__etcd_op_put(k->own, who, lease),
+			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
 }
 
 /* A robust lock's acquisition txn: a free lock (nobody queued, not "not
@@ -130,15 +135,13 @@ acquire_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
 }
 
-/* Our key and the queue (and a robust lock's state and mark): a read,
- * no Raft commit. */
+/* Our key, the queue, the robust state and the mark: a read, no Raft
+ * commit. */
 static json_t *
-read_txn(const struct dmutex__acq *a, const struct keys *k)
+read_txn(const struct keys *k)
 {
-	return a->robust ? json_pack("{s:[o,o,o,o]}", "success", op_range(k->own, NULL, 0),
-			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0))
-		: json_pack("{s:[o,o]}", "success", op_range(k->own, NULL, 0),
-			op_range(k->q, k->q_end, 1));
+	return json_pack("{s:[o,o,o,o]}", "success", op_range(k->own, NULL, 0),
+			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
 }
 
 /* One try's txn (two for a lock not robust found taken): 0 and *rep;
@@ -166,7 +169,7 @@ take_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, in
 	json_decref(*rep);
 	*rep = NULL;
 	*queued = 1;
-	if (!(req = a->wait ? queue_txn(e, a, k, lease) : read_txn(a, k)))
+	if (!(req = a->wait ? queue_txn(e, a, k, lease) : read_txn(k)))
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, rep, a->deadline, a->wait ? &a->maybe_done : NULL,
 			&a->refused);
@@ -237,8 +240,8 @@ read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, 
 	char key[DMUTEX__ETCD_KEY_MAX];
 	int bad = 0;
 
-	if (a->robust && (!(st = dmutex__etcd_resp(rep, 2, "range", "the state"))
-			|| !(nr = dmutex__etcd_resp(rep, 3, "range", "the mark"))))
+	if (!(st = dmutex__etcd_resp(rep, 2, "range", "the state"))
+			|| !(nr = dmutex__etcd_resp(rep, 3, "range", "the mark")))
 		return EIO;
 	if (!head)
 		return EIO;
@@ -252,7 +255,10 @@ read_queue(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, 
 			|| strcmp(key, k->own)) {
 		a->status = DMUTEX__ACQ_BUSY;
 		a->pttl_ms = -1;
-		if (kv && a->wait && !a->robust)
+		/* Not behind a robust head (its state is there): its
+		 * release may mark the lock not recoverable, which the
+		 * watch on the queue does not show. */
+		if (kv && a->wait && !a->robust && !dmutex__etcd_first_kv(st))
 			note_second(e, a, k, kv, json_array_get(json_object_get(head, "kvs"), 1), lease);
 		return 0;
 	}
@@ -277,7 +283,7 @@ recheck(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int
 	json_t *req, *rep = NULL, *own;
 	int err;
 
-	if (!(req = read_txn(a, k)))
+	if (!(req = read_txn(k)))
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, a->deadline, NULL, &a->refused);
 	json_decref(req);
