@@ -6,7 +6,6 @@
  * drops replies or swallows everything is handled.
  */
 #include <criterion/criterion.h>
-#include <criterion/logging.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -329,20 +328,14 @@ static long long timed_late_ms(void)
 	return 500LL * dmt_slowdown();
 }
 
-/* The call's lateness past a deadline TIMED_AHEAD_MS from t0 (ms). */
-static long long late_of(long long t0)
+/* A call begun at t0 with a deadline TIMED_AHEAD_MS ahead returned rc:
+ * want it, in time. */
+static void on_time(const char *what, int rc, int want, long long t0)
 {
-	return th_now_ms() - t0 - TIMED_AHEAD_MS;
-}
+	long long late = dmt_late_ms(what, rc, t0, TIMED_AHEAD_MS);
 
-static int other_locks(void *arg)
-{
-	dmutex_t *m = arg;
-
-	if (dmutex_trylock(m))
-		return 0;
-	cr_assert_eq(dmutex_unlock(m), 0);
-	return 1;
+	cr_assert_eq(rc, want, "%s with the server stopped: %s", what, dmutex_strerror(rc));
+	cr_assert_lt(late, timed_late_ms(), "%s returned %lld ms past its deadline", what, late);
 }
 
 /* A client on the server with a command timeout of 5 s, and another that
@@ -364,7 +357,7 @@ Test(faults, timedlock_ends_at_its_deadline_with_the_server_stopped)
 	dmutex_client_t *c, *o;
 	dmutex_t m, om;
 	struct timespec dl;
-	long long t0, late, resumed;
+	long long t0, resumed;
 	int rc;
 
 	timed_clients(&c, &o);
@@ -378,19 +371,16 @@ Test(faults, timedlock_ends_at_its_deadline_with_the_server_stopped)
 	dmt_deadline_in(CLOCK_MONOTONIC, TIMED_AHEAD_MS, &dl);
 	t0 = th_now_ms();
 	rc = dmutex_clocklock(&m, CLOCK_MONOTONIC, &dl);
-	late = late_of(t0);
-	cr_log_info("clocklock, server stopped: %s, %lld ms past its deadline", dmutex_strerror(rc), late);
 	/* The request went out and was not answered by the deadline: the
 	 * deadline passed first. */
-	cr_assert_eq(rc, ETIMEDOUT, "clocklock with the server stopped: %s", dmutex_strerror(rc));
-	cr_assert_lt(late, timed_late_ms(), "clocklock returned %lld ms past its deadline", late);
+	on_time("clocklock", rc, ETIMEDOUT, t0);
 	cr_assert_eq(dmutex_unlock(&m), EPERM, "ETIMEDOUT left a hold behind");
 
 	/* The server now runs the acquire it was sent: given back in the
 	 * background, the lock is free again long before its lease ends. */
 	cr_assert_eq(th_redis_resume(&srv), 0);
 	resumed = th_now_ms();
-	cr_assert(th_wait_until(other_locks, &om, 3000 * dmt_slowdown()),
+	cr_assert(th_wait_until(dmt_lock_free, &om, 3000 * dmt_slowdown()),
 			"the abandoned acquire still holds the lock %lld ms after the resume (lease 10 s)",
 			th_now_ms() - resumed);
 	rc = dmutex_timedlock(&m, &(struct timespec){ 0, 0 });
@@ -426,7 +416,7 @@ Test(faults, timed_rwlock_ends_at_its_deadline_with_the_server_stopped)
 	dmutex_client_t *c, *o;
 	drwlock_t rw, orw;
 	struct timespec dl;
-	long long t0, late, resumed;
+	long long t0, resumed;
 	int rc;
 
 	timed_clients(&c, &o);
@@ -441,13 +431,7 @@ Test(faults, timed_rwlock_ends_at_its_deadline_with_the_server_stopped)
 		t0 = th_now_ms();
 		rc = write ? drwlock_clockwrlock(&rw, CLOCK_MONOTONIC, &dl)
 			: drwlock_clockrdlock(&rw, CLOCK_MONOTONIC, &dl);
-		late = late_of(t0);
-		cr_log_info("clock%slock, server stopped: %s, %lld ms past its deadline", write ? "wr" : "rd",
-				dmutex_strerror(rc), late);
-		cr_assert_eq(rc, ETIMEDOUT, "clock%slock with the server stopped: %s", write ? "wr" : "rd",
-				dmutex_strerror(rc));
-		cr_assert_lt(late, timed_late_ms(), "clock%slock returned %lld ms past its deadline",
-				write ? "wr" : "rd", late);
+		on_time(write ? "drwlock_clockwrlock" : "drwlock_clockrdlock", rc, ETIMEDOUT, t0);
 		cr_assert_eq(drwlock_unlock(&rw), EPERM, "ETIMEDOUT left a hold behind");
 	}
 
@@ -467,7 +451,7 @@ Test(faults, sem_timedwait_ends_at_its_deadline_with_the_server_stopped)
 	dmutex_client_t *c, *o;
 	dsem_t s, os;
 	struct timespec dl;
-	long long t0, late;
+	long long t0;
 	int rc, v;
 
 	timed_clients(&c, &o);
@@ -481,12 +465,9 @@ Test(faults, sem_timedwait_ends_at_its_deadline_with_the_server_stopped)
 	dmt_deadline_in(CLOCK_MONOTONIC, TIMED_AHEAD_MS, &dl);
 	t0 = th_now_ms();
 	rc = dsem_clockwait(&s, CLOCK_MONOTONIC, &dl);
-	late = late_of(t0);
-	cr_log_info("dsem_clockwait, server stopped: %s, %lld ms past its deadline", dmutex_strerror(rc), late);
 	/* The take went out unanswered: whether it took a permit is unknown,
 	 * the semaphore's EIO (dsem_wait(3)), not "no permit". */
-	cr_assert_eq(rc, EIO, "dsem_clockwait with the server stopped: %s", dmutex_strerror(rc));
-	cr_assert_lt(late, timed_late_ms(), "dsem_clockwait returned %lld ms past its deadline", late);
+	on_time("dsem_clockwait", rc, EIO, t0);
 
 	cr_assert_eq(th_redis_resume(&srv), 0);
 	/* One post is one permit, for the other client. */

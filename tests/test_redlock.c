@@ -6,7 +6,6 @@
  * 'redlock'); this file holds what only several nodes can show.
  */
 #include <criterion/criterion.h>
-#include <criterion/logging.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -286,22 +285,10 @@ timed_ends_at_deadline(dmutex_t *m, const char *how)
 	dmt_deadline_in(CLOCK_MONOTONIC, TIMED_AHEAD_MS, &dl);
 	t0 = th_now_ms();
 	rc = dmutex_clocklock(m, CLOCK_MONOTONIC, &dl);
-	late = th_now_ms() - t0 - TIMED_AHEAD_MS;
-	cr_log_info("clocklock, %s: %s, %lld ms past its deadline", how, dmutex_strerror(rc), late);
+	late = dmt_late_ms(how, rc, t0, TIMED_AHEAD_MS);
 	cr_assert_eq(rc, ETIMEDOUT, "clocklock, %s: %s", how, dmutex_strerror(rc));
 	cr_assert_lt(late, 500LL * dmt_slowdown(), "clocklock, %s: %lld ms past its deadline", how, late);
 	cr_assert_eq(dmutex_unlock(m), EPERM, "ETIMEDOUT left a hold behind");
-}
-
-static int
-other_locks(void *arg)
-{
-	dmutex_t *m = arg;
-
-	if (dmutex_trylock(m))
-		return 0;
-	cr_assert_eq(dmutex_unlock(m), 0);
-	return 1;
 }
 
 Test(redlock, timedlock_ends_at_its_deadline_with_every_node_stopped)
@@ -319,7 +306,7 @@ Test(redlock, timedlock_ends_at_its_deadline_with_every_node_stopped)
 	/* The acquires the nodes run now are given back in the background:
 	 * free long before the 10 s lease ends. */
 	resumed = th_now_ms();
-	cr_assert(th_wait_until(other_locks, &om, 3000 * dmt_slowdown()),
+	cr_assert(th_wait_until(dmt_lock_free, &om, 3000 * dmt_slowdown()),
 			"an abandoned acquire still holds the lock %lld ms after the resume",
 			th_now_ms() - resumed);
 	cr_assert_eq(dmutex_destroy(&m), 0);
@@ -340,7 +327,7 @@ Test(redlock, timedlock_ends_at_its_deadline_with_one_node_stopped_and_the_lock_
 	timed_ends_at_deadline(&m, "one node stopped, the lock held");
 	cr_assert_eq(th_redis_resume(&nodes[0]), 0);
 	cr_assert_eq(dmutex_unlock(&om), 0);
-	cr_assert(th_wait_until(other_locks, &m, 3000 * dmt_slowdown()),
+	cr_assert(th_wait_until(dmt_lock_free, &m, 3000 * dmt_slowdown()),
 			"the lock did not come free after its holder's unlock");
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_destroy(&om), 0);
