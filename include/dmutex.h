@@ -243,7 +243,10 @@ DMUTEX_EXPORT int dmutex_lock(dmutex_t *m);
  * attempt owes is finished in the background). */
 DMUTEX_EXPORT int dmutex_trylock(dmutex_t *m);
 /* As dmutex_lock, plus ETIMEDOUT; EINVAL for a bad tv_nsec only when it
- * would block (before EDEADLK). */
+ * would block (before EDEADLK).  Returns by the deadline whatever
+ * command_timeout_ms says (at most about 0.2 s past it: a first request's
+ * time to answer); ETIMEDOUT also when the server has not answered by
+ * then, EIO when the backend failed before it. */
 DMUTEX_EXPORT int dmutex_timedlock(dmutex_t *m, const struct timespec *abs_realtime);
 /* As dmutex_timedlock; EINVAL for a clock other than CLOCK_REALTIME and
  * CLOCK_MONOTONIC. */
@@ -526,7 +529,9 @@ DMUTEX_EXPORT int dsem_wait(dsem_t *s);
 /* As dsem_wait without waiting: EAGAIN if there is no permit now. */
 DMUTEX_EXPORT int dsem_trywait(dsem_t *s);
 /* As dsem_wait with a CLOCK_REALTIME deadline: ETIMEDOUT; EINVAL for a NULL
- * deadline or a bad tv_nsec (checked only when it would wait). */
+ * deadline or a bad tv_nsec (checked only when it would wait).  Returns by
+ * the deadline (at most about 0.2 s past it); EIO if the deadline cut a
+ * take short that may have been applied. */
 DMUTEX_EXPORT int dsem_timedwait(dsem_t *s, const struct timespec *abstime);
 /* As dsem_timedwait on CLOCK_REALTIME or CLOCK_MONOTONIC (else EINVAL). */
 DMUTEX_EXPORT int dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *abstime);
@@ -657,8 +662,9 @@ DMUTEX_EXPORT int drwlock_rdlock(drwlock_t *rw);
 /* As drwlock_rdlock without waiting: EBUSY while a writer holds it or
  * waits for it (unless the caller reads already); EIO after one attempt. */
 DMUTEX_EXPORT int drwlock_tryrdlock(drwlock_t *rw);
-/* As drwlock_rdlock, plus ETIMEDOUT at the CLOCK_REALTIME deadline; EINVAL
- * for a NULL deadline or a bad tv_nsec only when it would wait. */
+/* As drwlock_rdlock, plus ETIMEDOUT at the CLOCK_REALTIME deadline (by it,
+ * as dmutex_timedlock); EINVAL for a NULL deadline or a bad tv_nsec only
+ * when it would wait. */
 DMUTEX_EXPORT int drwlock_timedrdlock(drwlock_t *rw, const struct timespec *abs_realtime);
 /* As drwlock_timedrdlock on CLOCK_REALTIME or CLOCK_MONOTONIC (else EINVAL). */
 DMUTEX_EXPORT int drwlock_clockrdlock(drwlock_t *rw, clockid_t clock,

@@ -39,11 +39,9 @@
 #define THREADS 2
 /* The clients' command timeout in the fault tests: long enough for an
  * ordinary answer on a loaded machine, short enough that a call stuck on
- * a dead member moves on to the next.  It also bounds how late a timed
- * lock can return: the core gives a blocking lock's try one command
- * timeout of its own, not the caller's deadline, so a try begun just
- * before the deadline may end up to this much after it (3 s gave 2.9 s
- * past it at load 49). */
+ * a dead member moves on to the next.  (A timed lock's tries carry its
+ * deadline, so this no longer adds to how late one returns: it once did,
+ * 3 s gave 2.9 s past the deadline at load 49.) */
 #define FAULT_COMMAND_MS 700
 /* How long a lock call of the fault tests waits (its own deadline). */
 #define LOCK_WAIT_MS 3000
@@ -219,7 +217,8 @@ static void check_log(const char *path, long long elected_ms, struct verdict *v)
 			cr_assert_eq(sscanf(line, "R %d %d %d %d %lld %63s", &pid, &h, &e, &l, &over, worst), 6);
 			cr_log_info("process %d: %d holds, %d errors, %d lost, worst overshoot %lld ms (%s)",
 			            pid, h, e, l, over, worst);
-			cr_expect_leq(over, OVERSHOOT_MS, "process %d: %s returned %lld ms past its deadline",
+			/* issue 27: no call outlives its deadline by more than a second */
+			cr_assert_leq(over, OVERSHOOT_MS, "process %d: %s returned %lld ms past its deadline",
 			              pid, worst, over);
 			cr_expect_eq(l, 0, "process %d lost %d holds", pid, l);
 			v->reports++;
@@ -378,6 +377,49 @@ Test(etcd_faults, paused_holder_loses_to_the_next)
 	kids[0] = 0;
 	cr_assert_eq(dmutex_unlock(&m), 0);
 	dmt_close_mutex(c, &m);
+}
+
+/* ------------------------------------------------------------------ */
+/* a timed lock with the member stopped ends at its deadline           */
+/* ------------------------------------------------------------------ */
+
+/* The only member SIGSTOPped (it takes the request and answers nothing):
+ * with a 5 s command timeout, a clocklock 300 ms ahead says ETIMEDOUT
+ * within 500 ms (x3 under the sanitizers) of its deadline, not a command
+ * timeout later; the member resumed runs the request it was sent, and the
+ * lock it took is given back in the background long before its 10 s lease. */
+Test(etcd_faults, timedlock_ends_at_its_deadline_with_the_member_stopped)
+{
+	need_etcd();
+	cr_assert_eq(th_etcd_start(&etcd, NULL, 0), 0, "etcd did not start");
+	char u[600];
+	snprintf(u, sizeof u, "%s?command_timeout_ms=5000&connect_timeout_ms=5000", etcd.url);
+	dmutex_client_t *c, *o;
+	dmutex_t m, om;
+	struct dmt_attr a = { .lease_ms = 10000, .nocache = 1 };
+	cr_assert_eq(dmt_open_mutex(&c, &m, u, "t-timed", &a), 0);
+	cr_assert_eq(dmt_open_mutex(&o, &om, u, "t-timed", &a), 0);
+	/* connections and the lease made: nothing but the request in the window */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_lock(&om), 0);
+	cr_assert_eq(dmutex_unlock(&om), 0);
+	cr_assert_eq(th_etcd_pause(&etcd, 0), 0);
+	struct timespec ts;
+	dmt_deadline_in(CLOCK_MONOTONIC, 300, &ts);
+	long long t0 = th_now_ms();
+	int rc = dmutex_clocklock(&m, CLOCK_MONOTONIC, &ts);
+	long long late = dmt_late_ms("clocklock, member stopped", rc, t0, 300);
+	cr_assert_eq(th_etcd_resume(&etcd, 0), 0);
+	cr_assert_eq(rc, ETIMEDOUT, "clocklock with the member stopped: %s", dmutex_strerror(rc));
+	cr_assert_lt(late, 500LL * dmt_slowdown(), "clocklock returned %lld ms past its deadline", late);
+	cr_assert_eq(dmutex_unlock(&m), EPERM, "ETIMEDOUT left a hold behind");
+	long long resumed = th_now_ms();
+	cr_assert(th_wait_until(dmt_lock_free, &om, 4000 * dmt_slowdown()),
+	          "an abandoned acquire still holds the lock %lld ms after the resume (lease 10 s)",
+	          th_now_ms() - resumed);
+	dmt_close_mutex(c, &m);
+	dmt_close_mutex(o, &om);
 }
 
 /* ------------------------------------------------------------------ */

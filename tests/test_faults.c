@@ -313,6 +313,175 @@ Test(faults, server_stopped_lock_is_eio_in_bounded_time)
 }
 
 /* ------------------------------------------------------------------ */
+/* 2b. a timed call ends at its deadline, not a command timeout later  */
+/* ------------------------------------------------------------------ */
+
+/* A command timeout far beyond the calls' deadline: a call that waited for
+ * its request's own timeout would be seconds late. */
+#define TIMED_OPTS "command_timeout_ms=5000&connect_timeout_ms=5000"
+#define TIMED_AHEAD_MS 300
+
+/* How far past its deadline a timed call may return: scheduling on a
+ * loaded machine (x3 under the sanitizers). */
+static long long timed_late_ms(void)
+{
+	return 500LL * dmt_slowdown();
+}
+
+/* A call begun at t0 with a deadline TIMED_AHEAD_MS ahead returned rc:
+ * want it, in time. */
+static void on_time(const char *what, int rc, int want, long long t0)
+{
+	long long late = dmt_late_ms(what, rc, t0, TIMED_AHEAD_MS);
+
+	cr_assert_eq(rc, want, "%s with the server stopped: %s", what, dmutex_strerror(rc));
+	cr_assert_lt(late, timed_late_ms(), "%s returned %lld ms past its deadline", what, late);
+}
+
+/* A client on the server with a command timeout of 5 s, and another that
+ * checks afterwards; the lock used once by both, so that the timed call
+ * finds a pooled connection and the scripts cached (no dial, no reload in
+ * the timed window). */
+static void timed_clients(dmutex_client_t **c, dmutex_client_t **o)
+{
+	char url[700];
+
+	dmt_url(url, sizeof url, NULL, srv.port, TIMED_OPTS);
+	cr_assert_eq(dmt_client_open_retry(c, url), 0);
+	cr_assert_eq(dmt_client_open_retry(o, url), 0);
+}
+
+Test(faults, timedlock_ends_at_its_deadline_with_the_server_stopped)
+{
+	const char *name = "faults-timed";
+	dmutex_client_t *c, *o;
+	dmutex_t m, om;
+	struct timespec dl;
+	long long t0, resumed;
+	int rc;
+
+	timed_clients(&c, &o);
+	/* A 10 s lease: the lock must come free long before it would expire. */
+	cr_assert_eq(dmt_init_mutex(&m, name, c, &(struct dmt_attr){ .lease_ms = 10000, .nocache = 1 }), 0);
+	cr_assert_eq(dmt_init_mutex(&om, name, o, &(struct dmt_attr){ .lease_ms = 10000, .nocache = 1 }), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmt_unlock_answered(&m), 0);
+
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	dmt_deadline_in(CLOCK_MONOTONIC, TIMED_AHEAD_MS, &dl);
+	t0 = th_now_ms();
+	rc = dmutex_clocklock(&m, CLOCK_MONOTONIC, &dl);
+	/* The request went out and was not answered by the deadline: the
+	 * deadline passed first. */
+	on_time("clocklock", rc, ETIMEDOUT, t0);
+	cr_assert_eq(dmutex_unlock(&m), EPERM, "ETIMEDOUT left a hold behind");
+
+	/* The server now runs the acquire it was sent: given back in the
+	 * background, the lock is free again long before its lease ends. */
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	resumed = th_now_ms();
+	cr_assert(th_wait_until(dmt_lock_free, &om, 3000 * dmt_slowdown()),
+			"the abandoned acquire still holds the lock %lld ms after the resume (lease 10 s)",
+			th_now_ms() - resumed);
+	rc = dmutex_timedlock(&m, &(struct timespec){ 0, 0 });
+	cr_assert_eq(rc, 0, "a timedlock with a past deadline on a free lock: %s", dmutex_strerror(rc));
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	dmt_close_mutex(c, &m);
+	dmt_close_mutex(o, &om);
+}
+
+static int other_wrlocks(void *arg)
+{
+	drwlock_t *rw = arg;
+
+	if (drwlock_trywrlock(rw))
+		return 0;
+	cr_assert_eq(drwlock_unlock(rw), 0);
+	return 1;
+}
+
+static void rw_init_on(drwlock_t *rw, const char *name, dmutex_client_t *c)
+{
+	dmutex_attr_t a;
+
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(dmutex_attr_setlease(&a, 10000), 0);
+	cr_assert_eq(drwlock_init(rw, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+}
+
+Test(faults, timed_rwlock_ends_at_its_deadline_with_the_server_stopped)
+{
+	dmutex_client_t *c, *o;
+	drwlock_t rw, orw;
+	struct timespec dl;
+	long long t0, resumed;
+	int rc;
+
+	timed_clients(&c, &o);
+	rw_init_on(&rw, "faults-timed-rw", c);
+	rw_init_on(&orw, "faults-timed-rw", o);
+	cr_assert_eq(drwlock_wrlock(&rw), 0);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	for (int write = 0; write < 2; write++) {
+		dmt_deadline_in(CLOCK_MONOTONIC, TIMED_AHEAD_MS, &dl);
+		t0 = th_now_ms();
+		rc = write ? drwlock_clockwrlock(&rw, CLOCK_MONOTONIC, &dl)
+			: drwlock_clockrdlock(&rw, CLOCK_MONOTONIC, &dl);
+		on_time(write ? "drwlock_clockwrlock" : "drwlock_clockrdlock", rc, ETIMEDOUT, t0);
+		cr_assert_eq(drwlock_unlock(&rw), EPERM, "ETIMEDOUT left a hold behind");
+	}
+
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	resumed = th_now_ms();
+	cr_assert(th_wait_until(other_wrlocks, &orw, 3000 * dmt_slowdown()),
+			"an abandoned acquire still holds the rwlock %lld ms after the resume (lease 10 s)",
+			th_now_ms() - resumed);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(drwlock_destroy(&orw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+}
+
+Test(faults, sem_timedwait_ends_at_its_deadline_with_the_server_stopped)
+{
+	dmutex_client_t *c, *o;
+	dsem_t s, os;
+	struct timespec dl;
+	long long t0;
+	int rc, v;
+
+	timed_clients(&c, &o);
+	/* No permit: the take the server runs after the resume finds none. */
+	cr_assert_eq(dsem_init(&s, "faults-timed-sem", 0, c, 0), 0);
+	cr_assert_eq(dsem_init(&os, "faults-timed-sem", 0, o, 0), 0);
+	cr_assert_eq(dsem_getvalue(&s, &v), 0);
+	cr_assert_eq(dsem_trywait(&s), EAGAIN);
+
+	cr_assert_eq(th_redis_pause(&srv), 0);
+	dmt_deadline_in(CLOCK_MONOTONIC, TIMED_AHEAD_MS, &dl);
+	t0 = th_now_ms();
+	rc = dsem_clockwait(&s, CLOCK_MONOTONIC, &dl);
+	/* The take went out unanswered: whether it took a permit is unknown,
+	 * the semaphore's EIO (dsem_wait(3)), not "no permit". */
+	on_time("dsem_clockwait", rc, EIO, t0);
+
+	cr_assert_eq(th_redis_resume(&srv), 0);
+	/* One post is one permit, for the other client. */
+	cr_assert_eq(dsem_post(&os), 0);
+	cr_assert_eq(dsem_trywait(&os), 0);
+	cr_assert_eq(dsem_getvalue(&os, &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(dsem_destroy(&s), 0);
+	cr_assert_eq(dsem_destroy(&os), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+}
+
+/* ------------------------------------------------------------------ */
 /* 3. server restart                                                   */
 /* ------------------------------------------------------------------ */
 

@@ -250,6 +250,91 @@ Test(redlock, stalled_node_costs_one_node_timeout_and_keeps_no_stale_lock)
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
 
+/*
+ * A timed lock ends at its deadline however long the nodes take: node and
+ * command timeouts far beyond a deadline 300 ms ahead, so that a try that
+ * waited for a stalled node's own timeout would be seconds late.
+ */
+#define TIMED_AHEAD_MS 300
+
+static void
+timed_pair(dmutex_client_t **c, dmutex_client_t **o, dmutex_t *m, dmutex_t *om, const char *name)
+{
+	up(3, NULL);
+	*c = open_client("node_timeout_ms=2000&command_timeout_ms=5000");
+	*o = open_client("node_timeout_ms=2000&command_timeout_ms=5000");
+	/* A 10 s lease: a lock left taken would stay so for 10 s. */
+	init_on(m, name, *c, 10000, NULL, NULL);
+	init_on(om, name, *o, 10000, NULL, NULL);
+	/* Connections pooled on every node: no dial in the timed window. */
+	cr_assert_eq(dmutex_lock(m), 0);
+	cr_assert_eq(dmutex_unlock(m), 0);
+	cr_assert_eq(dmutex_lock(om), 0);
+	cr_assert_eq(dmutex_unlock(om), 0);
+}
+
+/* clocklock TIMED_AHEAD_MS ahead: want, within 500 ms (x3 under the
+ * sanitizers) of the deadline. */
+static void
+timed_ends_at_deadline(dmutex_t *m, const char *how)
+{
+	struct timespec dl;
+	long long t0, late;
+	int rc;
+
+	dmt_deadline_in(CLOCK_MONOTONIC, TIMED_AHEAD_MS, &dl);
+	t0 = th_now_ms();
+	rc = dmutex_clocklock(m, CLOCK_MONOTONIC, &dl);
+	late = dmt_late_ms(how, rc, t0, TIMED_AHEAD_MS);
+	cr_assert_eq(rc, ETIMEDOUT, "clocklock, %s: %s", how, dmutex_strerror(rc));
+	cr_assert_lt(late, 500LL * dmt_slowdown(), "clocklock, %s: %lld ms past its deadline", how, late);
+	cr_assert_eq(dmutex_unlock(m), EPERM, "ETIMEDOUT left a hold behind");
+}
+
+Test(redlock, timedlock_ends_at_its_deadline_with_every_node_stopped)
+{
+	dmutex_client_t *c, *o;
+	dmutex_t m, om;
+	long long resumed;
+
+	timed_pair(&c, &o, &m, &om, "rl-timed-all");
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(th_redis_pause(&nodes[i]), 0);
+	timed_ends_at_deadline(&m, "every node stopped");
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(th_redis_resume(&nodes[i]), 0);
+	/* The acquires the nodes run now are given back in the background:
+	 * free long before the 10 s lease ends. */
+	resumed = th_now_ms();
+	cr_assert(th_wait_until(dmt_lock_free, &om, 3000 * dmt_slowdown()),
+			"an abandoned acquire still holds the lock %lld ms after the resume",
+			th_now_ms() - resumed);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_destroy(&om), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+}
+
+Test(redlock, timedlock_ends_at_its_deadline_with_one_node_stopped_and_the_lock_held)
+{
+	dmutex_client_t *c, *o;
+	dmutex_t m, om;
+
+	timed_pair(&c, &o, &m, &om, "rl-timed-one");
+	cr_assert_eq(dmutex_lock(&om), 0);
+	cr_assert_eq(th_redis_pause(&nodes[0]), 0);
+	/* The two live nodes say "held"; the stopped one says nothing. */
+	timed_ends_at_deadline(&m, "one node stopped, the lock held");
+	cr_assert_eq(th_redis_resume(&nodes[0]), 0);
+	cr_assert_eq(dmutex_unlock(&om), 0);
+	cr_assert(th_wait_until(dmt_lock_free, &m, 3000 * dmt_slowdown()),
+			"the lock did not come free after its holder's unlock");
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_destroy(&om), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+}
+
 static void
 plant(int i, const char *name, const char *token, int px)
 {

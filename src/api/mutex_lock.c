@@ -26,9 +26,10 @@ static void
 abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms,
 		int64_t until, int fair)
 {
-	/* A trylock's release shares its deadline (past it: at once to the
-	 * background), so that its EIO comes within command_timeout_ms.
-	 * Fair: also leaves the queue, or hands on a lock handed to us. */
+	/* A trylock's or a timed lock's release shares its deadline (past
+	 * it: at once to the background), so that the call returns within
+	 * command_timeout_ms, or by its deadline.  Fair: also leaves the
+	 * queue, or hands on a lock handed to us. */
 	int mode = DMUTEX__REL_ABANDON | (fair ? DMUTEX__REL_FAIR : 0);
 	dmutex__renewer_release(c, e->name, token, mode, until ? until
 			: dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, NULL, lease_ms);
@@ -130,7 +131,9 @@ wake_channel(struct dmutex__backend *be, const char *name, const char *token)
 struct mutex_try {
 	struct dmutex__mutex *mx;
 	char token[DMUTEX__TOKEN_HEX + 1];
-	int64_t try_until;      /* trylock: its release's deadline too */
+	/* trylock, a timed lock: every request's deadline (0: none), and
+	 * that of the release it owes when it gives up */
+	int64_t try_until;
 	int maybe_done, queued;
 	/* Fair: when the last request answered "busy" was sent.  A hand-over
 	 * to us came after the server answered it. */
@@ -272,6 +275,27 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	return busy_answer(m, &a, sent, now, t);
 }
 
+/* The deadline of the release an acquisition owes when it gives up (0:
+ * a command timeout).  trylock: its own.  A timed lock: its deadline,
+ * past which the release goes to the background at once, when a request
+ * went unanswered (the server does not answer now); a fair lock's place
+ * in the queue, the server answering, is given back here with the time
+ * of an answer, so that the queue has moved on when the call returns. */
+static int64_t
+give_back_by(struct dmutex_client *c, const struct mutex_try *m, int mode)
+{
+	int64_t now, by;
+
+	if (mode == TRY || !m->try_until)
+		return m->try_until;
+	now = dmutex__now_ns();
+	by = m->try_until;
+	if (!m->maybe_done && by < dmutex__timed_deadline(c, now, now))
+		by = dmutex__timed_deadline(c, now, now);
+	return by < now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS ? by
+		: now + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+}
+
 /* Called without e->mu; returns with the hold recorded in e on 0/EOWNERDEAD.
  * preset: the token to ask with (NULL: a new one).
  * For the counters, without clock reads of their own: *busy set when
@@ -289,9 +313,14 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		.channel = mutex_channel, .want = mx->fair ? m.token : NULL, .try = mutex_try, .arg = &m };
 	int err;
 
-	/* trylock: one attempt, its release included, within command_timeout_ms. */
+	/* trylock: one attempt, its release included, within
+	 * command_timeout_ms.  A timed lock: every attempt, and the release,
+	 * by its deadline (acquire_wait.h: not sooner than an answer to a
+	 * first request takes). */
 	if (mode == TRY)
 		m.try_until = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+	else
+		m.try_until = dmutex__timed_deadline(c, dmutex__now_ns(), until);
 	/* Offered the lock by an unlock that could not say it was handed to
 	 * us: ask with the offered token, which it may have become. */
 	if (preset)
@@ -300,7 +329,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		return err;
 	err = dmutex__acquire_wait(&aq);
 	if (err && err != EOWNERDEAD && (m.maybe_done || m.queued))
-		abandon(c, e, m.token, mx->lease_ms, m.try_until, mx->fair);
+		abandon(c, e, m.token, mx->lease_ms, give_back_by(c, &m, mode), mx->fair);
 	return err;
 }
 
@@ -495,6 +524,22 @@ take_local(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t 
 	return 0;
 }
 
+/* dmutex__rel_settle_now for a call with a deadline: by that deadline
+ * (acquire_wait.h), and never past a command timeout. */
+static void
+settle_by(struct dmutex__entry *e, int64_t until)
+{
+	int64_t now, by;
+
+	if (!__atomic_load_n(&e->rel, __ATOMIC_ACQUIRE))
+		return;
+	now = dmutex__now_ns();
+	by = dmutex__timed_deadline(e->client, now, until);
+	if (by > now + (int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS)
+		by = now + (int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
+	dmutex__rel_settle(e, by);
+}
+
 /* locked: NULL, or m's object, resolved by lock_fast, which found no
  * release of it pending and holds its entry's mutex. */
 static int
@@ -522,8 +567,13 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	/* A release of it, unanswered, may still be on its way on another
-	 * connection: our acquire must not overtake it. */
-	dmutex__rel_settle_now(e);
+	 * connection: our acquire must not overtake it.  A timed lock waits
+	 * for its answer by its deadline only (at worst the acquire finds
+	 * the lock busy, and the release wakes it). */
+	if (until == NO_DEADLINE)
+		dmutex__rel_settle_now(e);
+	else
+		settle_by(e, until);
 
 	err = acquire_remote(mx, mode, until, bad_deadline, presub,
 			mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);

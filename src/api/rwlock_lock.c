@@ -40,12 +40,20 @@ reserve_reader(struct dmutex__entry *e)
 }
 
 /* A request that may have been applied (or a writer's intent) is taken
- * back; if that fails too, it ends with its lease. */
+ * back; if that fails too, it ends with its lease.  A timed lock's
+ * (timed) is taken back in the background, at once: the call returns by
+ * its deadline. */
 static void
-abandon(struct dmutex_client *c, const char *name, int op, const char *token)
+abandon(struct dmutex_client *c, const char *name, int op, const char *token, unsigned lease_ms,
+		int timed)
 {
 	int released, md = 0;
 
+	if (timed) {
+		dmutex__renewer_orphan_rw(c, name, op, token,
+				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+		return;
+	}
 	for (int i = 0; i < 3; i++)
 		if (!dmutex__rw_release(c->be, name, op, token, &released, &md))
 			return;
@@ -78,6 +86,7 @@ record(struct dmutex__rwlock *rx, int op, const char *token, uint64_t fence, int
 struct rw_try {
 	struct dmutex__rwlock *rx;
 	int op, trylock;
+	int64_t until;          /* every request's deadline (0: none; a timed lock's) */
 	char token[DMUTEX__TOKEN_HEX + 1];
 	int maybe_done, intent;
 };
@@ -99,7 +108,7 @@ rw_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	struct dmutex__entry *e = rx->entry;
 	struct dmutex_client *c = e->client;
 	struct dmutex__rw_acq a = { .op = r->op, .token = r->token, .lease_ms = rx->lease_ms,
-		.wait = r->op == 'w' && !r->trylock };
+		.wait = r->op == 'w' && !r->trylock, .deadline = r->until };
 	int64_t valid_ns = (int64_t)rx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(rx->lease_ms);
 	int64_t sent = dmutex__now_ns(), now;
 	int err;
@@ -147,7 +156,8 @@ static int
 acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int bad_deadline)
 {
 	struct dmutex__entry *e = rx->entry;
-	struct rw_try r = { .rx = rx, .op = op, .trylock = mode == TRY };
+	struct rw_try r = { .rx = rx, .op = op, .trylock = mode == TRY,
+		.until = mode == TRY ? 0 : dmutex__timed_deadline(e->client, dmutex__now_ns(), until) };
 	struct dmutex__acquire aq = { .c = e->client, .what = "rwlock", .name = e->name,
 		.trylock = mode == TRY, .bad_deadline = bad_deadline, .until = until,
 		.channel = rw_channel, .try = rw_try, .arg = &r };
@@ -157,7 +167,7 @@ acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int b
 		return err;
 	err = dmutex__acquire_wait(&aq);
 	if (err && (r.maybe_done || r.intent))
-		abandon(e->client, e->name, r.maybe_done ? op : 'q', r.token);
+		abandon(e->client, e->name, r.maybe_done ? op : 'q', r.token, rx->lease_ms, r.until != 0);
 	return err;
 }
 

@@ -201,9 +201,29 @@ dsem_getvalue(dsem_t *s, int *value)
 /* The pause between tries: short, a lost reply is usually a dropped
  * connection that the next call re-dials. */
 static void
-pause_try(int attempt)
+pause_try(int attempt, int64_t until)
 {
-	dmutex__sleep_until(dmutex__now_ns() + (int64_t)(attempt + 1) * 50 * DMUTEX__MS);
+	int64_t wake = dmutex__now_ns() + (int64_t)(attempt + 1) * 50 * DMUTEX__MS;
+
+	dmutex__sleep_until(until && until < wake ? until : wake);
+}
+
+/* A timed wait's take (o->until set) asks again only before its
+ * deadline, and after a try that may have been applied only while a read
+ * of the server's clock (retry.h, not bounded by the deadline) cannot
+ * outlast it: the wait then ends with EIO, whether a permit was taken
+ * unknown, as when the backend stays away. */
+static int
+time_for_another(const struct dmutex__sem *sx, const struct dmutex__op *o)
+{
+	const struct dmutex__config *cfg = &sx->client->cfg;
+	int64_t left = o->until - dmutex__now_ns();
+
+	if (!o->until)
+		return 1;
+	if (o->lost_at && !o->deadline_ms)
+		left -= ((int64_t)cfg->connect_timeout_ms + cfg->command_timeout_ms) * DMUTEX__MS;
+	return left > 0;
 }
 
 static int
@@ -225,9 +245,11 @@ dmutex__sem_take_once(struct dmutex__sem *sx, struct dmutex__op *o, int *taken)
 		if (!(err = dmutex__op_begin(o, window, server_time, sx, "wait", "semaphore", sx->name)))
 			err = dmutex__sem_take(sx->client->be, sx->name, sx->value, o, &r);
 		err = dmutex__op_end(o, err, !err && r == DMUTEX__OP_REFUSED, "wait", "semaphore", sx->name);
-		if (err != EIO || o->expired || i + 1 >= DMUTEX__SEM_TRIES)
+		if (err != EIO || o->expired || i + 1 >= DMUTEX__SEM_TRIES || !time_for_another(sx, o))
 			break;
-		pause_try(i);
+		pause_try(i, o->until);
+		if (!time_for_another(sx, o))
+			break;
 	}
 	*taken = !err && r == 1;
 	return err;
@@ -246,7 +268,7 @@ dmutex__sem_post_once(struct dmutex__sem *sx, struct dmutex__op *o, long long *v
 				sx->name);
 		if (err != EIO || o->expired || i + 1 >= DMUTEX__SEM_TRIES)
 			break;
-		pause_try(i);
+		pause_try(i, 0);
 	}
 	return err;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/acquire_wait.h"
 #include "core/bind.h"
 #include "core/sem.h"
 #include "core/shim.h"
@@ -61,7 +62,7 @@ wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_o
 	struct dmutex_client *cl;
 	struct dmutex__wsub *sub;
 	char channel[DMUTEX__KEY_MAX];
-	int64_t recheck_ns;
+	int64_t recheck_ns, sub_until;
 	uint64_t seq;
 	int err, taken, intr = 0;
 
@@ -80,8 +81,8 @@ wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_o
 	cl = sx->client;
 	dmutex__sem_channel(sx->client->be, sx->name, channel);
 	__atomic_fetch_add(&sx->waiters, 1, __ATOMIC_ACQ_REL);
-	if (!(sub = dmutex__waiter_sub(cl->be, channel,
-			dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS))) {
+	sub_until = dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS;
+	if (!(sub = dmutex__waiter_sub(cl->be, channel, sub_until < until ? sub_until : until))) {
 		err = ENOMEM;
 		goto out;
 	}
@@ -101,7 +102,9 @@ wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_o
 			break;
 		}
 		if (!intr && dmutex__now_ns() >= until) {
-			/* A last try: a permit that came at the deadline is taken. */
+			/* A last try: a permit that came at the deadline is taken
+			 * (its request given the time of an answer). */
+			o->until = dmutex__timed_deadline(cl, dmutex__now_ns(), dmutex__now_ns());
 			if (!(err = dmutex__sem_take_once(sx, o, &taken)) && !taken)
 				err = ETIMEDOUT;
 			break;
@@ -127,6 +130,9 @@ dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_o
 		return err;
 	/* Another thread may destroy s as soon as this wait took its permit. */
 	dmutex__obj_hold(&sx->users);
+	/* A timed wait's takes end by its deadline (acquire_wait.h), so that a
+	 * server that does not answer cannot keep it a command timeout past. */
+	o->until = try_only ? 0 : dmutex__timed_deadline(sx->client, dmutex__now_ns(), until);
 	err = wait_held(sx, o, until, try_only);
 	dmutex__sem_put(sx);
 	return err;

@@ -94,8 +94,10 @@ struct dmutex__acq {
 	                         * the lock is busy: the holder's release publishes
 	                         * only for such callers (acquire.lua) */
 	int64_t deadline;       /* CLOCK_MONOTONIC ns by which the call ends, every
-	                         * node, phase and dial included (trylock); 0: each
-	                         * attempt bounded by the backend's own timeouts */
+	                         * node, phase and dial included (trylock, a timed
+	                         * lock); the backend's own timeouts still bound it
+	                         * (a deadline further off changes nothing); 0:
+	                         * those alone */
 	int fair;               /* queue in Redis (fair_acquire.lua); one Redis only */
 	/* out */
 	int status;
@@ -173,6 +175,7 @@ struct dmutex__rw_acq {
 	const char *token;
 	unsigned lease_ms;
 	int wait;               /* a writer that will wait: register its intent */
+	int64_t deadline;       /* as dmutex__acq's (a timed lock's); 0: none */
 	/* out */
 	int taken;
 	uint64_t fence;
@@ -189,7 +192,8 @@ struct dmutex__rw_acq {
  * applied, set by the core no later than the server's time at the first
  * try plus the window: one that reaches the server when the result may be
  * gone is never applied again.  The backend reads token, window_ms and
- * deadline_ms, and sets maybe_done; the rest is the core's (src/core/retry.c). */
+ * deadline_ms and until, and sets maybe_done; the rest is the core's
+ * (src/core/retry.c). */
 struct dmutex__op {
 	char token[DMUTEX__TOKEN_HEX + 1];
 	unsigned window_ms;     /* the client's retry_window_ms */
@@ -198,6 +202,9 @@ struct dmutex__op {
 	                         * applied: it reached Redis, its answer did not
 	                         * come back (or made no sense) */
 	int64_t sent;           /* CLOCK_MONOTONIC ns: the latest try went out */
+	int64_t until;          /* CLOCK_MONOTONIC ns by which a try ends, as
+	                         * dmutex__acq's deadline (a timed wait's); 0: the
+	                         * backend's own timeouts */
 	int64_t lost_at;        /* the first try since the last answer went out; 0: none */
 	int expired;            /* gave up: whether it was applied is unknown */
 };

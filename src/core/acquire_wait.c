@@ -29,7 +29,20 @@ dmutex__acquire_unsubscribe(struct dmutex__acquire *aq)
 	aq->wake = NULL;
 }
 
-/* The backend failed: -1 to try again after a backoff, else EIO (given up). */
+int64_t
+dmutex__timed_deadline(const struct dmutex_client *c, int64_t start, int64_t until)
+{
+	unsigned at_once = c->cfg.command_timeout_ms < DMUTEX__AT_ONCE_MS ? c->cfg.command_timeout_ms
+		: DMUTEX__AT_ONCE_MS;
+	int64_t first = start + (int64_t)at_once * DMUTEX__MS;
+
+	if (until == INT64_MAX)
+		return 0;
+	return until > first ? until : first;
+}
+
+/* The backend failed: -1 to try again after a backoff, else EIO (given
+ * up), or ETIMEDOUT. */
 static int
 failed(struct dmutex__acquire *aq, const struct dmutex__try *t)
 {
@@ -43,11 +56,21 @@ failed(struct dmutex__acquire *aq, const struct dmutex__try *t)
 				"to the server (%s)", aq->what, aq->name, strerror(err));
 		return err;
 	}
+	/* The deadline cut a request short, and no request had failed
+	 * before it: the server did not answer in time, which a slow one
+	 * does too.  The deadline passed first: ETIMEDOUT, as for a lock
+	 * held all along (the try's caller gives back what it may have
+	 * taken).  After failures the backend is known failing: EIO. */
+	if (!aq->trylock && !t->refused && !aq->failing && t->now >= aq->until) {
+		dmutex__log(DMUTEX_LOG_INFO, "%s '%s': no answer by the deadline", aq->what, aq->name);
+		return ETIMEDOUT;
+	}
 	/* An answer of "no" from Redis will not change by asking again. */
 	if (aq->trylock || t->refused || t->now >= aq->io_until || t->now >= aq->until) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s '%s': backend failing, giving up", aq->what, aq->name);
 		return EIO;
 	}
+	aq->failing = 1;
 	wake = t->now + dmutex__backoff_ns(aq->io_attempt++);
 	dmutex__sleep_until(wake < aq->until ? wake : aq->until);
 	return -1;
@@ -63,6 +86,7 @@ busy(struct dmutex__acquire *aq, const struct dmutex__try *t, uint64_t seq)
 	/* The backend answered: fresh I/O budget. */
 	aq->io_until = now + aq->io_budget;
 	aq->io_attempt = 0;
+	aq->failing = 0;
 	if (aq->trylock)
 		return EBUSY;
 	if (aq->bad_deadline) {
@@ -96,6 +120,7 @@ dmutex__acquire_wait(struct dmutex__acquire *aq)
 	aq->io_budget = (int64_t)DMUTEX__IO_RETRY_FACTOR * aq->c->cfg.command_timeout_ms * DMUTEX__MS;
 	aq->io_until = dmutex__now_ns() + aq->io_budget;
 	aq->io_attempt = 0;
+	aq->failing = 0;
 	dmutex__short_take();   /* an older call's, not ours */
 	/* Subscribed already (a condition wait's caller): the first attempt
 	 * asks to be told of the release, with no subscription round trip. */

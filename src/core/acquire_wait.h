@@ -44,7 +44,7 @@ struct dmutex__acquire {
 	int trylock;            /* one try: busy is EBUSY, a failure EIO */
 	int bad_deadline;       /* busy is EINVAL (logged) */
 	int presub;             /* subscribe first, without waiting for it */
-	int64_t until;          /* busy past it is ETIMEDOUT */
+	int64_t until;          /* busy past it is ETIMEDOUT (INT64_MAX: none) */
 	/* The wake channel (caller frees with the loop: NULL is out of memory). */
 	char *(*channel)(void *arg);
 	/* Fair: the token whose hand-over to hear on the channel, or NULL. */
@@ -56,12 +56,25 @@ struct dmutex__acquire {
 	char *wake;                     /* its channel */
 	int64_t io_budget, io_until;
 	int io_attempt;
+	int failing;                    /* a try failed before the deadline */
 };
 
 /* Run aq's tries until one is DONE or the rules above end the wait; the
  * subscription is dropped before returning.  The try's result, or EBUSY,
  * ETIMEDOUT, EINVAL (bad deadline), EIO (backend failing). */
 int dmutex__acquire_wait(struct dmutex__acquire *aq);
+
+/*
+ * The deadline every request of a call begun at `start` with deadline
+ * `until` (INT64_MAX: none) carries to the backend (backend.h's
+ * dmutex__acq.deadline and its kin): 0 without one (the backend's own
+ * timeouts bound each request); else the caller's, so that a server that
+ * does not answer cannot hold a timed call up for a command timeout past
+ * it.  But never sooner than DMUTEX__AT_ONCE_MS (at most a command
+ * timeout) after the call began: what is free at once is taken whatever
+ * the deadline (POSIX), and its request needs the time of an answer.
+ */
+int64_t dmutex__timed_deadline(const struct dmutex_client *c, int64_t start, int64_t until);
 
 /* For a try that starts over with a new token (a new channel): drop the
  * subscription; the next busy answer subscribes anew. */

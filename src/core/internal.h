@@ -69,6 +69,13 @@
  * before EIO. */
 #define DMUTEX__IO_RETRY_FACTOR 3
 
+/* A timed call's requests end by its deadline, but the first one gets at
+ * least this long (capped by command_timeout_ms): a lock free at once is
+ * taken whatever the deadline (POSIX), also one already past, and its
+ * request needs time to be answered.  So a timed call returns at most
+ * this long after it began, or by its deadline if that is later. */
+#define DMUTEX__AT_ONCE_MS 200u
+
 /*
  * Everything a process knows about one lock name on one client.  Shared by
  * every dmutex_t with that name on that client, so threads of a process wait
@@ -438,9 +445,16 @@ void dmutex__renewer_watch_rel(struct dmutex_client *c, struct dmutex__entry *e)
 /* Keep trying to release `token` in the background until until_ns. */
 void dmutex__renewer_orphan(struct dmutex_client *c, const char *name,
 		const char *token, int mode, int64_t until_ns);
+/* An orphan's mode: a rwlock's release of op ('r', 'w', 'q'), or'ed in. */
+#define DMUTEX__ORPHAN_RW 0x100
+/* The same for a rwlock's acquire given up (op: what it may have taken),
+ * first tried at once. */
+void dmutex__renewer_orphan_rw(struct dmutex_client *c, const char *name, int op,
+		const char *token, int64_t until_ns);
 /* Release `token` by until (dmutex__release_to, next NULL for none);
  * unconfirmed (EIO), the renewer keeps trying until the lease, lease_ms
- * from now, ends.  The release's answer. */
+ * from now, ends (at once if until had passed: nothing was tried).  The
+ * release's answer. */
 int dmutex__renewer_release(struct dmutex_client *c, const char *name, const char *token,
 		int mode, int64_t until, struct dmutex__handoff *next, unsigned lease_ms);
 /* Without any lock: give e's kept lease back by `until` if nobody holds

@@ -240,9 +240,11 @@ settle_rels(struct dmutex_client *c, int64_t bound)
 	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 }
 
-void
-dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *token,
-		int mode, int64_t until_ns)
+/* Queue the release of `token` (mode: release.lua's, or DMUTEX__ORPHAN_RW
+ * with a rwlock's op), first tried at next_ns. */
+static void
+orphan(struct dmutex_client *c, const char *name, const char *token, int mode, int64_t until_ns,
+		int64_t next_ns)
 {
 	struct dmutex__renewer *r = &c->renewer;
 	struct dmutex__orphan *o;
@@ -264,7 +266,7 @@ dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *to
 	memcpy(o->token, token, sizeof o->token);
 	o->mode = mode;
 	o->until_ns = until_ns;
-	o->next_ns = dmutex__now_ns() + RETRY_NS;
+	o->next_ns = next_ns;
 	pthread_cond_signal(&r->cv);
 	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 	return;
@@ -274,15 +276,34 @@ fail:
 	free(copy);
 }
 
+void
+dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *token,
+		int mode, int64_t until_ns)
+{
+	orphan(c, name, token, mode, until_ns, dmutex__now_ns() + RETRY_NS);
+}
+
+void
+dmutex__renewer_orphan_rw(struct dmutex_client *c, const char *name, int op, const char *token,
+		int64_t until_ns)
+{
+	orphan(c, name, token, DMUTEX__ORPHAN_RW | op, until_ns, dmutex__now_ns());
+}
+
 int
 dmutex__renewer_release(struct dmutex_client *c, const char *name, const char *token, int mode,
 		int64_t until, struct dmutex__handoff *next, unsigned lease_ms)
 {
+	/* Past its deadline already (a timed lock that gave up at it):
+	 * nothing is sent here, the background tries at once. */
+	int late = dmutex__now_ns() >= until;
 	int err = dmutex__release_to(c, name, token, mode, until, next);
 
-	if (err == EIO)
-		dmutex__renewer_orphan(c, name, token, mode,
-				dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+	if (err == EIO) {
+		int64_t now = dmutex__now_ns();
+		orphan(c, name, token, mode, now + (int64_t)lease_ms * DMUTEX__MS,
+				late ? now : now + RETRY_NS);
+	}
 	return err;
 }
 
@@ -572,6 +593,16 @@ out:
 	batch_free(&b);
 }
 
+/* One try of a rwlock's orphan: 0 done (released or not ours), EIO. */
+static int
+orphan_rw_release(struct dmutex_client *c, const struct dmutex__orphan *o)
+{
+	int released, md = 0;
+
+	return dmutex__rw_release(c->be, o->name, o->mode & ~DMUTEX__ORPHAN_RW, o->token, &released, &md)
+		== EIO ? EIO : 0;
+}
+
 static void
 retry_orphans(struct dmutex_client *c)
 {
@@ -587,7 +618,8 @@ retry_orphans(struct dmutex_client *c)
 			continue;
 		}
 		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
-		err = dmutex__release(c, o.name, o.token, o.mode);
+		err = o.mode & DMUTEX__ORPHAN_RW ? orphan_rw_release(c, &o)
+			: dmutex__release(c, o.name, o.token, o.mode);
 		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 		/* The array may have moved, but only this thread removes. */
 		now = dmutex__now_ns();

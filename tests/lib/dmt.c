@@ -89,6 +89,23 @@ dmt_lost_once(void *arg)
 	return atomic_load((atomic_int *)arg) >= 1;
 }
 
+int
+dmt_lock_free(void *arg)
+{
+	dmutex_t *m = arg;
+
+	return dmutex_trylock(m) == 0 && dmutex_unlock(m) == 0;
+}
+
+long long
+dmt_late_ms(const char *what, int rc, long long t0, long long ahead_ms)
+{
+	long long late = th_now_ms() - t0 - ahead_ms;
+
+	fprintf(stderr, "%s: %s, %lld ms past its deadline\n", what, dmutex_strerror(rc), late);
+	return late;
+}
+
 /* ------------------------------------------------------------------ */
 /* URLs and keys                                                       */
 /* ------------------------------------------------------------------ */

@@ -60,6 +60,12 @@ int dmt_unlock_answered(dmutex_t *m);
 void dmt_count_lost(const char *name, void *arg);
 /* th_wait_until condition: the atomic_int at arg is >= 1. */
 int dmt_lost_once(void *arg);
+/* th_wait_until condition: a trylock of the dmutex_t at arg succeeds (and
+ * is undone): nobody holds the lock. */
+int dmt_lock_free(void *arg);
+/* A timed call begun at t0 (th_now_ms) with a deadline ahead_ms later has
+ * just returned: how late it is (ms), logged as what said rc (info). */
+long long dmt_late_ms(const char *what, int rc, long long t0, long long ahead_ms);
 
 /* ------------------------------------------------------------------ */
 /* URLs and keys                                                       */

@@ -112,7 +112,9 @@ attempt(struct dmutex__etcd_http *h, size_t i, struct attempt *t)
 	int own_hdr;
 	struct curl_slist *hdr = dmutex__etcd_headers_for(h, t->with_token, &own_hdr);
 	struct buf b = { 0 };
-	int64_t left = (t->deadline - dmutex__now_ns()) / DMUTEX__MS;
+	/* Rounded up: an attempt cut by the deadline ends at it, not before
+	 * (the caller tells a timeout from a failure by that). */
+	int64_t left = (t->deadline - dmutex__now_ns() + DMUTEX__MS - 1) / DMUTEX__MS;
 	long ms = left < (int64_t)h->command_ms ? (long)left : (long)h->command_ms, status = 0;
 	CURLcode cc;
 	int cls;

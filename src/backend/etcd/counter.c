@@ -72,13 +72,13 @@ kv_value(const json_t *range, char *out, long long *mod)
 
 /* One txn; 0 and *rep, or the error (maybe_done may be NULL). */
 static int
-txn(struct dmutex__etcd *e, json_t *req, json_t **rep, int *maybe_done)
+txn(struct dmutex__etcd *e, json_t *req, json_t **rep, int *maybe_done, int64_t deadline)
 {
 	int md = 0, err;
 
 	if (!req)
 		return ENOMEM;
-	err = dmutex__etcd_txn(e, req, rep, 0, &md, NULL);
+	err = dmutex__etcd_txn(e, req, rep, deadline, &md, NULL);
 	json_decref(req);
 	if (maybe_done && err && md)
 		*maybe_done = 1;
@@ -99,7 +99,7 @@ int
 dmutex__etcd_get(struct dmutex__etcd *e, const char *key, char *out)
 {
 	json_t *rep = NULL;
-	int err = txn(e, json_pack("{s:[o]}", "success", req_range(key)), &rep, NULL);
+	int err = txn(e, json_pack("{s:[o]}", "success", req_range(key)), &rep, NULL, 0);
 	int r;
 
 	if (err)
@@ -115,7 +115,7 @@ dmutex__etcd_create(struct dmutex__etcd *e, const char *key, const char *value, 
 	json_t *rep = NULL;
 	int err = txn(e, json_pack("{s:[o], s:[o], s:[o]}",
 			"compare", req_cmp(key, "CREATE", "EQUAL", 0),
-			"success", dmutex__etcd_op_put(key, value, 0), "failure", req_range(key)), &rep, NULL);
+			"success", dmutex__etcd_op_put(key, value, 0), "failure", req_range(key)), &rep, NULL, 0);
 	int r;
 
 	if (err)
@@ -134,7 +134,7 @@ int
 dmutex__etcd_delete(struct dmutex__etcd *e, const char *key)
 {
 	json_t *rep = NULL;
-	int err = txn(e, json_pack("{s:[o]}", "success", dmutex__etcd_op_del(key, NULL)), &rep, NULL);
+	int err = txn(e, json_pack("{s:[o]}", "success", dmutex__etcd_op_del(key, NULL)), &rep, NULL, 0);
 	int bad = 0;
 	long long n;
 
@@ -148,14 +148,15 @@ dmutex__etcd_delete(struct dmutex__etcd *e, const char *key)
 
 /* The first read: the result of an earlier try, or the current value. */
 static int
-first_read(struct dmutex__etcd *e, const char *key, const char *opkey, char *res, char *cur, long long *mod, int *found, int *have)
+first_read(struct dmutex__etcd *e, const char *key, const char *opkey, char *res, char *cur, long long *mod, int *found, int *have,
+		int64_t deadline)
 {
 	json_t *rep = NULL;
 	json_t *req = opkey
 		? json_pack("{s:[o], s:[o], s:[o]}", "compare", req_cmp(opkey, "VERSION", "GREATER", 0),
 			"success", req_range(opkey), "failure", req_range(key))
 		: json_pack("{s:[o]}", "success", req_range(key));
-	int err = txn(e, req, &rep, NULL), r;
+	int err = txn(e, req, &rep, NULL, deadline), r;
 
 	if (err)
 		return err;
@@ -166,6 +167,16 @@ first_read(struct dmutex__etcd *e, const char *key, const char *opkey, char *res
 		return -r;
 	*have = r;
 	return 0;
+}
+
+/* One request's deadline: a command timeout from now, or o's (a timed
+ * wait's) when that comes first. */
+static int64_t
+within(const struct dmutex__etcd *e, const struct dmutex__op *o)
+{
+	int64_t own = dmutex__now_ns() + (int64_t)e->base.cfg.command_timeout_ms * DMUTEX__MS;
+
+	return o && o->until && o->until < own ? o->until : own;
 }
 
 /* The write: value and result if nothing changed since the read; else
@@ -189,7 +200,7 @@ write_back(struct dmutex__etcd *e, const char *key, const char *opkey, const cha
 	json_array_append_new(fail, req_range(opkey ? opkey : key));
 	json_array_append_new(fail, req_range(key));
 	err = txn(e, json_pack("{s:o, s:o, s:o}", "compare", cmp, "success", ok, "failure", fail),
-			&rep, o ? &o->maybe_done : NULL);
+			&rep, o ? &o->maybe_done : NULL, within(e, o));
 	if (err)
 		return err;
 	*done = dmutex__etcd_bool(rep, "succeeded");
@@ -217,14 +228,14 @@ dmutex__etcd_rmw(struct dmutex__etcd *e, const char *key, const char *opkey,
 	int found = 0, have = 0, err, keep;
 
 	*refused = 0;
-	if ((err = first_read(e, key, opkey, res, cur, &mod, &found, &have)) || found)
+	if ((err = first_read(e, key, opkey, res, cur, &mod, &found, &have, within(e, o))) || found)
 		return err;
 	if (o && o->deadline_ms && !dmutex__etcd_time_ms(&now) && now > o->deadline_ms) {
 		*refused = 1;
 		return 0;
 	}
-	if (opkey && (err = dmutex__etcd_lease_for(e, o->window_ms + RESULT_MARGIN_MS,
-			dmutex__now_ns() + (int64_t)e->base.cfg.command_timeout_ms * DMUTEX__MS, &lease)))
+	if (opkey && (err = dmutex__etcd_lease_for(e, o->window_ms + RESULT_MARGIN_MS, within(e, o),
+			&lease)))
 		return err;
 	for (int i = 0; i < RMW_TRIES; i++) {
 		int done = 0;

@@ -340,9 +340,11 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	a->maybe_done = a->refused = a->died = a->split = 0;
 	a->pttl_ms = -1;
 	/* One deadline for the whole try, its keep-alive, read and write
-	 * included: a blocking lock's try is bounded by one command timeout. */
-	if (!a->deadline)
-		a->deadline = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
+	 * included: a try is bounded by one command timeout, and by the
+	 * caller's deadline when that comes first (trylock, a timed lock). */
+	int64_t own = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
+	if (!a->deadline || a->deadline > own)
+		a->deadline = own;
 	make_keys(e, a->name, a->token, &k);
 	if (a->wait && dmutex__etcd_tok_has(e, &e->queued, a->token)) {
 		/* The lease kept alive as for any try; the key on it read. */

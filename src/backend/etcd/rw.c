@@ -118,6 +118,9 @@ dmutex__etcd_rw_acquire(struct dmutex__backend *be, const char *name, struct dmu
 	a->fence = 0;
 	a->maybe_done = a->refused = 0;
 	a->pttl_ms = a->lease_ms;       /* a blocking hold ends within a lease (if not woken) */
+	/* A timed lock's deadline, when it comes first. */
+	if (a->deadline && a->deadline < deadline)
+		deadline = a->deadline;
 	if ((err = dmutex__etcd_lease_for(e, a->lease_ms, deadline, &lease)))
 		return err;
 	rwkeys(e, name, a->token, &k);

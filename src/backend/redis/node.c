@@ -430,6 +430,17 @@ dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
 	return call_until(n, script, nkeys, argc, argv, maybe_done, deadline, 1);
 }
 
+redisReply *
+dmutex__node_call_within(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done, int64_t deadline)
+{
+	int64_t own = ((int64_t)n->connect_ms + n->command_ms) * DMUTEX__MS;
+
+	if (!deadline || deadline - dmutex__now_ns() >= own)
+		return dmutex__node_call(n, script, nkeys, argc, argv, maybe_done);
+	return call_until(n, script, nkeys, argc, argv, maybe_done, deadline, 1);
+}
+
 /* A new connection whose dial ends by deadline too (connect_timeout_ms
  * still caps it); NULL when no time is left. */
 static struct dmutex__conn *

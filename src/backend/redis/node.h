@@ -133,6 +133,12 @@ redisReply *dmutex__node_call_asking(struct dmutex__node *n, int script, int nke
  * signal, broadcast) share one deadline over their retries and nodes. */
 redisReply *dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done, int64_t deadline);
+/* A call of the caller's deadline (0: none): dmutex__node_call_by while
+ * that deadline comes before the node's own timeouts would end the call,
+ * else dmutex__node_call (a far deadline changes nothing).  A timed
+ * lock's tries: by its deadline, each still a command timeout at most. */
+redisReply *dmutex__node_call_within(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done, int64_t deadline);
 /* Not a script: the plain `SET lock value NX PX lease GET` that takes a
  * free lock (redis.c).  It goes wherever a script goes (a cluster routes
  * it by its key, as a script by its first key): argv is the command's

@@ -36,8 +36,7 @@ take_plain(struct dmutex__node *n, struct dmutex__acq *a,
 	redisReply *r;
 	int md, rc;
 
-	r = a->deadline ? dmutex__node_call_by(n, DMUTEX__CMD_TAKE, 1, 6, x->take, &md, a->deadline)
-		: dmutex__node_call(n, DMUTEX__CMD_TAKE, 1, 6, x->take, &md);
+	r = dmutex__node_call_within(n, DMUTEX__CMD_TAKE, 1, 6, x->take, &md, a->deadline);
 	if (!r) {
 		a->refused = md == DMUTEX__REFUSED;
 		a->maybe_done = md == 1;
@@ -77,11 +76,10 @@ dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n
 	if (a->fair) {
 		struct dmutex__fair_acq_argv f;
 		dmutex__fair_acq_argv(be, a, &f);
-		/* A trylock's deadline bounds the call, its dial included. */
-		r = a->deadline ? dmutex__node_call_by(n, DMUTEX__SCRIPT_FAIR_ACQUIRE, DMUTEX__FAIR_ACQ_NKEYS,
-				DMUTEX__FAIR_ACQ_ARGC, f.argv, &md, a->deadline)
-			: dmutex__node_call(n, DMUTEX__SCRIPT_FAIR_ACQUIRE, DMUTEX__FAIR_ACQ_NKEYS,
-				DMUTEX__FAIR_ACQ_ARGC, f.argv, &md);
+		/* A trylock's or timed lock's deadline bounds the call, its
+		 * dial included. */
+		r = dmutex__node_call_within(n, DMUTEX__SCRIPT_FAIR_ACQUIRE, DMUTEX__FAIR_ACQ_NKEYS,
+				DMUTEX__FAIR_ACQ_ARGC, f.argv, &md, a->deadline);
 	} else {
 		dmutex__acq_argv(be, a, &x);
 		if (!a->robust && !a->wait && x.argv[8][0] == '0') {
@@ -91,8 +89,8 @@ dmutex__backend_redis_acquire(struct dmutex__backend *be, struct dmutex__node *n
 			if (take <= 0)
 				return -take;
 		}
-		r = a->deadline ? dmutex__node_call_by(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md,
-				a->deadline) : dmutex__node_call(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md);
+		r = dmutex__node_call_within(n, DMUTEX__SCRIPT_ACQUIRE, 2, DMUTEX__ACQ_ARGC, x.argv, &md,
+				a->deadline);
 	}
 	if (!r) {
 		a->refused = md == DMUTEX__REFUSED;

@@ -70,7 +70,7 @@ dmutex__redis_rw_acquire(struct dmutex__backend *be, const char *name, struct dm
 	snprintf(lease, sizeof lease, "%u", a->lease_ms);
 	gc_ms(a->lease_ms, gc, sizeof gc);
 	const char *argv[] = { k.h, k.rd, k.q, op, a->token, lease, a->wait ? "1" : "0", gc };
-	if (!(r = dmutex__node_call(n, DMUTEX__SCRIPT_RW_ACQUIRE, 3, 8, argv, &md))) {
+	if (!(r = dmutex__node_call_within(n, DMUTEX__SCRIPT_RW_ACQUIRE, 3, 8, argv, &md, a->deadline))) {
 		a->refused = md == DMUTEX__REFUSED;
 		a->maybe_done = md == 1;
 		return EIO;

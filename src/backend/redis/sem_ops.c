@@ -19,16 +19,17 @@ dmutex__redis_sem_channel(struct dmutex__backend *be, const char *name, char *ou
 	dmutex__key(out, be->cfg.prefix, "semwake", name);
 }
 
-/* One script call; 0 and *out, an integer from lo to hi (each script's
- * answers), or EIO (logged) and, if maybe_done is not NULL, whether the
- * script may have run all the same. */
+/* One script call, by deadline too if it comes first (0: none); 0 and
+ * *out, an integer from lo to hi (each script's answers), or EIO (logged)
+ * and, if maybe_done is not NULL, whether the script may have run all the
+ * same. */
 static int
 call(struct dmutex__backend *be, const char *name, const char *what, int script, int nkeys,
 		int argc, const char **argv, long long lo, long long hi, long long *out,
-		int *maybe_done)
+		int *maybe_done, int64_t deadline)
 {
 	int md = 0, err = EIO;
-	redisReply *r = dmutex__node_call(&be->nodes[0], script, nkeys, argc, argv, &md);
+	redisReply *r = dmutex__node_call_within(&be->nodes[0], script, nkeys, argc, argv, &md, deadline);
 
 	if (maybe_done)
 		*maybe_done = r || md == 1;
@@ -59,7 +60,7 @@ dmutex__redis_sem_create(struct dmutex__backend *be, const char *name, unsigned 
 	dmutex__key(k, be->cfg.prefix, "sem", name);
 	snprintf(v, sizeof v, "%u", value);
 	const char *argv[] = { k, v, flags & DSEM_EXCL ? "1" : flags & DSEM_NOCREATE ? "2" : "0" };
-	if ((err = call(be, name, "init", DMUTEX__SCRIPT_SEM_INIT, 1, 3, argv, -2, 1, &r, NULL)))
+	if ((err = call(be, name, "init", DMUTEX__SCRIPT_SEM_INIT, 1, 3, argv, -2, 1, &r, NULL, 0)))
 		return err;
 	*created = (int)r;
 	return 0;
@@ -83,7 +84,7 @@ op(struct dmutex__backend *be, const char *name, unsigned init, const char *what
 	snprintf(deadline, sizeof deadline, "%lld", o->deadline_ms);
 	const char *argv[] = { k, ok, code, v, max, ch, window, deadline };
 	if ((err = call(be, name, what, DMUTEX__SCRIPT_SEM_OP, 2, 8, argv, DMUTEX__OP_REFUSED, hi, out,
-			&o->maybe_done)))
+			&o->maybe_done, o->until)))
 		return err;
 	/* Refused only a retry, which carries a deadline. */
 	if (*out == DMUTEX__OP_REFUSED ? !o->deadline_ms : *out < lo) {
@@ -117,7 +118,7 @@ dmutex__redis_sem_time(struct dmutex__backend *be, const char *name, long long *
 
 	dmutex__key(k, be->cfg.prefix, "sem", name);
 	const char *argv[] = { k, "t", "0" };
-	return call(be, name, "time", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 1, LLONG_MAX, ms, NULL);
+	return call(be, name, "time", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 1, LLONG_MAX, ms, NULL, 0);
 }
 
 int
@@ -130,7 +131,7 @@ dmutex__redis_sem_get(struct dmutex__backend *be, const char *name, unsigned ini
 	snprintf(v, sizeof v, "%u", init);
 	const char *argv[] = { k, "g", v };
 	return call(be, name, "getvalue", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 0,
-			DSEM_VALUE_MAX, value, NULL);
+			DSEM_VALUE_MAX, value, NULL, 0);
 }
 
 int
@@ -142,7 +143,7 @@ dmutex__redis_sem_unlink(struct dmutex__backend *be, const char *name, int *exis
 
 	dmutex__key(k, be->cfg.prefix, "sem", name);
 	const char *argv[] = { k, "u", "0" };
-	if ((err = call(be, name, "unlink", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 0, 1, &r, NULL)))
+	if ((err = call(be, name, "unlink", DMUTEX__SCRIPT_SEM_GET, 1, 3, argv, 0, 1, &r, NULL, 0)))
 		return err;
 	*existed = r > 0;
 	return 0;
