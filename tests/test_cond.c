@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -447,6 +448,114 @@ Test(cond, signal_without_waiters_reads_one_key)
 	cr_assert_eq(dmt_cmd_calls(&srv, "time", "zcount", "zrangebyscore", "zremrangebyscore", NULL),
 			before, "the signal scanned or cleaned zsets that do not exist");
 	cr_assert_eq(dmt_cmd_calls(&srv, "exists", NULL), exists + 1);
+	pair_close(&p);
+}
+
+/* A broadcast to many threads of one process (issue 29: LTP
+ * pthread_cond_broadcast 1-2, 1,000 threads, took 129 s through the shim,
+ * 41 s natively): each woken thread takes the mutex back in turn, and
+ * every unlock woke every thread still queued for it, to find it taken
+ * again: n^2/2 wake-ups.  Counted, not timed: the context switches the
+ * waiting threads made (getrusage RUSAGE_THREAD, voluntary), from their
+ * lock to their unlock.  One wake-up per turn makes a few per thread (the
+ * round trips of the wait, one sleep for the signal, one for the turn);
+ * n^2/2 is 100 per thread at n = 200.  And the connections the server
+ * accepted after the broadcast: each woken thread opened one for its
+ * leave (197 of 200), a few now. */
+#define MANY 200
+static struct {
+	struct pair *p;
+	pthread_mutex_t mu;
+	int ready, go, woken;
+	long switches;
+} many = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void *many_waiter(void *arg)
+{
+	struct rusage r0, r1;
+	intptr_t rc = 0;
+	int ready;
+
+	(void)arg;
+	getrusage(RUSAGE_THREAD, &r0);
+	if ((rc = dmutex_lock(&many.p->m)))
+		return (void *)rc;
+	pthread_mutex_lock(&many.mu);
+	many.ready++;
+	pthread_mutex_unlock(&many.mu);
+	do {
+		pthread_mutex_lock(&many.mu);
+		ready = many.go;
+		pthread_mutex_unlock(&many.mu);
+		if (!ready && (rc = dcond_wait(&many.p->cv, &many.p->m)))
+			break;
+	} while (!ready);
+	pthread_mutex_lock(&many.mu);
+	many.woken += !rc;
+	pthread_mutex_unlock(&many.mu);
+	if (!rc)
+		rc = dmutex_unlock(&many.p->m);
+	getrusage(RUSAGE_THREAD, &r1);
+	pthread_mutex_lock(&many.mu);
+	many.switches += r1.ru_nvcsw - r0.ru_nvcsw;
+	pthread_mutex_unlock(&many.mu);
+	return (void *)rc;
+}
+
+/* Connections the server accepted so far (INFO stats). */
+static long long connections(void)
+{
+	redisReply *r = th_redis_cmd(&srv, "INFO stats");
+	const char *f = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "total_connections_received:")
+		: NULL;
+	long long n = f ? atoll(f + strlen("total_connections_received:")) : -1;
+
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+static int many_registered(void *arg)
+{
+	(void)arg;
+	return waiters("cmany") == MANY;
+}
+
+Test(cond, broadcast_to_many_threads_wakes_each_a_few_times, .timeout = 120)
+{
+	struct pair p;
+	pthread_t t[MANY];
+	long long conns;
+	void *rc;
+
+	DMT_SINGLE_NODE();
+	cr_assert_eq(pair_open(&p, srv.url, "mmany", "cmany", NULL), 0);
+	many.p = &p;
+	for (int i = 0; i < MANY; i++)
+		cr_assert_eq(pthread_create(&t[i], NULL, many_waiter, NULL), 0);
+	cr_assert(th_wait_until(many_registered, NULL, 60000), "%lld of %d threads registered",
+			waiters("cmany"), MANY);
+	cr_assert_eq(dmutex_lock(&p.m), 0);
+	conns = connections();
+	pthread_mutex_lock(&many.mu);
+	many.go = 1;
+	pthread_mutex_unlock(&many.mu);
+	cr_assert_eq(dcond_broadcast(&p.cv), 0);
+	cr_assert_eq(dmutex_unlock(&p.m), 0);
+	for (int i = 0; i < MANY; i++) {
+		cr_assert_eq(pthread_join(t[i], &rc), 0);
+		cr_assert_eq((intptr_t)rc, 0, "thread %d: %s", i, strerror((int)(intptr_t)rc));
+	}
+	cr_assert_eq(many.woken, MANY);
+	conns = connections() - conns;
+	cr_log_info("%d threads: %ld voluntary context switches, %.1f per thread; %lld connections opened "
+			"after the broadcast", MANY, many.switches, (double)many.switches / MANY, conns);
+	/* Each woken thread opened a connection of its own for its leave,
+	 * and kept it while it queued for the mutex: those queued leave once
+	 * they hold it, on the pool's connections. */
+	cr_assert_lt(conns, MANY / 4, "%lld connections opened for %d woken threads", conns, MANY);
+	cr_assert_lt(many.switches, 25L * MANY, "%ld voluntary context switches for %d threads: "
+			"a turn at the mutex wakes more than one thread", many.switches, MANY);
 	pair_close(&p);
 }
 

@@ -238,16 +238,25 @@ leave_and_take_back(struct cancel_ctx *k, struct sleep_state *st, int lost)
 	struct dmutex__entry *e = k->e;
 	struct dmutex_client *cl = cx->client;
 	struct dmutex__cond_leaving leaving;
-	int still = st->still, overlap = 0, err;
+	int still = st->still, overlap = 0, late = 0, err;
 
 	/* 4.  If the backend cannot say, count as woken: a spurious wake-up
 	 * is allowed, a lost one is not.  A refresh that found us woken has
 	 * acknowledged already; several nodes may each have woken someone
-	 * else: leave them all. */
+	 * else: leave them all.  Woken by a message, the result is 0
+	 * whatever the leave says: without a connection of its own for
+	 * the overlap (EBUSY: many woken at once), it waits until the mutex
+	 * is ours, and the mutex's queue makes the woken leave one by one
+	 * (an acknowledgement it delays hands a signal on: a spurious
+	 * wake-up at worst). */
 	if (st->message || st->timed_out || cl->be->quorum) {
-		if (st->message && !st->timed_out && !dmutex__cond_leave_start(cx->client->be, cx->name, k->token,
-					&leaving))
+		int rc = st->message && !st->timed_out ? dmutex__cond_leave_start(cx->client->be, cx->name,
+				k->token, &leaving) : ENOTSUP;
+
+		if (!rc)
 			overlap = 1;
+		else if (rc == EBUSY)
+			late = 1;
 		else if (dmutex__cond_leave(cx->client->be, cx->name, k->token, &still))
 			still = 0;
 	}
@@ -266,6 +275,8 @@ leave_and_take_back(struct cancel_ctx *k, struct sleep_state *st, int lost)
 		dmutex__waiter_unsub(e->client->be, k->msub);
 	if (overlap && dmutex__cond_leave_end(cx->client->be, cx->name, k->token, &leaving, &still))
 		still = 0;
+	if (late)
+		dmutex__cond_leave(cx->client->be, cx->name, k->token, &still);
 	if (err)
 		return err;
 	if (lost)

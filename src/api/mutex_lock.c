@@ -360,7 +360,7 @@ fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
 	if (e->fifo_tail == me)
 		e->fifo_tail = prev;
 	/* The next in line may now go. */
-	pthread_cond_broadcast(&e->cv);
+	dmutex__entry_wake(e);
 }
 
 static int lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
@@ -419,6 +419,23 @@ relock_own(dmutex_t *m, struct dmutex__mutex *mx, int mode, int64_t until, int b
 	return err;
 }
 
+/* Under e->mu, one wait in wait_turn, until `at` if not NULL: a fair
+ * mutex's waiters on e->cv (each looks whether it is first in line), a
+ * non-fair one's on e->turn_cv, one woken per turn (dmutex__entry_wake). */
+static void
+turn_wait(struct dmutex__mutex *mx, const struct timespec *at)
+{
+	struct dmutex__entry *e = mx->entry;
+	pthread_cond_t *cv = mx->fair ? &e->cv : &e->turn_cv;
+
+	e->turn_waiters += !mx->fair;
+	if (at)
+		pthread_cond_timedwait(cv, &e->mu, at);
+	else
+		pthread_cond_wait(cv, &e->mu);
+	e->turn_waiters -= !mx->fair;
+}
+
 /* Under e->mu: wait for this thread's turn to ask (0, still under e->mu),
  * or give up (released, the error).  *t0: when a local wait began;
  * *contended when another thread of ours made us wait. */
@@ -448,12 +465,15 @@ wait_turn(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t u
 			/* The renewer gives back an idle kept lease (bounded by a
 			 * command timeout): the mutex is not locked, so even a
 			 * trylock waits for that, then asks as usual. */
-			pthread_cond_wait(&e->cv, &e->mu);
+			turn_wait(mx, NULL);
 			continue;
 		}
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			if (mx->fair)
 				fifo_leave(e, me);
+			else if (!e->held && !e->acquiring)
+				/* A turn given to us as we gave up is the next one's. */
+				dmutex__entry_wake(e);
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (mode != TRY && bad_deadline)
 				dmutex__log(DMUTEX_LOG_ERROR, "lock '%s': tv_nsec of the deadline out of range", e->name);
@@ -462,10 +482,7 @@ wait_turn(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t u
 		*contended = 1;  /* another thread of ours holds it */
 		if (!*t0)
 			*t0 = dmutex__now_ns();
-		if (until == NO_DEADLINE)
-			pthread_cond_wait(&e->cv, &e->mu);
-		else
-			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+		turn_wait(mx, until == NO_DEADLINE ? NULL : &ts);
 	}
 	return 0;
 }
@@ -584,7 +601,7 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 	e->acquiring = 0;
 	gen = e->gen;
 	/* Whether we got it or gave up, the next local waiter looks again. */
-	pthread_cond_broadcast(&e->cv);
+	dmutex__entry_wake(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	/* The hold ends with its thread if the thread does not end it. */
 	if (err == 0 || err == EOWNERDEAD)

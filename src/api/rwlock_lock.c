@@ -244,7 +244,7 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;
 	/* Other readers may join now, or the next one asks. */
-	pthread_cond_broadcast(&e->cv);
+	dmutex__entry_wake(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	return err;
 }
@@ -281,7 +281,7 @@ wr_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 	while (e->held || e->acquiring) {
 		if (bad_deadline || dmutex__now_ns() >= until) {
 			e->rw_wwait--;
-			pthread_cond_broadcast(&e->cv);
+			dmutex__entry_wake(e);
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (bad_deadline)
 				dmutex__log(DMUTEX_LOG_ERROR, "rwlock '%s': tv_nsec of the deadline out of range", e->name);
@@ -300,7 +300,7 @@ wr_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;
 	e->rw_wwait--;
-	pthread_cond_broadcast(&e->cv);
+	dmutex__entry_wake(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	return err;
 }

@@ -350,8 +350,11 @@ struct dmutex__backend_ops {
 	 * leave_start, leave_end: leave in two halves around the caller's next
 	 *   round trip (a woken waiter taking its mutex back), so that both
 	 *   cost one.  start: 0, or ENOTSUP when it cannot go ahead alone
-	 *   (the caller leaves at once); end reads the answer (or leaves the
-	 *   slow way).
+	 *   (the caller leaves at once), or EBUSY when it would need a
+	 *   connection of its own (the caller leaves once it holds the
+	 *   mutex again: 1,000 threads woken at once would each open one
+	 *   and keep it while they queue for the mutex); end reads the
+	 *   answer (or leaves the slow way).
 	 * With several independent masters (Redlock) registering and waking
 	 * need a majority, so that any waker meets any waiter on one. */
 	void (*cond_channel)(struct dmutex__backend *be, const char *name, const char *token,

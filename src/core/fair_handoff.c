@@ -59,7 +59,7 @@ dmutex__fair_answer(struct dmutex__entry *e, struct dmutex__offer *o, int err, i
 		f->fence = o->h.fence;
 		f->died = o->h.died;
 		f->sent_ns = sent_ns;
-		pthread_cond_broadcast(&e->cv);
+		dmutex__entry_wake(e);
 		return 0;
 	}
 	return granted;

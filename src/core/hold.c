@@ -54,7 +54,22 @@ dmutex__entry_init_sync(struct dmutex__entry *e)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&e->cv, &ca);
+	pthread_cond_init(&e->turn_cv, &ca);
 	pthread_condattr_destroy(&ca);
+	/* In a fork child, the parent's waiting threads are not here. */
+	e->turn_waiters = 0;
+}
+
+void
+dmutex__entry_wake(struct dmutex__entry *e)
+{
+	pthread_cond_broadcast(&e->cv);
+	/* One, and only when there is a turn to take (nobody of ours holds
+	 * or asks; every change back to that calls us): the one woken holds
+	 * or asks before the next looks, and one that gives up instead
+	 * wakes the next. */
+	if (e->turn_waiters && !e->held && !e->acquiring)
+		pthread_cond_signal(&e->turn_cv);
 }
 
 int
@@ -131,6 +146,7 @@ dmutex__entry_put(struct dmutex__entry *e)
 	dmutex__entry_rel_drop(e);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
+	pthread_cond_destroy(&e->turn_cv);
 	free(e->readers);
 	free(e);
 }
@@ -255,7 +271,7 @@ dmutex__entry_forget(struct dmutex__entry *e)
 	memset(e->token, 0, sizeof e->token);
 	/* No lease left to keep either. */
 	dmutex__entry_forget_kept(e);
-	pthread_cond_broadcast(&e->cv);
+	dmutex__entry_wake(e);
 }
 
 void

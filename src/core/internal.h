@@ -89,7 +89,13 @@ struct dmutex__entry {
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;              /* CLOCK_MONOTONIC; local waiters */
+	/* A non-fair mutex's threads waiting for their turn (mutex_lock.c
+	 * wait_turn), apart from cv: only one of them can take the turn a
+	 * change of state gives, so dmutex__entry_wake wakes one, not all
+	 * (1,000 threads queued behind one lock woke 1,000 times each). */
+	pthread_cond_t turn_cv;         /* CLOCK_MONOTONIC */
 	/* under mu */
+	unsigned turn_waiters;          /* threads waiting on turn_cv */
 	int held;                       /* a thread of this process holds it */
 	pthread_t owner;
 	int depth;                      /* recursion count of the owner */
@@ -307,6 +313,11 @@ void dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmute
 void dmutex__entry_mark_lost(struct dmutex__entry *e);
 /* Without any lock: log, then the user's handler (which may call us). */
 void dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__lost *l);
+/* Under e->mu, after any change of held, acquiring, dropping, the fair
+ * queue or a release's end: wake the local waiters that may now go on —
+ * every waiter of e->cv, and one thread waiting for its turn, which takes
+ * the turn or passes it on (mutex_lock.c wait_turn). */
+void dmutex__entry_wake(struct dmutex__entry *e);
 /* Under e->mu: forget the hold and wake local waiters.  A hold the
  * counters still follow ends with it (dmutex__entry_end_counted). */
 void dmutex__entry_forget(struct dmutex__entry *e);

@@ -181,7 +181,7 @@ end_local(struct dmutex__entry *e, int64_t now)
 	e->held = 0;
 	e->depth = 0;
 	e->last_use_ns = now;
-	pthread_cond_broadcast(&e->cv);
+	dmutex__entry_wake(e);
 }
 
 int
@@ -314,7 +314,7 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 		if (!err && result == 1 && e->kept && !strcmp(token, e->token) &&
 				!dmutex__kept_revoked(e) && suspect_room(e, mx)) {
 			e->acquiring = 0;
-			pthread_cond_broadcast(&e->cv);
+			dmutex__entry_wake(e);
 			dmutex__kept_confirmed(e, sent);
 			e->blk_next = last - BLOCK + 1;
 			e->blk_last = last;
@@ -327,11 +327,11 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 			dmutex__renewer_remove(c, e);
 			dmutex__kept_forget(e, 1);
 			e->acquiring = 0;
-			pthread_cond_broadcast(&e->cv);
+			dmutex__entry_wake(e);
 			return 0;
 		}
 		e->acquiring = 0;
-		pthread_cond_broadcast(&e->cv);
+		dmutex__entry_wake(e);
 		if (!e->kept)
 			return 0;
 	}

@@ -340,7 +340,7 @@ dmutex__renewer_give_back(struct dmutex__entry *e, int64_t until)
 		e->dropping = 1;
 		dmutex__renewer_give_back_locked(e, until);
 		e->dropping = 0;
-		pthread_cond_broadcast(&e->cv);
+		dmutex__entry_wake(e);
 	}
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 }

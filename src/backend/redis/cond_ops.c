@@ -166,8 +166,12 @@ dmutex__redis_cond_leave_start(struct dmutex__backend *be, const char *name, con
 	if (be->nnodes != 1 || n->route)
 		return ENOTSUP;
 	l->until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
-	if (!(c = dmutex__node_get_by(n, l->until)))
-		return ENOTSUP;
+	/* An idle connection only: the caller keeps it until it holds the
+	 * mutex again, and every waiter a broadcast woke would open one (a
+	 * thousand connections, and connects timing out, for LTP
+	 * pthread_cond_broadcast 1-2). */
+	if (!(c = dmutex__node_pooled(n)))
+		return EBUSY;
 	/* It may carry an asynchronous release's answer, which the taking back
 	 * of the mutex waits for (it looks for that connection in the pool):
 	 * read it now, long arrived after the wait, rather than keep it. */
