@@ -671,8 +671,14 @@ own_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq, int64
 	if (rc == 0)
 		return 0;
 	/* Refused: the caller's next try says whether the lock is still
-	 * busy; after that, sleep to the bound, which it still keeps. */
+	 * busy; after that, sleep to the bound, which it still keeps.
+	 * Failed: not at once again (a server that answers the try but fails
+	 * the BLPOP, as a demoted master's UNBLOCKED, must not make a loop). */
 	s->refused = rc == -1;
+	if (rc == -2) {
+		int64_t soon = dmutex__now_ns() + 50 * DMUTEX__MS;
+		dmutex__sleep_until(soon < until_ns ? soon : until_ns);
+	}
 	if (rc == 1)
 		take_grant(s, msg, strlen(msg));
 	s->seq++;
