@@ -181,10 +181,10 @@ check_blpop(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix, 
 		return rc;
 	if (!(r = call(c, 3, pop)))
 		return no_answer(n, c, "checking permissions");
+	/* Only a refusal matters here: anything else, a fair waiter's
+	 * BLPOP meets again and handles (grant.c). */
 	if (noperm(r))
 		rc = refuse(n, prefix, "run BLPOP", r->str);
-	else if (r->type != REDIS_REPLY_ARRAY)
-		rc = EIO;
 	freeReplyObject(r);
 	return rc;
 }
