@@ -321,7 +321,7 @@ Test(acl, unix_socket_with_acl_user)
 #define LIB_ACL "~dmutex:* &dmutex:* -@all +ping +evalsha +eval +subscribe +unsubscribe " \
 	"+info +config|get +time +hget +hmget +hset +hincrby +hdel +exists +type +pexpire " \
 	"+pexpireat +pttl +persist +del +zadd +zrem +zscore +zcount +zcard +zrange " \
-	"+zrangebyscore +zremrangebyscore +get +set +publish"
+	"+zrangebyscore +zremrangebyscore +get +set +publish +rpush +blpop"
 
 /* Keys under the prefix but no channel (Redis 7 denies channels by
  * default): refused at open, the log naming the channel pattern. */

@@ -850,7 +850,7 @@ Test(metrics, acl_user_without_multi_warned_once)
 			"+eval +subscribe +unsubscribe +info +config|get +time +hget +hmget +hset "
 			"+hincrby +hdel +exists +type +pexpire +pexpireat +pttl +persist +del +zadd +zrem "
 			"+zscore +zcount +zcard +zrange +zrangebyscore +zremrangebyscore +get +set "
-			"+publish");
+			"+publish +rpush +blpop");
 	cr_assert(r && r->type == REDIS_REPLY_STATUS);
 	freeReplyObject(r);
 	snprintf(url, sizeof url, "redis://app:pw@127.0.0.1:%d", srv.port);

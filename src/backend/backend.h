@@ -315,6 +315,12 @@ struct dmutex__backend_ops {
 	 * handed: the last hand-over to the wanted token, taken once: 1 with
 	 *   out[DMUTEX__HANDED_MAX] = "<fence>:<died>:<lease_ms>", or "" when
 	 *   the waiter is to claim the lock itself; 0 if none came.
+	 * sub_own (optional): a fair waiter's own wake-up, channel the lock's
+	 *   with ':' and its token: no subscription, the hand-over reaches
+	 *   the waiting thread in wait itself (Redis: BLPOP on a list of that
+	 *   name, README "Fair locks"), and nothing is missed between two
+	 *   waits.  Only the thread that made it uses it (seq, wait, want,
+	 *   handed, unsub).  NULL: subscribe to channel instead.
 	 * stop: end the listener (the client closes).
 	 * lock, unlock, atfork_child: fork's prepare, parent and child (the
 	 *   listener's mutex, waiter.mu in internal.h's hierarchy; the child
@@ -324,6 +330,7 @@ struct dmutex__backend_ops {
 	struct dmutex__wsub *(*wake_sub_notify)(struct dmutex__backend *be, const char *channel,
 			int64_t until_ns, void (*notify)(void *), void *arg);
 	void (*wake_unsub_notify)(struct dmutex__backend *be, struct dmutex__wsub *s);
+	struct dmutex__wsub *(*wake_sub_own)(struct dmutex__backend *be, const char *channel);
 	int (*wake_confirmed)(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns);
 	uint64_t (*wake_seq)(struct dmutex__backend *be, struct dmutex__wsub *s);
 	int (*wake_wait)(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
@@ -547,6 +554,13 @@ dmutex__waiter_sub_notify(struct dmutex__backend *be, const char *channel, int64
 		void (*notify)(void *), void *arg)
 {
 	return be->ops->wake_sub_notify(be, channel, until_ns, notify, arg);
+}
+
+/* NULL when the backend has no own wake-ups (or out of memory). */
+static inline struct dmutex__wsub *
+dmutex__waiter_sub_own(struct dmutex__backend *be, const char *channel)
+{
+	return be->ops->wake_sub_own ? be->ops->wake_sub_own(be, channel) : NULL;
 }
 
 static inline void

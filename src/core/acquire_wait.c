@@ -7,6 +7,25 @@
 #include "core/internal.h"
 #include "backend/backend.h"
 
+/* A fair waiter's own wake-up, where the backend has one (backend.h
+ * sub_own): nothing to subscribe, nothing missed before the first wait.
+ * 1 if made. */
+static int
+subscribe_own(struct dmutex__acquire *aq)
+{
+	struct dmutex__backend *be = aq->c->be;
+
+	if (!aq->want || !(aq->wake = aq->channel(aq->arg)))
+		return 0;
+	if (!(aq->sub = dmutex__waiter_sub_own(be, aq->wake))) {
+		free(aq->wake);
+		aq->wake = NULL;
+		return 0;
+	}
+	dmutex__wsub_want(be, aq->sub, aq->want);
+	return 1;
+}
+
 /* Subscribe to the wake channel, waiting at most until `until` for the
  * subscription's confirmation; a fair waiter says which hand-over is its. */
 static void
@@ -14,6 +33,8 @@ subscribe(struct dmutex__acquire *aq, int64_t until)
 {
 	struct dmutex__backend *be = aq->c->be;
 
+	if (subscribe_own(aq))
+		return;
 	if ((aq->wake = aq->channel(aq->arg)) && (aq->sub = dmutex__waiter_sub(be, aq->wake, until)) &&
 			aq->want)
 		dmutex__wsub_want(be, aq->sub, aq->want);
@@ -126,6 +147,10 @@ dmutex__acquire_wait(struct dmutex__acquire *aq)
 	 * asks to be told of the release, with no subscription round trip. */
 	if (aq->presub)
 		subscribe(aq, dmutex__now_ns());
+	/* A fair waiter with its own wake-up queues at its first attempt (a
+	 * trylock never queues). */
+	else if (!aq->trylock)
+		subscribe_own(aq);
 	while (err < 0) {
 		struct dmutex__try t = { 0 };
 		/* Read before asking: a release after the answer moves it. */

@@ -162,6 +162,33 @@ check_subscribe(struct dmutex__node *n, struct dmutex__conn *c, const char *pref
 	return rc;
 }
 
+/* A fair lock's waiter pops its hand-over with BLPOP (grant.c), not from a
+ * script.  On a list pushed first, so that it does not block. */
+static int
+check_blpop(struct dmutex__node *n, struct dmutex__conn *c, const char *prefix, const char *key)
+{
+	const char *push[] = { "RPUSH", key, "probe" };
+	const char *pop[] = { "BLPOP", key, "1" };
+	redisReply *r;
+	int rc = 0;
+
+	if (!(r = call(c, 3, push)))
+		return no_answer(n, c, "checking permissions");
+	if (noperm(r))
+		rc = refuse(n, prefix, "run RPUSH", r->str);
+	freeReplyObject(r);
+	if (rc)
+		return rc;
+	if (!(r = call(c, 3, pop)))
+		return no_answer(n, c, "checking permissions");
+	/* Only a refusal matters here: anything else, a fair waiter's
+	 * BLPOP meets again and handles (grant.c). */
+	if (noperm(r))
+		rc = refuse(n, prefix, "run BLPOP", r->str);
+	freeReplyObject(r);
+	return rc;
+}
+
 /* The info lines about what we may not read: once per process, not per open. */
 static int said_no_config, said_no_info;
 
@@ -250,6 +277,7 @@ dmutex__node_check(struct dmutex__node *n, struct dmutex__conn *c, const char *p
 	dmutex__key(chan, prefix, "probe", tok);
 	if ((rc = check_scripts(n, c, prefix, key, chan)) ||
 			(rc = check_subscribe(n, c, prefix, chan)) ||
+			(rc = check_blpop(n, c, prefix, key)) ||
 			(rc = check_policy(n, c)))
 		return rc;
 	return read_run_id(n, c, run_id);

@@ -16,12 +16,24 @@ queue_keys(struct dmutex__backend *be, const char *name, char *qk, char *pk)
 }
 
 void
+dmutex__fair_grant_key(struct dmutex__backend *be, const char *name, const char *token, char *out)
+{
+	size_t len = (size_t)dmutex__key(out, be->cfg.prefix, "wake", name);
+
+	/* Never cut (keys.h): room for ':' and a token behind it. */
+	out[len] = ':';
+	memcpy(out + len + 1, token, DMUTEX__TOKEN_HEX);
+	out[len + 1 + DMUTEX__TOKEN_HEX] = '\0';
+}
+
+void
 dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 		struct dmutex__fair_acq_argv *x)
 {
 	dmutex__key(x->lk, be->cfg.prefix, "lock", a->name);
 	dmutex__key(x->mk, be->cfg.prefix, "meta", a->name);
 	queue_keys(be, a->name, x->qk, x->pk);
+	dmutex__fair_grant_key(be, a->name, a->token, x->gk);
 	dmutex__udec(x->lease, a->lease_ms);
 	/* The client's, kept right across fork (client.c). */
 	dmutex__udec(x->pid, (unsigned long long)*be->cfg.pid);
@@ -32,16 +44,17 @@ dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 	x->argv[1] = x->mk;
 	x->argv[2] = x->qk;
 	x->argv[3] = x->pk;
-	x->argv[4] = a->token;
-	x->argv[5] = x->lease;
-	x->argv[6] = be->cfg.host;
-	x->argv[7] = x->pid;
-	x->argv[8] = x->tid;
-	x->argv[9] = x->since;
-	x->argv[10] = be->cfg.hostid;
-	x->argv[11] = a->robust ? "1" : "0";
-	x->argv[12] = x->keep;
-	x->argv[13] = a->wait ? "1" : "0";
+	x->argv[4] = x->gk;
+	x->argv[5] = a->token;
+	x->argv[6] = x->lease;
+	x->argv[7] = be->cfg.host;
+	x->argv[8] = x->pid;
+	x->argv[9] = x->tid;
+	x->argv[10] = x->since;
+	x->argv[11] = be->cfg.hostid;
+	x->argv[12] = a->robust ? "1" : "0";
+	x->argv[13] = x->keep;
+	x->argv[14] = a->wait ? "1" : "0";
 }
 
 void

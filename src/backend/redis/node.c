@@ -596,13 +596,15 @@ dmutex__node_scripts(const struct dmutex__node *n)
 	return n && n->sharded ? dmutex__scripts_sharded : dmutex__scripts;
 }
 
-/* conn.h scripts_ok has a bit per script, and one for DMUTEX__CMD_TAKE. */
-_Static_assert(DMUTEX__CMD_TAKE < 64, "conn.h scripts_ok: one bit per script");
+/* conn.h scripts_ok has a bit per script, and one for each plain command. */
+_Static_assert(DMUTEX__CMD_BLPOP < 64, "conn.h scripts_ok: one bit per script");
 
 const char *
 dmutex__script_name(int script)
 {
-	return script == DMUTEX__CMD_TAKE ? "take" : dmutex__scripts[script].name;
+	if (script == DMUTEX__CMD_TAKE)
+		return "take";
+	return script == DMUTEX__CMD_BLPOP ? "blpop" : dmutex__scripts[script].name;
 }
 
 static int
@@ -614,9 +616,9 @@ append_script(const struct dmutex__node *n, struct dmutex__conn *c, int script, 
 	char nk[16];
 	int rc;
 
-	if (script == DMUTEX__CMD_TAKE) {
-		av[0] = "SET";
-		al[0] = 3;
+	if (script == DMUTEX__CMD_TAKE || script == DMUTEX__CMD_BLPOP) {
+		av[0] = script == DMUTEX__CMD_TAKE ? "SET" : "BLPOP";
+		al[0] = strlen(av[0]);
 		for (int i = 0; i < argc; i++) {
 			av[i + 1] = argv[i];
 			al[i + 1] = lens ? lens[i] : strlen(argv[i]);

@@ -144,7 +144,10 @@ redisReply *dmutex__node_call_within(struct dmutex__node *n, int script, int nke
  * it by its key, as a script by its first key): argv is the command's
  * arguments after SET, nkeys 1. */
 #define DMUTEX__CMD_TAKE DMUTEX__SCRIPT_COUNT
-/* A script's name for logs, or "take" for DMUTEX__CMD_TAKE. */
+/* Not a script either: `BLPOP key timeout`, a fair waiter's wait for its
+ * hand-over (grant.c); argv the key and the timeout in seconds, nkeys 1. */
+#define DMUTEX__CMD_BLPOP (DMUTEX__SCRIPT_COUNT + 1)
+/* A script's name for logs, or "take", "blpop" for the commands above. */
 const char *dmutex__script_name(int script);
 
 /* The node's scripts: dmutex__scripts, or their SPUBLISH variants (n NULL:

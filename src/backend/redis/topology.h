@@ -63,6 +63,7 @@ void dmutex__backend_child_nodes(struct dmutex__backend *be);
 	.wake_sub = dmutex__redis_waiter_sub, \
 	.wake_sub_notify = dmutex__redis_waiter_sub_notify, \
 	.wake_unsub_notify = dmutex__redis_waiter_unsub_notify, \
+	.wake_sub_own = dmutex__redis_waiter_sub_own, \
 	.wake_confirmed = dmutex__redis_wsub_confirmed, \
 	.wake_seq = dmutex__redis_wsub_seq, \
 	.wake_wait = dmutex__redis_wsub_wait, \

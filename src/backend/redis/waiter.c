@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "node.h"
 #include "crc16.h"
+#include "grant.h"
 #include "waiter.h"
 
 enum { ST_NONE, ST_SUB_SENT, ST_SUBSCRIBED, ST_UNSUB_SENT };
@@ -46,6 +47,10 @@ struct dmutex__wsub {
 	unsigned nnotify;               /* held by kept leases: tell w->notify */
 	char handed[DMUTEX__HANDED_MAX];
 	int has_handed;
+	/* A fair waiter's own grant list (dmutex__redis_waiter_sub_own): no
+	 * subscription, the waiting thread pops it itself; only that thread
+	 * touches it.  refused: BLPOP is denied, sleep instead. */
+	int own, refused;
 	/* Its waiters' own: a message on one channel wakes the threads
 	 * waiting for that one, not every thread of the process (a broadcast
 	 * to 1,000 waiters woke each of them for every other's message). */
@@ -268,34 +273,42 @@ moved(struct dmutex__waiter *w, size_t node, const char *err)
 	return 1;
 }
 
-/* A fair lock handed to another waiter: nothing for ours to do.  One
- * handed to ours: keep what it was granted ("" if it is to claim it). */
+/* A message "h:<token>[:<grant>]" (fair_release.lua): 1 if the lock went
+ * to another waiter, nothing for ours to do.  Handed to ours: keep what
+ * it was granted ("" if it is to claim it). */
 static int
-for_another(struct dmutex__wsub *s, const redisReply *msg)
+take_grant(struct dmutex__wsub *s, const char *msg, size_t mlen)
 {
 	const char *tok, *end;
 	size_t len;
 
-	/* "k": a process asks for a kept lease back (acquire.lua): news for
-	 * its holder only.  A waiter that woke on it would ask again and
-	 * publish it again: a hot loop.  (Not "w": rw_release.lua wakes a
-	 * read-write lock's waiters with that one.) */
-	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'k')
-		return !s->nnotify;
-	if (!s->want[0] || msg->type != REDIS_REPLY_STRING || msg->len <= 2 || memcmp(msg->str, "h:", 2))
+	if (!s->want[0] || mlen <= 2 || memcmp(msg, "h:", 2))
 		return 0;
-	tok = msg->str + 2;
-	end = memchr(tok, ':', msg->len - 2);
-	len = end ? (size_t)(end - tok) : msg->len - 2;
+	tok = msg + 2;
+	end = memchr(tok, ':', mlen - 2);
+	len = end ? (size_t)(end - tok) : mlen - 2;
 	if (len != strlen(s->want) || memcmp(tok, s->want, len))
 		return 1;
-	len = end ? msg->len - 2 - len - 1 : 0;
+	len = end ? mlen - 2 - len - 1 : 0;
 	if (len >= sizeof s->handed)
 		len = 0;        /* not ours to read: claim it */
 	memcpy(s->handed, end ? end + 1 : "", len);
 	s->handed[len] = 0;
 	s->has_handed = 1;
 	return 0;
+}
+
+/* A fair lock handed to another waiter: nothing for ours to do (above). */
+static int
+for_another(struct dmutex__wsub *s, const redisReply *msg)
+{
+	/* "k": a process asks for a kept lease back (acquire.lua): news for
+	 * its holder only.  A waiter that woke on it would ask again and
+	 * publish it again: a hot loop.  (Not "w": rw_release.lua wakes a
+	 * read-write lock's waiters with that one.) */
+	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'k')
+		return !s->nnotify;
+	return msg->type == REDIS_REPLY_STRING && take_grant(s, msg->str, msg->len);
 }
 
 /* -1 if the server refused a (UN)SUBSCRIBE: the connection is then
@@ -623,6 +636,55 @@ dmutex__redis_waiter_unsub_notify(struct dmutex__backend *be, struct dmutex__wsu
 	dmutex__redis_waiter_unsub(be, s);
 }
 
+struct dmutex__wsub *
+dmutex__redis_waiter_sub_own(struct dmutex__backend *be, const char *key)
+{
+	struct dmutex__wsub *s;
+
+	/* One master only: Redlock has no fair locks. */
+	if (be->nnodes != 1 || !(s = calloc(1, sizeof *s)))
+		return NULL;
+	if (!(s->channel = strdup(key))) {
+		free(s);
+		return NULL;
+	}
+	s->own = s->confirmed = 1;
+	s->refs = 1;
+	return s;
+}
+
+/* The waiting thread pops its grant list itself (grant.c): a message moves
+ * the sequence, as the listener's would. */
+static int
+own_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
+{
+	char msg[DMUTEX__HANDED_MAX + DMUTEX__TOKEN_HEX + 8];
+	int rc;
+
+	if (s->seq != seq)
+		return 1;
+	if (s->refused) {
+		dmutex__sleep_until(until_ns);
+		return 0;
+	}
+	rc = dmutex__redis_grant_pop(be, s->channel, until_ns, msg, sizeof msg);
+	if (rc == 0)
+		return 0;
+	/* Refused: the caller's next try says whether the lock is still
+	 * busy; after that, sleep to the bound, which it still keeps.
+	 * Failed: not at once again (a server that answers the try but fails
+	 * the BLPOP, as a demoted master's UNBLOCKED, must not make a loop). */
+	s->refused = rc == -1;
+	if (rc == -2) {
+		int64_t soon = dmutex__now_ns() + 50 * DMUTEX__MS;
+		dmutex__sleep_until(soon < until_ns ? soon : until_ns);
+	}
+	if (rc == 1)
+		take_grant(s, msg, strlen(msg));
+	s->seq++;
+	return 1;
+}
+
 int
 dmutex__redis_wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns)
 {
@@ -630,6 +692,8 @@ dmutex__redis_wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s,
 	struct timespec ts;
 	int ok;
 
+	if (s->own)
+		return 1;
 	dmutex__ns_to_ts(until_ns, &ts);
 	pthread_mutex_lock(&w->mu);
 	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
@@ -662,6 +726,8 @@ dmutex__redis_wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint
 	struct timespec ts;
 	int woke;
 
+	if (s->own)
+		return own_wait(be, s, seq, until_ns);
 	dmutex__ns_to_ts(until_ns, &ts);
 	pthread_mutex_lock(&w->mu);
 	/* A condition wait's caller may be cancelled here (the one
@@ -680,6 +746,11 @@ dmutex__redis_wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, cons
 {
 	struct dmutex__waiter *w = be->waiter;
 
+	if (s->own) {
+		snprintf(s->want, sizeof s->want, "%s", token ? token : "");
+		s->has_handed = 0;
+		return;
+	}
 	pthread_mutex_lock(&w->mu);
 	snprintf(s->want, sizeof s->want, "%s", token ? token : "");
 	s->has_handed = 0;
@@ -692,6 +763,12 @@ dmutex__redis_wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, ch
 	struct dmutex__waiter *w = be->waiter;
 	int has;
 
+	if (s->own) {
+		if ((has = s->has_handed))
+			memcpy(out, s->handed, sizeof s->handed);
+		s->has_handed = 0;
+		return has;
+	}
 	pthread_mutex_lock(&w->mu);
 	if ((has = s->has_handed))
 		memcpy(out, s->handed, sizeof s->handed);
@@ -705,6 +782,11 @@ dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
 	struct dmutex__waiter *w = be->waiter;
 
+	if (s->own) {
+		free(s->channel);
+		free(s);
+		return;
+	}
 	pthread_mutex_lock(&w->mu);
 	s->want[0] = 0;
 	s->has_handed = 0;

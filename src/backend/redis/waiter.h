@@ -24,6 +24,11 @@ struct dmutex__wsub;
  */
 struct dmutex__wsub *dmutex__redis_waiter_sub(struct dmutex__backend *be, const char *channel,
 		int64_t until_ns);
+/* A fair waiter's own grant list `key` (fair_release.lua pushes its
+ * hand-over there): no subscription and no listener, the waiting thread
+ * pops it itself in wsub_wait (grant.c), and only that thread may use it.
+ * NULL: not on this backend (Redlock), or ENOMEM; subscribe instead. */
+struct dmutex__wsub *dmutex__redis_waiter_sub_own(struct dmutex__backend *be, const char *key);
 /* As dmutex__redis_waiter_sub, for a kept lease (lease_cache.c): every message on
  * the channel, and a lost connection, also calls notify(arg) from the
  * wake-up thread with no lock held (one notify per backend: the last set).

@@ -4,6 +4,9 @@
 -- KEYS[3]  queue: sorted set of waiting tokens, scored by arrival
 -- KEYS[4]  places: the same tokens, scored by the server time (ms) at which
 --          a waiter that stopped asking loses its place
+-- KEYS[5]  the caller's grant list, "<wake channel>:<token>": the release
+--          pushes its hand-over (or a wake-up) there, and the waiting
+--          thread takes it with BLPOP (fair_release.lua)
 -- ARGV     as acquire.lua of layout 2 (token, lease_ms, host, pid, tid, since_ms,
 --          hostid, robust, keep_ms, wait); wait 1 (the caller listens on
 --          the wake channel): queue if not granted; 0 (trylock, or not
@@ -52,6 +55,12 @@ end
 local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
 local queued = redis.call('ZSCORE', KEYS[3], tok)
 local pttl = redis.call('PTTL', KEYS[1])
+-- This answer says all a message pushed before it could (the lock is ours
+-- now, or the hold it handed us is over): drop it, so that whatever the
+-- caller pops after a "busy" came after this request (its lease counts
+-- from the request's send time).  A write before the last check below,
+-- but one that cannot fail, and harmless if the script ends in an error.
+redis.call('DEL', KEYS[5])
 
 local function prune()
 	for _, w in ipairs(gone) do

@@ -18,12 +18,17 @@
 -- wakes it in its own process, with no message (nobody queued waits for
 -- one).  Otherwise the head gets it as below, and the next thread asks.
 --
--- Each queued waiter listens on its own channel, the wake channel
--- followed by ':' and its token: a hand-over is published to the head's
--- alone, so the other processes' wake-up threads are not woken for it.
--- A release that frees the lock (or leaves it not recoverable) tells
--- every waiter still queued (one whose place ran out may still be alive),
--- and the wake channel.
+-- Each queued waiter has its own grant list, the wake channel followed by
+-- ':' and its token, on which its waiting thread blocks with BLPOP: a
+-- hand-over is pushed to the head's alone, and Redis serves it to that
+-- thread as soon as this script ends (no other process is woken, no
+-- listener thread relays it, and a message pushed while the waiter is
+-- between two BLPOPs waits for it: none is lost).  A release that frees
+-- the lock (or leaves it not recoverable) pushes "r" to every waiter
+-- still queued (one whose place ran out may still be alive), and
+-- publishes it on the wake channel.  A list lives a lease and idle_ms;
+-- fair_acquire.lua empties the caller's at every attempt, and a waiter
+-- that leaves drops its own.
 --
 -- A handed lock gets a new fencing token now and the head's token as
 -- owner.  A head that left its hold's details (fair_acquire.lua, 'q:'
@@ -35,8 +40,8 @@
 -- died (a robust one must learn of a death only from a hold it knew of).
 -- Not recoverable is never handed on: every waiter is woken to see it.
 --
--- Every read comes before the first write; the PUBLISH, under pcall,
--- cannot fail the script, and its message reaches the waiters only after
+-- Every read comes before the first write; the RPUSH and PUBLISH, under
+-- pcall, cannot fail the script, and its message reaches the waiters only after
 -- the script ends (see release.lua).
 local VERSION = '2'
 local tok = ARGV[1]
@@ -50,6 +55,7 @@ if cur ~= tok then
 	redis.call('ZREM', KEYS[3], tok)
 	redis.call('ZREM', KEYS[4], tok)
 	redis.call('HDEL', KEYS[2], 'q:' .. tok)
+	redis.call('DEL', ARGV[3] .. ':' .. tok)
 	return 0
 end
 local counter = redis.call('HGET', KEYS[2], 'fence')
@@ -162,14 +168,23 @@ else
 	redis.call('HSET', KEYS[2], 'state', 'died')
 	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
+-- A waiter's grant list: the message, for a lease and idle_ms at most.
+local ttl = tonumber(ARGV[5]) + tonumber(ARGV[4])
+local function push(w)
+	local told = redis.pcall('RPUSH', ARGV[3] .. ':' .. w, msg)
+	if type(told) ~= 'table' then
+		redis.pcall('PEXPIRE', ARGV[3] .. ':' .. w, ttl)
+	end
+	return told
+end
 local told
 if head then
-	told = redis.pcall('PUBLISH', ARGV[3] .. ':' .. head, msg)
+	told = push(head)
 else
 	told = redis.pcall('PUBLISH', ARGV[3], msg)
 	for _, w in ipairs(queue) do
 		if w ~= tok then
-			redis.pcall('PUBLISH', ARGV[3] .. ':' .. w, msg)
+			push(w)
 		end
 	end
 end

@@ -22,7 +22,7 @@ local steps = {
 	{ 'ZADD', k, '1', 'a' }, { 'PEXPIREAT', k, soon }, { 'ZSCORE', k, 'a' },
 	{ 'ZCOUNT', k, '-inf', '+inf' }, { 'ZCARD', k }, { 'ZRANGE', k, '0', '-1' },
 	{ 'ZRANGEBYSCORE', k, '-inf', '+inf' }, { 'ZREMRANGEBYSCORE', k, '-inf', '0' },
-	{ 'ZREM', k, 'a' }, { 'DEL', k },
+	{ 'ZREM', k, 'a' }, { 'DEL', k }, { 'RPUSH', k, 'a' }, { 'DEL', k },
 	{ 'SET', k, '1', 'PX', '60000' }, { 'GET', k }, { 'SET', k, '2', 'KEEPTTL' }, { 'DEL', k },
 	-- A lock is taken with NX and GET together, which Redis 7.0 first
 	-- accepts: an older server is refused here, by name, not at a lock.
