@@ -118,6 +118,22 @@ note_down(struct dmutex__node *n, const char *what, const char *why)
 			n->addr->display, what, why);
 }
 
+/* A call of c that failed: an outage, or a reply not in by the caller's
+ * own deadline, well inside the command timeout (a timed lock's try; a
+ * trylock's deadline is a command timeout from its start): the caller's
+ * to report (ETIMEDOUT), a line at info, no outage noted. */
+static void
+note_failed(struct dmutex__node *n, const struct dmutex__conn *c, int script, int64_t deadline,
+		int64_t own)
+{
+	if (deadline < own - (int64_t)c->command_ms * DMUTEX__MS / 2 && dmutex__now_ns() >= deadline) {
+		dmutex__log(DMUTEX_LOG_INFO, "%s: %s: no reply by the caller's deadline",
+				n->addr->display, dmutex__script_name(script));
+		return;
+	}
+	note_down(n, dmutex__script_name(script), c->errstr);
+}
+
 /*
  * One connection set-up, run on a dial thread.  It holds its own copy of
  * the address: a caller that gave up may close the client meanwhile.
@@ -687,6 +703,7 @@ dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
 		int64_t deadline)
 {
 	void *v = NULL;
+	int64_t own = dmutex__conn_deadline(c);
 
 	*maybe_done = 0;
 	for (int by_sha = 1; by_sha >= 0; by_sha--) {
@@ -698,7 +715,7 @@ dmutex__node_script(struct dmutex__node *n, struct dmutex__conn *c, int script,
 		if (dmutex__conn_get(c, &v, deadline)) {
 			/* Sent, but no reply: it may have run. */
 			*maybe_done = 1;
-			note_down(n, dmutex__script_name(script), c->errstr);
+			note_failed(n, c, script, deadline, own);
 			return NULL;
 		}
 		if (!dmutex__node_noscript(v)) {
@@ -727,10 +744,12 @@ dmutex__node_call_asking(struct dmutex__node *n, int script, int nkeys, int argc
 {
 	struct dmutex__conn *c = dmutex__node_get_by(n, deadline);
 	void *ok = NULL, *v = NULL;
+	int64_t own;
 
 	*maybe_done = 0;
 	if (!c)
 		return NULL;
+	own = dmutex__conn_deadline(c);
 	/* ASKING holds for the next command only: the script goes by source,
 	 * so that no NOSCRIPT calls for a second command. */
 	if (dmutex__conn_appendf(c, "ASKING") ||
@@ -742,7 +761,7 @@ dmutex__node_call_asking(struct dmutex__node *n, int script, int nkeys, int argc
 	}
 	if (dmutex__conn_get(c, &ok, deadline) || dmutex__conn_get(c, &v, deadline)) {
 		*maybe_done = 1;
-		note_down(n, dmutex__script_name(script), c->errstr);
+		note_failed(n, c, script, deadline, own);
 		if (ok)
 			freeReplyObject(ok);
 		dmutex__node_put(n, c);
