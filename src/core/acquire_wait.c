@@ -62,6 +62,26 @@ dmutex__timed_deadline(const struct dmutex_client *c, int64_t start, int64_t unt
 	return until > first ? until : first;
 }
 
+static void
+answered(struct dmutex_client *c)
+{
+	if (__atomic_load_n(&c->cut_since, __ATOMIC_RELAXED))
+		__atomic_store_n(&c->cut_since, 0, __ATOMIC_RELEASE);
+}
+
+/* A timed call's request was cut by its deadline at now: whether the
+ * backend has left requests unanswered for longer than budget. */
+static int
+stalled(struct dmutex_client *c, int64_t now, int64_t budget)
+{
+	int64_t since = 0;
+
+	if (!__atomic_compare_exchange_n(&c->cut_since, &since, now, 0, __ATOMIC_ACQ_REL,
+			__ATOMIC_ACQUIRE))
+		return now - since >= budget;
+	return 0;
+}
+
 /* The backend failed: -1 to try again after a backoff, else EIO (given
  * up), or ETIMEDOUT. */
 static int
@@ -81,8 +101,13 @@ failed(struct dmutex__acquire *aq, const struct dmutex__try *t)
 	 * before it: the server did not answer in time, which a slow one
 	 * does too.  The deadline passed first: ETIMEDOUT, as for a lock
 	 * held all along (the try's caller gives back what it may have
-	 * taken).  After failures the backend is known failing: EIO. */
-	if (!aq->trylock && !t->refused && !aq->failing && t->now >= aq->until) {
+	 * taken).  After failures the backend is known failing: EIO; also
+	 * once the calls' requests have gone unanswered for the retry budget
+	 * of a blocking lock (3 x command_timeout_ms), so that a program
+	 * looping on short timed calls (dmutex run's slices) learns of a
+	 * stalled server as dmutex_lock does. */
+	if (!aq->trylock && !t->refused && !aq->failing && t->now >= aq->until
+			&& !stalled(aq->c, t->now, aq->io_budget)) {
 		dmutex__log(DMUTEX_LOG_INFO, "%s '%s': no answer by the deadline", aq->what, aq->name);
 		return ETIMEDOUT;
 	}
@@ -105,6 +130,7 @@ busy(struct dmutex__acquire *aq, const struct dmutex__try *t, uint64_t seq)
 	int64_t now = t->now, bound = t->bound;
 
 	/* The backend answered: fresh I/O budget. */
+	answered(aq->c);
 	aq->io_until = now + aq->io_budget;
 	aq->io_attempt = 0;
 	aq->failing = 0;
@@ -158,6 +184,7 @@ dmutex__acquire_wait(struct dmutex__acquire *aq)
 
 		switch (aq->try(aq->arg, aq, &t)) {
 		case DMUTEX__TRY_DONE:
+			answered(aq->c);
 			err = t.err;
 			break;
 		case DMUTEX__TRY_FAILED:

@@ -260,6 +260,9 @@ struct dmutex_client {
 	unsigned mutexes;               /* atomic: dmutex_t objects bound to it */
 	pid_t pid;                      /* the process that owns the threads */
 	int closing;                    /* atomic: dmutex_client_close has begun */
+	/* atomic: when a timed call's request was first cut by its deadline
+	 * with no answer since (acquire_wait.c); 0 once the backend answers. */
+	int64_t cut_since;
 
 	char host[256];
 	/* "boot_id/pid namespace": operators on the same machine and pid

@@ -802,6 +802,32 @@ renewer_main(void *arg)
 	return NULL;
 }
 
+/* The thread has stopped: one last try of each release still owed (a
+ * timed lock that gave up just before the program closed its client, as
+ * `dmutex run` does when a signal ends its wait), all within one command
+ * timeout, so that close is bounded and a lock its server grants late is
+ * not left held until its lease ends. */
+static void
+last_orphan_tries(struct dmutex_client *c)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	int64_t by = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
+
+	for (size_t i = 0; i < r->norphans; i++) {
+		const struct dmutex__orphan *o = &r->orphans[i];
+		int64_t now = dmutex__now_ns();
+
+		if (now >= by)
+			break;
+		if (now >= o->until_ns)
+			continue;
+		if (o->mode & DMUTEX__ORPHAN_RW)
+			orphan_rw_release(c, o);
+		else
+			dmutex__release_by(c, o->name, o->token, o->mode, o->until_ns < by ? o->until_ns : by);
+	}
+}
+
 void
 dmutex__renewer_stop(struct dmutex_client *c)
 {
@@ -816,6 +842,7 @@ dmutex__renewer_stop(struct dmutex_client *c)
 	if (running)
 		pthread_join(r->thread, NULL);
 	r->running = 0;
+	last_orphan_tries(c);
 	/* Releases still unanswered: closing the connections settles them
 	 * (their lease ends them anyway); the entries' references go. */
 	for (size_t i = 0; i < r->nrels; i++) {
