@@ -88,7 +88,7 @@ on_stream(char *data, size_t size, size_t n, void *arg)
 			ok = on_message(s, s->in + start, i - start);
 			start = i + 1;
 		}
-	pthread_cond_broadcast(&s->w->cv);
+	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&e->watch_mu);
 	memmove(s->in, s->in + start, s->len - start);
 	s->len -= start;
@@ -139,6 +139,7 @@ free_sub(struct dmutex__etcd_watch *w, struct dmutex__wsub *s)
 	stop_stream(w, s);
 	free(s->body);
 	free(s->in);
+	pthread_cond_destroy(&s->cv);
 	free(s);
 }
 
@@ -158,7 +159,7 @@ ended(struct dmutex__etcd_watch *w, struct dmutex__wsub *s, CURLcode cc)
 	s->seq++;
 	s->confirmed = 0;
 	s->retry_at = dmutex__now_ns() + back * DMUTEX__MS;
-	pthread_cond_broadcast(&w->cv);
+	pthread_cond_broadcast(&s->cv);
 }
 
 /* Under watch_mu: drop the gone, open what is due. */
@@ -226,6 +227,5 @@ dmutex__etcd_watch_free(struct dmutex__etcd_watch *w)
 		free_sub(w, s);
 	}
 	curl_multi_cleanup(w->multi);
-	pthread_cond_destroy(&w->cv);
 	free(w);
 }

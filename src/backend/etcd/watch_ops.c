@@ -13,21 +13,15 @@ static struct dmutex__etcd_watch *
 ensure(struct dmutex__etcd *e)
 {
 	struct dmutex__etcd_watch *w;
-	pthread_condattr_t ca;
 
 	dmutex__etcd_watch_create_lock();
 	pthread_mutex_lock(&e->watch_mu);
 	if ((w = e->watch) || !(w = calloc(1, sizeof *w)))
 		goto out;
 	w->e = e;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
 	if (!(w->multi = curl_multi_init()) || pthread_create(&w->th, NULL, dmutex__etcd_listener, w)) {
 		if (w->multi)
 			curl_multi_cleanup(w->multi);
-		pthread_cond_destroy(&w->cv);
 		free(w);
 		w = NULL;
 		goto out;
@@ -69,12 +63,12 @@ create_body(const char *channel)
 }
 
 static int
-wait_until(struct dmutex__etcd_watch *w, int64_t until_ns)
+wait_until(struct dmutex__wsub *s, int64_t until_ns)
 {
 	struct timespec ts;
 
 	dmutex__ns_to_ts(until_ns, &ts);
-	return pthread_cond_timedwait(&w->cv, &w->e->watch_mu, &ts);
+	return pthread_cond_timedwait(&s->cv, &s->w->e->watch_mu, &ts);
 }
 
 struct dmutex__wsub *
@@ -84,11 +78,16 @@ dmutex__etcd_wake_sub_notify(struct dmutex__backend *be, const char *channel, in
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	struct dmutex__etcd_watch *w = ensure(e);
 	struct dmutex__wsub *s = w ? calloc(1, sizeof *s) : NULL;
+	pthread_condattr_t ca;
 
 	if (!s || !(s->body = create_body(channel))) {
 		free(s);
 		return NULL;
 	}
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	s->w = w;
 	s->notify = notify;
 	s->arg = arg;
@@ -97,7 +96,7 @@ dmutex__etcd_wake_sub_notify(struct dmutex__backend *be, const char *channel, in
 	w->subs = s;
 	curl_multi_wakeup(w->multi);
 	while (!s->confirmed && dmutex__now_ns() < until_ns)
-		wait_until(w, until_ns);
+		wait_until(s, until_ns);
 	pthread_mutex_unlock(&e->watch_mu);
 	return s;
 }
@@ -136,7 +135,7 @@ dmutex__etcd_wake_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, 
 
 	pthread_mutex_lock(&e->watch_mu);
 	while (!s->confirmed && dmutex__now_ns() < until_ns)
-		wait_until(s->w, until_ns);
+		wait_until(s, until_ns);
 	ok = s->confirmed;
 	pthread_mutex_unlock(&e->watch_mu);
 	return ok;
@@ -163,7 +162,7 @@ dmutex__etcd_wake_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint6
 
 	pthread_mutex_lock(&e->watch_mu);
 	while (s->seq == seq && dmutex__now_ns() < until_ns)
-		wait_until(s->w, until_ns);
+		wait_until(s, until_ns);
 	moved = s->seq != seq;
 	pthread_mutex_unlock(&e->watch_mu);
 	return moved;
