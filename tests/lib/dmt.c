@@ -611,6 +611,18 @@ dmt_backend_waiters(const struct th_redis *r, const char *name)
 	return n < 0 ? -1 : n > 1 ? n - 1 : 0;
 }
 
+long long
+dmt_cond_waiters(const struct th_redis *r, const char *name)
+{
+	char k[DMUTEX_NAME_MAX + 64];
+
+	if (!etcd_port)
+		return th_redis_int(r, "ZCARD dmutex:cond:{%s}", name);
+	/* src/backend/etcd/cond.c: a waiter is a key under c/<len>:NAME/w/ */
+	snprintf(k, sizeof k, "dmutex:c/%zu:%s/w/", strlen(name), name);
+	return th_etcd_count_prefix(own_req(), 0, k);
+}
+
 /* NAME's key PART ("s", "n") over etcd: 1 and its value, 0 if absent. */
 static int
 etcd_name_key(const char *name, const char *part, char *val, size_t len)

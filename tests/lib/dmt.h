@@ -175,6 +175,9 @@ long long dmt_lock_exists(const struct th_redis *r, const char *name);
  * wait in the process), the keys queued behind the holder's over etcd.
  * -1 on error. */
 long long dmt_backend_waiters(const struct th_redis *r, const char *name);
+/* Registered waiters of condition variable NAME: its waiter set's size
+ * (ZCARD) on Redis, its waiter keys over etcd.  -1 or LLONG_MIN on error. */
+long long dmt_cond_waiters(const struct th_redis *r, const char *name);
 /* The robust state of NAME into out ("" when absent = clean); 1 if there
  * is one: "notrec" when the lock key is the not-recoverable mark (layout
  * 3), else the meta hash's state.  In the etcd run: "notrec", "held" or
