@@ -352,6 +352,12 @@ dmt_etcd_kv_calls(void)
 	return n < 0 ? -1 : n - etcd_own;
 }
 
+long long
+dmt_etcd_watchers(void)
+{
+	return etcd_port ? th_etcd_metric(&etcd, 0, "etcd_debugging_mvcc_watcher_total", NULL) : -1;
+}
+
 int
 dmt_etcd_kill(void)
 {
@@ -612,15 +618,40 @@ dmt_backend_waiters(const struct th_redis *r, const char *name)
 }
 
 long long
-dmt_cond_waiters(const struct th_redis *r, const char *name)
+dmt_etcd_count(const char *kind, const char *name, const char *part)
 {
 	char k[DMUTEX_NAME_MAX + 64];
 
+	/* src/backend/etcd/keys.c, dmutex__etcd_name_key */
+	snprintf(k, sizeof k, "dmutex:%s/%zu:%s/%s", kind, strlen(name), name, part);
+	return th_etcd_count_prefix(own_req(), 0, k);
+}
+
+long long
+dmt_etcd_field(const char *kind, const char *name, const char *part, int i)
+{
+	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200], v[128], *p = v, *end;
+	long long n;
+
+	snprintf(k, sizeof k, "dmutex:%s/%zu:%s/%s", kind, strlen(name), name, part);
+	if (th_etcd_first_kv(own_req(), 0, k, key, sizeof key, v, sizeof v, NULL, NULL) != 1)
+		return LLONG_MIN;
+	for (; i > 0 && p; i--)
+		if ((p = strchr(p, ' ')))
+			p++;
+	if (!p)
+		return LLONG_MIN;
+	n = strtoll(p, &end, 10);
+	return end == p ? LLONG_MIN : n;
+}
+
+long long
+dmt_cond_waiters(const struct th_redis *r, const char *name)
+{
 	if (!etcd_port)
 		return th_redis_int(r, "ZCARD dmutex:cond:{%s}", name);
 	/* src/backend/etcd/cond.c: a waiter is a key under c/<len>:NAME/w/ */
-	snprintf(k, sizeof k, "dmutex:c/%zu:%s/w/", strlen(name), name);
-	return th_etcd_count_prefix(own_req(), 0, k);
+	return dmt_etcd_count("c", name, "w/");
 }
 
 /* NAME's key PART ("s", "n") over etcd: 1 and its value, 0 if absent. */

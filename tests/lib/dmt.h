@@ -99,6 +99,10 @@ int dmt_etcd(void);
  * through), less those of this process's dmt_ reads of etcd; -1 on error
  * or outside that run. */
 long long dmt_etcd_kv_calls(void);
+/* In the etcd run: the watchers its member serves (its gauge
+ * etcd_debugging_mvcc_watcher_total), every client's; -1 on error or
+ * outside that run. */
+long long dmt_etcd_watchers(void);
 /* In the etcd run: SIGSTOP (on) or SIGCONT (!on) its member.  0, or -1
  * (also outside that run). */
 int dmt_etcd_pause(int on);
@@ -178,6 +182,15 @@ long long dmt_backend_waiters(const struct th_redis *r, const char *name);
 /* Registered waiters of condition variable NAME: its waiter set's size
  * (ZCARD) on Redis, its waiter keys over etcd.  -1 or LLONG_MIN on error. */
 long long dmt_cond_waiters(const struct th_redis *r, const char *name);
+/* In the etcd run: the keys of object NAME of kind ("m" mutex, "c" cond,
+ * "r" rwlock, "s" semaphore, "b" barrier: src/backend/etcd/) under PART
+ * ("r/" a rwlock's shares, "q/" its writers' intents, ...): their number,
+ * -1 on error. */
+long long dmt_etcd_count(const char *kind, const char *name, const char *part);
+/* In the etcd run: field i (0-based, space-separated) of the value of
+ * NAME's key PART of kind ("s", "v": a semaphore's "FREE INIT"; "b", "v":
+ * a barrier's "COUNT GEN ARRIVED").  LLONG_MIN when absent or on error. */
+long long dmt_etcd_field(const char *kind, const char *name, const char *part, int i);
 /* The robust state of NAME into out ("" when absent = clean); 1 if there
  * is one: "notrec" when the lock key is the not-recoverable mark (layout
  * 3), else the meta hash's state.  In the etcd run: "notrec", "held" or
