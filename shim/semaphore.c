@@ -234,14 +234,17 @@ dmutex_shim_sem_getvalue(dsem_t *s, int *value)
 
 /* ---- named semaphores: one object per name per process ---- */
 
-/* As glibc: a name longer than NAME_MAX after its leading slashes is
- * ENAMETOOLONG (the backend's own limit is DMUTEX_NAME_MAX). */
+/* As glibc, whose semaphore is the file /dev/shm/sem.NAME: a name whose
+ * file name would pass NAME_MAX ("sem." and the name after its leading
+ * slashes: 252 bytes and more) is ENAMETOOLONG (LTP sem_unlink 5-1; the
+ * backend's own limit is DMUTEX_NAME_MAX). */
+#define SEM_FILE_PREFIX_LEN (sizeof "sem." - 1)
 static int
 name_too_long(const char *name)
 {
 	while (name && *name == '/')
 		name++;
-	return name && strnlen(name, NAME_MAX + 1) > NAME_MAX;
+	return name && strnlen(name, NAME_MAX + 1) > NAME_MAX - SEM_FILE_PREFIX_LEN;
 }
 
 struct named {
