@@ -544,11 +544,31 @@ dmt_lock_set(const struct th_redis *r, const char *name, const char *field, cons
 	return ok ? 0 : -1;
 }
 
-/* NAME's queue in etcd (README "etcd": the default prefix). */
+/* The etcd key (or prefix) PART of object NAME of kind ("m" mutex, "c",
+ * "r", "s", "b"), under the default prefix: src/backend/etcd/keys.c,
+ * dmutex__etcd_name_key. */
+static void
+etcd_key(char *buf, size_t len, const char *kind, const char *name, const char *part)
+{
+	snprintf(buf, len, "dmutex:%s/%zu:%s/%s", kind, strlen(name), name, part);
+}
+
+/* NAME's queue in etcd (README "etcd"). */
 static void
 etcd_queue(char *buf, size_t len, const char *name)
 {
-	snprintf(buf, len, "dmutex:m/%zu:%s/q/", strlen(name), name);
+	etcd_key(buf, len, "m", name, "q/");
+}
+
+/* The key PART of object NAME of kind over etcd: 1 and its value, 0 if
+ * absent (or on error). */
+static int
+etcd_value(const char *kind, const char *name, const char *part, char *val, size_t len)
+{
+	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200];
+
+	etcd_key(k, sizeof k, kind, name, part);
+	return th_etcd_first_kv(own_req(), 0, k, key, sizeof key, val, len, NULL, NULL) == 1;
 }
 
 /* dmt_lock_field over etcd: the holder is the queue's oldest key,
@@ -622,19 +642,17 @@ dmt_etcd_count(const char *kind, const char *name, const char *part)
 {
 	char k[DMUTEX_NAME_MAX + 64];
 
-	/* src/backend/etcd/keys.c, dmutex__etcd_name_key */
-	snprintf(k, sizeof k, "dmutex:%s/%zu:%s/%s", kind, strlen(name), name, part);
+	etcd_key(k, sizeof k, kind, name, part);
 	return th_etcd_count_prefix(own_req(), 0, k);
 }
 
 long long
 dmt_etcd_field(const char *kind, const char *name, const char *part, int i)
 {
-	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200], v[128], *p = v, *end;
+	char v[128], *p = v, *end;
 	long long n;
 
-	snprintf(k, sizeof k, "dmutex:%s/%zu:%s/%s", kind, strlen(name), name, part);
-	if (th_etcd_first_kv(own_req(), 0, k, key, sizeof key, v, sizeof v, NULL, NULL) != 1)
+	if (!etcd_value(kind, name, part, v, sizeof v))
 		return LLONG_MIN;
 	for (; i > 0 && p; i--)
 		if ((p = strchr(p, ' ')))
@@ -654,16 +672,6 @@ dmt_cond_waiters(const struct th_redis *r, const char *name)
 	return dmt_etcd_count("c", name, "w/");
 }
 
-/* NAME's key PART ("s", "n") over etcd: 1 and its value, 0 if absent. */
-static int
-etcd_name_key(const char *name, const char *part, char *val, size_t len)
-{
-	char k[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200];
-
-	snprintf(k, sizeof k, "dmutex:m/%zu:%s/%s", strlen(name), name, part);
-	return th_etcd_first_kv(own_req(), 0, k, key, sizeof key, val, len, NULL, NULL) == 1;
-}
-
 /* dmt_meta_state over etcd (README "etcd"): ".../n" is the not-
  * recoverable mark; ".../s" holds the robust holder's token, "held" while
  * the queue's head has that token, "died" once it is gone. */
@@ -673,9 +681,9 @@ etcd_meta_state(const char *name, char *out, size_t len)
 	char v[256], tok[256];
 	const char *st = "";
 
-	if (etcd_name_key(name, "n", v, sizeof v))
+	if (etcd_value("m", name, "n", v, sizeof v))
 		st = "notrec";
-	else if (etcd_name_key(name, "s", v, sizeof v))
+	else if (etcd_value("m", name, "s", v, sizeof v))
 		st = etcd_lock_field(name, "token", tok, sizeof tok) && !strcmp(tok, v) ? "held" : "died";
 	snprintf(out, len, "%s", st);
 	return *st != '\0';
@@ -710,7 +718,7 @@ dmt_lock_reset(const struct th_redis *r, const char *name)
 		dmt_lock_key(k, sizeof k, name);
 		return th_redis_int(r, "DEL %s", k);
 	}
-	snprintf(k, sizeof k, "dmutex:m/%zu:%s/n", strlen(name), name);
+	etcd_key(k, sizeof k, "m", name, "n");
 	return th_etcd_delete_prefix(own_req(), 0, k);
 }
 
