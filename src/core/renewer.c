@@ -603,6 +603,16 @@ orphan_rw_release(struct dmutex_client *c, const struct dmutex__orphan *o)
 		== EIO ? EIO : 0;
 }
 
+/* One try of an orphan's release, a mutex's by until (a rwlock's takes
+ * its command timeout): 0 done, EIO. */
+static int
+try_orphan(struct dmutex_client *c, const struct dmutex__orphan *o, int64_t until)
+{
+	if (o->mode & DMUTEX__ORPHAN_RW)
+		return orphan_rw_release(c, o);
+	return dmutex__release_by(c, o->name, o->token, o->mode, until);
+}
+
 static void
 retry_orphans(struct dmutex_client *c)
 {
@@ -618,8 +628,7 @@ retry_orphans(struct dmutex_client *c)
 			continue;
 		}
 		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
-		err = o.mode & DMUTEX__ORPHAN_RW ? orphan_rw_release(c, &o)
-			: dmutex__release(c, o.name, o.token, o.mode);
+		err = try_orphan(c, &o, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 		/* The array may have moved, but only this thread removes. */
 		now = dmutex__now_ns();
@@ -821,10 +830,7 @@ last_orphan_tries(struct dmutex_client *c)
 			break;
 		if (now >= o->until_ns)
 			continue;
-		if (o->mode & DMUTEX__ORPHAN_RW)
-			orphan_rw_release(c, o);
-		else
-			dmutex__release_by(c, o->name, o->token, o->mode, o->until_ns < by ? o->until_ns : by);
+		try_orphan(c, o, o->until_ns < by ? o->until_ns : by);
 	}
 }
 
