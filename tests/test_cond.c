@@ -81,13 +81,6 @@ static long long subscribed(const char *name)
 	return n;
 }
 
-/* The requests the backend has served for locks: scripts on Redis, KV
- * requests over etcd. */
-static long long backend_calls(void)
-{
-	return dmt_etcd() ? dmt_etcd_kv_calls() : dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL);
-}
-
 struct count_is {
 	const char *name;
 	long long n;
@@ -701,11 +694,11 @@ Test(cond, signal_wakes_a_waiter_of_another_process_at_once)
 	/* Waiting costs nothing: no script call (over etcd no KV request)
 	 * for a second (the registration's refresh is due only after a
 	 * third of the 30 s lease).  The passage of time is what is tested. */
-	calls0 = backend_calls();
+	calls0 = dmt_script_calls(&srv);
 	dmt_pass_time_ms(1000);
 	/* On N Redlock nodes each node's subscription may land late and make
 	 * the waiter look once. */
-	cr_assert_leq(backend_calls() - calls0, dmt_nodes() - 1, "a waiting process polled the backend");
+	cr_assert_leq(dmt_script_calls(&srv) - calls0, dmt_nodes() - 1, "a waiting process polled the backend");
 
 	/* The mutex was released by the wait: we can take it. */
 	cr_assert_eq(dmutex_lock(&p.m), 0);

@@ -53,14 +53,11 @@ TestSuite(wait, .init = srv_up, .fini = srv_down, .timeout = 20);
 
 #define MS 1000000LL
 
-/* EVALSHA + EVAL calls the server has run so far, or -1.  Over etcd:
- * its KV requests (ranges, txns, deletes): what a waiter that polled
- * would run up. */
+/* EVALSHA + EVAL calls the server has run so far (over etcd its KV
+ * requests), or -1. */
 static long long script_calls(void)
 {
-	if (dmt_etcd())
-		return dmt_etcd_kv_calls();
-	return dmt_cmd_calls(&srv, "evalsha", "eval", (const char *)NULL);
+	return dmt_script_calls(&srv);
 }
 
 /* Load the acquire and release scripts into the server: a free lock that

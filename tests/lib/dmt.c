@@ -786,6 +786,14 @@ dmt_cmd_calls(const struct th_redis *r, const char *cmd, ...)
 }
 
 long long
+dmt_script_calls(const struct th_redis *r)
+{
+	if (etcd_port)
+		return dmt_etcd_kv_calls();
+	return dmt_cmd_calls(r, "evalsha", "eval", (const char *)NULL);
+}
+
+long long
 dmt_evalsha_calls(const struct th_redis *r)
 {
 	return dmt_cmd_calls(r, "evalsha", (const char *)NULL);

@@ -211,6 +211,10 @@ long long dmt_count_keys(const struct th_redis *r, const char *pattern);
  * commandstats (a command never run counts 0); -1 on error. */
 long long dmt_cmd_calls(const struct th_redis *r, const char *cmd, ...)
 	__attribute__((sentinel));
+/* The scripts (EVALSHA and EVAL) Redis r has run, or over etcd the KV
+ * requests the member served (dmt_etcd_kv_calls): what a waiter that
+ * polled would run up.  -1 on error. */
+long long dmt_script_calls(const struct th_redis *r);
 /* dmt_cmd_calls(r, "evalsha", NULL): the scripts the library ran. */
 long long dmt_evalsha_calls(const struct th_redis *r);
 
