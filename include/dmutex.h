@@ -322,6 +322,10 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
  *    broken: the tokens of the two masters interleave by clock, and a
  *    resource that refuses tokens below its largest still refuses every
  *    write older (by those clocks) than one it accepted.
+ *  - Per name only: each name has its own counter, so two names' tokens
+ *    are ordered by the clock part alone (two grants in one millisecond
+ *    may tie, or come in the other order).  A resource guarded by several
+ *    names keeps the largest token per name.
  * A hold whose state was lost is reported lost (onlost, ENOLCK) at its next
  * renewal, a third of the lease at most after the new master answers;
  * until then two holders may overlap, and only fencing protects the
