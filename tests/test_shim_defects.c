@@ -22,6 +22,9 @@
  *            cond_broadcast 4-2): the handler interrupts a thread that is
  *            itself inside sem_post and sem_wait; every handler's post
  *            arrives, none is lost as a "retry" or deadlocks.
+ *   seen     LTP sem_post 6-1: a handler posts, and once it has returned
+ *            its thread reads the value (and takes the permit): the post
+ *            is there, every round, though a thread of the shim's makes it.
  *   eintr    LTP sem_wait 7-1, sem_timedwait 9-1: a handler installed
  *            without SA_RESTART interrupts sem_wait and sem_timedwait with
  *            -1 and errno EINTR.
@@ -350,6 +353,48 @@ case_handler(void *arg)
 	return bad;
 }
 
+/* ---- seen ---- */
+
+enum { SEEN_ROUNDS = 300 };
+
+static sem_t seen_sem;
+
+static void
+on_alrm(int signo)
+{
+	(void)signo;
+	sem_post(&seen_sem);
+}
+
+static int
+case_seen(void *arg)
+{
+	struct sigaction sa;
+	int bad = 0, v;
+
+	(void)arg;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_alrm;
+	sigemptyset(&sa.sa_mask);
+	if (sem_init(&seen_sem, 0, 0) || sigaction(SIGALRM, &sa, NULL))
+		return 1;
+	for (int i = 0; i < SEEN_ROUNDS && !bad; i++) {
+		/* raise() returns after the handler has run on this thread. */
+		raise(SIGALRM);
+		v = -1;
+		if (sem_getvalue(&seen_sem, &v) || v != 1) {
+			fprintf(stderr, "round %d: after the handler's post the value is %d, want 1\n", i, v);
+			bad = 1;
+		}
+		raise(SIGALRM);
+		if (sem_trywait(&seen_sem) || sem_trywait(&seen_sem)) {
+			fprintf(stderr, "round %d: the handlers' posts not there for trywait (errno %d)\n", i, errno);
+			bad = 1;
+		}
+	}
+	return bad;
+}
+
 /* ---- eintr ---- */
 
 static pthread_t waiter_thread;
@@ -545,6 +590,7 @@ static const struct one cases[] = {
 	{ "exit", case_exit, 15000 },
 	{ "nomem", case_nomem, 30000 },
 	{ "handler", case_handler, 60000 },
+	{ "seen", case_seen, 60000 },
 	{ "eintr", case_eintr, 30000 },
 	{ "herd", case_herd, 90000 },
 	{ "smalllog", case_smalllog, 30000 },
