@@ -25,6 +25,12 @@
  *   seen     LTP sem_post 6-1: a handler posts, and once it has returned
  *            its thread reads the value (and takes the permit): the post
  *            is there, every round, though a thread of the shim's makes it.
+ *   rwexit   LTP pthread_rwlock_timedrdlock 6-2, timedwrlock 6-2: a thread
+ *            waits in a timed read (write) lock while the main thread
+ *            writes, gets it once the writer unlocks, and returns without
+ *            unlocking (a read twice, recursively); the hold ends with the
+ *            thread: pthread_rwlock_destroy is 0, and a writer of the same
+ *            name (initialized anew) gets it at once with trywrlock.
  *   eintr    LTP sem_wait 7-1, sem_timedwait 9-1: a handler installed
  *            without SA_RESTART interrupts sem_wait and sem_timedwait with
  *            -1 and errno EINTR.
@@ -395,6 +401,71 @@ case_seen(void *arg)
 	return bad;
 }
 
+/* ---- rwexit ---- */
+
+static pthread_rwlock_t rwx;
+static int rwx_state;
+
+static void *
+rwx_taker(void *arg)
+{
+	int write = arg != NULL, r;
+	struct timespec at;
+
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 20;
+	__atomic_store_n(&rwx_state, 1, __ATOMIC_SEQ_CST);
+	r = write ? pthread_rwlock_timedwrlock(&rwx, &at) : pthread_rwlock_timedrdlock(&rwx, &at);
+	if (!r && !write)
+		r = pthread_rwlock_rdlock(&rwx);
+	__atomic_store_n(&rwx_state, r ? -1 : 2, __ATOMIC_SEQ_CST);
+	/* Returns holding it. */
+	return NULL;
+}
+
+static int
+rwx_round(int write)
+{
+	pthread_t t;
+	long long t0;
+	int err;
+
+	if (pthread_rwlock_init(&rwx, NULL) || pthread_rwlock_wrlock(&rwx))
+		return 1;
+	__atomic_store_n(&rwx_state, 0, __ATOMIC_SEQ_CST);
+	pthread_create(&t, NULL, rwx_taker, write ? &rwx : NULL);
+	t0 = th_now_ms();
+	while (__atomic_load_n(&rwx_state, __ATOMIC_SEQ_CST) != 1 && th_now_ms() - t0 < 10000)
+		usleep(1000);
+	usleep(200000);         /* let it block (as LTP's sleep; not the outcome) */
+	if (pthread_rwlock_unlock(&rwx))
+		return 1;
+	pthread_join(t, NULL);
+	if (__atomic_load_n(&rwx_state, __ATOMIC_SEQ_CST) != 2) {
+		fprintf(stderr, "%s: the thread did not get the lock\n", write ? "timedwrlock" : "timedrdlock");
+		return 1;
+	}
+	if ((err = pthread_rwlock_destroy(&rwx))) {
+		fprintf(stderr, "%s: destroy after the holder's thread returned: %d, want 0\n",
+				write ? "timedwrlock" : "timedrdlock", err);
+		return 1;
+	}
+	if (pthread_rwlock_init(&rwx, NULL) || (err = pthread_rwlock_trywrlock(&rwx))) {
+		fprintf(stderr, "%s: trywrlock after the holder's thread returned: %d, want 0\n",
+				write ? "timedwrlock" : "timedrdlock", err);
+		return 1;
+	}
+	pthread_rwlock_unlock(&rwx);
+	return pthread_rwlock_destroy(&rwx) != 0;
+}
+
+static int
+case_rwexit(void *arg)
+{
+	(void)arg;
+	return rwx_round(0) | rwx_round(1) << 1;
+}
+
 /* ---- eintr ---- */
 
 static pthread_t waiter_thread;
@@ -591,6 +662,7 @@ static const struct one cases[] = {
 	{ "nomem", case_nomem, 30000 },
 	{ "handler", case_handler, 60000 },
 	{ "seen", case_seen, 60000 },
+	{ "rwexit", case_rwexit, 60000 },
 	{ "eintr", case_eintr, 30000 },
 	{ "herd", case_herd, 90000 },
 	{ "smalllog", case_smalllog, 30000 },
