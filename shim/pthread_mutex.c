@@ -76,6 +76,35 @@ init_local(dmutex_t *m, const dmutex_attr_t *a, const char *site, const char *na
 	return 0;
 }
 
+/* Where a distributed mutex was defined, for messages. */
+static const char *
+site_of(const dmutex_t *m)
+{
+	if (m->__magic == DMUTEX__MAGIC_STATIC)
+		return m->__reserved[0] == DMUTEX__SHIM_ZERO ? m->__reserved[4] : m->__static_name;
+	return m->__reserved[SITE_SLOT] ? m->__reserved[SITE_SLOT] : "?";
+}
+
+/*
+ * An init over a mutex this process initialized there and never destroyed
+ * (POSIX leaves it undefined; glibc and musl make a new, unlocked mutex:
+ * musl's pthread-robust-detach).  The old object is unreachable from now
+ * on; its distributed lock, if held, would stay held on every host for the
+ * life of the process, and the new mutex, of the same name, would wait for
+ * it for ever.  It is destroyed first, its lock released.
+ */
+static void
+forget_old(dmutex_t *m)
+{
+	if (!dmutex__shim_site_live(DMUTEX__SHIM_MUTEX, m) || dmutex_destroy(m) != EBUSY ||
+			!dmutex__mutex_release_now(m))
+		return;
+	dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_init: the mutex defined at %s is initialized again without "
+			"pthread_mutex_destroy while locked: its distributed lock is released now",
+			dmutex__shim_site_text(site_of(m)));
+	dmutex_destroy(m);
+}
+
 int
 dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 {
@@ -85,6 +114,7 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 
 	if (!m)
 		return EINVAL;
+	forget_old(m);
 	if (given)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 	else if ((err = dmutex__shim_site_name(DMUTEX__SHIM_MUTEX, m, site, name)))
@@ -109,15 +139,6 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 		dmutex__shim_announce(m, "mutex", given ? given : name, site, 0);
 	}
 	return err;
-}
-
-/* Where a distributed mutex was defined, for messages. */
-static const char *
-site_of(const dmutex_t *m)
-{
-	if (m->__magic == DMUTEX__MAGIC_STATIC)
-		return m->__reserved[0] == DMUTEX__SHIM_ZERO ? m->__reserved[4] : m->__static_name;
-	return m->__reserved[SITE_SLOT] ? m->__reserved[SITE_SLOT] : "?";
 }
 
 int

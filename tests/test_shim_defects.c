@@ -31,6 +31,12 @@
  *            unlocking (a read twice, recursively); the hold ends with the
  *            thread: pthread_rwlock_destroy is 0, and a writer of the same
  *            name (initialized anew) gets it at once with trywrlock.
+ *   reinit   musl's pthread-robust-detach: a robust mutex initialized at one
+ *            line, locked by a detached thread that returns holding it,
+ *            then locked (EOWNERDEAD) and left so by the main thread; the
+ *            same mutex initialized again without a destroy, twice: each
+ *            round's thread gets the new mutex, the main thread
+ *            EOWNERDEAD again.
  *   eintr    LTP sem_wait 7-1, sem_timedwait 9-1: a handler installed
  *            without SA_RESTART interrupts sem_wait and sem_timedwait with
  *            -1 and errno EINTR.
@@ -466,6 +472,67 @@ case_rwexit(void *arg)
 	return rwx_round(0) | rwx_round(1) << 1;
 }
 
+/* ---- reinit ---- */
+
+static pthread_mutex_t ri_m;
+static int ri_locked;
+
+static void *
+ri_locker(void *arg)
+{
+	(void)arg;
+	if (!pthread_mutex_lock(&ri_m))
+		__atomic_store_n(&ri_locked, 1, __ATOMIC_SEQ_CST);
+	return NULL;    /* holding it */
+}
+
+static int
+ri_round(int round)
+{
+	pthread_mutexattr_t a;
+	struct timespec at;
+	pthread_t t;
+	long long t0;
+	int r;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	if ((r = pthread_mutex_init(&ri_m, &a))) {
+		fprintf(stderr, "round %d: pthread_mutex_init %d\n", round, r);
+		return 1;
+	}
+	__atomic_store_n(&ri_locked, 0, __ATOMIC_SEQ_CST);
+	if (pthread_create(&t, NULL, ri_locker, NULL) || pthread_detach(t))
+		return 1;
+	t0 = th_now_ms();
+	while (!__atomic_load_n(&ri_locked, __ATOMIC_SEQ_CST) && th_now_ms() - t0 < 10000)
+		usleep(1000);
+	if (!__atomic_load_n(&ri_locked, __ATOMIC_SEQ_CST)) {
+		fprintf(stderr, "round %d: the thread did not get the mutex initialized again\n", round);
+		return 1;
+	}
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 10;
+	if ((r = pthread_mutex_timedlock(&ri_m, &at)) != EOWNERDEAD) {
+		fprintf(stderr, "round %d: timedlock after the holder's thread returned: %d, want EOWNERDEAD\n",
+				round, r);
+		return 1;
+	}
+	/* Left locked and inconsistent, not destroyed, as musl's test does. */
+	return 0;
+}
+
+static int
+case_reinit(void *arg)
+{
+	int bad = 0;
+
+	(void)arg;
+	for (int i = 0; i < 3 && !bad; i++)
+		bad = ri_round(i);
+	return bad;
+}
+
 /* ---- eintr ---- */
 
 static pthread_t waiter_thread;
@@ -663,6 +730,7 @@ static const struct one cases[] = {
 	{ "handler", case_handler, 60000 },
 	{ "seen", case_seen, 60000 },
 	{ "rwexit", case_rwexit, 60000 },
+	{ "reinit", case_reinit, 60000 },
 	{ "eintr", case_eintr, 30000 },
 	{ "herd", case_herd, 90000 },
 	{ "smalllog", case_smalllog, 30000 },
