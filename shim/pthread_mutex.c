@@ -145,7 +145,7 @@ int
 dmutex_shim_mutex_destroy(dmutex_t *m)
 {
 	pthread_mutex_t *l;
-	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_destroy", &l);
+	int released, err = dmutex__shim_mutex_ready(m, "pthread_mutex_destroy", &l);
 
 	if (!err && l) {
 		/* EBUSY when locked, as glibc says; nothing outside the process waits. */
@@ -158,16 +158,19 @@ dmutex_shim_mutex_destroy(dmutex_t *m)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 		return 0;
 	}
-	if (!err && (err = dmutex_destroy(m)) == EBUSY && dmutex__mutex_release_now(m)) {
-		/* glibc says EBUSY and leaves the mutex locked; a distributed
-		 * lock left so would stall every other process until its lease
-		 * ends, for a mutex the program has finished with. */
-		dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_destroy: the mutex defined at %s is locked: EBUSY, and "
+	if (!err && (err = dmutex_destroy(m)) == EBUSY && (released = dmutex__mutex_release_now(m))) {
+		/* glibc says EBUSY for a locked mutex that is not robust (0 for
+		 * a robust one: musl's pthread_robust) and leaves it locked; a
+		 * distributed lock left so would stall every other process
+		 * until its lease ends, for a mutex the program has finished
+		 * with. */
+		err = released == 2 ? 0 : EBUSY;
+		dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_destroy: the mutex defined at %s is locked: %s, and "
 				"its distributed lock is released now and the mutex destroyed (a later pthread_mutex_init "
-				"makes it anew)", dmutex__shim_site_text(site_of(m)));
+				"makes it anew)", dmutex__shim_site_text(site_of(m)), err ? "EBUSY" : "0 (robust)");
 		if (!dmutex_destroy(m))
 			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
-		return EBUSY;
+		return err;
 	}
 	if (!err)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
