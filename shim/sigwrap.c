@@ -96,13 +96,11 @@ poster_main(void *arg)
 }
 
 static void
-poster_start(void)
+poster_thread(void)
 {
 	sigset_t all, old;
 	pthread_t t;
 
-	if (pipe2(poster_pipe, O_CLOEXEC))
-		return;
 	/* Ours: no signal of the program's is delivered here. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -114,6 +112,40 @@ poster_start(void)
 		pthread_detach(t);
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/*
+ * A forked child has no poster: the parent's would read the child's posts
+ * from the pipe they share and count them made in the parent, and the
+ * child's semaphore calls would wait for them for ever.  The child gets a
+ * pipe of its own at once (a handler may write to it), and its poster
+ * thread at its next semaphore call outside a handler; posts the parent
+ * had not made are the parent's.
+ */
+static int poster_wanted;       /* atomic: the child's poster is to start */
+
+static void
+poster_child(void)
+{
+	if (poster_pipe[0] < 0)
+		return;
+	close(poster_pipe[0]);
+	close(poster_pipe[1]);
+	poster_pipe[0] = poster_pipe[1] = -1;
+	pthread_mutex_init(&settled_mu, NULL);
+	pthread_cond_init(&settled_cv, NULL);
+	__atomic_store_n(&settled, __atomic_load_n(&handed, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+	if (!pipe2(poster_pipe, O_CLOEXEC))
+		__atomic_store_n(&poster_wanted, 1, __ATOMIC_RELEASE);
+}
+
+static void
+poster_start(void)
+{
+	if (pipe2(poster_pipe, O_CLOEXEC))
+		return;
+	pthread_atfork(NULL, NULL, poster_child);
+	poster_thread();
 }
 
 int
@@ -147,7 +179,11 @@ dmutex__shim_posts_settle(void)
 
 	/* The poster itself must not wait for its own posts; a handler may
 	 * not wait at all. */
-	if ((long)(__atomic_load_n(&settled, __ATOMIC_ACQUIRE) - want) >= 0 || is_poster || in_handler)
+	if (is_poster || in_handler)
+		return;
+	if (__atomic_exchange_n(&poster_wanted, 0, __ATOMIC_ACQ_REL))
+		poster_thread();
+	if ((long)(__atomic_load_n(&settled, __ATOMIC_ACQUIRE) - want) >= 0)
 		return;
 	pthread_mutex_lock(&settled_mu);
 	/* A post settled by a failed write is not broadcast (a handler may

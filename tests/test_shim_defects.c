@@ -24,7 +24,8 @@
  *            arrives, none is lost as a "retry" or deadlocks.
  *   seen     LTP sem_post 6-1: a handler posts, and once it has returned
  *            its thread reads the value (and takes the permit): the post
- *            is there, every round, though a thread of the shim's makes it.
+ *            is there, every round, though a thread of the shim's makes it;
+ *            then the same in a forked child (which has its own poster).
  *   rwexit   LTP pthread_rwlock_timedrdlock 6-2, timedwrlock 6-2: a thread
  *            waits in a timed read (write) lock while the main thread
  *            writes, gets it once the writer unlocks, and returns without
@@ -379,6 +380,20 @@ on_alrm(int signo)
 }
 
 static int
+seen_child(void *arg)
+{
+	int v = -1;
+
+	(void)arg;
+	raise(SIGALRM);
+	if (sem_getvalue(&seen_sem, &v) || v != 1) {
+		fprintf(stderr, "forked child: after the handler's post the value is %d, want 1\n", v);
+		return 1;
+	}
+	return sem_trywait(&seen_sem) != 0;
+}
+
+static int
 case_seen(void *arg)
 {
 	struct sigaction sa;
@@ -404,7 +419,7 @@ case_seen(void *arg)
 			bad = 1;
 		}
 	}
-	return bad;
+	return bad || th_wait_child(th_spawn(seen_child, NULL), 20000) != 0;
 }
 
 /* ---- rwexit ---- */
