@@ -313,6 +313,17 @@ dmutex__shim_site_name(int kind, const void *addr, const char *site, char out[DM
 	return err;
 }
 
+int
+dmutex__shim_site_live(int kind, const void *addr)
+{
+	int live;
+
+	lock();
+	live = *obj_slot(kind, addr) != NULL;
+	pthread_mutex_unlock(&mu);
+	return live;
+}
+
 void
 dmutex__shim_site_release(int kind, const void *addr)
 {

@@ -30,6 +30,8 @@ int dmutex__shim_site_name(int kind, const void *obj, const char *site,
 		char out[DMUTEX_NAME_MAX + 1]);
 /* The object is destroyed (or its init failed): its ordinal is free. */
 void dmutex__shim_site_release(int kind, const void *obj);
+/* 1 if an object of kind initialized at obj's address was not destroyed. */
+int dmutex__shim_site_live(int kind, const void *obj);
 /* Longest site the shim makes: "FILE:LINE" or "@MODULE+0xOFFSET". */
 #define DMUTEX__SHIM_SITE_MAX 1024
 /* __reserved[0] of a zero-filled dmutex_t/dcond_t in static storage once

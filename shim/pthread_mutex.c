@@ -76,6 +76,35 @@ init_local(dmutex_t *m, const dmutex_attr_t *a, const char *site, const char *na
 	return 0;
 }
 
+/* Where a distributed mutex was defined, for messages. */
+static const char *
+site_of(const dmutex_t *m)
+{
+	if (m->__magic == DMUTEX__MAGIC_STATIC)
+		return m->__reserved[0] == DMUTEX__SHIM_ZERO ? m->__reserved[4] : m->__static_name;
+	return m->__reserved[SITE_SLOT] ? m->__reserved[SITE_SLOT] : "?";
+}
+
+/*
+ * An init over a mutex this process initialized there and never destroyed
+ * (POSIX leaves it undefined; glibc and musl make a new, unlocked mutex:
+ * musl's pthread-robust-detach).  The old object is unreachable from now
+ * on; its distributed lock, if held, would stay held on every host for the
+ * life of the process, and the new mutex, of the same name, would wait for
+ * it for ever.  It is destroyed first, its lock released.
+ */
+static void
+forget_old(dmutex_t *m)
+{
+	if (!dmutex__shim_site_live(DMUTEX__SHIM_MUTEX, m) || dmutex_destroy(m) != EBUSY ||
+			!dmutex__mutex_release_now(m))
+		return;
+	dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_init: the mutex defined at %s is initialized again without "
+			"pthread_mutex_destroy while locked: its distributed lock is released now",
+			dmutex__shim_site_text(site_of(m)));
+	dmutex_destroy(m);
+}
+
 int
 dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 {
@@ -85,6 +114,7 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 
 	if (!m)
 		return EINVAL;
+	forget_old(m);
 	if (given)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 	else if ((err = dmutex__shim_site_name(DMUTEX__SHIM_MUTEX, m, site, name)))
@@ -111,20 +141,11 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 	return err;
 }
 
-/* Where a distributed mutex was defined, for messages. */
-static const char *
-site_of(const dmutex_t *m)
-{
-	if (m->__magic == DMUTEX__MAGIC_STATIC)
-		return m->__reserved[0] == DMUTEX__SHIM_ZERO ? m->__reserved[4] : m->__static_name;
-	return m->__reserved[SITE_SLOT] ? m->__reserved[SITE_SLOT] : "?";
-}
-
 int
 dmutex_shim_mutex_destroy(dmutex_t *m)
 {
 	pthread_mutex_t *l;
-	int err = dmutex__shim_mutex_ready(m, "pthread_mutex_destroy", &l);
+	int released, err = dmutex__shim_mutex_ready(m, "pthread_mutex_destroy", &l);
 
 	if (!err && l) {
 		/* EBUSY when locked, as glibc says; nothing outside the process waits. */
@@ -137,16 +158,19 @@ dmutex_shim_mutex_destroy(dmutex_t *m)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 		return 0;
 	}
-	if (!err && (err = dmutex_destroy(m)) == EBUSY && dmutex__mutex_release_now(m)) {
-		/* glibc says EBUSY and leaves the mutex locked; a distributed
-		 * lock left so would stall every other process until its lease
-		 * ends, for a mutex the program has finished with. */
-		dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_destroy: the mutex defined at %s is locked: EBUSY, and "
+	if (!err && (err = dmutex_destroy(m)) == EBUSY && (released = dmutex__mutex_release_now(m))) {
+		/* glibc says EBUSY for a locked mutex that is not robust (0 for
+		 * a robust one: musl's pthread_robust) and leaves it locked; a
+		 * distributed lock left so would stall every other process
+		 * until its lease ends, for a mutex the program has finished
+		 * with. */
+		err = released == 2 ? 0 : EBUSY;
+		dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_destroy: the mutex defined at %s is locked: %s, and "
 				"its distributed lock is released now and the mutex destroyed (a later pthread_mutex_init "
-				"makes it anew)", dmutex__shim_site_text(site_of(m)));
+				"makes it anew)", dmutex__shim_site_text(site_of(m)), err ? "EBUSY" : "0 (robust)");
 		if (!dmutex_destroy(m))
 			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
-		return EBUSY;
+		return err;
 	}
 	if (!err)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);

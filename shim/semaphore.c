@@ -123,6 +123,8 @@ dmutex_shim_sem_destroy(dsem_t *s)
 	char copy[DMUTEX_NAME_MAX + 1] = "";
 	int err;
 
+	/* A handler's post still on its way must not find s gone. */
+	dmutex__shim_posts_settle();
 	/* Not one from sem_open (named_list): those have sem_close. */
 	if (!dmutex__shim_sem_name(s, &name) && name)
 		snprintf(copy, sizeof copy, "%s", name);
@@ -145,6 +147,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 	struct dmutex__shim_op o;
 	int err;
 
+	dmutex__shim_posts_settle();
 	dmutex__shim_wait_begin();
 	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
@@ -209,6 +212,7 @@ dmutex_shim_sem_post(dsem_t *s)
 	 * there (sigwrap.c). */
 	if (dmutex__shim_in_handler())
 		return fail(dmutex__shim_post_deferred(s, dmutex_shim_sem_post));
+	dmutex__shim_posts_settle();
 	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
 	/* As wait_until: EIO once the window has passed, posted or not. */
@@ -225,6 +229,7 @@ dmutex_shim_sem_getvalue(dsem_t *s, int *value)
 {
 	int err;
 
+	dmutex__shim_posts_settle();
 	for (int attempt = 0; (err = dsem_getvalue(s, value)) == EIO; attempt++) {
 		waiting("sem_getvalue", attempt);
 		backoff(attempt);
@@ -390,6 +395,7 @@ dmutex_shim_sem_close(dsem_t *s)
 	struct named **pp, *n;
 	int err = EINVAL;
 
+	dmutex__shim_posts_settle();
 	pthread_mutex_lock(&named_mu);
 	for (pp = &named_list; *pp && &(*pp)->sem != s; pp = &(*pp)->next)
 		;
@@ -418,6 +424,7 @@ dmutex_shim_sem_unlink(const char *name)
 
 	if (name_too_long(name))
 		return fail(ENAMETOOLONG);
+	dmutex__shim_posts_settle();
 	/* ENOENT unless the current generation exists */
 	if ((err = dmutex__name_ok(name, &len)) || (err = current("sem_unlink", name, bn)) ||
 			(err = open_patient(&t, "sem_unlink", bn, 0, DSEM_NOCREATE)))

@@ -16,6 +16,10 @@ int dmutex__shim_post_deferred(dsem_t *s, int (*post)(dsem_t *));
 /* At the start of a semaphore wait: handlers that ran before it do not
  * interrupt it. */
 void dmutex__shim_wait_begin(void);
+/* Outside a handler, before a semaphore call: wait until every post handed
+ * over by handlers so far has been made (the calling thread's own handler
+ * returned before it, so the call must see its post). */
+void dmutex__shim_posts_settle(void);
 int dmutex__shim_interrupted(void);
 
 #endif

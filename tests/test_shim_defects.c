@@ -22,6 +22,22 @@
  *            cond_broadcast 4-2): the handler interrupts a thread that is
  *            itself inside sem_post and sem_wait; every handler's post
  *            arrives, none is lost as a "retry" or deadlocks.
+ *   seen     LTP sem_post 6-1: a handler posts, and once it has returned
+ *            its thread reads the value (and takes the permit): the post
+ *            is there, every round, though a thread of the shim's makes it;
+ *            then the same in a forked child (which has its own poster).
+ *   rwexit   LTP pthread_rwlock_timedrdlock 6-2, timedwrlock 6-2: a thread
+ *            waits in a timed read (write) lock while the main thread
+ *            writes, gets it once the writer unlocks, and returns without
+ *            unlocking (a read twice, recursively); the hold ends with the
+ *            thread: pthread_rwlock_destroy is 0, and a writer of the same
+ *            name (initialized anew) gets it at once with trywrlock.
+ *   reinit   musl's pthread-robust-detach: a robust mutex initialized at one
+ *            line, locked by a detached thread that returns holding it,
+ *            then locked (EOWNERDEAD) and left so by the main thread; the
+ *            same mutex initialized again without a destroy, twice: each
+ *            round's thread gets the new mutex, the main thread
+ *            EOWNERDEAD again.
  *   eintr    LTP sem_wait 7-1, sem_timedwait 9-1: a handler installed
  *            without SA_RESTART interrupts sem_wait and sem_timedwait with
  *            -1 and errno EINTR.
@@ -350,6 +366,188 @@ case_handler(void *arg)
 	return bad;
 }
 
+/* ---- seen ---- */
+
+enum { SEEN_ROUNDS = 300 };
+
+static sem_t seen_sem;
+
+static void
+on_alrm(int signo)
+{
+	(void)signo;
+	sem_post(&seen_sem);
+}
+
+static int
+seen_child(void *arg)
+{
+	int v = -1;
+
+	(void)arg;
+	raise(SIGALRM);
+	if (sem_getvalue(&seen_sem, &v) || v != 1) {
+		fprintf(stderr, "forked child: after the handler's post the value is %d, want 1\n", v);
+		return 1;
+	}
+	return sem_trywait(&seen_sem) != 0;
+}
+
+static int
+case_seen(void *arg)
+{
+	struct sigaction sa;
+	int bad = 0, v;
+
+	(void)arg;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_alrm;
+	sigemptyset(&sa.sa_mask);
+	if (sem_init(&seen_sem, 0, 0) || sigaction(SIGALRM, &sa, NULL))
+		return 1;
+	for (int i = 0; i < SEEN_ROUNDS && !bad; i++) {
+		/* raise() returns after the handler has run on this thread. */
+		raise(SIGALRM);
+		v = -1;
+		if (sem_getvalue(&seen_sem, &v) || v != 1) {
+			fprintf(stderr, "round %d: after the handler's post the value is %d, want 1\n", i, v);
+			bad = 1;
+		}
+		raise(SIGALRM);
+		if (sem_trywait(&seen_sem) || sem_trywait(&seen_sem)) {
+			fprintf(stderr, "round %d: the handlers' posts not there for trywait (errno %d)\n", i, errno);
+			bad = 1;
+		}
+	}
+	return bad || th_wait_child(th_spawn(seen_child, NULL), 20000) != 0;
+}
+
+/* ---- rwexit ---- */
+
+static pthread_rwlock_t rwx;
+static int rwx_state;
+
+static void *
+rwx_taker(void *arg)
+{
+	int write = arg != NULL, r;
+	struct timespec at;
+
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 20;
+	__atomic_store_n(&rwx_state, 1, __ATOMIC_SEQ_CST);
+	r = write ? pthread_rwlock_timedwrlock(&rwx, &at) : pthread_rwlock_timedrdlock(&rwx, &at);
+	if (!r && !write)
+		r = pthread_rwlock_rdlock(&rwx);
+	__atomic_store_n(&rwx_state, r ? -1 : 2, __ATOMIC_SEQ_CST);
+	/* Returns holding it. */
+	return NULL;
+}
+
+static int
+rwx_round(int write)
+{
+	pthread_t t;
+	long long t0;
+	int err;
+
+	if (pthread_rwlock_init(&rwx, NULL) || pthread_rwlock_wrlock(&rwx))
+		return 1;
+	__atomic_store_n(&rwx_state, 0, __ATOMIC_SEQ_CST);
+	pthread_create(&t, NULL, rwx_taker, write ? &rwx : NULL);
+	t0 = th_now_ms();
+	while (__atomic_load_n(&rwx_state, __ATOMIC_SEQ_CST) != 1 && th_now_ms() - t0 < 10000)
+		usleep(1000);
+	usleep(200000);         /* let it block (as LTP's sleep; not the outcome) */
+	if (pthread_rwlock_unlock(&rwx))
+		return 1;
+	pthread_join(t, NULL);
+	if (__atomic_load_n(&rwx_state, __ATOMIC_SEQ_CST) != 2) {
+		fprintf(stderr, "%s: the thread did not get the lock\n", write ? "timedwrlock" : "timedrdlock");
+		return 1;
+	}
+	if ((err = pthread_rwlock_destroy(&rwx))) {
+		fprintf(stderr, "%s: destroy after the holder's thread returned: %d, want 0\n",
+				write ? "timedwrlock" : "timedrdlock", err);
+		return 1;
+	}
+	if (pthread_rwlock_init(&rwx, NULL) || (err = pthread_rwlock_trywrlock(&rwx))) {
+		fprintf(stderr, "%s: trywrlock after the holder's thread returned: %d, want 0\n",
+				write ? "timedwrlock" : "timedrdlock", err);
+		return 1;
+	}
+	pthread_rwlock_unlock(&rwx);
+	return pthread_rwlock_destroy(&rwx) != 0;
+}
+
+static int
+case_rwexit(void *arg)
+{
+	(void)arg;
+	return rwx_round(0) | rwx_round(1) << 1;
+}
+
+/* ---- reinit ---- */
+
+static pthread_mutex_t ri_m;
+static int ri_locked;
+
+static void *
+ri_locker(void *arg)
+{
+	(void)arg;
+	if (!pthread_mutex_lock(&ri_m))
+		__atomic_store_n(&ri_locked, 1, __ATOMIC_SEQ_CST);
+	return NULL;    /* holding it */
+}
+
+static int
+ri_round(int round)
+{
+	pthread_mutexattr_t a;
+	struct timespec at;
+	pthread_t t;
+	long long t0;
+	int r;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	if ((r = pthread_mutex_init(&ri_m, &a))) {
+		fprintf(stderr, "round %d: pthread_mutex_init %d\n", round, r);
+		return 1;
+	}
+	__atomic_store_n(&ri_locked, 0, __ATOMIC_SEQ_CST);
+	if (pthread_create(&t, NULL, ri_locker, NULL) || pthread_detach(t))
+		return 1;
+	t0 = th_now_ms();
+	while (!__atomic_load_n(&ri_locked, __ATOMIC_SEQ_CST) && th_now_ms() - t0 < 10000)
+		usleep(1000);
+	if (!__atomic_load_n(&ri_locked, __ATOMIC_SEQ_CST)) {
+		fprintf(stderr, "round %d: the thread did not get the mutex initialized again\n", round);
+		return 1;
+	}
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 10;
+	if ((r = pthread_mutex_timedlock(&ri_m, &at)) != EOWNERDEAD) {
+		fprintf(stderr, "round %d: timedlock after the holder's thread returned: %d, want EOWNERDEAD\n",
+				round, r);
+		return 1;
+	}
+	/* Left locked and inconsistent, not destroyed, as musl's test does. */
+	return 0;
+}
+
+static int
+case_reinit(void *arg)
+{
+	int bad = 0;
+
+	(void)arg;
+	for (int i = 0; i < 3 && !bad; i++)
+		bad = ri_round(i);
+	return bad;
+}
+
 /* ---- eintr ---- */
 
 static pthread_t waiter_thread;
@@ -545,6 +743,9 @@ static const struct one cases[] = {
 	{ "exit", case_exit, 15000 },
 	{ "nomem", case_nomem, 30000 },
 	{ "handler", case_handler, 60000 },
+	{ "seen", case_seen, 60000 },
+	{ "rwexit", case_rwexit, 60000 },
+	{ "reinit", case_reinit, 60000 },
 	{ "eintr", case_eintr, 30000 },
 	{ "herd", case_herd, 90000 },
 	{ "smalllog", case_smalllog, 30000 },

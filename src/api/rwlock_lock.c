@@ -111,6 +111,7 @@ rw_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 		.wait = r->op == 'w' && !r->trylock, .deadline = r->until };
 	int64_t valid_ns = (int64_t)rx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(rx->lease_ms);
 	int64_t sent = dmutex__now_ns(), now;
+	uint64_t gen = 0;
 	int err;
 
 	(void)aq;
@@ -130,9 +131,12 @@ rw_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 		record(rx, r->op, r->token, a.fence, sent);
 		if ((err = dmutex__renewer_add(c, e)))
 			dmutex__entry_forget(e);
+		gen = e->gen;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		if (err)
 			r->maybe_done = 1;
+		else
+			dmutex__thread_hold_end(e, gen, dmutex__rw_thread_end);
 		t->err = err;
 		return DMUTEX__TRY_DONE;
 	}
@@ -218,9 +222,12 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		if (e->held && !e->rw_write && !e->releasing && !e->lost && !e->rw_wwait &&
 				!e->rw_remote_wwait && dmutex__now_ns() < e->deadline_ns) {
 			/* Join the process's share: no I/O. */
+			uint64_t gen = e->gen;
+
 			e->readers[e->nreaders].thread = self;
 			e->readers[e->nreaders++].count = 1;
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__thread_hold_end(e, gen, dmutex__rw_thread_end);
 			return 0;
 		}
 		if (!e->held && !e->acquiring && !e->rw_wwait)

@@ -56,6 +56,7 @@ unlock_entry(struct dmutex__entry *e)
 		if (e->nreaders) {
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			dmutex__lost_report(e, &lost_rep);
+			dmutex__thread_unhold(e);
 			return lost ? ENOLCK : 0;
 		}
 	}
@@ -79,7 +80,27 @@ unlock_entry(struct dmutex__entry *e)
 	dmutex__entry_forget(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
+	dmutex__thread_unhold(e);
 	return lost ? ENOLCK : err;
+}
+
+/*
+ * As a mutex's hold (README "A hold ends with its thread"): a thread that
+ * returns or calls pthread_exit while it reads or writes gives the lock
+ * up, every level of a recursive read, rather than leave every host
+ * waiting for a thread that is gone (LTP pthread_rwlock_timedrdlock 6-2
+ * then destroys it).  Read-write locks have no owner-died state: a plain
+ * release, with a warning.
+ */
+void
+dmutex__rw_thread_end(struct dmutex__entry *e, const char *why)
+{
+	int err, n = 0;
+
+	while (!(err = unlock_entry(e)))
+		n++;
+	if (n || err != EPERM)
+		dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': %s while holding it: released", e->name, why);
 }
 
 static int

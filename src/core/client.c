@@ -153,6 +153,7 @@ struct thread_holds {
 	struct thread_hold {
 		struct dmutex__entry *e;
 		uint64_t gen;
+		void (*end)(struct dmutex__entry *, const char *);  /* NULL: a mutex's */
 	} *h;
 };
 
@@ -217,7 +218,10 @@ end_thread_holds(struct thread_holds *t, const char *why)
 	/* Latest first, as the thread would have unlocked them. */
 	while (t->n) {
 		struct thread_hold th = t->h[--t->n];
-		end_hold(th.e, th.gen, why, t0);
+		if (th.end)
+			th.end(th.e, why);
+		else
+			end_hold(th.e, th.gen, why, t0);
 		dmutex__entry_put(th.e);
 	}
 	free(t->h);
@@ -237,6 +241,13 @@ thread_exit(void *arg)
 
 void
 dmutex__thread_hold(struct dmutex__entry *e, uint64_t gen)
+{
+	dmutex__thread_hold_end(e, gen, NULL);
+}
+
+void
+dmutex__thread_hold_end(struct dmutex__entry *e, uint64_t gen,
+		void (*end)(struct dmutex__entry *, const char *why))
 {
 	struct thread_holds *t;
 	int cs;
@@ -262,6 +273,7 @@ dmutex__thread_hold(struct dmutex__entry *e, uint64_t gen)
 	__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
 	t->h[t->n].e = e;
 	t->h[t->n].gen = gen;
+	t->h[t->n].end = end;
 	t->n++;
 	return;
 nomem:

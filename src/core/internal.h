@@ -288,6 +288,11 @@ int dmutex__client_default(struct dmutex_client **out);
  */
 void dmutex__thread_hold(struct dmutex__entry *e, uint64_t gen);
 void dmutex__thread_unhold(struct dmutex__entry *e);
+/* The same for a hold that end(e, why) ends (a read-write lock's: the
+ * thread's read share or write lock; rwlock_unlock.c), called by the
+ * thread itself. */
+void dmutex__thread_hold_end(struct dmutex__entry *e, uint64_t gen,
+		void (*end)(struct dmutex__entry *, const char *why));
 
 /* ---- hold.c ---- */
 void dmutex__entry_init_sync(struct dmutex__entry *e);

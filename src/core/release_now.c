@@ -15,11 +15,13 @@
  * The distributed lock of m, held by a thread of this process, released
  * now whoever holds it: the program is done with the mutex, and other
  * processes must not wait for the lease.  The holder's later unlock finds
- * the mutex destroyed.  1 if there was a hold to release.
+ * the mutex destroyed.  1 if there was a hold to release, 2 if it was a
+ * robust mutex's.
  */
 int
 dmutex__mutex_release_now(dmutex_t *m)
 {
+	int robust;
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
@@ -33,6 +35,7 @@ dmutex__mutex_release_now(dmutex_t *m)
 		return 0;
 	}
 	memcpy(token, e->token, sizeof token);
+	robust = e->robust;
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__renewer_remove(e->client, e);
@@ -41,5 +44,5 @@ dmutex__mutex_release_now(dmutex_t *m)
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	dmutex__entry_forget(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	return 1;
+	return robust ? 2 : 1;
 }

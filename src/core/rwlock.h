@@ -38,5 +38,8 @@ int dmutex__rwlock_resolve(drwlock_t *rw, struct dmutex__rwlock **out);
 struct dmutex__reader *dmutex__rw_reader(struct dmutex__entry *e, pthread_t self);
 /* Under e->mu: take self out of readers[]. */
 void dmutex__rw_reader_drop(struct dmutex__entry *e, struct dmutex__reader *r);
+/* A thread that ends still reading or writing e gives it up, every level
+ * (client.c's thread end, through dmutex__thread_hold_end). */
+void dmutex__rw_thread_end(struct dmutex__entry *e, const char *why);
 
 #endif

@@ -57,7 +57,7 @@ void dmutex__shim_url_text(char *buf, size_t len);
 /* ---- mutexes (core/release_now.c) ---- */
 /* The distributed lock of m, held by a thread of this process, released
  * now whoever holds it (the holder's later unlock finds m destroyed).  1
- * if there was a hold to release, 0 if not. */
+ * if there was a hold to release (2: a robust mutex's), 0 if not. */
 int dmutex__mutex_release_now(dmutex_t *m);
 
 /* ---- condition variables (api/shim_sync.c) ---- */

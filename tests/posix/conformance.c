@@ -247,6 +247,9 @@ main(void)
 	point("robust: consistent on a consistent mutex, not held", pthread_mutex_consistent(&m), EPERM, "EINVAL");
 	pthread_mutex_lock(&m);
 	point("robust: consistent on a consistent mutex, held", pthread_mutex_consistent(&m), EINVAL, "EINVAL");
+	point("robust: destroy while locked", pthread_mutex_destroy(&m), 0, "0 (glibc; EBUSY if not robust)");
+	make(&m, PTHREAD_MUTEX_NORMAL, PTHREAD_MUTEX_ROBUST);
+	point("robust: ... and its lock was released", pthread_mutex_trylock(&m), 0, "0");
 	pthread_mutex_unlock(&m);
 	pthread_mutex_destroy(&m);
 
