@@ -39,7 +39,11 @@ struct shared {
 	long count[CONTENDERS];
 	int64_t max_wait[CONTENDERS];
 	int64_t hold_sum[CONTENDERS];
+	atomic_llong cpu_ns;    /* the contenders' CPU (processes add their own) */
+	atomic_llong unlock_ns; /* when the last holder called unlock */
+	atomic_ulong nhand;
 	int64_t waits[WAITS_CAP];
+	int64_t hands[WAITS_CAP];       /* unlock called -> the next lock returned */
 };
 
 struct ctx {
@@ -97,6 +101,15 @@ loop(struct ctx *x)
 		t1 = bench_now_ns();
 		if (atomic_fetch_add(&sh->inside, 1) != 0)
 			atomic_fetch_add(&sh->overlaps, 1);
+		/* A hand-over: the previous holder's unlock call to this return
+		 * (from this call's start if the lock was free before). */
+		{
+			int64_t u = atomic_load(&sh->unlock_ns);
+			unsigned long h;
+
+			if (u && (h = atomic_fetch_add(&sh->nhand, 1)) < WAITS_CAP)
+				sh->hands[h] = t1 - (u > t0 ? u : t0);
+		}
 		sh->count[x->idx]++;
 		if (t1 - t0 > sh->max_wait[x->idx])
 			sh->max_wait[x->idx] = t1 - t0;
@@ -106,6 +119,7 @@ loop(struct ctx *x)
 		atomic_fetch_sub(&sh->inside, 1);
 		t2 = bench_now_ns();
 		sh->hold_sum[x->idx] += t2 - t1;
+		atomic_store(&sh->unlock_ns, bench_now_ns());
 		if (x->fifo ? fifo_lock(x, 0) : dmutex_unlock(x->m)) {
 			atomic_fetch_add(&sh->errors, 1);
 			return;
@@ -129,6 +143,7 @@ proc_main(void *arg)
 	while (read(x->go_fd[0], &c, 1) < 0 && errno == EINTR)
 		;
 	loop(x);
+	atomic_fetch_add(&x->sh->cpu_ns, bench_process_cpu_ns());
 	if (x->fifo) {
 		redisFree(x->rc);
 		return 0;
@@ -156,6 +171,37 @@ thread_main(void *arg)
 	return NULL;
 }
 
+/* What the server ran for a run: its requests and their time (a
+ * script's inner calls within its EVALSHA's). */
+struct fstats {
+	long long evalsha, usec_evalsha, blpop, usec_blpop, rpush, usec_rpush;
+};
+
+static int
+fstats_read(redisContext *c, struct fstats *out)
+{
+	redisReply *r = bench_cmd(c, "INFO commandstats");
+	const char *names[3] = { "evalsha", "blpop", "rpush" };
+	long long *calls[3] = { &out->evalsha, &out->blpop, &out->rpush };
+	long long *usec[3] = { &out->usec_evalsha, &out->usec_blpop, &out->usec_rpush };
+
+	memset(out, 0, sizeof *out);
+	if (r->type != REDIS_REPLY_STRING) {
+		freeReplyObject(r);
+		return -1;
+	}
+	for (int i = 0; i < 3; i++) {
+		char key[32];
+		const char *at;
+
+		snprintf(key, sizeof key, "cmdstat_%s:", names[i]);
+		if ((at = strstr(r->str, key)))
+			sscanf(at + strlen(key), "calls=%lld,usec=%lld", calls[i], usec[i]);
+	}
+	freeReplyObject(r);
+	return 0;
+}
+
 /* The worst wait and the 99th percentile of a run, to compare with. */
 struct waits {
 	double worst, p99;
@@ -163,7 +209,7 @@ struct waits {
 
 static void
 report(const struct bench *b, struct shared *sh, int procs, int n, const char *label,
-		struct waits *out, const struct waits *ref)
+		const struct fstats *fs, int fifo, struct waits *out, const struct waits *ref)
 {
 	double rtt = procs && b->ping_cross_ns > 0 ? b->ping_cross_ns : b->ping_ns;
 	long total = 0, lo = -1, hi = 0;
@@ -206,6 +252,33 @@ report(const struct bench *b, struct shared *sh, int procs, int n, const char *l
 	row_metric(r, "bound 2(P-1)(hold+RTT)", bound, "ns");
 	row_metric(r, "hold", total ? (double)hold / total : 0, "ns");
 	row_metric(r, "RTT", rtt, "ns");
+	/* Where a hand-over's time goes on 2 shared CPUs: the hand-over
+	 * itself, the contenders' CPU and the server's per acquisition
+	 * (commandstats: the requests' time, a script's inner calls in its
+	 * EVALSHA; the fair lock's RPUSH runs inside its script). */
+	{
+		unsigned long nh = atomic_load(&sh->nhand);
+		struct samples hs;
+
+		if (nh > WAITS_CAP)
+			nh = WAITS_CAP;
+		if (nh && !samples_init(&hs, nh)) {
+			for (unsigned long i = 0; i < nh; i++)
+				samples_add(&hs, sh->hands[i]);
+			row_metric(r, "hand-over median", samples_pct(&hs, 50), "ns");
+			row_metric(r, "hand-over p99", samples_pct(&hs, 99), "ns");
+			samples_free(&hs);
+		}
+	}
+	if (total) {
+		row_metric(r, "client CPU/acq", (double)atomic_load(&sh->cpu_ns) / total, "ns");
+		if (fs) {
+			long long usec = fs->usec_evalsha + fs->usec_blpop + (fifo ? fs->usec_rpush : 0);
+
+			row_metric(r, "redis CPU/acq", usec * 1e3 / total, "ns");
+			row_metric(r, "EVALSHA/acq", (double)fs->evalsha / total, "");
+		}
+	}
 	row_metric(r, "errors", (double)atomic_load(&sh->errors), "");
 	row_metric(r, "overlaps", (double)atomic_load(&sh->overlaps), "");
 	if (ref) {
@@ -238,8 +311,10 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 	dmutex_client_t *cli = NULL;
 	dmutex_t m;
 	char name[64], label[96];
-	int go[2], started = 0, failed = 0;
-	int64_t dur = (b->opt.quick ? 1000 : 3000) * (int64_t)1000000;
+	int go[2], started = 0, failed = 0, stats = 0;
+	int64_t dur = (b->opt.quick ? 1000 : 3000) * (int64_t)1000000, cpu0 = 0;
+	struct fstats fs0, fs1;
+	redisContext *sc = NULL;
 
 	memset(sh, 0, offsetof(struct shared, waits));
 	snprintf(name, sizeof name, "%s:fair%s%d", b->run_id, procs ? "p" : "t", n);
@@ -266,6 +341,8 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 	for (int i = 0; i < started; i++)
 		if (th_sync_wait(&ready, 10000))
 			failed = 1;
+	stats = (sc = bench_connect(&b->tgt)) && !fstats_read(sc, &fs0);
+	cpu0 = bench_process_cpu_ns();
 	sh->stop_ns = bench_now_ns() + dur;
 	close(go[1]);
 	for (int i = 0; i < started; i++) {
@@ -279,6 +356,20 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 			pthread_join(th[i], NULL);
 		}
 	}
+	if (!procs)
+		atomic_store(&sh->cpu_ns, bench_process_cpu_ns() - cpu0);
+	if (stats && !fstats_read(sc, &fs1)) {
+		fs1.evalsha -= fs0.evalsha;
+		fs1.usec_evalsha -= fs0.usec_evalsha;
+		fs1.blpop -= fs0.blpop;
+		fs1.usec_blpop -= fs0.usec_blpop;
+		fs1.rpush -= fs0.rpush;
+		fs1.usec_rpush -= fs0.usec_rpush;
+	} else {
+		stats = 0;
+	}
+	if (sc)
+		redisFree(sc);
 	close(go[0]);
 	th_sync_close(&ready);
 	if (cli) {
@@ -289,7 +380,7 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 		return -1;
 	snprintf(label, sizeof label, "%s, %d %s", fifo ? "(why) FIFO lock BLPOP/RPUSH" : "fair lock",
 			n, procs ? "processes x 1 thread" : "threads of 1 process");
-	report(b, sh, procs, n, label, out, ref);
+	report(b, sh, procs, n, label, stats ? &fs1 : NULL, fifo, out, ref);
 	return 0;
 }
 

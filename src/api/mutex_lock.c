@@ -420,13 +420,13 @@ relock_own(dmutex_t *m, struct dmutex__mutex *mx, int mode, int64_t until, int b
 }
 
 /* Under e->mu, one wait in wait_turn, until `at` if not NULL: a fair
- * mutex's waiters on e->cv (each looks whether it is first in line), a
+ * mutex's waiter on its own cv (woken when it is first in line), a
  * non-fair one's on e->turn_cv, one woken per turn (dmutex__entry_wake). */
 static void
-turn_wait(struct dmutex__mutex *mx, const struct timespec *at)
+turn_wait(struct dmutex__mutex *mx, struct dmutex__fifo *me, const struct timespec *at)
 {
 	struct dmutex__entry *e = mx->entry;
-	pthread_cond_t *cv = mx->fair ? &e->cv : &e->turn_cv;
+	pthread_cond_t *cv = mx->fair ? &me->cv : &e->turn_cv;
 
 	e->turn_waiters += !mx->fair;
 	if (at)
@@ -448,6 +448,13 @@ wait_turn(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t u
 
 	dmutex__ns_to_ts(until, &ts);
 	if (mx->fair) {
+		pthread_condattr_t ca;
+
+		/* Destroyed by lock_impl once out of the queue. */
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&me->cv, &ca);
+		pthread_condattr_destroy(&ca);
 		me->id = ++e->fifo_ids;
 		me->lease_ms = mx->lease_ms;
 		me->robust = mx->robust == DMUTEX_ROBUST;
@@ -465,7 +472,7 @@ wait_turn(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t u
 			/* The renewer gives back an idle kept lease (bounded by a
 			 * command timeout): the mutex is not locked, so even a
 			 * trylock waits for that, then asks as usual. */
-			turn_wait(mx, NULL);
+			turn_wait(mx, me, NULL);
 			continue;
 		}
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
@@ -482,7 +489,7 @@ wait_turn(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t u
 		*contended = 1;  /* another thread of ours holds it */
 		if (!*t0)
 			*t0 = dmutex__now_ns();
-		turn_wait(mx, until == NO_DEADLINE ? NULL : &ts);
+		turn_wait(mx, me, until == NO_DEADLINE ? NULL : &ts);
 	}
 	return 0;
 }
@@ -579,8 +586,15 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 	if (e->held && pthread_equal(e->owner, pthread_self()))
 		return relock_own(m, mx, mode, until, bad_deadline, presub);
 	if ((err = wait_turn(mx, &me, mode, until, bad_deadline, &t0, &contended)) ||
-			take_local(mx, &me, mode, t0, contended, &err))
+			take_local(mx, &me, mode, t0, contended, &err)) {
+		/* Either way out of the fair queue (under e->mu): nobody
+		 * signals its cv any more. */
+		if (mx->fair)
+			pthread_cond_destroy(&me.cv);
 		return err;
+	}
+	if (mx->fair)
+		pthread_cond_destroy(&me.cv);
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	/* A release of it, unanswered, may still be on its way on another

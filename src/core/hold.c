@@ -70,6 +70,12 @@ dmutex__entry_wake(struct dmutex__entry *e)
 	 * wakes the next. */
 	if (e->turn_waiters && !e->held && !e->acquiring)
 		pthread_cond_signal(&e->turn_cv);
+	/* A fair waiter goes on only once it is first in line (or granted,
+	 * which only the first is); the one behind it is woken when it
+	 * leaves.  Under e->mu, so a waiter that left the queue (and then
+	 * destroys its cv) is never signalled. */
+	if (e->fifo_head)
+		pthread_cond_signal(&e->fifo_head->cv);
 }
 
 int

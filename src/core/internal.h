@@ -171,6 +171,11 @@ struct dmutex__entry {
  * the fields below are then under the entry's mu. */
 struct dmutex__fifo {
 	struct dmutex__fifo *next;
+	/* CLOCK_MONOTONIC; only the first in line can go on, so a change of
+	 * state wakes it alone (dmutex__entry_wake): with all of them on
+	 * e->cv, each hand-over between 8 threads woke the 7 waiting ones
+	 * several times. */
+	pthread_cond_t cv;
 	uint64_t id;                    /* unique in the entry: a node the unlock
 	                                 * chose is still the same waiter */
 	unsigned lease_ms;              /* the hold it would take */
@@ -323,8 +328,9 @@ void dmutex__entry_mark_lost(struct dmutex__entry *e);
 void dmutex__lost_report(const struct dmutex__entry *e, const struct dmutex__lost *l);
 /* Under e->mu, after any change of held, acquiring, dropping, the fair
  * queue or a release's end: wake the local waiters that may now go on —
- * every waiter of e->cv, and one thread waiting for its turn, which takes
- * the turn or passes it on (mutex_lock.c wait_turn). */
+ * every waiter of e->cv, one thread waiting for its turn, which takes
+ * the turn or passes it on (mutex_lock.c wait_turn), and the first in a
+ * fair mutex's local queue (the others wait to be first). */
 void dmutex__entry_wake(struct dmutex__entry *e);
 /* Under e->mu: forget the hold and wake local waiters.  A hold the
  * counters still follow ends with it (dmutex__entry_end_counted). */

@@ -23,7 +23,12 @@
 -- hold would record: "lease robust host pid tid since hostid", so that
 -- the release can make it the holder outright.
 --
--- Every read comes before the first write (see acquire.lua).
+-- Every read comes before the first write (see acquire.lua), but for two
+-- that cannot undo anything: the caller's grant list is emptied first (it
+-- cannot fail), and the places are read, or written, only where they
+-- matter (a free lock's head; our place), before the queue is written.
+-- Fewest commands on the way of a busy answer, the common one: the dead
+-- are pruned by the release, which reads them anyway.
 local VERSION = '2'
 local tok = ARGV[1]
 local lease = tonumber(ARGV[2])
@@ -31,30 +36,18 @@ local keep = ARGV[9]          -- lease + idle_ms, summed by the client
 
 -- @include token.lua
 
-local lv, cur, died = unpack(redis.call('HMGET', KEYS[1], 'v', 'token', 'died'))
-local mv, counter, state = unpack(redis.call('HMGET', KEYS[2], 'v', 'fence', 'state'))
+local lv, cur, died, fence = unpack(redis.call('HMGET', KEYS[1], 'v', 'token', 'died', 'fence'))
+local mv, counter, state, n = unpack(redis.call('HMGET', KEYS[2], 'v', 'fence', 'state', 'n'))
 if (lv and lv ~= VERSION) or (mv and mv ~= VERSION) then
 	return {3, lv or mv}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- The live head: the first queued token whose place has not run out.
-local queue = redis.call('ZRANGE', KEYS[3], 0, -1)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-local dead = {}
-for _, w in ipairs(gone) do
-	dead[w] = true
-end
-local head
-for _, w in ipairs(queue) do
-	if not dead[w] then
-		head = w
-		break
-	end
-end
-local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
 local queued = redis.call('ZSCORE', KEYS[3], tok)
-local pttl = redis.call('PTTL', KEYS[1])
+local pttl
+if cur and cur ~= tok then
+	pttl = redis.call('PTTL', KEYS[1])
+end
 -- This answer says all a message pushed before it could (the lock is ours
 -- now, or the hold it handed us is over): drop it, so that whatever the
 -- caller pops after a "busy" came after this request (its lease counts
@@ -62,7 +55,10 @@ local pttl = redis.call('PTTL', KEYS[1])
 -- but one that cannot fail, and harmless if the script ends in an error.
 redis.call('DEL', KEYS[5])
 
-local function prune()
+-- Waiters whose place ran out are dropped where who comes first matters:
+-- a free lock's head (here) and every release (fair_release.lua).  A busy
+-- answer leaves them to the release, which reads them anyway.
+local function prune(gone)
 	for _, w in ipairs(gone) do
 		redis.call('ZREM', KEYS[3], w)
 		redis.call('ZREM', KEYS[4], w)
@@ -70,18 +66,23 @@ local function prune()
 	end
 end
 local function leave()
-	redis.call('ZREM', KEYS[3], tok)
-	redis.call('ZREM', KEYS[4], tok)
-	redis.call('HDEL', KEYS[2], 'q:' .. tok)
+	if queued then
+		redis.call('ZREM', KEYS[3], tok)
+		redis.call('ZREM', KEYS[4], tok)
+		redis.call('HDEL', KEYS[2], 'q:' .. tok)
+	end
 end
 -- Queue (or keep our place): a place lasts a lease; the waiter asks again
 -- at least every third of it.
 local function enqueue()
+	-- The places first: the first command on that key (a foreign type
+	-- fails here, before the queue is written; the queue's was read).
+	redis.call('ZADD', KEYS[4], now + lease, tok)
 	if not queued then
+		local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
 		local last = tail[2] and tonumber(tail[2]) or 0
 		redis.call('ZADD', KEYS[3], last + 1, tok)
 	end
-	redis.call('ZADD', KEYS[4], now + lease, tok)
 	redis.call('PEXPIRE', KEYS[3], keep)
 	redis.call('PEXPIRE', KEYS[4], keep)
 	-- Only into a meta hash that lives already (a holder set its expiry).
@@ -93,7 +94,6 @@ end
 
 if cur == tok then
 	-- Handed to us, or a retry of our own acquire: record the holder.
-	prune()
 	leave()
 	if state == 'handed' or state == 'died' then
 		redis.call('HSET', KEYS[2], 'state', 'held')
@@ -102,10 +102,9 @@ if cur == tok then
 		'since', ARGV[6], 'lease', ARGV[2], 'hostid', ARGV[7])
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	redis.call('PEXPIRE', KEYS[2], keep)
-	return {0, redis.call('HGET', KEYS[1], 'fence'), tonumber(died or '0')}
+	return {0, fence, tonumber(died or '0')}
 end
 if cur then
-	prune()
 	if ARGV[10] == '1' then
 		enqueue()
 	end
@@ -117,24 +116,43 @@ end
 if state == 'notrec' then
 	return {2}
 end
+-- The live head: the first queued token whose place has not run out.
+local head
+local queue = redis.call('ZRANGE', KEYS[3], 0, -1)
+if #queue > 0 then
+	local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+	local dead = {}
+	for _, w in ipairs(gone) do
+		dead[w] = true
+	end
+	-- Ours ran out too: pruned with the others, queued anew below.
+	if dead[tok] then
+		queued = nil
+	end
+	for _, w in ipairs(queue) do
+		if not dead[w] then
+			head = w
+			break
+		end
+	end
+	prune(gone)
+end
 if head and head ~= tok then
 	-- Free, but others came first: the head takes it when it asks.
-	prune()
 	if ARGV[10] == '1' then
 		enqueue()
 	end
 	return {1, -1}
 end
 
-prune()
 leave()
-local fence = next_token(KEYS[2], counter, now)
+fence = following(counter, now)
 local d = 0
 if state == 'held' or state == 'died' then
 	d = 1
 end
-redis.call('HINCRBY', KEYS[2], 'n', 1)
-redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', ARGV[8])
+redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', ARGV[8], 'fence', fence,
+	'n', (tonumber(n) or 0) + 1)
 redis.call('PEXPIRE', KEYS[2], keep)
 redis.call('HSET', KEYS[1], 'v', VERSION, 'token', tok, 'fence', fence, 'died', d,
 	'host', ARGV[3], 'pid', ARGV[4], 'tid', ARGV[5], 'since', ARGV[6],

@@ -58,11 +58,13 @@ if cur ~= tok then
 	redis.call('DEL', ARGV[3] .. ':' .. tok)
 	return 0
 end
-local counter = redis.call('HGET', KEYS[2], 'fence')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local queue = redis.call('ZRANGE', KEYS[3], 0, -1)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+local gone = {}
+if #queue > 0 then
+	gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+end
 local mode = ARGV[2]
 if mode == '3' then
 	if ldied == '1' then
@@ -71,9 +73,12 @@ if mode == '3' then
 		mode = '0'
 	end
 end
-local dead = {}
+local dead, queued = {}, {}
 for _, w in ipairs(gone) do
 	dead[w] = true
+end
+for _, w in ipairs(queue) do
+	queued[w] = true
 end
 local head
 if mode ~= '1' then
@@ -89,11 +94,12 @@ if nxt == '' or mode == '1' or (head and head ~= nxt) then
 	nxt = nil
 end
 local msg = 'r'
--- The head's hold: lease robust host pid tid since hostid.
+-- One read of the meta hash: the token counter, the count of holds, and
+-- the head's hold: lease robust host pid tid since hostid.
+local counter, n, q = unpack(redis.call('HMGET', KEYS[2], 'fence', 'n', 'q:' .. (head or '')))
 local info
 if head and not nxt then
 	msg = 'h:' .. head
-	local q = redis.call('HGET', KEYS[2], 'q:' .. head)
 	if q then
 		info = {}
 		for f in string.gmatch(q, '%S+') do
@@ -105,26 +111,40 @@ if head and not nxt then
 	end
 end
 
-for _, w in ipairs(gone) do
+-- Out of the queue: the dead, the caller (if it queued meanwhile) and
+-- whom the lock goes to.
+local function unqueue(w)
 	redis.call('ZREM', KEYS[3], w)
 	redis.call('ZREM', KEYS[4], w)
 	redis.call('HDEL', KEYS[2], 'q:' .. w)
 end
-redis.call('ZREM', KEYS[3], tok)
-redis.call('ZREM', KEYS[4], tok)
-redis.call('HDEL', KEYS[2], 'q:' .. tok)
-redis.call('DEL', KEYS[1])
+for _, w in ipairs(gone) do
+	unqueue(w)
+end
+if queued[tok] and not dead[tok] then
+	unqueue(tok)
+end
+-- A hold written whole below (a thread of ours, or a head that left its
+-- details) overwrites every field a fair lock's hash has: no DEL first.
+if not (nxt or info) then
+	redis.call('DEL', KEYS[1])
+end
+-- The token and the count of holds go with the meta hash's other fields.
+local fence, holds
+if nxt or head then
+	fence = following(counter, now)
+	holds = (tonumber(n) or 0) + 1
+end
 if nxt then
-	local fence = next_token(KEYS[2], counter, now)
 	local d = 0
 	if mode == '2' then
 		d = 1
 	end
-	redis.call('ZREM', KEYS[3], nxt)
-	redis.call('ZREM', KEYS[4], nxt)
-	redis.call('HDEL', KEYS[2], 'q:' .. nxt)
-	redis.call('HINCRBY', KEYS[2], 'n', 1)
-	redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', '0')
+	if queued[nxt] and not dead[nxt] then
+		unqueue(nxt)
+	end
+	redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', '0', 'fence', fence,
+		'n', holds)
 	redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) + tonumber(ARGV[4]))
 	redis.call('HSET', KEYS[1], 'v', VERSION, 'token', nxt, 'fence', fence, 'died', d,
 		'host', ARGV[8], 'pid', ARGV[9], 'tid', ARGV[10], 'since', tostring(now),
@@ -133,18 +153,15 @@ if nxt then
 	return {1, fence, d}
 end
 if head then
-	local fence = next_token(KEYS[2], counter, now)
 	local d, state = 0, 'handed'
 	if mode == '2' then
 		d, state = 1, 'died'
 	end
-	redis.call('ZREM', KEYS[3], head)
-	redis.call('ZREM', KEYS[4], head)
-	redis.call('HDEL', KEYS[2], 'q:' .. head)
-	redis.call('HINCRBY', KEYS[2], 'n', 1)
+	unqueue(head)
 	if info then
 		local lease = info[1]
-		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', '0')
+		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', 'held', 'robust', '0', 'fence', fence,
+			'n', holds)
 		redis.call('PEXPIRE', KEYS[2], tonumber(lease) + tonumber(ARGV[4]))
 		redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
 			'host', info[3], 'pid', info[4], 'tid', info[5], 'since', tostring(now),
@@ -152,7 +169,7 @@ if head then
 		redis.call('PEXPIRE', KEYS[1], lease)
 		msg = msg .. ':' .. fence .. ':' .. d .. ':' .. lease
 	else
-		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', state)
+		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', state, 'fence', fence, 'n', holds)
 		redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]))
 		redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
 			'since', tostring(now), 'lease', ARGV[5])

@@ -32,3 +32,24 @@ local function next_token(meta_key, counter, now_ms)
 	redis.call('HSET', meta_key, 'fence', floor)
 	return floor
 end
+-- x + 1 for a decimal string without leading zeros, exactly.
+local function plus_one(x)
+	local i = #x
+	while i > 0 and string.byte(x, i) == 57 do
+		i = i - 1
+	end
+	if i == 0 then
+		return '1' .. string.rep('0', #x)
+	end
+	return string.sub(x, 1, i - 1) .. string.char(string.byte(x, i) + 1) .. string.rep('0', #x - i)
+end
+-- The token next_token would hand out, without writing it: for a script
+-- that writes it to the meta hash's 'fence' with its other fields, in one
+-- command.
+local function following(counter, now_ms)
+	local floor = shifted(now_ms)
+	if counter and not above(floor, counter) then
+		return plus_one(counter)
+	end
+	return floor
+end
