@@ -241,12 +241,14 @@ struct dmutex__backend_ops {
 	/*
 	 * Keep the lease `token` of `name` for the process (lease_cache.lua):
 	 * reserve `block` fencing tokens, the last in *last.  *result 1 kept,
-	 * 0 not ours, 2 someone asked for it meanwhile.  Ends by deadline
-	 * (CLOCK_MONOTONIC ns: the caller's, which its other round trips
-	 * share).  NULL on backends that do not cache (Redlock).
+	 * 0 not ours, 2 someone asked for it meanwhile.  batch: keep it for a
+	 * batch of the process's own waiting threads whoever asked, not marked
+	 * as kept (nobody listens for a want): *result 3 kept so.  Ends by
+	 * deadline (CLOCK_MONOTONIC ns: the caller's, which its other round
+	 * trips share).  NULL on backends that do not cache (Redlock).
 	 */
 	int (*cache)(struct dmutex__backend *be, const char *name, const char *token,
-			unsigned block, int64_t deadline, uint64_t *last, int *result);
+			unsigned block, int batch, int64_t deadline, uint64_t *last, int *result);
 	/*
 	 * The fencing token of the live hold `token` of `name`, assigned now
 	 * if it has none yet (fence.lua): 0 and *fence; ENOLCK the lock does

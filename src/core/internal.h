@@ -130,6 +130,11 @@ struct dmutex__entry {
 	int64_t nocache_until_ns;       /* contended lately: unlocks release */
 	struct dmutex__wsub *ksub;      /* the wake channel: another process wants it */
 	uint64_t kseq;                  /* ksub's sequence when the lease was kept */
+	/* Asked back (or kept for a batch: ksub NULL), the lease still serves
+	 * threads of ours that wait for it: this many more local holds, until
+	 * then (0: the batch has not begun).  lease_cache.c. */
+	int batch_left;
+	int64_t batch_until_ns;
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
 	/* The last hold's release, sent without waiting for its answer

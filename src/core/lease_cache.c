@@ -50,11 +50,33 @@
  * counter does not run ahead of the clock by any amount that matters. */
 #define BLOCK 4096u
 
+/* A lease another process asked for still serves the threads of ours that
+ * wait for it when it is asked, for at most this many local holds and
+ * this long: a batch.  Handing a lock between processes costs a release,
+ * the waiters' attempts after its wake-up and the next keep (about twenty
+ * Redis commands), between threads of one process nothing; the other
+ * process waits for the batch, not for ever. */
+#define BATCH_HOLDS 16
+#define BATCH_NS (2 * DMUTEX__MS)
+
 static void
 set_kept(struct dmutex__entry *e, int kept)
 {
 	/* Read without e->mu by dmutex__renewer_kick, as a hint. */
 	__atomic_store_n(&e->kept, kept, __ATOMIC_RELAXED);
+}
+
+/* Under e->mu, e kept and asked back (or kept for a batch): whether one
+ * more local hold may start on it.  The batch begins when the want is
+ * first seen here. */
+static int
+batch_open(struct dmutex__entry *e, int64_t now)
+{
+	if (!e->batch_until_ns) {
+		e->batch_until_ns = now + BATCH_NS;
+		e->batch_left = BATCH_HOLDS;
+	}
+	return e->batch_left > 0 && now < e->batch_until_ns;
 }
 
 /* Under e->mu: the lease is ours long enough to start a hold on it. */
@@ -162,12 +184,27 @@ keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__w
 	 * its confirmation moves the sequence: revoked, conservatively). */
 	*seq = dmutex__wsub_seq(be, *sub);
 	*sent = dmutex__now_ns();
-	if (be->ops->cache(be, e->name, token, BLOCK, until, last, &result) || result != 1) {
+	if (be->ops->cache(be, e->name, token, BLOCK, 0, until, last, &result) || result != 1) {
 		dmutex__waiter_unsub_notify(be, *sub);
 		*sub = NULL;
 		return 0;
 	}
 	return 1;
+}
+
+/* Without e->mu: keep the lease for a batch of the threads of ours that
+ * wait for it, whoever else waits, by `until`.  No subscription: the
+ * lease counts as asked back from the start (e->ksub NULL), so it is
+ * given back after the batch, or at the first unlock no thread of ours
+ * waits for.  1 kept (*last, *sent set), 0 release as usual. */
+static int
+keep_batch(struct dmutex__entry *e, const char *token, int64_t until, uint64_t *last, int64_t *sent)
+{
+	struct dmutex__backend *be = e->client->be;
+	int result = 0;
+
+	*sent = dmutex__now_ns();
+	return !be->ops->cache(be, e->name, token, BLOCK, 1, until, last, &result) && result == 3;
 }
 
 /* Under e->mu, the owner's outermost unlock, the lease kept: the hold ends,
@@ -207,15 +244,40 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	int rc;
 
 	e->last_end_ns = now;
-	if (!fits(mx, e) || !fresh(e, now) || now < e->nocache_until_ns)
+	if (!fits(mx, e) || !fresh(e, now))
 		return 0;
 	if (e->kept) {
-		if (dmutex__kept_revoked(e)) {
-			/* Another process waits: hand over now, and keep
-			 * nothing for a lease (contended: caching only costs). */
-			e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
+		if (!dmutex__kept_revoked(e))
+			goto kept;
+		/* Another process waits.  Threads of ours waiting now take it
+		 * first, within the batch; then hand over, and keep nothing
+		 * for a lease but batches (contended: caching only costs). */
+		if (e->turn_waiters && batch_open(e, now))
+			goto kept;
+		e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
+		return 0;
+	}
+	if (now < e->nocache_until_ns) {
+		/* Contended lately: kept only for a batch of the threads of
+		 * ours that wait for it now (one round trip). */
+		if (!e->turn_waiters)
 			return 0;
-		}
+		memcpy(token, e->token, sizeof token);
+		e->releasing = 1;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		rc = keep_batch(e, token, until, &last, &sent);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		e->releasing = 0;
+		if (rc != 1)
+			return 0;
+		set_kept(e, 1);
+		e->ksub = NULL;
+		e->kseq = 0;
+		e->confirmed_ns = sent;
+		e->blk_next = last - BLOCK + 1;
+		e->blk_last = last;
+		e->batch_until_ns = now + BATCH_NS;
+		e->batch_left = BATCH_HOLDS;
 		goto kept;
 	}
 	/* Keep only a lock this process took again soon after its last hold
@@ -271,6 +333,8 @@ take(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 	e->onlost = mx->onlost;
 	e->onlost_arg = mx->onlost_arg;
 	e->last_use_ns = now;
+	if (e->batch_until_ns)
+		e->batch_left--;
 	suspect_start(e, e->fence);
 	dmutex__entry_count_hold(e, now);
 	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
@@ -296,7 +360,8 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 
 	if (!e->kept)
 		return 0;
-	if (fits(mx, e) && !dmutex__kept_revoked(e) && fresh(e, now) && suspect_room(e, mx)) {
+	if (fits(mx, e) && (!dmutex__kept_revoked(e) || batch_open(e, now)) && fresh(e, now) &&
+			suspect_room(e, mx)) {
 		int64_t sent;
 
 		if (e->blk_next <= e->blk_last) {
@@ -308,7 +373,7 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 		e->acquiring = 1;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		sent = dmutex__now_ns();
-		err = c->be->ops->cache(c->be, e->name, token, BLOCK,
+		err = c->be->ops->cache(c->be, e->name, token, BLOCK, 0,
 				sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, &last, &result);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		if (!err && result == 1 && e->kept && !strcmp(token, e->token) &&
