@@ -389,6 +389,101 @@ Test(cache, eight_threads_of_one_process_take_the_kept_lease_in_turn)
 	dmt_close_mutex(c, &m);
 }
 
+/* Four threads of ours lock and unlock in a loop while another client
+ * (what Redis sees of another process) asks for the same lock again and
+ * again.  The lease serves the threads of ours that wait for it in
+ * batches (README "Cached leases": at most 16 local holds, 2 ms), so the
+ * other client gets it every time, with one lease_cache.lua per batch
+ * instead of two commands a hold; and no two holds overlap, tokens grow
+ * across both clients. */
+struct contest {
+	dmutex_t *m;
+	atomic_int inside, overlaps, backwards, errors, stop;
+	atomic_ullong last_fence;
+	atomic_long holds;
+};
+
+/* A hold of 200 us of work, so that the other threads of ours wait for
+ * the lock at most unlocks. */
+static void
+contest_hold(struct contest *t, dmutex_t *m, int rc)
+{
+	uint64_t f = 0;
+
+	if (rc) {
+		atomic_fetch_add(&t->errors, 1);
+		return;
+	}
+	if (atomic_fetch_add(&t->inside, 1))
+		atomic_fetch_add(&t->overlaps, 1);
+	if (dmutex_fence(m, &f) || f <= atomic_load(&t->last_fence))
+		atomic_fetch_add(&t->backwards, 1);
+	atomic_store(&t->last_fence, f);
+	for (int64_t end = dmt_now_ns() + 200000; dmt_now_ns() < end;)
+		;
+	atomic_fetch_sub(&t->inside, 1);
+	if (dmutex_unlock(m))
+		atomic_fetch_add(&t->errors, 1);
+}
+
+static void *
+contest_member(void *arg)
+{
+	struct contest *t = arg;
+
+	while (!atomic_load(&t->stop)) {
+		contest_hold(t, t->m, dmutex_lock(t->m));
+		atomic_fetch_add(&t->holds, 1);
+	}
+	return NULL;
+}
+
+Test(cache, a_contended_lease_serves_our_waiting_threads_in_batches)
+{
+	const char *name = "cache-batch";
+	struct contest t = { 0 };
+	pthread_t th[4];
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	long long before, after;
+	long held_before, held;
+
+	cr_assert_eq(dmt_open_mutex(&c1, &m1, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	atomic_store(&t.last_fence, warm(&m1, name));
+	t.m = &m1;
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, contest_member, &t), 0);
+	for (int64_t end = dmt_now_ns() + 20000 * 1000000LL; atomic_load(&t.holds) < 100;)
+		cr_assert_lt(dmt_now_ns(), end, "our threads did not lock");
+	before = dmt_cmd_calls(&srv, "evalsha", "eval", "set", NULL);
+	held_before = atomic_load(&t.holds);
+	/* The other client, twenty times: a batch ends at its bound or at
+	 * an unlock no thread of ours waits for. */
+	for (int i = 0; i < 20; i++) {
+		struct timespec at;
+
+		dmt_deadline_in(CLOCK_REALTIME, 20000, &at);
+		contest_hold(&t, &m2, dmutex_timedlock(&m2, &at));
+	}
+	after = dmt_cmd_calls(&srv, "evalsha", "eval", "set", NULL);
+	held = atomic_load(&t.holds) - held_before;
+	atomic_store(&t.stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&t.errors), 0, "a lock or unlock failed (the other client timed out?)");
+	cr_assert_eq(atomic_load(&t.overlaps), 0, "two holds at once");
+	cr_assert_eq(atomic_load(&t.backwards), 0, "a token did not grow");
+	cr_assert_gt(held, 0);
+	/* Without batches each of our holds costs a SET and an unlock.lua
+	 * at least (6 scripts and SETs a hold, counted so). */
+	cr_assert_lt((double)(after - before) / (double)held, 2.0,
+			"%lld scripts and SETs for %ld holds of ours and 20 of the other client",
+			after - before, held);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
 Test(cache, fair_mutexes_do_not_keep_their_lease)
 {
 	dmutex_client_t *c;

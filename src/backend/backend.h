@@ -242,8 +242,8 @@ struct dmutex__backend_ops {
 	 * Keep the lease `token` of `name` for the process (lease_cache.lua):
 	 * reserve `block` fencing tokens, the last in *last.  *result 1 kept,
 	 * 0 not ours, 2 someone asked for it meanwhile.  batch: keep it for a
-	 * batch of the process's own waiting threads whoever asked, not marked
-	 * as kept (nobody listens for a want): *result 3 kept so.  Ends by
+	 * batch of the process's own waiting threads whoever asked (its caller
+	 * listens for no want): *result 3 kept so.  Ends by
 	 * deadline (CLOCK_MONOTONIC ns: the caller's, which its other round
 	 * trips share).  NULL on backends that do not cache (Redlock).
 	 */

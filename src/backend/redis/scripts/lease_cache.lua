@@ -12,13 +12,14 @@
 --                    later token of any holder is above them
 --         {0}        not ours any more
 --         {2}        someone asked for the lock meanwhile: do not keep it
---         {3, last}  batch: kept as {1, last}, not marked c
+--         {3, last}  batch: kept as {1, last}
 --
 -- The lock's flag c tells acquire.lua to ask the holder for the lock back
--- on the name's wake channel.  A batch is not marked: its holder listens
--- to nothing, and a waiter marks w as for any hold, so the release that
--- ends the batch publishes.  Only non-robust locks are kept: a process
--- that dies while it keeps a lease held nothing.
+-- on the name's wake channel, and operators (`dmutex status`) that the
+-- process keeps it.  A batch's holder listens to nothing: a waiter marks
+-- w as for any hold, so the release that ends the batch publishes.  Only
+-- non-robust locks are kept: a process that dies while it keeps a lease
+-- held nothing.
 --
 -- Every read comes before the first write (acquire.lua); the first write
 -- (the counter's, token.lua) fails on a meta hash that is not a hash
@@ -42,10 +43,7 @@ fresh_token(KEYS[2], redis.call('HGET', KEYS[2], 'fence'), '0')
 redis.call('HINCRBY', KEYS[2], 'fence', tonumber(ARGV[2]) - 1)
 redis.call('HSET', KEYS[2], 'v', VERSION)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-if batch then
-	return {3, redis.call('HGET', KEYS[2], 'fence')}
-end
 if not flags:find('c', 1, true) then
 	redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'c'), rest), 'KEEPTTL')
 end
-return {1, redis.call('HGET', KEYS[2], 'fence')}
+return {batch and 3 or 1, redis.call('HGET', KEYS[2], 'fence')}
