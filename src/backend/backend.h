@@ -335,6 +335,10 @@ struct dmutex__backend_ops {
 	struct dmutex__wsub *(*wake_sub_own)(struct dmutex__backend *be, const char *channel);
 	int (*wake_confirmed)(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns);
 	uint64_t (*wake_seq)(struct dmutex__backend *be, struct dmutex__wsub *s);
+	/* How many moves of wake_seq were messages heard on the channel, moved
+	 * before it (a kept lease's batch: asked back, or the connection lost?).
+	 * NULL: cannot tell. */
+	uint64_t (*wake_heard)(struct dmutex__backend *be, struct dmutex__wsub *s);
 	int (*wake_wait)(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
 			int64_t until_ns);
 	void (*wake_want)(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
@@ -581,6 +585,13 @@ static inline uint64_t
 dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
 	return be->ops->wake_seq(be, s);
+}
+
+/* wake_heard, or 0 where the backend cannot tell. */
+static inline uint64_t
+dmutex__wsub_heard(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	return be->ops->wake_heard ? be->ops->wake_heard(be, s) : 0;
 }
 
 static inline int

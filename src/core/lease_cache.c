@@ -72,6 +72,8 @@ set_kept(struct dmutex__entry *e, int kept)
 static int
 batch_open(struct dmutex__entry *e, int64_t now)
 {
+	if (!dmutex__kept_asked(e))
+		return 0;
 	if (!e->batch_until_ns) {
 		e->batch_until_ns = now + BATCH_NS;
 		e->batch_left = BATCH_HOLDS;
@@ -168,7 +170,7 @@ kick(void *client)
  * fails).  1 kept (*sub, *seq, *last, *sent set), 0 release as usual. */
 static int
 keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__wsub **sub,
-		uint64_t *seq, uint64_t *last, int64_t *sent)
+		uint64_t *seq, uint64_t *heard, uint64_t *last, int64_t *sent)
 {
 	struct dmutex_client *c = e->client;
 	struct dmutex__backend *be = c->be;
@@ -182,6 +184,7 @@ keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__w
 	/* Read before the script: a want published after the script read the
 	 * lock hash reaches this subscription (confirmed above, or, if not,
 	 * its confirmation moves the sequence: revoked, conservatively). */
+	*heard = dmutex__wsub_heard(be, *sub);
 	*seq = dmutex__wsub_seq(be, *sub);
 	*sent = dmutex__now_ns();
 	if (be->ops->cache(be, e->name, token, BLOCK, 0, until, last, &result) || result != 1) {
@@ -239,7 +242,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 {
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__wsub *sub;
-	uint64_t seq, last;
+	uint64_t seq, heard, last;
 	int64_t prev_end = e->last_end_ns, sent;
 	int rc;
 
@@ -289,7 +292,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	memcpy(token, e->token, sizeof token);
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	rc = keep(e, token, until, &sub, &seq, &last, &sent);
+	rc = keep(e, token, until, &sub, &seq, &heard, &last, &sent);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->releasing = 0;
 	if (rc != 1) {
@@ -301,6 +304,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	set_kept(e, 1);
 	e->ksub = sub;
 	e->kseq = seq;
+	e->kheard = heard;
 	e->confirmed_ns = sent;
 	e->blk_next = last - BLOCK + 1;
 	e->blk_last = last;
