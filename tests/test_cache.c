@@ -392,7 +392,7 @@ Test(cache, eight_threads_of_one_process_take_the_kept_lease_in_turn)
 /* Four threads of ours lock and unlock in a loop while another client
  * (what Redis sees of another process) asks for the same lock again and
  * again.  The lease serves the threads of ours that wait for it in
- * batches (README "Cached leases": at most 16 local holds, 2 ms), so the
+ * batches (README "Cached leases": at most 32 local holds, 5 ms), so the
  * other client gets it every time, with one lease_cache.lua per batch
  * instead of two commands a hold; and no two holds overlap, tokens grow
  * across both clients. */
