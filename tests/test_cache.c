@@ -459,10 +459,15 @@ Test(cache, a_contended_lease_serves_our_waiting_threads_in_batches)
 	before = dmt_cmd_calls(&srv, "evalsha", "eval", "set", NULL);
 	held_before = atomic_load(&t.holds);
 	/* The other client, twenty times: a batch ends at its bound or at
-	 * an unlock no thread of ours waits for. */
+	 * an unlock no thread of ours waits for.  Between two of its holds
+	 * it lets ours have ten (its one thread would otherwise ask again
+	 * before our waiting thread hears the release). */
 	for (int i = 0; i < 20; i++) {
 		struct timespec at;
+		long mark = atomic_load(&t.holds);
 
+		for (int64_t end = dmt_now_ns() + 20000 * 1000000LL; atomic_load(&t.holds) < mark + 10;)
+			cr_assert_lt(dmt_now_ns(), end, "our threads did not get the lock back");
 		dmt_deadline_in(CLOCK_REALTIME, 20000, &at);
 		contest_hold(&t, &m2, dmutex_timedlock(&m2, &at));
 	}

@@ -70,14 +70,18 @@ set_kept(struct dmutex__entry *e, int kept)
 }
 
 /* Under e->mu, e kept and asked back (or kept for a batch): whether one
- * more local hold may start on it.  The batch begins when the want is
- * first seen here. */
+ * more local hold may start on it.  A batch begins at the first unlock
+ * that sees the want with threads of ours waiting (begin 1); a lock
+ * only continues one: a thread that finds the lease asked back and
+ * nobody's batch going gives it back, as it always did. */
 static int
-batch_open(struct dmutex__entry *e, int64_t now)
+batch_open(struct dmutex__entry *e, int64_t now, int begin)
 {
 	if (!dmutex__kept_asked(e))
 		return 0;
 	if (!e->batch_until_ns) {
+		if (!begin)
+			return 0;
 		e->batch_until_ns = now + BATCH_NS;
 		e->batch_left = BATCH_HOLDS;
 	}
@@ -258,7 +262,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 		/* Another process waits.  Threads of ours waiting now take it
 		 * first, within the batch; then hand over, and keep nothing
 		 * for a lease but batches (contended: caching only costs). */
-		if (e->turn_waiters && batch_open(e, now))
+		if (e->turn_waiters && batch_open(e, now, 1))
 			goto kept;
 		e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
 		return 0;
@@ -367,7 +371,7 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 
 	if (!e->kept)
 		return 0;
-	if (fits(mx, e) && (!dmutex__kept_revoked(e) || batch_open(e, now)) && fresh(e, now) &&
+	if (fits(mx, e) && (!dmutex__kept_revoked(e) || batch_open(e, now, 0)) && fresh(e, now) &&
 			suspect_room(e, mx)) {
 		int64_t sent;
 
