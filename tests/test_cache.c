@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include <errno.h>
@@ -389,6 +390,106 @@ Test(cache, eight_threads_of_one_process_take_the_kept_lease_in_turn)
 	dmt_close_mutex(c, &m);
 }
 
+/* Four threads of ours lock and unlock in a loop while another client
+ * (what Redis sees of another process) asks for the same lock again and
+ * again.  The lease serves the threads of ours that wait for it in
+ * batches (README "Cached leases": at most 32 local holds, 5 ms), so the
+ * other client gets it every time, with one lease_cache.lua per batch
+ * instead of two commands a hold; and no two holds overlap, tokens grow
+ * across both clients. */
+struct contest {
+	dmutex_t *m;
+	atomic_int inside, overlaps, backwards, errors, stop;
+	atomic_ullong last_fence;
+	atomic_long holds;
+};
+
+/* A hold of 200 us of work, so that the other threads of ours wait for
+ * the lock at most unlocks. */
+static void
+contest_hold(struct contest *t, dmutex_t *m, int rc)
+{
+	uint64_t f = 0;
+
+	if (rc) {
+		atomic_fetch_add(&t->errors, 1);
+		return;
+	}
+	if (atomic_fetch_add(&t->inside, 1))
+		atomic_fetch_add(&t->overlaps, 1);
+	if (dmutex_fence(m, &f) || f <= atomic_load(&t->last_fence))
+		atomic_fetch_add(&t->backwards, 1);
+	atomic_store(&t->last_fence, f);
+	for (int64_t end = dmt_now_ns() + 200000; dmt_now_ns() < end;)
+		;
+	atomic_fetch_sub(&t->inside, 1);
+	if (dmutex_unlock(m))
+		atomic_fetch_add(&t->errors, 1);
+}
+
+static void *
+contest_member(void *arg)
+{
+	struct contest *t = arg;
+
+	while (!atomic_load(&t->stop)) {
+		contest_hold(t, t->m, dmutex_lock(t->m));
+		atomic_fetch_add(&t->holds, 1);
+	}
+	return NULL;
+}
+
+Test(cache, a_contended_lease_serves_our_waiting_threads_in_batches)
+{
+	const char *name = "cache-batch";
+	struct contest t = { 0 };
+	pthread_t th[4];
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	long long before, after;
+	long held_before, held;
+
+	cr_assert_eq(dmt_open_mutex(&c1, &m1, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	atomic_store(&t.last_fence, warm(&m1, name));
+	t.m = &m1;
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, contest_member, &t), 0);
+	for (int64_t end = dmt_now_ns() + 20000 * 1000000LL; atomic_load(&t.holds) < 100;)
+		cr_assert_lt(dmt_now_ns(), end, "our threads did not lock");
+	before = dmt_cmd_calls(&srv, "evalsha", "eval", "set", NULL);
+	held_before = atomic_load(&t.holds);
+	/* The other client, twenty times: a batch ends at its bound or at
+	 * an unlock no thread of ours waits for.  Between two of its holds
+	 * it lets ours have ten (its one thread would otherwise ask again
+	 * before our waiting thread hears the release). */
+	for (int i = 0; i < 20; i++) {
+		struct timespec at;
+		long mark = atomic_load(&t.holds);
+
+		for (int64_t end = dmt_now_ns() + 20000 * 1000000LL; atomic_load(&t.holds) < mark + 10;)
+			cr_assert_lt(dmt_now_ns(), end, "our threads did not get the lock back");
+		dmt_deadline_in(CLOCK_REALTIME, 20000, &at);
+		contest_hold(&t, &m2, dmutex_timedlock(&m2, &at));
+	}
+	after = dmt_cmd_calls(&srv, "evalsha", "eval", "set", NULL);
+	held = atomic_load(&t.holds) - held_before;
+	atomic_store(&t.stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&t.errors), 0, "a lock or unlock failed (the other client timed out?)");
+	cr_assert_eq(atomic_load(&t.overlaps), 0, "two holds at once");
+	cr_assert_eq(atomic_load(&t.backwards), 0, "a token did not grow");
+	cr_assert_gt(held, 0);
+	/* Without batches each of our holds costs a SET and an unlock.lua
+	 * at least (6 scripts and SETs a hold, counted so). */
+	cr_assert_lt((double)(after - before) / (double)held, 2.0,
+			"%lld scripts and SETs for %ld holds of ours and 20 of the other client",
+			after - before, held);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
 Test(cache, fair_mutexes_do_not_keep_their_lease)
 {
 	dmutex_client_t *c;
@@ -724,4 +825,154 @@ Test(cache, a_restart_revokes_the_kept_lease)
 	cr_assert_eq(dmutex_unlock(&m1), 0);
 	dmt_close_mutex(c2, &m2);
 	dmt_close_mutex(c1, &m1);
+}
+
+/* A restart while a thread of ours holds the kept lease and another waits
+ * for it: the subscription connection breaks (the key may be gone with
+ * the restart, and here it is), so the unlock serves no batch (README
+ * "Batches"): the waiting thread asks Redis, and holds a lock key of its
+ * own, not a local hold on a lease that ended. */
+struct blocked {
+	dmutex_t *m;
+	atomic_int tid, rc, done;
+	uint64_t fence;
+};
+
+static void *
+lock_blocked(void *arg)
+{
+	struct blocked *b = arg;
+	uint64_t f = 0;
+	int rc;
+
+	atomic_store(&b->tid, (int)gettid());
+	rc = dmutex_lock(b->m);
+	if (!rc) {
+		dmutex_fence(b->m, &f);
+		b->fence = f;
+	}
+	atomic_store(&b->rc, rc);
+	if (!rc) {
+		while (!atomic_load(&b->done))
+			sched_yield();
+		dmutex_unlock(b->m);
+	}
+	return NULL;
+}
+
+static int
+lock_returned(void *arg)
+{
+	return atomic_load((atomic_int *)arg) != -1;
+}
+
+/* The thread sleeps (in the lock's local queue: nothing else blocks it). */
+static int
+thread_sleeps(void *arg)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", atomic_load((atomic_int *)arg));
+	if (!(f = fopen(path, "r")))
+		return 0;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return (p = strrchr(buf, ')')) && p[1] == ' ' && p[2] == 'S';
+}
+
+/* The id of the server's first pub/sub client (the wake-up connection),
+ * 0 if none. */
+static long long
+pubsub_id(void)
+{
+	redisReply *r = th_redis_cmd(&srv, "CLIENT LIST TYPE pubsub");
+	const char *p;
+	long long id = 0;
+
+	if (r && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "id=")))
+		id = atoll(p + 3);
+	if (r)
+		freeReplyObject(r);
+	return id;
+}
+
+static int
+resubscribed(void *arg)
+{
+	long long id = pubsub_id();
+
+	return id && id != *(long long *)arg;
+}
+
+Test(cache, a_restart_ends_a_batch)
+{
+	const char *name = "cache-batch-restart";
+	struct blocked b = { .rc = -1 };
+	dmutex_client_t *c;
+	dmutex_t m;
+	pthread_t th;
+	uint64_t f0 = 0;
+	int rc;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	warm(&m, name);
+	cr_assert_eq(dmutex_lock(&m), 0);       /* local: from the kept lease */
+	cr_assert_eq(dmutex_fence(&m, &f0), 0);
+	b.m = &m;
+	cr_assert_eq(pthread_create(&th, NULL, lock_blocked, &b), 0);
+	cr_assert(th_wait_until(thread_sleeps, &b.tid, 10000), "the second thread did not wait");
+	cr_assert_eq(th_redis_restart(&srv), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "the restarted server kept the lock key");
+	/* The client's wake-up thread lost its connection and made a new one:
+	 * the process has noticed. */
+	cr_assert(th_wait_until(resubscribed, &(long long){ 0 }, 10000), "the wake-up connection did not come back");
+	rc = dmutex_unlock(&m);
+	cr_assert(rc == 0 || rc == ENOLCK, "unlock: %d", rc);
+	cr_assert(th_wait_until(lock_returned, &b.rc, 20000), "the second thread's lock did not return");
+	cr_assert_eq(atomic_load(&b.rc), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 1, "a local hold started on a lease the restart ended");
+	cr_assert_gt(b.fence, f0);
+	atomic_store(&b.done, 1);
+	pthread_join(th, NULL);
+	dmt_close_mutex(c, &m);
+}
+
+/* The same with the key still there: the wake-up connection killed.  The
+ * lease is still ours, but the process cannot tell a lost connection from
+ * a restart before its renewal says so: no batch, the waiting thread asks
+ * Redis (a local hold would have the next reserved token, f0 + 1). */
+Test(cache, a_lost_subscription_ends_a_batch)
+{
+	const char *name = "cache-batch-unsub";
+	struct blocked b = { .rc = -1 };
+	dmutex_client_t *c;
+	dmutex_t m;
+	pthread_t th;
+	uint64_t f0 = 0;
+	long long id;
+	redisReply *r;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	warm(&m, name);
+	cr_assert_eq(dmutex_lock(&m), 0);       /* local: from the kept lease */
+	cr_assert_eq(dmutex_fence(&m, &f0), 0);
+	b.m = &m;
+	cr_assert_eq(pthread_create(&th, NULL, lock_blocked, &b), 0);
+	cr_assert(th_wait_until(thread_sleeps, &b.tid, 10000), "the second thread did not wait");
+	cr_assert_neq(id = pubsub_id(), 0, "no wake-up connection");
+	r = th_redis_cmd(&srv, "CLIENT KILL ID %lld", id);
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+	freeReplyObject(r);
+	cr_assert(th_wait_until(resubscribed, &id, 10000), "the wake-up connection did not come back");
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert(th_wait_until(lock_returned, &b.rc, 20000), "the second thread's lock did not return");
+	cr_assert_eq(atomic_load(&b.rc), 0);
+	cr_assert_gt(b.fence, f0 + 1, "a local hold (token %llu after %llu) on a lease whose "
+			"subscription was lost", (unsigned long long)b.fence, (unsigned long long)f0);
+	atomic_store(&b.done, 1);
+	pthread_join(th, NULL);
+	dmt_close_mutex(c, &m);
 }

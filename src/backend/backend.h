@@ -241,12 +241,14 @@ struct dmutex__backend_ops {
 	/*
 	 * Keep the lease `token` of `name` for the process (lease_cache.lua):
 	 * reserve `block` fencing tokens, the last in *last.  *result 1 kept,
-	 * 0 not ours, 2 someone asked for it meanwhile.  Ends by deadline
-	 * (CLOCK_MONOTONIC ns: the caller's, which its other round trips
-	 * share).  NULL on backends that do not cache (Redlock).
+	 * 0 not ours, 2 someone asked for it meanwhile.  batch: keep it for a
+	 * batch of the process's own waiting threads whoever asked (its caller
+	 * listens for no want): *result 3 kept so.  Ends by
+	 * deadline (CLOCK_MONOTONIC ns: the caller's, which its other round
+	 * trips share).  NULL on backends that do not cache (Redlock).
 	 */
 	int (*cache)(struct dmutex__backend *be, const char *name, const char *token,
-			unsigned block, int64_t deadline, uint64_t *last, int *result);
+			unsigned block, int batch, int64_t deadline, uint64_t *last, int *result);
 	/*
 	 * The fencing token of the live hold `token` of `name`, assigned now
 	 * if it has none yet (fence.lua): 0 and *fence; ENOLCK the lock does
@@ -333,6 +335,10 @@ struct dmutex__backend_ops {
 	struct dmutex__wsub *(*wake_sub_own)(struct dmutex__backend *be, const char *channel);
 	int (*wake_confirmed)(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns);
 	uint64_t (*wake_seq)(struct dmutex__backend *be, struct dmutex__wsub *s);
+	/* How many moves of wake_seq were messages heard on the channel, moved
+	 * before it (a kept lease's batch: asked back, or the connection lost?).
+	 * NULL: cannot tell. */
+	uint64_t (*wake_heard)(struct dmutex__backend *be, struct dmutex__wsub *s);
 	int (*wake_wait)(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
 			int64_t until_ns);
 	void (*wake_want)(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
@@ -579,6 +585,13 @@ static inline uint64_t
 dmutex__wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
 	return be->ops->wake_seq(be, s);
+}
+
+/* wake_heard, or 0 where the backend cannot tell. */
+static inline uint64_t
+dmutex__wsub_heard(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	return be->ops->wake_heard ? be->ops->wake_heard(be, s) : 0;
 }
 
 static inline int

@@ -130,6 +130,12 @@ struct dmutex__entry {
 	int64_t nocache_until_ns;       /* contended lately: unlocks release */
 	struct dmutex__wsub *ksub;      /* the wake channel: another process wants it */
 	uint64_t kseq;                  /* ksub's sequence when the lease was kept */
+	uint64_t kheard;                /* and its messages heard (dmutex__wsub_heard) */
+	/* Asked back (or kept for a batch: ksub NULL), the lease still serves
+	 * threads of ours that wait for it: this many more local holds, until
+	 * then (0: the batch has not begun).  lease_cache.c. */
+	int batch_left;
+	int64_t batch_until_ns;
 	void (*onlost)(const char *, void *);
 	void *onlost_arg;
 	/* The last hold's release, sent without waiting for its answer
@@ -431,6 +437,11 @@ int dmutex__cache_lock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, 
 /* Under e->mu: someone wants the lock (its wake channel spoke since the
  * lease was kept), or we cannot tell. */
 int dmutex__kept_revoked(const struct dmutex__entry *e);
+/* Under e->mu, e kept and revoked: 1 if asked back by another process and
+ * nothing else (or kept for a batch, asked from the start); 0 if the
+ * subscription was lost, confirmed late or moved since, which may mean
+ * the key is gone with a restart: no batch then. */
+int dmutex__kept_asked(const struct dmutex__entry *e);
 /* Under e->mu, e kept: Redis confirmed the lease for a request sent at
  * `sent` (a renewal, a reservation). */
 void dmutex__kept_confirmed(struct dmutex__entry *e, int64_t sent);

@@ -21,6 +21,21 @@ dmutex__kept_revoked(const struct dmutex__entry *e)
 	return !e->ksub || dmutex__wsub_seq(e->client->be, e->ksub) != e->kseq;
 }
 
+int
+dmutex__kept_asked(const struct dmutex__entry *e)
+{
+	struct dmutex__backend *be = e->client->be;
+	uint64_t heard, seq;
+
+	if (!e->ksub)
+		return 1;
+	/* Heard first: a message moves it before the sequence, so equal
+	 * differences mean no other move before the sequence was read. */
+	heard = dmutex__wsub_heard(be, e->ksub);
+	seq = dmutex__wsub_seq(be, e->ksub);
+	return seq - e->kseq == heard - e->kheard;
+}
+
 void
 dmutex__kept_confirmed(struct dmutex__entry *e, int64_t sent)
 {

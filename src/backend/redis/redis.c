@@ -222,11 +222,11 @@ redis_fence(struct dmutex__backend *be, const char *name, const char *token, uns
 
 static int
 redis_cache(struct dmutex__backend *be, const char *name, const char *token, unsigned block,
-		int64_t deadline, uint64_t *last, int *result)
+		int batch, int64_t deadline, uint64_t *last, int *result)
 {
 	struct dmutex__node *n = node_of(be);
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], nb[16], keep[24];
-	const char *argv[5] = { lk, mk, token, nb, keep };
+	const char *argv[6] = { lk, mk, token, nb, keep, batch ? "1" : "0" };
 	redisReply *r;
 	long long st;
 	int md;
@@ -235,11 +235,11 @@ redis_cache(struct dmutex__backend *be, const char *name, const char *token, uns
 	dmutex__key(mk, be->cfg.prefix, "meta", name);
 	snprintf(nb, sizeof nb, "%u", block);
 	dmutex__udec(keep, (unsigned long long)be->cfg.lease_ms + be->cfg.idle_ms);
-	if (!(r = dmutex__node_call_by(n, DMUTEX__SCRIPT_LEASE_CACHE, 2, 5, argv, &md, deadline)))
+	if (!(r = dmutex__node_call_by(n, DMUTEX__SCRIPT_LEASE_CACHE, 2, 6, argv, &md, deadline)))
 		return EIO;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-			(st = r->element[0]->integer) < 0 || st > 2 ||
-			(st == 1 && dmutex__fence_elem(r, 1, last))) {
+			(st = r->element[0]->integer) < 0 || st > 3 || (st == 3 && !batch) ||
+			((st == 1 || st == 3) && dmutex__fence_elem(r, 1, last))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: lease cache of '%s': unexpected reply", n->addr->display, name);
 		freeReplyObject(r);
 		return EIO;

@@ -66,6 +66,7 @@ void dmutex__backend_child_nodes(struct dmutex__backend *be);
 	.wake_sub_own = dmutex__redis_waiter_sub_own, \
 	.wake_confirmed = dmutex__redis_wsub_confirmed, \
 	.wake_seq = dmutex__redis_wsub_seq, \
+	.wake_heard = dmutex__redis_wsub_heard, \
 	.wake_wait = dmutex__redis_wsub_wait, \
 	.wake_want = dmutex__redis_wsub_want, \
 	.wake_handed = dmutex__redis_wsub_handed, \

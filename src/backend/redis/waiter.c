@@ -38,6 +38,7 @@ struct dmutex__wsub {
 	char *channel;
 	unsigned refs;
 	uint64_t seq;                   /* written under waiter.mu, atomically */
+	uint64_t heard;                 /* the moves of seq that were messages, likewise */
 	int confirmed;
 	int target;                     /* sharded: the node serving it, -1 unknown */
 	/* A fair lock's waiter: the token a hand-over must name to wake it
@@ -339,8 +340,10 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 	pthread_mutex_lock(&w->mu);
 	if ((s = find(w, r->element[1]->str, r->element[1]->len))) {
 		if (!strcmp(kind, "message")) {
-			if (!for_another(s, r->element[2]))
+			if (!for_another(s, r->element[2])) {
+				__atomic_fetch_add(&s->heard, 1, __ATOMIC_RELEASE);
 				bump(w, s);
+			}
 		} else if (!strcmp(kind, "subscribe")) {
 			/* The connection works: the next loss retries at once. */
 			w->nodes[node].backoff_ns = 0;
@@ -711,6 +714,14 @@ dmutex__redis_wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
 	 * asks (lease_cache.c).  Changed only under waiter.mu, atomically. */
 	(void)be;
 	return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+}
+
+uint64_t
+dmutex__redis_wsub_heard(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	/* As the sequence, and moved before it. */
+	(void)be;
+	return __atomic_load_n(&s->heard, __ATOMIC_ACQUIRE);
 }
 
 static void

@@ -41,6 +41,9 @@ void dmutex__redis_waiter_unsub_notify(struct dmutex__backend *be, struct dmutex
 int dmutex__redis_wsub_confirmed(struct dmutex__backend *be, struct dmutex__wsub *s, int64_t until_ns);
 /* The wake sequence: read it before asking the backend, wait on it after. */
 uint64_t dmutex__redis_wsub_seq(struct dmutex__backend *be, struct dmutex__wsub *s);
+/* How many moves of the sequence were messages (not a lost connection, a
+ * late confirmation, a moved slot); moved before the sequence. */
+uint64_t dmutex__redis_wsub_heard(struct dmutex__backend *be, struct dmutex__wsub *s);
 /* Wait until the sequence moves past `seq` (1) or until_ns (0). */
 int dmutex__redis_wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
 		int64_t until_ns);

@@ -95,8 +95,10 @@ if val then
 	-- A waiter says so on the key, which ends with this hold: the release
 	-- publishes only when someone listens.  A lease kept for its process
 	-- (lease_cache.lua) is asked back, by a trylock too, once per hold: its
-	-- holder hands it over at its next unlock, or at once if no thread of
-	-- it holds it.  Waiters ignore the 'k' they hear on that channel
+	-- holder hands it over at its next unlock (after a batch of its own
+	-- waiting threads, lease_cache.c), or at once if no thread of it holds
+	-- it.  A batch kept while someone waited already hears nothing: its
+	-- unlock releases all the same.  Waiters ignore the 'k' they hear on that channel
 	-- (waiter.c).
 	if not flags:find('w', 1, true) then
 		local cached = flags:find('c', 1, true)
