@@ -79,8 +79,12 @@ who_of(const struct dmutex__etcd *e, const struct dmutex__acq *a, char *who, siz
  * queues with queue_txn next. */
 static int
 plain_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int64_t lease,
-		json_t **rep)
+		json_t **rep, int *won)
 {
+	int64_t rev;
+	const char *rest;
+	char *text;
+	int err;
 	char who[300], wb[DMUTEX__ETCD_B64_LEN(sizeof who)];
 	char nr[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], end[sizeof nr], own[sizeof nr];
 	char body[4 * sizeof nr + sizeof wb];
@@ -103,8 +107,27 @@ plain_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, i
 			"\"lease\":\"%lld\"}}]}", nr, end, own, wb, (long long)lease);
 	if (n < 0 || (size_t)n >= sizeof body)
 		return EINVAL;
-	return dmutex__etcd_post(e->http, "/v3/kv/txn", body, (size_t)n, rep, a->deadline,
-			&a->maybe_done, &a->refused);
+	if ((err = dmutex__etcd_post_text(e->http, "/v3/kv/txn", body, (size_t)n, &text, rep,
+			a->deadline, &a->maybe_done, &a->refused)))
+		return err;
+	/* Read from the text: applied, its revision the fence; or not (etcd
+	 * leaves out a false "succeeded": the header alone).  Any other
+	 * shape is parsed whole and read as any answer. */
+	*won = 0;
+	if (text && !dmutex__etcd_text_header(text, &rev, &rest)
+			&& !strncmp(rest, ",\"succeeded\":true", 17) && (rest[17] == ',' || rest[17] == '}')) {
+		*won = 1;
+		a->fence = (uint64_t)rev;
+	} else if (text && !dmutex__etcd_text_header(text, &rev, &rest) && !strcmp(rest, "}")) {
+		*won = 0;
+	} else if (text && !(*rep = json_loads(text, 0, NULL))) {
+		dmutex__log(DMUTEX_LOG_ERROR, "etcd: unexpected reply to /v3/kv/txn: %.60s", text);
+		err = EIO;
+	} else {
+		*won = dmutex__etcd_bool(*rep, "succeeded");
+	}
+	free(text);
+	return err;
 }
 
 /* A waiter of a lock not robust that found it taken: queue its key and
@@ -147,24 +170,27 @@ read_txn(const struct keys *k)
 			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
 }
 
-/* One try's txn (two for a lock not robust found taken): 0 and *rep;
- * *queued 1 if *rep is the second's answer (the queue read). */
+/* One try's txn (two for a lock not robust found taken): 0, *won 1 if
+ * the first took the lock, and *rep (NULL: the hot path's answer, read
+ * by plain_txn); *queued 1 if *rep is the second's answer (the queue
+ * read). */
 static int
 take_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int64_t lease,
-		json_t **rep, int *queued)
+		json_t **rep, int *won, int *queued)
 {
 	json_t *req;
 	int err;
 
-	*queued = 0;
+	*queued = *won = 0;
 	if (a->robust) {
 		if (!(req = acquire_txn(e, a, k, lease)))
 			return ENOMEM;
 		err = dmutex__etcd_txn(e, req, rep, a->deadline, &a->maybe_done, &a->refused);
 		json_decref(req);
+		*won = !err && dmutex__etcd_bool(*rep, "succeeded");
 		return err;
 	}
-	if ((err = plain_txn(e, a, k, lease, rep)) || dmutex__etcd_bool(*rep, "succeeded"))
+	if ((err = plain_txn(e, a, k, lease, rep, won)) || *won)
 		return err;
 	/* Not applied (the compare failed): a waiter queues now; a try that
 	 * will not wait reads the queue (our key may be its head: a try
@@ -345,7 +371,7 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	struct keys k;
 	json_t *rep = NULL;
 	int64_t lease, rev;
-	int err, bad = 0, queued;
+	int err, bad = 0, queued, won;
 
 	a->maybe_done = a->refused = a->died = a->split = 0;
 	a->pttl_ms = -1;
@@ -374,18 +400,20 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	for (int round = 0; round < 2; round++) {
 		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
 			return err;
-		if (!(err = take_txn(e, a, &k, lease, &rep, &queued)) || !a->refused)
+		if (!(err = take_txn(e, a, &k, lease, &rep, &won, &queued)) || !a->refused)
 			break;
 		dmutex__etcd_lease_forget(e, lease);
 	}
 	if (err)
 		return err;
-	if (queued || !dmutex__etcd_bool(rep, "succeeded")) {
+	if (queued || !won) {
 		err = read_queue(e, a, &k, rep, lease);
 	} else {
 		json_t *st = a->robust ? dmutex__etcd_resp(rep, 0, "range", "the state") : NULL;
-		json_t *hdr = json_object_get(rep, "header");
-		a->fence = (uint64_t)dmutex__etcd_int(hdr, "revision", &bad);
+		/* No answer to read: plain_txn read the fence from its text. */
+		if (rep)
+			a->fence = (uint64_t)dmutex__etcd_int(json_object_get(rep, "header"),
+					"revision", &bad);
 		if ((a->robust && !st) || bad || !a->fence)
 			err = EIO;
 		a->died = !err && a->robust && died(st, a->token);
@@ -403,16 +431,28 @@ static int
 release_plain(struct dmutex__etcd *e, const char *own, int64_t deadline, int *released,
 		int *maybe_done)
 {
-	char k[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], body[sizeof k + 16];
+	char k[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], body[sizeof k + 16], *text;
+	const char *rest;
 	json_t *rep = NULL;
+	int64_t rev;
 	int err, bad = 0, n;
 
 	if (dmutex__etcd_b64_to(own, strlen(own), k, sizeof k)
 			|| (n = snprintf(body, sizeof body, "{\"key\":\"%s\"}", k)) < 0
 			|| (size_t)n >= sizeof body)
 		return EINVAL;          /* not with keys of DMUTEX__ETCD_KEY_MAX */
-	err = dmutex__etcd_post(e->http, "/v3/kv/deleterange", body, (size_t)n, &rep, deadline,
-			maybe_done, NULL);
+	err = dmutex__etcd_post_text(e->http, "/v3/kv/deleterange", body, (size_t)n, &text, &rep,
+			deadline, maybe_done, NULL);
+	/* From the text: "deleted" follows the header, or is left out (0). */
+	if (!err && text && !dmutex__etcd_text_header(text, &rev, &rest)
+			&& (!strcmp(rest, "}") || !strncmp(rest, ",\"deleted\":\"", 12))) {
+		*released = *rest == ',' && strtoll(rest + 12, NULL, 10) > 0;
+		free(text);
+		return 0;
+	}
+	if (!err && text && !(rep = json_loads(text, 0, NULL)))
+		bad = 1;
+	free(text);
 	if (!err) {
 		*released = dmutex__etcd_int(rep, "deleted", &bad) > 0;
 		if (bad) {
