@@ -149,10 +149,11 @@ slot_new(struct dmutex__etcd *e, const char *token)
 	return s;
 }
 
-void
+int
 dmutex__etcd_own_key(struct dmutex__etcd *e, const char *q, const char *token, int make, char *out)
 {
 	struct dmutex__etcd_slot *s;
+	int err = 0;
 
 	pthread_mutex_lock(&e->mu);
 	if (!(s = *slot_of(e, token)) && make)
@@ -161,9 +162,12 @@ dmutex__etcd_own_key(struct dmutex__etcd *e, const char *q, const char *token, i
 	if (s)
 		snprintf(out, DMUTEX__ETCD_KEY_MAX, "%s%s.%lx.%x", q, e->id,
 				(unsigned long)*e->base.cfg.pid, s->slot);
+	else if (make)
+		err = ENOMEM;   /* never a key of another name than the next try's */
 	else
 		snprintf(out, DMUTEX__ETCD_KEY_MAX, "%s%s", q, token);
 	pthread_mutex_unlock(&e->mu);
+	return err;
 }
 
 void

@@ -18,15 +18,16 @@ struct keys {
 	char s[DMUTEX__ETCD_KEY_MAX], n[DMUTEX__ETCD_KEY_MAX];
 };
 
-/* make: an acquisition's (token gets a slot for its own key, etcd.h). */
-static void
+/* make: an acquisition's (token gets a slot for its own key, etcd.h):
+ * 0, or ENOMEM. */
+static int
 make_keys(struct dmutex__etcd *e, const char *name, const char *token, int make, struct keys *k)
 {
 	dmutex__etcd_name_key(e, k->q, "m", name, "q/");
 	dmutex__etcd_prefix_end(k->q, k->q_end);
-	dmutex__etcd_own_key(e, k->q, token, make, k->own);
 	dmutex__etcd_name_key(e, k->s, "m", name, "s");
 	dmutex__etcd_name_key(e, k->n, "m", name, DMUTEX__ETCD_MARK);
+	return dmutex__etcd_own_key(e, k->q, token, make, k->own);
 }
 
 static json_t *
@@ -99,7 +100,7 @@ plain_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, i
 	/* The not-recoverable mark is every locker's (README "ENOTRECOVERABLE
 	 * is per name"): the range from it to the queue's end holds the mark
 	 * and the queue (etcd.h), so one compare says "nobody queued, not
-	 * marked" (a second compare cost ~4% of the cycle); queue_txn or
+	 * marked" (a second compare cost up to ~5% of the cycle); queue_txn or
 	 * read_txn reads which. */
 	n = snprintf(body, sizeof body, "{\"compare\":[{\"key\":\"%s\",\"range_end\":\"%s\","
 			"\"target\":\"VERSION\",\"result\":\"EQUAL\",\"version\":\"0\"}],"
@@ -381,7 +382,8 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	int64_t own = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
 	if (!a->deadline || a->deadline > own)
 		a->deadline = own;
-	make_keys(e, a->name, a->token, 1, &k);
+	if ((err = make_keys(e, a->name, a->token, 1, &k)))
+		return err;     /* nothing sent */
 	if (a->wait && dmutex__etcd_tok_has(e, &e->queued, a->token)) {
 		/* The lease kept alive as for any try; the key on it read. */
 		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
@@ -474,7 +476,7 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	int err, robust;
 
 	*released = *maybe_done = 0;
-	make_keys(e, name, token, 0, &k);
+	make_keys(e, name, token, 0, &k);       /* a lookup: never fails */
 	mode &= ~DMUTEX__REL_FAIR;
 	/* A death keeps the state (the next locker gets EOWNERDEAD); every
 	 * other end of a robust hold takes back our state, if it is ours (a
