@@ -218,6 +218,60 @@ Test(etcd, waiters_are_served_in_arrival_order)
 	pm_close(&a);
 }
 
+/* The queue of the lock "t-reuse": two keys in it (a holder and one
+ * waiter). */
+static int two_queued(void *arg)
+{
+	(void)arg;
+	return th_etcd_count_prefix(&etcd, 0, "dmutex:m/7:t-reuse/q/") == 2;
+}
+
+/* A client's next hold of a name puts the key of its last (README "etcd":
+ * the keys), so a deletion of that key seen long ago must not hand the
+ * lock to the waiter behind its new hold: y sees x's first key deleted
+ * (and takes the lock), x queues the same key again behind y and gets
+ * the lock, and y, second behind that key, must wait for its new
+ * deletion, not take the lock on the old one. */
+Test(etcd, a_key_used_again_is_not_gone_for_its_old_deletion)
+{
+	struct pm x, y;
+	char k1[256], k2[256], v[256];
+	long long rev1, rev2;
+	pm_open(&x, url, "t-reuse", NULL);
+	pm_open(&y, url, "t-reuse", NULL);
+	cr_assert_eq(dmutex_lock(&x.m), 0);
+	cr_assert_eq(th_etcd_first_kv(&etcd, 0, "dmutex:m/7:t-reuse/q/", k1, sizeof k1, v, sizeof v,
+	                              &rev1, NULL), 1);
+	struct waiter wy = { .m = &y.m }, wx = { .m = &x.m };
+	pthread_t ty, tx;
+	pthread_create(&ty, NULL, wait_lock, &wy);
+	cr_assert(th_wait_until(two_queued, NULL, 5000), "y did not queue");
+	cr_assert_eq(dmutex_unlock(&x.m), 0);
+	cr_assert(th_wait_until(waiter_got, &wy, 5000), "y was not woken");
+	cr_assert_eq(wy.rc, 0);
+	pthread_create(&tx, NULL, wait_lock, &wx);
+	cr_assert(th_wait_until(two_queued, NULL, 5000), "x did not queue");
+	atomic_store(&wy.release, 1);
+	pthread_join(ty, NULL);
+	cr_assert_eq(wy.urc, 0);
+	cr_assert(th_wait_until(waiter_got, &wx, 5000), "x was not woken");
+	cr_assert_eq(wx.rc, 0);
+	cr_assert_eq(th_etcd_first_kv(&etcd, 0, "dmutex:m/7:t-reuse/q/", k2, sizeof k2, v, sizeof v,
+	                              &rev2, NULL), 1);
+	cr_assert_str_eq(k2, k1, "x's second hold has a key of its own: nothing reused");
+	cr_assert_gt(rev2, rev1);
+	struct timespec ts;
+	dmt_deadline_in(CLOCK_REALTIME, 1500, &ts);
+	cr_assert_eq(dmutex_timedlock(&y.m, &ts), ETIMEDOUT, "y took the lock x holds");
+	atomic_store(&wx.release, 1);
+	pthread_join(tx, NULL);
+	cr_assert_eq(wx.urc, 0);
+	cr_assert_eq(dmutex_trylock(&y.m), 0);
+	cr_assert_eq(dmutex_unlock(&y.m), 0);
+	pm_close(&x);
+	pm_close(&y);
+}
+
 /* ------------------------------------------------------------------ */
 /* types                                                               */
 /* ------------------------------------------------------------------ */

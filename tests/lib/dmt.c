@@ -571,20 +571,20 @@ etcd_value(const char *kind, const char *name, const char *part, char *val, size
 	return th_etcd_first_kv(own_req(), 0, k, key, sizeof key, val, len, NULL, NULL) == 1;
 }
 
-/* dmt_lock_field over etcd: the holder is the queue's oldest key,
- * ".../q/<token>", its value "host pid tid", its create revision the
- * fence. */
+/* dmt_lock_field over etcd: the holder is the queue's oldest key, its
+ * value "host pid tid token", its create revision the fence. */
 static int
 etcd_lock_field(const char *name, const char *field, char *out, size_t len)
 {
 	char q[DMUTEX_NAME_MAX + 64], key[DMUTEX_NAME_MAX + 200], val[512], pid[32];
+	const char *tok;
 	long long rev;
 
 	etcd_queue(q, sizeof q, name);
 	if (th_etcd_first_kv(own_req(), 0, q, key, sizeof key, val, sizeof val, &rev, NULL) != 1)
 		return 0;
-	if (!strcmp(field, "token"))
-		snprintf(out, len, "%s", key + strlen(q));
+	if (!strcmp(field, "token") && (tok = strrchr(val, ' ')))
+		snprintf(out, len, "%s", tok + 1);
 	else if (!strcmp(field, "fence"))
 		snprintf(out, len, "%lld", rev);
 	else if (!strcmp(field, "pid") && sscanf(val, "%*s %31s", pid) == 1)
@@ -672,7 +672,7 @@ dmt_cond_waiters(const struct th_redis *r, const char *name)
 	return dmt_etcd_count("c", name, "w/");
 }
 
-/* dmt_meta_state over etcd (README "etcd"): ".../n" is the not-
+/* dmt_meta_state over etcd (README "etcd"): ".../q-notrec" is the not-
  * recoverable mark; ".../s" holds the robust holder's token, "held" while
  * the queue's head has that token, "died" once it is gone. */
 static int
@@ -681,7 +681,7 @@ etcd_meta_state(const char *name, char *out, size_t len)
 	char v[256], tok[256];
 	const char *st = "";
 
-	if (etcd_value("m", name, "n", v, sizeof v))
+	if (etcd_value("m", name, "q-notrec", v, sizeof v))
 		st = "notrec";
 	else if (etcd_value("m", name, "s", v, sizeof v))
 		st = etcd_lock_field(name, "token", tok, sizeof tok) && !strcmp(tok, v) ? "held" : "died";
@@ -718,7 +718,7 @@ dmt_lock_reset(const struct th_redis *r, const char *name)
 		dmt_lock_key(k, sizeof k, name);
 		return th_redis_int(r, "DEL %s", k);
 	}
-	etcd_key(k, sizeof k, "m", name, "n");
+	etcd_key(k, sizeof k, "m", name, "q-notrec");
 	return th_etcd_delete_prefix(own_req(), 0, k);
 }
 

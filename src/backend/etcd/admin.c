@@ -57,7 +57,7 @@ dmutex__etcd_inspect(struct dmutex__backend *be, const char *name, struct dmutex
 {
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	char q[DMUTEX__ETCD_KEY_MAX], s[DMUTEX__ETCD_KEY_MAX], n[DMUTEX__ETCD_KEY_MAX];
-	char state[DMUTEX__TOKEN_HEX + 8], key[DMUTEX__ETCD_KEY_MAX];
+	char state[DMUTEX__TOKEN_HEX + 8];
 	json_t *req, *rep = NULL, *rq, *rs, *rn, *head;
 	int err, bad = 0;
 
@@ -65,7 +65,7 @@ dmutex__etcd_inspect(struct dmutex__backend *be, const char *name, struct dmutex
 	v->waiters = v->lease_left_ms = -1;
 	dmutex__etcd_name_key(e, q, "m", name, "q/");
 	dmutex__etcd_name_key(e, s, "m", name, "s");
-	dmutex__etcd_name_key(e, n, "m", name, "n");
+	dmutex__etcd_name_key(e, n, "m", name, DMUTEX__ETCD_MARK);
 	if (!(req = json_pack("{s:[o,o,o]}", "success", range(q, 1), range(s, 0), range(n, 0))))
 		return ENOMEM;
 	err = dmutex__etcd_txn(e, req, &rep, 0, NULL, NULL);
@@ -85,16 +85,17 @@ dmutex__etcd_inspect(struct dmutex__backend *be, const char *name, struct dmutex
 	v->held = head != NULL;
 	v->exists = v->held || state[0] || v->notrec;
 	if (head) {
-		const char *tok;
+		char *tok;
+		/* "<host> <pid> <tid> <token>" (etcd.h): the owner, then the token. */
 		value(head, v->owner, sizeof v->owner);
+		if ((tok = strrchr(v->owner, ' ')))
+			*tok++ = '\0';
 		v->fence = (uint64_t)dmutex__etcd_int(head, "create_revision", &bad);
 		v->waiters = (long long)json_array_size(json_object_get(rq, "kvs")) - 1;
 		v->lease_left_ms = lease_left(e, head);
 		/* A state that is not the head's: the head has not claimed it yet
 		 * after a death (it will get EOWNERDEAD if robust). */
-		dmutex__etcd_unb64(json_string_value(json_object_get(head, "key")), key, sizeof key);
-		tok = strrchr(key, '/');
-		v->owner_died = state[0] && (!tok || strcmp(tok + 1, state));
+		v->owner_died = state[0] && (!tok || strcmp(tok, state));
 	} else {
 		v->waiters = 0;
 		v->owner_died = state[0] != 0;
@@ -169,7 +170,7 @@ dmutex__etcd_reset(struct dmutex__backend *be, const char *name, int force, int 
 	dmutex__etcd_name_key(e, q, "m", name, "q/");
 	dmutex__etcd_prefix_end(q, qe);
 	dmutex__etcd_name_key(e, s, "m", name, "s");
-	dmutex__etcd_name_key(e, n, "m", name, "n");
+	dmutex__etcd_name_key(e, n, "m", name, DMUTEX__ETCD_MARK);
 	/* Without force: only while nobody holds it (nor waits). */
 	cmp = force ? json_array() : json_pack("[{s:s,s:s,s:s}]", "target", "VERSION", "result",
 			"EQUAL", "version", "0");

@@ -26,8 +26,10 @@ struct attempt {
 	const char *path, *body;
 	size_t len;
 	int with_token;
+	int want_text;          /* an answer with etcd's header into text */
 	int64_t deadline;
 	json_t *rep;
+	char *text;
 	char why[WHY_LEN];
 };
 
@@ -70,12 +72,19 @@ error_class(const char *msg, long code)
 
 /* The reply's body: a JSON object without "error", or the class of what it says. */
 static int
-reply_class(struct attempt *t, const struct buf *b, long status)
+reply_class(struct attempt *t, struct buf *b, long status)
 {
 	json_error_t je;
-	json_t *o = b->len ? json_loadb(b->p, b->len, 0, &je) : NULL, *e;
+	json_t *o, *e;
 	const char *msg;
 
+	/* Only an answer starts with the header: an error has none. */
+	if (t->want_text && status == 200 && b->len > 11 && !memcmp(b->p, "{\"header\":{", 11)) {
+		t->text = b->p;
+		b->p = NULL;
+		return A_OK;
+	}
+	o = b->len ? json_loadb(b->p, b->len, 0, &je) : NULL;
 	if (!json_is_object(o)) {
 		snprintf(t->why, sizeof t->why, "unexpected reply to %s (HTTP %ld, %zu bytes%s%.60s)",
 				t->path, status, b->len, b->len ? ": " : "", b->len ? b->p : "");
@@ -264,11 +273,12 @@ dmutex__etcd_call(struct dmutex__etcd_http *h, const char *path, json_t *req, js
 	return err;
 }
 
-int
-dmutex__etcd_post(struct dmutex__etcd_http *h, const char *path, const char *body, size_t len,
+static int
+post(struct dmutex__etcd_http *h, const char *path, const char *body, size_t len, char **text,
 		json_t **rep, int64_t deadline, int *maybe_done, int *refused)
 {
-	struct attempt t = { .path = path, .body = body, .len = len, .with_token = 1 };
+	struct attempt t = { .path = path, .body = body, .len = len, .with_token = 1,
+		.want_text = text != NULL };
 	int err, md = 0, ref = 0;
 
 	t.deadline = deadline ? deadline : dmutex__now_ns() + (int64_t)h->command_ms * DMUTEX__MS;
@@ -285,6 +295,8 @@ dmutex__etcd_post(struct dmutex__etcd_http *h, const char *path, const char *bod
 		*refused = ref;
 	if (!err) {
 		*rep = t.rep;
+		if (text)
+			*text = t.text;
 		return 0;
 	}
 	if (err == EIO) {
@@ -297,6 +309,22 @@ dmutex__etcd_post(struct dmutex__etcd_http *h, const char *path, const char *bod
 				"etcd: %s failed: %s", path, ref ? t.why : why);
 	}
 	return err;
+}
+
+int
+dmutex__etcd_post(struct dmutex__etcd_http *h, const char *path, const char *body, size_t len,
+		json_t **rep, int64_t deadline, int *maybe_done, int *refused)
+{
+	return post(h, path, body, len, NULL, rep, deadline, maybe_done, refused);
+}
+
+int
+dmutex__etcd_post_text(struct dmutex__etcd_http *h, const char *path, const char *body,
+		size_t len, char **text, json_t **rep, int64_t deadline, int *maybe_done, int *refused)
+{
+	*text = NULL;
+	*rep = NULL;
+	return post(h, path, body, len, text, rep, deadline, maybe_done, refused);
 }
 
 /* May the user read the keys under prefix?  A read of one (keys only). */

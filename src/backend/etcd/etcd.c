@@ -45,8 +45,17 @@ etcd_destroy(struct dmutex__backend *be)
 	pthread_mutex_destroy(&e->mu);
 	pthread_mutex_destroy(&e->watch_mu);
 	free(e->leases);
-	for (size_t i = 0; i < e->nseconds; i++)
+	for (size_t i = 0; i < e->nseconds; i++) {
 		free(e->seconds[i].head);
+		free(e->seconds[i].own);
+	}
+	for (size_t i = 0; i < DMUTEX__ETCD_SLOT_BUCKETS; i++)
+		while (e->slots[i]) {
+			struct dmutex__etcd_slot *s = e->slots[i];
+			e->slots[i] = s->next;
+			free(s);
+		}
+	free(e->free_slots);
 	free(e->seconds);
 	free(e->gone);
 	free(e->robust.v);

@@ -40,6 +40,28 @@ dmutex__etcd_unb64(const char *b64, char *out, size_t cap)
 	return (long)len;
 }
 
+int
+dmutex__etcd_text_header(const char *text, int64_t *rev, const char **rest)
+{
+	static const char pre[] = "{\"header\":{", field[] = "\"revision\":\"";
+	const char *h, *end, *r;
+	char *stop;
+	long long n;
+
+	if (strncmp(text, pre, sizeof pre - 1))
+		return -1;
+	/* The header holds no object: its first '}' ends it. */
+	h = text + sizeof pre - 1;
+	if (!(end = strchr(h, '}')) || !(r = strstr(h, field)) || r > end)
+		return -1;
+	n = strtoll(r + sizeof field - 1, &stop, 10);
+	if (*stop != '"' || n <= 0)
+		return -1;
+	*rev = (int64_t)n;
+	*rest = end + 1;
+	return 0;
+}
+
 int64_t
 dmutex__etcd_int(const json_t *o, const char *key, int *bad)
 {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/etcd/etcd.h"
+#include "base/base.h"
 #include "base/log.h"
 
 void
@@ -104,6 +105,95 @@ dmutex__etcd_tok_has(struct dmutex__etcd *e, struct dmutex__etcd_tokset *set, co
 	return found;
 }
 
+/* The bucket of token's slot: tokens are random hex. */
+static struct dmutex__etcd_slot **
+bucket(struct dmutex__etcd *e, const char *token)
+{
+	unsigned h = (unsigned)strtoul((char[3]){ token[0], token[0] ? token[1] : 0, 0 }, NULL, 16);
+
+	return &e->slots[h % DMUTEX__ETCD_SLOT_BUCKETS];
+}
+
+/* Under mu: where token's slot is linked (*pp NULL if it has none). */
+static struct dmutex__etcd_slot **
+slot_of(struct dmutex__etcd *e, const char *token)
+{
+	struct dmutex__etcd_slot **pp = bucket(e, token);
+
+	while (*pp && strcmp((*pp)->token, token))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* Under mu: a new slot for token, NULL if out of memory. */
+static struct dmutex__etcd_slot *
+slot_new(struct dmutex__etcd *e, const char *token)
+{
+	struct dmutex__etcd_slot *s = malloc(sizeof *s);
+
+	if (!s)
+		return NULL;
+	if (!e->id[0]) {
+		char t[DMUTEX__TOKEN_HEX + 1];
+		if (dmutex__token(t)) {
+			free(s);
+			return NULL;
+		}
+		memcpy(e->id, t, sizeof e->id - 1);
+		e->id[sizeof e->id - 1] = '\0';
+	}
+	snprintf(s->token, sizeof s->token, "%s", token);
+	s->slot = e->nfree ? e->free_slots[--e->nfree] : e->next_slot++;
+	s->next = *bucket(e, token);
+	*bucket(e, token) = s;
+	return s;
+}
+
+int
+dmutex__etcd_own_key(struct dmutex__etcd *e, const char *q, const char *token, int make, char *out)
+{
+	struct dmutex__etcd_slot *s;
+	int err = 0;
+
+	pthread_mutex_lock(&e->mu);
+	if (!(s = *slot_of(e, token)) && make)
+		s = slot_new(e, token);
+	/* The pid: a child of fork has its parent's slots, not its keys. */
+	if (s)
+		snprintf(out, DMUTEX__ETCD_KEY_MAX, "%s%s.%lx.%x", q, e->id,
+				(unsigned long)*e->base.cfg.pid, s->slot);
+	else if (make)
+		err = ENOMEM;   /* never a key of another name than the next try's */
+	else
+		snprintf(out, DMUTEX__ETCD_KEY_MAX, "%s%s", q, token);
+	pthread_mutex_unlock(&e->mu);
+	return err;
+}
+
+void
+dmutex__etcd_own_free(struct dmutex__etcd *e, const char *token)
+{
+	struct dmutex__etcd_slot **pp, *s;
+
+	pthread_mutex_lock(&e->mu);
+	if ((s = *(pp = slot_of(e, token)))) {
+		*pp = s->next;
+		if (e->nfree == e->capfree) {
+			size_t cap = e->capfree ? 2 * e->capfree : 16;
+			unsigned *p = realloc(e->free_slots, cap * sizeof *p);
+			if (p) {
+				e->free_slots = p;
+				e->capfree = cap;
+			}
+		}
+		/* No room to give it back: a new number later, as safe. */
+		if (e->nfree < e->capfree)
+			e->free_slots[e->nfree++] = s->slot;
+		free(s);
+	}
+	pthread_mutex_unlock(&e->mu);
+}
+
 /* Under mu: token's entry in the seconds, or nseconds. */
 static size_t
 second_of(const struct dmutex__etcd *e, const char *token)
@@ -117,13 +207,16 @@ second_of(const struct dmutex__etcd *e, const char *token)
 
 void
 dmutex__etcd_second_set(struct dmutex__etcd *e, const char *token, const char *head,
-		int64_t rev, int64_t lease)
+		int64_t head_rev, const char *own, int64_t rev, int64_t lease)
 {
-	char *h = strdup(head);
+	char *h = strdup(head), *o = strdup(own);
 	size_t i;
 
-	if (!h)
+	if (!h || !o) {
+		free(h);
+		free(o);
 		return;         /* no shortcut: the next try asks etcd */
+	}
 	pthread_mutex_lock(&e->mu);
 	if ((i = second_of(e, token)) == e->nseconds && e->nseconds == e->capseconds) {
 		size_t cap = e->capseconds ? 2 * e->capseconds : 8;
@@ -134,18 +227,23 @@ dmutex__etcd_second_set(struct dmutex__etcd *e, const char *token, const char *h
 		}
 	}
 	if (i < e->capseconds) {
-		if (i == e->nseconds)
+		if (i == e->nseconds) {
 			e->nseconds++;
-		else
+		} else {
 			free(e->seconds[i].head);
+			free(e->seconds[i].own);
+		}
 		snprintf(e->seconds[i].token, sizeof e->seconds[i].token, "%s", token);
 		e->seconds[i].head = h;
+		e->seconds[i].own = o;
+		e->seconds[i].head_rev = head_rev;
 		e->seconds[i].rev = rev;
 		e->seconds[i].lease = lease;
-		h = NULL;
+		h = o = NULL;
 	}
 	pthread_mutex_unlock(&e->mu);
 	free(h);
+	free(o);
 }
 
 int
@@ -157,17 +255,14 @@ dmutex__etcd_second_ready(struct dmutex__etcd *e, const char *token, int64_t lea
 	pthread_mutex_lock(&e->mu);
 	if ((i = second_of(e, token)) < e->nseconds) {
 		struct dmutex__etcd_second *s = &e->seconds[i];
-		char own[DMUTEX__ETCD_KEY_MAX];
-		const char *slash = strrchr(s->head, '/');
 		int mine_gone = 0;
-		/* Ours is the head's queue with our token. */
-		snprintf(own, sizeof own, "%.*s%s", slash ? (int)(slash - s->head + 1) : 0, s->head,
-				token);
+		/* Key names are used again (etcd.h, own keys): a deletion
+		 * counts only after the creation we read. */
 		for (unsigned g = 0; lease >= 0 && s->lease == lease && e->gone && g < DMUTEX__ETCD_GONE
 				&& g < e->ngone; g++) {
-			ready |= !strcmp(e->gone[g], s->head);
+			ready |= !strcmp(e->gone[g].key, s->head) && e->gone[g].rev > s->head_rev;
 			/* Our own key went too (a reset, our lease): not ours. */
-			mine_gone |= !strcmp(e->gone[g], own);
+			mine_gone |= !strcmp(e->gone[g].key, s->own) && e->gone[g].rev > s->rev;
 		}
 		ready &= !mine_gone;
 		if (mine_gone)
@@ -177,6 +272,7 @@ dmutex__etcd_second_ready(struct dmutex__etcd *e, const char *token, int64_t lea
 		/* Used or forgotten: the next answer sets it again. */
 		if (ready || lease < 0) {
 			free(s->head);
+			free(s->own);
 			*s = e->seconds[--e->nseconds];
 		}
 	}
@@ -185,12 +281,15 @@ dmutex__etcd_second_ready(struct dmutex__etcd *e, const char *token, int64_t lea
 }
 
 void
-dmutex__etcd_gone(struct dmutex__etcd *e, const char *key)
+dmutex__etcd_gone(struct dmutex__etcd *e, const char *key, int64_t rev)
 {
 	pthread_mutex_lock(&e->mu);
 	if (!e->gone)
 		e->gone = calloc(DMUTEX__ETCD_GONE, sizeof *e->gone);
-	if (e->gone)
-		snprintf(e->gone[e->ngone++ % DMUTEX__ETCD_GONE], sizeof *e->gone, "%s", key);
+	if (e->gone) {
+		struct dmutex__etcd_gone *g = &e->gone[e->ngone++ % DMUTEX__ETCD_GONE];
+		snprintf(g->key, sizeof g->key, "%s", key);
+		g->rev = rev;
+	}
 	pthread_mutex_unlock(&e->mu);
 }

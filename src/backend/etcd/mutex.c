@@ -18,14 +18,16 @@ struct keys {
 	char s[DMUTEX__ETCD_KEY_MAX], n[DMUTEX__ETCD_KEY_MAX];
 };
 
-static void
-make_keys(const struct dmutex__etcd *e, const char *name, const char *token, struct keys *k)
+/* make: an acquisition's (token gets a slot for its own key, etcd.h):
+ * 0, or ENOMEM. */
+static int
+make_keys(struct dmutex__etcd *e, const char *name, const char *token, int make, struct keys *k)
 {
 	dmutex__etcd_name_key(e, k->q, "m", name, "q/");
 	dmutex__etcd_prefix_end(k->q, k->q_end);
-	snprintf(k->own, sizeof k->own, "%s%s", k->q, token ? token : "");
 	dmutex__etcd_name_key(e, k->s, "m", name, "s");
-	dmutex__etcd_name_key(e, k->n, "m", name, "n");
+	dmutex__etcd_name_key(e, k->n, "m", name, DMUTEX__ETCD_MARK);
+	return dmutex__etcd_own_key(e, k->q, token, make, k->own);
 }
 
 static json_t *
@@ -62,12 +64,13 @@ cmp(const char *key, const char *end, const char *target, const char *result, co
 	return c;
 }
 
-/* A hold key's value: who holds it, for `dmutex status`. */
+/* A hold key's value: who holds it, for `dmutex status`, and the hold's
+ * token (the key's name is not: etcd.h, own keys). */
 static void
 who_of(const struct dmutex__etcd *e, const struct dmutex__acq *a, char *who, size_t len)
 {
-	snprintf(who, len, "%s %ld %ld", e->base.cfg.host ? e->base.cfg.host : "",
-			(long)*e->base.cfg.pid, a->tid);
+	snprintf(who, len, "%s %ld %ld %s", e->base.cfg.host ? e->base.cfg.host : "",
+			(long)*e->base.cfg.pid, a->tid, a->token);
 }
 
 /* The uncontended lock's request, the hot path, built by hand (no JSON
@@ -77,31 +80,55 @@ who_of(const struct dmutex__etcd *e, const struct dmutex__acq *a, char *who, siz
  * queues with queue_txn next. */
 static int
 plain_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int64_t lease,
-		json_t **rep)
+		json_t **rep, int *won)
 {
+	int64_t rev;
+	const char *rest;
+	char *text;
+	int err;
 	char who[300], wb[DMUTEX__ETCD_B64_LEN(sizeof who)];
-	char q[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], end[sizeof q], own[sizeof q], nr[sizeof q];
-	char body[5 * sizeof q + sizeof wb];
+	char nr[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], end[sizeof nr], own[sizeof nr];
+	char body[4 * sizeof nr + sizeof wb];
 	int n;
 
 	who_of(e, a, who, sizeof who);
-	if (dmutex__etcd_b64_to(k->q, strlen(k->q), q, sizeof q)
-			|| dmutex__etcd_b64_to(k->q_end, strlen(k->q_end), end, sizeof end)
+	if (dmutex__etcd_b64_to(k->q_end, strlen(k->q_end), end, sizeof end)
 			|| dmutex__etcd_b64_to(k->own, strlen(k->own), own, sizeof own)
 			|| dmutex__etcd_b64_to(k->n, strlen(k->n), nr, sizeof nr)
 			|| dmutex__etcd_b64_to(who, strlen(who), wb, sizeof wb))
 		return EINVAL;          /* not with keys of DMUTEX__ETCD_KEY_MAX */
 	/* The not-recoverable mark is every locker's (README "ENOTRECOVERABLE
-	 * is per name"): compared here too, read by queue_txn or read_txn. */
+	 * is per name"): the range from it to the queue's end holds the mark
+	 * and the queue (etcd.h), so one compare says "nobody queued, not
+	 * marked" (a second compare cost up to ~5% of the cycle); queue_txn or
+	 * read_txn reads which. */
 	n = snprintf(body, sizeof body, "{\"compare\":[{\"key\":\"%s\",\"range_end\":\"%s\","
-			"\"target\":\"VERSION\",\"result\":\"EQUAL\",\"version\":\"0\"},"
-			"{\"key\":\"%s\",\"target\":\"VERSION\",\"result\":\"EQUAL\",\"version\":\"0\"}],"
+			"\"target\":\"VERSION\",\"result\":\"EQUAL\",\"version\":\"0\"}],"
 			"\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
-			"\"lease\":\"%lld\"}}]}", q, end, nr, own, wb, (long long)lease);
+			"\"lease\":\"%lld\"}}]}", nr, end, own, wb, (long long)lease);
 	if (n < 0 || (size_t)n >= sizeof body)
 		return EINVAL;
-	return dmutex__etcd_post(e->http, "/v3/kv/txn", body, (size_t)n, rep, a->deadline,
-			&a->maybe_done, &a->refused);
+	if ((err = dmutex__etcd_post_text(e->http, "/v3/kv/txn", body, (size_t)n, &text, rep,
+			a->deadline, &a->maybe_done, &a->refused)))
+		return err;
+	/* Read from the text: applied, its revision the fence; or not (etcd
+	 * leaves out a false "succeeded": the header alone).  Any other
+	 * shape is parsed whole and read as any answer. */
+	*won = 0;
+	if (text && !dmutex__etcd_text_header(text, &rev, &rest)
+			&& !strncmp(rest, ",\"succeeded\":true", 17) && (rest[17] == ',' || rest[17] == '}')) {
+		*won = 1;
+		a->fence = (uint64_t)rev;
+	} else if (text && !dmutex__etcd_text_header(text, &rev, &rest) && !strcmp(rest, "}")) {
+		*won = 0;
+	} else if (text && !(*rep = json_loads(text, 0, NULL))) {
+		dmutex__log(DMUTEX_LOG_ERROR, "etcd: unexpected reply to /v3/kv/txn: %.60s", text);
+		err = EIO;
+	} else {
+		*won = dmutex__etcd_bool(*rep, "succeeded");
+	}
+	free(text);
+	return err;
 }
 
 /* A waiter of a lock not robust that found it taken: queue its key and
@@ -144,24 +171,27 @@ read_txn(const struct keys *k)
 			op_range(k->q, k->q_end, 1), op_range(k->s, NULL, 0), op_range(k->n, NULL, 0));
 }
 
-/* One try's txn (two for a lock not robust found taken): 0 and *rep;
- * *queued 1 if *rep is the second's answer (the queue read). */
+/* One try's txn (two for a lock not robust found taken): 0, *won 1 if
+ * the first took the lock, and *rep (NULL: the hot path's answer, read
+ * by plain_txn); *queued 1 if *rep is the second's answer (the queue
+ * read). */
 static int
 take_txn(struct dmutex__etcd *e, struct dmutex__acq *a, const struct keys *k, int64_t lease,
-		json_t **rep, int *queued)
+		json_t **rep, int *won, int *queued)
 {
 	json_t *req;
 	int err;
 
-	*queued = 0;
+	*queued = *won = 0;
 	if (a->robust) {
 		if (!(req = acquire_txn(e, a, k, lease)))
 			return ENOMEM;
 		err = dmutex__etcd_txn(e, req, rep, a->deadline, &a->maybe_done, &a->refused);
 		json_decref(req);
+		*won = !err && dmutex__etcd_bool(*rep, "succeeded");
 		return err;
 	}
-	if ((err = plain_txn(e, a, k, lease, rep)) || dmutex__etcd_bool(*rep, "succeeded"))
+	if ((err = plain_txn(e, a, k, lease, rep, won)) || *won)
 		return err;
 	/* Not applied (the compare failed): a waiter queues now; a try that
 	 * will not wait reads the queue (our key may be its head: a try
@@ -219,16 +249,17 @@ note_second(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 		const json_t *head, const json_t *next, int64_t lease)
 {
 	char hk[DMUTEX__ETCD_KEY_MAX], nk[DMUTEX__ETCD_KEY_MAX];
-	int64_t rev;
+	int64_t rev, head_rev;
 	int bad = 0;
 
 	if (!json_is_object(next)
 			|| dmutex__etcd_unb64(json_string_value(json_object_get(head, "key")), hk, sizeof hk) < 0
 			|| dmutex__etcd_unb64(json_string_value(json_object_get(next, "key")), nk, sizeof nk) < 0
 			|| strcmp(nk, k->own) || (rev = dmutex__etcd_int(next, "create_revision", &bad)) <= 0
+			|| (head_rev = dmutex__etcd_int(head, "create_revision", &bad)) <= 0
 			|| bad || dmutex__etcd_int(next, "lease", &bad) != lease || bad)
 		return;
-	dmutex__etcd_second_set(e, a->token, hk, rev, lease);
+	dmutex__etcd_second_set(e, a->token, hk, head_rev, k->own, rev, lease);
 }
 
 /* The failure branch: queued or not, the head is ours or someone's. */
@@ -317,6 +348,12 @@ static int
 settled(struct dmutex__etcd *e, struct dmutex__acq *a, int err)
 {
 	note_queued(e, a, err);
+	/* Nothing of ours put, or it is known gone: the key's name is free
+	 * for the next hold (a hold, a queued key or a maybe is released by
+	 * the core, which frees it then). */
+	if (!a->maybe_done && (err || a->status != DMUTEX__ACQ_OK)
+			&& !(a->wait && !err && a->status == DMUTEX__ACQ_BUSY))
+		dmutex__etcd_own_free(e, a->token);
 	/* Its release must clear the robust state: remembered (else taken
 	 * back at once, which does). */
 	if (!err && a->robust && a->status == DMUTEX__ACQ_OK
@@ -335,7 +372,7 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	struct keys k;
 	json_t *rep = NULL;
 	int64_t lease, rev;
-	int err, bad = 0, queued;
+	int err, bad = 0, queued, won;
 
 	a->maybe_done = a->refused = a->died = a->split = 0;
 	a->pttl_ms = -1;
@@ -345,7 +382,8 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	int64_t own = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
 	if (!a->deadline || a->deadline > own)
 		a->deadline = own;
-	make_keys(e, a->name, a->token, &k);
+	if ((err = make_keys(e, a->name, a->token, 1, &k)))
+		return err;     /* nothing sent */
 	if (a->wait && dmutex__etcd_tok_has(e, &e->queued, a->token)) {
 		/* The lease kept alive as for any try; the key on it read. */
 		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
@@ -364,18 +402,20 @@ dmutex__etcd_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	for (int round = 0; round < 2; round++) {
 		if ((err = dmutex__etcd_lease_for(e, a->lease_ms, a->deadline, &lease)))
 			return err;
-		if (!(err = take_txn(e, a, &k, lease, &rep, &queued)) || !a->refused)
+		if (!(err = take_txn(e, a, &k, lease, &rep, &won, &queued)) || !a->refused)
 			break;
 		dmutex__etcd_lease_forget(e, lease);
 	}
 	if (err)
 		return err;
-	if (queued || !dmutex__etcd_bool(rep, "succeeded")) {
+	if (queued || !won) {
 		err = read_queue(e, a, &k, rep, lease);
 	} else {
 		json_t *st = a->robust ? dmutex__etcd_resp(rep, 0, "range", "the state") : NULL;
-		json_t *hdr = json_object_get(rep, "header");
-		a->fence = (uint64_t)dmutex__etcd_int(hdr, "revision", &bad);
+		/* No answer to read: plain_txn read the fence from its text. */
+		if (rep)
+			a->fence = (uint64_t)dmutex__etcd_int(json_object_get(rep, "header"),
+					"revision", &bad);
 		if ((a->robust && !st) || bad || !a->fence)
 			err = EIO;
 		a->died = !err && a->robust && died(st, a->token);
@@ -393,16 +433,28 @@ static int
 release_plain(struct dmutex__etcd *e, const char *own, int64_t deadline, int *released,
 		int *maybe_done)
 {
-	char k[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], body[sizeof k + 16];
+	char k[DMUTEX__ETCD_B64_LEN(DMUTEX__ETCD_KEY_MAX)], body[sizeof k + 16], *text;
+	const char *rest;
 	json_t *rep = NULL;
+	int64_t rev;
 	int err, bad = 0, n;
 
 	if (dmutex__etcd_b64_to(own, strlen(own), k, sizeof k)
 			|| (n = snprintf(body, sizeof body, "{\"key\":\"%s\"}", k)) < 0
 			|| (size_t)n >= sizeof body)
 		return EINVAL;          /* not with keys of DMUTEX__ETCD_KEY_MAX */
-	err = dmutex__etcd_post(e->http, "/v3/kv/deleterange", body, (size_t)n, &rep, deadline,
-			maybe_done, NULL);
+	err = dmutex__etcd_post_text(e->http, "/v3/kv/deleterange", body, (size_t)n, &text, &rep,
+			deadline, maybe_done, NULL);
+	/* From the text: "deleted" follows the header, or is left out (0). */
+	if (!err && text && !dmutex__etcd_text_header(text, &rev, &rest)
+			&& (!strcmp(rest, "}") || !strncmp(rest, ",\"deleted\":\"", 12))) {
+		*released = *rest == ',' && strtoll(rest + 12, NULL, 10) > 0;
+		free(text);
+		return 0;
+	}
+	if (!err && text && !(rep = json_loads(text, 0, NULL)))
+		bad = 1;
+	free(text);
 	if (!err) {
 		*released = dmutex__etcd_int(rep, "deleted", &bad) > 0;
 		if (bad) {
@@ -424,7 +476,7 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	int err, robust;
 
 	*released = *maybe_done = 0;
-	make_keys(e, name, token, &k);
+	make_keys(e, name, token, 0, &k);       /* a lookup: never fails */
 	mode &= ~DMUTEX__REL_FAIR;
 	/* A death keeps the state (the next locker gets EOWNERDEAD); every
 	 * other end of a robust hold takes back our state, if it is ours (a
@@ -432,8 +484,10 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	robust = dmutex__etcd_tok_take(e, &e->robust, token);
 	dmutex__etcd_tok_take(e, &e->queued, token);
 	dmutex__etcd_second_ready(e, token, -1, NULL);
-	if (mode == DMUTEX__REL_CLEAN && !robust)
-		return release_plain(e, k.own, deadline, released, maybe_done);
+	if (mode == DMUTEX__REL_CLEAN && !robust) {
+		err = release_plain(e, k.own, deadline, released, maybe_done);
+		goto out;
+	}
 	ops = json_pack("[o]", dmutex__etcd_op_del(k.own, NULL));
 	if (ops && mode != DMUTEX__REL_DIED && (mode != DMUTEX__REL_CLEAN || robust))
 		json_array_append_new(ops, json_pack("{s:{s:[o], s:[o]}}", "request_txn",
@@ -450,6 +504,10 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	if (!err)
 		*released = dmutex__etcd_bool(rep, "succeeded");
 	json_decref(rep);
+out:
+	/* Answered: the key is gone (or was not there), its name free. */
+	if (!err)
+		dmutex__etcd_own_free(e, token);
 	return err;
 }
 

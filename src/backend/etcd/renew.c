@@ -41,12 +41,12 @@ check_keys(struct dmutex__etcd *e, struct dmutex__renewal *r, size_t n, int64_t 
 	int err;
 
 	for (size_t i = 0; i < n && ops; i++) {
-		char q[DMUTEX__ETCD_KEY_MAX], own[DMUTEX__ETCD_KEY_MAX + DMUTEX__TOKEN_HEX];
+		char q[DMUTEX__ETCD_KEY_MAX], own[DMUTEX__ETCD_KEY_MAX];
 		json_t *k;
 		if (r[i].result != 1)
 			continue;
 		dmutex__etcd_name_key(e, q, "m", r[i].name, "q/");
-		snprintf(own, sizeof own, "%s%s", q, r[i].token);
+		dmutex__etcd_own_key(e, q, r[i].token, 0, own);
 		if ((k = dmutex__etcd_key(own, NULL))) {
 			json_object_set_new(k, "keys_only", json_true());
 			json_array_append_new(ops, json_pack("{s:o}", "request_range", k));

@@ -52,11 +52,14 @@ on_message(struct dmutex__wsub *s, const char *line, size_t len)
 	for (size_t i = 0; go_on && i < json_array_size(ev); i++) {
 		json_t *x = json_array_get(ev, i);
 		char key[DMUTEX__ETCD_KEY_MAX];
+		json_t *kv = json_object_get(x, "kv");
 		const char *type = json_string_value(json_object_get(x, "type"));
-		if (type && !strcmp(type, "DELETE")
-				&& dmutex__etcd_unb64(json_string_value(json_object_get(
-					json_object_get(x, "kv"), "key")), key, sizeof key) >= 0)
-			dmutex__etcd_gone(s->w->e, key);
+		int bad = 0;
+		int64_t rev = dmutex__etcd_int(kv, "mod_revision", &bad);
+		if (type && !strcmp(type, "DELETE") && !bad && rev > 0
+				&& dmutex__etcd_unb64(json_string_value(json_object_get(kv, "key")),
+					key, sizeof key) >= 0)
+			dmutex__etcd_gone(s->w->e, key, rev);
 	}
 	json_decref(o);
 	return go_on;
