@@ -333,42 +333,53 @@ Test(cache, a_process_that_dies_with_a_kept_lease_is_no_owner_that_died)
 	th_sync_close(&s);
 }
 
-/* Eight threads of one process on one lock: they take the kept lease in
- * turn with no round trip (issue 15: <= 0.1 Redis commands per hold). */
-struct team {
+/* Threads of one process on one lock, each hold checked: no overlap,
+ * tokens increasing.  hold_ns of busy work inside each hold. */
+struct contest {
 	dmutex_t *m;
-	atomic_int inside, overlaps;
+	atomic_int inside, overlaps, backwards, errors, stop;
 	atomic_ullong last_fence;
-	atomic_int backwards, errors;
+	atomic_long holds;
+	int64_t hold_ns;
 };
 
+static void
+contest_hold(struct contest *t, dmutex_t *m, int rc)
+{
+	uint64_t f = 0;
+
+	if (rc) {
+		atomic_fetch_add(&t->errors, 1);
+		return;
+	}
+	if (atomic_fetch_add(&t->inside, 1))
+		atomic_fetch_add(&t->overlaps, 1);
+	if (dmutex_fence(m, &f) || f <= atomic_load(&t->last_fence))
+		atomic_fetch_add(&t->backwards, 1);
+	atomic_store(&t->last_fence, f);
+	for (int64_t end = dmt_now_ns() + t->hold_ns; dmt_now_ns() < end;)
+		;
+	atomic_fetch_sub(&t->inside, 1);
+	if (dmutex_unlock(m))
+		atomic_fetch_add(&t->errors, 1);
+}
+
+/* Eight threads of one process on one lock: they take the kept lease in
+ * turn with no round trip (issue 15: <= 0.1 Redis commands per hold). */
 static void *
 team_member(void *arg)
 {
-	struct team *t = arg;
+	struct contest *t = arg;
 
-	for (int i = 0; i < 500; i++) {
-		uint64_t f = 0;
-		if (dmutex_lock(t->m)) {
-			atomic_fetch_add(&t->errors, 1);
-			continue;
-		}
-		if (atomic_fetch_add(&t->inside, 1))
-			atomic_fetch_add(&t->overlaps, 1);
-		if (dmutex_fence(t->m, &f) || f <= atomic_load(&t->last_fence))
-			atomic_fetch_add(&t->backwards, 1);
-		atomic_store(&t->last_fence, f);
-		atomic_fetch_sub(&t->inside, 1);
-		if (dmutex_unlock(t->m))
-			atomic_fetch_add(&t->errors, 1);
-	}
+	for (int i = 0; i < 500; i++)
+		contest_hold(t, t->m, dmutex_lock(t->m));
 	return NULL;
 }
 
 Test(cache, eight_threads_of_one_process_take_the_kept_lease_in_turn)
 {
 	const char *name = "cache-team";
-	struct team t = { 0 };
+	struct contest t = { 0 };
 	pthread_t th[8];
 	dmutex_client_t *c;
 	dmutex_t m;
@@ -397,36 +408,6 @@ Test(cache, eight_threads_of_one_process_take_the_kept_lease_in_turn)
  * other client gets it every time, with one lease_cache.lua per batch
  * instead of two commands a hold; and no two holds overlap, tokens grow
  * across both clients. */
-struct contest {
-	dmutex_t *m;
-	atomic_int inside, overlaps, backwards, errors, stop;
-	atomic_ullong last_fence;
-	atomic_long holds;
-};
-
-/* A hold of 200 us of work, so that the other threads of ours wait for
- * the lock at most unlocks. */
-static void
-contest_hold(struct contest *t, dmutex_t *m, int rc)
-{
-	uint64_t f = 0;
-
-	if (rc) {
-		atomic_fetch_add(&t->errors, 1);
-		return;
-	}
-	if (atomic_fetch_add(&t->inside, 1))
-		atomic_fetch_add(&t->overlaps, 1);
-	if (dmutex_fence(m, &f) || f <= atomic_load(&t->last_fence))
-		atomic_fetch_add(&t->backwards, 1);
-	atomic_store(&t->last_fence, f);
-	for (int64_t end = dmt_now_ns() + 200000; dmt_now_ns() < end;)
-		;
-	atomic_fetch_sub(&t->inside, 1);
-	if (dmutex_unlock(m))
-		atomic_fetch_add(&t->errors, 1);
-}
-
 static void *
 contest_member(void *arg)
 {
@@ -442,7 +423,9 @@ contest_member(void *arg)
 Test(cache, a_contended_lease_serves_our_waiting_threads_in_batches)
 {
 	const char *name = "cache-batch";
-	struct contest t = { 0 };
+	/* 200 us of work a hold, so that our other threads wait for the
+	 * lock at most unlocks. */
+	struct contest t = { .hold_ns = 200000 };
 	pthread_t th[4];
 	dmutex_client_t *c1, *c2;
 	dmutex_t m1, m2;
