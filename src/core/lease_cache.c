@@ -69,6 +69,15 @@ set_kept(struct dmutex__entry *e, int kept)
 	__atomic_store_n(&e->kept, kept, __ATOMIC_RELAXED);
 }
 
+/* Under e->mu: a batch of at most BATCH_HOLDS local holds and BATCH_NS
+ * starts now. */
+static void
+batch_begin(struct dmutex__entry *e, int64_t now)
+{
+	e->batch_until_ns = now + BATCH_NS;
+	e->batch_left = BATCH_HOLDS;
+}
+
 /* Under e->mu, e kept and asked back (or kept for a batch): whether one
  * more local hold may start on it.  A batch begins at the first unlock
  * that sees the want with threads of ours waiting (begin 1); a lock
@@ -82,8 +91,7 @@ batch_open(struct dmutex__entry *e, int64_t now, int begin)
 	if (!e->batch_until_ns) {
 		if (!begin)
 			return 0;
-		e->batch_until_ns = now + BATCH_NS;
-		e->batch_left = BATCH_HOLDS;
+		batch_begin(e, now);
 	}
 	return e->batch_left > 0 && now < e->batch_until_ns;
 }
@@ -217,6 +225,22 @@ keep_batch(struct dmutex__entry *e, const char *token, int64_t until, uint64_t *
 	return !be->ops->cache(be, e->name, token, BLOCK, 1, until, last, &result) && result == 3;
 }
 
+/* Under e->mu: the lease is kept, as cache() answered at sent with its
+ * block of tokens ending at last; sub NULL for a batch's (asked back from
+ * the start). */
+static void
+kept_by(struct dmutex__entry *e, struct dmutex__wsub *sub, uint64_t seq, uint64_t heard, int64_t sent,
+		uint64_t last)
+{
+	set_kept(e, 1);
+	e->ksub = sub;
+	e->kseq = seq;
+	e->kheard = heard;
+	e->confirmed_ns = sent;
+	e->blk_next = last - BLOCK + 1;
+	e->blk_last = last;
+}
+
 /* Under e->mu, the owner's outermost unlock, the lease kept: the hold ends,
  * the process keeps the lease. */
 static void
@@ -280,14 +304,8 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 		e->releasing = 0;
 		if (rc != 1)
 			return 0;
-		set_kept(e, 1);
-		e->ksub = NULL;
-		e->kseq = 0;
-		e->confirmed_ns = sent;
-		e->blk_next = last - BLOCK + 1;
-		e->blk_last = last;
-		e->batch_until_ns = now + BATCH_NS;
-		e->batch_left = BATCH_HOLDS;
+		kept_by(e, NULL, 0, 0, sent, last);
+		batch_begin(e, now);
 		goto kept;
 	}
 	/* Keep only a lock this process took again soon after its last hold
@@ -308,13 +326,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 		e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
 		return 0;
 	}
-	set_kept(e, 1);
-	e->ksub = sub;
-	e->kseq = seq;
-	e->kheard = heard;
-	e->confirmed_ns = sent;
-	e->blk_next = last - BLOCK + 1;
-	e->blk_last = last;
+	kept_by(e, sub, seq, heard, sent, last);
 	/* Asked back already (a message, or a subscription confirmed late)
 	 * while we were not yet kept: the kick it sent found nothing kept
 	 * and looked at nothing, and the renewal thread would only see it at
