@@ -39,6 +39,7 @@ struct parse {
 	                        * then no fragment is quoted */
 	const char *secret_tail; /* from here on, all of it */
 	const char *run_from;  /* where a password cut at ",scheme://" may start */
+	int run_pending;       /* it starts at the next ':', in a later element */
 	const char *elem;      /* the node being parsed, its text */
 	size_t elen;
 };

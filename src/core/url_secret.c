@@ -11,7 +11,8 @@
  *  - the password of a userinfo (from its ':' to its last '@');
  *  - when elements without an '@' come before one with a userinfo (they
  *    could be a password's head cut off at ",scheme://"), everything from
- *    the first ':' after the earliest such element's "://" up to that '@'
+ *    the first ':' after the earliest such element's "://" (in a later
+ *    element, its scheme's, when that one has none) up to that '@'
  *    (a raw '/' or '?' in such a password is refused anyway, but only
  *    once the two halves are seen together);
  *  - everything after "sentinel_password=" to the end of the URL (a raw
@@ -65,14 +66,25 @@ dmutex__url_secret_elem(struct parse *p, const char *elem, size_t len)
 		if (*c == '@')
 			at = c;
 	mark_options(p, elem, len);
+	/* An earlier element without '@' or ':' ("rediss://u"): the run starts
+	 * at the first ':' after it, this element's scheme's included. */
+	if (p->run_pending && !p->run_from && (colon = memchr(elem, ':', len)) &&
+	    (!at || colon < at)) {
+		p->run_from = colon + 1;
+		p->run_pending = 0;
+	}
 	if (at) {
 		if (p->run_from)
 			mark(p, p->run_from, at);
 		else if ((colon = memchr(r, ':', (size_t)(at - r))))
 			mark(p, colon + 1, at);
 		p->run_from = NULL;
-	} else if (!p->run_from && (colon = memchr(r, ':', (size_t)(end - r)))) {
-		p->run_from = colon + 1;
+		p->run_pending = 0;
+	} else if (!p->run_from) {
+		if ((colon = memchr(r, ':', (size_t)(end - r))))
+			p->run_from = colon + 1;
+		else
+			p->run_pending = 1;
 	}
 }
 
