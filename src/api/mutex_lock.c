@@ -448,13 +448,8 @@ wait_turn(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t u
 
 	dmutex__ns_to_ts(until, &ts);
 	if (mx->fair) {
-		pthread_condattr_t ca;
-
 		/* Destroyed by lock_impl once out of the queue. */
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&me->cv, &ca);
-		pthread_condattr_destroy(&ca);
+		dmutex__cond_init_mono(&me->cv);
 		me->id = ++e->fifo_ids;
 		me->lease_ms = mx->lease_ms;
 		me->robust = mx->robust == DMUTEX_ROBUST;
@@ -575,7 +570,7 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 	struct dmutex__fifo me = { 0 };
 	uint64_t gen;
 	int64_t t0 = 0, first = 0, done = 0;      /* t0: a local wait's start */
-	int err, contended = 0;
+	int err, contended = 0, out;
 
 	if (!mx) {
 		if ((err = dmutex__resolve(m, &mx)))
@@ -585,16 +580,14 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 	e = mx->entry;
 	if (e->held && pthread_equal(e->owner, pthread_self()))
 		return relock_own(m, mx, mode, until, bad_deadline, presub);
-	if ((err = wait_turn(mx, &me, mode, until, bad_deadline, &t0, &contended)) ||
-			take_local(mx, &me, mode, t0, contended, &err)) {
-		/* Either way out of the fair queue (under e->mu): nobody
-		 * signals its cv any more. */
-		if (mx->fair)
-			pthread_cond_destroy(&me.cv);
-		return err;
-	}
+	out = (err = wait_turn(mx, &me, mode, until, bad_deadline, &t0, &contended)) ||
+			take_local(mx, &me, mode, t0, contended, &err);
+	/* Out of the fair queue either way (fifo_leave or take_local, under
+	 * e->mu): nobody signals its cv any more. */
 	if (mx->fair)
 		pthread_cond_destroy(&me.cv);
+	if (out)
+		return err;
 	e->acquiring = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	/* A release of it, unanswered, may still be on its way on another

@@ -8,6 +8,7 @@
 #ifndef DMUTEX_BASE_H
 #define DMUTEX_BASE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -19,6 +20,10 @@ int64_t dmutex__now_ns(void);                     /* CLOCK_MONOTONIC */
 int dmutex__now_before(int64_t t);
 int64_t dmutex__wall_ms(void);                    /* CLOCK_REALTIME, for operators */
 void dmutex__ns_to_ts(int64_t ns, struct timespec *ts);
+/* A condition variable whose timed waits count on CLOCK_MONOTONIC, as every
+ * deadline of the library does: a wall clock set back must not stretch a
+ * wait.  pthread_cond_init's result. */
+int dmutex__cond_init_mono(pthread_cond_t *cv);
 /* A valid absolute deadline on clock (CLOCK_REALTIME or CLOCK_MONOTONIC,
  * tv_nsec in range) as CLOCK_MONOTONIC ns, converted once: a deadline
  * passed is now ("try once"), one over a century away INT64_MAX (none). */

@@ -68,6 +68,20 @@ dmutex__wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int
+dmutex__cond_init_mono(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	if ((rc = pthread_condattr_init(&ca)))
+		return rc;
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+	return rc;
+}
+
 void
 dmutex__ns_to_ts(int64_t ns, struct timespec *ts)
 {

@@ -487,7 +487,6 @@ static int
 dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 {
 	struct dmutex_client *c;
-	pthread_condattr_t ca;
 	int err, source = URL_ARG;
 
 	if (!out)
@@ -508,10 +507,7 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 		return ENOMEM;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->renewer.mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->renewer.cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dmutex__cond_init_mono(&c->renewer.cv);
 	c->pid = getpid();
 	if (gethostname(c->host, sizeof c->host - 1))
 		strcpy(c->host, "unknown");

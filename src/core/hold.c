@@ -48,14 +48,9 @@ grow(struct dmutex_client *c)
 void
 dmutex__entry_init_sync(struct dmutex__entry *e)
 {
-	pthread_condattr_t ca;
-
 	pthread_mutex_init(&e->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&e->cv, &ca);
-	pthread_cond_init(&e->turn_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dmutex__cond_init_mono(&e->cv);
+	dmutex__cond_init_mono(&e->turn_cv);
 	/* In a fork child, the parent's waiting threads are not here. */
 	e->turn_waiters = 0;
 }

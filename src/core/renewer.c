@@ -870,8 +870,6 @@ dmutex__renewer_stop(struct dmutex_client *c)
 void
 dmutex__renewer_atfork_child(struct dmutex__renewer *r)
 {
-	pthread_condattr_t ca;
-
 	/* The thread did not come along; its queues were the parent's. */
 	for (size_t i = 0; i < r->norphans; i++)
 		free(r->orphans[i].name);
@@ -887,8 +885,5 @@ dmutex__renewer_atfork_child(struct dmutex__renewer *r)
 	r->running = 0;
 	r->stop = 0;
 	pthread_mutex_init(&r->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&r->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dmutex__cond_init_mono(&r->cv);
 }

@@ -78,16 +78,12 @@ dmutex__etcd_wake_sub_notify(struct dmutex__backend *be, const char *channel, in
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	struct dmutex__etcd_watch *w = ensure(e);
 	struct dmutex__wsub *s = w ? calloc(1, sizeof *s) : NULL;
-	pthread_condattr_t ca;
 
 	if (!s || !(s->body = create_body(channel))) {
 		free(s);
 		return NULL;
 	}
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dmutex__cond_init_mono(&s->cv);
 	s->w = w;
 	s->notify = notify;
 	s->arg = arg;

@@ -150,7 +150,6 @@ int
 dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t deadline)
 {
 	struct dial *d;
-	pthread_condattr_t ca;
 	pthread_attr_t at;
 	sigset_t all, old;
 	int err;
@@ -166,10 +165,7 @@ dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t de
 	d->arg = arg;
 	d->pid = getpid();
 	pthread_mutex_init(&d->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&d->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dmutex__cond_init_mono(&d->cv);
 
 	pthread_attr_init(&at);
 	pthread_attr_setstacksize(&at, DMUTEX__DIAL_STACK);

@@ -25,12 +25,7 @@ free_password(char *p)
 static void
 init_back(struct dmutex__node *n)
 {
-	pthread_condattr_t ca;
-
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&n->back, &ca);
-	pthread_condattr_destroy(&ca);
+	dmutex__cond_init_mono(&n->back);
 }
 
 int

@@ -186,12 +186,7 @@ wake_all(struct dmutex__waiter *w)
 static void
 sub_cv_init(struct dmutex__wsub *s)
 {
-	pthread_condattr_t ca;
-
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dmutex__cond_init_mono(&s->cv);
 }
 
 static void
