@@ -13,6 +13,7 @@
 #include "local.h"
 #include "name.h"
 #include "sigwrap.h"
+#include "users.h"
 #include "core/shim.h"
 
 #define NO_DEADLINE INT64_MAX
@@ -90,6 +91,16 @@ gone_take(const char *name)
 	return found;
 }
 
+/* users.c: the count no process of this run made, or the last one's,
+ * goes (ENOENT: it was gone already). */
+static int
+drop_count(const char *name)
+{
+	int err = dsem_unlink(name, NULL);
+
+	return err == ENOENT ? 0 : err;
+}
+
 int
 dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 {
@@ -107,12 +118,23 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 			waiting("sem_init", attempt);
 			backoff(attempt);
 		}
+	for (int attempt = 0; (err = dmutex__shim_users_join(name, drop_count, drop_count)) == EIO;
+			attempt++) {
+		waiting("sem_init", attempt);
+		backoff(attempt);
+	}
+	if (err) {
+		dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
+		return fail(err);
+	}
 	for (int attempt = 0; (err = dsem_init(s, name, value, NULL, 0)) == EIO; attempt++) {
 		waiting("sem_init", attempt);
 		backoff(attempt);
 	}
-	if (err)
+	if (err) {
+		dmutex__shim_users_leave(name);
 		dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
+	}
 	return fail(err);
 }
 
@@ -131,8 +153,10 @@ dmutex_shim_sem_destroy(dsem_t *s)
 	if ((err = dsem_destroy(s)))
 		return fail(err);
 	dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
-	if (copy[0])
+	if (copy[0]) {
 		gone_add(copy);
+		dmutex__shim_users_leave(copy);
+	}
 	return 0;
 }
 
