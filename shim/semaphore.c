@@ -138,6 +138,16 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 	return fail(err);
 }
 
+/* Before a semaphore call (outside a handler): the posts handlers handed
+ * over are made, and a forked child has its own users' shares (users.c)
+ * of what its parent initialized. */
+static void
+settle(void)
+{
+	dmutex__shim_posts_settle();
+	dmutex__shim_users_adopt();
+}
+
 int
 dmutex_shim_sem_destroy(dsem_t *s)
 {
@@ -146,7 +156,7 @@ dmutex_shim_sem_destroy(dsem_t *s)
 	int err;
 
 	/* A handler's post still on its way must not find s gone. */
-	dmutex__shim_posts_settle();
+	settle();
 	/* Not one from sem_open (named_list): those have sem_close. */
 	if (!dmutex__shim_sem_name(s, &name) && name)
 		snprintf(copy, sizeof copy, "%s", name);
@@ -171,7 +181,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 	struct dmutex__shim_op o;
 	int err;
 
-	dmutex__shim_posts_settle();
+	settle();
 	dmutex__shim_wait_begin();
 	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
@@ -236,7 +246,7 @@ dmutex_shim_sem_post(dsem_t *s)
 	 * there (sigwrap.c). */
 	if (dmutex__shim_in_handler())
 		return fail(dmutex__shim_post_deferred(s, dmutex_shim_sem_post));
-	dmutex__shim_posts_settle();
+	settle();
 	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
 	/* As wait_until: EIO once the window has passed, posted or not. */
@@ -253,7 +263,7 @@ dmutex_shim_sem_getvalue(dsem_t *s, int *value)
 {
 	int err;
 
-	dmutex__shim_posts_settle();
+	settle();
 	for (int attempt = 0; (err = dsem_getvalue(s, value)) == EIO; attempt++) {
 		waiting("sem_getvalue", attempt);
 		backoff(attempt);
@@ -419,7 +429,7 @@ dmutex_shim_sem_close(dsem_t *s)
 	struct named **pp, *n;
 	int err = EINVAL;
 
-	dmutex__shim_posts_settle();
+	settle();
 	pthread_mutex_lock(&named_mu);
 	for (pp = &named_list; *pp && &(*pp)->sem != s; pp = &(*pp)->next)
 		;
@@ -448,7 +458,7 @@ dmutex_shim_sem_unlink(const char *name)
 
 	if (name_too_long(name))
 		return fail(ENAMETOOLONG);
-	dmutex__shim_posts_settle();
+	settle();
 	/* ENOENT unless the current generation exists */
 	if ((err = dmutex__name_ok(name, &len)) || (err = current("sem_unlink", name, bn)) ||
 			(err = open_patient(&t, "sem_unlink", bn, 0, DSEM_NOCREATE)))

@@ -20,6 +20,11 @@
  * A share belongs to the thread that took it and ends with it (client.c);
  * the program's threads come and go, so one thread of ours takes and
  * gives every share of the process.
+ *
+ * A forked child uses what its parent initialized without initializing
+ * it: it takes shares of its own (never starting afresh) at its first
+ * semaphore call, and a process that has forked does not drop the state
+ * when it leaves last, since a child may not have taken its share yet.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -45,7 +50,7 @@ struct member {
 	char name[];
 };
 
-enum { JOIN, LEAVE, LEAVE_ALL };
+enum { JOIN, LEAVE, LEAVE_ALL, ADOPT };
 
 struct req {
 	struct req *next;
@@ -66,6 +71,9 @@ static pid_t helper_pid;
 static pthread_t helper;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static int atexit_set;
+static unsigned joined;         /* atomic: members, for the fork handler */
+static int forked;              /* atomic: this process forked since it joined */
+static int adopt_pending;       /* atomic: a child's inherited names to join */
 
 static struct member *
 find(const char *name)
@@ -114,7 +122,7 @@ join(const char *name, int (*fresh)(const char *), int (*last)(const char *))
 		return err == ENOTSUP ? 0 : err;
 	}
 	if (!(err = drwlock_trywrlock(&m->rw))) {
-		err = fresh(name);
+		err = fresh ? fresh(name) : 0;
 		if (drwlock_unlock(&m->rw) && !err)
 			err = EIO;
 	} else if (err == EBUSY) {
@@ -131,6 +139,7 @@ join(const char *name, int (*fresh)(const char *), int (*last)(const char *))
 	m->last = last;
 	m->next = members;
 	members = m;
+	__atomic_fetch_add(&joined, 1, __ATOMIC_ACQ_REL);
 	return 0;
 }
 
@@ -138,12 +147,13 @@ static void
 leave_member(struct member *m)
 {
 	drwlock_unlock(&m->rw);
-	if (m->last && !drwlock_trywrlock(&m->rw)) {
+	if (m->last && !__atomic_load_n(&forked, __ATOMIC_ACQUIRE) && !drwlock_trywrlock(&m->rw)) {
 		m->last(m->name);
 		drwlock_unlock(&m->rw);
 	}
 	drwlock_destroy(&m->rw);
 	free(m);
+	__atomic_fetch_sub(&joined, 1, __ATOMIC_ACQ_REL);
 }
 
 static void
@@ -168,6 +178,19 @@ leave_all(void)
 		members = m->next;
 		leave_member(m);
 	}
+}
+
+/* A forked child's shares of what its parent had joined: joined as the
+ * parent's users, never afresh (the parent may be gone already, the state
+ * is the child's now). */
+static void
+adopt(void)
+{
+	struct member *m;
+
+	for (m = parents; m; m = m->next)
+		if (m->refs && !find(m->name) && !join(m->name, NULL, m->last))
+			m->refs = 0;
 }
 
 static void *
@@ -199,6 +222,8 @@ helper_main(void *arg)
 			r->err = join(r->name, r->fresh, r->last);
 		else if (r->op == LEAVE)
 			leave(r->name);
+		else if (r->op == ADOPT)
+			adopt();
 		else
 			leave_all();
 		pthread_mutex_lock(&mu);
@@ -208,7 +233,15 @@ helper_main(void *arg)
 	return NULL;
 }
 
-/* A forked child has no helper and none of the parent's shares. */
+static void
+parent(void)
+{
+	if (__atomic_load_n(&joined, __ATOMIC_ACQUIRE))
+		__atomic_store_n(&forked, 1, __ATOMIC_RELEASE);
+}
+
+/* A forked child has no helper and none of the parent's shares: it takes
+ * its own at its first semaphore call (dmutex__shim_users_adopt). */
 static void
 child(void)
 {
@@ -225,13 +258,16 @@ child(void)
 		m->next = parents;
 		parents = members;
 		members = NULL;
+		__atomic_store_n(&adopt_pending, 1, __ATOMIC_RELEASE);
 	}
+	__atomic_store_n(&forked, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&joined, 0, __ATOMIC_RELEASE);
 	running = 0;
 }
 
 static void atfork_set(void)
 {
-	pthread_atfork(NULL, NULL, child);
+	pthread_atfork(NULL, parent, child);
 }
 
 /* Under mu. */
@@ -329,4 +365,13 @@ dmutex__shim_users_leave(const char *name)
 	struct req r = { .op = LEAVE, .name = name };
 
 	ask(&r, NULL);
+}
+
+void
+dmutex__shim_users_adopt(void)
+{
+	struct req r = { .op = ADOPT };
+
+	if (__atomic_exchange_n(&adopt_pending, 0, __ATOMIC_ACQ_REL))
+		ask(&r, NULL);
 }

@@ -18,5 +18,8 @@
 int dmutex__shim_users_join(const char *name, int (*fresh)(const char *name),
 		int (*last)(const char *name));
 void dmutex__shim_users_leave(const char *name);
+/* In a forked child, before its first use of what its parent joined: the
+ * child's own shares of them (never afresh). */
+void dmutex__shim_users_adopt(void);
 
 #endif

@@ -14,6 +14,10 @@
  *            left, each sem_init(0) and one post; once all three have
  *            posted, each reads the value: exactly 3 (no process reset a
  *            count another had posted to, and the old count is gone).
+ *   fork     a run posts twice, forks and exits while its child still
+ *            uses the semaphore: the child's post makes 3 (the count is
+ *            kept for it), and once the child has exited too, the next
+ *            run starts from 0.
  *   robust   a robust mutex made not recoverable (its locker's thread
  *            returns holding it; the main thread gets EOWNERDEAD and
  *            unlocks without pthread_mutex_consistent), destroyed and
@@ -95,6 +99,33 @@ run_count(int posts, int check)
 		}
 	}
 	return 0;
+}
+
+/* The run initializes and posts twice, forks, and exits at once; its
+ * child waits until the run is gone (the pipe's write end closes), posts
+ * once and prints the value: 3, the run's count kept for the child that
+ * uses it; then waits for "exit". */
+static int
+run_forkexit(void)
+{
+	char cmd[32], c;
+	int fd[2], v = -1;
+	pid_t pid;
+
+	if (pipe(fd) || count_init() || sem_post(&cnt) || sem_post(&cnt) || (pid = fork()) < 0)
+		return 1;
+	if (pid > 0)
+		exit(0);
+	close(fd[1]);
+	while (read(fd[0], &c, 1) > 0)
+		;
+	if (sem_post(&cnt) || sem_getvalue(&cnt, &v))
+		_exit(1);
+	printf("value %d\n", v);
+	fflush(stdout);
+	while (fgets(cmd, sizeof cmd, stdin) && strcmp(cmd, "exit\n"))
+		;
+	exit(0);
 }
 
 static pthread_mutex_t rm;
@@ -257,6 +288,29 @@ case_three(void)
 	EXPECT(!bad);
 }
 
+/* A run that forks and exits while its child still uses the semaphore:
+ * the child keeps the count; once it has exited too, the next run starts
+ * afresh. */
+static void
+case_fork(void)
+{
+	struct proc p;
+	char buf[64];
+
+	if (start(&p, self, "forkexit")) {
+		EXPECT(!"start");
+		return;
+	}
+	EXPECT(!expect_line(&p, "value 3", "the child of a run that exited"));
+	EXPECT(th_wait_child(p.pid, LINE_MS) == 0);
+	say(&p, "exit\n");
+	close(p.in);
+	/* The child's end of the pipe closes when it has exited. */
+	EXPECT(line(&p, buf, sizeof buf, LINE_MS) != 0);
+	close(p.out);
+	EXPECT(!count_run("exit", "value 0", "after the child exited"));
+}
+
 static void
 case_robust(void)
 {
@@ -288,6 +342,8 @@ main(int argc, char **argv)
 		return run_count(1, 1);
 	if (argc > 1 && !strcmp(argv[1], "robust"))
 		return run_robust();
+	if (argc > 1 && !strcmp(argv[1], "forkexit"))
+		return run_forkexit();
 	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
 		return 1;
 	self[n] = '\0';
@@ -307,8 +363,10 @@ main(int argc, char **argv)
 		case_three();
 	else if (argc > 1 && !strcmp(argv[1], "robust-case"))
 		case_robust();
+	else if (argc > 1 && !strcmp(argv[1], "fork-case"))
+		case_fork();
 	else
-		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case");
+		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case");
 	th_redis_stop(&srv);
 	return th_check_status();
 }
