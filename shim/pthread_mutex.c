@@ -14,6 +14,7 @@
 #include "core/shim.h"
 #include "name.h"
 #include "local.h"
+#include "users.h"
 #include "object.h"
 #include "stamp.h"
 
@@ -96,13 +97,49 @@ site_of(const dmutex_t *m)
 static void
 forget_old(dmutex_t *m)
 {
-	if (!dmutex__shim_site_live(DMUTEX__SHIM_MUTEX, m) || dmutex_destroy(m) != EBUSY ||
-			!dmutex__mutex_release_now(m))
+	char robust[DMUTEX_NAME_MAX + 1];
+	int err;
+
+	if (!dmutex__shim_site_live(DMUTEX__SHIM_MUTEX, m))
 		return;
+	if (!dmutex__shim_mutex_robust_name(m, robust))
+		robust[0] = '\0';
+	/* Its users (users.c) one fewer, as a destroy would make them. */
+	if ((err = dmutex_destroy(m)) != EBUSY || !dmutex__mutex_release_now(m)) {
+		if (!err && robust[0])
+			dmutex__shim_users_leave(robust);
+		return;
+	}
 	dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_init: the mutex defined at %s is initialized again without "
 			"pthread_mutex_destroy while locked: its distributed lock is released now",
 			dmutex__shim_site_text(site_of(m)));
-	dmutex_destroy(m);
+	if (!dmutex_destroy(m) && robust[0])
+		dmutex__shim_users_leave(robust);
+}
+
+/* users.c: a robust mutex that no process of this run uses starts
+ * without the owner-died or not-recoverable state an earlier one left. */
+static int
+fresh(const char *name)
+{
+	return dmutex__shim_mutex_fresh(name);
+}
+
+/* A robust mutex's users (users.c): joined before it is made, left when
+ * it is destroyed.  EIO: asked again, as every init is. */
+static int
+join_robust(const dmutex_attr_t *a, const char *name)
+{
+	int err;
+
+	if (!a || a->__robust != DMUTEX_ROBUST)
+		return 0;
+	for (int attempt = 0; (err = dmutex__shim_users_join(name, fresh, fresh)) == EIO; attempt++) {
+		if (attempt % 10 == 0)	/* the first, then every tenth */
+			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_init('%s'): waiting for the backend", name);
+		backoff(attempt);
+	}
+	return err;
 }
 
 int
@@ -124,12 +161,19 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 		return err;
 	}
+	if ((err = join_robust(a, given ? given : name))) {
+		if (!given)
+			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+		return err;
+	}
 	for (int attempt = 0; (err = dmutex_init(m, given ? given : name, a)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_init('%s'): waiting for the backend",
 				given ? given : name);
 		backoff(attempt);
 	}
+	if (err && a && a->__robust == DMUTEX_ROBUST)
+		dmutex__shim_users_leave(given ? given : name);
 	if (err && !given)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 	if (!err) {
@@ -141,9 +185,19 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 	return err;
 }
 
+/* m is gone; a robust one's users (users.c) one fewer. */
+static void
+destroyed(dmutex_t *m, const char *robust)
+{
+	dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+	if (robust[0])
+		dmutex__shim_users_leave(robust);
+}
+
 int
 dmutex_shim_mutex_destroy(dmutex_t *m)
 {
+	char robust[DMUTEX_NAME_MAX + 1];
 	pthread_mutex_t *l;
 	int released, err = dmutex__shim_mutex_ready(m, "pthread_mutex_destroy", &l);
 
@@ -158,6 +212,8 @@ dmutex_shim_mutex_destroy(dmutex_t *m)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 		return 0;
 	}
+	if (err || !dmutex__shim_mutex_robust_name(m, robust))
+		robust[0] = '\0';
 	if (!err && (err = dmutex_destroy(m)) == EBUSY && (released = dmutex__mutex_release_now(m))) {
 		/* glibc says EBUSY for a locked mutex that is not robust (0 for
 		 * a robust one: musl's pthread_robust) and leaves it locked; a
@@ -169,11 +225,11 @@ dmutex_shim_mutex_destroy(dmutex_t *m)
 				"its distributed lock is released now and the mutex destroyed (a later pthread_mutex_init "
 				"makes it anew)", dmutex__shim_site_text(site_of(m)), err ? "EBUSY" : "0 (robust)");
 		if (!dmutex_destroy(m))
-			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+			destroyed(m, robust);
 		return err;
 	}
 	if (!err)
-		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+		destroyed(m, robust);
 	return err;
 }
 

@@ -13,6 +13,7 @@
 #include "local.h"
 #include "name.h"
 #include "sigwrap.h"
+#include "users.h"
 #include "core/shim.h"
 
 #define NO_DEADLINE INT64_MAX
@@ -90,6 +91,16 @@ gone_take(const char *name)
 	return found;
 }
 
+/* users.c: the count no process of this run made, or the last one's,
+ * goes (ENOENT: it was gone already). */
+static int
+drop_count(const char *name)
+{
+	int err = dsem_unlink(name, NULL);
+
+	return err == ENOENT ? 0 : err;
+}
+
 int
 dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 {
@@ -107,13 +118,34 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 			waiting("sem_init", attempt);
 			backoff(attempt);
 		}
+	for (int attempt = 0; (err = dmutex__shim_users_join(name, drop_count, drop_count)) == EIO;
+			attempt++) {
+		waiting("sem_init", attempt);
+		backoff(attempt);
+	}
+	if (err) {
+		dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
+		return fail(err);
+	}
 	for (int attempt = 0; (err = dsem_init(s, name, value, NULL, 0)) == EIO; attempt++) {
 		waiting("sem_init", attempt);
 		backoff(attempt);
 	}
-	if (err)
+	if (err) {
+		dmutex__shim_users_leave(name);
 		dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
+	}
 	return fail(err);
+}
+
+/* Before a semaphore call (outside a handler): the posts handlers handed
+ * over are made, and a forked child has its own users' shares (users.c)
+ * of what its parent initialized. */
+static void
+settle(void)
+{
+	dmutex__shim_posts_settle();
+	dmutex__shim_users_adopt();
 }
 
 int
@@ -124,15 +156,17 @@ dmutex_shim_sem_destroy(dsem_t *s)
 	int err;
 
 	/* A handler's post still on its way must not find s gone. */
-	dmutex__shim_posts_settle();
+	settle();
 	/* Not one from sem_open (named_list): those have sem_close. */
 	if (!dmutex__shim_sem_name(s, &name) && name)
 		snprintf(copy, sizeof copy, "%s", name);
 	if ((err = dsem_destroy(s)))
 		return fail(err);
 	dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
-	if (copy[0])
+	if (copy[0]) {
 		gone_add(copy);
+		dmutex__shim_users_leave(copy);
+	}
 	return 0;
 }
 
@@ -147,7 +181,7 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 	struct dmutex__shim_op o;
 	int err;
 
-	dmutex__shim_posts_settle();
+	settle();
 	dmutex__shim_wait_begin();
 	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
@@ -212,7 +246,7 @@ dmutex_shim_sem_post(dsem_t *s)
 	 * there (sigwrap.c). */
 	if (dmutex__shim_in_handler())
 		return fail(dmutex__shim_post_deferred(s, dmutex_shim_sem_post));
-	dmutex__shim_posts_settle();
+	settle();
 	if ((err = dmutex__shim_op_init(&o)))
 		return fail(err);
 	/* As wait_until: EIO once the window has passed, posted or not. */
@@ -229,7 +263,7 @@ dmutex_shim_sem_getvalue(dsem_t *s, int *value)
 {
 	int err;
 
-	dmutex__shim_posts_settle();
+	settle();
 	for (int attempt = 0; (err = dsem_getvalue(s, value)) == EIO; attempt++) {
 		waiting("sem_getvalue", attempt);
 		backoff(attempt);
@@ -395,7 +429,7 @@ dmutex_shim_sem_close(dsem_t *s)
 	struct named **pp, *n;
 	int err = EINVAL;
 
-	dmutex__shim_posts_settle();
+	settle();
 	pthread_mutex_lock(&named_mu);
 	for (pp = &named_list; *pp && &(*pp)->sem != s; pp = &(*pp)->next)
 		;
@@ -424,7 +458,7 @@ dmutex_shim_sem_unlink(const char *name)
 
 	if (name_too_long(name))
 		return fail(ENAMETOOLONG);
-	dmutex__shim_posts_settle();
+	settle();
 	/* ENOENT unless the current generation exists */
 	if ((err = dmutex__name_ok(name, &len)) || (err = current("sem_unlink", name, bn)) ||
 			(err = open_patient(&t, "sem_unlink", bn, 0, DSEM_NOCREATE)))

@@ -7,6 +7,8 @@
  * each call rather than cast: the call keeps no pointer to it, and a copy
  * of 96 bytes next to a round trip to the backend costs nothing.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/barrier.h"
@@ -127,4 +129,29 @@ void
 dmutex__shim_exit_if_alone(void)
 {
 	dmutex__exit_if_alone();
+}
+
+int
+dmutex__shim_mutex_fresh(const char *name)
+{
+	struct dmutex_client *c;
+	int dropped = 0, err;
+
+	if ((err = dmutex__client_default(&c)) || (err = dmutex__mutex_fresh(c->be, name, &dropped)))
+		return err == ENOTSUP ? 0 : err;
+	if (dropped > 0)
+		dmutex__log(DMUTEX_LOG_INFO, "mutex '%s': no process uses it: the owner-died or not-recoverable "
+				"state an earlier one left is dropped", name);
+	return 0;
+}
+
+int
+dmutex__shim_mutex_robust_name(dmutex_t *m, char out[DMUTEX_NAME_MAX + 1])
+{
+	struct dmutex__mutex *mx;
+
+	if (dmutex__resolve(m, &mx) || !mx->robust)
+		return 0;
+	snprintf(out, DMUTEX_NAME_MAX + 1, "%s", mx->entry->name);
+	return 1;
 }

@@ -420,6 +420,12 @@ struct dmutex__backend_ops {
 	int (*sem_unlink)(struct dmutex__backend *be, const char *name, int *existed);
 	void (*sem_channel)(struct dmutex__backend *be, const char *name, char *out);
 
+	/* A mutex that no process uses any more (the shim's users.c): its
+	 * owner-died and not-recoverable state dropped, unless a hold is live
+	 * (*dropped 1 dropped, 0 nothing there, -1 held).  NULL: ENOTSUP
+	 * (Redlock, which has no read-write locks to tell that). */
+	int (*mutex_fresh)(struct dmutex__backend *be, const char *name, int *dropped);
+
 	/* ---- barriers (NULL: none; Redlock) ----
 	 * create: *other = 0 if it is (now) a barrier of this count, else the
 	 *   count it has.
@@ -764,6 +770,12 @@ static inline int
 dmutex__sem_unlink(struct dmutex__backend *be, const char *name, int *existed)
 {
 	return be->ops->sem_unlink ? be->ops->sem_unlink(be, name, existed) : ENOTSUP;
+}
+
+static inline int
+dmutex__mutex_fresh(struct dmutex__backend *be, const char *name, int *dropped)
+{
+	return be->ops->mutex_fresh ? be->ops->mutex_fresh(be, name, dropped) : ENOTSUP;
 }
 
 /* NULL: "" (nothing to hear). */

@@ -104,6 +104,12 @@ void dmutex__shim_set_interrupted(int (*fn)(void));
 void dmutex__shim_own_thread(void);
 /* From such a thread, at least once a second (base.h). */
 void dmutex__shim_exit_if_alone(void);
+/* A mutex no process uses (the shim's users.c): what earlier ones left
+ * in the backend, an owner-died or not-recoverable state, dropped unless
+ * a hold is live.  0 (also on a backend that cannot: Redlock), EIO. */
+int dmutex__shim_mutex_fresh(const char *name);
+/* 1 and m's name if m is a robust distributed mutex, else 0. */
+int dmutex__shim_mutex_robust_name(dmutex_t *m, char out[DMUTEX_NAME_MAX + 1]);
 /* dbarrier_wait as the operation o. */
 int dmutex__shim_barrier_wait(dbarrier_t *b, struct dmutex__shim_op *o);
 

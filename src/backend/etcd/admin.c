@@ -202,3 +202,13 @@ dmutex__etcd_reset(struct dmutex__backend *be, const char *name, int force, int 
 	json_decref(rep);
 	return 0;
 }
+
+int
+dmutex__etcd_mutex_fresh(struct dmutex__backend *be, const char *name, int *dropped)
+{
+	int result, err = dmutex__etcd_reset(be, name, 0, &result);
+
+	if (!err)
+		*dropped = result == DMUTEX__RESET_DONE ? 1 : result == DMUTEX__RESET_HELD ? -1 : 0;
+	return err;
+}

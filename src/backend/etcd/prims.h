@@ -70,6 +70,8 @@ int dmutex__etcd_sem_get(struct dmutex__backend *be, const char *name, unsigned 
 		long long *value);
 int dmutex__etcd_sem_unlink(struct dmutex__backend *be, const char *name, int *existed);
 void dmutex__etcd_sem_channel(struct dmutex__backend *be, const char *name, char *out);
+/* admin.c */
+int dmutex__etcd_mutex_fresh(struct dmutex__backend *be, const char *name, int *dropped);
 
 #define DMUTEX__ETCD_SEM_OPS \
 	.sem_create = dmutex__etcd_sem_create, \
@@ -78,7 +80,8 @@ void dmutex__etcd_sem_channel(struct dmutex__backend *be, const char *name, char
 	.sem_time = dmutex__etcd_sem_time, \
 	.sem_get = dmutex__etcd_sem_get, \
 	.sem_unlink = dmutex__etcd_sem_unlink, \
-	.sem_channel = dmutex__etcd_sem_channel
+	.sem_channel = dmutex__etcd_sem_channel, \
+	.mutex_fresh = dmutex__etcd_mutex_fresh
 
 /* ---- barrier.c ---- */
 int dmutex__etcd_barrier_create(struct dmutex__backend *be, const char *name, unsigned count,

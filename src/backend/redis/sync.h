@@ -55,6 +55,8 @@ int dmutex__redis_sem_get(struct dmutex__backend *be, const char *name, unsigned
 		long long *value);
 int dmutex__redis_sem_unlink(struct dmutex__backend *be, const char *name, int *existed);
 void dmutex__redis_sem_channel(struct dmutex__backend *be, const char *name, char *out);
+/* fresh.c */
+int dmutex__redis_mutex_fresh(struct dmutex__backend *be, const char *name, int *dropped);
 
 /* ---- barriers, one master ---- */
 #define DMUTEX__BARRIER_OPKEY_MAX (DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2)

@@ -99,6 +99,7 @@ void dmutex__backend_child_nodes(struct dmutex__backend *be);
 	.sem_get = dmutex__redis_sem_get, \
 	.sem_unlink = dmutex__redis_sem_unlink, \
 	.sem_channel = dmutex__redis_sem_channel, \
+	.mutex_fresh = dmutex__redis_mutex_fresh, \
 	.barrier_create = dmutex__redis_barrier_create, \
 	.barrier_arrive = dmutex__redis_barrier_arrive, \
 	.barrier_gen = dmutex__redis_barrier_gen, \

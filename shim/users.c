@@ -1,0 +1,377 @@
+/*
+ * Which processes use an object the shim names from its source line and
+ * whose state outlives a hold: a semaphore of sem_init (its count), a
+ * robust mutex (its owner-died and not-recoverable state).  That state
+ * lives in the backend under the object's name, so a second run of the
+ * same program would find what the first one left: the count of the last
+ * run, a mutex still not recoverable.
+ *
+ * Each process using such an object holds a read share of the
+ * read-write lock "NAME users" for as long as it does; the share is a
+ * lease, renewed while the process lives, ended at exit and, when the
+ * process dies, by its lease running out.  A process whose try for the
+ * write lock succeeds is the only one there: what is stored was left by
+ * processes that are gone, and it starts the object afresh before taking
+ * its share.  The last one to leave (destroy, or exit) removes the state
+ * the same way.  Processes starting together: the write lock lets one
+ * reset at a time, and none resets under a process that has joined, for
+ * no try for the write lock succeeds while that one holds its share.
+ *
+ * A share belongs to the thread that took it and ends with it (client.c);
+ * the program's threads come and go, so one thread of ours takes and
+ * gives every share of the process.
+ *
+ * A forked child uses what its parent initialized without initializing
+ * it: it takes shares of its own (never starting afresh) at its first
+ * semaphore call, and a process that has forked does not drop the state
+ * when it leaves last, since a child may not have taken its share yet.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "users.h"
+#include "core/shim.h"
+
+#define SUFFIX " users"
+/* How long exit waits for the shares to be given back: an exit must not
+ * hang on a backend that is away (the leases then run out). */
+#define EXIT_WAIT_S 3
+
+struct member {
+	struct member *next;
+	drwlock_t rw;
+	unsigned refs;
+	int (*last)(const char *name);
+	char name[];
+};
+
+enum { JOIN, LEAVE, LEAVE_ALL, ADOPT };
+
+struct req {
+	struct req *next;
+	int op;
+	const char *name;
+	int (*fresh)(const char *name);
+	int (*last)(const char *name);
+	int err, done;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work = PTHREAD_COND_INITIALIZER, finished = PTHREAD_COND_INITIALIZER;
+static struct req *head, **tail = &head;
+static struct member *members;  /* the helper's own */
+static struct member *parents;  /* a forked child's parent's: not ours */
+static int running;
+static pid_t helper_pid;
+static pthread_t helper;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atexit_set;
+static unsigned joined;         /* atomic: members, for the fork handler */
+static int forked;              /* atomic: this process forked since it joined */
+static int adopt_pending;       /* atomic: a child's inherited names to join */
+
+static struct member *
+find(const char *name)
+{
+	struct member *m;
+
+	for (m = members; m && strcmp(m->name, name); m = m->next)
+		;
+	return m;
+}
+
+/* "NAME users": kept in DMUTEX_NAME_MAX by cutting NAME, so that two long
+ * names may share one lock; they then only keep each other from being
+ * reset, never reset each other. */
+static void
+users_name(const char *name, char out[DMUTEX_NAME_MAX + 1])
+{
+	size_t n = strlen(name), room = DMUTEX_NAME_MAX - (sizeof SUFFIX - 1);
+
+	if (n > room)
+		n = room;
+	memcpy(out, name, n);
+	memcpy(out + n, SUFFIX, sizeof SUFFIX);
+}
+
+static int
+join(const char *name, int (*fresh)(const char *), int (*last)(const char *))
+{
+	char un[DMUTEX_NAME_MAX + 1];
+	struct member *m = find(name);
+	size_t n = strlen(name);
+	int err;
+
+	if (m) {
+		m->refs++;
+		return 0;
+	}
+	if (!(m = calloc(1, sizeof *m + n + 1)))
+		return ENOMEM;
+	memcpy(m->name, name, n + 1);
+	users_name(name, un);
+	if ((err = drwlock_init(&m->rw, un, NULL))) {
+		free(m);
+		/* A client over several masters has no read-write locks: no
+		 * run is told from the next there. */
+		return err == ENOTSUP ? 0 : err;
+	}
+	if (!(err = drwlock_trywrlock(&m->rw))) {
+		err = fresh ? fresh(name) : 0;
+		if (drwlock_unlock(&m->rw) && !err)
+			err = EIO;
+	} else if (err == EBUSY) {
+		err = 0;
+	}
+	if (!err)
+		err = drwlock_rdlock(&m->rw);
+	if (err) {
+		drwlock_destroy(&m->rw);
+		free(m);
+		return err == ENOTSUP ? 0 : err;
+	}
+	m->refs = 1;
+	m->last = last;
+	m->next = members;
+	members = m;
+	__atomic_fetch_add(&joined, 1, __ATOMIC_ACQ_REL);
+	return 0;
+}
+
+static void
+leave_member(struct member *m)
+{
+	drwlock_unlock(&m->rw);
+	if (m->last && !__atomic_load_n(&forked, __ATOMIC_ACQUIRE) && !drwlock_trywrlock(&m->rw)) {
+		m->last(m->name);
+		drwlock_unlock(&m->rw);
+	}
+	drwlock_destroy(&m->rw);
+	free(m);
+	__atomic_fetch_sub(&joined, 1, __ATOMIC_ACQ_REL);
+}
+
+static void
+leave(const char *name)
+{
+	struct member **pp, *m;
+
+	for (pp = &members; (m = *pp) && strcmp(m->name, name); pp = &m->next)
+		;
+	if (!m || --m->refs)
+		return;
+	*pp = m->next;
+	leave_member(m);
+}
+
+static void
+leave_all(void)
+{
+	struct member *m;
+
+	while ((m = members)) {
+		members = m->next;
+		leave_member(m);
+	}
+}
+
+/* A forked child's shares of what its parent had joined: joined as the
+ * parent's users, never afresh (the parent may be gone already, the state
+ * is the child's now). */
+static void
+adopt(void)
+{
+	struct member *m;
+
+	for (m = parents; m; m = m->next)
+		if (m->refs && !find(m->name) && !join(m->name, NULL, m->last))
+			m->refs = 0;
+}
+
+static void *
+helper_main(void *arg)
+{
+	struct req *r;
+	struct timespec at;
+
+	(void)arg;
+	dmutex__shim_own_thread();
+	pthread_mutex_lock(&mu);
+	for (;;) {
+		/* Never for ever: the program may have ended under us. */
+		while (!head) {
+			clock_gettime(CLOCK_REALTIME, &at);
+			at.tv_sec++;
+			if (pthread_cond_timedwait(&work, &mu, &at) == ETIMEDOUT) {
+				pthread_mutex_unlock(&mu);
+				dmutex__shim_exit_if_alone();
+				pthread_mutex_lock(&mu);
+			}
+		}
+		r = head;
+		if (!(head = r->next))
+			tail = &head;
+		pthread_mutex_unlock(&mu);
+		r->err = 0;
+		if (r->op == JOIN)
+			r->err = join(r->name, r->fresh, r->last);
+		else if (r->op == LEAVE)
+			leave(r->name);
+		else if (r->op == ADOPT)
+			adopt();
+		else
+			leave_all();
+		pthread_mutex_lock(&mu);
+		r->done = 1;
+		pthread_cond_broadcast(&finished);
+	}
+	return NULL;
+}
+
+static void
+parent(void)
+{
+	if (__atomic_load_n(&joined, __ATOMIC_ACQUIRE))
+		__atomic_store_n(&forked, 1, __ATOMIC_RELEASE);
+}
+
+/* A forked child has no helper and none of the parent's shares: it takes
+ * its own at its first semaphore call (dmutex__shim_users_adopt). */
+static void
+child(void)
+{
+	pthread_mutex_init(&mu, NULL);
+	pthread_cond_init(&work, NULL);
+	pthread_cond_init(&finished, NULL);
+	head = NULL;
+	tail = &head;
+	/* Kept reachable, never used: the parent's. */
+	if (members) {
+		struct member *m = members;
+		while (m->next)
+			m = m->next;
+		m->next = parents;
+		parents = members;
+		members = NULL;
+		__atomic_store_n(&adopt_pending, 1, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&forked, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&joined, 0, __ATOMIC_RELEASE);
+	running = 0;
+}
+
+static void atfork_set(void)
+{
+	pthread_atfork(NULL, parent, child);
+}
+
+/* Under mu. */
+static int
+start(void)
+{
+	sigset_t all, old;
+	int err;
+
+	if (running && helper_pid == getpid())
+		return 0;
+	/* Ours: no signal of the program's is delivered here. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&helper, NULL, helper_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err)
+		return err;
+	pthread_detach(helper);
+	running = 1;
+	helper_pid = getpid();
+	return 0;
+}
+
+/* r queued and waited for, at most until `until` (0: for ever): 0, or
+ * ETIMEDOUT with r left to the helper. */
+static int
+ask(struct req *r, const struct timespec *until)
+{
+	int err;
+
+	pthread_once(&atfork_once, atfork_set);
+	pthread_mutex_lock(&mu);
+	if ((err = start())) {
+		pthread_mutex_unlock(&mu);
+		return err;
+	}
+	r->done = 0;
+	r->next = NULL;
+	*tail = r;
+	tail = &r->next;
+	pthread_cond_signal(&work);
+	while (!r->done && !err)
+		err = until ? pthread_cond_timedwait(&finished, &mu, until)
+			: pthread_cond_wait(&finished, &mu);
+	pthread_mutex_unlock(&mu);
+	return r->done ? 0 : err;
+}
+
+/* At exit the process leaves everything it joined: the next run must not
+ * wait for its leases to run out to start afresh. */
+static void
+at_exit(void)
+{
+	static struct req r = { .op = LEAVE_ALL };     /* the helper may outlast us */
+	struct timespec at;
+	int go;
+
+	pthread_mutex_lock(&mu);
+	go = running && helper_pid == getpid();
+	pthread_mutex_unlock(&mu);
+	if (!go)
+		return;
+	if (pthread_equal(pthread_self(), helper)) {
+		leave_all();
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += EXIT_WAIT_S;
+	ask(&r, &at);
+}
+
+int
+dmutex__shim_users_join(const char *name, int (*fresh)(const char *name),
+		int (*last)(const char *name))
+{
+	struct req r = { .op = JOIN, .name = name, .fresh = fresh, .last = last };
+	int err = ask(&r, NULL);
+
+	if (err)
+		return err;
+	/* After the first join, which made the first connection: our exit
+	 * handler then runs before the library's own (dial.c), which would
+	 * end our connections under us. */
+	pthread_mutex_lock(&mu);
+	if (!r.err && !atexit_set && !atexit(at_exit))
+		atexit_set = 1;
+	pthread_mutex_unlock(&mu);
+	return r.err;
+}
+
+void
+dmutex__shim_users_leave(const char *name)
+{
+	struct req r = { .op = LEAVE, .name = name };
+
+	ask(&r, NULL);
+}
+
+void
+dmutex__shim_users_adopt(void)
+{
+	struct req r = { .op = ADOPT };
+
+	if (__atomic_exchange_n(&adopt_pending, 0, __ATOMIC_ACQ_REL))
+		ask(&r, NULL);
+}

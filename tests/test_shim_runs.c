@@ -1,0 +1,372 @@
+/*
+ * A program through the shim run more than once (issue 29): what one run
+ * leaves in the backend must not change the next.  Each run is this
+ * program exec'd in a mode, against one real redis-server, talking to the
+ * driver through its stdin and stdout (shim_driver.h):
+ *
+ *   count    sem_init(0) of an unnamed semaphore, its value printed, two
+ *            posts, then the driver says how to end: "exit" (no
+ *            sem_destroy), "destroy" (then exit), or it is killed.  The
+ *            next run prints 0 every time: the count is not the last
+ *            run's, whether that ended by exit, destroy, or died (then
+ *            once its lease has run out: a short one here).
+ *   three    three processes start together over a count a killed run
+ *            left, each sem_init(0) and one post; once all three have
+ *            posted, each reads the value: exactly 3 (no process reset a
+ *            count another had posted to, and the old count is gone).
+ *   fork     a run posts twice, forks and exits while its child still
+ *            uses the semaphore: the child's post makes 3 (the count is
+ *            kept for it), and once the child has exited too, the next
+ *            run starts from 0.
+ *   robust   a robust mutex made not recoverable (its locker's thread
+ *            returns holding it; the main thread gets EOWNERDEAD and
+ *            unlocks without pthread_mutex_consistent), destroyed and
+ *            initialized again at the same line: a fresh mutex, each
+ *            round (musl's pthread_robust); the last round's is left not
+ *            recoverable at exit, and the next run's is fresh again.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "shim_driver.h"
+
+#define LINE_MS 30000
+
+static char self[4096];
+
+static int
+say(struct proc *p, const char *what)
+{
+	size_t n = strlen(what);
+
+	return write(p->in, what, n) == (ssize_t)n ? 0 : -1;
+}
+
+static int
+end(struct proc *p, int kill_it)
+{
+	int st;
+
+	if (kill_it)
+		kill(p->pid, SIGKILL);
+	close(p->in);
+	st = th_wait_child(p->pid, LINE_MS);
+	close(p->out);
+	return st;
+}
+
+/* ---- the runs (children) ---- */
+
+static sem_t cnt;
+
+/* The semaphore is named from the line of its sem_init (shim/name.c):
+ * one line, so that the driver knows it. */
+static const int count_line = __LINE__; static int count_init(void) { return sem_init(&cnt, 0, 0); }
+
+static int
+run_count(int posts, int check)
+{
+	char cmd[32] = "";
+	int v = -1;
+
+	if (count_init() || sem_getvalue(&cnt, &v))
+		return 1;
+	if (!check)
+		printf("value %d\n", v);
+	for (int i = 0; i < posts; i++)
+		if (sem_post(&cnt))
+			return 1;
+	printf("posted\n");
+	fflush(stdout);
+	while (fgets(cmd, sizeof cmd, stdin)) {
+		if (!strcmp(cmd, "check\n")) {
+			if (sem_getvalue(&cnt, &v))
+				return 1;
+			printf("value %d\n", v);
+			fflush(stdout);
+		} else if (!strcmp(cmd, "destroy\n")) {
+			return sem_destroy(&cnt) ? 1 : 0;
+		} else {
+			break;
+		}
+	}
+	return 0;
+}
+
+/* The run initializes and posts twice, forks, and exits at once; its
+ * child waits until the run is gone (the pipe's write end closes), posts
+ * once and prints the value: 3, the run's count kept for the child that
+ * uses it; then waits for "exit". */
+static int
+run_forkexit(void)
+{
+	char cmd[32], c;
+	int fd[2], v = -1;
+	pid_t pid;
+
+	if (pipe(fd) || count_init() || sem_post(&cnt) || sem_post(&cnt) || (pid = fork()) < 0)
+		return 1;
+	if (pid > 0)
+		exit(0);
+	close(fd[1]);
+	while (read(fd[0], &c, 1) > 0)
+		;
+	if (sem_post(&cnt) || sem_getvalue(&cnt, &v))
+		_exit(1);
+	printf("value %d\n", v);
+	fflush(stdout);
+	while (fgets(cmd, sizeof cmd, stdin) && strcmp(cmd, "exit\n"))
+		;
+	exit(0);
+}
+
+static pthread_mutex_t rm;
+
+static void *
+rm_locker(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&rm);
+	return NULL;    /* holding it */
+}
+
+/* One round: "init died unlocked notrec destroy" as results. */
+static int
+rm_round(int destroy)
+{
+	pthread_mutexattr_t a;
+	pthread_t t;
+	int r[4];
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	r[0] = pthread_mutex_init(&rm, &a);
+	pthread_mutexattr_destroy(&a);
+	if (pthread_create(&t, NULL, rm_locker, NULL) || pthread_join(t, NULL))
+		return 1;
+	r[1] = pthread_mutex_lock(&rm);
+	r[2] = pthread_mutex_unlock(&rm);       /* not consistent: not recoverable */
+	r[3] = pthread_mutex_lock(&rm);
+	printf("%d %d %d %d %d\n", r[0], r[1], r[2], r[3], destroy ? pthread_mutex_destroy(&rm) : -1);
+	fflush(stdout);
+	return 0;
+}
+
+static int
+run_robust(void)
+{
+	for (int i = 0; i < 3; i++)
+		if (rm_round(i < 2))
+			return 1;
+	return 0;
+}
+
+/* ---- the driver ---- */
+
+static int
+expect_line(struct proc *p, const char *want, const char *what)
+{
+	char buf[128];
+
+	if (line(p, buf, sizeof buf, LINE_MS)) {
+		fprintf(stderr, "%s: no line (want '%s')\n", what, want);
+		return 1;
+	}
+	if (strcmp(buf, want)) {
+		fprintf(stderr, "%s: '%s', want '%s'\n", what, buf, want);
+		return 1;
+	}
+	return 0;
+}
+
+/* A run that posts twice and ends as `how` says; its first line. */
+static int
+count_run(const char *how, const char *want, const char *what)
+{
+	struct proc p;
+	int bad;
+
+	if (start(&p, self, "count"))
+		return 1;
+	bad = expect_line(&p, want, what) || expect_line(&p, "posted", what);
+	if (!strcmp(how, "kill")) {
+		end(&p, 1);
+		return bad;
+	}
+	bad |= say(&p, !strcmp(how, "destroy") ? "destroy\n" : "exit\n") != 0;
+	bad |= end(&p, 0) != 0;
+	return bad;
+}
+
+static void
+case_count(void)
+{
+	EXPECT(!count_run("exit", "value 0", "first run"));
+	EXPECT(!count_run("exit", "value 0", "after a run that exited"));
+	EXPECT(!count_run("destroy", "value 0", "again"));
+	EXPECT(!count_run("kill", "value 0", "after a run that destroyed it"));
+}
+
+/* After a run that was killed: its share lasts as long as its lease
+ * (lease_ms in DMUTEX_URL); the runs until then join its count, the first
+ * after it starts afresh. */
+static void
+case_killed(void)
+{
+	long long until = th_now_ms() + 15000;
+	int fresh = 0;
+
+	EXPECT(!count_run("kill", "value 0", "first run"));
+	while (!fresh && th_now_ms() < until) {
+		struct proc p;
+		char buf[64];
+
+		if (start(&p, self, "count"))
+			break;
+		if (!line(&p, buf, sizeof buf, LINE_MS))
+			fresh = !strcmp(buf, "value 0");
+		say(&p, "exit\n");
+		end(&p, 0);
+	}
+	EXPECT(fresh);
+}
+
+/* Until no process holds a share of the semaphore's users lock
+ * (shim/users.c): "NAMESPACE/FILE:LINE users". */
+static int
+users_gone(void)
+{
+	char name[128];
+	long long until = th_now_ms() + 15000;
+	drwlock_t u;
+	int err = EBUSY;
+
+	snprintf(name, sizeof name, "shimruns/test_shim_runs.c:%d users", count_line);
+	if (drwlock_init(&u, name, NULL))
+		return -1;
+	while ((err = drwlock_trywrlock(&u)) == EBUSY && th_now_ms() < until)
+		usleep(20 * 1000);
+	if (!err)
+		drwlock_unlock(&u);
+	drwlock_destroy(&u);
+	return err;
+}
+
+static void
+case_three(void)
+{
+	struct proc p[3];
+	int bad = 0;
+
+	/* A count left by a run that died, once its share has run out. */
+	EXPECT(!count_run("kill", "value 0", "the run before"));
+	EXPECT(!users_gone());
+	for (int round = 0; round < 3 && !bad; round++) {
+		for (int i = 0; i < 3; i++)
+			bad |= start(&p[i], self, "three") != 0;
+		if (bad)
+			break;
+		for (int i = 0; i < 3; i++)
+			bad |= expect_line(&p[i], "posted", "three");
+		for (int i = 0; i < 3; i++)
+			bad |= say(&p[i], "check\n") != 0;
+		for (int i = 0; i < 3; i++)
+			bad |= expect_line(&p[i], "value 3", "three, once all have posted");
+		for (int i = 0; i < 3; i++) {
+			say(&p[i], "exit\n");
+			bad |= end(&p[i], 0) != 0;
+		}
+	}
+	EXPECT(!bad);
+}
+
+/* A run that forks and exits while its child still uses the semaphore:
+ * the child keeps the count; once it has exited too, the next run starts
+ * afresh. */
+static void
+case_fork(void)
+{
+	struct proc p;
+	char buf[64];
+
+	if (start(&p, self, "forkexit")) {
+		EXPECT(!"start");
+		return;
+	}
+	EXPECT(!expect_line(&p, "value 3", "the child of a run that exited"));
+	EXPECT(th_wait_child(p.pid, LINE_MS) == 0);
+	say(&p, "exit\n");
+	close(p.in);
+	/* The child's end of the pipe closes when it has exited. */
+	EXPECT(line(&p, buf, sizeof buf, LINE_MS) != 0);
+	close(p.out);
+	EXPECT(!count_run("exit", "value 0", "after the child exited"));
+}
+
+static void
+case_robust(void)
+{
+	static const char *want[] = {
+		"0 130 0 131 0", "0 130 0 131 0", "0 130 0 131 -1",
+	};
+
+	for (int run = 0; run < 2; run++) {
+		struct proc p;
+		int bad = start(&p, self, "robust");
+
+		for (int i = 0; i < 3 && !bad; i++)
+			bad = expect_line(&p, want[i], run ? "second run" : "first run");
+		EXPECT(!bad);
+		EXPECT(end(&p, 0) == 0);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct th_redis srv;
+	char url[700];
+	ssize_t n;
+
+	if (argc > 1 && !strcmp(argv[1], "count"))
+		return run_count(2, 0);
+	if (argc > 1 && !strcmp(argv[1], "three"))
+		return run_count(1, 1);
+	if (argc > 1 && !strcmp(argv[1], "robust"))
+		return run_robust();
+	if (argc > 1 && !strcmp(argv[1], "forkexit"))
+		return run_forkexit();
+	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
+		return 1;
+	self[n] = '\0';
+	if (th_redis_start(&srv, NULL)) {
+		fprintf(stderr, "redis-server did not start\n");
+		return 1;
+	}
+	/* A short lease: a killed run's share runs out soon. */
+	th_url_with(url, sizeof url, srv.url, "lease_ms=1000");
+	setenv("DMUTEX_URL", url, 1);
+	setenv("DMUTEX_NAMESPACE", "shimruns", 1);
+	if (argc > 1 && !strcmp(argv[1], "count-case"))
+		case_count();
+	else if (argc > 1 && !strcmp(argv[1], "killed-case"))
+		case_killed();
+	else if (argc > 1 && !strcmp(argv[1], "three-case"))
+		case_three();
+	else if (argc > 1 && !strcmp(argv[1], "robust-case"))
+		case_robust();
+	else if (argc > 1 && !strcmp(argv[1], "fork-case"))
+		case_fork();
+	else
+		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case");
+	th_redis_stop(&srv);
+	return th_check_status();
+}
