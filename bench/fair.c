@@ -15,11 +15,12 @@
  * token, lock = BLPOP (Redis serves blocked clients first come first
  * served), unlock = RPUSH.  Each contender has a connection of its own.
  *
- * Where the fair lock's time goes, three more "(why)" rows with 4
- * processes (the last also with 8 threads): the FIFO lock whose unlock
+ * Where the fair lock's time goes, four more "(why)" rows with 4
+ * processes (the third also with 8 threads): the FIFO lock whose unlock
  * runs the fair release's commands in a script, the same whose lock also
- * runs the fair acquire's queueing commands first, and the FIFO lock
- * whose unlock runs the least script a checked hand-over needs (below).
+ * runs the fair acquire's queueing commands first, the FIFO lock whose
+ * unlock runs the least script a checked hand-over needs, and one whose
+ * waiters queue themselves in a list with plain commands (below).
  * Each row also counts, per wait, the takes by others during it: more
  * than P-1 is an unfair wait, a long wait with P-1 or fewer is slow
  * hand-overs.  BENCH_FAIR_DIAG=1 prints each run's INFO commandstats.
@@ -145,7 +146,56 @@ static const char *const mock_least =
 	"redis.call('PEXPIRE', KEYS[1], 10000)\n"
 	"redis.call('RPUSH', KEYS[2], f)\n"
 	"return 1\n";
-static char mock_release_sha[41], mock_queue_sha[41], mock_least_sha[41];
+/* A step short of a redesign (docs/guide.md): the waiters queue
+ * themselves with a MULTI of plain commands (mock_list_queue below): their
+ * tokens in a list, which Redis keeps in arrival order, and each place a
+ * key of its own that expires with it.  The release reads the list's head
+ * and its place, pops it, and writes the hold as fair_release.lua does. */
+static const char *const mock_list_release =
+	"local cur = redis.call('HMGET', KEYS[1], 'token', 'died')\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local q = redis.call('LRANGE', KEYS[3], 0, 7)\n"
+	"local h = q[1] or 'none'\n"
+	"local place = redis.call('GET', KEYS[3] .. ':' .. h)\n"
+	"local m = redis.call('HMGET', KEYS[2], 'fence', 'n')\n"
+	"if q[1] then redis.call('LPOP', KEYS[3]); redis.call('DEL', KEYS[3] .. ':' .. h) end\n"
+	"redis.call('HSET', KEYS[2], 'v', '2', 'state', 'held', 'robust', '0', 'fence', now, 'n', 1)\n"
+	"redis.call('PEXPIRE', KEYS[2], 20000)\n"
+	"redis.call('HSET', KEYS[1], 'v', '2', 'token', h, 'fence', now, 'died', 0, 'host', 'h',"
+	" 'pid', '1', 'tid', '2', 'since', now, 'lease', 10000, 'hostid', 'x')\n"
+	"redis.call('PEXPIRE', KEYS[1], 10000)\n"
+	"redis.call('RPUSH', KEYS[4], 't')\n"
+	"redis.call('PEXPIRE', KEYS[4], 20000)\n"
+	"return 1\n";
+static char mock_release_sha[41], mock_queue_sha[41], mock_least_sha[41], mock_list_sha[41];
+
+/* mock_list_release's waiter: one write, no script. */
+static int
+mock_list_queue(struct ctx *x)
+{
+	redisReply *r;
+	int ok = 1;
+
+	redisAppendCommand(x->rc, "MULTI");
+	redisAppendCommand(x->rc, "HMGET %s:m:l v token died fence", x->name);
+	redisAppendCommand(x->rc, "HGET %s:m:m v", x->name);
+	redisAppendCommand(x->rc, "PTTL %s:m:l", x->name);
+	redisAppendCommand(x->rc, "DEL %s:m:w%d", x->name, x->idx);
+	redisAppendCommand(x->rc, "RPUSH %s:m:s c%d", x->name, x->idx);
+	redisAppendCommand(x->rc, "SET %s:m:s:c%d %s PX 10000", x->name, x->idx,
+			"10000 0 host 1 2 1700000000000 hostid");
+	redisAppendCommand(x->rc, "PEXPIRE %s:m:s 20000", x->name);
+	redisAppendCommand(x->rc, "EXEC");
+	for (int i = 0; i < 9; i++) {
+		if (redisGetReply(x->rc, (void **)&r) != REDIS_OK)
+			return EIO;
+		if (i == 8 && (r->type != REDIS_REPLY_ARRAY || r->elements != 7))
+			ok = 0;
+		freeReplyObject(r);
+	}
+	return ok ? 0 : EIO;
+}
 
 static int
 fifo_lock(struct ctx *x, int lock)
@@ -162,8 +212,13 @@ fifo_lock(struct ctx *x, int lock)
 		if (!ok)
 			return EIO;
 	}
+	if (lock && x->fifo == 5 && mock_list_queue(x))
+		return EIO;
 	if (lock)
 		r = bench_cmd(x->rc, "BLPOP %s:fifo 0", x->name);
+	else if (x->fifo == 5)
+		r = bench_cmd(x->rc, "EVALSHA %s 4 %s:m:l %s:m:m %s:m:s %s:fifo c%d", mock_list_sha,
+				x->name, x->name, x->name, x->name, x->idx);
 	else if (x->fifo == 4)
 		r = bench_cmd(x->rc, "EVALSHA %s 2 %s:m:l %s:fifo c%d", mock_least_sha, x->name, x->name,
 				x->idx);
@@ -270,23 +325,23 @@ thread_main(void *arg)
 /* What the server ran for a run: its requests and their time (a
  * script's inner calls within its EVALSHA's). */
 struct fstats {
-	long long evalsha, usec_evalsha, blpop, usec_blpop, rpush, usec_rpush;
+	long long evalsha, usec_evalsha, blpop, usec_blpop, rpush, usec_rpush, exec, usec_exec;
 };
 
 static int
 fstats_read(redisContext *c, struct fstats *out)
 {
 	redisReply *r = bench_cmd(c, "INFO commandstats");
-	const char *names[3] = { "evalsha", "blpop", "rpush" };
-	long long *calls[3] = { &out->evalsha, &out->blpop, &out->rpush };
-	long long *usec[3] = { &out->usec_evalsha, &out->usec_blpop, &out->usec_rpush };
+	const char *names[4] = { "evalsha", "blpop", "rpush", "exec" };
+	long long *calls[4] = { &out->evalsha, &out->blpop, &out->rpush, &out->exec };
+	long long *usec[4] = { &out->usec_evalsha, &out->usec_blpop, &out->usec_rpush, &out->usec_exec };
 
 	memset(out, 0, sizeof *out);
 	if (r->type != REDIS_REPLY_STRING) {
 		freeReplyObject(r);
 		return -1;
 	}
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		char key[32];
 		const char *at;
 
@@ -439,8 +494,10 @@ report(const struct bench *b, struct shared *sh, int procs, int n, const char *l
 	if (total) {
 		row_metric(r, "client CPU/acq", (double)atomic_load(&sh->cpu_ns) / total, "ns");
 		if (fs) {
-			/* Inside a script, RPUSH counts in EVALSHA too. */
-			long long usec = fs->usec_evalsha + fs->usec_blpop + (fifo == 1 ? fs->usec_rpush : 0);
+			/* Inside a script, RPUSH counts in EVALSHA too; the
+			 * list queue's EXEC holds its commands' time. */
+			long long usec = fs->usec_evalsha + fs->usec_blpop +
+				(fifo == 5 ? fs->usec_exec : 0) + (fifo == 1 ? fs->usec_rpush : 0);
 
 			row_metric(r, "redis CPU/acq", usec * 1e3 / total, "ns");
 			row_metric(r, "EVALSHA/acq", (double)fs->evalsha / total, "");
@@ -486,7 +543,7 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 
 	memset(sh, 0, offsetof(struct shared, waits));
 	snprintf(name, sizeof name, "%s:fair%s%d%s", b->run_id, procs ? "p" : "t", n,
-			fifo == 2 ? "r" : fifo == 3 ? "q" : fifo == 4 ? "l" : "");
+			fifo == 2 ? "r" : fifo == 3 ? "q" : fifo == 4 ? "l" : fifo == 5 ? "s" : "");
 	if (th_sync_init(&ready) || pipe(go))
 		return -1;
 	if (fifo) {
@@ -497,10 +554,10 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 		freeReplyObject(bench_cmd(c, "DEL %s:fifo", name));
 		freeReplyObject(bench_cmd(c, "RPUSH %s:fifo t", name));
 		if (fifo >= 2) {
-			const char *src[3] = { mock_release, mock_queue, mock_least };
-			char *sha[3] = { mock_release_sha, mock_queue_sha, mock_least_sha };
+			const char *src[4] = { mock_release, mock_queue, mock_least, mock_list_release };
+			char *sha[4] = { mock_release_sha, mock_queue_sha, mock_least_sha, mock_list_sha };
 
-			for (int i = 0; i < 3; i++) {
+			for (int i = 0; i < 4; i++) {
 				redisReply *r = bench_cmd(c, "SCRIPT LOAD %s", src[i]);
 
 				if (r->type != REDIS_REPLY_STRING || r->len != 40) {
@@ -552,6 +609,8 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 		fs1.usec_blpop -= fs0.usec_blpop;
 		fs1.rpush -= fs0.rpush;
 		fs1.usec_rpush -= fs0.usec_rpush;
+		fs1.exec -= fs0.exec;
+		fs1.usec_exec -= fs0.usec_exec;
 	} else {
 		stats = 0;
 	}
@@ -568,7 +627,8 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 		free(diag1);
 		return -1;
 	}
-	snprintf(label, sizeof label, "%s, %d %s", fifo == 4 ? "(why) FIFO + the least release script"
+	snprintf(label, sizeof label, "%s, %d %s", fifo == 5 ? "(why) FIFO + a list queue's release and MULTI"
+			: fifo == 4 ? "(why) FIFO + the least release script"
 			: fifo == 3 ? "(why) FIFO + fair's release and queue scripts"
 			: fifo == 2 ? "(why) FIFO + fair's release script" : fifo ? "(why) FIFO lock BLPOP/RPUSH"
 			: "fair lock",
@@ -605,6 +665,7 @@ bench_fair(struct bench *b)
 	rc |= run(b, sh, 1, 4, 2, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 1, 4, 3, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 1, 4, 4, &own, rc ? NULL : &fifo);
+	rc |= run(b, sh, 1, 4, 5, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 0, 8, 1, &fifo, NULL);
 	rc |= run(b, sh, 0, 8, 0, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 0, 8, 4, &own, rc ? NULL : &fifo);
