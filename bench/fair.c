@@ -15,12 +15,13 @@
  * token, lock = BLPOP (Redis serves blocked clients first come first
  * served), unlock = RPUSH.  Each contender has a connection of its own.
  *
- * Where the fair lock's time goes, four more "(why)" rows with 4
+ * Where the fair lock's time goes, five more "(why)" rows with 4
  * processes (the third also with 8 threads): the FIFO lock whose unlock
  * runs the fair release's commands in a script, the same whose lock also
  * runs the fair acquire's queueing commands first, the FIFO lock whose
- * unlock runs the least script a checked hand-over needs, and one whose
- * waiters queue themselves in a list with plain commands (below).
+ * unlock runs the least script a checked hand-over needs, one whose
+ * waiters queue themselves in a list with plain commands, and one with
+ * the whole release of a queue Redis serves itself (below).
  * Each row also counts, per wait, the takes by others during it: more
  * than P-1 is an unfair wait, a long wait with P-1 or fewer is slow
  * hand-overs.  BENCH_FAIR_DIAG=1 prints each run's INFO commandstats.
@@ -168,7 +169,30 @@ static const char *const mock_list_release =
 	"redis.call('RPUSH', KEYS[4], 't')\n"
 	"redis.call('PEXPIRE', KEYS[4], 20000)\n"
 	"return 1\n";
-static char mock_release_sha[41], mock_queue_sha[41], mock_least_sha[41], mock_list_sha[41];
+/* The release a design needs in which Redis serves the waiters from one
+ * list (no head to find): the owner, the token counter and the clock
+ * read, the next token and the holds' count written to the meta hash,
+ * the lock's hash given to the grant (its token, died, lease), both
+ * expiries set, the grant (token, push time, lease) pushed and its list's
+ * expiry set.  Its waiter sends a TIME with its BLPOP (fifo_lock): the
+ * push time and the server's time at the BLPOP bound the lease of a grant
+ * that waited in the list. */
+static const char *const mock_served_release =
+	"local cur = redis.call('HMGET', KEYS[1], 'token', 'died')\n"
+	"local m = redis.call('HMGET', KEYS[2], 'fence', 'n')\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local f = (tonumber(m[1]) or 0) + 1\n"
+	"redis.call('HSET', KEYS[2], 'v', '2', 'state', 'handed', 'fence', f, 'n', (tonumber(m[2]) or 0) + 1)\n"
+	"redis.call('PEXPIRE', KEYS[2], 20000)\n"
+	"redis.call('HSET', KEYS[1], 'v', '2', 'token', 'g' .. f, 'fence', f, 'died', 0, 'since', now,"
+	" 'lease', 10000)\n"
+	"redis.call('PEXPIRE', KEYS[1], 10000)\n"
+	"redis.call('RPUSH', KEYS[3], f .. ':' .. now .. ':10000')\n"
+	"redis.call('PEXPIRE', KEYS[3], 20000)\n"
+	"return 1\n";
+static char mock_release_sha[41], mock_queue_sha[41], mock_least_sha[41], mock_list_sha[41],
+	mock_served_sha[41];
 
 /* mock_list_release's waiter: one write, no script. */
 static int
@@ -214,8 +238,25 @@ fifo_lock(struct ctx *x, int lock)
 	}
 	if (lock && x->fifo == 5 && mock_list_queue(x))
 		return EIO;
-	if (lock)
+	if (lock && x->fifo == 6) {
+		/* TIME and BLPOP in one write: two replies, one round trip. */
+		redisAppendCommand(x->rc, "TIME");
+		redisAppendCommand(x->rc, "BLPOP %s:fifo 0", x->name);
+		if (redisGetReply(x->rc, (void **)&r) != REDIS_OK)
+			return EIO;
+		ok = r->type == REDIS_REPLY_ARRAY;
+		freeReplyObject(r);
+		if (redisGetReply(x->rc, (void **)&r) != REDIS_OK)
+			return EIO;
+		if (!ok) {
+			freeReplyObject(r);
+			return EIO;
+		}
+	} else if (lock)
 		r = bench_cmd(x->rc, "BLPOP %s:fifo 0", x->name);
+	else if (x->fifo == 6)
+		r = bench_cmd(x->rc, "EVALSHA %s 3 %s:m:l %s:m:m %s:fifo", mock_served_sha, x->name, x->name,
+				x->name);
 	else if (x->fifo == 5)
 		r = bench_cmd(x->rc, "EVALSHA %s 4 %s:m:l %s:m:m %s:m:s %s:fifo c%d", mock_list_sha,
 				x->name, x->name, x->name, x->name, x->idx);
@@ -543,7 +584,7 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 
 	memset(sh, 0, offsetof(struct shared, waits));
 	snprintf(name, sizeof name, "%s:fair%s%d%s", b->run_id, procs ? "p" : "t", n,
-			fifo == 2 ? "r" : fifo == 3 ? "q" : fifo == 4 ? "l" : fifo == 5 ? "s" : "");
+			fifo == 2 ? "r" : fifo == 3 ? "q" : fifo == 4 ? "l" : fifo == 5 ? "s" : fifo == 6 ? "v" : "");
 	if (th_sync_init(&ready) || pipe(go))
 		return -1;
 	if (fifo) {
@@ -554,10 +595,12 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 		freeReplyObject(bench_cmd(c, "DEL %s:fifo", name));
 		freeReplyObject(bench_cmd(c, "RPUSH %s:fifo t", name));
 		if (fifo >= 2) {
-			const char *src[4] = { mock_release, mock_queue, mock_least, mock_list_release };
-			char *sha[4] = { mock_release_sha, mock_queue_sha, mock_least_sha, mock_list_sha };
+			const char *src[5] = { mock_release, mock_queue, mock_least, mock_list_release,
+				mock_served_release };
+			char *sha[5] = { mock_release_sha, mock_queue_sha, mock_least_sha, mock_list_sha,
+				mock_served_sha };
 
-			for (int i = 0; i < 4; i++) {
+			for (int i = 0; i < 5; i++) {
 				redisReply *r = bench_cmd(c, "SCRIPT LOAD %s", src[i]);
 
 				if (r->type != REDIS_REPLY_STRING || r->len != 40) {
@@ -627,7 +670,8 @@ run(struct bench *b, struct shared *sh, int procs, int n, int fifo, struct waits
 		free(diag1);
 		return -1;
 	}
-	snprintf(label, sizeof label, "%s, %d %s", fifo == 5 ? "(why) FIFO + a list queue's release and MULTI"
+	snprintf(label, sizeof label, "%s, %d %s", fifo == 6 ? "(why) FIFO + a Redis-served queue's release"
+			: fifo == 5 ? "(why) FIFO + a list queue's release and MULTI"
 			: fifo == 4 ? "(why) FIFO + the least release script"
 			: fifo == 3 ? "(why) FIFO + fair's release and queue scripts"
 			: fifo == 2 ? "(why) FIFO + fair's release script" : fifo ? "(why) FIFO lock BLPOP/RPUSH"
@@ -666,6 +710,7 @@ bench_fair(struct bench *b)
 	rc |= run(b, sh, 1, 4, 3, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 1, 4, 4, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 1, 4, 5, &own, rc ? NULL : &fifo);
+	rc |= run(b, sh, 1, 4, 6, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 0, 8, 1, &fifo, NULL);
 	rc |= run(b, sh, 0, 8, 0, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 0, 8, 4, &own, rc ? NULL : &fifo);
