@@ -114,7 +114,7 @@ int64_t bench_other_threads_cpu_ns(void);
 
 enum { MET_NA = -1, MET_NO = 0, MET_YES = 1 };
 
-#define ROW_METRICS 16
+#define ROW_METRICS 24
 
 struct metric {
 	char key[40];
