@@ -55,8 +55,9 @@ down(void)
 
 TestSuite(fair, .init = up, .fini = down, .timeout = 60);
 
+/* lease_ms 0: the client's. */
 static int
-fair_mutex(dmutex_t *m, dmutex_client_t *c, const char *name, int robust)
+fair_mutex_lease(dmutex_t *m, dmutex_client_t *c, const char *name, int robust, unsigned lease_ms)
 {
 	dmutex_attr_t a;
 	int err, fair = -1;
@@ -66,11 +67,19 @@ fair_mutex(dmutex_t *m, dmutex_client_t *c, const char *name, int robust)
 		return err;
 	if (robust && (err = dmutex_attr_setrobust(&a, DMUTEX_ROBUST)))
 		return err;
+	if (lease_ms && (err = dmutex_attr_setlease(&a, lease_ms)))
+		return err;
 	if ((err = dmutex_attr_getfair(&a, &fair)) || fair != 1)
 		return err ? err : -1;
 	err = dmutex_init(m, name, &a);
 	dmutex_attr_destroy(&a);
 	return err;
+}
+
+static int
+fair_mutex(dmutex_t *m, dmutex_client_t *c, const char *name, int robust)
+{
+	return fair_mutex_lease(m, c, name, robust, 0);
 }
 
 static long long
@@ -248,6 +257,52 @@ sleeper(void *arg)
 		return 10;
 	dmutex_lock(&m);
 	return 11;      /* never reached: killed while it waits */
+}
+
+/* As sleeper, on a mutex whose lease (ch->id ms) is not the client's. */
+static int
+short_sleeper(void *arg)
+{
+	struct child *ch = arg;
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	if (dmutex_client_open(&c, url) || fair_mutex_lease(&m, c, ch->name, 1, (unsigned)ch->id))
+		return 10;
+	dmutex_lock(&m);
+	return 11;      /* never reached: killed while it waits */
+}
+
+/*
+ * A lock handed to a robust head that must claim it lives the mutex's
+ * lease, not the client's default: a head that died before its claim
+ * (or a thread that ended holding, whose release hands the lock on) must
+ * not keep everyone out for the longer lease (torture --fair found the
+ * key at the client's 10 s under a 500 ms mutex).
+ */
+Test(fair, an_unclaimed_hand_over_lives_the_mutexs_lease_not_the_clients)
+{
+	const char *name = "fair-dead-short";
+	unsigned lease = 500 * (unsigned)dmt_slowdown();      /* the client's: 4x */
+	struct child ch = { NULL, name, (int)lease };
+	struct qwait q = { name, 1 };
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long ttl;
+	pid_t pid;
+
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(fair_mutex_lease(&m, c, name, 1, lease), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pid = th_spawn(short_sleeper, &ch);
+	cr_assert_gt(pid, 0);
+	cr_assert(th_wait_until(queue_is, &q, 20000));
+	kill(pid, SIGKILL);
+	th_wait_child(pid, 10000);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	ttl = th_redis_int(&srv, "PTTL dmutex:lock:{%s}", name);
+	cr_assert(ttl > 0 && ttl <= (long long)lease, "handed lock's PTTL %lld, mutex lease %u", ttl, lease);
+	dmt_close_mutex(c, &m);
 }
 
 Test(fair, a_dead_waiter_gets_the_lock_for_one_lease_and_no_owner_died)

@@ -1,6 +1,6 @@
 /* Arguments of fair_acquire.lua and fair_release.lua: the keys of the
  * usual scripts, then the queue's two, then the usual arguments (and for
- * the release the lease a hand-over starts with). */
+ * the release the client's lease, a hand-over's when no hold says one). */
 #include <stdio.h>
 #include <string.h>
 

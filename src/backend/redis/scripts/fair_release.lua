@@ -2,8 +2,9 @@
 --
 -- KEYS     lock hash, meta hash, queue, places (fair_acquire.lua)
 -- ARGV     token, mode, wake channel, idle_ms (as release.lua), lease_ms:
---          the lease a handed lock starts with, until its new holder
---          claims it with its own; then the releaser's next thread, if it
+--          the client's lease, which a handed lock starts with only when
+--          neither the head nor the releasing hold recorded one (below);
+--          then the releaser's next thread, if it
 --          has one waiting ('' if not): its token, lease_ms, host, pid, tid
 --          and hostid (the hold it would record)
 --
@@ -48,7 +49,7 @@ local tok = ARGV[1]
 
 -- @include token.lua
 
-local cur, ldied = unpack(redis.call('HMGET', KEYS[1], 'token', 'died'))
+local cur, ldied, llease = unpack(redis.call('HMGET', KEYS[1], 'token', 'died', 'lease'))
 if cur ~= tok then
 	redis.call('ZSCORE', KEYS[4], tok)
 	redis.call('HGET', KEYS[2], 'q:' .. tok)
@@ -98,12 +99,24 @@ local msg = 'r'
 -- the head's hold: lease robust host pid tid since hostid.
 local counter, n, q = unpack(redis.call('HMGET', KEYS[2], 'fence', 'n', 'q:' .. (head or '')))
 local info
+-- The lease a lock handed to a head that must claim it starts with: the
+-- head's own (it claims with it), else the releasing hold's; the
+-- client's default only for a hold that recorded none.  Not the client's
+-- first: a mutex's lease may be shorter, and a head that died before its
+-- claim would keep the lock from everyone for the longer one.
+local hlease = ARGV[5]
+if tonumber(llease) and tonumber(llease) > 0 then
+	hlease = llease
+end
 if head and not nxt then
 	msg = 'h:' .. head
 	if q then
 		info = {}
 		for f in string.gmatch(q, '%S+') do
 			info[#info + 1] = f
+		end
+		if #info == 7 and tonumber(info[1]) and tonumber(info[1]) > 0 then
+			hlease = info[1]
 		end
 		if #info ~= 7 or info[2] ~= '0' then
 			info = nil
@@ -170,10 +183,10 @@ if head then
 		msg = msg .. ':' .. fence .. ':' .. d .. ':' .. lease
 	else
 		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', state, 'fence', fence, 'n', holds)
-		redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]))
+		redis.call('PEXPIRE', KEYS[2], tonumber(hlease) + tonumber(ARGV[4]))
 		redis.call('HSET', KEYS[1], 'v', VERSION, 'token', head, 'fence', fence, 'died', d,
-			'since', tostring(now), 'lease', ARGV[5])
-		redis.call('PEXPIRE', KEYS[1], ARGV[5])
+			'since', tostring(now), 'lease', hlease)
+		redis.call('PEXPIRE', KEYS[1], hlease)
 	end
 elseif mode == '0' then
 	redis.call('HDEL', KEYS[2], 'state')
@@ -186,7 +199,7 @@ else
 	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
 -- A waiter's grant list: the message, for a lease and idle_ms at most.
-local ttl = tonumber(ARGV[5]) + tonumber(ARGV[4])
+local ttl = tonumber(hlease) + tonumber(ARGV[4])
 local function push(w)
 	local told = redis.pcall('RPUSH', ARGV[3] .. ':' .. w, msg)
 	if type(told) ~= 'table' then
