@@ -4,7 +4,7 @@
  *   torture [--nodes N] [--procs K] [--threads T] [--lease MS] [--cmd-timeout MS]
  *           [--seconds S | --deterministic] [--seed X] [--faults a,b,...|all]
  *           [--work MS] [--keep] [--expect-all] [--unsafe]
- *           [--lease-cache on|off] [--async-release 0|1] [--idle MS]
+ *           [--lease-cache on|off] [--async-release 0|1] [--idle MS] [--fair]
  *   torture check DIR        re-run the checker on a kept run directory
  *
  * TORTURE_SECONDS and TORTURE_SEED override --seconds and --seed, so that
@@ -39,7 +39,7 @@ usage(void)
 	fprintf(stderr, "usage: torture [--nodes N] [--procs K] [--threads T] [--lease MS] [--cmd-timeout MS]\n"
 			"               [--seconds S | --deterministic] [--seed X] [--faults a,b,...|all]\n"
 			"               [--work MS] [--keep] [--expect-all] [--unsafe]\n"
-			"               [--lease-cache on|off] [--async-release 0|1] [--idle MS]\n"
+			"               [--lease-cache on|off] [--async-release 0|1] [--idle MS] [--fair]\n"
 			"       torture check DIR\n"
 			"faults:");
 	for (int i = 0; i < TT_NFAULTS; i++)
@@ -324,6 +324,8 @@ main(int argc, char **argv)
 			expect_all = 1;
 		else if (!strcmp(a, "--unsafe"))
 			cfg->unsafe = 1;
+		else if (!strcmp(a, "--fair"))
+			cfg->fair = 1;
 		else if (!v)
 			usage();
 		else if (i++, !strcmp(a, "--nodes"))
@@ -353,6 +355,10 @@ main(int argc, char **argv)
 		else
 			usage();
 	}
+	/* A fair mutex never keeps its lease (README "Cached leases"): the
+	 * checker's windows are those of a run without the cache. */
+	if (cfg->fair)
+		cfg->lease_cache = 0;
 	if ((env = getenv("TORTURE_SECONDS")) && *env)
 		cfg->seconds = atof(env);
 	if ((env = getenv("TORTURE_SEED")) && *env)

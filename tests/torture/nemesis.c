@@ -51,7 +51,7 @@ tt_spawn_worker(struct tt_run *r)
 	snprintf(a_seed, sizeof a_seed, "%" PRIu64, r->cfg.seed);
 	/* Every third worker robust, every third recursive (two locks a hold). */
 	snprintf(a_flags, sizeof a_flags, "%d", (id % 3 == 1 ? 1 : id % 3 == 2 ? 2 : 0) |
-			(r->cfg.unsafe && id == 0 ? 4 : 0));
+			(r->cfg.unsafe && id == 0 ? 4 : 0) | (r->cfg.fair ? 8 : 0));
 	snprintf(a_work, sizeof a_work, "%u", r->cfg.work_ms);
 	char *argv[] = { r->exe, "worker", r->dir, a_id, a_thr, r->url, a_port, a_lease, a_seed,
 		a_flags, a_work, NULL };

@@ -145,6 +145,7 @@ struct tt_cfg {
 	int deterministic;
 	int keep;               /* keep the run directory even on success */
 	int unsafe;             /* worker 0 locks another name: violations expected */
+	int fair;               /* every worker's mutex fair (a queue; never kept) */
 	unsigned faults;        /* bit mask of enabled faults */
 	unsigned work_ms;       /* longest simulated work inside the critical section */
 	const char *dir;        /* run directory; NULL: a new one under $TMPDIR */

@@ -5,7 +5,8 @@
  *
  * argv: worker DIR ID THREADS URL RESOURCE_PORT LEASE_MS SEED FLAGS WORK_MS
  * FLAGS: 1 robust mutexes, 2 recursive (every hold locks twice), 4 unsafe:
- * lock another name (the checker's self-test: it must see violations).
+ * lock another name (the checker's self-test: it must see violations),
+ * 8 fair (every worker's, a name's users must agree).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +27,7 @@
 #define FL_ROBUST    1
 #define FL_RECURSIVE 2
 #define FL_UNSAFE    4
+#define FL_FAIR      8
 
 /* The protected resource, fenced for reads and writes alike: a read
  * raises the resource's token to the reader's, and a read or a write with
@@ -408,6 +410,7 @@ init_mutex(struct thr *t)
 	    !(rc = dmutex_attr_setrobust(&a, t->w->flags & FL_ROBUST ? DMUTEX_ROBUST
 			: DMUTEX_STALLED)) &&
 	    !(rc = dmutex_attr_setlease(&a, lease)) &&
+	    !(rc = dmutex_attr_setfair(&a, !!(t->w->flags & FL_FAIR))) &&
 	    !(rc = dmutex_attr_setonlost(&a, on_lost, t)))
 		rc = dmutex_init(&t->m, t->w->flags & FL_UNSAFE ? TT_LOCK_NAME "-unsafe" : TT_LOCK_NAME, &a);
 	dmutex_attr_destroy(&a);
