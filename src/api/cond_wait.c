@@ -260,12 +260,16 @@ leave_and_take_back(struct cancel_ctx *k, struct sleep_state *st, int lost)
 		else if (dmutex__cond_leave(cx->client->be, cx->name, k->token, &still))
 			still = 0;
 	}
-	dmutex__waiter_unsub(cl->be, k->sub);
 	__atomic_fetch_sub(&cx->waiters, 1, __ATOMIC_ACQ_REL);
 
 	/* 5.  The taking back waits for our release's answer first
-	 * (dmutex__rel_settle): it is read by then, or never will be. */
+	 * (dmutex__rel_settle): it is read by then, or never will be.  Our
+	 * channel is given up after it: the wake-up thread's UNSUBSCRIBE
+	 * would take a CPU (2 on the benchmark's machine) and a turn of the
+	 * server from the mutex's acquire on the way to our return; a
+	 * message it hears meanwhile is for no one (the token was ours). */
 	err = take_back(k->m, e, k->depth);
+	dmutex__waiter_unsub(cl->be, k->sub);
 	if (k->rel) {
 		lost |= dmutex__ticket_wait(k->rel, dmutex__now_ns() +
 				(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS) == DMUTEX__TICKET_NOT_OURS;

@@ -596,8 +596,11 @@ dmutex__redis_waiter_sub(struct dmutex__backend *be, const char *channel, int64_
 		s->next = w->subs;
 		w->subs = s;
 	}
-	s->refs++;
-	poke(w);
+	/* A channel already wanted and confirmed gives the thread nothing to
+	 * do: waking it would only take a CPU from the caller (a condition
+	 * wait's taking back of its mutex, whose channel the wait holds). */
+	if (!s->refs++ || !s->confirmed)
+		poke(w);
 	dmutex__ns_to_ts(until_ns, &ts);
 	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
 		if (pthread_cond_timedwait(&s->cv, &w->mu, &ts) == ETIMEDOUT)
