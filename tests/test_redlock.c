@@ -723,6 +723,7 @@ fenced_worker(void *arg)
 		return 11;
 	if (!(store = th_tcp_connect(w->port, 2000)))
 		return 12;
+	freeReplyObject(redisCommand(store, "INCR ready"));
 	/* Until the nemesis is done (the parent sets "stop"), so that every
 	 * fault lands in the middle of the workload. */
 	for (int i = 0; i < w->iters && th_redis_int_on(store, "GET stop") != 1; i++) {
@@ -785,6 +786,21 @@ by_in(const void *a, const void *b)
 	return x->out < y->out ? -1 : x->out > y->out;
 }
 
+/* Every worker connected and the workload running: forks and connects
+ * are slow on a loaded machine, and a nemesis that started before them
+ * hit nobody (CI: 3 holds in all, at connect time). */
+static int
+workload_running(void *arg)
+{
+	struct th_redis *store = arg;
+	redisReply *r = th_redis_cmd(store, "GET ready");
+	int ready = r && r->type == REDIS_REPLY_STRING && atoi(r->str) == 3;
+
+	if (r)
+		freeReplyObject(r);
+	return ready && th_redis_int(store, "LLEN holds") >= 10;
+}
+
 Test(redlock, fenced_exclusion_under_node_kills_and_stalls, .timeout = 60)
 {
 	struct th_redis store;
@@ -803,6 +819,7 @@ Test(redlock, fenced_exclusion_under_node_kills_and_stalls, .timeout = 60)
 	w.iters = 100000;      /* a bound; they stop when told */
 	for (int i = 0; i < 3; i++)
 		cr_assert_gt(kids[i] = th_spawn(fenced_worker, &w), 0);
+	cr_assert(th_wait_until(workload_running, &store, 30000), "the workers never got going");
 	/* The nemesis: one node at a time stalled, then another killed and
 	 * restarted with its data (the remedy). */
 	for (int round = 0; round < 3; round++) {
