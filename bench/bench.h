@@ -176,6 +176,9 @@ int bench_uncontended(struct bench *b);         /* 2 */
 int bench_relock(struct bench *b);              /* 3 */
 int bench_handoff(struct bench *b);             /* 4 */
 int bench_handoff_one(struct bench *b, int procs);
+/* Issue 28 target 4 on the library's row that bench_handoff_one added
+ * first (scenario 4 and --peers; not scenario 11, which relabels it). */
+void bench_handoff_judge(struct row *lib, int procs);
 int bench_threads(struct bench *b);             /* 5 */
 int bench_renewal(struct bench *b);             /* 6 */
 int bench_independent(struct bench *b);         /* 7 */

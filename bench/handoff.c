@@ -302,8 +302,8 @@ bench_handoff_one(struct bench *b, int procs)
 
 /* Issue 28 target 4 for the library's row of procs processes, against
  * the best of this scenario's hand-made rows with as many processes. */
-static void
-judge(struct row *lib, int procs)
+void
+bench_handoff_judge(struct row *lib, int procs)
 {
 	double best_med = NAN, best_acq = NAN, med_x, acq_x, share, half = 100.0 / procs / 2;
 	int med_ok, acq_ok, share_ok;
@@ -352,7 +352,7 @@ bench_handoff(struct bench *b)
 
 		/* bench_handoff_one adds the library's row first. */
 		if (!err && rows_count() > n0)
-			judge(rows_at(n0), bench_handoff_procs[k]);
+			bench_handoff_judge(rows_at(n0), bench_handoff_procs[k]);
 		rc |= err;
 	}
 	return rc;
