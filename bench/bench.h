@@ -30,6 +30,7 @@ struct bench_target {
 struct bench_opts {
 	int quick;
 	int json;
+	int diag;               /* --diag: the rows that only say where time goes */
 	unsigned scenarios;     /* bit s set: run scenario s (1..7, 10..14) */
 	const char *peers_dir;  /* run the peers from there, or NULL */
 	const char *cmdline;
@@ -130,7 +131,7 @@ struct row {
 	char ratio_to[24];
 	struct metric m[ROW_METRICS];
 	int nm;
-	char target[96];
+	char target[192];
 	int met;
 	char note[400];
 };
@@ -140,8 +141,15 @@ void row_metric(struct row *r, const char *key, double v, const char *unit);
 void row_target(struct row *r, int met, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void row_note(struct row *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The value of a row's metric by its key; NAN when the row has none. */
+double row_metric_of(const struct row *r, const char *key);
 size_t rows_count(void);
 struct row *rows_at(size_t i);
+/* One line of the summary of issue 28's targets, printed after the table:
+ * which target, the figures it was judged on, and whether it was met.
+ * The rows keep their own verdicts; this is the list to read first. */
+void target_line(const char *target, int met, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* Peer results, for the side-by-side table. */
 struct peer_handoff {
@@ -168,6 +176,9 @@ int bench_uncontended(struct bench *b);         /* 2 */
 int bench_relock(struct bench *b);              /* 3 */
 int bench_handoff(struct bench *b);             /* 4 */
 int bench_handoff_one(struct bench *b, int procs);
+/* Issue 28 target 4 on the library's row that bench_handoff_one added
+ * first (scenario 4 and --peers; not scenario 11, which relabels it). */
+void bench_handoff_judge(struct row *lib, int procs);
 int bench_threads(struct bench *b);             /* 5 */
 int bench_renewal(struct bench *b);             /* 6 */
 int bench_independent(struct bench *b);         /* 7 */

@@ -239,10 +239,14 @@ out:
 	return err ? -1 : 0;
 }
 
-/* Issue 28's reference: a raw PUBLISH ping-pong between two processes,
- * each subscribed to its channel: the parent publishes to the child's,
- * the child publishes back, the parent reads the message.  A wake-up by
- * pub/sub can take no less. */
+/* Issue 28's reference: a raw PUBLISH ping-pong between two parties,
+ * each subscribed to its channel: one publishes to the other's, which
+ * publishes back, and the first reads the message.  A wake-up by pub/sub
+ * can take no less.  The issue sets the condvar against a ping-pong
+ * "between the same two processes"; here the condvar runs between two
+ * threads of one process, each with its own client, so the ping-pong it
+ * is judged against runs between two threads, each with its own
+ * connections.  The one between two processes is printed beside it. */
 struct pp {
 	const struct bench *b;
 	char ch[2][80];
@@ -266,30 +270,51 @@ pong_main(void *arg)
 
 		freeReplyObject(r);
 		if (stop)
-			return 0;
+			break;
 		freeReplyObject(bench_cmd(pub, "PUBLISH %s x", p->ch[1]));
 	}
-	return 11;
+	redisFree(sub);
+	redisFree(pub);
+	return 0;
 }
 
+static void *
+pong_thread(void *arg)
+{
+	pong_main(arg);
+	return NULL;
+}
+
+/* threads: the other party is a thread of this process, else a child. */
 static double
-pingpong(struct bench *b, double *p99)
+pingpong(struct bench *b, double *p99, int threads)
 {
 	static struct pp p;
 	redisContext *sub = bench_connect(&b->tgt), *pub = bench_connect(&b->tgt);
 	struct samples t;
 	int n = rounds_of(b) * 2;
 	double med = NAN;
-	pid_t pid;
+	pid_t pid = -1;
+	pthread_t th;
 
 	p.b = b;
-	snprintf(p.ch[0], sizeof p.ch[0], "%s:ping", b->run_id);
-	snprintf(p.ch[1], sizeof p.ch[1], "%s:pong", b->run_id);
+	snprintf(p.ch[0], sizeof p.ch[0], "%s:ping%s", b->run_id, threads ? "t" : "");
+	snprintf(p.ch[1], sizeof p.ch[1], "%s:pong%s", b->run_id, threads ? "t" : "");
 	if (!sub || !pub || samples_init(&t, n) || th_sync_init(&p.ready))
 		return NAN;
 	freeReplyObject(bench_cmd(sub, "SUBSCRIBE %s", p.ch[1]));
-	if ((pid = th_spawn(pong_main, &p)) < 0 || th_sync_wait(&p.ready, 10000))
+	if (threads) {
+		if (pthread_create(&th, NULL, pong_thread, &p))
+			goto out;
+	} else if ((pid = th_spawn(pong_main, &p)) < 0) {
 		goto out;
+	}
+	if (th_sync_wait(&p.ready, 10000)) {
+		/* A party that never subscribed cannot be told to stop: give
+		 * up, as bench_cmd does when the server is lost. */
+		fprintf(stderr, "bench: cond: the ping-pong's other party did not start\n");
+		exit(2);
+	}
 	for (int i = 0; i < n; i++) {
 		int64_t t0 = bench_now_ns();
 		redisReply *r;
@@ -301,7 +326,10 @@ pingpong(struct bench *b, double *p99)
 		samples_add(&t, bench_now_ns() - t0);
 	}
 	freeReplyObject(bench_cmd(pub, "PUBLISH %s stop", p.ch[0]));
-	th_wait_child(pid, 10000);
+	if (threads)
+		pthread_join(th, NULL);
+	else
+		th_wait_child(pid, 10000);
 	med = samples_pct(&t, 50);
 	*p99 = samples_pct(&t, 99);
 out:
@@ -315,17 +343,22 @@ out:
 int
 bench_cond(struct bench *b)
 {
-	double p99 = NAN, pp = pingpong(b, &p99);
+	double p99 = NAN, pp = pingpong(b, &p99, 1), p99p = NAN, ppp = pingpong(b, &p99p, 0);
 	size_t first = rows_count();
 	int rc = run(b, 0) | run(b, 1);
 	struct row *r;
 
-	if (isnan(pp))
+	if (isnan(pp) || isnan(ppp))
 		return -1;
-	r = row_new(13, "(why) raw PUBLISH ping-pong between two processes");
+	r = row_new(13, "(why) raw PUBLISH ping-pong between two threads, a connection each");
 	r->median_ns = pp;
 	r->p99_ns = p99;
 	r->ratio = pp / b->ping_ns;
+	snprintf(r->ratio_to, sizeof r->ratio_to, "PING");
+	r = row_new(13, "(why) raw PUBLISH ping-pong between two processes");
+	r->median_ns = ppp;
+	r->p99_ns = p99p;
+	r->ratio = ppp / b->ping_ns;
 	snprintf(r->ratio_to, sizeof r->ratio_to, "PING");
 	/* Issue 28 item 1: the time row against this reference. */
 	for (size_t i = first; i < rows_count(); i++) {
@@ -333,8 +366,13 @@ bench_cond(struct bench *b)
 		if (r->scenario != 13 || isnan(r->median_ns) || !strncmp(r->label, "(why)", 5))
 			continue;
 		row_metric(r, "x PUBLISH ping-pong", r->median_ns / pp, "x");
+		row_metric(r, "x the same between processes", r->median_ns / ppp, "x");
 		row_target(r, r->median_ns <= 2 * pp ? MET_YES : MET_NO,
 				"signal-to-return ≤ 2x a PUBLISH ping-pong (%.2fx)", r->median_ns / pp);
+		target_line("1: condvar signal-to-return ≤ 2× a raw PUBLISH ping-pong between the same "
+				"two parties (two threads, a client each)", r->met, "median %.1f / %.1f µs = "
+				"%.2f× (the ping-pong between two processes: %.1f µs, %.2f×)",
+				r->median_ns / 1e3, pp / 1e3, r->median_ns / pp, ppp / 1e3, r->median_ns / ppp);
 	}
 	return rc;
 }

@@ -1,10 +1,12 @@
 /*
- * Scenario 10: a fair mutex (dmutex_attr_setfair) under contention, by 8
- * processes of 1 thread and by 1 process of 8 threads.  Issue 15 item 4's
- * targets: min/max share >= 0.9, and the worst wait (a lock call to its
- * return) <= 2 x (P-1) x (hold + RTT), P the contenders, hold the median
- * hold measured here, RTT the PING of the floor (across CPUs for
- * processes, as scenario 4).
+ * Scenario 10: a fair mutex (dmutex_attr_setfair) under contention.
+ * Issue 28 target 3, judged with 4 processes and with 8 threads of one
+ * process: worst wait and p99 <= 1.5x the FIFO lock's (below), min/max
+ * share >= 0.9.  With 8 processes, issue 15 item 4's targets, still
+ * quoted in docs/guide.md: min/max share >= 0.9, and the worst wait (a
+ * lock call to its return) <= 2 x (P-1) x (hold + RTT), P the contenders,
+ * hold the median hold measured here, RTT the PING of the floor (across
+ * CPUs for processes, as scenario 4).
  *
  * Each contender loops lock -> record -> unlock; the counts and the waits
  * live in memory shared by the processes (mmap MAP_SHARED), so Redis sees
@@ -15,7 +17,8 @@
  * token, lock = BLPOP (Redis serves blocked clients first come first
  * served), unlock = RPUSH.  Each contender has a connection of its own.
  *
- * Where the fair lock's time goes, five more "(why)" rows with 4
+ * Where the fair lock's time goes, with --diag (they judge nothing and
+ * add 18 s to the run), five more "(why)" rows with 4
  * processes (the third also with 8 threads): the FIFO lock whose unlock
  * runs the fair release's commands in a script, the same whose lock also
  * runs the fair acquire's queueing commands first, the FIFO lock whose
@@ -550,12 +553,21 @@ report(const struct bench *b, struct shared *sh, int procs, int n, const char *l
 		int share = hi && (double)lo / hi >= 0.9;
 		int w = worst <= 1.5 * ref->worst, p = r->p99_ns <= 1.5 * ref->p99;
 
+		char what[160];
+
 		row_target(r, share && w && p ? MET_YES : MET_NO,
 				"min/max share ≥ 0.9 (%s); worst wait (%s) and p99 (%s) ≤ 1.5x the FIFO lock's",
 				share ? "yes" : "no", w ? "yes" : "no", p ? "yes" : "no");
+		snprintf(what, sizeof what, "3: fair mutex, %d %s: worst wait and p99 ≤ 1.5× the "
+				"BLPOP/RPUSH FIFO lock's, shares ≥ 0.9", n, procs ? "processes" : "threads");
+		target_line(what, r->met, "worst %.2f / %.2f ms = %.2f× (%s); p99 %.2f / %.2f ms = "
+				"%.2f× (%s); min/max share %.2f (%s)", worst / 1e6, ref->worst / 1e6,
+				worst / ref->worst, w ? "yes" : "no", r->p99_ns / 1e6, ref->p99 / 1e6,
+				r->p99_ns / ref->p99, p ? "yes" : "no", hi ? (double)lo / hi : 0,
+				share ? "yes" : "no");
 	} else if (!ref && strncmp(label, "(why)", 5)) {
 		row_target(r, hi && (double)lo / hi >= 0.9 && worst <= bound ? MET_YES : MET_NO,
-				"min/max share ≥ 0.9 (%s), worst wait ≤ bound (%s)",
+				"issue 15: min/max share ≥ 0.9 (%s), worst wait ≤ bound (%s)",
 				hi && (double)lo / hi >= 0.9 ? "yes" : "no", worst <= bound ? "yes" : "no");
 	}
 	if (atomic_load(&sh->overlaps))
@@ -705,15 +717,19 @@ bench_fair(struct bench *b)
 	 * issue 15's 8 processes against the bound. */
 	rc = run(b, sh, 1, 4, 1, &fifo, NULL);
 	rc |= run(b, sh, 1, 4, 0, &own, rc ? NULL : &fifo);
-	/* Where its time goes: the FIFO with the fair lock's scripts. */
-	rc |= run(b, sh, 1, 4, 2, &own, rc ? NULL : &fifo);
-	rc |= run(b, sh, 1, 4, 3, &own, rc ? NULL : &fifo);
-	rc |= run(b, sh, 1, 4, 4, &own, rc ? NULL : &fifo);
-	rc |= run(b, sh, 1, 4, 5, &own, rc ? NULL : &fifo);
-	rc |= run(b, sh, 1, 4, 6, &own, rc ? NULL : &fifo);
+	/* Where its time goes: the FIFO with the fair lock's scripts.  Six
+	 * more runs of 3 s that judge nothing: only when asked (--diag). */
+	if (b->opt.diag) {
+		rc |= run(b, sh, 1, 4, 2, &own, rc ? NULL : &fifo);
+		rc |= run(b, sh, 1, 4, 3, &own, rc ? NULL : &fifo);
+		rc |= run(b, sh, 1, 4, 4, &own, rc ? NULL : &fifo);
+		rc |= run(b, sh, 1, 4, 5, &own, rc ? NULL : &fifo);
+		rc |= run(b, sh, 1, 4, 6, &own, rc ? NULL : &fifo);
+	}
 	rc |= run(b, sh, 0, 8, 1, &fifo, NULL);
 	rc |= run(b, sh, 0, 8, 0, &own, rc ? NULL : &fifo);
-	rc |= run(b, sh, 0, 8, 4, &own, rc ? NULL : &fifo);
+	if (b->opt.diag)
+		rc |= run(b, sh, 0, 8, 4, &own, rc ? NULL : &fifo);
 	rc |= run(b, sh, 1, 8, 0, &own, NULL);
 	munmap(sh, sizeof *sh);
 	return rc;

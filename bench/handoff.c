@@ -14,6 +14,13 @@
  * hand-made lock that is woken the same way (pub/sub on release) but has
  * no threads: SET NX PX, and on "busy" wait on its own subscribed
  * connection for the release message.
+ *
+ * The verdict is issue 28 target 4's: at each process count, the median
+ * handoff and the acquisitions/s no worse than the best hand-made
+ * reference's ("(why)" rows of this scenario with as many processes), and
+ * the smallest share at least half a fair one.  Issue 15's rule (median
+ * <= 2x PING, no share under a quarter of a fair one) is no longer judged;
+ * the ratio to PING stays in the "vs floor" column.
  */
 #include <errno.h>
 #include <math.h>
@@ -244,7 +251,7 @@ run(struct bench *b, struct shared *sh, int procs, int by_hand, int64_t dur_ns, 
 	{
 		char label[96];
 		double span = n > 1 ? (double)(sh->log[n - 1].t_unlock - sh->log[0].t_lock) : NAN;
-		double min_share = total ? 100.0 * lo / total : 0, fair = 100.0 / procs;
+		double min_share = total ? 100.0 * lo / total : 0;
 		snprintf(label, sizeof label, by_hand ? "(why) hand-made lock, pub/sub wake-up, no threads, %d processes"
 				: "contended handoff, %d processes", procs);
 		r = row_new(4, label);
@@ -263,13 +270,6 @@ run(struct bench *b, struct shared *sh, int procs, int by_hand, int64_t dur_ns, 
 		row_metric(r, "min share", min_share, "%");
 		row_metric(r, "max share", total ? 100.0 * hi / total : 0, "%");
 		row_metric(r, "overlaps", (double)atomic_load(&sh->overlaps), "");
-		if (by_hand)
-			goto done;
-		/* Starved: less than a quarter of a fair share. */
-		row_target(r, r->ratio <= 2 && min_share >= fair / 4 ? MET_YES : MET_NO,
-				"median ≤ 2× %s (%s), min share ≥ %.1f %% (%s)", ping_name,
-				r->ratio <= 2 ? "yes" : "no", fair / 4, min_share >= fair / 4 ? "yes" : "no");
-done:
 		if (atomic_load(&sh->overlaps))
 			row_note(r, "MUTUAL EXCLUSION VIOLATED: %ld overlapping holds",
 					atomic_load(&sh->overlaps));
@@ -300,12 +300,60 @@ bench_handoff_one(struct bench *b, int procs)
 	return rc;
 }
 
+/* Issue 28 target 4 for the library's row of procs processes, against
+ * the best of this scenario's hand-made rows with as many processes. */
+void
+bench_handoff_judge(struct row *lib, int procs)
+{
+	double best_med = NAN, best_acq = NAN, med_x, acq_x, share, half = 100.0 / procs / 2;
+	int med_ok, acq_ok, share_ok;
+	char what[160];
+
+	for (size_t i = 0; i < rows_count(); i++) {
+		const struct row *r = rows_at(i);
+
+		if (r->scenario != 4 || strncmp(r->label, "(why)", 5) ||
+				row_metric_of(r, "processes") != procs)
+			continue;
+		if (isnan(best_med) || r->median_ns < best_med)
+			best_med = r->median_ns;
+		if (isnan(best_acq) || row_metric_of(r, "acq/s") > best_acq)
+			best_acq = row_metric_of(r, "acq/s");
+	}
+	if (isnan(best_med) || isnan(best_acq))
+		return;
+	med_x = lib->median_ns / best_med;
+	acq_x = row_metric_of(lib, "acq/s") / best_acq;
+	share = row_metric_of(lib, "min share");
+	med_ok = lib->median_ns <= best_med;
+	acq_ok = row_metric_of(lib, "acq/s") >= best_acq;
+	share_ok = share >= half;
+	row_target(lib, med_ok && acq_ok && share_ok ? MET_YES : MET_NO,
+			"median ≤ best hand-made's (%.2f×: %s), acq/s ≥ its (%.2f×: %s), "
+			"min share ≥ %.2f %% (%s)", med_x, med_ok ? "yes" : "no", acq_x,
+			acq_ok ? "yes" : "no", half, share_ok ? "yes" : "no");
+	snprintf(what, sizeof what, "4: contended hand-off, %d processes, non-fair: median and "
+			"acq/s no worse than the best hand-made lock, min share ≥ half a fair share", procs);
+	target_line(what, med_ok && acq_ok && share_ok ? MET_YES : MET_NO,
+			"median %.1f / %.1f µs = %.2f× (%s); acq/s %.0f / %.0f = %.2f× (%s); "
+			"min share %.1f %% against %.2f %% (%s)", lib->median_ns / 1e3, best_med / 1e3,
+			med_x, med_ok ? "yes" : "no", row_metric_of(lib, "acq/s"), best_acq, acq_x,
+			acq_ok ? "yes" : "no", share, half, share_ok ? "yes" : "no");
+}
+
 int
 bench_handoff(struct bench *b)
 {
 	int rc = 0;
 
-	for (int k = 0; k < HANDOFF_SETS; k++)
-		rc |= bench_handoff_one(b, bench_handoff_procs[k]);
+	for (int k = 0; k < HANDOFF_SETS; k++) {
+		size_t n0 = rows_count();
+		int err = bench_handoff_one(b, bench_handoff_procs[k]);
+
+		/* bench_handoff_one adds the library's row first. */
+		if (!err && rows_count() > n0)
+			bench_handoff_judge(rows_at(n0), bench_handoff_procs[k]);
+		rc |= err;
+	}
 	return rc;
 }

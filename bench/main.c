@@ -1,5 +1,5 @@
 /*
- * dmutex-bench [--quick] [--json] [--only 1,2,...] [--peers DIR]
+ * dmutex-bench [--quick] [--json] [--diag] [--only 1,2,...] [--peers DIR]
  *
  * Starts its own redis-server on a free loopback port (or uses $DMUTEX_URL),
  * measures the floor first, then each scenario, and prints one table.
@@ -23,9 +23,11 @@
 static void
 usage(FILE *f)
 {
-	fprintf(f, "usage: dmutex-bench [--quick] [--json] [--only 1,2,...] [--peers DIR]\n"
+	fprintf(f, "usage: dmutex-bench [--quick] [--json] [--diag] [--only 1,2,...] [--peers DIR]\n"
 			"  --quick      short runs and small counts (the whole run < 1 minute)\n"
 			"  --json       JSON on stdout instead of the table\n"
+			"  --diag       also the diagnostic rows that judge nothing (scenario 10:\n"
+			"               where the fair mutex's time goes, 18 s more in full mode)\n"
 			"  --only LIST  run only these scenarios (1 always runs: the floor)\n"
 			"  --peers DIR  scenarios 1, 2 and 4 only, each next to the same measurement\n"
 			"               of the peers in DIR (redis-py, node-redlock), same server\n"
@@ -193,6 +195,8 @@ main(int argc, char **argv)
 			b.opt.quick = 1;
 		} else if (!strcmp(argv[i], "--json")) {
 			b.opt.json = 1;
+		} else if (!strcmp(argv[i], "--diag")) {
+			b.opt.diag = 1;
 		} else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
 			if (parse_only(argv[++i], &b.opt.scenarios)) {
 				usage(stderr);

@@ -111,7 +111,10 @@ bench_peers(struct bench *b, struct peer *out, size_t max)
 	for (size_t i = 0; i < n; i++)
 		run_one(b, &cmds[i], url, args, &out[i]);
 	for (int k = 0; k < HANDOFF_SETS; k++) {
-		bench_handoff_one(b, bench_handoff_procs[k]);
+		size_t n0 = rows_count();
+
+		if (!bench_handoff_one(b, bench_handoff_procs[k]) && rows_count() > n0)
+			bench_handoff_judge(rows_at(n0), bench_handoff_procs[k]);
 		snprintf(args, sizeof args, "handoff %d %d", bench_handoff_procs[k],
 				b->opt.quick ? 1 : 3);
 		for (size_t i = 0; i < n; i++)

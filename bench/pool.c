@@ -5,9 +5,11 @@
  * 3 processes x 200 jobs of 4 threads each, against the same program on
  * plain pthreads (pool), in the same run.
  *
- * Redis commands per job are counted as INFO commandstats counts them:
- * every command Redis ran, those a script ran included (EVALSHA and the
- * GET/SET/... inside it each count), INFO itself excluded.  The job's own
+ * Redis commands per job are judged as INFO stats counts them
+ * (total_commands_processed: every command Redis ran, those a script ran
+ * included, EVALSHA and the GET/SET/... inside it each counting), less
+ * the INFOs of the counting; INFO commandstats's sum (INFO excluded) is
+ * printed beside it, and its breakdown per command.  The job's own
  * work is 2 of them (GET and SET of the ledger).  Time per job is the
  * wall time from the first start to the last exit over the jobs, process
  * start and the client's connection included, for both programs alike.
@@ -196,11 +198,18 @@ bench_pool(struct bench *b)
 				after.name[top], after.calls[top] / jobs);
 		after.calls[top] = 0;
 	}
-	per_job = total / jobs;
+	/* Judged as the issue words it, by INFO stats: total_commands_processed
+	 * counts the commands scripts run too; less the 2 INFOs of the
+	 * counting itself (before's INFO stats, after's INFO commandstats). */
+	per_job = (double)(after.processed - before.processed - 2) / jobs;
 	row_metric(r, "time per job", t_shim / jobs, "ns");
-	row_metric(r, "commands per job (commandstats)", per_job, "");
-	row_metric(r, "INFO stats commands per job", (after.processed - before.processed) / jobs, "");
+	row_metric(r, "commands per job (commandstats)", total / jobs, "");
+	row_metric(r, "INFO stats commands per job", per_job, "");
 	row_target(r, per_job <= 20 ? MET_YES : MET_NO, "≤ 20 Redis commands per job (%.1f)", per_job);
+	target_line("2: thread pool, every object distributed, 3 processes × 200 jobs: ≤ 20 Redis "
+			"commands per job (INFO stats)", r->met, "%.1f commands per job (commandstats: %.1f); "
+			"%.1f µs a job against %.1f µs native (%.2f×)", per_job, total / jobs,
+			t_shim / jobs / 1e3, t_native / jobs / 1e3, (double)t_shim / t_native);
 	row_note(r, "per job: %s", breakdown);
 	if (!b->opt.json)
 		fprintf(stderr, "bench: pool: per job: %s\n", breakdown);

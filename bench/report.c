@@ -8,9 +8,17 @@
 #include "bench.h"
 
 #define MAX_ROWS 64
+#define MAX_TARGETS 24
 
 static struct row rows[MAX_ROWS];
 static size_t nrows;
+
+static struct tline {
+	char target[160];
+	char figures[300];
+	int met;
+} tlines[MAX_TARGETS];
+static size_t ntlines;
 
 struct row *
 row_new(int scenario, const char *label)
@@ -43,6 +51,15 @@ row_metric(struct row *r, const char *key, double v, const char *unit)
 	m->v = v;
 }
 
+double
+row_metric_of(const struct row *r, const char *key)
+{
+	for (int k = 0; k < r->nm; k++)
+		if (!strcmp(r->m[k].key, key))
+			return r->m[k].v;
+	return NAN;
+}
+
 void
 row_target(struct row *r, int met, const char *fmt, ...)
 {
@@ -62,6 +79,31 @@ row_note(struct row *r, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(r->note, sizeof r->note, fmt, ap);
 	va_end(ap);
+}
+
+void
+target_line(const char *target, int met, const char *fmt, ...)
+{
+	struct tline *t;
+	va_list ap;
+
+	if (ntlines == MAX_TARGETS) {
+		fprintf(stderr, "bench: too many target lines\n");
+		exit(2);
+	}
+	/* In the issue's order, not the run's: after the last line with a
+	 * number not above this one's. */
+	t = &tlines[ntlines];
+	while (t > tlines && atoi(t[-1].target) > atoi(target)) {
+		t[0] = t[-1];
+		t--;
+	}
+	ntlines++;
+	snprintf(t->target, sizeof t->target, "%s", target);
+	va_start(ap, fmt);
+	vsnprintf(t->figures, sizeof t->figures, fmt, ap);
+	va_end(ap);
+	t->met = met;
 }
 
 size_t
@@ -154,6 +196,13 @@ report_table(const struct bench *b)
 		if (rows[i].note[0])
 			printf("\n* %d, %s: %s", rows[i].scenario, rows[i].label, rows[i].note);
 	printf("\n");
+	if (!ntlines)
+		return;
+	printf("\n## Issue 28 targets, this run\n\n");
+	printf("| target | figures | MET |\n|---|---|---|\n");
+	for (size_t i = 0; i < ntlines; i++)
+		printf("| %s | %s | %s |\n", tlines[i].target, tlines[i].figures,
+				tlines[i].met == MET_YES ? "yes" : tlines[i].met == MET_NO ? "**no**" : "–");
 }
 
 void
@@ -315,6 +364,15 @@ report_json(const struct bench *b, const struct peer *p, size_t np)
 				r->met == MET_YES ? "true" : r->met == MET_NO ? "false" : "null");
 		json_str(f, r->note);
 		fprintf(f, "}");
+	}
+	fprintf(f, "\n  ],\n  \"targets\": [");
+	for (size_t i = 0; i < ntlines; i++) {
+		fprintf(f, "%s\n    {\"target\": ", i ? "," : "");
+		json_str(f, tlines[i].target);
+		fprintf(f, ", \"figures\": ");
+		json_str(f, tlines[i].figures);
+		fprintf(f, ", \"met\": %s}", tlines[i].met == MET_YES ? "true"
+				: tlines[i].met == MET_NO ? "false" : "null");
 	}
 	fprintf(f, "\n  ],\n  \"peers\": [");
 	for (size_t i = 0; i < np; i++) {
