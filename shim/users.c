@@ -292,17 +292,31 @@ start(void)
 	return 0;
 }
 
+/* mu, waited for at most until `until` (0: for ever). */
+static int
+lock_mu(const struct timespec *until)
+{
+	return until ? pthread_mutex_timedlock(&mu, until) : pthread_mutex_lock(&mu);
+}
+
 /* r queued and waited for, at most until `until` (0: for ever): 0, or
- * ETIMEDOUT with r left to the helper. */
+ * ETIMEDOUT with r left to the helper.  Not a cancellation point: the
+ * calls that ask (sem_init, sem_destroy, a robust mutex's init and
+ * destroy) are none, and a thread cancelled in the wait would end holding
+ * mu, leaving the helper, every later ask and exit waiting for ever. */
 static int
 ask(struct req *r, const struct timespec *until)
 {
-	int err;
+	int cs = dmutex__nocancel(), err;
 
 	pthread_once(&atfork_once, atfork_set);
-	pthread_mutex_lock(&mu);
+	if ((err = lock_mu(until))) {
+		dmutex__cancel_restore(cs);
+		return err;
+	}
 	if ((err = start())) {
 		pthread_mutex_unlock(&mu);
+		dmutex__cancel_restore(cs);
 		return err;
 	}
 	r->done = 0;
@@ -314,6 +328,7 @@ ask(struct req *r, const struct timespec *until)
 		err = until ? pthread_cond_timedwait(&finished, &mu, until)
 			: pthread_cond_wait(&finished, &mu);
 	pthread_mutex_unlock(&mu);
+	dmutex__cancel_restore(cs);
 	return r->done ? 0 : err;
 }
 
@@ -326,7 +341,11 @@ at_exit(void)
 	struct timespec at;
 	int go;
 
-	pthread_mutex_lock(&mu);
+	/* Bounded from the start, mu too: whatever holds it, exit goes on. */
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += EXIT_WAIT_S;
+	if (lock_mu(&at))
+		return;
 	go = running && helper_pid == getpid();
 	pthread_mutex_unlock(&mu);
 	if (!go)
@@ -335,8 +354,6 @@ at_exit(void)
 		leave_all();
 		return;
 	}
-	clock_gettime(CLOCK_REALTIME, &at);
-	at.tv_sec += EXIT_WAIT_S;
 	ask(&r, &at);
 }
 
@@ -345,17 +362,19 @@ dmutex__shim_users_join(const char *name, int (*fresh)(const char *name),
 		int (*last)(const char *name))
 {
 	struct req r = { .op = JOIN, .name = name, .fresh = fresh, .last = last };
-	int err = ask(&r, NULL);
+	int cs, err = ask(&r, NULL);
 
 	if (err)
 		return err;
 	/* After the first join, which made the first connection: our exit
 	 * handler then runs before the library's own (dial.c), which would
 	 * end our connections under us. */
+	cs = dmutex__nocancel();
 	pthread_mutex_lock(&mu);
 	if (!r.err && !atexit_set && !atexit(at_exit))
 		atexit_set = 1;
 	pthread_mutex_unlock(&mu);
+	dmutex__cancel_restore(cs);
 	return r.err;
 }
 

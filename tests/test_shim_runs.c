@@ -169,6 +169,48 @@ run_robust(void)
 	return 0;
 }
 
+/* A thread with a cancellation pending calls sem_init, sem_destroy and a
+ * robust mutex's init and destroy, none a cancellation point: each
+ * returns (their results printed), and the thread is cancelled at its
+ * own pthread_testcancel.  Then the main thread initializes a semaphore
+ * and the process exits: neither waits on what the thread left. */
+static sem_t cs;
+static int cr[4] = { -1, -1, -1, -1 };   /* what each call returned */
+
+static void *
+cancelled_caller(void *arg)
+{
+	pthread_mutexattr_t a;
+	pthread_mutex_t m;
+
+	(void)arg;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_cancel(pthread_self());
+	cr[0] = sem_init(&cs, 0, 0);
+	cr[1] = sem_destroy(&cs);
+	cr[2] = pthread_mutex_init(&m, &a);
+	cr[3] = pthread_mutex_destroy(&m);
+	pthread_testcancel();
+	return NULL;
+}
+
+static int
+run_cancel(void)
+{
+	pthread_t t;
+	void *res = NULL;
+
+	if (pthread_create(&t, NULL, cancelled_caller, NULL) || pthread_join(t, &res))
+		return 1;
+	printf("%d %d %d %d\n", cr[0], cr[1], cr[2], cr[3]);
+	printf("%s\n", res == PTHREAD_CANCELED ? "cancelled" : "returned");
+	fflush(stdout);
+	printf("init %d\n", count_init());
+	fflush(stdout);
+	exit(0);
+}
+
 /* ---- the driver ---- */
 
 static int
@@ -329,6 +371,26 @@ case_robust(void)
 	}
 }
 
+static void
+case_cancel(void)
+{
+	struct proc p;
+	int bad;
+
+	if (start(&p, self, "cancel")) {
+		EXPECT(!"start");
+		return;
+	}
+	bad = expect_line(&p, "0 0 0 0", "the calls of a thread with a cancellation pending");
+	bad |= expect_line(&p, "cancelled", "that thread, at its own cancellation point");
+	bad |= expect_line(&p, "init 0", "a sem_init after it");
+	EXPECT(!bad);
+	/* exit waits at most 3 s for the shares (README). */
+	close(p.in);
+	EXPECT(th_wait_child(p.pid, 10000) == 0);
+	close(p.out);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -344,6 +406,8 @@ main(int argc, char **argv)
 		return run_robust();
 	if (argc > 1 && !strcmp(argv[1], "forkexit"))
 		return run_forkexit();
+	if (argc > 1 && !strcmp(argv[1], "cancel"))
+		return run_cancel();
 	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
 		return 1;
 	self[n] = '\0';
@@ -365,8 +429,10 @@ main(int argc, char **argv)
 		case_robust();
 	else if (argc > 1 && !strcmp(argv[1], "fork-case"))
 		case_fork();
+	else if (argc > 1 && !strcmp(argv[1], "cancel-case"))
+		case_cancel();
 	else
-		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case");
+		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case");
 	th_redis_stop(&srv);
 	return th_check_status();
 }
