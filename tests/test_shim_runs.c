@@ -302,6 +302,62 @@ users_gone(void)
 	return err;
 }
 
+/* Until some process holds a share again: 0, or EBUSY past the deadline. */
+static int
+users_back(void)
+{
+	char name[128];
+	long long until = th_now_ms() + 15000;
+	drwlock_t u;
+	int err = 0;
+
+	snprintf(name, sizeof name, "shimruns/test_shim_runs.c:%d users", count_line);
+	if (drwlock_init(&u, name, NULL))
+		return -1;
+	while (!(err = drwlock_trywrlock(&u)) && th_now_ms() < until) {
+		drwlock_unlock(&u);
+		usleep(20 * 1000);
+	}
+	if (!err)
+		drwlock_unlock(&u);
+	drwlock_destroy(&u);
+	return err == EBUSY ? 0 : EBUSY;
+}
+
+/* A run stopped for longer than its lease loses its share; once it runs
+ * again it takes the share again (no reset), so that a run started after
+ * that joins its count instead of starting afresh under it. */
+static void
+case_stopped(void)
+{
+	struct proc a, b;
+	int bad;
+
+	if (start(&a, self, "count")) {
+		EXPECT(!"start");
+		return;
+	}
+	bad = expect_line(&a, "value 0", "first run") || expect_line(&a, "posted", "first run");
+	kill(a.pid, SIGSTOP);
+	EXPECT(!users_gone());          /* its lease ran out */
+	kill(a.pid, SIGCONT);
+	EXPECT(!users_back());
+	if (start(&b, self, "count")) {
+		EXPECT(!"start");
+		end(&a, 1);
+		return;
+	}
+	bad |= expect_line(&b, "value 2", "a run after the first one took its share again");
+	bad |= expect_line(&b, "posted", "that run");
+	bad |= say(&a, "check\n") != 0;
+	bad |= expect_line(&a, "value 4", "the first run, once the second has posted");
+	EXPECT(!bad);
+	say(&a, "exit\n");
+	say(&b, "exit\n");
+	EXPECT(end(&a, 0) == 0);
+	EXPECT(end(&b, 0) == 0);
+}
+
 static void
 case_three(void)
 {
@@ -431,8 +487,10 @@ main(int argc, char **argv)
 		case_fork();
 	else if (argc > 1 && !strcmp(argv[1], "cancel-case"))
 		case_cancel();
+	else if (argc > 1 && !strcmp(argv[1], "stopped-case"))
+		case_stopped();
 	else
-		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case");
+		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case|stopped-case");
 	th_redis_stop(&srv);
 	return th_check_status();
 }
