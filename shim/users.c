@@ -324,10 +324,13 @@ helper_main(void *arg)
 	return NULL;
 }
 
+/* A process with its parent's shares (joined or still to join) has
+ * forked too: its child inherited them and may not have taken its own. */
 static void
 parent(void)
 {
-	if (__atomic_load_n(&joined, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&joined, __ATOMIC_ACQUIRE) || __atomic_load_n(&adopt_pending, __ATOMIC_ACQUIRE) ||
+			parents)
 		__atomic_store_n(&forked, 1, __ATOMIC_RELEASE);
 }
 

@@ -128,6 +128,42 @@ run_forkexit(void)
 	exit(0);
 }
 
+/* The run initializes and posts twice, forks and exits; its child C
+ * forks G before its own first semaphore call, then posts once and exits
+ * (leaving last, as far as it knows); G posts once after C is gone and
+ * prints the value: 4, the count kept for G; then waits for "exit". */
+static int
+run_grandchild(void)
+{
+	char cmd[32], c;
+	int pc[2], cg[2], v = -1;
+	pid_t pid;
+
+	if (pipe(pc) || count_init() || sem_post(&cnt) || sem_post(&cnt) || (pid = fork()) < 0)
+		return 1;
+	if (pid > 0)
+		exit(0);
+	close(pc[1]);
+	while (read(pc[0], &c, 1) > 0)  /* until the run is gone */
+		;
+	if (pipe(cg) || (pid = fork()) < 0)
+		_exit(1);
+	if (pid > 0) {
+		close(cg[0]);
+		exit(sem_post(&cnt) ? 1 : 0);
+	}
+	close(cg[1]);
+	while (read(cg[0], &c, 1) > 0)  /* until C is gone */
+		;
+	if (sem_post(&cnt) || sem_getvalue(&cnt, &v))
+		_exit(1);
+	printf("value %d\n", v);
+	fflush(stdout);
+	while (fgets(cmd, sizeof cmd, stdin) && strcmp(cmd, "exit\n"))
+		;
+	exit(0);
+}
+
 static pthread_mutex_t rm;
 
 static void *
@@ -409,6 +445,29 @@ case_fork(void)
 	EXPECT(!count_run("exit", "value 0", "after the child exited"));
 }
 
+/* A child that forks before its first semaphore call, then leaves last
+ * as far as it knows: the count is kept for its own child. */
+static void
+case_grandchild(void)
+{
+	struct proc p;
+	char buf[64];
+
+	if (start(&p, self, "grandchild")) {
+		EXPECT(!"start");
+		return;
+	}
+	EXPECT(!expect_line(&p, "value 4", "the grandchild of a run that exited"));
+	EXPECT(th_wait_child(p.pid, LINE_MS) == 0);
+	say(&p, "exit\n");
+	close(p.in);
+	/* The grandchild's end of the pipe closes when it has exited. */
+	EXPECT(line(&p, buf, sizeof buf, LINE_MS) != 0);
+	close(p.out);
+	EXPECT(!users_gone());
+	EXPECT(!count_run("exit", "value 0", "after the grandchild exited"));
+}
+
 static void
 case_robust(void)
 {
@@ -464,6 +523,8 @@ main(int argc, char **argv)
 		return run_forkexit();
 	if (argc > 1 && !strcmp(argv[1], "cancel"))
 		return run_cancel();
+	if (argc > 1 && !strcmp(argv[1], "grandchild"))
+		return run_grandchild();
 	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
 		return 1;
 	self[n] = '\0';
@@ -489,8 +550,10 @@ main(int argc, char **argv)
 		case_cancel();
 	else if (argc > 1 && !strcmp(argv[1], "stopped-case"))
 		case_stopped();
+	else if (argc > 1 && !strcmp(argv[1], "grandchild-case"))
+		case_grandchild();
 	else
-		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case|stopped-case");
+		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case|stopped-case|grandchild-case");
 	th_redis_stop(&srv);
 	return th_check_status();
 }
