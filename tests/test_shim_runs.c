@@ -196,6 +196,29 @@ rm_round(int destroy)
 	return 0;
 }
 
+/* A robust mutex named by the program: "init lock" as results. */
+#define GIVEN "shimruns-given"
+
+static int
+run_given(void)
+{
+	pthread_mutexattr_t a;
+	pthread_mutex_t m;
+	int r0, r1;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutexattr_setname_np(&a, GIVEN);
+	r0 = pthread_mutex_init(&m, &a);
+	pthread_mutexattr_destroy(&a);
+	r1 = pthread_mutex_lock(&m);
+	printf("%d %d\n", r0, r1);
+	fflush(stdout);
+	if (!r1)
+		pthread_mutex_unlock(&m);
+	return 0;
+}
+
 static int
 run_robust(void)
 {
@@ -468,6 +491,43 @@ case_grandchild(void)
 	EXPECT(!count_run("exit", "value 0", "after the grandchild exited"));
 }
 
+static void *
+given_locker(void *arg)
+{
+	dmutex_lock(arg);
+	return NULL;    /* holding it */
+}
+
+/* A robust mutex whose name the program gives is any process's, the shim's
+ * or not: its state stays what they leave it, never reset because no shim
+ * process uses it.  Made not recoverable here through the library, then a
+ * shim run's lock of it is ENOTRECOVERABLE, twice. */
+static void
+case_given(void)
+{
+	dmutex_attr_t a;
+	dmutex_t m;
+	pthread_t t;
+
+	dmutex_attr_init(&a);
+	dmutex_attr_setrobust(&a, DMUTEX_ROBUST);
+	EXPECT(!dmutex_init(&m, GIVEN, &a));
+	dmutex_attr_destroy(&a);
+	EXPECT(!pthread_create(&t, NULL, given_locker, &m) && !pthread_join(t, NULL));
+	EXPECT(dmutex_lock(&m) == EOWNERDEAD);
+	EXPECT(!dmutex_unlock(&m));     /* not consistent: not recoverable */
+	EXPECT(dmutex_lock(&m) == ENOTRECOVERABLE);
+	EXPECT(!dmutex_destroy(&m));
+	for (int run = 0; run < 2; run++) {
+		struct proc p;
+		int bad = start(&p, self, "given");
+
+		bad = bad || expect_line(&p, "0 131", run ? "second run" : "first run");
+		EXPECT(!bad);
+		EXPECT(end(&p, 0) == 0);
+	}
+}
+
 static void
 case_robust(void)
 {
@@ -525,6 +585,8 @@ main(int argc, char **argv)
 		return run_cancel();
 	if (argc > 1 && !strcmp(argv[1], "grandchild"))
 		return run_grandchild();
+	if (argc > 1 && !strcmp(argv[1], "given"))
+		return run_given();
 	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
 		return 1;
 	self[n] = '\0';
@@ -552,8 +614,10 @@ main(int argc, char **argv)
 		case_stopped();
 	else if (argc > 1 && !strcmp(argv[1], "grandchild-case"))
 		case_grandchild();
+	else if (argc > 1 && !strcmp(argv[1], "given-case"))
+		case_given();
 	else
-		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case|stopped-case|grandchild-case");
+		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case|stopped-case|grandchild-case|given-case");
 	th_redis_stop(&srv);
 	return th_check_status();
 }
