@@ -164,6 +164,22 @@ run_grandchild(void)
 	exit(0);
 }
 
+/* Initialized, posted, initialized again without sem_destroy, posted,
+ * destroyed once; then waits for "exit". */
+static int
+run_reinit(void)
+{
+	char cmd[32];
+
+	if (count_init() || sem_post(&cnt) || count_init() || sem_post(&cnt) || sem_destroy(&cnt))
+		return 1;
+	printf("destroyed\n");
+	fflush(stdout);
+	while (fgets(cmd, sizeof cmd, stdin) && strcmp(cmd, "exit\n"))
+		;
+	return 0;
+}
+
 static pthread_mutex_t rm;
 
 static void *
@@ -528,6 +544,24 @@ case_given(void)
 	}
 }
 
+/* A semaphore initialized twice and destroyed once: the process has left
+ * its users while it still runs, and the count is gone. */
+static void
+case_reinit(void)
+{
+	struct proc p;
+
+	if (start(&p, self, "reinit")) {
+		EXPECT(!"start");
+		return;
+	}
+	EXPECT(!expect_line(&p, "destroyed", "initialized twice, destroyed once"));
+	EXPECT(!users_gone());
+	say(&p, "exit\n");
+	EXPECT(end(&p, 0) == 0);
+	EXPECT(!count_run("exit", "value 0", "after it"));
+}
+
 static void
 case_robust(void)
 {
@@ -587,6 +621,8 @@ main(int argc, char **argv)
 		return run_grandchild();
 	if (argc > 1 && !strcmp(argv[1], "given"))
 		return run_given();
+	if (argc > 1 && !strcmp(argv[1], "reinit"))
+		return run_reinit();
 	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
 		return 1;
 	self[n] = '\0';
@@ -616,8 +652,10 @@ main(int argc, char **argv)
 		case_grandchild();
 	else if (argc > 1 && !strcmp(argv[1], "given-case"))
 		case_given();
+	else if (argc > 1 && !strcmp(argv[1], "reinit-case"))
+		case_reinit();
 	else
-		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case|stopped-case|grandchild-case|given-case");
+		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case|stopped-case|grandchild-case|given-case|reinit-case");
 	th_redis_stop(&srv);
 	return th_check_status();
 }
