@@ -101,20 +101,23 @@ drop_count(const char *name)
 	return err == ENOENT ? 0 : err;
 }
 
+static int sem_destroy_impl(dsem_t *s);
+
 static int
 sem_init_impl(dsem_t *s, int pshared, unsigned value, const char *site)
 {
-	char name[DMUTEX_NAME_MAX + 1], old[DMUTEX_NAME_MAX + 1] = "";
-	const char *on = NULL;
+	char name[DMUTEX_NAME_MAX + 1];
 	int err;
 
 	(void)pshared;  /* every dmutex semaphore is shared */
 	if (!s)
 		return fail(EINVAL);
-	/* Initialized again without sem_destroy: the process uses it once,
-	 * not twice, or its one sem_destroy would not leave (users.c). */
-	if (dmutex__shim_site_live(DMUTEX__SHIM_SEM, s) && !dmutex__shim_sem_name(s, &on) && on)
-		snprintf(old, sizeof old, "%s", on);
+	/* Initialized again without sem_destroy (glibc sets the new value):
+	 * destroyed first, as pthread_mutex_init's forget_old does.  Else
+	 * the process would use it twice, its one sem_destroy would not
+	 * leave (users.c), and the old object would be unreachable. */
+	if (dmutex__shim_site_live(DMUTEX__SHIM_SEM, s))
+		sem_destroy_impl(s);
 	if ((err = dmutex__shim_site_name(DMUTEX__SHIM_SEM, s, site, name)))
 		return fail(err);
 	/* Afresh: the old count goes (ENOENT: it was gone already). */
@@ -139,8 +142,6 @@ sem_init_impl(dsem_t *s, int pshared, unsigned value, const char *site)
 	if (err) {
 		dmutex__shim_users_leave(name);
 		dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
-	} else if (old[0]) {
-		dmutex__shim_users_leave(old);
 	}
 	return fail(err);
 }

@@ -232,7 +232,7 @@ run_given(void)
 	fflush(stdout);
 	if (!r1)
 		pthread_mutex_unlock(&m);
-	return 0;
+	return pthread_mutex_destroy(&m) ? 1 : 0;
 }
 
 static int
