@@ -24,6 +24,8 @@
  *            initialized again at the same line: a fresh mutex, each
  *            round (musl's pthread_robust); the last round's is left not
  *            recoverable at exit, and the next run's is fresh again.
+ *   cancel, stopped, grandchild, given, reinit, forkwait: the review of
+ *            issue 29 (users29), each at its run_ and case_ functions.
  */
 #include <errno.h>
 #include <pthread.h>
