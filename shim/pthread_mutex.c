@@ -145,8 +145,8 @@ join_robust(const dmutex_attr_t *a, const char *name)
 	return err;
 }
 
-int
-dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
+static int
+mutex_init_impl(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 {
 	char name[DMUTEX_NAME_MAX + 1];
 	const char *given = attr_ok(a) ? a->__reserved[0] : NULL;
@@ -196,8 +196,8 @@ destroyed(dmutex_t *m, const char *robust)
 		dmutex__shim_users_leave(robust);
 }
 
-int
-dmutex_shim_mutex_destroy(dmutex_t *m)
+static int
+mutex_destroy_impl(dmutex_t *m)
 {
 	char robust[DMUTEX_NAME_MAX + 1];
 	pthread_mutex_t *l;
@@ -233,6 +233,27 @@ dmutex_shim_mutex_destroy(dmutex_t *m)
 	}
 	if (!err)
 		destroyed(m, robust);
+	return err;
+}
+
+/* Neither is a cancellation point (POSIX): a thread cancelled in a
+ * warning's write or a robust mutex's users (users.c) would leave them
+ * half done. */
+int
+dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
+{
+	int cs = dmutex__nocancel(), err = mutex_init_impl(m, a, site);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dmutex_shim_mutex_destroy(dmutex_t *m)
+{
+	int cs = dmutex__nocancel(), err = mutex_destroy_impl(m);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }
 
