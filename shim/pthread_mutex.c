@@ -126,7 +126,10 @@ fresh(const char *name)
 }
 
 /* A robust mutex's users (users.c): joined before it is made, left when
- * it is destroyed.  EIO: asked again, as every init is. */
+ * it is destroyed.  EIO: asked again, as every init is.  Only a mutex the
+ * shim names from its line: a name the program gives may be shared with
+ * processes not through the shim (dmutex_init, `dmutex run`), whose state
+ * no shim process may drop because no shim process uses it. */
 static int
 join_robust(const dmutex_attr_t *a, const char *name)
 {
@@ -142,8 +145,8 @@ join_robust(const dmutex_attr_t *a, const char *name)
 	return err;
 }
 
-int
-dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
+static int
+mutex_init_impl(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 {
 	char name[DMUTEX_NAME_MAX + 1];
 	const char *given = attr_ok(a) ? a->__reserved[0] : NULL;
@@ -161,9 +164,8 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 		return err;
 	}
-	if ((err = join_robust(a, given ? given : name))) {
-		if (!given)
-			dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
+	if (!given && (err = join_robust(a, name))) {
+		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 		return err;
 	}
 	for (int attempt = 0; (err = dmutex_init(m, given ? given : name, a)) == EIO; attempt++) {
@@ -172,8 +174,8 @@ dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 				given ? given : name);
 		backoff(attempt);
 	}
-	if (err && a && a->__robust == DMUTEX_ROBUST)
-		dmutex__shim_users_leave(given ? given : name);
+	if (err && !given && a && a->__robust == DMUTEX_ROBUST)
+		dmutex__shim_users_leave(name);
 	if (err && !given)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 	if (!err) {
@@ -194,8 +196,8 @@ destroyed(dmutex_t *m, const char *robust)
 		dmutex__shim_users_leave(robust);
 }
 
-int
-dmutex_shim_mutex_destroy(dmutex_t *m)
+static int
+mutex_destroy_impl(dmutex_t *m)
 {
 	char robust[DMUTEX_NAME_MAX + 1];
 	pthread_mutex_t *l;
@@ -212,7 +214,8 @@ dmutex_shim_mutex_destroy(dmutex_t *m)
 		dmutex__shim_site_release(DMUTEX__SHIM_MUTEX, m);
 		return 0;
 	}
-	if (err || !dmutex__shim_mutex_robust_name(m, robust))
+	/* A given name has no users (join_robust). */
+	if (err || !dmutex__shim_site_live(DMUTEX__SHIM_MUTEX, m) || !dmutex__shim_mutex_robust_name(m, robust))
 		robust[0] = '\0';
 	if (!err && (err = dmutex_destroy(m)) == EBUSY && (released = dmutex__mutex_release_now(m))) {
 		/* glibc says EBUSY for a locked mutex that is not robust (0 for
@@ -230,6 +233,27 @@ dmutex_shim_mutex_destroy(dmutex_t *m)
 	}
 	if (!err)
 		destroyed(m, robust);
+	return err;
+}
+
+/* Neither is a cancellation point (POSIX): a thread cancelled in a
+ * warning's write or a robust mutex's users (users.c) would leave them
+ * half done. */
+int
+dmutex_shim_mutex_init(dmutex_t *m, const dmutex_attr_t *a, const char *site)
+{
+	int cs = dmutex__nocancel(), err = mutex_init_impl(m, a, site);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dmutex_shim_mutex_destroy(dmutex_t *m)
+{
+	int cs = dmutex__nocancel(), err = mutex_destroy_impl(m);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }
 

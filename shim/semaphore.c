@@ -101,8 +101,10 @@ drop_count(const char *name)
 	return err == ENOENT ? 0 : err;
 }
 
-int
-dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
+static int sem_destroy_impl(dsem_t *s);
+
+static int
+sem_init_impl(dsem_t *s, int pshared, unsigned value, const char *site)
 {
 	char name[DMUTEX_NAME_MAX + 1];
 	int err;
@@ -110,6 +112,12 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 	(void)pshared;  /* every dmutex semaphore is shared */
 	if (!s)
 		return fail(EINVAL);
+	/* Initialized again without sem_destroy (glibc sets the new value):
+	 * destroyed first, as pthread_mutex_init's forget_old does.  Else
+	 * the process would use it twice, its one sem_destroy would not
+	 * leave (users.c), and the old object would be unreachable. */
+	if (dmutex__shim_site_live(DMUTEX__SHIM_SEM, s))
+		sem_destroy_impl(s);
 	if ((err = dmutex__shim_site_name(DMUTEX__SHIM_SEM, s, site, name)))
 		return fail(err);
 	/* Afresh: the old count goes (ENOENT: it was gone already). */
@@ -138,6 +146,18 @@ dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
 	return fail(err);
 }
 
+/* Not a cancellation point (POSIX names none among sem_init and
+ * sem_destroy): a thread cancelled half-way would leave the users' count
+ * (users.c) and the backend's state half made. */
+int
+dmutex_shim_sem_init(dsem_t *s, int pshared, unsigned value, const char *site)
+{
+	int cs = dmutex__nocancel(), err = sem_init_impl(s, pshared, value, site);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
 /* Before a semaphore call (outside a handler): the posts handlers handed
  * over are made, and a forked child has its own users' shares (users.c)
  * of what its parent initialized. */
@@ -148,8 +168,8 @@ settle(void)
 	dmutex__shim_users_adopt();
 }
 
-int
-dmutex_shim_sem_destroy(dsem_t *s)
+static int
+sem_destroy_impl(dsem_t *s)
 {
 	const char *name = NULL;
 	char copy[DMUTEX_NAME_MAX + 1] = "";
@@ -168,6 +188,15 @@ dmutex_shim_sem_destroy(dsem_t *s)
 		dmutex__shim_users_leave(copy);
 	}
 	return 0;
+}
+
+int
+dmutex_shim_sem_destroy(dsem_t *s)
+{
+	int cs = dmutex__nocancel(), err = sem_destroy_impl(s);
+
+	dmutex__cancel_restore(cs);
+	return err;
 }
 
 /* Ask again with the same request id while the backend is away, until the

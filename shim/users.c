@@ -15,7 +15,8 @@
  * its share.  The last one to leave (destroy, or exit) removes the state
  * the same way.  Processes starting together: the write lock lets one
  * reset at a time, and none resets under a process that has joined, for
- * no try for the write lock succeeds while that one holds its share.
+ * no try for the write lock succeeds while that one holds its share: as
+ * long as it holds it, that is; a share lost (on_lost) is taken again.
  *
  * A share belongs to the thread that took it and ends with it (client.c);
  * the program's threads come and go, so one thread of ours takes and
@@ -46,7 +47,15 @@ struct member {
 	struct member *next;
 	drwlock_t rw;
 	unsigned refs;
+	int lost;               /* its share ran out: to be taken again */
 	int (*last)(const char *name);
+	char un[DMUTEX_NAME_MAX + 1];   /* its users lock's */
+	char name[];
+};
+
+/* A users lock whose share was lost (on_lost), for the helper. */
+struct lost {
+	struct lost *next;
 	char name[];
 };
 
@@ -74,6 +83,8 @@ static int atexit_set;
 static unsigned joined;         /* atomic: members, for the fork handler */
 static int forked;              /* atomic: this process forked since it joined */
 static int adopt_pending;       /* atomic: a child's inherited names to join */
+static struct lost *lostq;      /* under mu */
+static int relost;              /* the helper's: a member has lost its share */
 
 static struct member *
 find(const char *name)
@@ -99,12 +110,77 @@ users_name(const char *name, char out[DMUTEX_NAME_MAX + 1])
 	memcpy(out + n, SUFFIX, sizeof SUFFIX);
 }
 
+/*
+ * A share lost while the process lives (the backend away, or the process
+ * stopped, for longer than the lease): a process starting meanwhile found
+ * no users and may have started the object afresh under us; that cannot be
+ * undone, but a later one must not do it again, so the helper takes the
+ * share again as soon as it can.  Called on the renewal thread (or on a
+ * caller's, reporting), never holding mu.
+ */
+static void
+on_lost(const char *name, void *arg)
+{
+	size_t n = strlen(name);
+	struct lost *l = malloc(sizeof *l + n + 1);
+
+	(void)arg;
+	if (!l)
+		return;
+	memcpy(l->name, name, n + 1);
+	pthread_mutex_lock(&mu);
+	l->next = lostq;
+	lostq = l;
+	pthread_cond_signal(&work);
+	pthread_mutex_unlock(&mu);
+}
+
+/* The helper's: the members named in l marked lost, l freed. */
+static void
+mark_lost(struct lost *l)
+{
+	struct lost *next;
+	struct member *m;
+
+	for (; l; l = next) {
+		next = l->next;
+		for (m = members; m; m = m->next)
+			if (!strcmp(m->un, l->name))
+				relost = m->lost = 1;
+		free(l);
+	}
+}
+
+/* The helper's: each lost share taken again, as a reader only (no reset:
+ * the object is in use, ours); one the backend refuses stays marked, for
+ * the next second. */
+static void
+retake(void)
+{
+	struct member *m;
+	int err;
+
+	relost = 0;
+	for (m = members; m; m = m->next) {
+		if (!m->lost)
+			continue;
+		drwlock_unlock(&m->rw);         /* ENOLCK: our count forgotten */
+		if ((err = drwlock_rdlock(&m->rw))) {
+			relost = 1;
+			continue;
+		}
+		m->lost = 0;
+		dmutex__log(DMUTEX_LOG_WARN, "'%s': the share was lost and is taken again; a process that "
+				"started while it was lost may have started '%s' afresh", m->un, m->name);
+	}
+}
+
 static int
 join(const char *name, int (*fresh)(const char *), int (*last)(const char *))
 {
-	char un[DMUTEX_NAME_MAX + 1];
 	struct member *m = find(name);
 	size_t n = strlen(name);
+	dmutex_attr_t a;
 	int err;
 
 	if (m) {
@@ -114,8 +190,12 @@ join(const char *name, int (*fresh)(const char *), int (*last)(const char *))
 	if (!(m = calloc(1, sizeof *m + n + 1)))
 		return ENOMEM;
 	memcpy(m->name, name, n + 1);
-	users_name(name, un);
-	if ((err = drwlock_init(&m->rw, un, NULL))) {
+	users_name(name, m->un);
+	dmutex_attr_init(&a);
+	dmutex_attr_setonlost(&a, on_lost, NULL);
+	err = drwlock_init(&m->rw, m->un, &a);
+	dmutex_attr_destroy(&a);
+	if (err) {
 		free(m);
 		/* A client over several masters has no read-write locks: no
 		 * run is told from the next there. */
@@ -197,26 +277,37 @@ static void *
 helper_main(void *arg)
 {
 	struct req *r;
+	struct lost *l;
 	struct timespec at;
+	int again;
 
 	(void)arg;
 	dmutex__shim_own_thread();
 	pthread_mutex_lock(&mu);
 	for (;;) {
 		/* Never for ever: the program may have ended under us. */
-		while (!head) {
+		for (again = 0; !head && !lostq && !again; ) {
 			clock_gettime(CLOCK_REALTIME, &at);
 			at.tv_sec++;
 			if (pthread_cond_timedwait(&work, &mu, &at) == ETIMEDOUT) {
 				pthread_mutex_unlock(&mu);
 				dmutex__shim_exit_if_alone();
 				pthread_mutex_lock(&mu);
+				again = relost;
 			}
 		}
-		r = head;
-		if (!(head = r->next))
+		l = lostq;
+		lostq = NULL;
+		if ((r = head) && !(head = r->next))
 			tail = &head;
 		pthread_mutex_unlock(&mu);
+		mark_lost(l);
+		if (relost)
+			retake();
+		if (!r) {
+			pthread_mutex_lock(&mu);
+			continue;
+		}
 		r->err = 0;
 		if (r->op == JOIN)
 			r->err = join(r->name, r->fresh, r->last);
@@ -233,10 +324,13 @@ helper_main(void *arg)
 	return NULL;
 }
 
+/* A process with its parent's shares (joined or still to join) has
+ * forked too: its child inherited them and may not have taken its own. */
 static void
 parent(void)
 {
-	if (__atomic_load_n(&joined, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&joined, __ATOMIC_ACQUIRE) || __atomic_load_n(&adopt_pending, __ATOMIC_ACQUIRE) ||
+			parents)
 		__atomic_store_n(&forked, 1, __ATOMIC_RELEASE);
 }
 
@@ -250,6 +344,13 @@ child(void)
 	pthread_cond_init(&finished, NULL);
 	head = NULL;
 	tail = &head;
+	/* The parent's shares lost: its helper takes them again, not ours. */
+	while (lostq) {
+		struct lost *l = lostq;
+		lostq = l->next;
+		free(l);
+	}
+	relost = 0;
 	/* Kept reachable, never used: the parent's. */
 	if (members) {
 		struct member *m = members;
@@ -292,17 +393,31 @@ start(void)
 	return 0;
 }
 
+/* mu, waited for at most until `until` (0: for ever). */
+static int
+lock_mu(const struct timespec *until)
+{
+	return until ? pthread_mutex_timedlock(&mu, until) : pthread_mutex_lock(&mu);
+}
+
 /* r queued and waited for, at most until `until` (0: for ever): 0, or
- * ETIMEDOUT with r left to the helper. */
+ * ETIMEDOUT with r left to the helper.  Not a cancellation point: the
+ * calls that ask (sem_init, sem_destroy, a robust mutex's init and
+ * destroy) are none, and a thread cancelled in the wait would end holding
+ * mu, leaving the helper, every later ask and exit waiting for ever. */
 static int
 ask(struct req *r, const struct timespec *until)
 {
-	int err;
+	int cs = dmutex__nocancel(), err;
 
 	pthread_once(&atfork_once, atfork_set);
-	pthread_mutex_lock(&mu);
+	if ((err = lock_mu(until))) {
+		dmutex__cancel_restore(cs);
+		return err;
+	}
 	if ((err = start())) {
 		pthread_mutex_unlock(&mu);
+		dmutex__cancel_restore(cs);
 		return err;
 	}
 	r->done = 0;
@@ -314,6 +429,7 @@ ask(struct req *r, const struct timespec *until)
 		err = until ? pthread_cond_timedwait(&finished, &mu, until)
 			: pthread_cond_wait(&finished, &mu);
 	pthread_mutex_unlock(&mu);
+	dmutex__cancel_restore(cs);
 	return r->done ? 0 : err;
 }
 
@@ -326,7 +442,11 @@ at_exit(void)
 	struct timespec at;
 	int go;
 
-	pthread_mutex_lock(&mu);
+	/* Bounded from the start, mu too: whatever holds it, exit goes on. */
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += EXIT_WAIT_S;
+	if (lock_mu(&at))
+		return;
 	go = running && helper_pid == getpid();
 	pthread_mutex_unlock(&mu);
 	if (!go)
@@ -335,8 +455,6 @@ at_exit(void)
 		leave_all();
 		return;
 	}
-	clock_gettime(CLOCK_REALTIME, &at);
-	at.tv_sec += EXIT_WAIT_S;
 	ask(&r, &at);
 }
 
@@ -345,17 +463,19 @@ dmutex__shim_users_join(const char *name, int (*fresh)(const char *name),
 		int (*last)(const char *name))
 {
 	struct req r = { .op = JOIN, .name = name, .fresh = fresh, .last = last };
-	int err = ask(&r, NULL);
+	int cs, err = ask(&r, NULL);
 
 	if (err)
 		return err;
 	/* After the first join, which made the first connection: our exit
 	 * handler then runs before the library's own (dial.c), which would
 	 * end our connections under us. */
+	cs = dmutex__nocancel();
 	pthread_mutex_lock(&mu);
 	if (!r.err && !atexit_set && !atexit(at_exit))
 		atexit_set = 1;
 	pthread_mutex_unlock(&mu);
+	dmutex__cancel_restore(cs);
 	return r.err;
 }
 

@@ -24,6 +24,8 @@
  *            initialized again at the same line: a fresh mutex, each
  *            round (musl's pthread_robust); the last round's is left not
  *            recoverable at exit, and the next run's is fresh again.
+ *   cancel, stopped, grandchild, given, reinit, forkwait: the review of
+ *            issue 29 (users29), each at its run_ and case_ functions.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -128,6 +130,76 @@ run_forkexit(void)
 	exit(0);
 }
 
+/* The run initializes and posts twice, forks and exits; its child C
+ * forks G before its own first semaphore call, then posts once and exits
+ * (leaving last, as far as it knows); G posts once after C is gone and
+ * prints the value: 4, the count kept for G; then waits for "exit". */
+static int
+run_grandchild(void)
+{
+	char cmd[32], c;
+	int pc[2], cg[2], v = -1;
+	pid_t pid;
+
+	if (pipe(pc) || count_init() || sem_post(&cnt) || sem_post(&cnt) || (pid = fork()) < 0)
+		return 1;
+	if (pid > 0)
+		exit(0);
+	close(pc[1]);
+	while (read(pc[0], &c, 1) > 0)  /* until the run is gone */
+		;
+	if (pipe(cg) || (pid = fork()) < 0)
+		_exit(1);
+	if (pid > 0) {
+		close(cg[0]);
+		exit(sem_post(&cnt) ? 1 : 0);
+	}
+	close(cg[1]);
+	while (read(cg[0], &c, 1) > 0)  /* until C is gone */
+		;
+	if (sem_post(&cnt) || sem_getvalue(&cnt, &v))
+		_exit(1);
+	printf("value %d\n", v);
+	fflush(stdout);
+	while (fgets(cmd, sizeof cmd, stdin) && strcmp(cmd, "exit\n"))
+		;
+	exit(0);
+}
+
+/* Initialized, posted, initialized again without sem_destroy, posted,
+ * destroyed once; then waits for "exit". */
+static int
+run_reinit(void)
+{
+	char cmd[32];
+
+	if (count_init() || sem_post(&cnt) || count_init() || sem_post(&cnt) || sem_destroy(&cnt))
+		return 1;
+	printf("destroyed\n");
+	fflush(stdout);
+	while (fgets(cmd, sizeof cmd, stdin) && strcmp(cmd, "exit\n"))
+		;
+	return 0;
+}
+
+/* The run initializes, forks a child that posts and exits, and exits
+ * with the child's status: under valgrind (meson test --setup valgrind)
+ * a leak in the child (the parent helper's records) fails the run. */
+static int
+run_forkwait(void)
+{
+	int st;
+	pid_t pid;
+
+	if (count_init() || sem_post(&cnt) || (pid = fork()) < 0)
+		return 1;
+	if (pid == 0)
+		exit(sem_post(&cnt) ? 1 : 0);
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+		return 1;
+	return WEXITSTATUS(st) || sem_destroy(&cnt) ? 2 : 0;
+}
+
 static pthread_mutex_t rm;
 
 static void *
@@ -160,6 +232,29 @@ rm_round(int destroy)
 	return 0;
 }
 
+/* A robust mutex named by the program: "init lock" as results. */
+#define GIVEN "shimruns-given"
+
+static int
+run_given(void)
+{
+	pthread_mutexattr_t a;
+	pthread_mutex_t m;
+	int r0, r1;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutexattr_setname_np(&a, GIVEN);
+	r0 = pthread_mutex_init(&m, &a);
+	pthread_mutexattr_destroy(&a);
+	r1 = pthread_mutex_lock(&m);
+	printf("%d %d\n", r0, r1);
+	fflush(stdout);
+	if (!r1)
+		pthread_mutex_unlock(&m);
+	return pthread_mutex_destroy(&m) ? 1 : 0;
+}
+
 static int
 run_robust(void)
 {
@@ -167,6 +262,48 @@ run_robust(void)
 		if (rm_round(i < 2))
 			return 1;
 	return 0;
+}
+
+/* A thread with a cancellation pending calls sem_init, sem_destroy and a
+ * robust mutex's init and destroy, none a cancellation point: each
+ * returns (their results printed), and the thread is cancelled at its
+ * own pthread_testcancel.  Then the main thread initializes a semaphore
+ * and the process exits: neither waits on what the thread left. */
+static sem_t cs;
+static int cr[4] = { -1, -1, -1, -1 };   /* what each call returned */
+
+static void *
+cancelled_caller(void *arg)
+{
+	pthread_mutexattr_t a;
+	pthread_mutex_t m;
+
+	(void)arg;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_cancel(pthread_self());
+	cr[0] = sem_init(&cs, 0, 0);
+	cr[1] = sem_destroy(&cs);
+	cr[2] = pthread_mutex_init(&m, &a);
+	cr[3] = pthread_mutex_destroy(&m);
+	pthread_testcancel();
+	return NULL;
+}
+
+static int
+run_cancel(void)
+{
+	pthread_t t;
+	void *res = NULL;
+
+	if (pthread_create(&t, NULL, cancelled_caller, NULL) || pthread_join(t, &res))
+		return 1;
+	printf("%d %d %d %d\n", cr[0], cr[1], cr[2], cr[3]);
+	printf("%s\n", res == PTHREAD_CANCELED ? "cancelled" : "returned");
+	fflush(stdout);
+	printf("init %d\n", count_init());
+	fflush(stdout);
+	exit(0);
 }
 
 /* ---- the driver ---- */
@@ -260,6 +397,62 @@ users_gone(void)
 	return err;
 }
 
+/* Until some process holds a share again: 0, or EBUSY past the deadline. */
+static int
+users_back(void)
+{
+	char name[128];
+	long long until = th_now_ms() + 15000;
+	drwlock_t u;
+	int err = 0;
+
+	snprintf(name, sizeof name, "shimruns/test_shim_runs.c:%d users", count_line);
+	if (drwlock_init(&u, name, NULL))
+		return -1;
+	while (!(err = drwlock_trywrlock(&u)) && th_now_ms() < until) {
+		drwlock_unlock(&u);
+		usleep(20 * 1000);
+	}
+	if (!err)
+		drwlock_unlock(&u);
+	drwlock_destroy(&u);
+	return err == EBUSY ? 0 : EBUSY;
+}
+
+/* A run stopped for longer than its lease loses its share; once it runs
+ * again it takes the share again (no reset), so that a run started after
+ * that joins its count instead of starting afresh under it. */
+static void
+case_stopped(void)
+{
+	struct proc a, b;
+	int bad;
+
+	if (start(&a, self, "count")) {
+		EXPECT(!"start");
+		return;
+	}
+	bad = expect_line(&a, "value 0", "first run") || expect_line(&a, "posted", "first run");
+	kill(a.pid, SIGSTOP);
+	EXPECT(!users_gone());          /* its lease ran out */
+	kill(a.pid, SIGCONT);
+	EXPECT(!users_back());
+	if (start(&b, self, "count")) {
+		EXPECT(!"start");
+		end(&a, 1);
+		return;
+	}
+	bad |= expect_line(&b, "value 2", "a run after the first one took its share again");
+	bad |= expect_line(&b, "posted", "that run");
+	bad |= say(&a, "check\n") != 0;
+	bad |= expect_line(&a, "value 4", "the first run, once the second has posted");
+	EXPECT(!bad);
+	say(&a, "exit\n");
+	say(&b, "exit\n");
+	EXPECT(end(&a, 0) == 0);
+	EXPECT(end(&b, 0) == 0);
+}
+
 static void
 case_three(void)
 {
@@ -311,6 +504,96 @@ case_fork(void)
 	EXPECT(!count_run("exit", "value 0", "after the child exited"));
 }
 
+/* A child that forks before its first semaphore call, then leaves last
+ * as far as it knows: the count is kept for its own child. */
+static void
+case_grandchild(void)
+{
+	struct proc p;
+	char buf[64];
+
+	if (start(&p, self, "grandchild")) {
+		EXPECT(!"start");
+		return;
+	}
+	EXPECT(!expect_line(&p, "value 4", "the grandchild of a run that exited"));
+	EXPECT(th_wait_child(p.pid, LINE_MS) == 0);
+	say(&p, "exit\n");
+	close(p.in);
+	/* The grandchild's end of the pipe closes when it has exited. */
+	EXPECT(line(&p, buf, sizeof buf, LINE_MS) != 0);
+	close(p.out);
+	EXPECT(!users_gone());
+	EXPECT(!count_run("exit", "value 0", "after the grandchild exited"));
+}
+
+static void *
+given_locker(void *arg)
+{
+	dmutex_lock(arg);
+	return NULL;    /* holding it */
+}
+
+/* A robust mutex whose name the program gives is any process's, the shim's
+ * or not: its state stays what they leave it, never reset because no shim
+ * process uses it.  Made not recoverable here through the library, then a
+ * shim run's lock of it is ENOTRECOVERABLE, twice. */
+static void
+case_given(void)
+{
+	dmutex_attr_t a;
+	dmutex_t m;
+	pthread_t t;
+
+	dmutex_attr_init(&a);
+	dmutex_attr_setrobust(&a, DMUTEX_ROBUST);
+	EXPECT(!dmutex_init(&m, GIVEN, &a));
+	dmutex_attr_destroy(&a);
+	EXPECT(!pthread_create(&t, NULL, given_locker, &m) && !pthread_join(t, NULL));
+	EXPECT(dmutex_lock(&m) == EOWNERDEAD);
+	EXPECT(!dmutex_unlock(&m));     /* not consistent: not recoverable */
+	EXPECT(dmutex_lock(&m) == ENOTRECOVERABLE);
+	EXPECT(!dmutex_destroy(&m));
+	for (int run = 0; run < 2; run++) {
+		struct proc p;
+		int bad = start(&p, self, "given");
+
+		bad = bad || expect_line(&p, "0 131", run ? "second run" : "first run");
+		EXPECT(!bad);
+		EXPECT(end(&p, 0) == 0);
+	}
+}
+
+/* A semaphore initialized twice and destroyed once: the process has left
+ * its users while it still runs, and the count is gone. */
+static void
+case_reinit(void)
+{
+	struct proc p;
+
+	if (start(&p, self, "reinit")) {
+		EXPECT(!"start");
+		return;
+	}
+	EXPECT(!expect_line(&p, "destroyed", "initialized twice, destroyed once"));
+	EXPECT(!users_gone());
+	say(&p, "exit\n");
+	EXPECT(end(&p, 0) == 0);
+	EXPECT(!count_run("exit", "value 0", "after it"));
+}
+
+static void
+case_forkwait(void)
+{
+	struct proc p;
+
+	if (start(&p, self, "forkwait")) {
+		EXPECT(!"start");
+		return;
+	}
+	EXPECT(end(&p, 0) == 0);
+}
+
 static void
 case_robust(void)
 {
@@ -329,6 +612,26 @@ case_robust(void)
 	}
 }
 
+static void
+case_cancel(void)
+{
+	struct proc p;
+	int bad;
+
+	if (start(&p, self, "cancel")) {
+		EXPECT(!"start");
+		return;
+	}
+	bad = expect_line(&p, "0 0 0 0", "the calls of a thread with a cancellation pending");
+	bad |= expect_line(&p, "cancelled", "that thread, at its own cancellation point");
+	bad |= expect_line(&p, "init 0", "a sem_init after it");
+	EXPECT(!bad);
+	/* exit waits at most 3 s for the shares (README). */
+	close(p.in);
+	EXPECT(th_wait_child(p.pid, 10000) == 0);
+	close(p.out);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -344,6 +647,16 @@ main(int argc, char **argv)
 		return run_robust();
 	if (argc > 1 && !strcmp(argv[1], "forkexit"))
 		return run_forkexit();
+	if (argc > 1 && !strcmp(argv[1], "cancel"))
+		return run_cancel();
+	if (argc > 1 && !strcmp(argv[1], "grandchild"))
+		return run_grandchild();
+	if (argc > 1 && !strcmp(argv[1], "given"))
+		return run_given();
+	if (argc > 1 && !strcmp(argv[1], "reinit"))
+		return run_reinit();
+	if (argc > 1 && !strcmp(argv[1], "forkwait"))
+		return run_forkwait();
 	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
 		return 1;
 	self[n] = '\0';
@@ -365,8 +678,20 @@ main(int argc, char **argv)
 		case_robust();
 	else if (argc > 1 && !strcmp(argv[1], "fork-case"))
 		case_fork();
+	else if (argc > 1 && !strcmp(argv[1], "cancel-case"))
+		case_cancel();
+	else if (argc > 1 && !strcmp(argv[1], "stopped-case"))
+		case_stopped();
+	else if (argc > 1 && !strcmp(argv[1], "grandchild-case"))
+		case_grandchild();
+	else if (argc > 1 && !strcmp(argv[1], "given-case"))
+		case_given();
+	else if (argc > 1 && !strcmp(argv[1], "reinit-case"))
+		case_reinit();
+	else if (argc > 1 && !strcmp(argv[1], "forkwait-case"))
+		case_forkwait();
 	else
-		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case");
+		EXPECT(!"usage: test_shim_runs count-case|killed-case|three-case|robust-case|fork-case|cancel-case|stopped-case|grandchild-case|given-case|reinit-case|forkwait-case");
 	th_redis_stop(&srv);
 	return th_check_status();
 }

@@ -30,6 +30,9 @@ static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
  * default_mu is not taken (an open may connect for seconds): the child
  * makes it anew.
  */
+static pthread_mutex_t holds_mu;       /* below, with the holds */
+static void holds_atfork_child(void);
+
 static void
 atfork_prepare(void)
 {
@@ -49,6 +52,7 @@ atfork_prepare(void)
 	for (c = clients; c; c = c->next_all)
 		c->be->ops->atfork_prepare(c->be);
 	dmutex__log_lock();
+	pthread_mutex_lock(&holds_mu);
 }
 
 static void
@@ -56,6 +60,7 @@ atfork_parent(void)
 {
 	struct dmutex_client *c;
 
+	pthread_mutex_unlock(&holds_mu);
 	dmutex__log_unlock();
 	for (c = clients; c; c = c->next_all)
 		c->be->ops->atfork_parent(c->be);
@@ -80,6 +85,7 @@ atfork_parent(void)
 static void
 atfork_child(void)
 {
+	holds_atfork_child();
 	dmutex__token_atfork_child();
 	dmutex__own_atfork_child();
 	dmutex__log_unlock();
@@ -149,6 +155,7 @@ atfork_child(void)
  * and their lease runs out, as when the process is killed.
  */
 struct thread_holds {
+	struct thread_holds *next, **pprev;     /* all_holds */
 	size_t n, cap;
 	struct thread_hold {
 		struct dmutex__entry *e;
@@ -159,6 +166,53 @@ struct thread_holds {
 
 static pthread_key_t holds_key;
 static int holds_key_ok;
+/* Every thread's record: a forked child frees those of its parent's other
+ * threads, which do not exist there and would never end (the shim's
+ * helper holds shares for ever, users.c).  A leaf: nothing is locked
+ * under it. */
+static pthread_mutex_t holds_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct thread_holds *all_holds;
+
+static void
+holds_link(struct thread_holds *t)
+{
+	pthread_mutex_lock(&holds_mu);
+	if ((t->next = all_holds))
+		all_holds->pprev = &t->next;
+	t->pprev = &all_holds;
+	all_holds = t;
+	pthread_mutex_unlock(&holds_mu);
+}
+
+static void
+holds_unlink(struct thread_holds *t)
+{
+	pthread_mutex_lock(&holds_mu);
+	if ((*t->pprev = t->next))
+		t->next->pprev = t->pprev;
+	pthread_mutex_unlock(&holds_mu);
+}
+
+/* In a forked child: only the calling thread's record stays.  Their
+ * entries' references stay taken (the entries stay in their client's
+ * table, the holds forgotten there: atfork_child). */
+static void
+holds_atfork_child(void)
+{
+	struct thread_holds *t, *next, *own = holds_key_ok ? pthread_getspecific(holds_key) : NULL;
+
+	pthread_mutex_init(&holds_mu, NULL);
+	for (t = all_holds; t; t = next) {
+		next = t->next;
+		if (t != own) {
+			free(t->h);
+			free(t);
+		}
+	}
+	all_holds = NULL;
+	if (own)
+		holds_link(own);
+}
 
 /* The owner, without e->mu: end the hold gen of e if it is still ours.
  * Every release of one thread's end shares one command timeout counted from
@@ -215,6 +269,7 @@ end_thread_holds(struct thread_holds *t, const char *why)
 {
 	int64_t t0 = dmutex__now_ns();
 
+	holds_unlink(t);
 	/* Latest first, as the thread would have unlocked them. */
 	while (t->n) {
 		struct thread_hold th = t->h[--t->n];
@@ -259,6 +314,7 @@ dmutex__thread_hold_end(struct dmutex__entry *e, uint64_t gen,
 			free(t);
 			goto nomem;
 		}
+		holds_link(t);
 	}
 	if (t->n == t->cap) {
 		size_t cap = t->cap ? 2 * t->cap : 4;
