@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,4 +401,53 @@ Test(sem, retry_past_its_deadline_is_refused_not_applied)
 	cr_assert_eq(op(lua, "b", "p", future), 3);             /* within its deadline: applied */
 	cr_assert_eq(op(lua, "c", "t", future), 1);
 	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:sem:{ttl} v"), 2);
+}
+
+/*
+ * README "Cancellation": no semaphore or barrier call is a cancellation
+ * point.  A thread with a cancel pending runs each to its end (the backend
+ * send inside is a cancellation point of libc's, where it was cancelled
+ * before, leaving the request half made), and is cancelled at its own
+ * pthread_testcancel after them.
+ */
+struct cancel_run {
+	dmutex_client_t *c;
+	int step;               /* calls that returned */
+	int rc[6];
+};
+
+static void *
+cancelled_thread(void *arg)
+{
+	struct cancel_run *r = arg;
+	dsem_t s;
+	dbarrier_t b;
+	int v = -1;
+
+	pthread_cancel(pthread_self());
+	r->rc[r->step++] = dsem_init(&s, "cancel-pending", 1, r->c, 0);
+	r->rc[r->step++] = dsem_post(&s);
+	r->rc[r->step++] = dsem_getvalue(&s, &v) || v != 2;
+	r->rc[r->step++] = dsem_wait(&s);
+	r->rc[r->step++] = dsem_destroy(&s);
+	r->rc[r->step++] = dbarrier_init(&b, "cancel-pending-b", 1, r->c) || dbarrier_wait(&b) != DBARRIER_SERIAL_THREAD ||
+		dbarrier_destroy(&b);
+	pthread_testcancel();
+	return NULL;
+}
+
+Test(sem, no_call_is_a_cancellation_point)
+{
+	struct cancel_run r = { 0 };
+	pthread_t t;
+	void *ret = NULL;
+
+	cr_assert_eq(dmutex_client_open(&r.c, srv.url), 0);
+	cr_assert_eq(pthread_create(&t, NULL, cancelled_thread, &r), 0);
+	cr_assert_eq(pthread_join(t, &ret), 0);
+	cr_assert_eq(ret, PTHREAD_CANCELED);
+	cr_assert_eq(r.step, 6, "cancelled inside call %d", r.step + 1);
+	for (int i = 0; i < 6; i++)
+		cr_assert_eq(r.rc[i], 0, "call %d returned %d", i + 1, r.rc[i]);
+	cr_assert_eq(dmutex_client_close(r.c), 0);
 }

@@ -55,8 +55,8 @@ open_barrier(struct dmutex_client *c, const char *name, size_t len, unsigned cou
 	return 0;
 }
 
-int
-dbarrier_init(dbarrier_t *b, const char *name, unsigned count, dmutex_client_t *client)
+static int
+barrier_init_impl(dbarrier_t *b, const char *name, unsigned count, dmutex_client_t *client)
 {
 	struct dmutex__barrier *bx;
 	size_t len;
@@ -125,14 +125,14 @@ resolve(dbarrier_t *b, struct dmutex__barrier **out)
 	return err;
 }
 
-int
-dbarrier_destroy(dbarrier_t *b)
+static int
+barrier_destroy_impl(dbarrier_t *b)
 {
 	return dmutex__destroy_object(&kind, DMUTEX__HANDLE(b, NULL));
 }
 
-int
-dbarrier_wait(dbarrier_t *b)
+static int
+barrier_wait_impl(dbarrier_t *b)
 {
 	struct dmutex__op o;
 	int err;
@@ -229,5 +229,34 @@ dmutex__barrier_wait_op(dbarrier_t *b, struct dmutex__op *o)
 	dmutex__obj_hold(&bx->users);
 	err = wait_held(bx, o);
 	close_barrier(bx);
+	return err;
+}
+
+/* Not cancellation points (README "Cancellation"): a thread cancelled
+ * half-way through a request would leave its state unknown. */
+int
+dbarrier_init(dbarrier_t *b, const char *name, unsigned count, dmutex_client_t *client)
+{
+	int cs = dmutex__nocancel(), err = barrier_init_impl(b, name, count, client);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dbarrier_destroy(dbarrier_t *b)
+{
+	int cs = dmutex__nocancel(), err = barrier_destroy_impl(b);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dbarrier_wait(dbarrier_t *b)
+{
+	int cs = dmutex__nocancel(), err = barrier_wait_impl(b);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }

@@ -43,8 +43,8 @@ open_sem(struct dmutex_client *c, const char *name, size_t len, unsigned value, 
 	return 0;
 }
 
-int
-dsem_init(dsem_t *s, const char *name, unsigned value, dmutex_client_t *client, int flags)
+static int
+sem_init_impl(dsem_t *s, const char *name, unsigned value, dmutex_client_t *client, int flags)
 {
 	struct dmutex__sem *sx;
 	size_t len;
@@ -132,14 +132,14 @@ dmutex__sem_resolve(dsem_t *s, struct dmutex__sem **out)
 	return err;
 }
 
-int
-dsem_destroy(dsem_t *s)
+static int
+sem_destroy_impl(dsem_t *s)
 {
 	return dmutex__destroy_object(&kind, DMUTEX__HANDLE(s, NULL));
 }
 
-int
-dsem_unlink(const char *name, dmutex_client_t *client)
+static int
+sem_unlink_impl(const char *name, dmutex_client_t *client)
 {
 	size_t len;
 	int existed, err;
@@ -153,8 +153,8 @@ dsem_unlink(const char *name, dmutex_client_t *client)
 	return existed ? 0 : ENOENT;
 }
 
-int
-dsem_post(dsem_t *s)
+static int
+sem_post_impl(dsem_t *s)
 {
 	struct dmutex__op o;
 	int err;
@@ -183,8 +183,8 @@ dmutex__sem_post_op(dsem_t *s, struct dmutex__op *o)
 	return err;
 }
 
-int
-dsem_getvalue(dsem_t *s, int *value)
+static int
+sem_getvalue_impl(dsem_t *s, int *value)
 {
 	struct dmutex__sem *sx;
 	long long v;
@@ -270,5 +270,52 @@ dmutex__sem_post_once(struct dmutex__sem *sx, struct dmutex__op *o, long long *v
 			break;
 		pause_try(i, 0);
 	}
+	return err;
+}
+
+/* Not cancellation points (README "Cancellation"): a thread cancelled
+ * half-way through a request would leave its state unknown. */
+int
+dsem_init(dsem_t *s, const char *name, unsigned value, dmutex_client_t *client, int flags)
+{
+	int cs = dmutex__nocancel(), err = sem_init_impl(s, name, value, client, flags);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dsem_destroy(dsem_t *s)
+{
+	int cs = dmutex__nocancel(), err = sem_destroy_impl(s);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dsem_unlink(const char *name, dmutex_client_t *client)
+{
+	int cs = dmutex__nocancel(), err = sem_unlink_impl(name, client);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dsem_post(dsem_t *s)
+{
+	int cs = dmutex__nocancel(), err = sem_post_impl(s);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dsem_getvalue(dsem_t *s, int *value)
+{
+	int cs = dmutex__nocancel(), err = sem_getvalue_impl(s, value);
+
+	dmutex__cancel_restore(cs);
 	return err;
 }

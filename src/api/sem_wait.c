@@ -149,14 +149,14 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 	return dmutex__sem_wait_until(s, &o, until, try_only);
 }
 
-int
-dsem_wait(dsem_t *s)
+static int
+sem_wait_impl(dsem_t *s)
 {
 	return wait_until(s, NO_DEADLINE, 0);
 }
 
-int
-dsem_trywait(dsem_t *s)
+static int
+sem_trywait_impl(dsem_t *s)
 {
 	return wait_until(s, NO_DEADLINE, 1);
 }
@@ -191,8 +191,8 @@ dmutex__sem_deadline(const char *name, clockid_t clock, const struct timespec *a
 	return 0;
 }
 
-int
-dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
+static int
+sem_clockwait_impl(dsem_t *s, clockid_t clock, const struct timespec *at)
 {
 	struct dmutex__sem *sx;
 	int64_t until;
@@ -213,4 +213,33 @@ int
 dsem_timedwait(dsem_t *s, const struct timespec *at)
 {
 	return dsem_clockwait(s, CLOCK_REALTIME, at);
+}
+
+/* Not cancellation points (README "Cancellation"): a thread cancelled
+ * half-way through a request would leave its state unknown. */
+int
+dsem_wait(dsem_t *s)
+{
+	int cs = dmutex__nocancel(), err = sem_wait_impl(s);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dsem_trywait(dsem_t *s)
+{
+	int cs = dmutex__nocancel(), err = sem_trywait_impl(s);
+
+	dmutex__cancel_restore(cs);
+	return err;
+}
+
+int
+dsem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
+{
+	int cs = dmutex__nocancel(), err = sem_clockwait_impl(s, clock, at);
+
+	dmutex__cancel_restore(cs);
+	return err;
 }
