@@ -25,6 +25,7 @@
 #include "dmutex_config.h"
 #include "dmt.h"
 #include "harness.h"
+#include "dm_cmd.h"
 
 /* The exit statuses of dmutex(1). */
 enum {
@@ -34,17 +35,14 @@ enum {
 };
 
 static struct th_redis srv;
-static char tmpdir[256];
-static pid_t kids[16];
-static int nkids;
+static struct dm_cmd dm;
 
 static void
 up(void)
 {
 	cr_assert(getenv("DMUTEX_BIN"), "DMUTEX_BIN is not set (run through meson test)");
 	cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
-	snprintf(tmpdir, sizeof tmpdir, "%s/dmutex-cli-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	cr_assert(mkdtemp(tmpdir));
+	cr_assert_eq(dm_cmd_init(&dm, "dmutex-cli"), 0);
 	setenv("DMUTEX_URL", srv.url, 1);
 	setenv("DMUTEX_LOG", "warn", 1);
 }
@@ -52,26 +50,9 @@ up(void)
 static void
 down(void)
 {
-	DIR *d;
-	struct dirent *de;
-	char p[600];
-
 	/* A failed assertion may leave a dmutex or COMMAND running. */
-	for (int i = 0; i < nkids; i++)
-		if (kids[i] > 0 && waitpid(kids[i], NULL, WNOHANG) == 0) {
-			kill(kids[i], SIGKILL);
-			waitpid(kids[i], NULL, 0);
-		}
+	dm_cmd_fini(&dm);
 	th_redis_stop(&srv);
-	if ((d = opendir(tmpdir))) {
-		while ((de = readdir(d)))
-			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-				snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
-				unlink(p);
-			}
-		closedir(d);
-		rmdir(tmpdir);
-	}
 }
 
 TestSuite(cli, .init = up, .fini = down, .timeout = 30);
@@ -87,79 +68,13 @@ tpath(const char *name)
 	static int k;
 	char *b = buf[k++ % 8];
 
-	snprintf(b, sizeof buf[0], "%s/%s", tmpdir, name);
+	snprintf(b, sizeof buf[0], "%s/%s", dm.dir, name);
 	return b;
 }
 
-/* Start `dmutex ARGS...` with stdout in TAG.out and stderr in TAG.err, stdin
- * from /dev/null, and no descriptor but 0, 1 and 2. */
-static pid_t
-dm_startv(const char *tag, va_list ap)
-{
-	char *argv[40];
-	int argc = 0;
-	char out[600], err[600];
-	const char *a;
-	pid_t pid;
-
-	argv[argc++] = getenv("DMUTEX_BIN");
-	while ((a = va_arg(ap, const char *)) && argc < 39)
-		argv[argc++] = (char *)a;
-	argv[argc] = NULL;
-	snprintf(out, sizeof out, "%s/%s.out", tmpdir, tag);
-	snprintf(err, sizeof err, "%s/%s.err", tmpdir, tag);
-	fflush(NULL);
-	pid = fork();
-	if (pid == 0) {
-		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int n = open("/dev/null", O_RDONLY);
-		if (o < 0 || e < 0 || n < 0 || dup2(n, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
-			_exit(120);
-		close_range(3, ~0u, 0);
-		/* The tests send these and expect death by them: a suite started
-		 * under nohup (SIGHUP ignored, which dmutex run rightly keeps)
-		 * must not change what they see. */
-		signal(SIGHUP, SIG_DFL);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGQUIT, SIG_DFL);
-		execv(argv[0], argv);
-		_exit(121);
-	}
-	cr_assert_gt(pid, 0, "fork");
-	if (nkids < 16)
-		kids[nkids++] = pid;
-	return pid;
-}
-
-static pid_t
-dm_start_(const char *tag, ...)
-{
-	va_list ap;
-	pid_t pid;
-
-	va_start(ap, tag);
-	pid = dm_startv(tag, ap);
-	va_end(ap);
-	return pid;
-}
-
-/* Run to the end (deadline ms): its exit status, 128+sig, or -1. */
-static int
-dm_run_(int timeout_ms, const char *tag, ...)
-{
-	va_list ap;
-	pid_t pid;
-
-	va_start(ap, tag);
-	pid = dm_startv(tag, ap);
-	va_end(ap);
-	return th_wait_child(pid, timeout_ms);
-}
-
 /* DM_RUN(ms, tag, args...): the arguments end with a NULL added here. */
-#define DM_START(...) dm_start_(__VA_ARGS__, (char *)NULL)
-#define DM_RUN(...) dm_run_(__VA_ARGS__, (char *)NULL)
+#define DM_START(...) dm_cmd_start(&dm, __VA_ARGS__, (char *)NULL)
+#define DM_RUN(...) dm_cmd_run(&dm, __VA_ARGS__, (char *)NULL)
 
 /* A file's content (malloc'd, "" when missing). */
 static char *
@@ -1049,7 +964,8 @@ Test(cli, run_shows_holder_on_terminal)
 		execv(argv[0], argv);
 		_exit(121);
 	}
-	kids[nkids++] = p;
+	if (dm.nkids < DM_CMD_KIDS)
+		dm.kids[dm.nkids++] = p;
 	fcntl(master, F_SETFL, O_NONBLOCK);
 	for (until = th_now_ms() + 5000; th_now_ms() < until && !strstr(buf, want);) {
 		ssize_t r = read(master, buf + n, sizeof buf - 1 - n);

@@ -22,23 +22,20 @@
 #include "dmutex.h"
 #include "harness.h"
 #include "harness_etcd.h"
+#include "dm_cmd.h"
 
 /* The exit statuses of dmutex(1). */
 enum { ST_BUSY = 80, ST_NOLOCK = 84, ST_REFUSED = 85 };
 
 static struct th_etcd etcd;
-static char tmpdir[256];
-static pid_t kids[8];
-static int nkids;
+static struct dm_cmd dm;
 
 static void
 up(void)
 {
 	cr_assert(getenv("DMUTEX_BIN"), "DMUTEX_BIN is not set (run through meson test)");
 	cr_assert_eq(th_etcd_start(&etcd, NULL, 0), 0, "etcd did not start");
-	snprintf(tmpdir, sizeof tmpdir, "%s/dmutex-etcd-cli-XXXXXX",
-			getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	cr_assert(mkdtemp(tmpdir));
+	cr_assert_eq(dm_cmd_init(&dm, "dmutex-etcd-cli"), 0);
 	setenv("DMUTEX_URL", etcd.url, 1);
 	setenv("DMUTEX_LOG", "warn", 1);
 }
@@ -46,104 +43,21 @@ up(void)
 static void
 down(void)
 {
-	DIR *d;
-	struct dirent *de;
-	char p[600];
-
-	for (int i = 0; i < nkids; i++)
-		if (kids[i] > 0 && waitpid(kids[i], NULL, WNOHANG) == 0) {
-			kill(kids[i], SIGKILL);
-			waitpid(kids[i], NULL, 0);
-		}
+	dm_cmd_fini(&dm);
 	th_etcd_stop(&etcd);
-	if ((d = opendir(tmpdir))) {
-		while ((de = readdir(d)))
-			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-				snprintf(p, sizeof p, "%s/%s", tmpdir, de->d_name);
-				unlink(p);
-			}
-		closedir(d);
-		rmdir(tmpdir);
-	}
 }
 
 TestSuite(etcd_cli, .init = up, .fini = down, .timeout = 60);
 
-/* `dmutex ARGS...` with stdout in TAG.out and stderr in TAG.err. */
-static pid_t
-dm_startv(const char *tag, va_list ap)
-{
-	char *argv[24], out[600], err[600];
-	const char *a;
-	int argc = 0;
-	pid_t pid;
-
-	argv[argc++] = getenv("DMUTEX_BIN");
-	while ((a = va_arg(ap, const char *)) && argc < 23)
-		argv[argc++] = (char *)a;
-	argv[argc] = NULL;
-	snprintf(out, sizeof out, "%s/%s.out", tmpdir, tag);
-	snprintf(err, sizeof err, "%s/%s.err", tmpdir, tag);
-	fflush(NULL);
-	pid = fork();
-	if (pid == 0) {
-		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int n = open("/dev/null", O_RDONLY);
-		if (o < 0 || e < 0 || n < 0 || dup2(n, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
-			_exit(120);
-		close_range(3, ~0u, 0);
-		execv(argv[0], argv);
-		_exit(121);
-	}
-	cr_assert_gt(pid, 0, "fork");
-	if (nkids < 8)
-		kids[nkids++] = pid;
-	return pid;
-}
-
-static pid_t
-dm_start_(const char *tag, ...)
-{
-	va_list ap;
-	pid_t pid;
-
-	va_start(ap, tag);
-	pid = dm_startv(tag, ap);
-	va_end(ap);
-	return pid;
-}
-
-static int
-dm_run_(int timeout_ms, const char *tag, ...)
-{
-	va_list ap;
-	pid_t pid;
-
-	va_start(ap, tag);
-	pid = dm_startv(tag, ap);
-	va_end(ap);
-	return th_wait_child(pid, timeout_ms);
-}
-
-#define DM_START(...) dm_start_(__VA_ARGS__, (char *)NULL)
-#define DM_RUN(...) dm_run_(__VA_ARGS__, (char *)NULL)
+#define DM_START(...) dm_cmd_start(&dm, __VA_ARGS__, (char *)NULL)
+#define DM_RUN(...) dm_cmd_run(&dm, __VA_ARGS__, (char *)NULL)
 
 static char *
 slurp_tag(const char *tag, const char *ext)
 {
-	char path[700];
-	FILE *f;
-	char *buf = calloc(1, 1 << 16);
-	size_t n = 0;
+	char *buf = dm_cmd_output(&dm, tag, ext);
 
 	cr_assert(buf);
-	snprintf(path, sizeof path, "%s/%s.%s", tmpdir, tag, ext);
-	if ((f = fopen(path, "r"))) {
-		n = fread(buf, 1, (1 << 16) - 1, f);
-		fclose(f);
-	}
-	buf[n] = '\0';
 	return buf;
 }
 
@@ -172,7 +86,7 @@ assert_json(const char *tag, const char *expr)
 	snprintf(cmd, sizeof cmd,
 			"%s -c 'import json,sys; d=json.load(open(sys.argv[1])); "
 			"sys.exit(0 if (%s) else 1)' %s/%s.out", py && *py ? py : "python3", expr,
-			tmpdir, tag);
+			dm.dir, tag);
 	cr_assert_eq(system(cmd), 0, "JSON check failed: %s\non:\n%s", expr, slurp_tag(tag, "out"));
 }
 
