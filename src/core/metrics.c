@@ -3,9 +3,9 @@
  * run on the lock path, so they only touch memory: a few additions under
  * one mutex that is a leaf of the lock order (nothing else is taken while
  * it is held), to the name's record, which the entry remembers (a hash
- * lookup only the first time, or after a sweep freed records).  The renewal thread sends what gathered to
- * Redis at most once a second, in batches: never a round trip per
- * acquisition.
+ * lookup only the first time, or after a sweep freed records).  The
+ * renewal thread sends what gathered to Redis at most once a second, in
+ * batches: never a round trip per acquisition.
  */
 #include <errno.h>
 #include <pthread.h>
