@@ -267,7 +267,7 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 		return DMUTEX__TRY_DONE;
 	}
 	if (err) {
-		dmutex__met_count(e->client, e->name, DMUTEX__MET_ERRORS);
+		dmutex__met_count(e, DMUTEX__MET_ERRORS);
 		t->refused = a.refused;
 		t->now = now;
 		return DMUTEX__TRY_FAILED;
@@ -507,7 +507,7 @@ take_local(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t 
 			gen = e->gen;
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
-			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, contended);
+			dmutex__met_acquired(e, t0 ? t0 : now, now, contended);
 			return *err = 0, 1;
 		}
 	}
@@ -528,7 +528,7 @@ take_local(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t 
 			gen = e->gen;
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
-			dmutex__met_acquired(e->client, e->name, t0 ? t0 : now, now, 1);
+			dmutex__met_acquired(e, t0 ? t0 : now, now, 1);
 			return 1;
 		}
 		me->granted = 0;
@@ -602,7 +602,7 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 	err = acquire_remote(mx, mode, until, bad_deadline, presub,
 			mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
 	if ((err == 0 || err == EOWNERDEAD) && done)
-		dmutex__met_acquired(e->client, e->name, t0 ? t0 : first, done, contended);
+		dmutex__met_acquired(e, t0 ? t0 : first, done, contended);
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;
@@ -660,7 +660,7 @@ lock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 
 			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
-			dmutex__met_acquired(e->client, e->name, now, now, 0);
+			dmutex__met_acquired(e, now, now, 0);
 			return 1;
 		}
 	}

@@ -149,14 +149,14 @@ unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		/* Before the hold's reference goes: another thread may take,
 		 * release and destroy the mutex from then on. */
-		dmutex__met_hold_ended(c, e->name, held);
+		dmutex__met_hold_ended(e, held);
 		dmutex__thread_unhold(e);
 		return 0;
 	}
 	prepare(e, lost, &rel);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
-	dmutex__met_hold_ended(c, e->name, held);
+	dmutex__met_hold_ended(e, held);
 
 	/* No renewal may outlive the unlock; the release below is compare-and-
 	 * delete by token, so one already in flight cannot resurrect it. */
@@ -208,7 +208,7 @@ unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 
 			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
 			/* Before the hold's reference goes (unlock_impl). */
-			dmutex__met_hold_ended(e->client, e->name, held);
+			dmutex__met_hold_ended(e, held);
 			dmutex__thread_unhold(e);
 			return 1;
 		}

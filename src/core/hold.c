@@ -193,7 +193,7 @@ dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lo
 	if (!e->lost || e->lost_reported)
 		return;
 	e->lost_reported = 1;
-	dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
+	dmutex__met_count(e, DMUTEX__MET_LOST);
 	/* The hold ended here, whenever (if ever) its owner unlocks. */
 	dmutex__entry_end_counted(e, now);
 	out->report = 1;
@@ -247,7 +247,7 @@ dmutex__entry_take_counted(struct dmutex__entry *e, int64_t now)
 void
 dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now)
 {
-	dmutex__met_hold_ended(e->client, e->name, dmutex__entry_take_counted(e, now));
+	dmutex__met_hold_ended(e, dmutex__entry_take_counted(e, now));
 }
 
 void

@@ -126,6 +126,11 @@ struct dmutex__entry {
 	 * entry, not the name's record, knows it: a hold ends on many paths
 	 * (dmutex__entry_end_counted), all of which pass here. */
 	int64_t counted_ns;
+	/* metrics.c's record of this name, read and written under the
+	 * counters' mutex only, and only while met_gen is theirs (a record
+	 * dropped moves it on): the hooks skip hashing the name. */
+	void *met_rec;
+	uint64_t met_gen;
 	int64_t last_end_ns;            /* the last hold's outermost unlock */
 	int64_t nocache_until_ns;       /* contended lately: unlocks release */
 	struct dmutex__wsub *ksub;      /* the wake channel: another process wants it */
@@ -457,7 +462,7 @@ struct dmutex__suspects {
  * dmutex__entry_check_lost reports it). */
 void dmutex__kept_gone(struct dmutex__entry *e, struct dmutex__suspects *out);
 /* Without any lock: log them, count them, call their handlers; frees. */
-void dmutex__kept_report(const struct dmutex__entry *e, struct dmutex__suspects *s);
+void dmutex__kept_report(struct dmutex__entry *e, struct dmutex__suspects *s);
 /* dmutex__entry_release_answered, and if the hold ran on a kept lease
  * (was_kept) that is still kept, an ENOLCK is a loss of every hold granted
  * on it since its last confirmation too.  Fills rep and sus for

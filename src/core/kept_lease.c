@@ -81,11 +81,11 @@ dmutex__kept_release_answered(struct dmutex__entry *e, int err, int lost, int wa
 }
 
 void
-dmutex__kept_report(const struct dmutex__entry *e, struct dmutex__suspects *s)
+dmutex__kept_report(struct dmutex__entry *e, struct dmutex__suspects *s)
 {
 	for (size_t i = 0; i < s->n; i++) {
 		const struct dmutex__suspect *x = &s->v[i];
-		dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
+		dmutex__met_count(e, DMUTEX__MET_LOST);
 		dmutex__log(DMUTEX_LOG_WARN, "lost the hold of '%s': its kept lease was found gone; "
 				"%zu local hold%s granted on it since Redis last confirmed it (fences %llu..%llu) "
 				"may have overlapped another holder", e->name, x->holds, x->holds == 1 ? "" : "s",

@@ -1,10 +1,11 @@
 /*
  * Per-lock counters, aggregated in the process (see metrics.h).  The hooks
- * run on the lock path, so they only touch memory: a hash lookup and a few
- * additions under one mutex that is a leaf of the lock order (nothing else
- * is taken while it is held).  The renewal thread sends what gathered to
- * Redis at most once a second, in batches: never a round trip per
- * acquisition.
+ * run on the lock path, so they only touch memory: a few additions under
+ * one mutex that is a leaf of the lock order (nothing else is taken while
+ * it is held), to the name's record, which the entry remembers (a hash
+ * lookup only the first time, or after a sweep freed records).  The
+ * renewal thread sends what gathered to Redis at most once a second, in
+ * batches: never a round trip per acquisition.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -56,6 +57,9 @@ struct dmutex__metrics {
 	unsigned long long adopt_cursor; /* flusher only: its ZSCAN of the index */
 	int64_t last_flush_ns;
 	int64_t backoff_until_ns;
+	/* Moves on whenever a record is freed: an entry's record
+	 * (internal.h met_rec) is used only while its met_gen is this. */
+	uint64_t gen;
 	int multi_ok;           /* flusher only: MULTI was accepted once */
 	int refused;            /* the server refuses them: never sent again */
 };
@@ -68,6 +72,7 @@ dmutex__met_init(struct dmutex_client *c)
 	if (!m)
 		return ENOMEM;
 	pthread_mutex_init(&m->mu, NULL);
+	m->gen = 1;             /* an entry's met_gen starts at 0: unknown */
 	m->last_flush_ns = dmutex__now_ns();
 	c->metrics = m;
 	return 0;
@@ -157,6 +162,21 @@ lookup(struct dmutex__metrics *m, const char *name)
 	return r;
 }
 
+/* Under m->mu: e's name's record, found through e when it can be. */
+static struct met *
+lookup_e(struct dmutex__metrics *m, struct dmutex__entry *e)
+{
+	struct met *r;
+
+	if (e->met_gen == m->gen)
+		return e->met_rec;
+	if ((r = lookup(m, e->name))) {
+		e->met_rec = r;
+		e->met_gen = m->gen;
+	}
+	return r;
+}
+
 static void
 add(struct dmutex__metrics *m, struct met *r, int field, uint64_t v)
 {
@@ -173,18 +193,20 @@ static int
 bucket(int64_t ns)
 {
 	static const double bounds[] = DMUTEX__MET_BOUNDS;
-	double s = (double)ns / 1e9;
+	double s = (double)ns;
 	int i = 0;
 
-	while (i < DMUTEX__MET_BUCKETS - 1 && s > bounds[i])
+	/* Seconds scaled, not ns divided: no division on the lock path, where
+	 * most waits and holds stop at the first bound. */
+	while (i < DMUTEX__MET_BUCKETS - 1 && s > bounds[i] * 1e9)
 		i++;
 	return i;
 }
 
 void
-dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns,
-		int64_t now_ns, int contended)
+dmutex__met_acquired(struct dmutex__entry *e, int64_t start_ns, int64_t now_ns, int contended)
 {
+	struct dmutex_client *c = e->client;
 	struct dmutex__metrics *m = c->metrics;
 	int64_t wait_ns = now_ns - start_ns;
 	struct met *r;
@@ -194,7 +216,7 @@ dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns
 	if (wait_ns < 0)
 		wait_ns = 0;
 	pthread_mutex_lock(&m->mu);
-	if ((r = lookup(m, name))) {
+	if ((r = lookup_e(m, e))) {
 		add(m, r, DMUTEX__MET_ACQ, 1);
 		if (contended)
 			add(m, r, DMUTEX__MET_CONTENDED, 1);
@@ -205,15 +227,16 @@ dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns
 }
 
 void
-dmutex__met_hold_ended(struct dmutex_client *c, const char *name, int64_t held_ns)
+dmutex__met_hold_ended(struct dmutex__entry *e, int64_t held_ns)
 {
+	struct dmutex_client *c = e->client;
 	struct dmutex__metrics *m = c->metrics;
 	struct met *r;
 
 	if (!c->cfg.metrics || held_ns < 0)
 		return;
 	pthread_mutex_lock(&m->mu);
-	if ((r = lookup(m, name))) {
+	if ((r = lookup_e(m, e))) {
 		add(m, r, DMUTEX__MET_HOLDS, 1);
 		add(m, r, DMUTEX__MET_HOLD_US, (uint64_t)held_ns / 1000);
 		add(m, r, DMUTEX__MET_HOLD_B0 + bucket(held_ns), 1);
@@ -222,15 +245,16 @@ dmutex__met_hold_ended(struct dmutex_client *c, const char *name, int64_t held_n
 }
 
 void
-dmutex__met_count(struct dmutex_client *c, const char *name, int field)
+dmutex__met_count(struct dmutex__entry *e, int field)
 {
+	struct dmutex_client *c = e->client;
 	struct dmutex__metrics *m = c->metrics;
 	struct met *r;
 
 	if (!c->cfg.metrics)
 		return;
 	pthread_mutex_lock(&m->mu);
-	if ((r = lookup(m, name)))
+	if ((r = lookup_e(m, e)))
 		add(m, r, field, 1);
 	pthread_mutex_unlock(&m->mu);
 }
@@ -278,6 +302,7 @@ sweep(struct dmutex__metrics *m, int64_t now, int64_t retain_ns)
 			*pp = r->next;
 			free(r);
 			m->n--;
+			m->gen++;
 		}
 	}
 }

@@ -18,19 +18,20 @@
 #include "dmutex.h"
 
 struct dmutex_client;
+struct dmutex__entry;
 
 int dmutex__met_init(struct dmutex_client *c);
 void dmutex__met_free(struct dmutex_client *c);
 void dmutex__met_atfork_child(struct dmutex_client *c);
 
-/* The hooks; cheap (a hash lookup under a leaf mutex), never any I/O. */
-void dmutex__met_acquired(struct dmutex_client *c, const char *name, int64_t start_ns,
-		int64_t now_ns, int contended);
-/* A hold of name ended, after held_ns, however it ended: the caller
+/* The hooks, for e's name on e's client; cheap (a few additions under a
+ * leaf mutex, the name's record found through e), never any I/O. */
+void dmutex__met_acquired(struct dmutex__entry *e, int64_t start_ns, int64_t now_ns, int contended);
+/* A hold of e's name ended, after held_ns, however it ended: the caller
  * (hold.c dmutex__entry_end_counted / _take_counted) says so once per
  * hold.  held_ns < 0: no hold was counted, nothing to do. */
-void dmutex__met_hold_ended(struct dmutex_client *c, const char *name, int64_t held_ns);
-void dmutex__met_count(struct dmutex_client *c, const char *name, int field);
+void dmutex__met_hold_ended(struct dmutex__entry *e, int64_t held_ns);
+void dmutex__met_count(struct dmutex__entry *e, int field);
 
 /* CLOCK_MONOTONIC ns when a flush is due; INT64_MAX when nothing waits. */
 int64_t dmutex__met_due(struct dmutex_client *c);

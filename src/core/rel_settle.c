@@ -48,7 +48,7 @@ dmutex__rel_settle(struct dmutex__entry *e, int64_t until)
 			 * the report is the handler and the log: no later call
 			 * of any thread says ENOLCK for it (issue 25: a lock
 			 * call that did not lock never reports a loss). */
-			dmutex__met_count(e->client, e->name, DMUTEX__MET_LOST);
+			dmutex__met_count(e, DMUTEX__MET_LOST);
 			lost.report = 1;
 			lost.fence = e->rel_fence;
 			lost.cb = e->rel_onlost;

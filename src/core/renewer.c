@@ -549,7 +549,7 @@ apply(struct dmutex_client *c, struct dmutex__entry *e, const struct dmutex__ren
 	}
 	/* (A hold found gone is counted lost where it is reported.) */
 	if (rn->result != 0)
-		dmutex__met_count(c, e->name, rn->result == 1 ? DMUTEX__MET_RENEWALS
+		dmutex__met_count(e, rn->result == 1 ? DMUTEX__MET_RENEWALS
 				: DMUTEX__MET_ERRORS);
 	if (rn->result == 1 && t0 < e->deadline_ns)
 		due = renewed(e, rn, t0);
