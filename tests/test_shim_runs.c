@@ -481,26 +481,34 @@ case_three(void)
 	EXPECT(!bad);
 }
 
+/* Run MODE, whose process forks and exits while its descendant still
+ * uses the semaphore and prints WANT; then end that descendant and wait
+ * for it to exit (its end of the pipe closes): 1 if all went so. */
+static int
+descendant_run(const char *mode, const char *want, const char *what)
+{
+	struct proc p;
+	char buf[64];
+	int ok;
+
+	if (start(&p, self, mode))
+		return 0;
+	ok = !expect_line(&p, want, what);
+	ok &= th_wait_child(p.pid, LINE_MS) == 0;
+	say(&p, "exit\n");
+	close(p.in);
+	ok &= line(&p, buf, sizeof buf, LINE_MS) != 0;
+	close(p.out);
+	return ok;
+}
+
 /* A run that forks and exits while its child still uses the semaphore:
  * the child keeps the count; once it has exited too, the next run starts
  * afresh. */
 static void
 case_fork(void)
 {
-	struct proc p;
-	char buf[64];
-
-	if (start(&p, self, "forkexit")) {
-		EXPECT(!"start");
-		return;
-	}
-	EXPECT(!expect_line(&p, "value 3", "the child of a run that exited"));
-	EXPECT(th_wait_child(p.pid, LINE_MS) == 0);
-	say(&p, "exit\n");
-	close(p.in);
-	/* The child's end of the pipe closes when it has exited. */
-	EXPECT(line(&p, buf, sizeof buf, LINE_MS) != 0);
-	close(p.out);
+	EXPECT(descendant_run("forkexit", "value 3", "the child of a run that exited"));
 	EXPECT(!count_run("exit", "value 0", "after the child exited"));
 }
 
@@ -509,20 +517,7 @@ case_fork(void)
 static void
 case_grandchild(void)
 {
-	struct proc p;
-	char buf[64];
-
-	if (start(&p, self, "grandchild")) {
-		EXPECT(!"start");
-		return;
-	}
-	EXPECT(!expect_line(&p, "value 4", "the grandchild of a run that exited"));
-	EXPECT(th_wait_child(p.pid, LINE_MS) == 0);
-	say(&p, "exit\n");
-	close(p.in);
-	/* The grandchild's end of the pipe closes when it has exited. */
-	EXPECT(line(&p, buf, sizeof buf, LINE_MS) != 0);
-	close(p.out);
+	EXPECT(descendant_run("grandchild", "value 4", "the grandchild of a run that exited"));
 	EXPECT(!users_gone());
 	EXPECT(!count_run("exit", "value 0", "after the grandchild exited"));
 }
