@@ -103,24 +103,14 @@ run_count(int posts, int check)
 	return 0;
 }
 
-/* The run initializes and posts twice, forks, and exits at once; its
- * child waits until the run is gone (the pipe's write end closes), posts
- * once and prints the value: 3, the run's count kept for the child that
- * uses it; then waits for "exit". */
-static int
-run_forkexit(void)
+/* A descendant's last steps: post once, print the value, wait for "exit"
+ * on stdin, exit (_exit(1) if the semaphore failed). */
+_Noreturn static void
+post_print_wait(void)
 {
-	char cmd[32], c;
-	int fd[2], v = -1;
-	pid_t pid;
+	char cmd[32];
+	int v = -1;
 
-	if (pipe(fd) || count_init() || sem_post(&cnt) || sem_post(&cnt) || (pid = fork()) < 0)
-		return 1;
-	if (pid > 0)
-		exit(0);
-	close(fd[1]);
-	while (read(fd[0], &c, 1) > 0)
-		;
 	if (sem_post(&cnt) || sem_getvalue(&cnt, &v))
 		_exit(1);
 	printf("value %d\n", v);
@@ -130,6 +120,27 @@ run_forkexit(void)
 	exit(0);
 }
 
+/* The run initializes and posts twice, forks, and exits at once; its
+ * child waits until the run is gone (the pipe's write end closes), posts
+ * once and prints the value: 3, the run's count kept for the child that
+ * uses it; then waits for "exit". */
+static int
+run_forkexit(void)
+{
+	char c;
+	int fd[2];
+	pid_t pid;
+
+	if (pipe(fd) || count_init() || sem_post(&cnt) || sem_post(&cnt) || (pid = fork()) < 0)
+		return 1;
+	if (pid > 0)
+		exit(0);
+	close(fd[1]);
+	while (read(fd[0], &c, 1) > 0)
+		;
+	post_print_wait();
+}
+
 /* The run initializes and posts twice, forks and exits; its child C
  * forks G before its own first semaphore call, then posts once and exits
  * (leaving last, as far as it knows); G posts once after C is gone and
@@ -137,8 +148,8 @@ run_forkexit(void)
 static int
 run_grandchild(void)
 {
-	char cmd[32], c;
-	int pc[2], cg[2], v = -1;
+	char c;
+	int pc[2], cg[2];
 	pid_t pid;
 
 	if (pipe(pc) || count_init() || sem_post(&cnt) || sem_post(&cnt) || (pid = fork()) < 0)
@@ -157,13 +168,7 @@ run_grandchild(void)
 	close(cg[1]);
 	while (read(cg[0], &c, 1) > 0)  /* until C is gone */
 		;
-	if (sem_post(&cnt) || sem_getvalue(&cnt, &v))
-		_exit(1);
-	printf("value %d\n", v);
-	fflush(stdout);
-	while (fgets(cmd, sizeof cmd, stdin) && strcmp(cmd, "exit\n"))
-		;
-	exit(0);
+	post_print_wait();
 }
 
 /* Initialized, posted, initialized again without sem_destroy, posted,
