@@ -109,15 +109,7 @@ err_of(const char *tag)
 	return slurp(tpath(name));
 }
 
-/* A dmutex's exit status is `want`; else show what it said. */
-#define ASSERT_ST(got, want, tag) do {						\
-		int got_ = (got), want_ = (want);				\
-		if (got_ != want_) {						\
-			char *e_ = err_of(tag), *o_ = out_of(tag);		\
-			cr_assert_fail("dmutex (%s) exited %d, not %d\nstderr:\n%s\nstdout:\n%s", \
-					tag, got_, want_, e_, o_);		\
-		}								\
-	} while (0)
+#define ASSERT_ST(got, want, tag) DM_CMD_ASSERT_ST(&dm, got, want, tag)
 
 static void
 assert_contains(const char *hay, const char *needle)

@@ -61,14 +61,7 @@ slurp_tag(const char *tag, const char *ext)
 	return buf;
 }
 
-#define ASSERT_ST(got, want, tag) do {						\
-		int got_ = (got), want_ = (want);				\
-		if (got_ != want_) {						\
-			char *e_ = slurp_tag(tag, "err"), *o_ = slurp_tag(tag, "out"); \
-			cr_assert_fail("dmutex (%s) exited %d, not %d\nstderr:\n%s\nstdout:\n%s", \
-					tag, got_, want_, e_, o_);		\
-		}								\
-	} while (0)
+#define ASSERT_ST(got, want, tag) DM_CMD_ASSERT_ST(&dm, got, want, tag)
 
 static void
 assert_contains(const char *hay, const char *needle)

@@ -33,4 +33,15 @@ int dm_cmd_run(struct dm_cmd *d, int timeout_ms, const char *tag, ...);
 /* TAG.EXT of the directory (malloc'd; "" when missing; NULL without memory). */
 char *dm_cmd_output(const struct dm_cmd *d, const char *tag, const char *ext);
 
+/* In a criterion test: a run's exit status is `want`; else fail showing
+ * what it said on stderr and stdout. */
+#define DM_CMD_ASSERT_ST(d, got, want, tag) do {				\
+		int got_ = (got), want_ = (want);				\
+		if (got_ != want_) {						\
+			char *e_ = dm_cmd_output(d, tag, "err"), *o_ = dm_cmd_output(d, tag, "out"); \
+			cr_assert_fail("dmutex (%s) exited %d, not %d\nstderr:\n%s\nstdout:\n%s", \
+					tag, got_, want_, e_ ? e_ : "?", o_ ? o_ : "?"); \
+		}								\
+	} while (0)
+
 #endif
