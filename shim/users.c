@@ -217,8 +217,12 @@ join(const char *name, int (*fresh)(const char *), int (*last)(const char *))
 	}
 	m->refs = 1;
 	m->last = last;
+	/* Linked under mu, which a fork holds (prepare): a child never
+	 * copies a member half linked. */
+	pthread_mutex_lock(&mu);
 	m->next = members;
 	members = m;
+	pthread_mutex_unlock(&mu);
 	__atomic_fetch_add(&joined, 1, __ATOMIC_ACQ_REL);
 	return 0;
 }
@@ -245,7 +249,9 @@ leave(const char *name)
 		;
 	if (!m || --m->refs)
 		return;
+	pthread_mutex_lock(&mu);        /* as join's link */
 	*pp = m->next;
+	pthread_mutex_unlock(&mu);
 	leave_member(m);
 }
 
@@ -254,8 +260,13 @@ leave_all(void)
 {
 	struct member *m;
 
-	while ((m = members)) {
-		members = m->next;
+	for (;;) {
+		pthread_mutex_lock(&mu);
+		if ((m = members))
+			members = m->next;
+		pthread_mutex_unlock(&mu);
+		if (!m)
+			break;
 		leave_member(m);
 	}
 }
@@ -327,8 +338,15 @@ helper_main(void *arg)
 /* A process with its parent's shares (joined or still to join) has
  * forked too: its child inherited them and may not have taken its own. */
 static void
+prepare(void)
+{
+	pthread_mutex_lock(&mu);
+}
+
+static void
 parent(void)
 {
+	pthread_mutex_unlock(&mu);
 	if (__atomic_load_n(&joined, __ATOMIC_ACQUIRE) || __atomic_load_n(&adopt_pending, __ATOMIC_ACQUIRE) ||
 			parents)
 		__atomic_store_n(&forked, 1, __ATOMIC_RELEASE);
@@ -368,7 +386,7 @@ child(void)
 
 static void atfork_set(void)
 {
-	pthread_atfork(NULL, parent, child);
+	pthread_atfork(prepare, parent, child);
 }
 
 /* Under mu. */
