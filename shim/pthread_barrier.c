@@ -4,20 +4,13 @@
 #include <pthread.h>
 
 #include "core/shim.h"
+#include "pause.h"
 #include "include/dmutex_shim_sync.h"
 #include "name.h"
 
 /* dmutex_shim_sync.h's barrier attributes store pthread's values as 0 and 1. */
 _Static_assert(PTHREAD_PROCESS_PRIVATE == 0 && PTHREAD_PROCESS_SHARED == 1,
 		"the barrier attributes' pshared values are not pthread's");
-
-static void
-backoff(int attempt)
-{
-	int64_t d = 50 * DMUTEX__MS << (attempt < 5 ? attempt : 5);
-
-	dmutex__sleep_until(dmutex__now_ns() + (d < 1000 * DMUTEX__MS ? d : 1000 * DMUTEX__MS));
-}
 
 int
 dmutex_shim_barrier_init(dbarrier_t *b, const dmutex_shim_barrierattr_t *a, unsigned count,
@@ -33,7 +26,7 @@ dmutex_shim_barrier_init(dbarrier_t *b, const dmutex_shim_barrierattr_t *a, unsi
 	for (int attempt = 0; (err = dbarrier_init(b, name, count, NULL)) == EIO; attempt++) {
 		if (attempt % 10 == 0)
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_barrier_init('%s'): waiting for the backend", name);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	if (err)
 		dmutex__shim_site_release(DMUTEX__SHIM_BARRIER, b);
@@ -50,7 +43,7 @@ dmutex_shim_barrier_destroy(dbarrier_t *b)
 	 * the others may still be hearing of the release (one message).
 	 * Give them that time, as pthread_cond_destroy does. */
 	while ((err = dbarrier_destroy(b)) == EBUSY && dmutex__now_ns() < until)
-		dmutex__sleep_until(dmutex__now_ns() + DMUTEX__MS);
+		dmutex__shim_pause_ms(1);
 
 	if (!err)
 		dmutex__shim_site_release(DMUTEX__SHIM_BARRIER, b);
@@ -61,18 +54,20 @@ int
 dmutex_shim_barrier_wait(dbarrier_t *b)
 {
 	struct dmutex__shim_op o;
-	int err;
+	/* Not a cancellation point (POSIX): an arrival is counted whole or
+	 * not at all. */
+	int cs = dmutex__nocancel(), err;
 
-	if ((err = dmutex__shim_op_init(&o)))
-		return err;
 	/* Until the retry window has passed since a try went unanswered: then
 	 * EIO, the arrival counted or not. */
-	for (int attempt = 0; (err = dmutex__shim_barrier_wait(b, &o)) == EIO && !dmutex__shim_op_expired(&o);
-			attempt++) {
-		if (attempt % 10 == 0)
-			dmutex__log(DMUTEX_LOG_WARN, "pthread_barrier_wait: waiting for the backend");
-		backoff(attempt);
-	}
+	if (!(err = dmutex__shim_op_init(&o)))
+		for (int attempt = 0; (err = dmutex__shim_barrier_wait(b, &o)) == EIO &&
+				!dmutex__shim_op_expired(&o); attempt++) {
+			if (attempt % 10 == 0)
+				dmutex__log(DMUTEX_LOG_WARN, "pthread_barrier_wait: waiting for the backend");
+			dmutex__shim_backoff(attempt);
+		}
+	dmutex__cancel_restore(cs);
 	/* DBARRIER_SERIAL_THREAD is glibc's PTHREAD_BARRIER_SERIAL_THREAD. */
 	return err;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/shim.h"
+#include "pause.h"
 #include "local.h"
 #include "name.h"
 #include "object.h"
@@ -35,12 +36,6 @@ usable(dcond_t *c, dmutex_t *m, const char *call, pthread_cond_t **lc, pthread_m
 		err = EINVAL;
 	}
 	return err;
-}
-
-static void
-pause_ms(int64_t ms)
-{
-	dmutex__sleep_until(dmutex__now_ns() + ms * DMUTEX__MS);
 }
 
 static int
@@ -88,7 +83,7 @@ dmutex_shim_cond_init(dcond_t *c, const dcond_attr_t *a, const char *site)
 	for (int attempt = 0; (err = dcond_init(c, name, a)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_cond_init('%s'): waiting for the backend", name);
-		pause_ms(attempt < 4 ? 50 << attempt : 1000);
+		dmutex__shim_pause_ms(attempt < 4 ? 50 << attempt : 1000);
 	}
 	if (err) {
 		dmutex__shim_site_release(DMUTEX__SHIM_COND, c);
@@ -142,7 +137,7 @@ dmutex_shim_cond_destroy(dcond_t *c)
 	 * woken every waiter; woken waiters may still be leaving (one round
 	 * trip).  Give them that time. */
 	while ((err = dcond_destroy(c)) == EBUSY && dmutex__now_ns() < until)
-		pause_ms(1);
+		dmutex__shim_pause_ms(1);
 	if (!err)
 		dmutex__shim_site_release(DMUTEX__SHIM_COND, c);
 	return err;
@@ -169,7 +164,7 @@ dmutex_shim_cond_wait(dcond_t *c, dmutex_t *m)
 		return 0;
 	if (err != EIO)
 		return err;
-	pause_ms(100);
+	dmutex__shim_pause_ms(100);
 	return 0;
 }
 
@@ -189,7 +184,7 @@ dmutex_shim_cond_clockwait(dcond_t *c, dmutex_t *m, clockid_t clock, const struc
 		return 0;
 	if (err != EIO)
 		return err;
-	pause_ms(100);
+	dmutex__shim_pause_ms(100);
 	clock_gettime(clock, &now);
 	if (now.tv_sec > at->tv_sec || (now.tv_sec == at->tv_sec && now.tv_nsec >= at->tv_nsec))
 		return ETIMEDOUT;
@@ -228,7 +223,7 @@ wake(dcond_t *c, int all)
 	for (int attempt = 0; (err = all ? dcond_broadcast(c) : dcond_signal(c)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_cond_%s: waiting for the backend", all ? "broadcast" : "signal");
-		pause_ms(attempt < 4 ? 50 << attempt : 1000);
+		dmutex__shim_pause_ms(attempt < 4 ? 50 << attempt : 1000);
 	}
 	return err;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/shim.h"
+#include "pause.h"
 #include "name.h"
 #include "local.h"
 #include "users.h"
@@ -21,15 +22,6 @@
 /* shim/include/pthread.h maps the robustness calls straight to dmutex's. */
 _Static_assert((int)PTHREAD_MUTEX_STALLED == (int)DMUTEX_STALLED && (int)PTHREAD_MUTEX_ROBUST == (int)DMUTEX_ROBUST,
 		"pthread and dmutex robustness values differ");
-
-/* Back off between attempts while the backend is away: 50 ms doubling to
- * 1 s (each dmutex attempt already retried for a few command timeouts). */
-static void
-backoff(int attempt)
-{
-	int64_t d = 50 * DMUTEX__MS << (attempt < 5 ? attempt : 5);
-	dmutex__sleep_until(dmutex__now_ns() + (d < 1000 * DMUTEX__MS ? d : 1000 * DMUTEX__MS));
-}
 
 static int
 attr_ok(const dmutex_attr_t *a)
@@ -140,7 +132,7 @@ join_robust(const dmutex_attr_t *a, const char *name)
 	for (int attempt = 0; (err = dmutex__shim_users_join(name, fresh, fresh)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_init('%s'): waiting for the backend", name);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	return err;
 }
@@ -172,7 +164,7 @@ mutex_init_impl(dmutex_t *m, const dmutex_attr_t *a, const char *site)
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_init('%s'): waiting for the backend",
 				given ? given : name);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	if (err && !given && a && a->__robust == DMUTEX_ROBUST)
 		dmutex__shim_users_leave(name);
@@ -270,7 +262,7 @@ dmutex_shim_mutex_lock(dmutex_t *m)
 	for (int attempt = 0; (err = dmutex_lock(m)) == EIO; attempt++) {
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_lock: waiting for the backend");
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	return err;
 }
@@ -313,7 +305,7 @@ dmutex_shim_mutex_clocklock(dmutex_t *m, clockid_t clock, const struct timespec 
 			return ETIMEDOUT;
 		if (attempt % 10 == 0)	/* the first, then every tenth */
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_mutex_timedlock: waiting for the backend");
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	return err;
 }

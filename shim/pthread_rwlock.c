@@ -9,15 +9,8 @@
 
 #include "include/dmutex_shim_rwlock.h"
 #include "core/shim.h"
+#include "pause.h"
 #include "name.h"
-
-static void
-backoff(int attempt)
-{
-	int64_t d = 50 * DMUTEX__MS << (attempt < 5 ? attempt : 5);
-
-	dmutex__sleep_until(dmutex__now_ns() + (d < 1000 * DMUTEX__MS ? d : 1000 * DMUTEX__MS));
-}
 
 /* Local objects are for mutexes and condition variables: a rwlock from a
  * local site is distributed all the same (never unprotected). */
@@ -35,7 +28,7 @@ init_named(drwlock_t *rw, const char *name)
 	for (int attempt = 0; (err = drwlock_init(rw, name, NULL)) == EIO; attempt++) {
 		if (attempt % 10 == 0)
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_rwlock_init('%s'): waiting for the backend", name);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	return err;
 }
@@ -120,7 +113,7 @@ blocking(drwlock_t *rw, int write, clockid_t clock, const struct timespec *at)
 		if (attempt % 10 == 0)
 			dmutex__log(DMUTEX_LOG_WARN, "pthread_rwlock_%slock: waiting for the backend",
 					write ? "wr" : "rd");
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 }
 

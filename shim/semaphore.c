@@ -15,16 +15,9 @@
 #include "sigwrap.h"
 #include "users.h"
 #include "core/shim.h"
+#include "pause.h"
 
 #define NO_DEADLINE INT64_MAX
-
-static void
-backoff(int attempt)
-{
-	int64_t d = 50 * DMUTEX__MS << (attempt < 5 ? attempt : 5);
-
-	dmutex__sleep_until(dmutex__now_ns() + (d < 1000 * DMUTEX__MS ? d : 1000 * DMUTEX__MS));
-}
 
 /* POSIX's way: -1 and errno. */
 static int
@@ -124,12 +117,12 @@ sem_init_impl(dsem_t *s, int pshared, unsigned value, const char *site)
 	if (gone_take(name))
 		for (int attempt = 0; dsem_unlink(name, NULL) == EIO; attempt++) {
 			waiting("sem_init", attempt);
-			backoff(attempt);
+			dmutex__shim_backoff(attempt);
 		}
 	for (int attempt = 0; (err = dmutex__shim_users_join(name, drop_count, drop_count)) == EIO;
 			attempt++) {
 		waiting("sem_init", attempt);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	if (err) {
 		dmutex__shim_site_release(DMUTEX__SHIM_SEM, s);
@@ -137,7 +130,7 @@ sem_init_impl(dsem_t *s, int pshared, unsigned value, const char *site)
 	}
 	for (int attempt = 0; (err = dsem_init(s, name, value, NULL, 0)) == EIO; attempt++) {
 		waiting("sem_init", attempt);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	if (err) {
 		dmutex__shim_users_leave(name);
@@ -205,7 +198,7 @@ dmutex_shim_sem_destroy(dsem_t *s)
  * deadline gives up at once (EAGAIN, ETIMEDOUT) only while no try may
  * have been applied. */
 static int
-wait_until(dsem_t *s, int64_t until, int try_only)
+wait_until_nocancel(dsem_t *s, int64_t until, int try_only, int cs)
 {
 	struct dmutex__shim_op o;
 	int err;
@@ -213,19 +206,39 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 	settle();
 	dmutex__shim_wait_begin();
 	if ((err = dmutex__shim_op_init(&o)))
-		return fail(err);
-	for (int attempt = 0; (err = dmutex__shim_sem_wait(s, &o, until, try_only)) == EIO &&
+		return err;
+	for (int attempt = 0; (err = dmutex__shim_sem_wait(s, &o, until, try_only, cs)) == EIO &&
 			!dmutex__shim_op_expired(&o); attempt++) {
 		/* A try that may have taken a permit is asked again until it is
 		 * answered: EAGAIN or ETIMEDOUT now would leave that permit
 		 * taken with nobody holding it. */
 		if (!dmutex__shim_op_pending(&o) && try_only)
-			return fail(EAGAIN);
+			return EAGAIN;
 		if (!dmutex__shim_op_pending(&o) && dmutex__now_ns() >= until)
-			return fail(ETIMEDOUT);
+			return ETIMEDOUT;
 		waiting("sem_wait", attempt);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
+	return err;
+}
+
+/* sem_wait and the timed waits are cancellation points (POSIX): a cancel
+ * pending at the call acts at once, and one that comes while the wait
+ * sleeps acts there, with no permit taken.  Everything else (the requests
+ * to the backend) runs with cancellation disabled, so no request is cut
+ * half-way.  sem_trywait is not one. */
+static int
+wait_until(dsem_t *s, int64_t until, int try_only)
+{
+	int cs = dmutex__nocancel(), err;
+
+	if (!try_only && cs == PTHREAD_CANCEL_ENABLE) {
+		dmutex__cancel_restore(cs);
+		pthread_testcancel();
+		dmutex__nocancel();
+	}
+	err = wait_until_nocancel(s, until, try_only, try_only ? PTHREAD_CANCEL_DISABLE : cs);
+	dmutex__cancel_restore(cs);
 	return fail(err);
 }
 
@@ -246,15 +259,18 @@ dmutex_shim_sem_clockwait(dsem_t *s, clockid_t clock, const struct timespec *at)
 {
 	const char *name;
 	int64_t until;
-	int err;
+	int cs = dmutex__nocancel(), err, bad;
 
-	if ((err = dmutex__shim_sem_name(s, &name)))
+	/* Naming a static semaphore may ask the backend. */
+	err = dmutex__shim_sem_name(s, &name);
+	dmutex__cancel_restore(cs);
+	if (err)
 		return fail(err);
 	/* POSIX: the deadline is not examined if a permit is free at once. */
-	if (dmutex__sem_deadline(name, clock, at, &until)) {
+	if ((bad = dmutex__sem_deadline(name, clock, at, &until))) {
 		if (!dmutex_shim_sem_trywait(s))
 			return 0;
-		return fail(errno == EAGAIN ? EINVAL : errno);
+		return fail(errno == EAGAIN ? bad : errno);
 	}
 	return wait_until(s, until, 0);
 }
@@ -269,34 +285,39 @@ int
 dmutex_shim_sem_post(dsem_t *s)
 {
 	struct dmutex__shim_op o;
-	int err;
+	int cs, err;
 
 	/* POSIX lets a signal handler post; a network call may not run
 	 * there (sigwrap.c). */
 	if (dmutex__shim_in_handler())
 		return fail(dmutex__shim_post_deferred(s, dmutex_shim_sem_post));
+	/* Not a cancellation point: a post is made whole or not at all. */
+	cs = dmutex__nocancel();
 	settle();
-	if ((err = dmutex__shim_op_init(&o)))
-		return fail(err);
-	/* As wait_until: EIO once the window has passed, posted or not. */
-	for (int attempt = 0; (err = dmutex__shim_sem_post(s, &o)) == EIO && !dmutex__shim_op_expired(&o);
-			attempt++) {
-		waiting("sem_post", attempt);
-		backoff(attempt);
+	if (!(err = dmutex__shim_op_init(&o))) {
+		/* As wait_until: EIO once the window has passed, posted or not. */
+		for (int attempt = 0; (err = dmutex__shim_sem_post(s, &o)) == EIO &&
+				!dmutex__shim_op_expired(&o); attempt++) {
+			waiting("sem_post", attempt);
+			dmutex__shim_backoff(attempt);
+		}
 	}
+	dmutex__cancel_restore(cs);
 	return fail(err);
 }
 
 int
 dmutex_shim_sem_getvalue(dsem_t *s, int *value)
 {
-	int err;
+	int cs, err;
 
+	cs = dmutex__nocancel();
 	settle();
 	for (int attempt = 0; (err = dsem_getvalue(s, value)) == EIO; attempt++) {
 		waiting("sem_getvalue", attempt);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
+	dmutex__cancel_restore(cs);
 	return fail(err);
 }
 
@@ -355,7 +376,7 @@ open_patient(dsem_t *sem, const char *call, const char *bn, unsigned value, int 
 
 	for (int attempt = 0; (err = dsem_init(sem, bn, value, NULL, flags)) == EIO; attempt++) {
 		waiting(call, attempt);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	return err;
 }
@@ -385,7 +406,7 @@ current(const char *call, const char *name, char bn[DMUTEX_NAME_MAX + 1])
 		return err;
 	for (int attempt = 0; (err = dsem_getvalue(&g, &v)) == EIO; attempt++) {
 		waiting(call, attempt);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	dsem_destroy(&g);
 	return err ? err : gen_name(name, (unsigned)v, bn);
@@ -497,7 +518,7 @@ dmutex_shim_sem_unlink(const char *name)
 		return fail(err);
 	for (int attempt = 0; (err = dsem_post(&t)) == EIO; attempt++) {
 		waiting("sem_unlink", attempt);
-		backoff(attempt);
+		dmutex__shim_backoff(attempt);
 	}
 	dsem_destroy(&t);
 	return fail(err);

@@ -176,6 +176,7 @@ dmutex__shim_posts_settle(void)
 {
 	unsigned long want = __atomic_load_n(&handed, __ATOMIC_ACQUIRE);
 	struct timespec at;
+	int cs;
 
 	/* The poster itself must not wait for its own posts; a handler may
 	 * not wait at all. */
@@ -185,6 +186,9 @@ dmutex__shim_posts_settle(void)
 		poster_thread();
 	if ((long)(__atomic_load_n(&settled, __ATOMIC_ACQUIRE) - want) >= 0)
 		return;
+	/* Not a cancellation point: cancelled in the wait below, the thread
+	 * would leave settled_mu locked for every later semaphore call. */
+	cs = dmutex__nocancel();
 	pthread_mutex_lock(&settled_mu);
 	/* A post settled by a failed write is not broadcast (a handler may
 	 * not signal): look again every 10 ms. */
@@ -198,6 +202,7 @@ dmutex__shim_posts_settle(void)
 		pthread_cond_timedwait(&settled_cv, &settled_mu, &at);
 	}
 	pthread_mutex_unlock(&settled_mu);
+	dmutex__cancel_restore(cs);
 }
 
 void

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
@@ -226,6 +227,114 @@ static void procs(void)
 	th_sync_close(&sy);
 }
 
+/* Subscribers of the named semaphore's wake channel: a waiter asleep. */
+static long long sleepers(const char *name)
+{
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:semwake:{%s}", name);
+	long long n = -1;
+
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER)
+		n = r->element[1]->integer;
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+static void *join_within(pthread_t t, int ms)
+{
+	struct timespec at;
+	void *ret = NULL;
+
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += ms / 1000;
+	EXPECT(pthread_timedjoin_np(t, &ret, &at) == 0);
+	return ret;
+}
+
+static void mark(void *arg)
+{
+	*(volatile int *)arg = 1;
+}
+
+/* Blocks in sem_wait until cancelled; *arg set by its cleanup handler. */
+static void *cancelled_waiter(void *arg)
+{
+	sem_t *s = sem_open("/cancel", 0);
+
+	if (s == SEM_FAILED)
+		return NULL;
+	pthread_cleanup_push(mark, arg);
+	sem_wait(s);
+	pthread_cleanup_pop(0);
+	return NULL;
+}
+
+/* A cancel pending: the calls that are not cancellation points each run to
+ * their end (step counts them), sem_wait is one even with a permit free. */
+struct pending { sem_t *s; volatile int step; };
+
+static void *pending_caller(void *arg)
+{
+	struct pending *p = arg;
+	pthread_barrier_t b;
+	int v;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+	pthread_cancel(pthread_self());
+	pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+	if (sem_post(p->s) == 0)
+		p->step = 1;
+	if (sem_getvalue(p->s, &v) == 0 && v == 2)
+		p->step = 2;
+	if (sem_trywait(p->s) == 0)
+		p->step = 3;
+	if (pthread_barrier_init(&b, NULL, 1) == 0 && pthread_barrier_wait(&b) == PTHREAD_BARRIER_SERIAL_THREAD &&
+			pthread_barrier_destroy(&b) == 0)
+		p->step = 4;
+	sem_wait(p->s);                 /* cancelled here, the permit left */
+	p->step = 5;
+	return NULL;
+}
+
+/* sem_wait and sem_timedwait are cancellation points (POSIX; a thread pool
+ * cancels its workers blocked in sem_wait); sem_post, sem_trywait,
+ * sem_getvalue and pthread_barrier_wait are not, and a cancel pending
+ * never cuts one of them half-way. */
+static void cancel(void)
+{
+	volatile int cleaned = 0;
+	struct pending p = { 0 };
+	long long until;
+	pthread_t t;
+	sem_t *s;
+
+	EXPECT((s = sem_open("/cancel", O_CREAT, 0600, 0)) != SEM_FAILED);
+	EXPECT(pthread_create(&t, NULL, cancelled_waiter, (void *)&cleaned) == 0);
+	until = th_now_ms() + 10000;
+	while (sleepers("/cancel") != 1 && th_now_ms() < until)
+		usleep(2000);   /* a poll with a deadline */
+	EXPECT(sleepers("/cancel") == 1);
+	EXPECT(pthread_cancel(t) == 0);
+	EXPECT(join_within(t, 10000) == PTHREAD_CANCELED);
+	EXPECT(cleaned == 1);
+	EXPECT(value(s) == 0);          /* nothing taken */
+	until = th_now_ms() + 10000;
+	while (sleepers("/cancel") != 0 && th_now_ms() < until)
+		usleep(2000);
+	EXPECT(sleepers("/cancel") == 0);
+	EXPECT(sem_post(s) == 0);
+	EXPECT(sem_trywait(s) == 0);
+
+	p.s = s;
+	EXPECT(sem_post(s) == 0);
+	EXPECT(pthread_create(&t, NULL, pending_caller, &p) == 0);
+	EXPECT(join_within(t, 10000) == PTHREAD_CANCELED);
+	EXPECT(p.step == 4);
+	EXPECT(value(s) == 1);
+	EXPECT(sem_close(s) == 0);
+	EXPECT(sem_unlink("/cancel") == 0);
+}
+
 int main(void)
 {
 	if (th_redis_start(&srv, NULL)) {
@@ -236,6 +345,7 @@ int main(void)
 	setenv("DMUTEX_NAMESPACE", "shimsem", 1);
 	errors();
 	procs();
+	cancel();
 	th_redis_stop(&srv);
 	return th_check_status();
 }

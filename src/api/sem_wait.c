@@ -56,11 +56,42 @@ sleep_or_interrupt(struct dmutex_client *cl, struct dmutex__wsub *sub, uint64_t 
 	}
 }
 
+/* A wait cancelled in its sleep (the shim's sem_wait is a cancellation
+ * point; nothing is taken while it sleeps): what it holds is given back
+ * before the thread's own cleanup handlers run. */
+struct sleeper {
+	struct dmutex__sem *sx;
+	struct dmutex__wsub *sub;
+};
+
+static void
+cancelled(void *arg)
+{
+	struct sleeper *k = arg;
+
+	__atomic_fetch_sub(&k->sx->waiters, 1, __ATOMIC_ACQ_REL);
+	dmutex__waiter_unsub(k->sx->client->be, k->sub);
+	dmutex__sem_put(k->sx);
+}
+
+/* The sleep of a wait, with the caller's cancellation state cs (disabled
+ * but for the shim's waits): *woke 1 if woken.  Written through a pointer,
+ * not a local: the cleanup machinery may longjmp. */
+static void
+sleep_cancellable(struct sleeper *k, uint64_t seq, int64_t until, int *intr, int cs, int *woke)
+{
+	pthread_cleanup_push(cancelled, k);
+	dmutex__cancel_restore(cs);
+	*woke = sleep_or_interrupt(k->sx->client, k->sub, seq, until, intr);
+	dmutex__nocancel();
+	pthread_cleanup_pop(0);
+}
+
 static int
-wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_only)
+wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_only, int cs)
 {
 	struct dmutex_client *cl;
-	struct dmutex__wsub *sub;
+	struct sleeper k = { .sx = sx };
 	char channel[DMUTEX__KEY_MAX];
 	int64_t recheck_ns, sub_until;
 	uint64_t seq;
@@ -82,22 +113,24 @@ wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_o
 	dmutex__sem_channel(sx->client->be, sx->name, channel);
 	__atomic_fetch_add(&sx->waiters, 1, __ATOMIC_ACQ_REL);
 	sub_until = dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS;
-	if (!(sub = dmutex__waiter_sub(cl->be, channel, sub_until < until ? sub_until : until))) {
+	if (!(k.sub = dmutex__waiter_sub(cl->be, channel, sub_until < until ? sub_until : until))) {
 		err = ENOMEM;
 		goto out;
 	}
 	recheck_ns = (int64_t)cl->cfg.lease_ms * DMUTEX__MS;
 	for (;;) {
 		int64_t next;
+		int woke;
 
 		/* Read before asking: a post after the ask moves it. */
-		seq = dmutex__wsub_seq(cl->be, sub);
+		seq = dmutex__wsub_seq(cl->be, k.sub);
 		if ((err = dmutex__sem_take_once(sx, o, &taken)) || taken)
 			break;
 		/* No confirmed subscription yet: a post might not reach us;
 		 * try again soon rather than once a lease. */
 		next = dmutex__now_ns() + (seq ? recheck_ns : recheck_ns / 10 + DMUTEX__MS);
-		if (!sleep_or_interrupt(cl, sub, seq, next < until ? next : until, &intr) && intr) {
+		sleep_cancellable(&k, seq, next < until ? next : until, &intr, cs, &woke);
+		if (!woke && intr) {
 			err = EINTR;
 			break;
 		}
@@ -113,7 +146,7 @@ wait_held(struct dmutex__sem *sx, struct dmutex__op *o, int64_t until, int try_o
 	/* No longer a waiter that destroy must refuse for, though still a
 	 * user until it returns. */
 	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
-	dmutex__waiter_unsub(cl->be, sub);
+	dmutex__waiter_unsub(cl->be, k.sub);
 	return err;
 out:
 	__atomic_fetch_sub(&sx->waiters, 1, __ATOMIC_ACQ_REL);
@@ -121,7 +154,7 @@ out:
 }
 
 int
-dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only)
+dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only, int cs)
 {
 	struct dmutex__sem *sx;
 	int err;
@@ -133,7 +166,7 @@ dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_o
 	/* A timed wait's takes end by its deadline (acquire_wait.h), so that a
 	 * server that does not answer cannot keep it a command timeout past. */
 	o->until = try_only ? 0 : dmutex__timed_deadline(sx->client, dmutex__now_ns(), until);
-	err = wait_held(sx, o, until, try_only);
+	err = wait_held(sx, o, until, try_only, cs);
 	dmutex__sem_put(sx);
 	return err;
 }
@@ -146,7 +179,8 @@ wait_until(dsem_t *s, int64_t until, int try_only)
 
 	if ((err = dmutex__op_init(&o)))
 		return err;
-	return dmutex__sem_wait_until(s, &o, until, try_only);
+	/* Never cancelled (README "Cancellation"). */
+	return dmutex__sem_wait_until(s, &o, until, try_only, PTHREAD_CANCEL_DISABLE);
 }
 
 static int

@@ -60,13 +60,13 @@ dmutex__shim_op_pending(const struct dmutex__shim_op *so)
 }
 
 int
-dmutex__shim_sem_wait(dsem_t *s, struct dmutex__shim_op *so, int64_t until, int try_only)
+dmutex__shim_sem_wait(dsem_t *s, struct dmutex__shim_op *so, int64_t until, int try_only, int cs)
 {
 	struct dmutex__op o;
 	int err;
 
 	op_out(so, &o);
-	err = dmutex__sem_wait_until(s, &o, until, try_only);
+	err = dmutex__sem_wait_until(s, &o, until, try_only, cs);
 	op_in(so, &o);
 	return err;
 }

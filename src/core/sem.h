@@ -46,9 +46,11 @@ int dmutex__sem_post_once(struct dmutex__sem *sx, struct dmutex__op *o, long lon
  * CLOCK_MONOTONIC, INT64_MAX none), and dsem_post, as the caller's
  * operation o: the shim asks again with the same one while the backend is
  * away and o->expired is not set, so that no retry takes or returns a
- * second permit.
+ * second permit.  cs: the cancellation state its sleep runs with (the
+ * caller's for the shim's sem_wait, a cancellation point; else
+ * PTHREAD_CANCEL_DISABLE); the rest runs with cancellation disabled.
  */
-int dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only);
+int dmutex__sem_wait_until(dsem_t *s, struct dmutex__op *o, int64_t until, int try_only, int cs);
 int dmutex__sem_post_op(dsem_t *s, struct dmutex__op *o);
 /* A realtime or monotonic deadline as CLOCK_MONOTONIC ns (INT64_MAX: none);
  * EINVAL for another clock or a bad tv_nsec (logged, naming sx). */

@@ -84,8 +84,10 @@ int dmutex__shim_op_expired(const struct dmutex__shim_op *o);
 int dmutex__shim_op_pending(const struct dmutex__shim_op *o);
 
 /* dsem_wait/trywait (try_only) and the timed ones (until on
- * CLOCK_MONOTONIC, INT64_MAX none), and dsem_post, as the operation o. */
-int dmutex__shim_sem_wait(dsem_t *s, struct dmutex__shim_op *o, int64_t until, int try_only);
+ * CLOCK_MONOTONIC, INT64_MAX none), and dsem_post, as the operation o.
+ * Called with cancellation disabled; cs: the state a wait's sleep runs
+ * with (dmutex__sem_wait_until). */
+int dmutex__shim_sem_wait(dsem_t *s, struct dmutex__shim_op *o, int64_t until, int try_only, int cs);
 int dmutex__shim_sem_post(dsem_t *s, struct dmutex__shim_op *o);
 /* s's name (binding a static one): 0, or its errno. */
 int dmutex__shim_sem_name(dsem_t *s, const char **name);
