@@ -216,7 +216,6 @@ main(int argc, char **argv)
 	struct th_redis srv;
 	struct proc a;
 	char buf[256], self[4096];
-	ssize_t n;
 
 	if (argc > 1) {
 		if (!strcmp(argv[1], "hold"))
@@ -229,15 +228,8 @@ main(int argc, char **argv)
 			return dyn_probe();
 		return misc();
 	}
-	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
+	if (th_self_driver(&srv, self, sizeof self, "shimlocal", NULL))
 		return 1;
-	self[n] = '\0';
-	if (th_redis_start(&srv, NULL)) {
-		fprintf(stderr, "redis-server did not start\n");
-		return 1;
-	}
-	setenv("DMUTEX_URL", srv.url, 1);
-	setenv("DMUTEX_NAMESPACE", "shimlocal", 1);
 	signal(SIGPIPE, SIG_IGN);       /* a child gone early fails a check, not the driver */
 	setenv("DMUTEX_SHIM_LOCAL", " nothing-here , shim_local_env.c:* ,, cache-* ", 1);
 	setenv("DMUTEX_LOG", "info", 1);

@@ -636,8 +636,6 @@ int
 main(int argc, char **argv)
 {
 	static struct th_redis srv;
-	char url[700];
-	ssize_t n;
 
 	if (argc > 1 && !strcmp(argv[1], "count"))
 		return run_count(2, 0);
@@ -657,17 +655,9 @@ main(int argc, char **argv)
 		return run_reinit();
 	if (argc > 1 && !strcmp(argv[1], "forkwait"))
 		return run_forkwait();
-	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
-		return 1;
-	self[n] = '\0';
-	if (th_redis_start(&srv, NULL)) {
-		fprintf(stderr, "redis-server did not start\n");
-		return 1;
-	}
 	/* A short lease: a killed run's share runs out soon. */
-	th_url_with(url, sizeof url, srv.url, "lease_ms=1000");
-	setenv("DMUTEX_URL", url, 1);
-	setenv("DMUTEX_NAMESPACE", "shimruns", 1);
+	if (th_self_driver(&srv, self, sizeof self, "shimruns", "lease_ms=1000"))
+		return 1;
 	if (argc > 1 && !strcmp(argv[1], "count-case"))
 		case_count();
 	else if (argc > 1 && !strcmp(argv[1], "killed-case"))

@@ -132,19 +132,11 @@ main(int argc, char **argv)
 	struct proc holder;
 	char buf[256], held_addr[64] = "", probe_addr[64] = "";
 	char self[4096];
-	ssize_t n;
 
 	if (argc > 1)
 		return !strcmp(argv[1], "hold") ? hold() : !strcmp(argv[1], "probe") ? probe() : misc();
-	if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0)
+	if (th_self_driver(&srv, self, sizeof self, "shimzero", NULL))
 		return 1;
-	self[n] = '\0';
-	if (th_redis_start(&srv, NULL)) {
-		fprintf(stderr, "redis-server did not start\n");
-		return 1;
-	}
-	setenv("DMUTEX_URL", srv.url, 1);
-	setenv("DMUTEX_NAMESPACE", "shimzero", 1);
 
 	EXPECT(start(&holder, self, "hold") == 0);
 	EXPECT(line(&holder, buf, sizeof buf, 30000) == 0 && sscanf(buf, "held %63s", held_addr) == 1);

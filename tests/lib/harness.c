@@ -1975,3 +1975,27 @@ static void atfork_child(void)
 	proxies = NULL;
 	pthread_mutex_unlock(&proxies_mu);
 }
+
+int
+th_self_driver(struct th_redis *srv, char *self, size_t len, const char *ns, const char *url_opts)
+{
+	char url[700];
+	ssize_t n;
+
+	if ((n = readlink("/proc/self/exe", self, len - 1)) <= 0) {
+		fprintf(stderr, "cannot read /proc/self/exe\n");
+		return -1;
+	}
+	self[n] = '\0';
+	if (th_redis_start(srv, NULL)) {
+		fprintf(stderr, "redis-server did not start\n");
+		return -1;
+	}
+	if (url_opts && th_url_with(url, sizeof url, srv->url, url_opts)) {
+		fprintf(stderr, "URL too long\n");
+		return -1;
+	}
+	setenv("DMUTEX_URL", url_opts ? url : srv->url, 1);
+	setenv("DMUTEX_NAMESPACE", ns, 1);
+	return 0;
+}

@@ -183,6 +183,12 @@ int th_slowdown(void);
  * EINVAL).  0, or -1 with a message if buf is too small (then buf = ""). */
 int th_url_with(char *buf, size_t len, const char *base, const char *opts);
 
+/* The driver of a test program that runs itself as child processes (the
+ * shim's, which cannot use criterion): its own path in self, a
+ * redis-server started, DMUTEX_URL set to it (with url_opts, if any) and
+ * DMUTEX_NAMESPACE to ns.  0, or -1 (said on stderr). */
+int th_self_driver(struct th_redis *srv, char *self, size_t len, const char *ns, const char *url_opts);
+
 /* ------------------------------------------------------------------ */
 /* time, polling, processes                                            */
 /* ------------------------------------------------------------------ */
