@@ -658,9 +658,10 @@ lock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 		if (dmutex__cache_lock_local(mx, e, now)) {
 			uint64_t gen = e->gen;
 
+			/* Counted in e: no counters' mutex on this path. */
+			dmutex__entry_count_local_acq(e);
 			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
-			dmutex__met_acquired(e, now, now, 0);
 			return 1;
 		}
 	}

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "base/lockorder.h"
 #include "internal.h"
 #include "metrics.h"
 
@@ -242,6 +243,49 @@ dmutex__entry_take_counted(struct dmutex__entry *e, int64_t now)
 		return -1;
 	e->counted_ns = 0;
 	return now > since ? now - since : 0;
+}
+
+void
+dmutex__entry_count_local_acq(struct dmutex__entry *e)
+{
+	if (!e->client->cfg.metrics)
+		return;
+	e->met_local.acq++;
+	if (!e->met_queued)
+		dmutex__met_queue(e);
+}
+
+void
+dmutex__entry_count_local_end(struct dmutex__entry *e, int64_t held_ns)
+{
+	if (held_ns < 0)
+		return;
+	e->met_local.holds++;
+	e->met_local.hold_us += (uint64_t)held_ns / 1000;
+	e->met_local.hold_b[dmutex__met_bucket(held_ns)]++;
+	if (!e->met_queued)
+		dmutex__met_queue(e);
+}
+
+void
+dmutex__entries_fold(struct dmutex_client *c)
+{
+	struct dmutex__entry *e = dmutex__met_fold_begin(c), *next;
+	struct dmutex__met_local l;
+
+	for (; e; e = next) {
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		next = e->met_next;
+		l = e->met_local;
+		memset(&e->met_local, 0, sizeof e->met_local);
+		e->met_queued = 0;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__met_fold(e, &l);
+		/* The list's reference: the last one, if every mutex of the
+		 * name went meanwhile. */
+		dmutex__entry_put(e);
+	}
+	dmutex__met_fold_end(c);
 }
 
 void

@@ -35,8 +35,8 @@
  * Lock hierarchy (PLAN design 1; lockorder.h names the levels and, in
  * builds without NDEBUG, aborts on a violation):
  *
- *   default_mu -> create_mu -> clients_mu -> entry.mu -> client.mu
- *     -> renewer.mu -> waiter.mu -> node.mu -> log_mu
+ *   default_mu -> create_mu -> clients_mu -> fold_mu -> entry.mu
+ *     -> client.mu -> renewer.mu -> waiter.mu -> node.mu -> log_mu
  *
  * A thread holding one of them takes only later ones.  log_mu is a leaf:
  * nothing is called out while it is held (the user's logger runs without
@@ -131,6 +131,19 @@ struct dmutex__entry {
 	 * dropped moves it on): the hooks skip hashing the name. */
 	void *met_rec;
 	uint64_t met_gen;
+	/* Under mu: what the holds of a kept lease taken and ended on the fast
+	 * paths counted, not yet in the name's record.  Counted here, under
+	 * the mutex those paths take anyway, the counters' mutex stays off
+	 * them; whoever reads or sends the counters folds these in first
+	 * (dmutex__entries_fold).  met_queued: e is on the counters' list of
+	 * entries to fold (which holds a reference), so only the first count
+	 * after a fold takes the counters' mutex. */
+	struct dmutex__met_local {
+		uint64_t acq, holds, hold_us;
+		uint64_t hold_b[DMUTEX__MET_BUCKETS];
+	} met_local;
+	int met_queued;
+	struct dmutex__entry *met_next; /* that list: the counters' mutex */
 	int64_t last_end_ns;            /* the last hold's outermost unlock */
 	int64_t nocache_until_ns;       /* contended lately: unlocks release */
 	struct dmutex__wsub *ksub;      /* the wake channel: another process wants it */
@@ -369,8 +382,18 @@ void dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now);
 /* The same in two steps, for an unlock, which must not take the counters'
  * mutex inside e->mu (every thread of a busy name would queue behind it):
  * under e->mu, how long the hold lasted (-1: none counted), which the
- * caller gives to dmutex__met_hold_ended once e->mu is dropped. */
+ * caller gives to dmutex__met_hold_ended once e->mu is dropped, or on a
+ * kept lease to dmutex__entry_count_local_end at once. */
 int64_t dmutex__entry_take_counted(struct dmutex__entry *e, int64_t now);
+/* Under e->mu, on a kept lease's fast path: an acquisition that did not
+ * wait, and the end of a hold after held_ns (-1: none counted), counted
+ * in e (struct dmutex__entry met_local), not in the counters. */
+void dmutex__entry_count_local_acq(struct dmutex__entry *e);
+void dmutex__entry_count_local_end(struct dmutex__entry *e, int64_t held_ns);
+/* No lock held: the entries' counts of c added to the counters, before
+ * anyone reads (dmutex__met_totals) or sends (dmutex__met_flush) them.
+ * Once it returns, every hold that ended before it was called is in. */
+void dmutex__entries_fold(struct dmutex_client *c);
 int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
 /* dmutex_unlock with cancellation already disabled. */
 int dmutex__unlock_impl(dmutex_t *m);
