@@ -92,7 +92,6 @@ take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, 
 	e->onlost_arg = mx->onlost_arg;
 	e->robust = mx->robust == DMUTEX_ROBUST;
 	e->fair = mx->fair;
-	__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
 	if ((err = dmutex__renewer_add(c, e))) {
 		dmutex__entry_forget(e);
 		return err;

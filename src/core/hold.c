@@ -181,6 +181,8 @@ dmutex__entry_hold(struct dmutex__entry *e, const char *token, uint64_t fence, u
 	/* Our deadline counts from before the request was sent. */
 	e->deadline_ns = sent + (int64_t)lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(lease_ms);
 	e->lost = e->lost_reported = 0;
+	e->held_counted = 1;
+	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
 }
 
 void
@@ -301,9 +303,10 @@ dmutex__entry_forget(struct dmutex__entry *e)
 	 * do not (a thread or process ending while holding). */
 	if (e->counted_ns)
 		dmutex__entry_end_counted(e, dmutex__now_ns());
-	if (e->held)
+	if (e->held && e->held_counted)
 		__atomic_fetch_sub(&e->client->held, 1, __ATOMIC_ACQ_REL);
 	e->held = 0;
+	e->held_counted = 0;
 	e->depth = 0;
 	e->releasing = 0;
 	e->lost = 0;

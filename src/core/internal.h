@@ -97,6 +97,10 @@ struct dmutex__entry {
 	/* under mu */
 	unsigned turn_waiters;          /* threads waiting on turn_cv */
 	int held;                       /* a thread of this process holds it */
+	/* The hold is in client->held: one a request to the backend granted.
+	 * A local hold on a kept lease is not (its mutex, which cannot be
+	 * destroyed while held, keeps dmutex_client_close from closing). */
+	int held_counted;
 	pthread_t owner;
 	int depth;                      /* recursion count of the owner */
 	int acquiring;                  /* a thread is asking the backend */
@@ -285,7 +289,7 @@ struct dmutex_client {
 	pthread_mutex_t mu;             /* entry table */
 	struct dmutex__entry **tab;
 	size_t tab_size, n_entries;
-	unsigned held;                  /* atomic: entries held through this client */
+	unsigned held;                  /* atomic: entries held through this client (held_counted) */
 	unsigned mutexes;               /* atomic: dmutex_t objects bound to it */
 	pid_t pid;                      /* the process that owns the threads */
 	int closing;                    /* atomic: dmutex_client_close has begun */
@@ -341,7 +345,8 @@ struct dmutex__lost {
 	void *arg;
 };
 /* Under e->mu: the calling thread holds e at depth 1, with token and
- * fence, for lease_ms counted from `sent` (before the request went out). */
+ * fence, for lease_ms counted from `sent` (before the request went out);
+ * the hold is counted in client->held. */
 void dmutex__entry_hold(struct dmutex__entry *e, const char *token, uint64_t fence,
 		unsigned lease_ms, int64_t sent);
 /* Under e->mu: mark lost if the deadline passed, and claim the report. */
