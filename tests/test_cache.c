@@ -119,6 +119,26 @@ Test(cache, a_relock_in_the_same_process_needs_no_round_trip)
 	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
 }
 
+/* A local hold on a kept lease is not in the client's count of holds
+ * (internal.h held_counted): close still refuses while it runs, and
+ * closes once it ended and its mutex went. */
+Test(cache, client_close_while_a_kept_lease_is_held_locally_ebusy)
+{
+	const char *name = "cache-close";
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, NULL), 0);
+	warm(&m, name);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), EBUSY);
+	cr_assert(cached(name), "close gave the kept lease back");
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0);
+}
+
 Test(cache, another_client_revokes_a_kept_lease_at_once)
 {
 	const char *name = "cache-revoke";

@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dmutex.h"
@@ -159,6 +161,128 @@ Test(metrics, own_counters_and_flush_not_per_acquisition)
 	cr_assert(th_wait_until(total_written, NULL, 5000), "the counters never reached Redis");
 	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:n:m1 acq"), 3);
 	cr_assert_eq(th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:n:m2 holds"), 2);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* A field of name's counters in Redis; 0 when absent (nothing counted). */
+static long long
+nfield(const char *name, const char *field)
+{
+	long long v = th_redis_int(&srv, "HGET dmutex:metrics:{metrics}:n:%s %s", name, field);
+
+	return v == LLONG_MIN ? 0 : v;
+}
+
+/* The sum of a histogram's fields prefix0 .. prefix9, from bucket `from`. */
+static long long
+nbuckets(const char *name, const char *prefix, int from)
+{
+	char f[32];
+	long long sum = 0;
+
+	for (int b = from; b < 10; b++) {
+		snprintf(f, sizeof f, "%s%d", prefix, b);
+		sum += nfield(name, f);
+	}
+	return sum;
+}
+
+#define KEPT_HOLDS 53
+
+static int
+kept_holds_sent(void *name)
+{
+	return nfield(name, "holds") == KEPT_HOLDS;
+}
+
+static int
+warm_holds_sent(void *name)
+{
+	return nfield(name, "holds") == 2;
+}
+
+/* A kept lease's local holds are counted in its entry, off the counters'
+ * mutex (docs/guide.md, relock28b): the same counts as any hold, in
+ * dmutex_client_metrics, and in Redis with nobody asking for them (the
+ * renewal thread folds them in before it sends). */
+Test(metrics, kept_lease_holds_counted_and_sent_without_a_reader)
+{
+	const char *name = "kept-counted";
+	struct timespec ms20 = { 0, 20 * 1000000L };
+	/* No renewal (each one counted, which sends everything) within the
+	 * wait below: only the local holds themselves may get them sent. */
+	struct dmt_attr o = { .lease_ms = 60000 * dmt_slowdown() };
+	dmutex_client_t *c;
+	dmutex_metrics_t m;
+	dmutex_t mu;
+	char v[600];
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmt_init_mutex(&mu, name, c, &o), 0);
+	/* The second hold keeps the lease; the later ones are local. */
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(dmutex_lock(&mu), 0);
+		cr_assert_eq(dmutex_unlock(&mu), 0);
+	}
+	cr_assert_eq(dmt_lock_field(&srv, name, "cache", v, sizeof v), 1, "the lease was not kept");
+	/* Sent: from here on only the local holds have anything to send. */
+	cr_assert(th_wait_until(warm_holds_sent, (void *)name, 5000 * dmt_slowdown()),
+			"Redis has %lld holds of 2", nfield(name, "holds"));
+	for (int i = 2; i < KEPT_HOLDS - 1; i++) {
+		cr_assert_eq(dmutex_lock(&mu), 0);
+		cr_assert_eq(dmutex_unlock(&mu), 0);
+	}
+	/* One hold of at least 20 ms: past the third bound (10 ms). */
+	cr_assert_eq(dmutex_lock(&mu), 0);
+	cr_assert_eq(nanosleep(&ms20, NULL), 0);
+	cr_assert_eq(dmutex_unlock(&mu), 0);
+	cr_assert_eq(dmt_lock_field(&srv, name, "cache", v, sizeof v), 1, "the lease was not kept");
+
+	cr_assert(th_wait_until(kept_holds_sent, (void *)name, 5000 * dmt_slowdown()),
+			"Redis has %lld holds of %d", nfield(name, "holds"), KEPT_HOLDS);
+	cr_assert_eq(nfield(name, "acq"), KEPT_HOLDS);
+	cr_assert_eq(nfield(name, "contended"), 0);
+	cr_assert_eq(nbuckets(name, "wait_b", 0), KEPT_HOLDS);
+	cr_assert_eq(nbuckets(name, "hold_b", 0), KEPT_HOLDS);
+	cr_assert_geq(nbuckets(name, "hold_b", 3), 1, "the 20-ms hold is not past 10 ms");
+	cr_assert_geq(nfield(name, "hold_us"), 20000);
+
+	cr_assert_eq(dmutex_client_metrics(c, name, &m), 0);
+	cr_assert_eq(m.acquisitions, KEPT_HOLDS);
+	cr_assert_eq(m.holds, KEPT_HOLDS);
+	cr_assert_eq(m.contended, 0);
+	cr_assert_geq(m.hold_seconds, 0.02);
+	cr_assert_eq(dmutex_destroy(&mu), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* A hold still running is counted as acquired, and its end by the next
+ * reader, never lost between a reader and the renewal thread. */
+Test(metrics, kept_lease_hold_running_and_ended_each_counted_once)
+{
+	const char *name = "kept-running";
+	dmutex_client_t *c;
+	dmutex_metrics_t m;
+	dmutex_t mu;
+	char v[600];
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmt_init_mutex(&mu, name, c, NULL), 0);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(dmutex_lock(&mu), 0);
+		cr_assert_eq(dmutex_unlock(&mu), 0);
+	}
+	cr_assert_eq(dmt_lock_field(&srv, name, "cache", v, sizeof v), 1, "the lease was not kept");
+	for (int i = 0; i < 200; i++) {
+		cr_assert_eq(dmutex_lock(&mu), 0);
+		cr_assert_eq(dmutex_client_metrics(c, name, &m), 0);
+		cr_assert_eq(m.acquisitions, 3 + (uint64_t)i, "round %d", i);
+		cr_assert_eq(m.holds, 2 + (uint64_t)i, "round %d", i);
+		cr_assert_eq(dmutex_unlock(&mu), 0);
+		cr_assert_eq(dmutex_client_metrics(c, NULL, &m), 0);
+		cr_assert_eq(m.holds, 3 + (uint64_t)i, "round %d", i);
+	}
+	cr_assert_eq(dmutex_destroy(&mu), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
 
@@ -424,6 +548,54 @@ Test(metrics, fork_child_counts_from_zero_parent_hold_counted_once)
 	cr_assert_eq(dmutex_client_metrics(a.c, "fork-held", &m), 0);
 	cr_assert_eq(m.acquisitions, 1);
 	cr_assert_eq(m.holds, 1);
+	cr_assert_eq(dmutex_destroy(&mu), 0);
+	cr_assert_eq(dmutex_client_close(a.c), 0);
+}
+
+/* In the child: none of the parent's kept-lease holds, counted in the
+ * parent's entry and not yet folded in at the fork; its own, local ones
+ * included, once each. */
+static int
+child_counts_no_pending(void *p)
+{
+	struct fork_arg *a = p;
+	dmutex_metrics_t m;
+	dmutex_t mu;
+
+	if (dmutex_client_metrics(a->c, NULL, &m) || m.acquisitions || m.holds)
+		return 10;
+	if (dmt_init_mutex(&mu, "fork-kept-child", a->c, NULL))
+		return 11;
+	for (int i = 0; i < 5; i++)
+		if (dmutex_lock(&mu) || dmutex_unlock(&mu))
+			return 12;
+	if (dmutex_destroy(&mu))
+		return 12;
+	if (dmutex_client_metrics(a->c, NULL, &m) || m.acquisitions != 5 || m.holds != 5)
+		return 13;
+	return 0;
+}
+
+Test(metrics, fork_child_does_not_count_the_parents_kept_lease_holds)
+{
+	struct fork_arg a;
+	dmutex_metrics_t m;
+	dmutex_t mu;
+	pid_t pid;
+	int rc;
+
+	cr_assert_eq(dmutex_client_open(&a.c, srv.url), 0);
+	cr_assert_eq(dmt_init_mutex(&mu, "fork-kept", a.c, NULL), 0);
+	for (int i = 0; i < 20; i++) {
+		cr_assert_eq(dmutex_lock(&mu), 0);
+		cr_assert_eq(dmutex_unlock(&mu), 0);
+	}
+	cr_assert_neq(pid = th_spawn(child_counts_no_pending, &a), -1);
+	rc = th_wait_child(pid, 20000);
+	cr_assert_eq(rc, 0, "child: %d (10 parent's counts, 11-12 lock, 13 own counts)", rc);
+	cr_assert_eq(dmutex_client_metrics(a.c, "fork-kept", &m), 0);
+	cr_assert_eq(m.acquisitions, 20);
+	cr_assert_eq(m.holds, 20);
 	cr_assert_eq(dmutex_destroy(&mu), 0);
 	cr_assert_eq(dmutex_client_close(a.c), 0);
 }

@@ -17,6 +17,7 @@ dmutex_client_metrics(dmutex_client_t *c, const char *name, dmutex_metrics_t *ou
 	}
 	if (!c && (err = dmutex__client_default(&c)))
 		return err;
+	dmutex__entries_fold(c);
 	dmutex__met_totals(c, name, out);
 	return 0;
 }

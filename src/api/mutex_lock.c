@@ -92,7 +92,6 @@ take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, 
 	e->onlost_arg = mx->onlost_arg;
 	e->robust = mx->robust == DMUTEX_ROBUST;
 	e->fair = mx->fair;
-	__atomic_fetch_add(&c->held, 1, __ATOMIC_ACQ_REL);
 	if ((err = dmutex__renewer_add(c, e))) {
 		dmutex__entry_forget(e);
 		return err;
@@ -658,9 +657,10 @@ lock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 		if (dmutex__cache_lock_local(mx, e, now)) {
 			uint64_t gen = e->gen;
 
+			/* Counted in e: no counters' mutex on this path. */
+			dmutex__entry_count_local_acq(e);
 			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
 			dmutex__thread_hold(e, gen);
-			dmutex__met_acquired(e, now, now, 0);
 			return 1;
 		}
 	}

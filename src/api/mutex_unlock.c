@@ -146,10 +146,8 @@ unlock_impl(dmutex_t *m, struct dmutex__mutex *locked, struct dmutex__rel_ticket
 	held = dmutex__entry_take_counted(e, now);
 	if (!lost && !e->inconsistent && dmutex__cache_unlock(mx, e, now, until)) {
 		/* The process keeps the lease: no release (lease_cache.c). */
+		dmutex__entry_count_local_end(e, held);
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		/* Before the hold's reference goes: another thread may take,
-		 * release and destroy the mutex from then on. */
-		dmutex__met_hold_ended(e, held);
 		dmutex__thread_unhold(e);
 		return 0;
 	}
@@ -204,11 +202,9 @@ unlock_fast(dmutex_t *m, struct dmutex__mutex **locked)
 		int64_t now = dmutex__now_ns();
 
 		if (now < e->deadline_ns && dmutex__cache_unlock_local(mx, e, now)) {
-			int64_t held = dmutex__entry_take_counted(e, now);
-
+			/* Counted in e: no counters' mutex on this path. */
+			dmutex__entry_count_local_end(e, dmutex__entry_take_counted(e, now));
 			dmutex__mu_unlock_by(lo, &e->mu, DMUTEX__LK_ENTRY);
-			/* Before the hold's reference goes (unlock_impl). */
-			dmutex__met_hold_ended(e, held);
 			dmutex__thread_unhold(e);
 			return 1;
 		}

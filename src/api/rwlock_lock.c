@@ -79,7 +79,6 @@ record(struct dmutex__rwlock *rx, int op, const char *token, uint64_t fence, int
 		e->readers[0].count = 1;
 		e->nreaders = 1;
 	}
-	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
 }
 
 /* One acquisition's state across its tries (acquire_wait.h). */

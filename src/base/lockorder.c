@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 static const char *const level_names[DMUTEX__LK_NLEVELS] = {
-	"", "default_mu", "create_mu", "clients_mu", "entry.mu", "client.mu",
+	"", "default_mu", "create_mu", "clients_mu", "fold_mu", "entry.mu", "client.mu",
 	"renewer.mu", "waiter.mu", "node.mu", "log_mu",
 };
 

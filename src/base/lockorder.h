@@ -5,7 +5,7 @@
  * record each thread's held levels and abort, naming both locks, on a
  * violation; release builds compile the checks away.
  *
- * Wrapped: default_mu, clients_mu, client.mu, renewer.mu and log_mu
+ * Wrapped: default_mu, clients_mu, fold_mu, client.mu, renewer.mu and log_mu
  * everywhere; entry.mu in the core's files (mutex_*.c, cond_wait.c,
  * renewer.c, client.c); waiter.mu, create_mu and node.mu where fork's
  * prepare handler takes them (their own files are the backend's).  log_mu is a leaf: nothing
@@ -21,6 +21,7 @@ enum dmutex__lock_level {
 	DMUTEX__LK_DEFAULT = 1,   /* client.c default_mu: opening the default client */
 	DMUTEX__LK_CREATE,        /* waiter.c create_mu */
 	DMUTEX__LK_CLIENTS,       /* client.c clients_mu: the list of clients */
+	DMUTEX__LK_METFOLD,       /* metrics.c fold_mu: folding entries' counts */
 	DMUTEX__LK_ENTRY,         /* entry.mu: one lock name's local state */
 	DMUTEX__LK_CLIENT,        /* client.mu: the hold table */
 	DMUTEX__LK_RENEWER,       /* renewer.mu */

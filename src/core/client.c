@@ -114,6 +114,8 @@ atfork_child(void)
 				 * child counts from zero (dmutex__met_atfork_child),
 				 * and the counters' mutex may be a parent thread's. */
 				e->counted_ns = 0;
+				memset(&e->met_local, 0, sizeof e->met_local);
+				e->met_queued = 0;      /* see dmutex__met_atfork_child */
 				dmutex__entry_forget(e);
 				/* Nor is the parent's history of holds the child's:
 				 * a child that locks once must release at its unlock
@@ -636,6 +638,7 @@ dmutex_client_close_impl(dmutex_client_t *c)
 			dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	dmutex__renewer_stop(c);
 	/* The last second's counts, bounded like any command. */
+	dmutex__entries_fold(c);
 	dmutex__met_flush(c, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	dmutex__waiter_stop(c->be);
 	free_client(c);

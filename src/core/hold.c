@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "base/lockorder.h"
 #include "internal.h"
 #include "metrics.h"
 
@@ -180,6 +181,8 @@ dmutex__entry_hold(struct dmutex__entry *e, const char *token, uint64_t fence, u
 	/* Our deadline counts from before the request was sent. */
 	e->deadline_ns = sent + (int64_t)lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(lease_ms);
 	e->lost = e->lost_reported = 0;
+	e->held_counted = 1;
+	__atomic_fetch_add(&e->client->held, 1, __ATOMIC_ACQ_REL);
 }
 
 void
@@ -245,6 +248,49 @@ dmutex__entry_take_counted(struct dmutex__entry *e, int64_t now)
 }
 
 void
+dmutex__entry_count_local_acq(struct dmutex__entry *e)
+{
+	if (!e->client->cfg.metrics)
+		return;
+	e->met_local.acq++;
+	if (!e->met_queued)
+		dmutex__met_queue(e);
+}
+
+void
+dmutex__entry_count_local_end(struct dmutex__entry *e, int64_t held_ns)
+{
+	if (held_ns < 0)
+		return;
+	e->met_local.holds++;
+	e->met_local.hold_us += (uint64_t)held_ns / 1000;
+	e->met_local.hold_b[dmutex__met_bucket(held_ns)]++;
+	if (!e->met_queued)
+		dmutex__met_queue(e);
+}
+
+void
+dmutex__entries_fold(struct dmutex_client *c)
+{
+	struct dmutex__entry *e = dmutex__met_fold_begin(c), *next;
+	struct dmutex__met_local l;
+
+	for (; e; e = next) {
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		next = e->met_next;
+		l = e->met_local;
+		memset(&e->met_local, 0, sizeof e->met_local);
+		e->met_queued = 0;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__met_fold(e, &l);
+		/* The list's reference: the last one, if every mutex of the
+		 * name went meanwhile. */
+		dmutex__entry_put(e);
+	}
+	dmutex__met_fold_end(c);
+}
+
+void
 dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now)
 {
 	dmutex__met_hold_ended(e, dmutex__entry_take_counted(e, now));
@@ -257,9 +303,10 @@ dmutex__entry_forget(struct dmutex__entry *e)
 	 * do not (a thread or process ending while holding). */
 	if (e->counted_ns)
 		dmutex__entry_end_counted(e, dmutex__now_ns());
-	if (e->held)
+	if (e->held && e->held_counted)
 		__atomic_fetch_sub(&e->client->held, 1, __ATOMIC_ACQ_REL);
 	e->held = 0;
+	e->held_counted = 0;
 	e->depth = 0;
 	e->releasing = 0;
 	e->lost = 0;

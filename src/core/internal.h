@@ -35,8 +35,8 @@
  * Lock hierarchy (PLAN design 1; lockorder.h names the levels and, in
  * builds without NDEBUG, aborts on a violation):
  *
- *   default_mu -> create_mu -> clients_mu -> entry.mu -> client.mu
- *     -> renewer.mu -> waiter.mu -> node.mu -> log_mu
+ *   default_mu -> create_mu -> clients_mu -> fold_mu -> entry.mu
+ *     -> client.mu -> renewer.mu -> waiter.mu -> node.mu -> log_mu
  *
  * A thread holding one of them takes only later ones.  log_mu is a leaf:
  * nothing is called out while it is held (the user's logger runs without
@@ -97,6 +97,10 @@ struct dmutex__entry {
 	/* under mu */
 	unsigned turn_waiters;          /* threads waiting on turn_cv */
 	int held;                       /* a thread of this process holds it */
+	/* The hold is in client->held: one a request to the backend granted.
+	 * A local hold on a kept lease is not (its mutex, which cannot be
+	 * destroyed while held, keeps dmutex_client_close from closing). */
+	int held_counted;
 	pthread_t owner;
 	int depth;                      /* recursion count of the owner */
 	int acquiring;                  /* a thread is asking the backend */
@@ -131,6 +135,19 @@ struct dmutex__entry {
 	 * dropped moves it on): the hooks skip hashing the name. */
 	void *met_rec;
 	uint64_t met_gen;
+	/* Under mu: what the holds of a kept lease taken and ended on the fast
+	 * paths counted, not yet in the name's record.  Counted here, under
+	 * the mutex those paths take anyway, the counters' mutex stays off
+	 * them; whoever reads or sends the counters folds these in first
+	 * (dmutex__entries_fold).  met_queued: e is on the counters' list of
+	 * entries to fold (which holds a reference), so only the first count
+	 * after a fold takes the counters' mutex. */
+	struct dmutex__met_local {
+		uint64_t acq, holds, hold_us;
+		uint64_t hold_b[DMUTEX__MET_BUCKETS];
+	} met_local;
+	int met_queued;
+	struct dmutex__entry *met_next; /* that list: the counters' mutex */
 	int64_t last_end_ns;            /* the last hold's outermost unlock */
 	int64_t nocache_until_ns;       /* contended lately: unlocks release */
 	struct dmutex__wsub *ksub;      /* the wake channel: another process wants it */
@@ -272,7 +289,7 @@ struct dmutex_client {
 	pthread_mutex_t mu;             /* entry table */
 	struct dmutex__entry **tab;
 	size_t tab_size, n_entries;
-	unsigned held;                  /* atomic: entries held through this client */
+	unsigned held;                  /* atomic: entries held through this client (held_counted) */
 	unsigned mutexes;               /* atomic: dmutex_t objects bound to it */
 	pid_t pid;                      /* the process that owns the threads */
 	int closing;                    /* atomic: dmutex_client_close has begun */
@@ -328,7 +345,8 @@ struct dmutex__lost {
 	void *arg;
 };
 /* Under e->mu: the calling thread holds e at depth 1, with token and
- * fence, for lease_ms counted from `sent` (before the request went out). */
+ * fence, for lease_ms counted from `sent` (before the request went out);
+ * the hold is counted in client->held. */
 void dmutex__entry_hold(struct dmutex__entry *e, const char *token, uint64_t fence,
 		unsigned lease_ms, int64_t sent);
 /* Under e->mu: mark lost if the deadline passed, and claim the report. */
@@ -369,8 +387,18 @@ void dmutex__entry_end_counted(struct dmutex__entry *e, int64_t now);
 /* The same in two steps, for an unlock, which must not take the counters'
  * mutex inside e->mu (every thread of a busy name would queue behind it):
  * under e->mu, how long the hold lasted (-1: none counted), which the
- * caller gives to dmutex__met_hold_ended once e->mu is dropped. */
+ * caller gives to dmutex__met_hold_ended once e->mu is dropped, or on a
+ * kept lease to dmutex__entry_count_local_end at once. */
 int64_t dmutex__entry_take_counted(struct dmutex__entry *e, int64_t now);
+/* Under e->mu, on a kept lease's fast path: an acquisition that did not
+ * wait, and the end of a hold after held_ns (-1: none counted), counted
+ * in e (struct dmutex__entry met_local), not in the counters. */
+void dmutex__entry_count_local_acq(struct dmutex__entry *e);
+void dmutex__entry_count_local_end(struct dmutex__entry *e, int64_t held_ns);
+/* No lock held: the entries' counts of c added to the counters, before
+ * anyone reads (dmutex__met_totals) or sends (dmutex__met_flush) them.
+ * Once it returns, every hold that ended before it was called is in. */
+void dmutex__entries_fold(struct dmutex_client *c);
 int dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline);
 /* dmutex_unlock with cancellation already disabled. */
 int dmutex__unlock_impl(dmutex_t *m);

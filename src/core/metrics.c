@@ -14,6 +14,7 @@
 
 #include "dmutex.h"
 #include "backend/backend.h"
+#include "base/lockorder.h"
 #include "internal.h"
 #include "metrics.h"
 
@@ -48,6 +49,12 @@ struct met {
 
 struct dmutex__metrics {
 	pthread_mutex_t mu;             /* leaf: nothing is taken under it */
+	/* Entries whose fast paths counted in them (internal.h met_local),
+	 * each with a reference, linked through met_next: under mu.  fold_mu,
+	 * taken before any entry's mutex, is held by whoever folds them in,
+	 * from taking the list to the last entry's counts added. */
+	struct dmutex__entry *local;
+	pthread_mutex_t fold_mu;
 	struct met **tab;
 	size_t size, n;
 	struct met *dirty;
@@ -72,6 +79,7 @@ dmutex__met_init(struct dmutex_client *c)
 	if (!m)
 		return ENOMEM;
 	pthread_mutex_init(&m->mu, NULL);
+	pthread_mutex_init(&m->fold_mu, NULL);
 	m->gen = 1;             /* an entry's met_gen starts at 0: unknown */
 	m->last_flush_ns = dmutex__now_ns();
 	c->metrics = m;
@@ -92,6 +100,7 @@ dmutex__met_free(struct dmutex_client *c)
 		}
 	free(m->tab);
 	pthread_mutex_destroy(&m->mu);
+	pthread_mutex_destroy(&m->fold_mu);
 	free(m);
 	c->metrics = NULL;
 }
@@ -105,6 +114,14 @@ dmutex__met_atfork_child(struct dmutex_client *c)
 	if (!m)
 		return;
 	pthread_mutex_init(&m->mu, NULL);
+	pthread_mutex_init(&m->fold_mu, NULL);
+	/* The entries' own counts were zeroed with the rest of them
+	 * (client.c): those still listed stay listed, to be folded (as
+	 * nothing) and let go.  Those a parent thread was folding at the
+	 * fork stay unlisted and keep that thread's reference: they are
+	 * counted again from the child's next count on. */
+	for (struct dmutex__entry *e = m->local; e; e = e->met_next)
+		e->met_queued = 1;
 	for (size_t i = 0; i < m->size; i++)
 		for (struct met *r = m->tab[i]; r; r = r->next) {
 			memset(r->delta, 0, sizeof r->delta);
@@ -189,20 +206,6 @@ add(struct dmutex__metrics *m, struct met *r, int field, uint64_t v)
 	}
 }
 
-static int
-bucket(int64_t ns)
-{
-	static const double bounds[] = DMUTEX__MET_BOUNDS;
-	double s = (double)ns;
-	int i = 0;
-
-	/* Seconds scaled, not ns divided: no division on the lock path, where
-	 * most waits and holds stop at the first bound. */
-	while (i < DMUTEX__MET_BUCKETS - 1 && s > bounds[i] * 1e9)
-		i++;
-	return i;
-}
-
 void
 dmutex__met_acquired(struct dmutex__entry *e, int64_t start_ns, int64_t now_ns, int contended)
 {
@@ -221,7 +224,7 @@ dmutex__met_acquired(struct dmutex__entry *e, int64_t start_ns, int64_t now_ns, 
 		if (contended)
 			add(m, r, DMUTEX__MET_CONTENDED, 1);
 		add(m, r, DMUTEX__MET_WAIT_US, (uint64_t)wait_ns / 1000);
-		add(m, r, DMUTEX__MET_WAIT_B0 + bucket(wait_ns), 1);
+		add(m, r, DMUTEX__MET_WAIT_B0 + dmutex__met_bucket(wait_ns), 1);
 	}
 	pthread_mutex_unlock(&m->mu);
 }
@@ -239,9 +242,69 @@ dmutex__met_hold_ended(struct dmutex__entry *e, int64_t held_ns)
 	if ((r = lookup_e(m, e))) {
 		add(m, r, DMUTEX__MET_HOLDS, 1);
 		add(m, r, DMUTEX__MET_HOLD_US, (uint64_t)held_ns / 1000);
-		add(m, r, DMUTEX__MET_HOLD_B0 + bucket(held_ns), 1);
+		add(m, r, DMUTEX__MET_HOLD_B0 + dmutex__met_bucket(held_ns), 1);
 	}
 	pthread_mutex_unlock(&m->mu);
+}
+
+void
+dmutex__met_queue(struct dmutex__entry *e)
+{
+	struct dmutex__metrics *m = e->client->metrics;
+
+	__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+	e->met_queued = 1;
+	pthread_mutex_lock(&m->mu);
+	e->met_next = m->local;
+	m->local = e;
+	pthread_mutex_unlock(&m->mu);
+}
+
+struct dmutex__entry *
+dmutex__met_fold_begin(struct dmutex_client *c)
+{
+	struct dmutex__metrics *m = c->metrics;
+	struct dmutex__entry *list;
+
+	dmutex__mu_lock(&m->fold_mu, DMUTEX__LK_METFOLD, "fold_mu");
+	pthread_mutex_lock(&m->mu);
+	list = m->local;
+	m->local = NULL;
+	pthread_mutex_unlock(&m->mu);
+	return list;
+}
+
+void
+dmutex__met_fold(struct dmutex__entry *e, const struct dmutex__met_local *l)
+{
+	struct dmutex__metrics *m = e->client->metrics;
+	struct met *r;
+
+	if (!l->acq && !l->holds)
+		return;
+	pthread_mutex_lock(&m->mu);
+	if ((r = lookup_e(m, e))) {
+		/* As dmutex__met_acquired and _hold_ended would have: not
+		 * contended, no wait (the first wait bucket). */
+		if (l->acq) {
+			add(m, r, DMUTEX__MET_ACQ, l->acq);
+			add(m, r, DMUTEX__MET_WAIT_B0, l->acq);
+		}
+		if (l->holds) {
+			add(m, r, DMUTEX__MET_HOLDS, l->holds);
+			add(m, r, DMUTEX__MET_HOLD_US, l->hold_us);
+			for (int b = 0; b < DMUTEX__MET_BUCKETS; b++)
+				if (l->hold_b[b])
+					add(m, r, DMUTEX__MET_HOLD_B0 + b, l->hold_b[b]);
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+}
+
+void
+dmutex__met_fold_end(struct dmutex_client *c)
+{
+	dmutex__mu_unlock(&c->metrics->fold_mu, DMUTEX__LK_METFOLD);
 }
 
 void
@@ -266,7 +329,9 @@ dmutex__met_due(struct dmutex_client *c)
 	int64_t due;
 
 	pthread_mutex_lock(&m->mu);
-	due = m->dirty && !m->refused ? m->last_flush_ns + FLUSH_NS : INT64_MAX;
+	/* Entries to fold even when the server refuses the counts: their
+	 * references go with the fold. */
+	due = (m->dirty && !m->refused) || m->local ? m->last_flush_ns + FLUSH_NS : INT64_MAX;
 	if (due < m->backoff_until_ns)
 		due = m->backoff_until_ns;
 	pthread_mutex_unlock(&m->mu);

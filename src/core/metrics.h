@@ -33,6 +33,32 @@ void dmutex__met_acquired(struct dmutex__entry *e, int64_t start_ns, int64_t now
 void dmutex__met_hold_ended(struct dmutex__entry *e, int64_t held_ns);
 void dmutex__met_count(struct dmutex__entry *e, int field);
 
+/* The histograms' bucket of a wait or hold of ns. */
+static inline int
+dmutex__met_bucket(int64_t ns)
+{
+	static const double bounds[] = DMUTEX__MET_BOUNDS;
+	double s = (double)ns;
+	int i = 0;
+
+	/* Seconds scaled, not ns divided: no division on the lock path, where
+	 * most waits and holds stop at the first bound. */
+	while (i < DMUTEX__MET_BUCKETS - 1 && s > bounds[i] * 1e9)
+		i++;
+	return i;
+}
+
+/* The entries' own counts (internal.h met_local; hold.c counts and folds
+ * them).  Under e->mu, its first count since it was last folded: put e,
+ * with a reference, on the list to fold (the counters' mutex is taken
+ * under e->mu only here, once per fold, not once per hold). */
+void dmutex__met_queue(struct dmutex__entry *e);
+/* Folding, one at a time: take the list (NULL: nothing to fold), add each
+ * entry's counts taken from it, then end.  No lock held at begin. */
+struct dmutex__entry *dmutex__met_fold_begin(struct dmutex_client *c);
+void dmutex__met_fold(struct dmutex__entry *e, const struct dmutex__met_local *l);
+void dmutex__met_fold_end(struct dmutex_client *c);
+
 /* CLOCK_MONOTONIC ns when a flush is due; INT64_MAX when nothing waits. */
 int64_t dmutex__met_due(struct dmutex_client *c);
 /* Add the counters gathered since the last flush to Redis (the backend's

@@ -678,6 +678,7 @@ flush_metrics(struct dmutex_client *c, int64_t now, int64_t *first)
 			budget = METRICS_BUDGET_NS;
 		until = now + budget < *first ? now + budget : *first;
 		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+		dmutex__entries_fold(c);
 		dmutex__met_flush(c, until);
 		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 		return 1;
