@@ -412,12 +412,11 @@ current(const char *call, const char *name, char bn[DMUTEX_NAME_MAX + 1])
 	return err ? err : gen_name(name, (unsigned)v, bn);
 }
 
-dsem_t *
-dmutex_shim_sem_open(const char *name, int oflag, ...)
+static dsem_t *
+sem_open_impl(const char *name, int oflag, unsigned value)
 {
 	char bn[DMUTEX_NAME_MAX + 1];
 	struct named *n;
-	unsigned value = 0;
 	size_t len;
 	int err, flags;
 
@@ -431,14 +430,6 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 		return NULL;
 	}
 	len = strlen(bn);
-	if (oflag & O_CREAT) {
-		va_list ap;
-
-		va_start(ap, oflag);
-		(void)va_arg(ap, int);          /* mode_t, promoted: ignored */
-		value = va_arg(ap, unsigned);
-		va_end(ap);
-	}
 	flags = !(oflag & O_CREAT) ? DSEM_NOCREATE : (oflag & O_EXCL) ? DSEM_EXCL : 0;
 	/* Held across the backend call: two threads opening one name get one
 	 * object.  sem_open is rare; the wait is one round trip. */
@@ -473,8 +464,33 @@ dmutex_shim_sem_open(const char *name, int oflag, ...)
 	return &n->sem;
 }
 
-int
-dmutex_shim_sem_close(dsem_t *s)
+/* sem_open, sem_close and sem_unlink are not cancellation points: each
+ * holds the list's mutex or a half-made generation across its requests. */
+dsem_t *
+dmutex_shim_sem_open(const char *name, int oflag, ...)
+{
+	unsigned value = 0;
+	dsem_t *s;
+	int cs, err;
+
+	if (oflag & O_CREAT) {
+		va_list ap;
+
+		va_start(ap, oflag);
+		(void)va_arg(ap, int);          /* mode_t, promoted: ignored */
+		value = va_arg(ap, unsigned);
+		va_end(ap);
+	}
+	cs = dmutex__nocancel();
+	s = sem_open_impl(name, oflag, value);
+	err = errno;
+	dmutex__cancel_restore(cs);
+	errno = err;
+	return s;
+}
+
+static int
+sem_close_impl(dsem_t *s)
 {
 	struct named **pp, *n;
 	int err = EINVAL;
@@ -499,7 +515,17 @@ dmutex_shim_sem_close(dsem_t *s)
 }
 
 int
-dmutex_shim_sem_unlink(const char *name)
+dmutex_shim_sem_close(dsem_t *s)
+{
+	int cs = dmutex__nocancel(), rc = sem_close_impl(s), err = errno;
+
+	dmutex__cancel_restore(cs);
+	errno = err;
+	return rc;
+}
+
+static int
+sem_unlink_impl(const char *name)
 {
 	char bn[DMUTEX_NAME_MAX + 1];
 	dsem_t t;
@@ -522,4 +548,14 @@ dmutex_shim_sem_unlink(const char *name)
 	}
 	dsem_destroy(&t);
 	return fail(err);
+}
+
+int
+dmutex_shim_sem_unlink(const char *name)
+{
+	int cs = dmutex__nocancel(), rc = sem_unlink_impl(name), err = errno;
+
+	dmutex__cancel_restore(cs);
+	errno = err;
+	return rc;
 }

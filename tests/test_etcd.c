@@ -927,6 +927,76 @@ Test(etcd, cond_signal_wakes_one_broadcast_all)
 	}
 }
 
+struct at_least { atomic_int *n; int want; };
+
+static int count_reached(void *arg)
+{
+	struct at_least *a = arg;
+	return atomic_load(a->n) >= a->want;
+}
+
+static void unlock_cleanup(void *arg)
+{
+	dmutex_unlock(arg);
+}
+
+static void *cancelled_cond_waiter(void *arg)
+{
+	struct cwaiter *w = arg;
+
+	if ((w->rc = dmutex_lock(&w->m)))
+		return NULL;
+	pthread_cleanup_push(unlock_cleanup, &w->m);
+	atomic_fetch_add(w->ready, 1);
+	for (;;)
+		dcond_wait(&w->cv, &w->m);
+	pthread_cleanup_pop(1);
+	return NULL;
+}
+
+/* A thread cancelled in its condition wait (a cancellation point) leaves
+ * the wake-up machinery free: it ends, its cleanup runs holding the mutex,
+ * and the next waiter is still woken.  Before, the cancelled wait left the
+ * watch's mutex locked and the thread and the listener stuck on it. */
+Test(etcd, cancelled_cond_wait_ends_and_leaves_wakeups_working)
+{
+	atomic_int ready = 0, state = 0;
+	struct cwaiter w[3];
+	struct timespec at;
+	void *ret = NULL;
+	pthread_t t, u;
+
+	for (int i = 0; i < 3; i++)
+		cw_open(&w[i], &ready, &state);
+	cr_assert_eq(pthread_create(&t, NULL, cancelled_cond_waiter, &w[0]), 0);
+	struct at_least first = { &ready, 1 };
+	cr_assert(th_wait_until(count_reached, &first, 10000), "the waiter did not start");
+	/* Holding the mutex: the waiter is registered and asleep. */
+	cr_assert_eq(dmutex_lock(&w[2].m), 0);
+	cr_assert_eq(pthread_cancel(t), 0);
+	cr_assert_eq(dmutex_unlock(&w[2].m), 0);
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 15;
+	cr_assert_eq(pthread_timedjoin_np(t, &ret, &at), 0, "the cancelled waiter did not end");
+	cr_assert_eq(ret, PTHREAD_CANCELED);
+
+	cr_assert_eq(pthread_create(&u, NULL, cond_waiter, &w[1]), 0);
+	struct at_least second = { &ready, 2 };
+	cr_assert(th_wait_until(count_reached, &second, 10000), "the next waiter did not start");
+	cr_assert_eq(dmutex_lock(&w[2].m), 0);
+	atomic_store(&state, 1);
+	cr_assert_eq(dcond_broadcast(&w[2].cv), 0);
+	cr_assert_eq(dmutex_unlock(&w[2].m), 0);
+	struct woken_at_least one = { &w[1], 1, 1 };
+	cr_assert(th_wait_until(woken_reached, &one, 10000), "the next waiter was not woken");
+	pthread_join(u, NULL);
+	cr_assert_eq(w[1].rc, 0);
+	for (int i = 0; i < 3; i++) {
+		dcond_destroy(&w[i].cv);
+		dmt_close_mutex(w[i].c, &w[i].m);
+	}
+}
+
 /* A reader's process killed: its share goes with its lease, and a writer
  * waiting for it gets in within that lease (2 s granted, its etcd lease a
  * second longer), not never. */

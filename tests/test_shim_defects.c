@@ -44,6 +44,12 @@
  *   smalllog a thread with a PTHREAD_STACK_MIN stack (as LTP
  *            pthread_cond_broadcast 1-2 makes them) whose call logs an
  *            error deep down does not overflow its stack.
+ *   cancellog a thread with a cancel pending locks two static mutexes
+ *            initialized on one line: the second logs a warning (write(2),
+ *            a cancellation point of libc's) while the shim holds its
+ *            names' lock.  pthread_mutex_lock is not a cancellation point:
+ *            the thread gets to its own pthread_testcancel, and the names'
+ *            lock is free for the next static mutex.
  *   herd     (LTP pthread_cond_broadcast 1-2's 1,000 waiters were 25 times
  *            slower than natively) a message for one waiting thread wakes
  *            that thread, not every thread that waits on something: with
@@ -646,6 +652,62 @@ case_smalllog(void *arg)
 	return 0;
 }
 
+/* ---- cancellog ---- */
+
+static pthread_mutex_t cl_a = PTHREAD_MUTEX_INITIALIZER, cl_b = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t cl_c = PTHREAD_MUTEX_INITIALIZER;
+static volatile int cl_step;
+
+static void *
+cl_thread(void *arg)
+{
+	(void)arg;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+	pthread_cancel(pthread_self());
+	pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+	if (!pthread_mutex_lock(&cl_a) && !pthread_mutex_unlock(&cl_a))
+		cl_step = 1;
+	if (!pthread_mutex_lock(&cl_b) && !pthread_mutex_unlock(&cl_b))
+		cl_step = 2;
+	pthread_testcancel();
+	cl_step = 3;
+	return NULL;
+}
+
+static void *
+cl_other(void *arg)
+{
+	(void)arg;
+	if (!pthread_mutex_lock(&cl_c) && !pthread_mutex_unlock(&cl_c))
+		return (void *)1;
+	return NULL;
+}
+
+static int
+case_cancellog(void *arg)
+{
+	struct timespec at;
+	pthread_t t;
+	void *r = NULL;
+
+	(void)arg;
+	if (pthread_create(&t, NULL, cl_thread, NULL) || pthread_join(t, &r))
+		return 1;
+	if (r != PTHREAD_CANCELED || cl_step != 2) {
+		fprintf(stderr, "cancelled at step %d (want 2, at its own pthread_testcancel)\n", cl_step);
+		return 2;
+	}
+	/* A static mutex binds under the names' lock: left locked, this
+	 * would wait for ever. */
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 10;
+	if (pthread_create(&t, NULL, cl_other, NULL) || pthread_timedjoin_np(t, &r, &at) || r != (void *)1) {
+		fprintf(stderr, "another static mutex could not be bound\n");
+		return 3;
+	}
+	return 0;
+}
+
 /* ---- herd ---- */
 
 enum { HERD = 150, NEWS = 60 };
@@ -749,6 +811,7 @@ static const struct one cases[] = {
 	{ "eintr", case_eintr, 30000 },
 	{ "herd", case_herd, 90000 },
 	{ "smalllog", case_smalllog, 30000 },
+	{ "cancellog", case_cancellog, 30000 },
 };
 
 int

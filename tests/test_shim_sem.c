@@ -256,15 +256,15 @@ static void mark(void *arg)
 	*(volatile int *)arg = 1;
 }
 
-/* Blocks in sem_wait until cancelled; *arg set by its cleanup handler. */
+/* Blocks in sem_wait until cancelled; its cleanup handler sets cleaned. */
+struct blocked { sem_t *s; volatile int cleaned; };
+
 static void *cancelled_waiter(void *arg)
 {
-	sem_t *s = sem_open("/cancel", 0);
+	struct blocked *b = arg;
 
-	if (s == SEM_FAILED)
-		return NULL;
-	pthread_cleanup_push(mark, arg);
-	sem_wait(s);
+	pthread_cleanup_push(mark, (void *)&b->cleaned);
+	sem_wait(b->s);
 	pthread_cleanup_pop(0);
 	return NULL;
 }
@@ -291,48 +291,80 @@ static void *pending_caller(void *arg)
 	if (pthread_barrier_init(&b, NULL, 1) == 0 && pthread_barrier_wait(&b) == PTHREAD_BARRIER_SERIAL_THREAD &&
 			pthread_barrier_destroy(&b) == 0)
 		p->step = 4;
+	/* Logs an error (write(2), a cancellation point of libc's) while it
+	 * holds the shim's list of named semaphores. */
+	if (sem_close((sem_t *)&b) == -1 && errno == EINVAL)
+		p->step = 5;
 	sem_wait(p->s);                 /* cancelled here, the permit left */
-	p->step = 5;
+	p->step = 6;
 	return NULL;
 }
 
 /* sem_wait and sem_timedwait are cancellation points (POSIX; a thread pool
  * cancels its workers blocked in sem_wait); sem_post, sem_trywait,
- * sem_getvalue and pthread_barrier_wait are not, and a cancel pending
- * never cuts one of them half-way. */
+ * sem_getvalue, sem_close and pthread_barrier_wait are not, and a cancel
+ * pending never cuts one of them half-way. */
 static void cancel(void)
 {
-	volatile int cleaned = 0;
+	struct blocked b = { 0 };
 	struct pending p = { 0 };
 	long long until;
 	pthread_t t;
-	sem_t *s;
+	sem_t s, *named;
 
-	EXPECT((s = sem_open("/cancel", O_CREAT, 0600, 0)) != SEM_FAILED);
-	EXPECT(pthread_create(&t, NULL, cancelled_waiter, (void *)&cleaned) == 0);
+	/* Named by this line (its wake channel below). */
+	enum { CANCEL_LINE = __LINE__ + 1 };
+	EXPECT(sem_init(&s, 1, 0) == 0);
+	EXPECT((named = sem_open("/cancel", O_CREAT, 0600, 0)) != SEM_FAILED);
+	b.s = named;
+	EXPECT(pthread_create(&t, NULL, cancelled_waiter, &b) == 0);
 	until = th_now_ms() + 10000;
 	while (sleepers("/cancel") != 1 && th_now_ms() < until)
 		usleep(2000);   /* a poll with a deadline */
 	EXPECT(sleepers("/cancel") == 1);
 	EXPECT(pthread_cancel(t) == 0);
 	EXPECT(join_within(t, 10000) == PTHREAD_CANCELED);
-	EXPECT(cleaned == 1);
-	EXPECT(value(s) == 0);          /* nothing taken */
+	EXPECT(b.cleaned == 1);
+	EXPECT(value(named) == 0);      /* nothing taken */
 	until = th_now_ms() + 10000;
 	while (sleepers("/cancel") != 0 && th_now_ms() < until)
 		usleep(2000);
 	EXPECT(sleepers("/cancel") == 0);
-	EXPECT(sem_post(s) == 0);
-	EXPECT(sem_trywait(s) == 0);
+	EXPECT(sem_post(named) == 0);
+	EXPECT(sem_trywait(named) == 0);
+	/* The last reference gone, the semaphore goes: no waiter or user was
+	 * left counted by the cancelled wait. */
+	EXPECT(sem_close(named) == 0);
+	EXPECT(sem_unlink("/cancel") == 0);
 
-	p.s = s;
-	EXPECT(sem_post(s) == 0);
+	/* The same on an unnamed one: destroy finds no waiter left. */
+	b = (struct blocked){ .s = &s };
+	EXPECT(pthread_create(&t, NULL, cancelled_waiter, &b) == 0);
+	until = th_now_ms() + 10000;
+	redisReply *r;
+	long long subs = 0;
+	while (th_now_ms() < until) {
+		r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:semwake:{shimsem/test_shim_sem.c:%d}", CANCEL_LINE);
+		subs = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : -1;
+		if (r)
+			freeReplyObject(r);
+		if (subs == 1)
+			break;
+		usleep(2000);
+	}
+	EXPECT(subs == 1);
+	EXPECT(pthread_cancel(t) == 0);
+	EXPECT(join_within(t, 10000) == PTHREAD_CANCELED);
+	EXPECT(b.cleaned == 1);
+	EXPECT(sem_destroy(&s) == 0);
+
+	EXPECT((p.s = sem_open("/pending", O_CREAT, 0600, 1)) != SEM_FAILED);
 	EXPECT(pthread_create(&t, NULL, pending_caller, &p) == 0);
 	EXPECT(join_within(t, 10000) == PTHREAD_CANCELED);
-	EXPECT(p.step == 4);
-	EXPECT(value(s) == 1);
-	EXPECT(sem_close(s) == 0);
-	EXPECT(sem_unlink("/cancel") == 0);
+	EXPECT(p.step == 5);
+	EXPECT(value(p.s) == 1);
+	EXPECT(sem_close(p.s) == 0);    /* the list of named semaphores is free */
+	EXPECT(sem_unlink("/pending") == 0);
 }
 
 int main(void)

@@ -100,6 +100,7 @@ dmutex__log(int level, const char *fmt, ...)
 	va_list ap;
 	void (*fn)(int, const char *, void *);
 	void *arg;
+	int cs;
 
 	dmutex__mu_lock(&log_mu, DMUTEX__LK_LOG, "log");
 	fn = log_fn;
@@ -118,8 +119,14 @@ dmutex__log(int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg + 8, sizeof msg - 8, fmt, ap);
 	va_end(ap);
+	/* write(2), and whatever the program's logger does, may be
+	 * cancellation points; a log line is said from places that hold a
+	 * lock of ours (the shim's sem_open, a static object's binding), and
+	 * no call that logs may be cancelled by it. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 	if (fn)
 		fn(level, msg + 8, arg);
 	else
 		write_stderr(msg + 8);
+	pthread_setcancelstate(cs, NULL);
 }

@@ -149,6 +149,12 @@ dmutex__etcd_wake_seq(struct dmutex__backend *be, struct dmutex__wsub *s)
 	return seq;
 }
 
+static void
+unlock_watch_mu(void *mu)
+{
+	pthread_mutex_unlock(mu);
+}
+
 int
 dmutex__etcd_wake_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq,
 		int64_t until_ns)
@@ -157,10 +163,15 @@ dmutex__etcd_wake_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint6
 	int moved;
 
 	pthread_mutex_lock(&e->watch_mu);
+	/* A condition or semaphore wait's caller may be cancelled here (the
+	 * cancellation points of the library and the shim): leave watch_mu
+	 * free, or its cleanup (which unsubscribes) and the listener thread
+	 * would wait for it for ever. */
+	pthread_cleanup_push(unlock_watch_mu, &e->watch_mu);
 	while (s->seq == seq && dmutex__now_ns() < until_ns)
 		wait_until(s, until_ns);
 	moved = s->seq != seq;
-	pthread_mutex_unlock(&e->watch_mu);
+	pthread_cleanup_pop(1);
 	return moved;
 }
 
