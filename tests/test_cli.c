@@ -283,7 +283,7 @@ waiters_are(void *p)
 {
 	struct numsub *ns = p;
 
-	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", ns->name)) == ns->want;
+	return dmt_backend_waiters(&srv, ns->name) == ns->want;
 }
 
 /* ------------------------------------------------------------------ */

@@ -619,3 +619,310 @@ Test(wait, handover_after_timeout_never_loses_the_wakeup, .timeout = 60)
 	finish_holder(pid);
 	dmt_close_mutex(c, &m);
 }
+
+/* ------------------------------------------------------------------ */
+/* many processes: one woken per release                               */
+/* ------------------------------------------------------------------ */
+
+/* Processes that wait for `name` on the backend, whichever channel they
+ * listen on: the lock's (a version that woke every waiter) or their own
+ * (wake_queue.lua).  So that the tests below measure the old code too. */
+static long long waiting_procs(const char *name)
+{
+	long long own = numsub(name);
+	long long all = th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", name));
+
+	return own < 0 || all < 0 ? -1 : own + all;
+}
+
+/* A waiting process, forked: opens its client before it is told to go
+ * (outside anything timed), then locks (timedlock if timed_ms), posts
+ * `locked`, holds until told on `unlock` (or hold_ms if not `told`),
+ * unlocks.  Exit 0 after a clean lock and unlock, 50 on ETIMEDOUT, else an
+ * error code.  (Byte counts, not EOF: every child inherits the write ends
+ * of the pipes made before it.) */
+struct proc_waiter {
+	const char *name;
+	unsigned lease_ms;
+	int timed_ms;
+	int hold_ms;
+	int go;                         /* read end: a byte is "lock now"; -1: at once */
+	int told;                       /* unlock when told on `unlock` */
+	struct th_sync ready, locked, unlock;
+};
+
+static int proc_waiter_main(void *arg)
+{
+	struct proc_waiter *p = arg;
+	dmutex_client_t *c;
+	dmutex_t m;
+	char b;
+	int rc;
+
+	dmt_die_with_parent(test_pid);
+	if (dmt_open_mutex(&c, &m, srv.url, p->name, &(struct dmt_attr){ .lease_ms = p->lease_ms,
+			.nocache = 1 }))
+		return 10;
+	th_sync_post(&p->ready);
+	if (p->go >= 0 && read(p->go, &b, 1) != 1)
+		return 11;
+	if (p->timed_ms) {
+		struct timespec dl = realtime_in(p->timed_ms);
+		rc = dmutex_timedlock(&m, &dl);
+	} else {
+		rc = dmutex_lock(&m);
+	}
+	if (rc == ETIMEDOUT)
+		return 50;
+	if (rc)
+		return 12;
+	th_sync_post(&p->locked);
+	if (p->told) {
+		if (th_sync_wait(&p->unlock, 30000))
+			return 13;
+	} else if (p->hold_ms) {
+		dmt_pass_time_ms(p->hold_ms);
+	}
+	if (dmutex_unlock(&m))
+		return 14;
+	dmt_close_mutex(c, &m);
+	return 0;
+}
+
+struct procs_waiting {
+	const char *name;
+	long long want, base, calls;
+};
+
+/* `want` processes wait on the backend and have run `calls` scripts since
+ * `base` (each its attempt after subscribing, which queues it). */
+static int procs_waiting(void *arg)
+{
+	struct procs_waiting *w = arg;
+
+	return waiting_procs(w->name) == w->want && dmt_evalsha_calls_all(&srv) >= w->base + w->calls;
+}
+
+#define CROWD 40
+
+/* Issue 29 "Slow", issue 28 target 4: CROWD processes lock one non-fair
+ * mutex at once behind a holder.  A release that told every waiting
+ * process made each of them ask again, O(P^2) script calls in all (for 40:
+ * about 950 measured on the code before wake_queue.lua); told one at a
+ * time, each process asks a bounded number of times: its attempt after
+ * subscribing, its attempt when woken, its unlock (and the odd retry of a
+ * subscription that landed after a release). */
+Test(wait, crowd_of_processes_is_woken_one_at_a_time, .timeout = 180)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct proc_waiter p = { .name = "many", .hold_ms = 1 };
+	char bytes[CROWD] = { 0 };
+	struct procs_waiting pw = { .name = "many", .want = CROWD };
+	pid_t pid[CROWD];
+	int go[2];
+	long long base, calls;
+	int64_t t0, t1;
+
+	DMT_REDIS_STATE("counts the waiters' Redis scripts; etcd wakes through its own queue");
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "many", &(struct dmt_attr){ .nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(th_sync_init(&p.ready), 0);
+	cr_assert_eq(th_sync_init(&p.locked), 0);
+	p.go = go[0];
+	for (int i = 0; i < CROWD; i++)
+		cr_assert_gt(pid[i] = th_spawn(proc_waiter_main, &p), 0);
+	for (int i = 0; i < CROWD; i++)
+		cr_assert_eq(th_sync_wait(&p.ready, 30000), 0, "waiter %d did not connect", i);
+	base = dmt_evalsha_calls_all(&srv);
+	cr_assert_geq(base, 0);
+	/* All at once: one byte for each child's read of `go`. */
+	cr_assert_eq(write(go[1], bytes, CROWD), CROWD);
+	pw.base = base;
+	pw.calls = (long long)CROWD * dmt_nodes();
+	cr_assert(th_wait_until(procs_waiting, &pw, 60000), "%lld of %d processes waited on the backend",
+			waiting_procs("many"), CROWD);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	for (int i = 0; i < CROWD; i++)
+		cr_assert_eq(th_wait_child(pid[i], 60000), 0, "waiter %d failed", i);
+	t1 = dmt_now_ns();
+	calls = dmt_evalsha_calls_all(&srv) - base;
+	fprintf(stderr, "wait: %d processes at once: %lld script calls (%.1f a process), the last out "
+			"%lld ms after the first release\n", CROWD, calls, (double)calls / CROWD,
+			(long long)((t1 - t0) / MS));
+	/* Per process and node: about 3; every waiting process asking again at
+	 * every release is about CROWD / 2 + 3 (23 for 40). */
+	cr_assert_leq(calls, 6LL * CROWD * dmt_nodes(), "%lld script calls for %d processes", calls, CROWD);
+	close(go[0]);
+	close(go[1]);
+	th_sync_close(&p.ready);
+	th_sync_close(&p.locked);
+	dmt_close_mutex(c, &m);
+}
+
+/* Start process waiter i of `p` (blocking unless timed_ms), and wait until
+ * it waits on the backend, queued behind those before it. */
+static pid_t queue_proc(struct proc_waiter *p, const char *name, int n_before)
+{
+	struct procs_waiting pw = { .name = name, .want = n_before + 1, .calls = dmt_nodes() };
+	pid_t pid;
+
+	pw.base = dmt_evalsha_calls_all(&srv);
+	cr_assert_eq(th_sync_init(&p->ready), 0);
+	cr_assert_eq(th_sync_init(&p->locked), 0);
+	cr_assert_eq(th_sync_init(&p->unlock), 0);
+	cr_assert_gt(pid = th_spawn(proc_waiter_main, p), 0);
+	cr_assert_eq(th_sync_wait(&p->ready, 30000), 0, "waiter %d did not connect", n_before);
+	cr_assert(th_wait_until(procs_waiting, &pw, 10000), "waiter %d never waited on the backend", n_before);
+	return pid;
+}
+
+static void close_proc(struct proc_waiter *p)
+{
+	th_sync_close(&p->ready);
+	th_sync_close(&p->locked);
+	th_sync_close(&p->unlock);
+}
+
+/* The waiter at the head of the queue gives up (its timed lock's deadline
+ * passes while the lock is held): the release then wakes the next one,
+ * promptly, and only it (the third sleeps on: the code before
+ * wake_queue.lua woke both). */
+Test(wait, waiter_that_gives_up_passes_the_wake_up_on, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct proc_waiter a = { .name = "pass", .lease_ms = 30000, .timed_ms = 600, .go = -1 };
+	struct proc_waiter b = { .name = "pass", .lease_ms = 30000, .go = -1, .told = 1 };
+	struct proc_waiter d = { .name = "pass", .lease_ms = 30000, .go = -1, .told = 1 };
+	pid_t pa, pb, pd;
+	long long base, calls;
+	int64_t t0, waited;
+
+	DMT_REDIS_STATE("counts the waiters' Redis scripts; etcd wakes through its own queue");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "pass", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pa = queue_proc(&a, "pass", 0);
+	pb = queue_proc(&b, "pass", 1);
+	pd = queue_proc(&d, "pass", 2);
+	cr_assert_eq(th_wait_child(pa, 10000), 50, "the timed waiter did not time out");
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{pass}"), 2, "the timed waiter stayed queued");
+	base = dmt_evalsha_calls(&srv);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(th_sync_wait(&b.locked, 5000), 0, "the next waiter was not woken");
+	waited = (dmt_now_ns() - t0) / MS;
+	calls = dmt_evalsha_calls(&srv) - base;
+	fprintf(stderr, "wait: the next waiter locked %lld ms after the release (%lld script calls)\n",
+			(long long)waited, calls);
+	/* Far below its bound, a third of the 30 s lease. */
+	cr_assert_leq(waited, 1000 + 1000 * dmt_slowdown());
+	/* The release and the woken waiter's acquire; the third did not ask. */
+	cr_assert_eq(calls, 2, "%lld script calls: more than one waiter was woken", calls);
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{pass}"), 1);
+	th_sync_post(&b.unlock);
+	cr_assert_eq(th_sync_wait(&d.locked, 5000), 0, "the last waiter was not woken");
+	th_sync_post(&d.unlock);
+	cr_assert_eq(th_wait_child(pb, 10000), 0);
+	cr_assert_eq(th_wait_child(pd, 10000), 0);
+	close_proc(&a);
+	close_proc(&b);
+	close_proc(&d);
+	dmt_close_mutex(c, &m);
+}
+
+/* A queued waiter whose process was killed: the release finds nobody on its
+ * channel and wakes the next one at once. */
+Test(wait, release_skips_a_killed_waiter, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct proc_waiter a = { .name = "kill", .lease_ms = 30000, .go = -1, .told = 1 };
+	struct proc_waiter b = { .name = "kill", .lease_ms = 30000, .go = -1, .told = 1 };
+	struct proc_waiter d = { .name = "kill", .lease_ms = 30000, .go = -1, .told = 1 };
+	struct procs_waiting two = { .name = "kill", .want = 2 };
+	pid_t pa, pb, pd;
+	long long base, calls;
+	int64_t t0, waited;
+
+	DMT_REDIS_STATE("counts the waiters' Redis scripts; etcd wakes through its own queue");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "kill", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pa = queue_proc(&a, "kill", 0);
+	pb = queue_proc(&b, "kill", 1);
+	pd = queue_proc(&d, "kill", 2);
+	cr_assert_eq(kill(pa, SIGKILL), 0);
+	cr_assert_eq(th_wait_child(pa, 10000), 128 + SIGKILL);
+	/* Its connections closed: nobody listens on its channel. */
+	two.base = 0;
+	cr_assert(th_wait_until(procs_waiting, &two, 10000), "the killed waiter still listens");
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{kill}"), 3, "the killed waiter was not queued");
+	base = dmt_evalsha_calls(&srv);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(th_sync_wait(&b.locked, 5000), 0, "the next live waiter was not woken");
+	waited = (dmt_now_ns() - t0) / MS;
+	calls = dmt_evalsha_calls(&srv) - base;
+	fprintf(stderr, "wait: past a killed waiter, the next locked %lld ms after the release (%lld script "
+			"calls)\n", (long long)waited, calls);
+	cr_assert_leq(waited, 1000 + 1000 * dmt_slowdown());
+	cr_assert_eq(calls, 2, "%lld script calls: more than one waiter was woken", calls);
+	th_sync_post(&b.unlock);
+	cr_assert_eq(th_sync_wait(&d.locked, 5000), 0, "the last waiter was not woken");
+	th_sync_post(&d.unlock);
+	cr_assert_eq(th_wait_child(pb, 10000), 0);
+	cr_assert_eq(th_wait_child(pd, 10000), 0);
+	close_proc(&a);
+	close_proc(&b);
+	close_proc(&d);
+	dmt_close_mutex(c, &m);
+}
+
+/* The waiter a release wakes is stopped (SIGSTOP: it still listens, so it
+ * counts as live, and nobody else is told).  The others wait at most a
+ * third of the lease for it, not the whole lease (README "Who a release
+ * wakes").  The code before wake_queue.lua woke every waiter, so it passes
+ * this too: the test keeps the bound. */
+Test(wait, stopped_waiter_costs_the_others_at_most_a_third_of_the_lease, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	enum { LEASE = 6000 };
+	struct proc_waiter a = { .name = "stop", .lease_ms = LEASE, .go = -1 };
+	struct proc_waiter b = { .name = "stop", .lease_ms = LEASE, .go = -1 };
+	pid_t pa, pb;
+	int64_t t0, waited;
+
+	DMT_REDIS_STATE("stops a waiter queued in Redis; etcd wakes through its own queue");
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "stop", &(struct dmt_attr){ .lease_ms = LEASE,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pa = queue_proc(&a, "stop", 0);
+	pb = queue_proc(&b, "stop", 1);
+	cr_assert_eq(kill(pa, SIGSTOP), 0);
+	cr_assert_eq(th_wait_stopped(pa), 0);
+	t0 = dmt_now_ns();
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(th_sync_wait(&b.locked, LEASE + 5000), 0, "the other waiter never got the lock");
+	waited = (dmt_now_ns() - t0) / MS;
+	fprintf(stderr, "wait: past a stopped waiter, the next locked %lld ms after the release (lease %d ms)\n",
+			(long long)waited, LEASE);
+	cr_assert_leq(waited, LEASE / 3 + 500 * dmt_slowdown(), "waited %lld ms for a stopped waiter",
+			(long long)waited);
+	cr_assert_eq(kill(pa, SIGCONT), 0);
+	cr_assert_eq(th_wait_child(pb, 10000), 0);
+	cr_assert_eq(th_wait_child(pa, 10000), 0);
+	close_proc(&a);
+	close_proc(&b);
+	dmt_close_mutex(c, &m);
+}

@@ -21,7 +21,8 @@ enum { BLOCK, TRY };
 
 /* A lost reply may have given us the lock: take it back, or make sure it
  * is taken back in the background, so that nobody waits for a lock that
- * nobody knows it holds. */
+ * nobody knows it holds.  A waiter that queued leaves the queue the same
+ * way, and passes on a wake-up it may have been given (release.lua). */
 static void
 abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms,
 		int64_t until, int fair)
@@ -106,16 +107,17 @@ take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, 
 	return 0;
 }
 
-/* The channel a waiter listens on: the lock's, or for a fair lock's waiter
- * its own, "<the lock's>:<token>" (fair_release.lua publishes a hand-over
- * there, so that only the head's process hears it).  Caller frees. */
-static char *
-wake_channel(struct dmutex__backend *be, const char *name, const char *token)
+/* internal.h.  Its own channel where the backend wakes one waiter per
+ * release (fair_release.lua hands a fair lock over there; a non-fair
+ * release wakes the first live waiter of its queue there, wake_queue.lua),
+ * so that only that waiter's process hears it; else (etcd) the lock's. */
+char *
+dmutex__wake_own_channel(struct dmutex__backend *be, const char *name, const char *token, int fair)
 {
 	char *ch = be->ops->channel(be, name), *own;
 	size_t len;
 
-	if (!ch || !token)
+	if (!ch || !token || !(fair || be->ops->wake_one))
 		return ch;
 	len = strlen(ch);
 	if (!(own = realloc(ch, len + 1 + strlen(token) + 1))) {
@@ -149,7 +151,7 @@ mutex_channel(void *arg)
 	struct mutex_try *m = arg;
 	struct dmutex__entry *e = m->mx->entry;
 
-	return wake_channel(e->client->be, e->name, m->mx->fair ? m->token : NULL);
+	return dmutex__wake_own_channel(e->client->be, e->name, m->token, m->mx->fair);
 }
 
 /* Granted, under e->mu: record the hold, unless a thread of ours that
@@ -198,17 +200,25 @@ busy_answer(struct mutex_try *m, const struct dmutex__acq *a, int64_t sent, int6
 {
 	struct dmutex__mutex *mx = m->mx;
 	int64_t lease = (int64_t)mx->lease_ms * DMUTEX__MS;
+	/* Non-fair, queued (wake_queue.lua): one waiter is woken per release. */
+	int one = !mx->fair && a->wait && mx->entry->client->be->ops->wake_one;
 
 	*m->busy = 1;
 	if (mx->fair)
 		m->busy_sent = sent;
-	/* Fair: we hold a place in the queue now, to give back if we go. */
-	m->queued |= mx->fair && a->wait;
+	/* We hold a place in the queue now, to give back if we go: a fair
+	 * lock's, or a non-fair one's whose wake-up we may have been given
+	 * (the give-back passes it on, release.lua). */
+	m->queued |= (mx->fair || one) && a->wait;
 	/* Sleep until woken, or at most until the holder's lease ends (so a
 	 * lost wake-up costs at most one lease). */
 	t->bound = a->pttl_ms >= 0 ? now + (a->pttl_ms + 1) * DMUTEX__MS : now + lease;
-	/* Fair: our place in the queue lasts a lease; asking keeps it. */
-	if (mx->fair && t->bound > now + lease / 3)
+	/* Fair: our place in the queue lasts a lease; asking keeps it.
+	 * Queued non-fair: a release wakes only the first live waiter, and
+	 * one that is stopped (SIGSTOP, a debugger) still counts as live; so
+	 * that it costs the others at most this, not the holder's whole
+	 * lease.  Asking again keeps the place (ZADD NX). */
+	if ((mx->fair || one) && t->bound > now + lease / 3)
 		t->bound = now + lease / 3;
 	t->no_wake = a->split;
 	t->now = now;
@@ -364,7 +374,7 @@ fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
 }
 
 static int lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
-		int presub);
+		int presub, const char *token);
 
 /* Under e->mu, which it releases: the owner locking its mutex again. */
 static int
@@ -390,7 +400,7 @@ relock_own(dmutex_t *m, struct dmutex__mutex *mx, int mode, int64_t until, int b
 		dmutex__log(DMUTEX_LOG_WARN, "lock '%s': re-lock by its owner: the hold was lost; "
 				"taking the lock anew", e->name);
 		dmutex__unlock_impl(m);
-		err = lock_impl(m, NULL, mode, until, bad_deadline, presub);
+		err = lock_impl(m, NULL, mode, until, bad_deadline, presub, NULL);
 		if (err == 0 || err == EOWNERDEAD) {
 			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 			if (e->held && pthread_equal(e->owner, pthread_self()))
@@ -563,7 +573,7 @@ settle_by(struct dmutex__entry *e, int64_t until)
  * release of it pending and holds its entry's mutex. */
 static int
 lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
-		int presub)
+		int presub, const char *token)
 {
 	struct dmutex__mutex *mx = locked;
 	struct dmutex__entry *e;
@@ -600,7 +610,7 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 		settle_by(e, until);
 
 	err = acquire_remote(mx, mode, until, bad_deadline, presub,
-			mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
+			mx->fair && me.offered ? me.token : token, &contended, &first, &done);
 	if ((err == 0 || err == EOWNERDEAD) && done)
 		dmutex__met_acquired(e, t0 ? t0 : first, done, contended);
 
@@ -679,16 +689,16 @@ dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	if (lock_fast(m, &locked))
 		return 0;
 	cs = dmutex__nocancel();
-	err = lock_impl(m, locked, mode, until, bad_deadline, 0);
+	err = lock_impl(m, locked, mode, until, bad_deadline, 0, NULL);
 
 	dmutex__cancel_restore(cs);
 	return err;
 }
 
 int
-dmutex__relock(dmutex_t *m)
+dmutex__relock(dmutex_t *m, const char *token)
 {
-	int cs = dmutex__nocancel(), err = lock_impl(m, NULL, BLOCK, NO_DEADLINE, 0, 1);
+	int cs = dmutex__nocancel(), err = lock_impl(m, NULL, BLOCK, NO_DEADLINE, 0, 1, token);
 
 	dmutex__cancel_restore(cs);
 	return err;

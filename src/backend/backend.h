@@ -348,6 +348,11 @@ struct dmutex__backend_ops {
 	void (*wake_lock)(struct dmutex__backend *be);
 	void (*wake_unlock)(struct dmutex__backend *be);
 	void (*wake_atfork_child)(struct dmutex__backend *be);
+	/* 1: a non-fair mutex's waiter listens on a channel of its own, the
+	 * lock's with ':' and its token, and its release wakes one waiting
+	 * process (Redis: wake_queue.lua).  0: on the lock's channel, which
+	 * every release tells (etcd: its watches). */
+	int wake_one;
 
 	/* ---- condition variables (required) ----
 	 * channel: the wake channel of one waiter into out[DMUTEX__CHANNEL_MAX].

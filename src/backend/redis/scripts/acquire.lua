@@ -13,8 +13,9 @@
 --          hold that last wrote it
 -- ARGV     token, lease_ms, tail ("lease since pid tid hostid host", made
 --          by the client: for operators), robust (1/0), keep_ms (lease_ms
---          + idle_ms), wait (1: the caller listens on the wake channel and
---          waits if the lock is busy; 0: trylock, or not subscribed yet),
+--          + idle_ms), wait (1: the caller listens on its own wake channel
+--          and waits if the lock is busy: it queues, wake_queue.lua; 0:
+--          trylock, or not subscribed yet),
 --          step (0: the token at the hold's first dmutex_fence, fence.lua;
 --          1: Redlock: a token now, counted on from the counter, see below;
 --          2: a token now: Cluster, where fence.lua could meet a slot in
@@ -62,6 +63,7 @@ local tok, lease, robust, keep, step = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[
 
 -- @include token.lua
 -- @include layout.lua
+-- @include wake_queue.lua
 
 local val = redis.call('GET', KEYS[1])
 if val then
@@ -109,6 +111,15 @@ if val then
 			redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'w'), rest), 'KEEPTTL')
 		end
 	end
+	-- Queued by arrival (server time, microseconds); asking again keeps
+	-- the place.  The queue lives as long as the meta hash would.  Under
+	-- pcall: past the first write (a queue that cannot be written wakes
+	-- its waiter at its bound, a third of a lease).
+	if ARGV[6] == '1' then
+		local q, t = wake_queue(KEYS[1], KEYS[2]), redis.call('TIME')
+		redis.pcall('ZADD', q, 'NX', t[1] * 1000000 + t[2], tok)
+		redis.pcall('PEXPIRE', q, keep)
+	end
 	return {1, redis.call('PTTL', KEYS[1])}
 end
 
@@ -133,6 +144,17 @@ if robust == '1' or step ~= '0' then
 		redis.call('HSET', KEYS[2], 'v', VERSION)
 	end
 	redis.call('PEXPIRE', KEYS[2], keep)
+end
+-- A waiter taking it leaves the queue, and marks its hold if others still
+-- wait there: its release wakes the next (a lock taken by the plain SET
+-- is marked by the next waiter that finds it held).
+if ARGV[6] == '1' then
+	local q = wake_queue(KEYS[1], KEYS[2])
+	redis.pcall('ZREM', q, tok)
+	local more = redis.pcall('ZCARD', q)
+	if type(more) == 'number' and more > 0 then
+		flags = with_flag(flags, 'w')
+	end
 end
 redis.call('SET', KEYS[1], value(tok, fence, died, flags, ARGV[3]), 'PX', lease)
 return {0, fence == '-' and '0' or fence, tonumber(died)}
