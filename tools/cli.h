@@ -106,7 +106,7 @@ struct cli_lock {
 	int cached;                     /* held as a lease its process keeps (README "Cached leases") */
 	int robust;                     /* ROBUST_* */
 	char state[16];                 /* meta state, "" = clean (see notrec_mark) */
-	long long waiters;              /* clients subscribed to the wake channel */
+	long long waiters;              /* processes waiting: queued, or (older clients) subscribed */
 	char hostid[64];                /* the holder's "boot_id/pidns"; "" unknown */
 	int alive;                      /* the holder's pid: 1 alive, 0 gone, -1 cannot know
 	                                 * (another machine or pid namespace) */

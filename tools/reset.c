@@ -52,6 +52,32 @@ say_refused(const struct cli_lock *l, const char *node)
 			l->name, holder, dur, node ? " on " : "", node ? node : "");
 }
 
+/* After a reset: every waiter queued for the lock (README "Who a release
+ * wakes") looks again now, not at its bound (a third of its lease); the
+ * PUBLISH on the lock's channel in the transaction tells older clients.
+ * Best effort: a waiter not told asks again at its bound all the same. */
+static void
+wake_queued(struct dmutex__conn *c, const char *prefix, const char *name, const char *ch)
+{
+	char qk[DMUTEX__ADMIN_KEY_MAX];
+	redisReply *q, *r;
+
+	dmutex__admin_key(qk, prefix, "wq", name);
+	if (!(q = dmutex__conn_command(c, dmutex__conn_deadline(c), "ZRANGE %b 0 -1", qk, strlen(qk))))
+		return;
+	for (size_t i = 0; q->type == REDIS_REPLY_ARRAY && i < q->elements; i++) {
+		if (q->element[i]->type != REDIS_REPLY_STRING)
+			continue;
+		if (!(r = dmutex__conn_command(c, dmutex__conn_deadline(c), "PUBLISH %s:%b r", ch,
+				q->element[i]->str, (size_t)q->element[i]->len)))
+			break;
+		freeReplyObject(r);
+	}
+	freeReplyObject(q);
+	if ((r = dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", qk, strlen(qk))))
+		freeReplyObject(r);
+}
+
 /* One node.  *what: 0 nothing to do, 1 something removed, -1 no such lock. */
 static int
 reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int force,
@@ -113,6 +139,7 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 			return status;
 		}
 		*what = 1;
+		wake_queued(c, prefix, name, ch);
 		if (l.held) {
 			cli_holder(holder, sizeof holder, &l, 1);
 			cli_duration(dur, sizeof dur, cli_wall_ms() - l.since_ms);
