@@ -753,9 +753,14 @@ Test(wait, crowd_of_processes_is_woken_one_at_a_time, .timeout = 180)
 	fprintf(stderr, "wait: %d processes at once: %lld script calls (%.1f a process), the last out "
 			"%lld ms after the first release\n", CROWD, calls, (double)calls / CROWD,
 			(long long)((t1 - t0) / MS));
-	/* Per process and node: about 3; every waiting process asking again at
-	 * every release is about CROWD / 2 + 3 (23 for 40). */
-	cr_assert_leq(calls, 6LL * CROWD * dmt_nodes(), "%lld script calls for %d processes", calls, CROWD);
+	/* Per process and node: about 2 (the attempt that queues, the
+	 * unlock); every waiting process asking again at every release is
+	 * about CROWD / 2 + 3 (23 for 40).  On 3 Redlock nodes each node wakes
+	 * its own head, and a woken process that wins only a minority rolls
+	 * back and asks again: 483-756 measured (4.0-6.3 a process and node),
+	 * against 7,653-8,283 for the code before. */
+	cr_assert_leq(calls, (dmt_nodes() > 1 ? 8LL : 6LL) * CROWD * dmt_nodes(),
+			"%lld script calls for %d processes", calls, CROWD);
 	close(go[0]);
 	close(go[1]);
 	th_sync_close(&p.ready);

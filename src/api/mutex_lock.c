@@ -25,13 +25,15 @@ enum { BLOCK, TRY };
  * way, and passes on a wake-up it may have been given (release.lua). */
 static void
 abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms,
-		int64_t until, int fair)
+		int64_t until, int fair, int queued)
 {
 	/* A trylock's or a timed lock's release shares its deadline (past
 	 * it: at once to the background), so that the call returns within
 	 * command_timeout_ms, or by its deadline.  Fair: also leaves the
-	 * queue, or hands on a lock handed to us. */
-	int mode = DMUTEX__REL_ABANDON | (fair ? DMUTEX__REL_FAIR : 0);
+	 * queue, or hands on a lock handed to us; queued (non-fair): leaves
+	 * the waiters' queue, passing a wake-up on. */
+	int mode = fair ? DMUTEX__REL_ABANDON | DMUTEX__REL_FAIR
+		: queued ? DMUTEX__REL_LEAVE : DMUTEX__REL_ABANDON;
 	dmutex__renewer_release(c, e->name, token, mode, until ? until
 			: dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, NULL, lease_ms);
 }
@@ -169,7 +171,7 @@ granted_take(struct mutex_try *m, struct dmutex__acquire *aq, const struct dmute
 	if (e->held && !local_release_ended(e,
 			sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms))) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair);
+		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair, m->queued);
 		/* Queue again with a new token: the release of the old one, if
 		 * it could not be confirmed, is retried in the background, and
 		 * must never meet a hold we take next under the same token (it
@@ -184,7 +186,7 @@ granted_take(struct mutex_try *m, struct dmutex__acquire *aq, const struct dmute
 	}
 	if ((err = take_hold(mx, e, m->token, a->fence, a->died, sent))) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair);
+		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair, m->queued);
 		t->err = err;
 		return DMUTEX__TRY_DONE;
 	}
@@ -339,7 +341,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		return err;
 	err = dmutex__acquire_wait(&aq);
 	if (err && err != EOWNERDEAD && (m.maybe_done || m.queued))
-		abandon(c, e, m.token, mx->lease_ms, give_back_by(c, &m, mode), mx->fair);
+		abandon(c, e, m.token, mx->lease_ms, give_back_by(c, &m, mode), mx->fair, m.queued);
 	return err;
 }
 
@@ -532,7 +534,7 @@ take_local(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t 
 		if (now < me->sent_ns + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
 			if ((*err = take_hold(mx, e, me->token, me->fence, me->died, me->sent_ns))) {
 				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(e->client, e, me->token, mx->lease_ms, 0, 1);
+				abandon(e->client, e, me->token, mx->lease_ms, 0, 1, 0);
 				return 1;
 			}
 			gen = e->gen;

@@ -70,6 +70,10 @@ enum {
 	DMUTEX__REL_NOTREC = 1,
 	DMUTEX__REL_DIED = 2,
 	DMUTEX__REL_ABANDON = 3,
+	/* ABANDON by a waiter that leaves a non-fair lock's queue (it gave
+	 * up): also passes on a wake-up it may have been given (release.lua).
+	 * Not for Redlock's roll-back of a minority, which waits on. */
+	DMUTEX__REL_LEAVE = 4,
 	/* or'ed in: a fair lock's release, which hands the lock to the head
 	 * of its queue (fair_release.lua) */
 	DMUTEX__REL_FAIR = 0x10

@@ -6,7 +6,8 @@
 --          fence '-' until the hold asks for it (fence.lua); flags '-' or
 --          letters: r robust hold, w someone waits (release.lua publishes
 --          only then), c the lease is kept for its process
---          (lease_cache.lua).  "3 notrec" (no expiry): not recoverable
+--          (lease_cache.lua), h no hold: reserved for the waiter whose
+--          token it carries, which a release just woke (wake_queue.lua).  "3 notrec" (no expiry): not recoverable
 --          until an operator resets it.
 -- KEYS[2]  meta hash: fence (the last token handed out), state (robust
 --          holds only: held, died); expires idle_ms after the lease of the
@@ -77,50 +78,55 @@ if val then
 		end
 		return redis.error_reply('WRONGTYPE lock key holds data dmutex did not write')
 	end
-	if cur == tok then
-		redis.call('PEXPIRE', KEYS[1], lease)
-		if step ~= '0' then
-			-- Redlock: while our first attempt's key sat here, another
-			-- holder may have raised this node's counter (fence_raise); a
-			-- token handed out now must still be above it.  On one node
-			-- the two are always equal.
-			local counter = redis.call('HGET', KEYS[2], 'fence')
-			if fence == '-' or (counter and above(counter, fence)) then
-				fence = fresh_token(KEYS[2], counter, step)
-				redis.call('HSET', KEYS[2], 'v', VERSION)
-				redis.call('PEXPIRE', KEYS[2], keep)
-				redis.call('SET', KEYS[1], value(cur, fence, died, flags, rest), 'KEEPTTL')
+	-- Reserved for us by the release that woke us (flag h, wake_queue.lua):
+	-- taken as a free lock, by the path below.  Reserved for another: a
+	-- hold, as any.
+	if not (cur == tok and flags:find('h', 1, true)) then
+		if cur == tok then
+			redis.call('PEXPIRE', KEYS[1], lease)
+			if step ~= '0' then
+				-- Redlock: while our first attempt's key sat here, another
+				-- holder may have raised this node's counter (fence_raise); a
+				-- token handed out now must still be above it.  On one node
+				-- the two are always equal.
+				local counter = redis.call('HGET', KEYS[2], 'fence')
+				if fence == '-' or (counter and above(counter, fence)) then
+					fence = fresh_token(KEYS[2], counter, step)
+					redis.call('HSET', KEYS[2], 'v', VERSION)
+					redis.call('PEXPIRE', KEYS[2], keep)
+					redis.call('SET', KEYS[1], value(cur, fence, died, flags, rest), 'KEEPTTL')
+				end
+			end
+			return {0, fence == '-' and '0' or fence, tonumber(died) or 0}
+		end
+		-- A waiter says so on the key, which ends with this hold: the release
+		-- publishes only when someone listens.  A lease kept for its process
+		-- (lease_cache.lua) is asked back, by a trylock too, once per hold: its
+		-- holder hands it over at its next unlock (after a batch of its own
+		-- waiting threads, lease_cache.c), or at once if no thread of it holds
+		-- it.  A batch kept while someone waited already hears nothing: its
+		-- unlock releases all the same.  Waiters ignore the 'k' they hear on that channel
+		-- (waiter.c).
+		if not flags:find('w', 1, true) then
+			local cached = flags:find('c', 1, true)
+			if cached then
+				redis.pcall('PUBLISH', ARGV[8], 'k')
+			end
+			if cached or ARGV[6] == '1' then
+				redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'w'), rest), 'KEEPTTL')
 			end
 		end
-		return {0, fence == '-' and '0' or fence, tonumber(died) or 0}
-	end
-	-- A waiter says so on the key, which ends with this hold: the release
-	-- publishes only when someone listens.  A lease kept for its process
-	-- (lease_cache.lua) is asked back, by a trylock too, once per hold: its
-	-- holder hands it over at its next unlock (after a batch of its own
-	-- waiting threads, lease_cache.c), or at once if no thread of it holds
-	-- it.  A batch kept while someone waited already hears nothing: its
-	-- unlock releases all the same.  Waiters ignore the 'k' they hear on that channel
-	-- (waiter.c).
-	if not flags:find('w', 1, true) then
-		local cached = flags:find('c', 1, true)
-		if cached then
-			redis.pcall('PUBLISH', ARGV[8], 'k')
+		-- Queued by arrival (server time, microseconds); asking again keeps
+		-- the place.  The queue lives as long as the meta hash would.  Under
+		-- pcall: past the first write (a queue that cannot be written wakes
+		-- its waiter at its bound, a third of a lease).
+		if ARGV[6] == '1' then
+			local q, t = wake_queue(KEYS[1], KEYS[2]), redis.call('TIME')
+			redis.pcall('ZADD', q, 'NX', t[1] * 1000000 + t[2], step == '1' and '!' .. tok or tok)
+			redis.pcall('PEXPIRE', q, keep)
 		end
-		if cached or ARGV[6] == '1' then
-			redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'w'), rest), 'KEEPTTL')
-		end
+		return {1, redis.call('PTTL', KEYS[1])}
 	end
-	-- Queued by arrival (server time, microseconds); asking again keeps
-	-- the place.  The queue lives as long as the meta hash would.  Under
-	-- pcall: past the first write (a queue that cannot be written wakes
-	-- its waiter at its bound, a third of a lease).
-	if ARGV[6] == '1' then
-		local q, t = wake_queue(KEYS[1], KEYS[2]), redis.call('TIME')
-		redis.pcall('ZADD', q, 'NX', t[1] * 1000000 + t[2], tok)
-		redis.pcall('PEXPIRE', q, keep)
-	end
-	return {1, redis.call('PTTL', KEYS[1])}
 end
 
 -- Free.  A robust lock reads its state: 'held' with no lock key means the
@@ -150,7 +156,7 @@ end
 -- is marked by the next waiter that finds it held).
 if ARGV[6] == '1' then
 	local q = wake_queue(KEYS[1], KEYS[2])
-	redis.pcall('ZREM', q, tok)
+	redis.pcall('ZREM', q, tok, '!' .. tok)
 	local more = redis.pcall('ZCARD', q)
 	if type(more) == 'number' and more > 0 then
 		flags = with_flag(flags, 'w')

@@ -9,6 +9,10 @@
 --          mode 2: the holder exited or lost its lease: owner died
 --          mode 3: abandon an acquire whose reply was lost: put the robust
 --                  state back as the acquire found it
+--          mode 4: the same, by a waiter that leaves the waiters' queue
+--                  without the lock (a timed lock's deadline, an error):
+--                  the pass-on, below (not Redlock's roll-back of a
+--                  minority: that waiter waits on, queued)
 --
 -- Returns 1 released, 0 not ours (another holder's now, or no lock value),
 -- 3 not ours either, but no key at all (expired, deleted, or released by
@@ -24,7 +28,7 @@
 -- wakes the first live waiter of the queue (wake_queue.lua); a lock that
 -- becomes not recoverable wakes them all.
 --
--- The pass-on (mode 3, the lock not ours): a waiter that queued and leaves
+-- The pass-on (mode 4, the lock not ours): a waiter that queued and leaves
 -- without the lock takes its token out of the queue, and if the lock is
 -- free wakes the next live waiter, or if it is held makes sure the hold is
 -- marked, so that its release wakes one.  The waiter cannot know whether
@@ -50,13 +54,16 @@ local mode = ARGV[2]
 -- read from behind it (cheaper than parsing the whole value: this runs
 -- at every unlock).
 if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
-	if mode == '3' then
+	if mode == '4' then
 		local q = wake_queue(KEYS[1], KEYS[2])
-		redis.pcall('ZREM', q, tok)
+		redis.pcall('ZREM', q, tok, '!' .. tok)
 		local more = redis.pcall('ZCARD', q)
 		if type(more) == 'number' and more > 0 then
 			local flags = val and val:match('^3 %S+ %S+ %S+ (%S+) ')
-			if not val or val == '3 notrec' then
+			if not val then
+				local _, woken = wake_next(q, ARGV[3])
+				reserve(KEYS[1], woken, reserve_ms(nil))
+			elseif val == '3 notrec' then
 				wake_next(q, ARGV[3])
 			elseif flags and not flags:find('w', 1, true) then
 				local head, rest = val:match('^(3 %S+ %S+ %S+ )%S+( .*)$')
@@ -71,7 +78,7 @@ if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
 	return 0
 end
 local died, flags = val:match('^%S+ (%S+) (%S+) ', 4 + #tok)
-if mode == '3' then
+if mode == '3' or mode == '4' then
 	if died == '1' then
 		mode = '2'
 	else
@@ -101,11 +108,12 @@ else
 end
 if flags:find('w', 1, true) then
 	local q = wake_queue(KEYS[1], KEYS[2])
-	local told
+	local told, woken
 	if mode == '1' then
 		told = wake_all(q, ARGV[3])
 	else
-		told = wake_next(q, ARGV[3])
+		told, woken = wake_next(q, ARGV[3])
+		reserve(KEYS[1], woken, reserve_ms(val:match('^%S+ %S+ %S+ %S+ %S+ (%S+)')))
 	end
 	-- And the lock's own channel, for waiters of an older version (as
 	-- unlock.lua).

@@ -31,13 +31,24 @@ local function wake_queue(lk, mk)
 	return p .. 'wq' .. n
 end
 
+-- A queue member is the waiter's token, or '!' and its token for a
+-- Redlock waiter (acquire.lua step 1), for which a release reserves
+-- nothing (below): each node would reserve for its own head.
+local function member_token(w)
+	if w:byte(1) == 33 then
+		return w:sub(2)
+	end
+	return w
+end
+
 -- Wake the first live waiter of queue q, whose channels are ch .. ':' ..
 -- token: pop and publish until one listens, at most 16 pops (the rest,
 -- if all of those were gone, wake at their bound: a third of a lease).
 -- Under pcall throughout: a release must not fail after its first write.
 -- ZRANGE and ZREM, not ZPOPMIN: the commands of the documented ACL
 -- (README "The ACL a Redis user needs"), which users have set up already.
--- Returns false if the ACL denies the channel.
+-- Returns false if the ACL denies the channel; else true and the member
+-- woken, if one listened.
 local function wake_next(q, ch)
 	for _ = 1, 16 do
 		local head = redis.pcall('ZRANGE', q, 0, 0)
@@ -45,15 +56,43 @@ local function wake_next(q, ch)
 			return true
 		end
 		redis.pcall('ZREM', q, head[1])
-		local n = redis.pcall('PUBLISH', ch .. ':' .. head[1], 'r')
+		local n = redis.pcall('PUBLISH', ch .. ':' .. member_token(head[1]), 'r')
 		if type(n) == 'table' then
 			return false
 		end
 		if n > 0 then
-			return true
+			return true, head[1]
 		end
 	end
 	return true
+end
+
+-- The released lock key lk, reserved for the waiter w just woken (not a
+-- Redlock one) for reserve_ms: a lock value with its token and flags h
+-- (reserved: not a hold; acquire.lua takes it as free for that token
+-- alone) and w (others may wait).  So a process that did not queue (the
+-- releaser asking again at once, with the plain SET NX) does not take the
+-- lock from under the waiter it woke, who would otherwise queue again
+-- behind it, release after release.  It costs at most reserve_ms when the
+-- woken waiter never comes (stopped, or gone since): others that ask meet
+-- it as a hold of that length.  The fields after the flags are for
+-- operators: "reserve_ms 0 0 0 - reserved".
+local function reserve(lk, w, reserve_ms)
+	if w and w:byte(1) ~= 33 then
+		redis.pcall('SET', lk, '3 ' .. w .. ' - 0 hw ' .. reserve_ms .. ' 0 0 0 - reserved', 'PX', reserve_ms)
+	end
+end
+-- How long: a third of the released hold's lease, between 33 ms (the
+-- shortest lease's third) and 100 ms: enough for the woken waiter's round
+-- trip on a loaded machine.
+local function reserve_ms(lease)
+	local ms = math.floor((tonumber(lease) or 300) / 3)
+	if ms > 100 then
+		ms = 100
+	elseif ms < 33 then
+		ms = 33
+	end
+	return ms
 end
 
 -- Wake every waiter of queue q (a lock that became not recoverable: each
@@ -65,7 +104,7 @@ local function wake_all(q, ch)
 	end
 	redis.pcall('DEL', q)
 	for _, w in ipairs(all) do
-		if type(redis.pcall('PUBLISH', ch .. ':' .. w, 'r')) == 'table' then
+		if type(redis.pcall('PUBLISH', ch .. ':' .. member_token(w), 'r')) == 'table' then
 			return false
 		end
 	end
