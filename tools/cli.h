@@ -104,6 +104,7 @@ struct cli_lock {
 	long long fence_counter;        /* last token handed out; -1 none */
 	int acquired_after_death;       /* the current holder took over a dead one's */
 	int cached;                     /* held as a lease its process keeps (README "Cached leases") */
+	int reserved;                   /* no hold: reserved for a woken waiter (README "Who a release wakes") */
 	int robust;                     /* ROBUST_* */
 	char state[16];                 /* meta state, "" = clean (see notrec_mark) */
 	long long waiters;              /* processes waiting: queued, or (older clients) subscribed */

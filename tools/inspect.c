@@ -207,8 +207,11 @@ holder_of_string(struct cli_lock *l, const char *key, const char *val)
 	/* "-": no token asked for during this hold yet (fence.lua). */
 	l->fence = num(fence);
 	l->acquired_after_death = !strcmp(died, "1");
-	/* c: the lease is kept for its process (lease_cache.lua). */
+	/* c: the lease is kept for its process (lease_cache.lua); h: no
+	 * hold, the lock reserved for the waiter a release just woke, for
+	 * 100 ms at most (wake_queue.lua). */
 	l->cached = strchr(flags, 'c') != NULL;
+	l->reserved = strchr(flags, 'h') != NULL;
 	snprintf(l->hostid, sizeof l->hostid, "%s", strcmp(hostid, "-") ? hostid : "");
 	return 0;
 }
@@ -244,12 +247,13 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 	} else if (str->type == REDIS_REPLY_STRING) {
 		if (holder_of_string(l, key, str->str))
 			return;
-		l->held = 1;
+		l->held = !l->reserved;
 	} else if (hash->type == REDIS_REPLY_ARRAY && hash->elements > 0) {
 		holder_of_hash(l, hash);
 		l->held = 1;
 	}
-	l->exists = l->held || l->notrec_mark || (meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
+	l->exists = l->held || l->reserved || l->notrec_mark ||
+		(meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
 	if (l->held) {
 		l->alive = pid_alive(l->hostid, l->pid);
 		if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
