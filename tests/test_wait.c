@@ -931,3 +931,134 @@ Test(wait, stopped_waiter_costs_the_others_at_most_a_third_of_the_lease, .timeou
 	close_proc(&b);
 	dmt_close_mutex(c, &m);
 }
+
+/* A process that locks and unlocks `name` in a loop with the lease cache
+ * on (it keeps the lease between its holds: flag c), from a byte on `go`
+ * until a byte on `stop` (or 30 s). */
+struct looper {
+	const char *name;
+	unsigned lease_ms;
+	int go, stop;                   /* read ends */
+};
+
+static int looper_main(void *arg)
+{
+	struct looper *l = arg;
+	struct pollfd pfd = { .fd = l->stop, .events = POLLIN };
+	dmutex_client_t *c;
+	dmutex_t m;
+	long long end;
+	char b;
+
+	dmt_die_with_parent(test_pid);
+	if (dmt_open_mutex(&c, &m, srv.url, l->name, &(struct dmt_attr){ .lease_ms = l->lease_ms }))
+		return 10;
+	if (read(l->go, &b, 1) != 1)
+		return 11;
+	end = th_now_ms() + 30000;
+	while (poll(&pfd, 1, 0) == 0 && th_now_ms() < end) {
+		if (dmutex_lock(&m))
+			return 12;
+		dmt_pass_time_ms(2);
+		if (dmutex_unlock(&m))
+			return 13;
+		dmt_pass_time_ms(3);
+	}
+	dmt_close_mutex(c, &m);
+	return 0;
+}
+
+struct kept_free {
+	const char *name;
+};
+
+/* NAME's lock key is gone (the reservation for a stopped waiter lapsed). */
+static int lock_key_gone(void *arg)
+{
+	return dmt_lock_exists(&srv, ((struct kept_free *)arg)->name) == 0;
+}
+
+/* Kept for its process (flag c) by the looper. */
+static int lock_kept(void *arg)
+{
+	char v[8];
+
+	return dmt_lock_field(&srv, ((struct kept_free *)arg)->name, "cache", v, sizeof v) == 1;
+}
+
+/* Review wake29 item 1.  A queued waiter that leaves (release.lua mode 4)
+ * while a process keeps the lease (flag c) marks the hold w: it must also
+ * ask the lease back ("k" on the lock's channel), as acquire.lua does when
+ * it marks w, or no later waiter does (each finds w set) and the process
+ * keeps the lock for as long as it uses it.  The state: the queue is
+ * [B, C, D]; a release pops B, stopped, and reserves the lock for it; the
+ * reservation lapses; the looper takes the free lock with the plain SET NX
+ * (no w) and keeps it; then C's deadline passes.  D must get the lock long
+ * before its bound, let alone before the looper stops (the code before
+ * took until then: 5.15 s in the review's repro). */
+Test(wait, waiter_that_gives_up_recalls_a_kept_lease, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	enum { LEASE = 9000 };
+	struct proc_waiter b = { .name = "recall", .lease_ms = LEASE, .go = -1 };
+	struct proc_waiter cw = { .name = "recall", .lease_ms = LEASE, .timed_ms = 200, .go = -1 };
+	struct proc_waiter d = { .name = "recall", .lease_ms = LEASE, .go = -1, .told = 1 };
+	struct looper l = { .name = "recall", .lease_ms = LEASE };
+	struct kept_free k = { .name = "recall" };
+	int go[2], stop[2];
+	pid_t pb, pc, pd, pl;
+	int64_t t0, waited;
+	char v[8];
+
+	DMT_REDIS_STATE("reserves in Redis and stops a waiter queued there; etcd wakes through its own queue");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(stop), 0);
+	l.go = go[0];
+	l.stop = stop[0];
+	cr_assert_gt(pl = th_spawn(looper_main, &l), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "recall", &(struct dmt_attr){ .lease_ms = LEASE,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pb = queue_proc(&b, "recall", 0);
+	pc = queue_proc(&cw, "recall", 1);
+	/* C leaves only when told to go on: its deadline passes meanwhile. */
+	cr_assert_eq(kill(pc, SIGSTOP), 0);
+	cr_assert_eq(th_wait_stopped(pc), 0);
+	pd = queue_proc(&d, "recall", 2);
+	cr_assert_eq(kill(pb, SIGSTOP), 0);
+	cr_assert_eq(th_wait_stopped(pb), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert(th_wait_until(lock_key_gone, &k, 5000), "the reservation for B did not lapse");
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{recall}"), 2, "B was not the one popped");
+	cr_assert_eq(write(go[1], "x", 1), 1);
+	cr_assert(th_wait_until(lock_kept, &k, 5000), "the looper did not keep the lease");
+	/* Nobody asked it back yet: D sleeps to its bound, a third of the
+	 * lease, which has not passed. */
+	cr_assert_eq(dmt_lock_field(&srv, "recall", "w", v, sizeof v), 0, "someone marked the kept lease");
+	t0 = dmt_now_ns();
+	cr_assert_eq(kill(pc, SIGCONT), 0);
+	cr_assert_eq(th_wait_child(pc, 10000), 50, "C did not give up");
+	cr_assert_eq(th_sync_wait(&d.locked, 20000), 0, "D never got the lock");
+	waited = (dmt_now_ns() - t0) / MS;
+	fprintf(stderr, "wait: after a waiter left, the next got a kept lease %lld ms later (lease %d ms)\n",
+			(long long)waited, LEASE);
+	cr_assert_leq(waited, 1000 + 500 * dmt_slowdown(), "D waited %lld ms for a kept lease",
+			(long long)waited);
+	th_sync_post(&d.unlock);
+	cr_assert_eq(write(stop[1], "x", 1), 1);
+	cr_assert_eq(kill(pb, SIGCONT), 0);
+	cr_assert_eq(th_wait_child(pd, 10000), 0);
+	cr_assert_eq(th_wait_child(pl, 20000), 0);
+	cr_assert_eq(th_wait_child(pb, 20000), 0);
+	close_proc(&b);
+	close_proc(&cw);
+	close_proc(&d);
+	close(go[0]);
+	close(go[1]);
+	close(stop[0]);
+	close(stop[1]);
+	dmt_close_mutex(c, &m);
+}

@@ -66,6 +66,12 @@ if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
 			elseif val == '3 notrec' then
 				wake_next(q, ARGV[3])
 			elseif flags and not flags:find('w', 1, true) then
+				-- A kept lease is asked back as acquire.lua does when it
+				-- marks w: later waiters find w set and ask nothing, and
+				-- its process hears only this.
+				if flags:find('c', 1, true) then
+					redis.pcall('PUBLISH', ARGV[3], 'k')
+				end
 				local head, rest = val:match('^(3 %S+ %S+ %S+ )%S+( .*)$')
 				redis.call('SET', KEYS[1], head .. (flags == '-' and 'w' or flags .. 'w') .. rest,
 					'KEEPTTL')
