@@ -822,8 +822,9 @@ Test(wait, waiter_that_gives_up_passes_the_wake_up_on, .timeout = 60)
 			.nocache = 1 }), 0);
 	warm_up(&m);
 	cr_assert_eq(dmutex_lock(&m), 0);
-	t0 = dmt_now_ns();
 	pa = queue_proc(&a, "pass", 0);
+	/* A's deadline was set before it queued. */
+	t0 = dmt_now_ns();
 	pb = queue_proc(&b, "pass", 1);
 	pd = queue_proc(&d, "pass", 2);
 	cr_assert_eq(kill(pa, SIGSTOP), 0);
@@ -870,7 +871,7 @@ Test(wait, a_release_reserves_the_lock_for_the_waiter_it_woke, .timeout = 60)
 	dmutex_client_t *c, *c2;
 	dmutex_t m, m2;
 	struct proc_waiter a = { .name = "resv", .lease_ms = 30000, .go = -1 };
-	char lk[128], queued[80], tok[80], flags[16];
+	char lk[128], queued[80], tok[80], flags[16], lease[16];
 	redisReply *r;
 	pid_t pa;
 	long long pttl;
@@ -906,6 +907,11 @@ Test(wait, a_release_reserves_the_lock_for_the_waiter_it_woke, .timeout = 60)
 	cr_assert_eq(dmt_lock_field(&srv, "resv", "flags", flags, sizeof flags), 1);
 	cr_assert(strchr(flags, 'h'), "no reservation flag: %s", flags);
 	cr_assert_leq(pttl, 100, "reserved for %lld ms", pttl);
+	/* The released hold's lease, not the reservation's length: a woken
+	 * waiter that gives its reservation up passes on one as long, a third
+	 * of that lease, not a third of 100 ms (review wake29 item 3). */
+	cr_assert_eq(dmt_lock_field(&srv, "resv", "lease", lease, sizeof lease), 1);
+	cr_assert_str_eq(lease, "30000", "the reservation names lease %s", lease);
 	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{resv}"), 0, "the woken waiter is still queued");
 	/* Unused, it lapses: the lock is free to anyone. */
 	cr_assert(th_wait_until(name_key_gone, "resv", 5000), "the reservation did not lapse");

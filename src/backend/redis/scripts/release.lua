@@ -62,7 +62,7 @@ if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
 			local flags = val and val:match('^3 %S+ %S+ %S+ (%S+) ')
 			if not val then
 				local _, woken = wake_next(q, ARGV[3])
-				reserve(KEYS[1], woken, reserve_ms(nil))
+				reserve(KEYS[1], woken, nil)
 			elseif val == '3 notrec' then
 				wake_next(q, ARGV[3])
 			elseif flags and not flags:find('w', 1, true) then
@@ -119,7 +119,7 @@ if flags:find('w', 1, true) then
 		told = wake_all(q, ARGV[3])
 	else
 		told, woken = wake_next(q, ARGV[3])
-		reserve(KEYS[1], woken, reserve_ms(val:match('^%S+ %S+ %S+ %S+ %S+ (%S+)')))
+		reserve(KEYS[1], woken, val:match('^%S+ %S+ %S+ %S+ %S+ (%S+)'))
 	end
 	-- And the lock's own channel, for waiters of an older version (as
 	-- unlock.lua).

@@ -33,7 +33,7 @@ if flags:find('w', 1, true) then
 	local p, n = name_parts(KEYS[1], KEYS[2])
 	local ch = p .. 'wake' .. n
 	local told, woken = wake_next(p .. 'wq' .. n, ch)
-	reserve(KEYS[1], woken, reserve_ms(val:match('^%S+ %S+ %S+ (%S+)', 4 + #tok)))
+	reserve(KEYS[1], woken, val:match('^%S+ %S+ %S+ (%S+)', 4 + #tok))
 	-- The lock's own channel too: a waiter of an older version listens
 	-- there (README "Upgrading"); nobody else does, and a PUBLISH that no
 	-- one hears costs little.

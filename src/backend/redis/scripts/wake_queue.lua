@@ -67,24 +67,9 @@ local function wake_next(q, ch)
 	return true
 end
 
--- The released lock key lk, reserved for the waiter w just woken (not a
--- Redlock one) for reserve_ms: a lock value with its token and flags h
--- (reserved: not a hold; acquire.lua takes it as free for that token
--- alone) and w (others may wait).  So a process that did not queue (the
--- releaser asking again at once, with the plain SET NX) does not take the
--- lock from under the waiter it woke, who would otherwise queue again
--- behind it, release after release.  It costs at most reserve_ms when the
--- woken waiter never comes (stopped, or gone since): others that ask meet
--- it as a hold of that length.  The fields after the flags are for
--- operators: "reserve_ms 0 0 0 - reserved".
-local function reserve(lk, w, reserve_ms)
-	if w and w:byte(1) ~= 33 then
-		redis.pcall('SET', lk, '3 ' .. w .. ' - 0 hw ' .. reserve_ms .. ' 0 0 0 - reserved', 'PX', reserve_ms)
-	end
-end
--- How long: a third of the released hold's lease, between 33 ms (the
--- shortest lease's third) and 100 ms: enough for the woken waiter's round
--- trip on a loaded machine.
+-- How long a reservation lasts: a third of the released hold's lease,
+-- between 33 ms (the shortest lease's third) and 100 ms: enough for the
+-- woken waiter's round trip on a loaded machine.
 local function reserve_ms(lease)
 	local ms = math.floor((tonumber(lease) or 300) / 3)
 	if ms > 100 then
@@ -93,6 +78,27 @@ local function reserve_ms(lease)
 		ms = 33
 	end
 	return ms
+end
+
+-- The released lock key lk, reserved for the waiter w just woken (not a
+-- Redlock one) for reserve_ms(lease), lease the released hold's: a lock
+-- value with its token and flags h (reserved: not a hold; acquire.lua
+-- takes it as free for that token alone) and w (others may wait).  So a
+-- process that did not queue (the releaser asking again at once, with the
+-- plain SET NX) does not take the lock from under the waiter it woke, who
+-- would otherwise queue again behind it, release after release.  It costs
+-- at most reserve_ms when the woken waiter never comes (stopped, or gone
+-- since): others that ask meet it as a hold of that length.  The value's
+-- lease field is the released hold's lease, not the reservation's length,
+-- so that a woken waiter that gives its reservation up (release.lua mode
+-- 4) passes on one as long, not a third of it; the fields after are for
+-- operators: "lease 0 0 0 - reserved".
+local function reserve(lk, w, lease)
+	if w and w:byte(1) ~= 33 then
+		lease = tonumber(lease) or 300
+		redis.pcall('SET', lk, '3 ' .. w .. ' - 0 hw ' .. lease .. ' 0 0 0 - reserved', 'PX',
+			reserve_ms(lease))
+	end
 end
 
 -- Wake every waiter of queue q (a lock that became not recoverable: each
