@@ -59,6 +59,7 @@ struct cli_conn {
 	struct dmutex__admin_url *url;  /* the URL parsed */
 	struct dmutex__admin *adm;      /* its masters */
 	const char *prefix;             /* of every key: the URL's */
+	int cluster;                    /* publish with SPUBLISH (a cluster's waiters SSUBSCRIBE) */
 	size_t nnodes;                  /* masters; a cluster's once connected */
 	struct dmutex__conn **ctx;      /* one per master; NULL when unreachable;
 	                                 * NULL itself until the masters are known */
