@@ -648,6 +648,7 @@ struct proc_waiter {
 	int hold_ms;
 	int go;                         /* read end: a byte is "lock now"; -1: at once */
 	int told;                       /* unlock when told on `unlock` */
+	const char *url;                /* NULL: srv.url */
 	struct th_sync ready, locked, unlock;
 };
 
@@ -660,8 +661,8 @@ static int proc_waiter_main(void *arg)
 	int rc;
 
 	dmt_die_with_parent(test_pid);
-	if (dmt_open_mutex(&c, &m, srv.url, p->name, &(struct dmt_attr){ .lease_ms = p->lease_ms,
-			.nocache = 1 }))
+	if (dmt_open_mutex(&c, &m, p->url ? p->url : srv.url, p->name, &(struct dmt_attr){
+			.lease_ms = p->lease_ms, .nocache = 1 }))
 		return 10;
 	th_sync_post(&p->ready);
 	if (p->go >= 0 && read(p->go, &b, 1) != 1)
@@ -922,6 +923,40 @@ Test(wait, a_release_reserves_the_lock_for_the_waiter_it_woke, .timeout = 60)
 	cr_assert_eq(th_wait_child(pa, 20000), 0);
 	close_proc(&a);
 	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c, &m);
+}
+
+/* The waiters' queue lives as long as the waiter that needs it longest
+ * (its lease and idle_ms): one with a short lease that queues after one
+ * with a long lease must not cut the queue's TTL to its own (review
+ * wake29 item 6; idle_ms 100 makes the leases the difference). */
+Test(wait, queue_ttl_never_shrinks_below_a_longer_waiters_need, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	char url[800];
+	struct proc_waiter a = { .name = "qttl", .lease_ms = 30000, .go = -1, .url = url };
+	struct proc_waiter b = { .name = "qttl", .lease_ms = 1000, .go = -1, .url = url };
+	pid_t pa, pb;
+	long long pttl;
+
+	DMT_REDIS_STATE("reads the waiters' queue in Redis; etcd wakes through its own queue");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(th_url_with(url, sizeof url, srv.url, "idle_ms=100"), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "qttl", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pa = queue_proc(&a, "qttl", 0);
+	pb = queue_proc(&b, "qttl", 1);
+	pttl = th_redis_int(&srv, "PTTL dmutex:wq:{qttl}");
+	/* A's need: 30,100 ms from its attempt, a moment ago; B's 1,100. */
+	cr_assert_gt(pttl, 20000, "the queue lives %lld ms, less than the first waiter needs", pttl);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(th_wait_child(pa, 20000), 0);
+	cr_assert_eq(th_wait_child(pb, 20000), 0);
+	close_proc(&a);
+	close_proc(&b);
 	dmt_close_mutex(c, &m);
 }
 

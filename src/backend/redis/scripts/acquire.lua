@@ -117,13 +117,18 @@ if val then
 			end
 		end
 		-- Queued by arrival (server time, microseconds); asking again keeps
-		-- the place.  The queue lives as long as the meta hash would.  Under
-		-- pcall: past the first write (a queue that cannot be written wakes
-		-- its waiter at its bound, a third of a lease).
+		-- the place.  The queue lives as long as the meta hash would for
+		-- the waiter that needs it longest: its TTL only grows (a waiter
+		-- with a short lease must not cut a longer one's).  Under pcall:
+		-- past the first write (a queue that cannot be written wakes its
+		-- waiter at its bound, a third of a lease).
 		if ARGV[6] == '1' then
 			local q, t = wake_queue(KEYS[1], KEYS[2]), redis.call('TIME')
 			redis.pcall('ZADD', q, 'NX', t[1] * 1000000 + t[2], step == '1' and '!' .. tok or tok)
-			redis.pcall('PEXPIRE', q, keep)
+			local ttl = redis.pcall('PTTL', q)
+			if type(ttl) ~= 'number' or ttl < tonumber(keep) then
+				redis.pcall('PEXPIRE', q, keep)
+			end
 		end
 		return {1, redis.call('PTTL', KEYS[1])}
 	end
