@@ -379,10 +379,17 @@ lock_in_thread(void *p)
 	return NULL;
 }
 
+/* A waiter listens on the lock's channel arg, or on its own, "<arg>:<token>"
+ * (README "Who a release wakes"). */
 static int
 wake_subscribed(void *arg)
 {
-	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB %s", (const char *)arg)) >= 1;
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB CHANNELS %s:*", (const char *)arg);
+	int own = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1;
+
+	if (r)
+		freeReplyObject(r);
+	return own || th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB %s", (const char *)arg)) >= 1;
 }
 
 static int

@@ -283,7 +283,7 @@ waiters_are(void *p)
 {
 	struct numsub *ns = p;
 
-	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", ns->name)) == ns->want;
+	return dmt_backend_waiters(&srv, ns->name) == ns->want;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1145,6 +1145,61 @@ Test(cli, reset_refuses_then_forces)
 	/* At its next renewal, a third of the lease later. */
 	cr_assert(th_wait_until(lost_once, &h, 8000), "the holder was never told");
 	cr_assert_eq(dmutex_unlock(&h.m), ENOLCK);
+	unhold(&h);
+}
+
+static int lock_gone_cond(void *name);
+
+struct queued { const char *name; long long want; };
+
+/* want waiters in NAME's queue (README "Who a release wakes"). */
+static int
+queued_are(void *p)
+{
+	struct queued *q = p;
+
+	return th_redis_int(&srv, "ZCARD dmutex:wq:{%s}", q->name) == q->want;
+}
+
+/* A lock nobody holds, with a waiter queued that no release will wake
+ * (the release woke the one before it, stopped, and the reservation for
+ * that one lapsed): reset wakes the queue, which it read and emptied in
+ * one transaction, instead of saying "no such lock" (review wake29 item
+ * 4).  The queued waiter then runs at once, not at its bound (10 s). */
+Test(cli, reset_wakes_a_queue_nobody_else_wakes)
+{
+	struct holder h;
+	struct numsub one = { "wq", 1 }, two = { "wq", 2 };
+	struct queued q1 = { "wq", 1 }, q2 = { "wq", 2 };
+	pid_t wa, wb;
+	long long t0;
+	char *o;
+
+	hold(&h, "wq", 0, 30000);
+	cr_assert_eq(dmutex_lock(&h.m), 0);
+	wa = DM_START("wa", "run", "-w", "30", "--lease", "30000", "wq", "--", "true");
+	cr_assert(th_wait_until(waiters_are, &one, 5000), "the first dmutex never waited");
+	cr_assert(th_wait_until(queued_are, &q1, 5000));
+	wb = DM_START("wb", "run", "-w", "30", "--lease", "30000", "wq", "--", "true");
+	cr_assert(th_wait_until(waiters_are, &two, 5000), "the second dmutex never waited");
+	cr_assert(th_wait_until(queued_are, &q2, 5000));
+	cr_assert_eq(kill(wa, SIGSTOP), 0);
+	cr_assert_eq(th_wait_stopped(wa), 0);
+	cr_assert_eq(dmutex_unlock(&h.m), 0);
+	/* The release popped the stopped one and reserved the lock for it,
+	 * for at most 100 ms. */
+	cr_assert(th_wait_until(lock_gone_cond, "wq", 5000), "the reservation did not lapse");
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{wq}"), 1);
+	t0 = th_now_ms();
+	ASSERT_ST(DM_RUN(10000, "r", "reset", "wq"), 0, "r");
+	o = out_of("r");
+	cr_assert_str_eq(o, "reset 'wq': free, woke the 1 process waiting for it\n");
+	free(o);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:wq:{wq}"), 0);
+	ASSERT_ST(th_wait_child(wb, 10000), 0, "wb");
+	cr_assert_lt(th_now_ms() - t0, 1000 + 2000 * dmt_slowdown());
+	cr_assert_eq(kill(wa, SIGCONT), 0);
+	ASSERT_ST(th_wait_child(wa, 20000), 0, "wa");
 	unhold(&h);
 }
 

@@ -234,10 +234,21 @@ lock_thread(void *p)
 	return NULL;
 }
 
+/* Listeners of a mutex's wake-ups on node: on its channel, or on the
+ * waiters' own ("<channel>:<token>", README "Who a release wakes"). */
 static long long
 shard_subscribers(int node, const char *channel)
 {
-	return th_numsub(th_cluster_cmd(&clu, node, "PUBSUB SHARDNUMSUB %s", channel));
+	long long n = th_numsub(th_cluster_cmd(&clu, node, "PUBSUB SHARDNUMSUB %s", channel));
+	redisReply *r = th_cluster_cmd(&clu, node, "PUBSUB SHARDCHANNELS %s:*", channel);
+
+	if (n >= 0 && r && r->type == REDIS_REPLY_ARRAY)
+		n += (long long)r->elements;
+	else
+		n = -1;
+	if (r)
+		freeReplyObject(r);
+	return n;
 }
 
 /* Poll until `channel` has n sharded subscribers on node. */

@@ -887,12 +887,7 @@ static int registration_moved(void *arg)
 
 static long long mutex_subscribers(const char *name)
 {
-	redisReply *r = th_redis_cmd(&srv, "PUBSUB NUMSUB dmutex:wake:{%s}", name);
-	long long n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? r->element[1]->integer : -1;
-
-	if (r)
-		freeReplyObject(r);
-	return n;
+	return dmt_backend_waiters(&srv, name);
 }
 
 Test(cond, signal_to_wake_is_two_round_trips_beyond_the_handoff)

@@ -540,11 +540,19 @@ struct numsub_arg {
 	long long want;
 };
 
+/* Listeners on channel, or (a mutex's waiters, README "Who a release
+ * wakes") on channels of their own, "<channel>:<token>". */
 static int numsub_is(void *p)
 {
 	struct numsub_arg *a = p;
+	long long n = th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB %s", a->channel));
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB CHANNELS %s:*", a->channel);
 
-	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB %s", a->channel)) == a->want;
+	if (r && r->type == REDIS_REPLY_ARRAY)
+		n += (long long)r->elements;
+	if (r)
+		freeReplyObject(r);
+	return n == a->want;
 }
 
 static int flag_set(void *p)

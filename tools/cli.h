@@ -59,6 +59,7 @@ struct cli_conn {
 	struct dmutex__admin_url *url;  /* the URL parsed */
 	struct dmutex__admin *adm;      /* its masters */
 	const char *prefix;             /* of every key: the URL's */
+	int cluster;                    /* publish with SPUBLISH (a cluster's waiters SSUBSCRIBE) */
 	size_t nnodes;                  /* masters; a cluster's once connected */
 	struct dmutex__conn **ctx;      /* one per master; NULL when unreachable;
 	                                 * NULL itself until the masters are known */
@@ -104,9 +105,10 @@ struct cli_lock {
 	long long fence_counter;        /* last token handed out; -1 none */
 	int acquired_after_death;       /* the current holder took over a dead one's */
 	int cached;                     /* held as a lease its process keeps (README "Cached leases") */
+	int reserved;                   /* no hold: reserved for a woken waiter (README "Who a release wakes") */
 	int robust;                     /* ROBUST_* */
 	char state[16];                 /* meta state, "" = clean (see notrec_mark) */
-	long long waiters;              /* clients subscribed to the wake channel */
+	long long waiters;              /* processes waiting: queued, or (older clients) subscribed */
 	char hostid[64];                /* the holder's "boot_id/pidns"; "" unknown */
 	int alive;                      /* the holder's pid: 1 alive, 0 gone, -1 cannot know
 	                                 * (another machine or pid namespace) */

@@ -57,6 +57,7 @@ cli_conn_parse(struct cli_conn *cc, const char *url)
 		memset(cc, 0, sizeof *cc);
 		return bad_url(err == ENOMEM ? ENOMEM : EINVAL);
 	}
+	cc->cluster = dmutex__admin_cluster(cc->adm);
 	if (dmutex__admin_masters(cc->adm) && (err = conns_alloc(cc))) {
 		cli_conn_close(cc);
 		return err;

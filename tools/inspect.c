@@ -1,17 +1,18 @@
 /*
  * What Redis holds about one lock, in one round trip: the lock key and its
  * PTTL (present only while held, or the not-recoverable mark), the meta
- * hash (fencing counter, robust state), the number of clients subscribed
- * to the wake channel, and the waiters registered on the condition
- * variable of the same name.
+ * hash (fencing counter, robust state), the waiting processes (queued in
+ * the waiters' queue, or, clients of an older version, subscribed to the
+ * wake channel), and the waiters registered on the condition variable of
+ * the same name.
  *
  * The lock key of a fair mutex is a hash (key layout 2); any other's a
  * string (layout 3, src/backend/scripts/acquire.lua).  Both GET and HGETALL
  * are sent: the one that does not fit the key's type answers WRONGTYPE, so
  * the type costs no round trip of its own.
  */
-#define NREPLIES 8
-#define NSUMMARY 6      /* list and top: the waiters counted, not named */
+#define NREPLIES 9
+#define NSUMMARY 7      /* list and top: the waiters counted, not named */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -45,19 +46,21 @@ static int
 append(struct dmutex__conn *c, const char *prefix, const char *name, int detail)
 {
 	char lk[DMUTEX__ADMIN_KEY_MAX], mk[DMUTEX__ADMIN_KEY_MAX], ch[DMUTEX__ADMIN_KEY_MAX], ck[DMUTEX__ADMIN_KEY_MAX];
-	char ik[DMUTEX__ADMIN_KEY_MAX];
+	char ik[DMUTEX__ADMIN_KEY_MAX], qk[DMUTEX__ADMIN_KEY_MAX];
 
 	dmutex__admin_key(lk, prefix, "lock", name);
 	dmutex__admin_key(mk, prefix, "meta", name);
 	dmutex__admin_key(ch, prefix, "wake", name);
 	dmutex__admin_key(ck, prefix, "cond", name);
 	dmutex__admin_key(ik, prefix, "cinfo", name);
+	dmutex__admin_key(qk, prefix, "wq", name);
 	if (dmutex__conn_appendf(c, "GET %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "HGETALL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "PTTL %b", lk, strlen(lk)) ||
 	    dmutex__conn_appendf(c, "HGETALL %b", mk, strlen(mk)) ||
 	    dmutex__conn_appendf(c, "PUBSUB NUMSUB %b", ch, strlen(ch)) ||
-	    dmutex__conn_appendf(c, "ZCARD %b", ck, strlen(ck)))
+	    dmutex__conn_appendf(c, "ZCARD %b", ck, strlen(ck)) ||
+	    dmutex__conn_appendf(c, "ZCARD %b", qk, strlen(qk)))
 		return connection_failed(c);
 	if (detail && (dmutex__conn_appendf(c, "ZRANGE %b 0 %d", ck, strlen(ck), CLI_COND_SHOWN - 1) ||
 			dmutex__conn_appendf(c, "HGETALL %b", ik, strlen(ik))))
@@ -204,8 +207,11 @@ holder_of_string(struct cli_lock *l, const char *key, const char *val)
 	/* "-": no token asked for during this hold yet (fence.lua). */
 	l->fence = num(fence);
 	l->acquired_after_death = !strcmp(died, "1");
-	/* c: the lease is kept for its process (lease_cache.lua). */
+	/* c: the lease is kept for its process (lease_cache.lua); h: no
+	 * hold, the lock reserved for the waiter a release just woke, for
+	 * 100 ms at most (wake_queue.lua). */
 	l->cached = strchr(flags, 'c') != NULL;
+	l->reserved = strchr(flags, 'h') != NULL;
 	snprintf(l->hostid, sizeof l->hostid, "%s", strcmp(hostid, "-") ? hostid : "");
 	return 0;
 }
@@ -214,7 +220,8 @@ static void
 fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 {
 	const redisReply *str = rep[0], *hash = rep[1], *pttl = rep[2], *meta = rep[3];
-	const redisReply *subs = rep[4], *ncond = rep[5], *members = rep[6], *info = rep[7];
+	const redisReply *subs = rep[4], *ncond = rep[5], *queued = rep[6], *members = rep[7];
+	const redisReply *info = rep[8];
 	const char *s;
 	char key[DMUTEX__ADMIN_KEY_MAX];
 	long long mv;
@@ -240,12 +247,13 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 	} else if (str->type == REDIS_REPLY_STRING) {
 		if (holder_of_string(l, key, str->str))
 			return;
-		l->held = 1;
+		l->held = !l->reserved;
 	} else if (hash->type == REDIS_REPLY_ARRAY && hash->elements > 0) {
 		holder_of_hash(l, hash);
 		l->held = 1;
 	}
-	l->exists = l->held || l->notrec_mark || (meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
+	l->exists = l->held || l->reserved || l->notrec_mark ||
+		(meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
 	if (l->held) {
 		l->alive = pid_alive(l->hostid, l->pid);
 		if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
@@ -275,6 +283,10 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 	if (subs->type == REDIS_REPLY_ARRAY && subs->elements == 2 &&
 	    subs->element[1]->type == REDIS_REPLY_INTEGER)
 		l->waiters = subs->element[1]->integer;
+	/* Queued (wake_queue.lua): one token per waiting process, a dead one
+	 * until a release skips it. */
+	if (l->waiters >= 0 && queued->type == REDIS_REPLY_INTEGER)
+		l->waiters += queued->integer;
 	if (ncond->type == REDIS_REPLY_INTEGER) {
 		l->cond_waiters = ncond->integer;
 		l->exists |= ncond->integer > 0;

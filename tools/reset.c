@@ -52,24 +52,64 @@ say_refused(const struct cli_lock *l, const char *node)
 			l->name, holder, dur, node ? " on " : "", node ? node : "");
 }
 
-/* One node.  *what: 0 nothing to do, 1 something removed, -1 no such lock. */
+/* Queue the transaction's wake-ups: the lock's channel (older clients
+ * listen there) and the own channel of every waiter queued for the lock
+ * (README "Who a release wakes"), which then looks again now, not at its
+ * bound (a third of its lease).  A member is the waiter's token, or '!'
+ * and it for a Redlock waiter, whose channel is the token's.  A cluster's
+ * waiters listen with SSUBSCRIBE, which only SPUBLISH reaches (the
+ * library's scripts are rewritten so: embed_lua.py).  0 or CLI_BACKEND. */
 static int
-reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int force,
+queue_wakes(struct dmutex__conn *c, int cluster, const char *ch, const redisReply *q)
+{
+	const char *pub = cluster ? "SPUBLISH" : "PUBLISH";
+	int status;
+
+	if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "%s %b r", pub, ch,
+			strlen(ch)))))
+		return status;
+	for (size_t i = 0; i < q->elements; i++) {
+		const char *tok = q->element[i]->str;
+		size_t len = (size_t)q->element[i]->len;
+
+		if (q->element[i]->type != REDIS_REPLY_STRING)
+			continue;
+		if (len && tok[0] == '!') {
+			tok++;
+			len--;
+		}
+		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "%s %b:%b r", pub,
+				ch, strlen(ch), tok, len))))
+			return status;
+	}
+	return 0;
+}
+
+/* One node.  *what: 0 nothing to do, 1 something removed, -1 no such lock.
+ * The queue is read under the WATCH and emptied in the transaction, so a
+ * waiter that queues meanwhile makes it run again, never is dropped
+ * unwoken. */
+static int
+reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const char *name, int force,
 		const char *node, int *what)
 {
 	char lk[DMUTEX__ADMIN_KEY_MAX], mk[DMUTEX__ADMIN_KEY_MAX], ch[DMUTEX__ADMIN_KEY_MAX];
+	char qk[DMUTEX__ADMIN_KEY_MAX];
 	char holder[512], dur[32], fence[32], on[600] = "";
 	struct cli_lock l;
-	redisReply *r;
+	redisReply *r, *q = NULL;
+	size_t queued;
 	int status;
 
 	dmutex__admin_key(lk, prefix, "lock", name);
 	dmutex__admin_key(mk, prefix, "meta", name);
 	dmutex__admin_key(ch, prefix, "wake", name);
+	dmutex__admin_key(qk, prefix, "wq", name);
 	if (node)
 		snprintf(on, sizeof on, " on %s", cli_text(holder, sizeof holder, node));
 	for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
-		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "WATCH %b %b", lk, strlen(lk), mk, strlen(mk)))))
+		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "WATCH %b %b %b", lk,
+				strlen(lk), mk, strlen(mk), qk, strlen(qk)))))
 			return status;
 		if ((status = cli_inspect(c, prefix, name, &l)))
 			goto unwatch;
@@ -78,7 +118,15 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 			status = CLI_BACKEND;
 			goto unwatch;
 		}
-		if (!l.exists) {
+		q = dmutex__conn_command(c, dmutex__conn_deadline(c), "ZRANGE %b 0 -1", qk, strlen(qk));
+		if (!q || q->type != REDIS_REPLY_ARRAY) {
+			status = simple(c, q);
+			q = NULL;
+			status = status ? status : CLI_BACKEND;
+			goto unwatch;
+		}
+		queued = q->elements;
+		if (!l.exists && !queued) {
 			*what = -1;
 			goto unwatch;
 		}
@@ -87,17 +135,23 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 			status = CLI_REFUSED;
 			goto unwatch;
 		}
-		if (!l.held && !l.state[0] && !l.notrec_mark) {
+		/* A reservation (no hold) and a queue of waiters nobody wakes
+		 * are reset too: the waiters look again at once. */
+		if (!l.held && !l.reserved && !l.state[0] && !l.notrec_mark && !queued) {
 			*what = 0;
 			goto unwatch;
 		}
 		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "MULTI"))) ||
-		    ((l.held || l.notrec_mark) &&
+		    ((l.held || l.notrec_mark || l.reserved) &&
 		     (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", lk, strlen(lk))))) ||
 		    ((l.state[0] || l.notrec_mark) &&
 		     (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", mk, strlen(mk))))) ||
-		    (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "PUBLISH %b r", ch, strlen(ch)))))
+		    (status = queue_wakes(c, cluster, ch, q)) ||
+		    (queued &&
+		     (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", qk, strlen(qk))))))
 			goto unwatch;
+		freeReplyObject(q);
+		q = NULL;
 		if (!(r = dmutex__conn_command(c, dmutex__conn_deadline(c), "EXEC"))) {
 			cli_lock_free(&l);
 			return simple(c, NULL);
@@ -128,15 +182,23 @@ reset_node(struct dmutex__conn *c, const char *prefix, const char *name, int for
 			printf("reset '%s'%s: cleared the owner-died state (its last holder %s)\n",
 					name, on, !strcmp(l.state, "died") ? "exited holding it"
 					: "stopped renewing without unlocking");
+		else if (!l.held)
+			printf("reset '%s'%s: %s, woke the %zu process%s waiting for it\n", name, on,
+					l.reserved ? "dropped the reservation for the waiting process a release woke"
+					: "free", queued, queued == 1 ? "" : "es");
 		cli_lock_free(&l);
 		return 0;
 	}
 	cli_err("'%s' keeps changing%s; nothing was reset", name, on);
 	return CLI_BACKEND;
 unwatch:
+	if (q)
+		freeReplyObject(q);
 	cli_lock_free(&l);
-	/* Drop the WATCH so a reused connection starts clean; errors here
-	 * change nothing the caller needs to know. */
+	/* Drop the WATCH (and a MULTI begun) so a reused connection starts
+	 * clean; errors here change nothing the caller needs to know. */
+	if ((r = dmutex__conn_command(c, dmutex__conn_deadline(c), "DISCARD")))
+		freeReplyObject(r);
 	if ((r = dmutex__conn_command(c, dmutex__conn_deadline(c), "UNWATCH")))
 		freeReplyObject(r);
 	return status;
@@ -243,7 +305,7 @@ cli_cmd_reset(int argc, char **argv, const char *url)
 			absent++;      /* a cluster: another master's name */
 			continue;
 		}
-		if ((status = reset_node(cc.ctx[n], cc.prefix, name, force,
+		if ((status = reset_node(cc.ctx[n], cc.cluster, cc.prefix, name, force,
 				cc.nnodes > 1 ? cli_conn_node(&cc, n) : NULL, &what)))
 			goto out;
 		absent += what < 0;

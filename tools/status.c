@@ -29,7 +29,8 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 		fprintf(f, ": cannot read: %s\n", cli_text(buf, sizeof buf, l->error));
 		return;
 	}
-	fprintf(f, ": %s\n", l->cached ? "cached" : l->held ? "held" : "free");
+	fprintf(f, ": %s\n", l->cached ? "cached" : l->held ? "held" : l->reserved ?
+			"free, reserved for the waiting process a release just woke" : "free");
 	if (l->cached)
 		fputs("  cached:      the holder's process keeps the lease: free for its threads, which\n"
 		      "               lock it without asking Redis, unless one of them holds it now;\n"

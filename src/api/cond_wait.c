@@ -2,8 +2,10 @@
  * wait, timedwait and clockwait are one function with different deadlines:
  *
  * 1. subscribe to a channel of the waiting thread's own (through the
- *    client's wake-up thread), and to the mutex's wake channel, so that
- *    taking the mutex back costs no subscription round trip;
+ *    client's wake-up thread), and to the mutex's wake channel (the one
+ *    the first request to take it back listens on: with its token chosen
+ *    now, where the backend wakes one waiter per release), so that taking
+ *    the mutex back costs no subscription round trip;
  * 2. register as a waiter in the backend, then release the mutex.  Whoever
  *    changes the predicate and signals holds the mutex after us, so finds
  *    us registered: no wake-up is lost between the unlock and the sleep;
@@ -44,12 +46,15 @@
  * returns ENOLCK (issue 25): a loss of the hold the wait gave up is the
  * wait's to report, once the mutex is held again. */
 static int
-take_back(dmutex_t *m, struct dmutex__entry *e, int depth)
+take_back(dmutex_t *m, struct dmutex__entry *e, int depth, const char *token)
 {
 	int err;
 
-	while ((err = dmutex__relock(m)) == EIO)
+	/* The token subscribed to beforehand, for the first request only. */
+	while ((err = dmutex__relock(m, token)) == EIO) {
 		dmutex__log(DMUTEX_LOG_WARN, "condition wait: cannot take '%s' back yet; retrying", e->name);
+		token = NULL;
+	}
 	if (err == 0 || err == EOWNERDEAD) {
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		e->depth = depth;
@@ -63,6 +68,10 @@ struct cancel_ctx {
 	struct dmutex__cond *cx;
 	struct dmutex__wsub *sub;
 	struct dmutex__wsub *msub;      /* the mutex's wake channel, or NULL */
+	/* The token of the first request taking the mutex back, whose own
+	 * channel msub is ("" if none: a new token then, and the lock's) */
+	char mtoken[DMUTEX__TOKEN_HEX + 1];
+	int fair;
 	dmutex_t *m;
 	struct dmutex__entry *e;
 	const char *token;
@@ -81,7 +90,7 @@ cancelled(void *arg)
 		dcond_signal(k->c);     /* woken as it was cancelled: pass it on */
 	dmutex__waiter_unsub(k->cx->client->be, k->sub);
 	__atomic_fetch_sub(&k->cx->waiters, 1, __ATOMIC_ACQ_REL);
-	err = dmutex__relock(k->m);
+	err = dmutex__relock(k->m, *k->mtoken ? k->mtoken : NULL);
 	dmutex__ticket_put(k->rel);
 	if (k->msub)
 		dmutex__waiter_unsub(k->e->client->be, k->msub);
@@ -167,7 +176,11 @@ subscribe(struct cancel_ctx *k, const char *channel, uint64_t *seq)
 	 * subscriptions travel together.  Without it (out of memory) the
 	 * mutex subscribes when it needs to, as usual. */
 	k->msub = NULL;
-	if ((mchannel = e->client->be->ops->channel(e->client->be, e->name))) {
+	*k->mtoken = '\0';
+	if (e->client->be->ops->wake_one && !k->fair && dmutex__token(k->mtoken))
+		*k->mtoken = '\0';
+	if ((mchannel = dmutex__wake_own_channel(e->client->be, e->name, *k->mtoken ? k->mtoken : NULL,
+			k->fair))) {
 		k->msub = dmutex__waiter_sub(e->client->be, mchannel, dmutex__now_ns());
 		free(mchannel);
 	}
@@ -268,7 +281,7 @@ leave_and_take_back(struct cancel_ctx *k, struct sleep_state *st, int lost)
 	 * would take a CPU (2 on the benchmark's machine) and a turn of the
 	 * server from the mutex's acquire on the way to our return; a
 	 * message it hears meanwhile is for no one (the token was ours). */
-	err = take_back(k->m, e, k->depth);
+	err = take_back(k->m, e, k->depth, *k->mtoken ? k->mtoken : NULL);
 	dmutex__waiter_unsub(cl->be, k->sub);
 	if (k->rel) {
 		lost |= dmutex__ticket_wait(k->rel, dmutex__now_ns() +
@@ -302,6 +315,7 @@ wait_held(dcond_t *c, struct dmutex__cond *cx, dmutex_t *m, struct dmutex__mutex
 	int err, lost = 0;
 
 	k.e = mx->entry;
+	k.fair = mx->fair;
 	if (check_owner(k.cx, k.e, &k.depth))
 		return EPERM;
 	/* Nothing to wait for: as if released and taken back at once. */

@@ -21,16 +21,19 @@ enum { BLOCK, TRY };
 
 /* A lost reply may have given us the lock: take it back, or make sure it
  * is taken back in the background, so that nobody waits for a lock that
- * nobody knows it holds. */
+ * nobody knows it holds.  A waiter that queued leaves the queue the same
+ * way, and passes on a wake-up it may have been given (release.lua). */
 static void
 abandon(struct dmutex_client *c, struct dmutex__entry *e, const char *token, unsigned lease_ms,
-		int64_t until, int fair)
+		int64_t until, int fair, int queued)
 {
 	/* A trylock's or a timed lock's release shares its deadline (past
 	 * it: at once to the background), so that the call returns within
 	 * command_timeout_ms, or by its deadline.  Fair: also leaves the
-	 * queue, or hands on a lock handed to us. */
-	int mode = DMUTEX__REL_ABANDON | (fair ? DMUTEX__REL_FAIR : 0);
+	 * queue, or hands on a lock handed to us; queued (non-fair): leaves
+	 * the waiters' queue, passing a wake-up on. */
+	int mode = fair ? DMUTEX__REL_ABANDON | DMUTEX__REL_FAIR
+		: queued ? DMUTEX__REL_LEAVE : DMUTEX__REL_ABANDON;
 	dmutex__renewer_release(c, e->name, token, mode, until ? until
 			: dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, NULL, lease_ms);
 }
@@ -105,16 +108,17 @@ take_hold(struct dmutex__mutex *mx, struct dmutex__entry *e, const char *token, 
 	return 0;
 }
 
-/* The channel a waiter listens on: the lock's, or for a fair lock's waiter
- * its own, "<the lock's>:<token>" (fair_release.lua publishes a hand-over
- * there, so that only the head's process hears it).  Caller frees. */
-static char *
-wake_channel(struct dmutex__backend *be, const char *name, const char *token)
+/* internal.h.  Its own channel where the backend wakes one waiter per
+ * release (fair_release.lua hands a fair lock over there; a non-fair
+ * release wakes the first live waiter of its queue there, wake_queue.lua),
+ * so that only that waiter's process hears it; else (etcd) the lock's. */
+char *
+dmutex__wake_own_channel(struct dmutex__backend *be, const char *name, const char *token, int fair)
 {
 	char *ch = be->ops->channel(be, name), *own;
 	size_t len;
 
-	if (!ch || !token)
+	if (!ch || !token || !(fair || be->ops->wake_one))
 		return ch;
 	len = strlen(ch);
 	if (!(own = realloc(ch, len + 1 + strlen(token) + 1))) {
@@ -148,7 +152,7 @@ mutex_channel(void *arg)
 	struct mutex_try *m = arg;
 	struct dmutex__entry *e = m->mx->entry;
 
-	return wake_channel(e->client->be, e->name, m->mx->fair ? m->token : NULL);
+	return dmutex__wake_own_channel(e->client->be, e->name, m->token, m->mx->fair);
 }
 
 /* Granted, under e->mu: record the hold, unless a thread of ours that
@@ -166,7 +170,7 @@ granted_take(struct mutex_try *m, struct dmutex__acquire *aq, const struct dmute
 	if (e->held && !local_release_ended(e,
 			sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms))) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair);
+		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair, m->queued);
 		/* Queue again with a new token: the release of the old one, if
 		 * it could not be confirmed, is retried in the background, and
 		 * must never meet a hold we take next under the same token (it
@@ -181,7 +185,7 @@ granted_take(struct mutex_try *m, struct dmutex__acquire *aq, const struct dmute
 	}
 	if ((err = take_hold(mx, e, m->token, a->fence, a->died, sent))) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair);
+		abandon(e->client, e, m->token, mx->lease_ms, m->try_until, mx->fair, m->queued);
 		t->err = err;
 		return DMUTEX__TRY_DONE;
 	}
@@ -197,17 +201,25 @@ busy_answer(struct mutex_try *m, const struct dmutex__acq *a, int64_t sent, int6
 {
 	struct dmutex__mutex *mx = m->mx;
 	int64_t lease = (int64_t)mx->lease_ms * DMUTEX__MS;
+	/* Non-fair, queued (wake_queue.lua): one waiter is woken per release. */
+	int one = !mx->fair && a->wait && mx->entry->client->be->ops->wake_one;
 
 	*m->busy = 1;
 	if (mx->fair)
 		m->busy_sent = sent;
-	/* Fair: we hold a place in the queue now, to give back if we go. */
-	m->queued |= mx->fair && a->wait;
+	/* We hold a place in the queue now, to give back if we go: a fair
+	 * lock's, or a non-fair one's whose wake-up we may have been given
+	 * (the give-back passes it on, release.lua). */
+	m->queued |= (mx->fair || one) && a->wait;
 	/* Sleep until woken, or at most until the holder's lease ends (so a
 	 * lost wake-up costs at most one lease). */
 	t->bound = a->pttl_ms >= 0 ? now + (a->pttl_ms + 1) * DMUTEX__MS : now + lease;
-	/* Fair: our place in the queue lasts a lease; asking keeps it. */
-	if (mx->fair && t->bound > now + lease / 3)
+	/* Fair: our place in the queue lasts a lease; asking keeps it.
+	 * Queued non-fair: a release wakes only the first live waiter, and
+	 * one that is stopped (SIGSTOP, a debugger) still counts as live; so
+	 * that it costs the others at most this, not the holder's whole
+	 * lease.  Asking again keeps the place (ZADD NX). */
+	if ((mx->fair || one) && t->bound > now + lease / 3)
 		t->bound = now + lease / 3;
 	t->no_wake = a->split;
 	t->now = now;
@@ -328,7 +340,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		return err;
 	err = dmutex__acquire_wait(&aq);
 	if (err && err != EOWNERDEAD && (m.maybe_done || m.queued))
-		abandon(c, e, m.token, mx->lease_ms, give_back_by(c, &m, mode), mx->fair);
+		abandon(c, e, m.token, mx->lease_ms, give_back_by(c, &m, mode), mx->fair, m.queued);
 	return err;
 }
 
@@ -363,7 +375,7 @@ fifo_leave(struct dmutex__entry *e, struct dmutex__fifo *me)
 }
 
 static int lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
-		int presub);
+		int presub, const char *token);
 
 /* Under e->mu, which it releases: the owner locking its mutex again. */
 static int
@@ -389,7 +401,7 @@ relock_own(dmutex_t *m, struct dmutex__mutex *mx, int mode, int64_t until, int b
 		dmutex__log(DMUTEX_LOG_WARN, "lock '%s': re-lock by its owner: the hold was lost; "
 				"taking the lock anew", e->name);
 		dmutex__unlock_impl(m);
-		err = lock_impl(m, NULL, mode, until, bad_deadline, presub);
+		err = lock_impl(m, NULL, mode, until, bad_deadline, presub, NULL);
 		if (err == 0 || err == EOWNERDEAD) {
 			dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 			if (e->held && pthread_equal(e->owner, pthread_self()))
@@ -521,7 +533,7 @@ take_local(struct dmutex__mutex *mx, struct dmutex__fifo *me, int mode, int64_t 
 		if (now < me->sent_ns + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
 			if ((*err = take_hold(mx, e, me->token, me->fence, me->died, me->sent_ns))) {
 				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				abandon(e->client, e, me->token, mx->lease_ms, 0, 1);
+				abandon(e->client, e, me->token, mx->lease_ms, 0, 1, 0);
 				return 1;
 			}
 			gen = e->gen;
@@ -562,7 +574,7 @@ settle_by(struct dmutex__entry *e, int64_t until)
  * release of it pending and holds its entry's mutex. */
 static int
 lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, int bad_deadline,
-		int presub)
+		int presub, const char *token)
 {
 	struct dmutex__mutex *mx = locked;
 	struct dmutex__entry *e;
@@ -599,7 +611,7 @@ lock_impl(dmutex_t *m, struct dmutex__mutex *locked, int mode, int64_t until, in
 		settle_by(e, until);
 
 	err = acquire_remote(mx, mode, until, bad_deadline, presub,
-			mx->fair && me.offered ? me.token : NULL, &contended, &first, &done);
+			mx->fair && me.offered ? me.token : token, &contended, &first, &done);
 	if ((err == 0 || err == EOWNERDEAD) && done)
 		dmutex__met_acquired(e, t0 ? t0 : first, done, contended);
 
@@ -679,16 +691,16 @@ dmutex__lock(dmutex_t *m, int mode, int64_t until, int bad_deadline)
 	if (lock_fast(m, &locked))
 		return 0;
 	cs = dmutex__nocancel();
-	err = lock_impl(m, locked, mode, until, bad_deadline, 0);
+	err = lock_impl(m, locked, mode, until, bad_deadline, 0, NULL);
 
 	dmutex__cancel_restore(cs);
 	return err;
 }
 
 int
-dmutex__relock(dmutex_t *m)
+dmutex__relock(dmutex_t *m, const char *token)
 {
-	int cs = dmutex__nocancel(), err = lock_impl(m, NULL, BLOCK, NO_DEADLINE, 0, 1);
+	int cs = dmutex__nocancel(), err = lock_impl(m, NULL, BLOCK, NO_DEADLINE, 0, 1, token);
 
 	dmutex__cancel_restore(cs);
 	return err;

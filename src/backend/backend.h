@@ -70,6 +70,10 @@ enum {
 	DMUTEX__REL_NOTREC = 1,
 	DMUTEX__REL_DIED = 2,
 	DMUTEX__REL_ABANDON = 3,
+	/* ABANDON by a waiter that leaves a non-fair lock's queue (it gave
+	 * up): also passes on a wake-up it may have been given (release.lua).
+	 * Not for Redlock's roll-back of a minority, which waits on. */
+	DMUTEX__REL_LEAVE = 4,
 	/* or'ed in: a fair lock's release, which hands the lock to the head
 	 * of its queue (fair_release.lua) */
 	DMUTEX__REL_FAIR = 0x10
@@ -348,6 +352,11 @@ struct dmutex__backend_ops {
 	void (*wake_lock)(struct dmutex__backend *be);
 	void (*wake_unlock)(struct dmutex__backend *be);
 	void (*wake_atfork_child)(struct dmutex__backend *be);
+	/* 1: a non-fair mutex's waiter listens on a channel of its own, the
+	 * lock's with ':' and its token, and its release wakes one waiting
+	 * process (Redis: wake_queue.lua).  0: on the lock's channel, which
+	 * every release tells (etcd: its watches). */
+	int wake_one;
 
 	/* ---- condition variables (required) ----
 	 * channel: the wake channel of one waiter into out[DMUTEX__CHANNEL_MAX].

@@ -58,6 +58,9 @@ int dmutex__admin_open(const struct dmutex__backend_cfg *cfg, struct dmutex__adm
 int dmutex__admin_resolve(struct dmutex__admin *a);
 void dmutex__admin_close(struct dmutex__admin *a);
 size_t dmutex__admin_masters(const struct dmutex__admin *a);
+/* 1 for a cluster: its scripts and waiters use sharded Pub/Sub (SPUBLISH,
+ * SSUBSCRIBE), which a plain PUBLISH does not reach. */
+int dmutex__admin_cluster(const struct dmutex__admin *a);
 /* Master i's address for people (password masked); the URL's first
  * address (a cluster's template) for dmutex__admin_url_name. */
 const char *dmutex__admin_master_name(const struct dmutex__admin *a, size_t i);

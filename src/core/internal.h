@@ -406,8 +406,16 @@ int dmutex__unlock_impl(dmutex_t *m);
  * reference to its ticket (the caller puts it), else NULL. */
 int dmutex__unlock_for_wait(dmutex_t *m, struct dmutex__rel_ticket **ticket);
 /* dmutex_lock for a condition wait's caller, which holds a subscription to
- * the mutex's wake channel (cond_wait.c): no round trip to subscribe. */
-int dmutex__relock(dmutex_t *m);
+ * the mutex's wake channel (cond_wait.c): no round trip to subscribe.
+ * token: what the first request asks with, whose own channel the caller
+ * subscribed to (dmutex__wake_own_channel); NULL: a new one, and the
+ * lock's channel.  A token is asked with once: the give-up of a failed
+ * request may still be on its way and must not meet a later hold. */
+int dmutex__relock(dmutex_t *m, const char *token);
+/* The channel a waiter with `token` listens on (caller frees): its own,
+ * "<the lock's>:<token>", where a release wakes one waiter (the backend's
+ * wake_one, and fair locks); else the lock's.  NULL: out of memory. */
+char *dmutex__wake_own_channel(struct dmutex__backend *be, const char *name, const char *token, int fair);
 int dmutex__resolve(dmutex_t *m, struct dmutex__mutex **out);
 /* For fast paths: m's object if m is initialized and bound, else NULL
  * (nothing logged, nothing bound: the caller then takes dmutex__resolve's

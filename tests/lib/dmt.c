@@ -628,8 +628,14 @@ dmt_backend_waiters(const struct th_redis *r, const char *name)
 	char k[DMUTEX_NAME_MAX + 64];
 	long long n;
 
-	if (!etcd_port)
-		return th_numsub(th_redis_cmd(r, "PUBSUB NUMSUB dmutex:wake:{%s}", name));
+	if (!etcd_port) {
+		redisReply *rep = th_redis_cmd(r, "PUBSUB CHANNELS dmutex:wake:{%s}:*", name);
+
+		n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
+		if (rep)
+			freeReplyObject(rep);
+		return n;
+	}
 	/* Behind the holder, one key per waiting process (its other threads
 	 * wait in the process). */
 	etcd_queue(k, sizeof k, name);

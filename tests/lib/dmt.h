@@ -174,10 +174,10 @@ int dmt_lock_set(const struct th_redis *r, const char *name, const char *field, 
 /* EXISTS of NAME's lock key: 1, 0, or LLONG_MIN on error.  In the etcd
  * run: whether NAME's queue holds a key (a hold or a waiter). */
 long long dmt_lock_exists(const struct th_redis *r, const char *name);
-/* The processes waiting for NAME on the backend: subscribers of its wake
- * channel on Redis (PUBSUB NUMSUB; one per process, whose other threads
- * wait in the process), the keys queued behind the holder's over etcd.
- * -1 on error. */
+/* The processes waiting for NAME on the backend: on Redis the waiters'
+ * own wake channels, "dmutex:wake:{NAME}:<token>" (PUBSUB CHANNELS; one
+ * per process, whose other threads wait in the process), the keys queued
+ * behind the holder's over etcd.  -1 on error. */
 long long dmt_backend_waiters(const struct th_redis *r, const char *name);
 /* Registered waiters of condition variable NAME: its waiter set's size
  * (ZCARD) on Redis, its waiter keys over etcd.  -1 or LLONG_MIN on error. */

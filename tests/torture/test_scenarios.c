@@ -57,25 +57,53 @@ token_of(const char *name, char *out, size_t len)
 	cr_assert(dmt_lock_field(&srv, name, "token", out, len), "no lock key for '%s'", name);
 }
 
+/* The script at path as Redis runs it: each line "-- @include NAME"
+ * replaced by the file NAME beside it (src/backend/redis/scripts/
+ * embed_lua.py), into out[len]. */
+static void
+read_script(const char *path, char *out, size_t len)
+{
+	char line[1024], inc[1024];
+	size_t n = 0;
+	FILE *f, *g;
+
+	cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+	while (fgets(line, sizeof line, f)) {
+		if (!strncmp(line, "-- @include ", 12)) {
+			const char *slash = strrchr(path, '/');
+
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(inc, sizeof inc, "%.*s%s", slash ? (int)(slash - path + 1) : 0, path, line + 12);
+			cr_assert_not_null(g = fopen(inc, "r"), "%s", inc);
+			n += fread(out + n, 1, len - 1 - n, g);
+			fclose(g);
+		} else {
+			size_t k = strlen(line);
+
+			cr_assert_lt(n + k, len, "%s: longer than %zu bytes", path, len);
+			memcpy(out + n, line, k);
+			n += k;
+		}
+	}
+	fclose(f);
+	cr_assert_lt(n, len - 1, "%s: longer than %zu bytes", path, len);
+	out[n] = '\0';
+}
+
 /* docs/faults.md #4. */
 Test(scenarios, old_unlock_retried_after_reacquire_keeps_the_new_hold)
 {
 	const char *name = "scen-token";
-	char url[700], t1[64], t2[64], t_after[64], lk[600], mk[600], ch[600], src[4096];
+	char url[700], t1[64], t2[64], t_after[64], lk[600], mk[600], ch[600], src[32768];
 	const char *path = getenv("RELEASE_LUA");
 	dmutex_client_t *c;
 	dmutex_t m;
 	uint64_t f2, f_after;
 	redisReply *r;
-	FILE *f;
-	size_t n;
 	int rc;
 
-	cr_assert_not_null(path, "RELEASE_LUA (src/backend/scripts/release.lua) not set");
-	cr_assert_not_null(f = fopen(path, "r"), "%s", path);
-	n = fread(src, 1, sizeof src - 1, f);
-	fclose(f);
-	src[n] = '\0';
+	cr_assert_not_null(path, "RELEASE_LUA (src/backend/redis/scripts/release.lua) not set");
+	read_script(path, src, sizeof src);
 
 	cr_assert_not_null(proxy = th_proxy_start(srv.port));
 	/* async_release=0: an unlock that waits for its answer, and so can

@@ -126,6 +126,12 @@ dmutex__admin_masters(const struct dmutex__admin *a)
 	return a->nnodes;
 }
 
+int
+dmutex__admin_cluster(const struct dmutex__admin *a)
+{
+	return a->cfg->nodes[0].cluster;
+}
+
 const char *
 dmutex__admin_master_name(const struct dmutex__admin *a, size_t i)
 {

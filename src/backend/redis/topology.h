@@ -74,7 +74,8 @@ void dmutex__backend_child_nodes(struct dmutex__backend *be);
 	.wake_stop = dmutex__redis_waiter_stop, \
 	.wake_lock = dmutex__redis_waiter_lock, \
 	.wake_unlock = dmutex__redis_waiter_unlock, \
-	.wake_atfork_child = dmutex__redis_waiter_atfork_child
+	.wake_atfork_child = dmutex__redis_waiter_atfork_child, \
+	.wake_one = 1
 
 #define DMUTEX__REDIS_COND_OPS \
 	.cond_channel = dmutex__redis_cond_channel, \

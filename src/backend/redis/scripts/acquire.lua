@@ -6,15 +6,17 @@
 --          fence '-' until the hold asks for it (fence.lua); flags '-' or
 --          letters: r robust hold, w someone waits (release.lua publishes
 --          only then), c the lease is kept for its process
---          (lease_cache.lua).  "3 notrec" (no expiry): not recoverable
+--          (lease_cache.lua), h no hold: reserved for the waiter whose
+--          token it carries, which a release just woke (wake_queue.lua).  "3 notrec" (no expiry): not recoverable
 --          until an operator resets it.
 -- KEYS[2]  meta hash: fence (the last token handed out), state (robust
 --          holds only: held, died); expires idle_ms after the lease of the
 --          hold that last wrote it
 -- ARGV     token, lease_ms, tail ("lease since pid tid hostid host", made
 --          by the client: for operators), robust (1/0), keep_ms (lease_ms
---          + idle_ms), wait (1: the caller listens on the wake channel and
---          waits if the lock is busy; 0: trylock, or not subscribed yet),
+--          + idle_ms), wait (1: the caller listens on its own wake channel
+--          and waits if the lock is busy: it queues, wake_queue.lua; 0:
+--          trylock, or not subscribed yet),
 --          step (0: the token at the hold's first dmutex_fence, fence.lua;
 --          1: Redlock: a token now, counted on from the counter, see below;
 --          2: a token now: Cluster, where fence.lua could meet a slot in
@@ -62,6 +64,7 @@ local tok, lease, robust, keep, step = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[
 
 -- @include token.lua
 -- @include layout.lua
+-- @include wake_queue.lua
 
 local val = redis.call('GET', KEYS[1])
 if val then
@@ -75,41 +78,60 @@ if val then
 		end
 		return redis.error_reply('WRONGTYPE lock key holds data dmutex did not write')
 	end
-	if cur == tok then
-		redis.call('PEXPIRE', KEYS[1], lease)
-		if step ~= '0' then
-			-- Redlock: while our first attempt's key sat here, another
-			-- holder may have raised this node's counter (fence_raise); a
-			-- token handed out now must still be above it.  On one node
-			-- the two are always equal.
-			local counter = redis.call('HGET', KEYS[2], 'fence')
-			if fence == '-' or (counter and above(counter, fence)) then
-				fence = fresh_token(KEYS[2], counter, step)
-				redis.call('HSET', KEYS[2], 'v', VERSION)
-				redis.call('PEXPIRE', KEYS[2], keep)
-				redis.call('SET', KEYS[1], value(cur, fence, died, flags, rest), 'KEEPTTL')
+	-- Reserved for us by the release that woke us (flag h, wake_queue.lua):
+	-- taken as a free lock, by the path below.  Reserved for another: a
+	-- hold, as any.
+	if not (cur == tok and flags:find('h', 1, true)) then
+		if cur == tok then
+			redis.call('PEXPIRE', KEYS[1], lease)
+			if step ~= '0' then
+				-- Redlock: while our first attempt's key sat here, another
+				-- holder may have raised this node's counter (fence_raise); a
+				-- token handed out now must still be above it.  On one node
+				-- the two are always equal.
+				local counter = redis.call('HGET', KEYS[2], 'fence')
+				if fence == '-' or (counter and above(counter, fence)) then
+					fence = fresh_token(KEYS[2], counter, step)
+					redis.call('HSET', KEYS[2], 'v', VERSION)
+					redis.call('PEXPIRE', KEYS[2], keep)
+					redis.call('SET', KEYS[1], value(cur, fence, died, flags, rest), 'KEEPTTL')
+				end
+			end
+			return {0, fence == '-' and '0' or fence, tonumber(died) or 0}
+		end
+		-- A waiter says so on the key, which ends with this hold: the release
+		-- publishes only when someone listens.  A lease kept for its process
+		-- (lease_cache.lua) is asked back, by a trylock too, once per hold: its
+		-- holder hands it over at its next unlock (after a batch of its own
+		-- waiting threads, lease_cache.c), or at once if no thread of it holds
+		-- it.  A batch kept while someone waited already hears nothing: its
+		-- unlock releases all the same.  Waiters ignore the 'k' they hear on that channel
+		-- (waiter.c).
+		if not flags:find('w', 1, true) then
+			local cached = flags:find('c', 1, true)
+			if cached then
+				redis.pcall('PUBLISH', ARGV[8], 'k')
+			end
+			if cached or ARGV[6] == '1' then
+				redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'w'), rest), 'KEEPTTL')
 			end
 		end
-		return {0, fence == '-' and '0' or fence, tonumber(died) or 0}
-	end
-	-- A waiter says so on the key, which ends with this hold: the release
-	-- publishes only when someone listens.  A lease kept for its process
-	-- (lease_cache.lua) is asked back, by a trylock too, once per hold: its
-	-- holder hands it over at its next unlock (after a batch of its own
-	-- waiting threads, lease_cache.c), or at once if no thread of it holds
-	-- it.  A batch kept while someone waited already hears nothing: its
-	-- unlock releases all the same.  Waiters ignore the 'k' they hear on that channel
-	-- (waiter.c).
-	if not flags:find('w', 1, true) then
-		local cached = flags:find('c', 1, true)
-		if cached then
-			redis.pcall('PUBLISH', ARGV[8], 'k')
+		-- Queued by arrival (server time, microseconds); asking again keeps
+		-- the place.  The queue lives as long as the meta hash would for
+		-- the waiter that needs it longest: its TTL only grows (a waiter
+		-- with a short lease must not cut a longer one's).  Under pcall:
+		-- past the first write (a queue that cannot be written wakes its
+		-- waiter at its bound, a third of a lease).
+		if ARGV[6] == '1' then
+			local q, t = wake_queue(KEYS[1], KEYS[2]), redis.call('TIME')
+			redis.pcall('ZADD', q, 'NX', t[1] * 1000000 + t[2], step == '1' and '!' .. tok or tok)
+			local ttl = redis.pcall('PTTL', q)
+			if type(ttl) ~= 'number' or ttl < tonumber(keep) then
+				redis.pcall('PEXPIRE', q, keep)
+			end
 		end
-		if cached or ARGV[6] == '1' then
-			redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'w'), rest), 'KEEPTTL')
-		end
+		return {1, redis.call('PTTL', KEYS[1])}
 	end
-	return {1, redis.call('PTTL', KEYS[1])}
 end
 
 -- Free.  A robust lock reads its state: 'held' with no lock key means the
@@ -133,6 +155,17 @@ if robust == '1' or step ~= '0' then
 		redis.call('HSET', KEYS[2], 'v', VERSION)
 	end
 	redis.call('PEXPIRE', KEYS[2], keep)
+end
+-- A waiter taking it leaves the queue, and marks its hold if others still
+-- wait there: its release wakes the next (a lock taken by the plain SET
+-- is marked by the next waiter that finds it held).
+if ARGV[6] == '1' then
+	local q = wake_queue(KEYS[1], KEYS[2])
+	redis.pcall('ZREM', q, tok, '!' .. tok)
+	local more = redis.pcall('ZCARD', q)
+	if type(more) == 'number' and more > 0 then
+		flags = with_flag(flags, 'w')
+	end
 end
 redis.call('SET', KEYS[1], value(tok, fence, died, flags, ARGV[3]), 'PX', lease)
 return {0, fence == '-' and '0' or fence, tonumber(died)}

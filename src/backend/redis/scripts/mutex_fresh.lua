@@ -9,7 +9,9 @@
 --          the server's clock)
 -- ARGV[1]  wake channel: a waiter (not through the shim) looks again
 --
--- Returns 1 dropped, 0 nothing there, -1 held.
+-- Returns 1 dropped, 0 nothing there, -1 held.  A key reserved for a
+-- woken waiter (flag h, wake_queue.lua) is no hold but answers -1 too: the
+-- waiter is about to take the lock, and nothing is dropped under it.
 local v = redis.call('GET', KEYS[1])
 if v and v ~= '3 notrec' then
 	return -1

@@ -9,6 +9,10 @@
 --          mode 2: the holder exited or lost its lease: owner died
 --          mode 3: abandon an acquire whose reply was lost: put the robust
 --                  state back as the acquire found it
+--          mode 4: the same, by a waiter that leaves the waiters' queue
+--                  without the lock (a timed lock's deadline, an error):
+--                  the pass-on, below (not Redlock's roll-back of a
+--                  minority: that waiter waits on, queued)
 --
 -- Returns 1 released, 0 not ours (another holder's now, or no lock value),
 -- 3 not ours either, but no key at all (expired, deleted, or released by
@@ -17,10 +21,22 @@
 -- be told (the ACL denies the channel: they wake at the end of the lease
 -- they wait on).
 --
--- Publishes only when a waiter marked the lock key (w, acquire.lua): a
--- waiter subscribes before the attempt that marks it, and both scripts are
--- atomic, so a release either sees the mark or comes before the attempt,
--- which then finds the lock free.
+-- Wakes only when a waiter marked the lock key (w, acquire.lua): a
+-- waiter subscribes before the attempt that marks it and queues it, and
+-- both scripts are atomic, so a release either sees the mark and the
+-- queue or comes before the attempt, which then finds the lock free.  It
+-- wakes the first live waiter of the queue (wake_queue.lua); a lock that
+-- becomes not recoverable wakes them all.
+--
+-- The pass-on (mode 4, the lock not ours): a waiter that queued and leaves
+-- without the lock takes its token out of the queue, and if the lock is
+-- free wakes the next live waiter, or if it is held makes sure the hold is
+-- marked, so that its release wakes one.  The waiter cannot know whether
+-- a release popped it and published to it (it counted as live: it still
+-- listened), so it always sends this.  Both scripts are atomic: a release
+-- either ran before (the pass-on finds the lock free, or held by a newer
+-- hold, and wakes or marks) or after (it does not find the leaver in the
+-- queue, and wakes the next live one itself).  No wake-up is lost.
 --
 -- Only a robust hold (flag r) has state in the meta hash to update; a
 -- non-robust release is a compare-and-delete.  Nothing may fail after the
@@ -30,18 +46,45 @@
 -- changed) and the PUBLISH runs under pcall.  Its message reaches the
 -- waiters only after the script ends, so nobody sees it early.
 local val, tok = redis.call('GET', KEYS[1]), ARGV[1]
+
+-- @include wake_queue.lua
+
+local mode = ARGV[2]
 -- "3 token fence died flags ...": the token compared in place, the rest
 -- read from behind it (cheaper than parsing the whole value: this runs
 -- at every unlock).
-if not val then
-	return 3
-end
-if val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
+if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
+	if mode == '4' then
+		local q = wake_queue(KEYS[1], KEYS[2])
+		redis.pcall('ZREM', q, tok, '!' .. tok)
+		local more = redis.pcall('ZCARD', q)
+		if type(more) == 'number' and more > 0 then
+			local flags = val and val:match('^3 %S+ %S+ %S+ (%S+) ')
+			if not val then
+				local _, woken = wake_next(q, ARGV[3])
+				reserve(KEYS[1], woken, nil)
+			elseif val == '3 notrec' then
+				wake_next(q, ARGV[3])
+			elseif flags and not flags:find('w', 1, true) then
+				-- A kept lease is asked back as acquire.lua does when it
+				-- marks w: later waiters find w set and ask nothing, and
+				-- its process hears only this.
+				if flags:find('c', 1, true) then
+					redis.pcall('PUBLISH', ARGV[3], 'k')
+				end
+				local head, rest = val:match('^(3 %S+ %S+ %S+ )%S+( .*)$')
+				redis.call('SET', KEYS[1], head .. (flags == '-' and 'w' or flags .. 'w') .. rest,
+					'KEEPTTL')
+			end
+		end
+	end
+	if not val then
+		return 3
+	end
 	return 0
 end
 local died, flags = val:match('^%S+ (%S+) (%S+) ', 4 + #tok)
-local mode = ARGV[2]
-if mode == '3' then
+if mode == '3' or mode == '4' then
 	if died == '1' then
 		mode = '2'
 	else
@@ -69,7 +112,19 @@ else
 	end
 	redis.call('DEL', KEYS[1])
 end
-if flags:find('w', 1, true) and type(redis.pcall('PUBLISH', ARGV[3], 'r')) == 'table' then
-	return 2
+if flags:find('w', 1, true) then
+	local q = wake_queue(KEYS[1], KEYS[2])
+	local told, woken
+	if mode == '1' then
+		told = wake_all(q, ARGV[3])
+	else
+		told, woken = wake_next(q, ARGV[3])
+		reserve(KEYS[1], woken, val:match('^%S+ %S+ %S+ %S+ %S+ (%S+)'))
+	end
+	-- And the lock's own channel, for waiters of an older version (as
+	-- unlock.lua).
+	if not told or type(redis.pcall('PUBLISH', ARGV[3], 'r')) == 'table' then
+		return 2
+	end
 end
 return 1

@@ -6,11 +6,10 @@
 -- ARGV[1]  token
 --
 -- Returns as release.lua: 1 released, 0 not ours, 3 no key at all, 2
--- released but the waiters could not be told.  The wake channel is the lock key's name
--- with "wake" for "lock" (src/backend/redis/keys.h: PREFIX lock :{NAME}, and the
--- meta hash PREFIX meta :{NAME}, so the kind begins where the two keys
--- first differ), worked out only when someone waits.  Why the mark and
--- the order of writes make this safe: release.lua.
+-- released but the waiters could not be told.  The queue and the wake
+-- channel are worked out from the keys only when someone waits
+-- (wake_queue.lua).  Why the mark and the order of writes make this safe:
+-- release.lua.
 local val, tok = redis.call('GET', KEYS[1]), ARGV[1]
 if not val then
 	return 3
@@ -28,12 +27,17 @@ if flags:find('r', 1, true) then
 end
 redis.call('DEL', KEYS[1])
 if flags:find('w', 1, true) then
-	local lk, mk, i = KEYS[1], KEYS[2], 1
-	while lk:byte(i) == mk:byte(i) do
-		i = i + 1
-	end
-	local ch = lk:sub(1, i - 1) .. 'wake' .. lk:sub(i + 4)
-	if type(redis.pcall('PUBLISH', ch, 'r')) == 'table' then
+
+-- @include wake_queue.lua
+
+	local p, n = name_parts(KEYS[1], KEYS[2])
+	local ch = p .. 'wake' .. n
+	local told, woken = wake_next(p .. 'wq' .. n, ch)
+	reserve(KEYS[1], woken, val:match('^%S+ %S+ %S+ (%S+)', 4 + #tok))
+	-- The lock's own channel too: a waiter of an older version listens
+	-- there (README "Upgrading"); nobody else does, and a PUBLISH that no
+	-- one hears costs little.
+	if not told or type(redis.pcall('PUBLISH', ch, 'r')) == 'table' then
 		return 2
 	end
 end
