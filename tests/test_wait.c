@@ -799,6 +799,34 @@ static int name_key_gone(void *arg)
 	return dmt_lock_exists(&srv, arg) == 0;
 }
 
+/* The step under test (its scripts counted from base, its time from t0)
+ * woke B alone: B locks promptly, far below its bound (a third of the 30 s
+ * lease), with two scripts in all (that step's and B's acquire: D, still
+ * queued, did not ask); then D, once B unlocks.  Both end; B and D are
+ * closed. */
+static void next_alone_then_last(struct proc_waiter *b, struct proc_waiter *d, pid_t pb, pid_t pd,
+		long long base, int64_t t0, const char *what)
+{
+	int64_t waited;
+	long long calls;
+
+	cr_assert_eq(th_sync_wait(&b->locked, 5000), 0, "%s: the next waiter was not woken", what);
+	waited = (dmt_now_ns() - t0) / MS;
+	calls = dmt_evalsha_calls(&srv) - base;
+	fprintf(stderr, "wait: %s, the next waiter locked %lld ms later (%lld script calls)\n", what,
+			(long long)waited, calls);
+	cr_assert_leq(waited, 1000 + 1000 * dmt_slowdown());
+	cr_assert_eq(calls, 2, "%s: %lld script calls: more than one waiter was woken", what, calls);
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{%s}", b->name), 1);
+	th_sync_post(&b->unlock);
+	cr_assert_eq(th_sync_wait(&d->locked, 5000), 0, "%s: the last waiter was not woken", what);
+	th_sync_post(&d->unlock);
+	cr_assert_eq(th_wait_child(pb, 10000), 0);
+	cr_assert_eq(th_wait_child(pd, 10000), 0);
+	close_proc(b);
+	close_proc(d);
+}
+
 /* The waiter a release woke gives up without the lock: its timed lock's
  * deadline passes while it is stopped (SIGSTOP) after the release popped
  * it, and the reservation for it lapses meanwhile.  Resumed, it finds the
@@ -814,8 +842,8 @@ Test(wait, waiter_that_gives_up_passes_the_wake_up_on, .timeout = 60)
 	struct proc_waiter b = { .name = "pass", .lease_ms = 30000, .go = -1, .told = 1 };
 	struct proc_waiter d = { .name = "pass", .lease_ms = 30000, .go = -1, .told = 1 };
 	pid_t pa, pb, pd;
-	long long base, calls;
-	int64_t t0, waited;
+	long long base;
+	int64_t t0;
 
 	DMT_REDIS_STATE("counts the waiters' Redis scripts; etcd wakes through its own queue");
 	DMT_SINGLE_NODE();
@@ -840,24 +868,8 @@ Test(wait, waiter_that_gives_up_passes_the_wake_up_on, .timeout = 60)
 	t0 = dmt_now_ns();
 	cr_assert_eq(kill(pa, SIGCONT), 0);
 	cr_assert_eq(th_wait_child(pa, 10000), 50, "the woken waiter did not give up");
-	cr_assert_eq(th_sync_wait(&b.locked, 5000), 0, "the next waiter was not woken");
-	waited = (dmt_now_ns() - t0) / MS;
-	calls = dmt_evalsha_calls(&srv) - base;
-	fprintf(stderr, "wait: the next waiter locked %lld ms after the woken one gave up (%lld script "
-			"calls)\n", (long long)waited, calls);
-	/* Far below its bound, a third of the 30 s lease. */
-	cr_assert_leq(waited, 1000 + 1000 * dmt_slowdown());
-	/* The pass-on and the woken waiter's acquire; the third did not ask. */
-	cr_assert_eq(calls, 2, "%lld script calls: more than one waiter was woken", calls);
-	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{pass}"), 1);
-	th_sync_post(&b.unlock);
-	cr_assert_eq(th_sync_wait(&d.locked, 5000), 0, "the last waiter was not woken");
-	th_sync_post(&d.unlock);
-	cr_assert_eq(th_wait_child(pb, 10000), 0);
-	cr_assert_eq(th_wait_child(pd, 10000), 0);
+	next_alone_then_last(&b, &d, pb, pd, base, t0, "after the woken one gave up");
 	close_proc(&a);
-	close_proc(&b);
-	close_proc(&d);
 	dmt_close_mutex(c, &m);
 }
 
@@ -971,8 +983,8 @@ Test(wait, release_skips_a_killed_waiter, .timeout = 60)
 	struct proc_waiter d = { .name = "kill", .lease_ms = 30000, .go = -1, .told = 1 };
 	struct procs_waiting two = { .name = "kill", .want = 2 };
 	pid_t pa, pb, pd;
-	long long base, calls;
-	int64_t t0, waited;
+	long long base;
+	int64_t t0;
 
 	DMT_REDIS_STATE("counts the waiters' Redis scripts; etcd wakes through its own queue");
 	DMT_SINGLE_NODE();
@@ -992,21 +1004,8 @@ Test(wait, release_skips_a_killed_waiter, .timeout = 60)
 	base = dmt_evalsha_calls(&srv);
 	t0 = dmt_now_ns();
 	cr_assert_eq(dmutex_unlock(&m), 0);
-	cr_assert_eq(th_sync_wait(&b.locked, 5000), 0, "the next live waiter was not woken");
-	waited = (dmt_now_ns() - t0) / MS;
-	calls = dmt_evalsha_calls(&srv) - base;
-	fprintf(stderr, "wait: past a killed waiter, the next locked %lld ms after the release (%lld script "
-			"calls)\n", (long long)waited, calls);
-	cr_assert_leq(waited, 1000 + 1000 * dmt_slowdown());
-	cr_assert_eq(calls, 2, "%lld script calls: more than one waiter was woken", calls);
-	th_sync_post(&b.unlock);
-	cr_assert_eq(th_sync_wait(&d.locked, 5000), 0, "the last waiter was not woken");
-	th_sync_post(&d.unlock);
-	cr_assert_eq(th_wait_child(pb, 10000), 0);
-	cr_assert_eq(th_wait_child(pd, 10000), 0);
+	next_alone_then_last(&b, &d, pb, pd, base, t0, "past a killed waiter, after the release");
 	close_proc(&a);
-	close_proc(&b);
-	close_proc(&d);
 	dmt_close_mutex(c, &m);
 }
 
