@@ -85,6 +85,56 @@ queue_wakes(struct dmutex__conn *c, int cluster, const char *ch, const redisRepl
 	return 0;
 }
 
+/* The transaction that resets what l found, the queue q (its waiters
+ * woken) included.  0 or CLI_BACKEND. */
+static int
+queue_reset(struct dmutex__conn *c, int cluster, const struct cli_lock *l, const char *lk,
+		const char *mk, const char *ch, const char *qk, const redisReply *q)
+{
+	int status;
+
+	if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "MULTI"))))
+		return status;
+	if ((l->held || l->notrec_mark || l->reserved) &&
+			(status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", lk, strlen(lk)))))
+		return status;
+	if ((l->state[0] || l->notrec_mark) &&
+			(status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", mk, strlen(mk)))))
+		return status;
+	if ((status = queue_wakes(c, cluster, ch, q)))
+		return status;
+	if (q->elements)
+		return simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", qk, strlen(qk)));
+	return 0;
+}
+
+/* What a reset of l did, on stdout; on: " on NODE" or "". */
+static void
+say_reset(const struct cli_lock *l, const char *name, const char *on, size_t queued)
+{
+	char holder[512], dur[32], fence[32];
+
+	if (l->held) {
+		cli_holder(holder, sizeof holder, l, 1);
+		cli_duration(dur, sizeof dur, cli_wall_ms() - l->since_ms);
+		if (l->fence >= 0)
+			snprintf(fence, sizeof fence, "%lld", l->fence);
+		printf("reset '%s'%s: released the hold of %s (fence %s, held for %s)\n",
+				name, on, holder, l->fence >= 0 ? fence : "not assigned yet",
+				l->since_ms >= 0 ? dur : "?");
+	}
+	if (l->notrec_mark || !strcmp(l->state, "notrec"))
+		printf("reset '%s'%s: cleared the not-recoverable state\n", name, on);
+	else if (!strcmp(l->state, "died") || (!strcmp(l->state, "held") && !l->held))
+		printf("reset '%s'%s: cleared the owner-died state (its last holder %s)\n",
+				name, on, !strcmp(l->state, "died") ? "exited holding it"
+				: "stopped renewing without unlocking");
+	else if (!l->held)
+		printf("reset '%s'%s: %s, woke the %zu process%s waiting for it\n", name, on,
+				l->reserved ? "dropped the reservation for the waiting process a release woke"
+				: "free", queued, queued == 1 ? "" : "es");
+}
+
 /* One node.  *what: 0 nothing to do, 1 something removed, -1 no such lock.
  * The queue is read under the WATCH and emptied in the transaction, so a
  * waiter that queues meanwhile makes it run again, never is dropped
@@ -95,7 +145,7 @@ reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const char *
 {
 	char lk[DMUTEX__ADMIN_KEY_MAX], mk[DMUTEX__ADMIN_KEY_MAX], ch[DMUTEX__ADMIN_KEY_MAX];
 	char qk[DMUTEX__ADMIN_KEY_MAX];
-	char holder[512], dur[32], fence[32], on[600] = "";
+	char holder[512], on[600] = "";
 	struct cli_lock l;
 	redisReply *r, *q = NULL;
 	size_t queued;
@@ -141,14 +191,7 @@ reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const char *
 			*what = 0;
 			goto unwatch;
 		}
-		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "MULTI"))) ||
-		    ((l.held || l.notrec_mark || l.reserved) &&
-		     (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", lk, strlen(lk))))) ||
-		    ((l.state[0] || l.notrec_mark) &&
-		     (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", mk, strlen(mk))))) ||
-		    (status = queue_wakes(c, cluster, ch, q)) ||
-		    (queued &&
-		     (status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", qk, strlen(qk))))))
+		if ((status = queue_reset(c, cluster, &l, lk, mk, ch, qk, q)))
 			goto unwatch;
 		freeReplyObject(q);
 		q = NULL;
@@ -167,25 +210,7 @@ reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const char *
 			return status;
 		}
 		*what = 1;
-		if (l.held) {
-			cli_holder(holder, sizeof holder, &l, 1);
-			cli_duration(dur, sizeof dur, cli_wall_ms() - l.since_ms);
-			if (l.fence >= 0)
-				snprintf(fence, sizeof fence, "%lld", l.fence);
-			printf("reset '%s'%s: released the hold of %s (fence %s, held for %s)\n",
-					name, on, holder, l.fence >= 0 ? fence : "not assigned yet",
-					l.since_ms >= 0 ? dur : "?");
-		}
-		if (l.notrec_mark || !strcmp(l.state, "notrec"))
-			printf("reset '%s'%s: cleared the not-recoverable state\n", name, on);
-		else if (!strcmp(l.state, "died") || (!strcmp(l.state, "held") && !l.held))
-			printf("reset '%s'%s: cleared the owner-died state (its last holder %s)\n",
-					name, on, !strcmp(l.state, "died") ? "exited holding it"
-					: "stopped renewing without unlocking");
-		else if (!l.held)
-			printf("reset '%s'%s: %s, woke the %zu process%s waiting for it\n", name, on,
-					l.reserved ? "dropped the reservation for the waiting process a release woke"
-					: "free", queued, queued == 1 ? "" : "es");
+		say_reset(&l, name, on, queued);
 		cli_lock_free(&l);
 		return 0;
 	}
