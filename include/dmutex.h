@@ -300,9 +300,11 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
  * answer, as dmutex_unlock says).
  *
  * What a token guarantees (the one statement; README "Fencing tokens" and
- * dmutex(7) repeat it).  A token is max(last + 1, T << 20): last is the
- * name's previous token as the granting master knows it, T that master's
- * clock in ms (Redis TIME).  So:
+ * dmutex(7) repeat it).  A token is max(last + 1, T << 20 | u << 10): last
+ * is the name's previous token as the granting master knows it, T that
+ * master's clock in ms and u the microseconds within that ms (Redis TIME;
+ * u keeps two grants of one ms apart when the name's state was lost
+ * between them).  So:
  *  - It is strictly greater than every earlier token of the name that the
  *    granting master knows, always (expiry of the name's idle state and
  *    `dmutex reset` included).

@@ -361,6 +361,35 @@ acquire_ok(int op)
 	close_client();
 }
 
+/* The name's counter lost between two holds of the same millisecond
+ * (evicted, flushed: the torture checker's eviction found it): the next
+ * token still starts above the last from the server's clock, in
+ * microseconds, so no token is handed to two holds.  Holds here are some
+ * tens of microseconds apart; with the clock in milliseconds, several in a
+ * row got the same token. */
+Test(api, fence_tokens_differ_when_the_counter_is_lost_within_a_millisecond)
+{
+	char mk[128];
+	uint64_t fence, last = 0;
+	dmutex_client_t *c;
+	dmutex_t m;
+
+	DMT_REDIS_STATE("deletes the name's meta hash");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "lostctr", &(struct dmt_attr){ .nocache = 1 }), 0);
+	dmt_meta_key(mk, sizeof mk, "lostctr");
+	for (int i = 0; i < 300; i++) {
+		cr_assert_eq(dmutex_lock(&m), 0);
+		cr_assert_eq(dmutex_fence(&m, &fence), 0);
+		cr_assert_gt(fence, last, "hold %d: token %llu after %llu", i, (unsigned long long)fence,
+				(unsigned long long)last);
+		last = fence;
+		cr_assert_geq(th_redis_int(&srv, "DEL %s", mk), 0);
+		cr_assert_eq(dmutex_unlock(&m), 0);
+	}
+	dmt_close_mutex(c, &m);
+}
+
 Test(api, lock_acquires_free_lock)
 {
 	acquire_ok(OP_LOCK);

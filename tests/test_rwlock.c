@@ -107,6 +107,37 @@ static int on_thread(drwlock_t *rw, int op, long ms)
 	return c.result;
 }
 
+/* A writer's token, the state hash lost between two writers of the same
+ * millisecond (evicted, flushed): still strictly greater (api's
+ * fence_tokens_differ_when_the_counter_is_lost_within_a_millisecond, for
+ * read-write locks). */
+Test(rwlock, writer_tokens_differ_when_the_state_is_lost_within_a_millisecond)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	uint64_t fence, last = 0;
+
+	DMT_REDIS_STATE("deletes the lock's state hash");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "lostrw", &a), 0);
+	for (int i = 0; i < 300; i++) {
+		cr_assert_eq(drwlock_wrlock(&rw), 0);
+		cr_assert_eq(drwlock_fence(&rw, &fence), 0);
+		cr_assert_gt(fence, last, "hold %d: token %llu after %llu", i, (unsigned long long)fence,
+				(unsigned long long)last);
+		last = fence;
+		cr_assert_geq(th_redis_int(&srv, "DEL dmutex:rw:{lostrw}"), 0);
+		drwlock_unlock(&rw);    /* the hold was lost with the hash */
+	}
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	dmutex_attr_destroy(&a);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
 Test(rwlock, error_table)
 {
 	dmutex_client_t *c;

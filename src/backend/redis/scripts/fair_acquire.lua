@@ -146,7 +146,7 @@ if head and head ~= tok then
 end
 
 leave()
-fence = following(counter, now)
+fence = following(counter, now, tonumber(t[2]) % 1000)
 local d = 0
 if state == 'held' or state == 'died' then
 	d = 1

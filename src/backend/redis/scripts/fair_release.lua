@@ -145,7 +145,7 @@ end
 -- The token and the count of holds go with the meta hash's other fields.
 local fence, holds
 if nxt or head then
-	fence = following(counter, now)
+	fence = following(counter, now, tonumber(t[2]) % 1000)
 	holds = (tonumber(n) or 0) + 1
 end
 if nxt then

@@ -43,5 +43,6 @@ local function fresh_token(meta_key, counter, step)
 		return redis.call('HGET', meta_key, 'fence')
 	end
 	local t = redis.call('TIME')
-	return next_token(meta_key, counter, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+	return next_token(meta_key, counter, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+		tonumber(t[2]) % 1000)
 end

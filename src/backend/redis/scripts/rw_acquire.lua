@@ -83,11 +83,14 @@ end
 
 -- The fencing token is (fms << 20) | fseq, put together by the caller:
 -- strictly increasing, also after this hash expired and was made again,
--- because the server's clock has moved on by then.
+-- because the server's clock has moved on by then.  A new millisecond
+-- starts fseq at its microseconds times 1024 (below 2^20), not at 0: a
+-- hash lost (evicted, flushed) within the millisecond of the last grant
+-- must not give its token again (token.lua's floor, likewise).
 local fms = tonumber(redis.call('HGET', KEYS[1], 'fms') or '0')
 local fseq = tonumber(redis.call('HGET', KEYS[1], 'fseq') or '0') + 1
 if now > fms then
-	fms, fseq = now, 0
+	fms, fseq = now, (tonumber(t[2]) % 1000) * 1024
 elseif fseq >= 1048576 then
 	fms, fseq = fms + 1, 0
 end
