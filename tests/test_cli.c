@@ -478,9 +478,12 @@ hold_forever(void *p)
 		pause();
 }
 
-/* The client-side ports of the connections whose last command was a script
- * call: dmutex's command connections (its wake-up connection's last
- * command is a (UN)SUBSCRIBE). */
+/* The client-side ports of the connections that may carry dmutex run's
+ * next acquire: every connection but ours and those subscribed (its
+ * wake-up connection).  Whichever pooled connection sends the acquire,
+ * whatever it sent last: only script connections were counted once, and
+ * an acquire on a connection whose last command was the plain SET NX was
+ * missed ("sent no acquire", intermittently). */
 struct script_conns { int port; int n; int client_port[16]; };
 
 static void
@@ -494,7 +497,11 @@ script_connections(struct script_conns *sc)
 	sc->n = 0;
 	for (line = strtok_r(r->str, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		const char *addr = strstr(line, " addr=127.0.0.1:");
-		if (!addr || (!strstr(line, " cmd=evalsha ") && !strstr(line, " cmd=eval ")))
+		/* Every connection of dmutex run's that may carry its next
+		 * acquire: the pooled ones, whatever they sent last (a plain
+		 * SET NX, a script), not its listener's and not ours. */
+		if (!addr || strstr(line, " cmd=client") || !strstr(line, " sub=0 psub=0 ") ||
+				(strstr(line, " ssub=") && !strstr(line, " ssub=0 ")))
 			continue;
 		if (sc->n < 16)
 			sc->client_port[sc->n++] = atoi(addr + strlen(" addr=127.0.0.1:"));
