@@ -205,7 +205,9 @@ busy_answer(struct mutex_try *m, const struct dmutex__acq *a, int64_t sent, int6
 	int one = !mx->fair && a->wait && mx->entry->client->be->ops->wake_one;
 
 	*m->busy = 1;
-	if (mx->fair)
+	/* A hand-over (fair) or a grant (queued non-fair: the release that
+	 * pops us writes our hold, wake_queue.lua) comes after this answer. */
+	if (mx->fair || one)
 		m->busy_sent = sent;
 	/* We hold a place in the queue now, to give back if we go: a fair
 	 * lock's, or a non-fair one's whose wake-up we may have been given

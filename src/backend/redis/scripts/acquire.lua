@@ -122,12 +122,21 @@ if val then
 		-- with a short lease must not cut a longer one's).  Under pcall:
 		-- past the first write (a queue that cannot be written wakes its
 		-- waiter at its bound, a third of a lease).
+		-- A waiter that is neither robust nor Redlock also leaves its
+		-- details (wake_queue.lua), so that the release that pops it can
+		-- grant it the lock outright; they live as long as the queue.
 		if ARGV[6] == '1' then
 			local q, t = wake_queue(KEYS[1], KEYS[2]), redis.call('TIME')
 			redis.pcall('ZADD', q, 'NX', t[1] * 1000000 + t[2], step == '1' and '!' .. tok or tok)
 			local ttl = redis.pcall('PTTL', q)
 			if type(ttl) ~= 'number' or ttl < tonumber(keep) then
 				redis.pcall('PEXPIRE', q, keep)
+				ttl = keep
+			end
+			if robust == '0' and step ~= '1' then
+				local d = wake_details(KEYS[1], KEYS[2])
+				redis.pcall('HSET', d, tok, step .. ' ' .. keep .. ' ' .. ARGV[3])
+				redis.pcall('PEXPIRE', d, ttl)
 			end
 		end
 		return {1, redis.call('PTTL', KEYS[1])}
@@ -162,6 +171,9 @@ end
 if ARGV[6] == '1' then
 	local q = wake_queue(KEYS[1], KEYS[2])
 	redis.pcall('ZREM', q, tok, '!' .. tok)
+	if robust == '0' and step ~= '1' then
+		redis.pcall('HDEL', wake_details(KEYS[1], KEYS[2]), tok)
+	end
 	local more = redis.pcall('ZCARD', q)
 	if type(more) == 'number' and more > 0 then
 		flags = with_flag(flags, 'w')
