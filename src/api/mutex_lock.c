@@ -244,7 +244,12 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	int64_t sent, now;
 	int err;
 
+	/* A non-fair grant taken only within its lease (counted from that
+	 * send time): past it (a waiter stopped that long), asking again as
+	 * any waiter does, not a failure. */
 	if (m->busy_sent && aq->sub && dmutex__wsub_handed(be, aq->sub, handed) &&
+			(mx->fair || dmutex__now_ns() < m->busy_sent + (int64_t)mx->lease_ms * DMUTEX__MS -
+			 DMUTEX__DRIFT_NS(mx->lease_ms)) &&
 			granted(handed, mx->lease_ms, &a)) {
 		/* Handed to us outright: no claim round trip.  The hold began
 		 * after the busy answer, so its deadline counts safely from
