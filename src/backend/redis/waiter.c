@@ -300,9 +300,9 @@ take_grant(struct dmutex__wsub *s, const char *msg, size_t mlen)
 static void
 take_nonfair_grant(struct dmutex__wsub *s, const char *msg, size_t mlen)
 {
-	size_t len = mlen - 2;
+	size_t len;
 
-	if (s->want[0] || mlen <= 2 || memcmp(msg, "g:", 2) || len >= sizeof s->handed)
+	if (s->want[0] || mlen <= 2 || memcmp(msg, "g:", 2) || (len = mlen - 2) >= sizeof s->handed)
 		return;
 	memcpy(s->handed, msg + 2, len);
 	s->handed[len] = 0;
