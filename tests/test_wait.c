@@ -1022,6 +1022,62 @@ Test(wait, a_release_grants_the_lock_to_the_waiter_it_woke, .timeout = 60)
 	dmt_close_mutex(c, &m);
 }
 
+/* A grant is taken only as the answer to the waiter's last request that
+ * found the lock busy: a "g:" message without the stamp of that request
+ * (a release of an older version, a forged or replayed message, or a grant
+ * to an earlier request, whose hold was over before that request found the
+ * lock busy; the message comes on another connection and can arrive after
+ * the answer) makes the waiter ask again, and it goes on waiting while the
+ * lock is held.  The code before took any "g:<fence>:0:<lease>" and
+ * returned holding a lock another client held. */
+Test(wait, a_grant_that_does_not_answer_the_last_busy_request_is_not_taken, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct proc_waiter a = { .name = "forged", .lease_ms = 20000, .go = -1, .told = 1 };
+	struct procs_waiting pw = { .name = "forged", .want = 1, .calls = 1 };
+	char queued[80], msg[3][80];
+	unsigned long long stamp;
+	redisReply *r;
+	pid_t pa;
+
+	DMT_REDIS_STATE("forges a grant in Redis; etcd wakes through its own queue");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "forged", &(struct dmt_attr){ .lease_ms = 20000,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pa = queue_proc(&a, "forged", 0);
+	r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{forged} 0 0");
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1, "the waiter is not queued");
+	snprintf(queued, sizeof queued, "%s", r->element[0]->str);
+	freeReplyObject(r);
+	r = th_redis_cmd(&srv, "HGET dmutex:wd:{forged} %s", queued);
+	cr_assert(r && r->type == REDIS_REPLY_STRING, "the waiter left no details");
+	cr_assert_eq(sscanf(r->str, "%*s %*s %llu", &stamp), 1, "details without a stamp: %s", r->str);
+	freeReplyObject(r);
+	/* Without a stamp, with another request's, with a wrong lease. */
+	snprintf(msg[0], sizeof msg[0], "g:0:0:20000");
+	snprintf(msg[1], sizeof msg[1], "g:0:0:20000:%llu", stamp - 1);
+	snprintf(msg[2], sizeof msg[2], "g:0:0:10000:%llu", stamp);
+	for (int i = 0; i < 3; i++) {
+		pw.base = dmt_evalsha_calls_all(&srv);
+		cr_assert_eq(th_redis_int(&srv, "PUBLISH dmutex:wake:{forged}:%s %s", queued, msg[i]), 1);
+		/* It asks once (found busy: queued again), and waits. */
+		cr_assert(th_wait_until(procs_waiting, &pw, 10000), "'%s': the waiter did not ask again", msg[i]);
+		cr_assert_neq(th_sync_wait(&a.locked, 0), 0, "'%s' was taken for a grant: two holders", msg[i]);
+		cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{forged}"), 1, "'%s': the waiter left the queue",
+				msg[i]);
+	}
+	/* The real grant is taken. */
+	cr_assert_eq(dmt_unlock_answered(&m), 0);
+	cr_assert_eq(th_sync_wait(&a.locked, 10000), 0, "the granted waiter did not return");
+	th_sync_post(&a.unlock);
+	cr_assert_eq(th_wait_child(pa, 10000), 0);
+	close_proc(&a);
+	dmt_close_mutex(c, &m);
+}
+
 /* A timed waiter granted the lock as its deadline passes (it is stopped
  * from before the release until after the deadline): it ends either
  * holding the lock (the grant came before the deadline: it returns 0,

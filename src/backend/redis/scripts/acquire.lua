@@ -20,7 +20,9 @@
 --          step (0: the token at the hold's first dmutex_fence, fence.lua;
 --          1: Redlock: a token now, counted on from the counter, see below;
 --          2: a token now: Cluster, where fence.lua could meet a slot in
---          migration), wake channel
+--          migration), wake channel, stamp (the request's own: the
+--          client's send time, which a grant echoes, wake_queue.lua;
+--          absent from clients before it: they leave no details)
 --
 -- Returns {0, fence, died}  acquired (fence a decimal string, '0' when not
 --                           assigned yet; died = 1: the previous robust
@@ -133,9 +135,9 @@ if val then
 				redis.pcall('PEXPIRE', q, keep)
 				ttl = keep
 			end
-			if robust == '0' and step ~= '1' then
+			if robust == '0' and step ~= '1' and ARGV[9] then
 				local d = wake_details(KEYS[1], KEYS[2])
-				redis.pcall('HSET', d, tok, step .. ' ' .. keep .. ' ' .. ARGV[3])
+				redis.pcall('HSET', d, tok, step .. ' ' .. keep .. ' ' .. ARGV[9] .. ' ' .. ARGV[3])
 				redis.pcall('PEXPIRE', d, ttl)
 			end
 		end

@@ -42,9 +42,10 @@ local function member_token(w)
 end
 
 -- A waiter's details, for the release that grants it the lock (below):
--- the hash PREFIX wd :{NAME}, token -> "STEP KEEP LEASE SINCE PID TID
--- HOSTID HOST" (acquire.lua's step and keep_ms, then the tail of the hold
--- value it would write).  Written by a queued waiter that is neither
+-- the hash PREFIX wd :{NAME}, token -> "STEP KEEP STAMP LEASE SINCE PID
+-- TID HOSTID HOST" (acquire.lua's step, keep_ms and the stamp of the
+-- request that wrote them, then the tail of the hold value it would
+-- write).  Written by a queued waiter that is neither
 -- robust nor Redlock, at every attempt; it lives as long as the queue.
 local function wake_details(lk, mk)
 	local p, n = name_parts(lk, mk)
@@ -55,9 +56,16 @@ end
 -- itself to the head w it pops, with no round trip of w's: a hold of w's
 -- own, written whole (its token, its lease, a fencing token now if it
 -- would have taken one at its acquire: Cluster; else '-' as the plain
--- SET leaves it), and the message "g:<fence>:0:<lease>" (fence '0' when
--- not assigned yet) on its channel, which its waiting thread takes as
--- the answer to an acquire it did not need to send (mutex_lock.c).
+-- SET leaves it), and the message "g:<fence>:0:<lease>:<stamp>" (fence
+-- '0' when not assigned yet) on its channel, which its waiting thread
+-- takes as the answer to an acquire it did not need to send
+-- (mutex_lock.c).  The stamp is that of the waiter's request whose
+-- details this grant read: the waiter takes the grant only if that is its
+-- latest request answered "busy", whose send time it counts the lease
+-- from.  A grant to an earlier request must not be taken: a later one
+-- found the lock busy, so this grant's hold had already ended (the
+-- message can reach the waiter after that answer: they come on two
+-- connections).
 -- Written first and published after: only if PUBLISH counts a listener
 -- does the hold stay; else (w is gone) it is deleted again, in the same
 -- script, so nobody ever sees it (a token the counter skipped is no
@@ -67,7 +75,7 @@ end
 -- PUBLISH's answer (nil: not granted, wake with "r"; a table: the
 -- channel is denied, nothing written).
 local function grant(lk, mk, q, ch, w, info)
-	local step, keep, lease, rest = info:match('^([02]) (%d+) (%d+) %S+ (.*)$')
+	local step, keep, stamp, lease, rest = info:match('^([02]) (%d+) (%d+) (%d+) %S+ (.*)$')
 	local t = redis.pcall('TIME')
 	if not step or t.err then
 		return nil
@@ -94,7 +102,7 @@ local function grant(lk, mk, q, ch, w, info)
 		return nil
 	end
 	local n = redis.pcall('PUBLISH', ch .. ':' .. w,
-		'g:' .. (fence == '-' and '0' or fence) .. ':0:' .. lease)
+		'g:' .. (fence == '-' and '0' or fence) .. ':0:' .. lease .. ':' .. stamp)
 	if type(n) == 'table' or n == 0 then
 		redis.pcall('DEL', lk)
 	end
