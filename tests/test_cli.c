@@ -1192,6 +1192,17 @@ Test(cli, reset_wakes_a_queue_nobody_else_wakes)
 	cr_assert(th_wait_until(queued_are, &q2, 5000));
 	cr_assert_eq(kill(wa, SIGSTOP), 0);
 	cr_assert_eq(th_wait_stopped(wa), 0);
+	/* The stopped one as a waiter of the version before the grant, which
+	 * leaves no details (README "Who a release wakes"): the release
+	 * reserves the lock for it instead of granting it (a stopped waiter
+	 * granted the lock is a stopped holder, which reset would release). */
+	{
+		redisReply *r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{wq} 0 0");
+
+		cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+		cr_assert_eq(th_redis_int(&srv, "HDEL dmutex:wd:{wq} %s", r->element[0]->str), 1);
+		freeReplyObject(r);
+	}
 	cr_assert_eq(dmutex_unlock(&h.m), 0);
 	/* The release popped the stopped one and reserved the lock for it,
 	 * for at most 100 ms. */

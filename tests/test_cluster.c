@@ -220,6 +220,7 @@ struct waiter_arg {
 	dmutex_t *m;
 	int rc;
 	int64_t got_ms;
+	uint64_t fence;
 };
 
 static void *
@@ -229,6 +230,8 @@ lock_thread(void *p)
 
 	w->rc = dmutex_lock(w->m);
 	w->got_ms = th_now_ms();
+	if (!w->rc)
+		w->rc = dmutex_fence(w->m, &w->fence);
 	if (!w->rc)
 		w->rc = dmutex_unlock(w->m);
 	return NULL;
@@ -277,6 +280,7 @@ wake_round(const char *name, int move)
 	char channel[600];
 	int owner = owner_of(name), to;
 	int64_t released;
+	uint64_t fence;
 
 	snprintf(channel, sizeof channel, "dmutex:wake:{%s}", name);
 	c1 = open_client("lease_ms=20000");
@@ -294,10 +298,15 @@ wake_round(const char *name, int move)
 		await_subscribers(to, channel, 1);
 		cr_assert_eq(shard_subscribers(owner, channel), 0);
 	}
+	cr_assert_eq(dmutex_fence(&m1, &fence), 0);
 	released = th_now_ms();
 	cr_assert_eq(dmutex_unlock(&m1), 0);
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(w.rc, 0);
+	/* The release granted the waiter the lock with a token of its own
+	 * (Cluster takes one at once: wake_queue.lua), above the releaser's. */
+	cr_assert_gt(w.fence, fence, "the woken waiter's fence %llu is not above %llu",
+			(unsigned long long)w.fence, (unsigned long long)fence);
 	cr_assert_lt(w.got_ms - released, 5000, "woken after %lld ms: no wake-up",
 			(long long)(w.got_ms - released));
 	printf("cluster wake-up%s: %lld ms\n", move ? " after a slot move" : "",

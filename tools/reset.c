@@ -86,10 +86,11 @@ queue_wakes(struct dmutex__conn *c, int cluster, const char *ch, const redisRepl
 }
 
 /* The transaction that resets what l found, the queue q (its waiters
- * woken) included.  0 or CLI_BACKEND. */
+ * woken, their details for a grant dropped with it, dk) included.  0 or
+ * CLI_BACKEND. */
 static int
 queue_reset(struct dmutex__conn *c, int cluster, const struct cli_lock *l, const char *lk,
-		const char *mk, const char *ch, const char *qk, const redisReply *q)
+		const char *mk, const char *ch, const char *qk, const char *dk, const redisReply *q)
 {
 	int status;
 
@@ -104,7 +105,8 @@ queue_reset(struct dmutex__conn *c, int cluster, const struct cli_lock *l, const
 	if ((status = queue_wakes(c, cluster, ch, q)))
 		return status;
 	if (q->elements)
-		return simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b", qk, strlen(qk)));
+		return simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "DEL %b %b", qk, strlen(qk),
+				dk, strlen(dk)));
 	return 0;
 }
 
@@ -144,7 +146,7 @@ reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const char *
 		const char *node, int *what)
 {
 	char lk[DMUTEX__ADMIN_KEY_MAX], mk[DMUTEX__ADMIN_KEY_MAX], ch[DMUTEX__ADMIN_KEY_MAX];
-	char qk[DMUTEX__ADMIN_KEY_MAX];
+	char qk[DMUTEX__ADMIN_KEY_MAX], dk[DMUTEX__ADMIN_KEY_MAX];
 	char holder[512], on[600] = "";
 	struct cli_lock l;
 	redisReply *r, *q = NULL;
@@ -155,6 +157,7 @@ reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const char *
 	dmutex__admin_key(mk, prefix, "meta", name);
 	dmutex__admin_key(ch, prefix, "wake", name);
 	dmutex__admin_key(qk, prefix, "wq", name);
+	dmutex__admin_key(dk, prefix, "wd", name);
 	if (node)
 		snprintf(on, sizeof on, " on %s", cli_text(holder, sizeof holder, node));
 	for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
@@ -191,7 +194,7 @@ reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const char *
 			*what = 0;
 			goto unwatch;
 		}
-		if ((status = queue_reset(c, cluster, &l, lk, mk, ch, qk, q)))
+		if ((status = queue_reset(c, cluster, &l, lk, mk, ch, qk, dk, q)))
 			goto unwatch;
 		freeReplyObject(q);
 		q = NULL;

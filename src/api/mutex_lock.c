@@ -53,13 +53,16 @@ local_release_ended(struct dmutex__entry *e, int64_t until)
 	return !e->held;
 }
 
-/* A fair lock handed to us by its release (fair_release.lua), as the wake-up
- * message told: "<fence>:<died>:<lease_ms>".  1 if it is a grant we can
- * take as it is (our own lease), with a filled in. */
+/* A lock handed to us by its release, as the wake-up message told:
+ * "<fence>:<died>:<lease_ms>" (a fair lock, fair_release.lua), or with
+ * ":<stamp>" after it (a non-fair one, wake_queue.lua), where stamp must
+ * be `stamp`, our last request answered "busy": a grant that followed an
+ * earlier request of ours was over before that answer (mutex_try).  1 if
+ * it is a grant we can take as it is (our own lease), with a filled in. */
 static int
-granted(const char *handed, unsigned lease_ms, struct dmutex__acq *a)
+granted(const char *handed, unsigned lease_ms, int64_t stamp, struct dmutex__acq *a)
 {
-	unsigned long long fence, lease;
+	unsigned long long fence, lease, echoed;
 	char *end;
 	int died;
 
@@ -70,8 +73,14 @@ granted(const char *handed, unsigned lease_ms, struct dmutex__acq *a)
 	died = end[1] == '1';
 	handed = end + 3;
 	lease = strtoull(handed, &end, 10);
-	if (errno || end == handed || *end || lease != lease_ms)
+	if (errno || end == handed || lease != lease_ms || (stamp ? *end != ':' : *end != 0))
 		return 0;
+	if (stamp) {
+		handed = end + 1;
+		echoed = strtoull(handed, &end, 10);
+		if (errno || end == handed || *end || echoed != (unsigned long long)stamp)
+			return 0;
+	}
 	a->status = DMUTEX__ACQ_OK;
 	a->fence = fence;
 	a->died = died;
@@ -138,8 +147,9 @@ struct mutex_try {
 	 * that of the release it owes when it gives up */
 	int64_t try_until;
 	int maybe_done, queued;
-	/* Fair: when the last request answered "busy" was sent.  A hand-over
-	 * to us came after the server answered it. */
+	/* Fair, or queued non-fair: when the last request answered "busy"
+	 * was sent.  A hand-over to us came after the server answered it (a
+	 * non-fair grant says so with this stamp; granted()). */
 	int64_t busy_sent;
 	/* For the counters: see acquire_remote. */
 	int *busy;
@@ -205,7 +215,9 @@ busy_answer(struct mutex_try *m, const struct dmutex__acq *a, int64_t sent, int6
 	int one = !mx->fair && a->wait && mx->entry->client->be->ops->wake_one;
 
 	*m->busy = 1;
-	if (mx->fair)
+	/* A hand-over (fair) or a grant (queued non-fair: the release that
+	 * pops us writes our hold, wake_queue.lua) comes after this answer. */
+	if (mx->fair || one)
 		m->busy_sent = sent;
 	/* We hold a place in the queue now, to give back if we go: a fair
 	 * lock's, or a non-fair one's whose wake-up we may have been given
@@ -242,8 +254,15 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	int64_t sent, now;
 	int err;
 
+	/* A non-fair grant taken only if it followed our last request
+	 * answered "busy" (its stamp, granted()), and within its lease
+	 * counted from that request's send time: past it (a waiter stopped
+	 * that long), or a grant to an earlier request, we ask again as any
+	 * waiter does: the lock is ours still if the grant holds. */
 	if (m->busy_sent && aq->sub && dmutex__wsub_handed(be, aq->sub, handed) &&
-			granted(handed, mx->lease_ms, &a)) {
+			(mx->fair || dmutex__now_ns() < m->busy_sent + (int64_t)mx->lease_ms * DMUTEX__MS -
+			 DMUTEX__DRIFT_NS(mx->lease_ms)) &&
+			granted(handed, mx->lease_ms, mx->fair ? 0 : m->busy_sent, &a)) {
 		/* Handed to us outright: no claim round trip.  The hold began
 		 * after the busy answer, so its deadline counts safely from
 		 * that request's send time. */
@@ -253,6 +272,7 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 		sent = dmutex__now_ns();
 		if (!*m->first)
 			*m->first = sent;
+		a.stamp = sent;
 		err = be->ops->acquire(be, &a);
 	}
 	now = dmutex__now_ns();

@@ -103,6 +103,11 @@ struct dmutex__acq {
 	                         * (a deadline further off changes nothing); 0:
 	                         * those alone */
 	int fair;               /* queue in Redis (fair_acquire.lua); one Redis only */
+	int64_t stamp;          /* this request's send time (CLOCK_MONOTONIC ns):
+	                         * a queued waiter's details keep it, and the
+	                         * release that grants it the lock echoes it
+	                         * (wake_queue.lua), so that the waiter knows
+	                         * which of its requests the grant followed */
 	/* out */
 	int status;
 	uint64_t fence;

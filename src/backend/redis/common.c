@@ -67,6 +67,8 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->argv[7] = a->wait ? "1" : "0";
 	x->argv[8] = dmutex__fence_at_acquire(be);
 	x->argv[9] = x->ch;
+	dmutex__udec(x->stamp, (unsigned long long)a->stamp);
+	x->argv[10] = x->stamp;
 	x->take[0] = x->lk;
 	x->take[1] = x->value;
 	x->take[2] = "NX";

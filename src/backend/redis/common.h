@@ -17,7 +17,7 @@
 #define DMUTEX__RENEW_CHUNK 256
 
 /* Script argument counts, keys included (see each .lua). */
-#define DMUTEX__ACQ_ARGC 10
+#define DMUTEX__ACQ_ARGC 11
 #define DMUTEX__REL_ARGC 6
 #define DMUTEX__RENEW_NKEYS(k) (2 * (k))
 #define DMUTEX__RENEW_ARGC(k) (4 * (k) + 1)
@@ -32,7 +32,8 @@ struct dmutex__acq_argv {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], ch[DMUTEX__KEY_MAX];
 	char lease[24], keep[24];       /* dmutex__udec: 21 bytes at most */
 	char value[DMUTEX__VALUE_MAX];
-	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 8 args */
+	char stamp[24];
+	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 9 args */
 	/* The plain SET of a free non-robust lock (redis.c): the same key,
 	 * value and lease, one command instead of a script. */
 	const char *take[6];

@@ -294,6 +294,21 @@ take_grant(struct dmutex__wsub *s, const char *msg, size_t mlen)
 	return 0;
 }
 
+/* A non-fair lock granted to our waiter by the release that popped it
+ * (wake_queue.lua): "g:<fence>:<died>:<lease>", on the waiter's own
+ * channel.  Kept as a fair hand-over's grant is (mutex_lock.c takes it). */
+static void
+take_nonfair_grant(struct dmutex__wsub *s, const char *msg, size_t mlen)
+{
+	size_t len;
+
+	if (s->want[0] || mlen <= 2 || memcmp(msg, "g:", 2) || (len = mlen - 2) >= sizeof s->handed)
+		return;
+	memcpy(s->handed, msg + 2, len);
+	s->handed[len] = 0;
+	s->has_handed = 1;
+}
+
 /* A fair lock handed to another waiter: nothing for ours to do (above). */
 static int
 for_another(struct dmutex__wsub *s, const redisReply *msg)
@@ -304,6 +319,8 @@ for_another(struct dmutex__wsub *s, const redisReply *msg)
 	 * read-write lock's waiters with that one.) */
 	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'k')
 		return !s->nnotify;
+	if (msg->type == REDIS_REPLY_STRING)
+		take_nonfair_grant(s, msg->str, msg->len);
 	return msg->type == REDIS_REPLY_STRING && take_grant(s, msg->str, msg->len);
 }
 

@@ -20,7 +20,9 @@
 --          step (0: the token at the hold's first dmutex_fence, fence.lua;
 --          1: Redlock: a token now, counted on from the counter, see below;
 --          2: a token now: Cluster, where fence.lua could meet a slot in
---          migration), wake channel
+--          migration), wake channel, stamp (the request's own: the
+--          client's send time, which a grant echoes, wake_queue.lua;
+--          absent from clients before it: they leave no details)
 --
 -- Returns {0, fence, died}  acquired (fence a decimal string, '0' when not
 --                           assigned yet; died = 1: the previous robust
@@ -122,12 +124,21 @@ if val then
 		-- with a short lease must not cut a longer one's).  Under pcall:
 		-- past the first write (a queue that cannot be written wakes its
 		-- waiter at its bound, a third of a lease).
+		-- A waiter that is neither robust nor Redlock also leaves its
+		-- details (wake_queue.lua), so that the release that pops it can
+		-- grant it the lock outright; they live as long as the queue.
 		if ARGV[6] == '1' then
 			local q, t = wake_queue(KEYS[1], KEYS[2]), redis.call('TIME')
 			redis.pcall('ZADD', q, 'NX', t[1] * 1000000 + t[2], step == '1' and '!' .. tok or tok)
 			local ttl = redis.pcall('PTTL', q)
 			if type(ttl) ~= 'number' or ttl < tonumber(keep) then
 				redis.pcall('PEXPIRE', q, keep)
+				ttl = keep
+			end
+			if robust == '0' and step ~= '1' and ARGV[9] then
+				local d = wake_details(KEYS[1], KEYS[2])
+				redis.pcall('HSET', d, tok, step .. ' ' .. keep .. ' ' .. ARGV[9] .. ' ' .. ARGV[3])
+				redis.pcall('PEXPIRE', d, ttl)
 			end
 		end
 		return {1, redis.call('PTTL', KEYS[1])}
@@ -162,6 +173,9 @@ end
 if ARGV[6] == '1' then
 	local q = wake_queue(KEYS[1], KEYS[2])
 	redis.pcall('ZREM', q, tok, '!' .. tok)
+	if robust == '0' and step ~= '1' then
+		redis.pcall('HDEL', wake_details(KEYS[1], KEYS[2]), tok)
+	end
 	local more = redis.pcall('ZCARD', q)
 	if type(more) == 'number' and more > 0 then
 		flags = with_flag(flags, 'w')

@@ -47,6 +47,7 @@
 -- waiters only after the script ends, so nobody sees it early.
 local val, tok = redis.call('GET', KEYS[1]), ARGV[1]
 
+-- @include token.lua
 -- @include wake_queue.lua
 
 local mode = ARGV[2]
@@ -57,12 +58,13 @@ if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
 	if mode == '4' then
 		local q = wake_queue(KEYS[1], KEYS[2])
 		redis.pcall('ZREM', q, tok, '!' .. tok)
+		redis.pcall('HDEL', wake_details(KEYS[1], KEYS[2]), tok)
 		local more = redis.pcall('ZCARD', q)
 		if type(more) == 'number' and more > 0 then
 			local flags = val and val:match('^3 %S+ %S+ %S+ (%S+) ')
 			if not val then
-				local _, woken = wake_next(q, ARGV[3])
-				reserve(KEYS[1], woken, nil)
+				local _, woken, granted = wake_next(q, ARGV[3], KEYS[1], KEYS[2])
+				reserve(KEYS[1], woken, nil, granted)
 			elseif val == '3 notrec' then
 				wake_next(q, ARGV[3])
 			elseif flags and not flags:find('w', 1, true) then
@@ -114,12 +116,13 @@ else
 end
 if flags:find('w', 1, true) then
 	local q = wake_queue(KEYS[1], KEYS[2])
-	local told, woken
+	local told, woken, granted
 	if mode == '1' then
 		told = wake_all(q, ARGV[3])
+		redis.pcall('DEL', wake_details(KEYS[1], KEYS[2]))
 	else
-		told, woken = wake_next(q, ARGV[3])
-		reserve(KEYS[1], woken, val:match('^%S+ %S+ %S+ %S+ %S+ (%S+)'))
+		told, woken, granted = wake_next(q, ARGV[3], KEYS[1], KEYS[2])
+		reserve(KEYS[1], woken, val:match('^%S+ %S+ %S+ %S+ %S+ (%S+)'), granted)
 	end
 	-- And the lock's own channel, for waiters of an older version (as
 	-- unlock.lua).

@@ -28,12 +28,13 @@ end
 redis.call('DEL', KEYS[1])
 if flags:find('w', 1, true) then
 
+-- @include token.lua
 -- @include wake_queue.lua
 
 	local p, n = name_parts(KEYS[1], KEYS[2])
 	local ch = p .. 'wake' .. n
-	local told, woken = wake_next(p .. 'wq' .. n, ch)
-	reserve(KEYS[1], woken, val:match('^%S+ %S+ %S+ (%S+)', 4 + #tok))
+	local told, woken, granted = wake_next(p .. 'wq' .. n, ch, KEYS[1], KEYS[2])
+	reserve(KEYS[1], woken, val:match('^%S+ %S+ %S+ (%S+)', 4 + #tok), granted)
 	-- The lock's own channel too: a waiter of an older version listens
 	-- there (README "Upgrading"); nobody else does, and a PUBLISH that no
 	-- one hears costs little.

@@ -41,27 +41,111 @@ local function member_token(w)
 	return w
 end
 
+-- A waiter's details, for the release that grants it the lock (below):
+-- the hash PREFIX wd :{NAME}, token -> "STEP KEEP STAMP LEASE SINCE PID
+-- TID HOSTID HOST" (acquire.lua's step, keep_ms and the stamp of the
+-- request that wrote them, then the tail of the hold value it would
+-- write).  Written by a queued waiter that is neither
+-- robust nor Redlock, at every attempt; it lives as long as the queue.
+local function wake_details(lk, mk)
+	local p, n = name_parts(lk, mk)
+	return p .. 'wd' .. n
+end
+
+-- The grant (issue 28): the lock lk, just released, given by the release
+-- itself to the head w it pops, with no round trip of w's: a hold of w's
+-- own, written whole (its token, its lease, a fencing token now if it
+-- would have taken one at its acquire: Cluster; else '-' as the plain
+-- SET leaves it), and the message "g:<fence>:0:<lease>:<stamp>" (fence
+-- '0' when not assigned yet) on its channel, which its waiting thread
+-- takes as the answer to an acquire it did not need to send
+-- (mutex_lock.c).  The stamp is that of the waiter's request whose
+-- details this grant read: the waiter takes the grant only if that is its
+-- latest request answered "busy", whose send time it counts the lease
+-- from.  A grant to an earlier request must not be taken: a later one
+-- found the lock busy, so this grant's hold had already ended (the
+-- message can reach the waiter after that answer: they come on two
+-- connections).
+-- Written first and published after: only if PUBLISH counts a listener
+-- does the hold stay; else (w is gone) it is deleted again, in the same
+-- script, so nobody ever sees it (a token the counter skipped is no
+-- harm: tokens only need to increase).  A write that fails (it cannot
+-- after the release's own first write, but foreign data in the meta hash
+-- makes HGET fail) grants nothing: w gets "r" and asks.  Returns the
+-- PUBLISH's answer (nil: not granted, wake with "r"; a table: the
+-- channel is denied, nothing written).
+local function grant(lk, mk, q, ch, w, info)
+	local step, keep, stamp, lease, rest = info:match('^([02]) (%d+) (%d+) (%d+) %S+ (.*)$')
+	local t = redis.pcall('TIME')
+	if not step or t.err then
+		return nil
+	end
+	local ms, fence = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), '-'
+	if step ~= '0' then
+		local counter = redis.pcall('HGET', mk, 'fence')
+		if type(counter) == 'table' then
+			return nil
+		end
+		fence = following(counter or nil, ms, tonumber(t[2]) % 1000)
+		if type(redis.pcall('HSET', mk, 'v', '3', 'fence', fence)) == 'table' then
+			return nil
+		end
+		redis.pcall('PEXPIRE', mk, keep)
+	end
+	local more, flags = redis.pcall('ZCARD', q), '-'
+	if type(more) == 'number' and more > 0 then
+		flags = 'w'
+	end
+	local set = redis.pcall('SET', lk, '3 ' .. w .. ' ' .. fence .. ' 0 ' .. flags .. ' ' .. lease .. ' ' ..
+		string.format('%d', ms) .. ' ' .. rest, 'PX', lease)
+	if type(set) ~= 'table' or set.err then
+		return nil
+	end
+	local n = redis.pcall('PUBLISH', ch .. ':' .. w,
+		'g:' .. (fence == '-' and '0' or fence) .. ':0:' .. lease .. ':' .. stamp)
+	if type(n) == 'table' or n == 0 then
+		redis.pcall('DEL', lk)
+	end
+	return n
+end
+
 -- Wake the first live waiter of queue q, whose channels are ch .. ':' ..
 -- token: pop and publish until one listens, at most 16 pops (the rest,
 -- if all of those were gone, wake at their bound: a third of a lease).
+-- With lk and mk (the lock key, free now, and the meta hash), a head that
+-- left its details is granted the lock (grant, above); without them (a
+-- lock that became not recoverable is nobody's to grant), or for a head
+-- without details, the message is "r" and the head asks.
 -- Under pcall throughout: a release must not fail after its first write.
 -- ZRANGE and ZREM, not ZPOPMIN: the commands of the documented ACL
 -- (README "The ACL a Redis user needs"), which users have set up already.
 -- Returns false if the ACL denies the channel; else true and the member
--- woken, if one listened.
-local function wake_next(q, ch)
+-- woken, if one listened, and whether it was granted the lock.
+local function wake_next(q, ch, lk, mk)
+	local d = lk and wake_details(lk, mk)
 	for _ = 1, 16 do
 		local head = redis.pcall('ZRANGE', q, 0, 0)
 		if type(head) ~= 'table' or head.err or not head[1] then
 			return true
 		end
 		redis.pcall('ZREM', q, head[1])
-		local n = redis.pcall('PUBLISH', ch .. ':' .. member_token(head[1]), 'r')
+		local info, n
+		if d and head[1]:byte(1) ~= 33 then
+			info = redis.pcall('HGET', d, head[1])
+			redis.pcall('HDEL', d, head[1])
+			if type(info) == 'string' then
+				n = grant(lk, mk, q, ch, head[1], info)
+			end
+		end
+		local granted = n ~= nil
+		if not granted then
+			n = redis.pcall('PUBLISH', ch .. ':' .. member_token(head[1]), 'r')
+		end
 		if type(n) == 'table' then
 			return false
 		end
 		if n > 0 then
-			return true, head[1]
+			return true, head[1], granted
 		end
 	end
 	return true
@@ -93,8 +177,8 @@ end
 -- so that a woken waiter that gives its reservation up (release.lua mode
 -- 4) passes on one as long, not a third of it; the fields after are for
 -- operators: "lease 0 0 0 - reserved".
-local function reserve(lk, w, lease)
-	if w and w:byte(1) ~= 33 then
+local function reserve(lk, w, lease, granted)
+	if w and not granted and w:byte(1) ~= 33 then
 		lease = tonumber(lease) or 300
 		redis.pcall('SET', lk, '3 ' .. w .. ' - 0 hw ' .. lease .. ' 0 0 0 - reserved', 'PX',
 			reserve_ms(lease))
