@@ -106,8 +106,10 @@ struct dmutex__acq {
 	int64_t stamp;          /* this request's send time (CLOCK_MONOTONIC ns):
 	                         * a queued waiter's details keep it, and the
 	                         * release that grants it the lock echoes it
-	                         * (wake_queue.lua), so that the waiter knows
-	                         * which of its requests the grant followed */
+	                         * (wake_queue.lua; a fair lock's: fair_acquire.lua's
+	                         * details, fair_release.lua's hand-over), so that
+	                         * the waiter knows which of its requests the grant
+	                         * followed */
 	/* out */
 	int status;
 	uint64_t fence;
