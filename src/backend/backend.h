@@ -326,7 +326,7 @@ struct dmutex__backend_ops {
 	 * want: wake only on hand-overs to token (and every other message): a
 	 *   fair lock's waiter.  NULL: wake on everything.
 	 * handed: the last hand-over to the wanted token, taken once: 1 with
-	 *   out[DMUTEX__HANDED_MAX] = "<fence>:<died>:<lease_ms>", or "" when
+	 *   out[DMUTEX__HANDED_MAX] = "<fence>:<died>:<lease_ms>:<stamp>", or "" when
 	 *   the waiter is to claim the lock itself; 0 if none came.
 	 * sub_own (optional): a fair waiter's own wake-up, channel the lock's
 	 *   with ':' and its token: no subscription, the hand-over reaches
