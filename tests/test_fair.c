@@ -479,6 +479,109 @@ Test(fair, a_hand_over_is_pushed_to_the_head_alone)
 	dmt_close_mutex(c1, &m1);
 }
 
+/*
+ * A hand-over is taken only as the answer to the head's last request that
+ * found the lock busy: an "h:" message without the stamp of that request
+ * (fair_acquire.lua keeps it with the head's details, fair_release.lua
+ * echoes it) is a forged or replayed one, one of an older release, or a
+ * hand-over to an earlier request whose hold was over before that
+ * request found the lock busy; the head asks again and goes on waiting
+ * (in its place) while the lock is held.  The code before took any
+ * "h:<token>:<fence>:<died>:<lease>" and returned holding a lock another
+ * client held.  Forged here by RPUSH on the head's grant list, where
+ * fair_release.lua pushes a hand-over.
+ */
+struct forged {
+	const char *name;
+	const char *token;
+	struct headwait *h;
+	char details[200];
+};
+
+/* The head's details ("lease robust host pid tid since hostid stamp"). */
+static int
+head_details(const char *name, const char *token, char *out, size_t cap)
+{
+	redisReply *r = th_redis_cmd(&srv, "HGET dmutex:meta:{%s} q:%s", name, token);
+	int ok = r && r->type == REDIS_REPLY_STRING;
+
+	if (ok)
+		snprintf(out, cap, "%s", r->str);
+	if (r)
+		freeReplyObject(r);
+	return ok;
+}
+
+/* The head asked again (its details were written anew), or took the lock. */
+static int
+asked_again(void *arg)
+{
+	struct forged *f = arg;
+	char now[200];
+
+	return head_holds(f->h) || (head_details(f->name, f->token, now, sizeof now) &&
+			strcmp(now, f->details));
+}
+
+Test(fair, a_hand_over_that_does_not_answer_the_last_busy_request_is_not_taken)
+{
+	const char *name = "fair-forged";
+	unsigned lease = 20000;         /* the head asks again a third of it later */
+	struct qwait q = { name, 1 };
+	struct headwait h = { 0 };
+	struct forged f = { .name = name, .h = &h };
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	pthread_t th;
+	redisReply *r;
+	char token[80], score[40], msg[3][120];
+	unsigned long long stamp = 0;
+
+	cr_assert_eq(dmutex_client_open(&c1, url), 0);
+	cr_assert_eq(dmutex_client_open(&c2, url), 0);
+	cr_assert_eq(fair_mutex_lease(&m1, c1, name, 0, lease), 0);
+	cr_assert_eq(fair_mutex_lease(&m2, c2, name, 0, lease), 0);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	h.m = &m2;
+	cr_assert_eq(pthread_create(&th, NULL, head_thread, &h), 0);
+	cr_assert(th_wait_until(queue_is, &q, 20000), "the head never queued");
+	r = th_redis_cmd(&srv, "ZRANGE dmutex:queue:{%s} 0 0 WITHSCORES", name);
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+	snprintf(token, sizeof token, "%s", r->element[0]->str);
+	snprintf(score, sizeof score, "%s", r->element[1]->str);
+	freeReplyObject(r);
+	f.token = token;
+	for (int i = 0; i < 3; i++) {
+		cr_assert(head_details(name, token, f.details, sizeof f.details), "the head left no details");
+		/* Its last request's stamp: the details' eighth field. */
+		cr_assert(i == 0 || sscanf(f.details, "%*s %*s %*s %*s %*s %*s %*s %llu", &stamp) == 1,
+				"details without a stamp: %s", f.details);
+		/* Without a stamp, with another request's, with a wrong lease. */
+		snprintf(msg[0], sizeof msg[0], "h:%s:1:0:%u", token, lease);
+		snprintf(msg[1], sizeof msg[1], "h:%s:1:0:%u:%llu", token, lease, stamp - 1);
+		snprintf(msg[2], sizeof msg[2], "h:%s:1:0:%u:%llu", token, lease / 2, stamp);
+		cr_assert_eq(th_redis_int(&srv, "RPUSH dmutex:wake:{%s}:%s %s", name, token, msg[i]), 1);
+		/* It asks once (found busy: queued again, its details anew),
+		 * and waits, in its place. */
+		cr_assert(th_wait_until(asked_again, &f, 10000), "'%s': the head did not ask again", msg[i]);
+		cr_assert(!head_holds(&h), "'%s' was taken for a hand-over: two holders", msg[i]);
+		r = th_redis_cmd(&srv, "ZSCORE dmutex:queue:{%s} %s", name, token);
+		cr_assert(r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, score),
+				"'%s': the head lost its place", msg[i]);
+		freeReplyObject(r);
+	}
+	/* The real hand-over is taken. */
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert(th_wait_until(head_holds, &h, 20000), "the head never got the lock");
+	cr_assert_eq(h.err, 0);
+	cr_assert_eq((uint64_t)th_redis_int(&srv, "HGET dmutex:lock:{%s} fence", name), h.fence);
+	atomic_store(&h.state, 2);
+	pthread_join(th, NULL);
+	cr_assert_eq(h.err, 0);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
 /* Threads of one process: each waits in turn, in the order they came. */
 struct tstate {
 	dmutex_t *m;

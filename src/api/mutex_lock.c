@@ -54,11 +54,13 @@ local_release_ended(struct dmutex__entry *e, int64_t until)
 }
 
 /* A lock handed to us by its release, as the wake-up message told:
- * "<fence>:<died>:<lease_ms>" (a fair lock, fair_release.lua), or with
- * ":<stamp>" after it (a non-fair one, wake_queue.lua), where stamp must
- * be `stamp`, our last request answered "busy": a grant that followed an
- * earlier request of ours was over before that answer (mutex_try).  1 if
- * it is a grant we can take as it is (our own lease), with a filled in. */
+ * "<fence>:<died>:<lease_ms>:<stamp>" (a fair lock's hand-over,
+ * fair_release.lua, or a non-fair one's grant, wake_queue.lua), where
+ * stamp must be `stamp`, our last request answered "busy": a grant that
+ * followed an earlier request of ours was over before that answer
+ * (mutex_try).  One without a stamp (a release of a client before it)
+ * is not taken either: we ask, and find the lock ours if it is.  1 if it
+ * is a grant we can take as it is (our own lease), with a filled in. */
 static int
 granted(const char *handed, unsigned lease_ms, int64_t stamp, struct dmutex__acq *a)
 {
@@ -73,14 +75,12 @@ granted(const char *handed, unsigned lease_ms, int64_t stamp, struct dmutex__acq
 	died = end[1] == '1';
 	handed = end + 3;
 	lease = strtoull(handed, &end, 10);
-	if (errno || end == handed || lease != lease_ms || (stamp ? *end != ':' : *end != 0))
+	if (errno || end == handed || lease != lease_ms || *end != ':')
 		return 0;
-	if (stamp) {
-		handed = end + 1;
-		echoed = strtoull(handed, &end, 10);
-		if (errno || end == handed || *end || echoed != (unsigned long long)stamp)
-			return 0;
-	}
+	handed = end + 1;
+	echoed = strtoull(handed, &end, 10);
+	if (errno || end == handed || *end || !stamp || echoed != (unsigned long long)stamp)
+		return 0;
 	a->status = DMUTEX__ACQ_OK;
 	a->fence = fence;
 	a->died = died;
@@ -148,8 +148,8 @@ struct mutex_try {
 	int64_t try_until;
 	int maybe_done, queued;
 	/* Fair, or queued non-fair: when the last request answered "busy"
-	 * was sent.  A hand-over to us came after the server answered it (a
-	 * non-fair grant says so with this stamp; granted()). */
+	 * was sent.  A hand-over or grant to us came after the server
+	 * answered it: it says so with this stamp (granted()). */
 	int64_t busy_sent;
 	/* For the counters: see acquire_remote. */
 	int *busy;
@@ -254,15 +254,17 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	int64_t sent, now;
 	int err;
 
-	/* A non-fair grant taken only if it followed our last request
-	 * answered "busy" (its stamp, granted()), and within its lease
-	 * counted from that request's send time: past it (a waiter stopped
-	 * that long), or a grant to an earlier request, we ask again as any
-	 * waiter does: the lock is ours still if the grant holds. */
+	/* A grant (non-fair) or hand-over (fair) taken only if it followed
+	 * our last request answered "busy" (its stamp, granted()); a
+	 * non-fair one also only within its lease counted from that
+	 * request's send time (a fair one's is checked below): past it (a
+	 * waiter stopped that long), or a grant to an earlier request, we ask
+	 * again as any waiter does: the lock is ours still if the grant
+	 * holds (a fair head's too: fair_acquire.lua finds it its own). */
 	if (m->busy_sent && aq->sub && dmutex__wsub_handed(be, aq->sub, handed) &&
 			(mx->fair || dmutex__now_ns() < m->busy_sent + (int64_t)mx->lease_ms * DMUTEX__MS -
 			 DMUTEX__DRIFT_NS(mx->lease_ms)) &&
-			granted(handed, mx->lease_ms, mx->fair ? 0 : m->busy_sent, &a)) {
+			granted(handed, mx->lease_ms, m->busy_sent, &a)) {
 		/* Handed to us outright: no claim round trip.  The hold began
 		 * after the busy answer, so its deadline counts safely from
 		 * that request's send time. */

@@ -106,8 +106,10 @@ struct dmutex__acq {
 	int64_t stamp;          /* this request's send time (CLOCK_MONOTONIC ns):
 	                         * a queued waiter's details keep it, and the
 	                         * release that grants it the lock echoes it
-	                         * (wake_queue.lua), so that the waiter knows
-	                         * which of its requests the grant followed */
+	                         * (wake_queue.lua; a fair lock's: fair_acquire.lua's
+	                         * details, fair_release.lua's hand-over), so that
+	                         * the waiter knows which of its requests the grant
+	                         * followed */
 	/* out */
 	int status;
 	uint64_t fence;
@@ -324,7 +326,7 @@ struct dmutex__backend_ops {
 	 * want: wake only on hand-overs to token (and every other message): a
 	 *   fair lock's waiter.  NULL: wake on everything.
 	 * handed: the last hand-over to the wanted token, taken once: 1 with
-	 *   out[DMUTEX__HANDED_MAX] = "<fence>:<died>:<lease_ms>", or "" when
+	 *   out[DMUTEX__HANDED_MAX] = "<fence>:<died>:<lease_ms>:<stamp>", or "" when
 	 *   the waiter is to claim the lock itself; 0 if none came.
 	 * sub_own (optional): a fair waiter's own wake-up, channel the lock's
 	 *   with ':' and its token: no subscription, the hand-over reaches

@@ -55,6 +55,10 @@ dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 	x->argv[12] = a->robust ? "1" : "0";
 	x->argv[13] = x->keep;
 	x->argv[14] = a->wait ? "1" : "0";
+	/* The request's send time: its queued details keep it, and the
+	 * hand-over echoes it (mutex_lock.c granted()). */
+	dmutex__udec(x->stamp, (unsigned long long)a->stamp);
+	x->argv[15] = x->stamp;
 }
 
 void

@@ -6,16 +6,16 @@
 #include "common.h"
 
 #define DMUTEX__FAIR_ACQ_NKEYS 5
-/* 5 keys (the fifth the caller's grant list); token, lease, host, pid, tid, since, hostid, robust, keep, wait
- * (fair_acquire.lua: a fair lock keeps the version-2 hash) */
-#define DMUTEX__FAIR_ACQ_ARGC 15
+/* 5 keys (the fifth the caller's grant list); token, lease, host, pid, tid, since, hostid, robust, keep, wait,
+ * stamp (fair_acquire.lua: a fair lock keeps the version-2 hash) */
+#define DMUTEX__FAIR_ACQ_ARGC 16
 #define DMUTEX__FAIR_REL_NKEYS 4
 #define DMUTEX__FAIR_REL_ARGC (DMUTEX__REL_ARGC + 9)
 
 struct dmutex__fair_acq_argv {
 	char lk[DMUTEX__KEY_MAX], mk[DMUTEX__KEY_MAX], qk[DMUTEX__KEY_MAX], pk[DMUTEX__KEY_MAX];
 	char gk[DMUTEX__CHANNEL_MAX];
-	char lease[24], pid[24], tid[24], since[24], keep[24];     /* dmutex__udec: 21 bytes at most */
+	char lease[24], pid[24], tid[24], since[24], keep[24], stamp[24]; /* dmutex__udec: 21 bytes at most */
 	const char *argv[DMUTEX__FAIR_ACQ_ARGC];
 };
 

@@ -295,7 +295,7 @@ take_grant(struct dmutex__wsub *s, const char *msg, size_t mlen)
 }
 
 /* A non-fair lock granted to our waiter by the release that popped it
- * (wake_queue.lua): "g:<fence>:<died>:<lease>", on the waiter's own
+ * (wake_queue.lua): "g:<fence>:<died>:<lease>:<stamp>", on the waiter's own
  * channel.  Kept as a fair hand-over's grant is (mutex_lock.c takes it). */
 static void
 take_nonfair_grant(struct dmutex__wsub *s, const char *msg, size_t mlen)

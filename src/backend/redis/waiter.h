@@ -51,7 +51,7 @@ int dmutex__redis_wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, 
  * lock's waiter.  NULL: wake on everything. */
 void dmutex__redis_wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
 /* The last hand-over to the wanted token, taken once: 1 with out set to
- * what it granted ("<fence>:<died>:<lease_ms>", or "" when the waiter is
+ * what it granted ("<fence>:<died>:<lease_ms>:<stamp>", or "" when the waiter is
  * to claim the lock itself), 0 if none came. */
 int dmutex__redis_wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out);
 void dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s);

@@ -10,7 +10,10 @@
 -- ARGV     as acquire.lua of layout 2 (token, lease_ms, host, pid, tid, since_ms,
 --          hostid, robust, keep_ms, wait); wait 1 (the caller listens on
 --          the wake channel): queue if not granted; 0 (trylock, or not
---          subscribed yet): leave the queue as it is
+--          subscribed yet): leave the queue as it is; then stamp (ARGV[11]):
+--          the request's own, the client's send time, which a hand-over
+--          echoes (fair_release.lua; absent from clients before it: their
+--          details have no stamp, and their hand-overs carry none)
 --
 -- Returns as acquire.lua: {0, fence, died}, {1, pttl_ms}, {2}, {3, v}.
 -- A lock release handed to us (fair_release.lua) already carries our
@@ -20,8 +23,11 @@
 -- ahead: no barging.
 --
 -- A queued waiter leaves in the meta hash, field 'q:' .. token, what its
--- hold would record: "lease robust host pid tid since hostid", so that
--- the release can make it the holder outright.
+-- hold would record and the stamp of the request that wrote it: "lease
+-- robust host pid tid since hostid stamp", so that the release can make it
+-- the holder outright, and tell it which of its requests the hand-over
+-- followed.  Written at every busy answer (a waiter asks again at least
+-- every third of a lease), so the stamp is that of its latest request.
 --
 -- Every read comes before the first write (see acquire.lua), but for two
 -- that cannot undo anything: the caller's grant list is emptied first (it
@@ -88,7 +94,7 @@ local function enqueue()
 	-- Only into a meta hash that lives already (a holder set its expiry).
 	if mv then
 		redis.call('HSET', KEYS[2], 'q:' .. tok, table.concat({ ARGV[2], ARGV[8], ARGV[3],
-			ARGV[4], ARGV[5], ARGV[6], ARGV[7] }, ' '))
+			ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[11] }, ' '))
 	end
 end
 

@@ -34,8 +34,13 @@
 -- A handed lock gets a new fencing token now and the head's token as
 -- owner.  A head that left its hold's details (fair_acquire.lua, 'q:'
 -- fields) and is not robust becomes the holder outright, with its own
--- lease, and the message tells it so: "h:<token>:<fence>:<died>:<lease>";
--- it needs no claim.  Any other head gets state 'handed' ('died' if the
+-- lease, and the message tells it so: "h:<token>:<fence>:<died>:<lease>"
+-- followed by ":<stamp>", the stamp its details carry (that of its
+-- request that wrote them; none from a client before it, whose details
+-- have seven fields); it needs no claim.  The head takes it only if the
+-- stamp is that of its latest request answered "busy", whose send time
+-- it counts the lease from (mutex_lock.c): else it asks again, and finds
+-- the lock its own if the hand-over still holds.  Any other head gets state 'handed' ('died' if the
 -- releaser died holding it) and the message "h:<token>": it claims the
 -- lock with its own acquire, and one that never does is no owner that
 -- died (a robust one must learn of a death only from a hold it knew of).
@@ -115,10 +120,12 @@ if head and not nxt then
 		for f in string.gmatch(q, '%S+') do
 			info[#info + 1] = f
 		end
-		if #info == 7 and tonumber(info[1]) and tonumber(info[1]) > 0 then
+		-- Seven fields from a client before the stamp, eight after.
+		local ok = #info == 7 or #info == 8
+		if ok and tonumber(info[1]) and tonumber(info[1]) > 0 then
 			hlease = info[1]
 		end
-		if #info ~= 7 or info[2] ~= '0' then
+		if not ok or info[2] ~= '0' then
 			info = nil
 		end
 	end
@@ -181,6 +188,9 @@ if head then
 			'lease', lease, 'hostid', info[7])
 		redis.call('PEXPIRE', KEYS[1], lease)
 		msg = msg .. ':' .. fence .. ':' .. d .. ':' .. lease
+		if info[8] then
+			msg = msg .. ':' .. info[8]
+		end
 	else
 		redis.call('HSET', KEYS[2], 'v', VERSION, 'state', state, 'fence', fence, 'n', holds)
 		redis.call('PEXPIRE', KEYS[2], tonumber(hlease) + tonumber(ARGV[4]))
