@@ -148,20 +148,20 @@ dmutex__redis_cond_leave(struct dmutex__backend *be, const char *name, const cha
 }
 
 /*
- * A signal or broadcast: cond_signal.lua, which returns at once when
- * neither of the name's zsets exists (no waiter, no wake-up owed).  A work
- * queue signals at every push and pop, mostly to nobody: when the last
- * signal of this condition variable found nobody (*busy 0), one server
- * looks first with a plain EXISTS (1 command, where the script is 2: the
- * EVALSHA and its EXISTS), and runs the script only if a key is there,
- * telling it so.  The EXISTS is the same read as the script's first:
- * nothing between the two reads can make a registered waiter miss the
- * signal that it would have got (a waiter registers before it releases
- * the mutex; one registered after the EXISTS waited after the signal).
- * A signal that woke someone keeps *busy 1: the next goes straight to the
- * script, so that a condition variable with waiters (a ping-pong) pays no
- * extra round trip.  Several nodes each need a script (a majority): the
- * script alone.
+ * A signal or broadcast: cond_signal.lua, which returns at once when the
+ * waiters zset does not exist (no waiter registered).  A work queue
+ * signals at every push and pop, mostly to nobody: when the last signal of
+ * this condition variable found nobody (*busy 0), one server is asked
+ * first with a plain EXISTS (1 command, where the script is 2: the EVALSHA
+ * and its EXISTS), and the script runs only if the key is there, told so.
+ * The EXISTS is the same read as the script's first: nothing between the
+ * two reads can make a registered waiter miss the signal that it would
+ * have got (a waiter registers before it releases the mutex; one
+ * registered after the EXISTS waited after the signal).  A signal that
+ * woke someone keeps *busy 1: the next goes straight to the script, so
+ * that a condition variable with waiters (a ping-pong) pays no extra
+ * round trip.  Several nodes each need a script (a majority): the script
+ * alone.
  */
 int
 dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all, int *busy)
@@ -175,7 +175,7 @@ dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all, i
 	const char *argv[] = { a.wk, a.sk, a.ch, a.ack, all ? "1" : "0", "0" };
 	if (busy && be->nnodes == 1 && !__atomic_load_n(busy, __ATOMIC_RELAXED)) {
 		int md = 0;
-		redisReply *r = dmutex__node_call_by(&be->nodes[0], DMUTEX__CMD_EXISTS, 2, 2, argv, &md, until);
+		redisReply *r = dmutex__node_call_by(&be->nodes[0], DMUTEX__CMD_EXISTS, 1, 1, argv, &md, until);
 
 		if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
 			freeReplyObject(r);

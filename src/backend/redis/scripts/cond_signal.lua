@@ -3,9 +3,9 @@
 -- KEYS[1]  waiters zset: token -> registration expiry (server time, ms)
 -- KEYS[2]  woken zset: token -> acknowledgement deadline (server time, ms)
 -- ARGV     channel prefix (a waiter's channel is prefix .. token), ack_ms,
---          all ('1': broadcast), seen ('1': the caller has just found one
---          of the two keys with EXISTS, src/backend/redis/cond_ops.c; absent
---          or '0': the script looks)
+--          all ('1': broadcast), seen ('1': the caller has just found the
+--          waiters zset with EXISTS, src/backend/redis/cond_ops.c; absent or
+--          '0': the script looks)
 --
 -- A signal wakes the oldest live waiter (cond_wake.lua), and pays the
 -- wake-ups owed: those not acknowledged within ack_ms (handed on here, or
@@ -19,13 +19,21 @@
 
 -- @include cond_wake.lua
 
--- No waiter and no wake-up owed: both zsets are gone (Redis drops an
--- emptied zset, and a woken waiter's acknowledgement takes it off the
--- second), so there is nothing to wake, pay or clean.  One read instead of
--- five: a work queue signals at every push and pop, mostly to nobody
--- (issue 28, pool commands per job).  A caller that expects nobody sends
--- that EXISTS alone, without a script, and this one only if it found a key.
-if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+-- No waiter registered: the waiters zset is gone (Redis drops an emptied
+-- zset; its TTL is its last registration's), so there is nobody to wake
+-- or to pay an owed wake-up to.  One read instead of five: a work queue
+-- signals at every push and pop, mostly to nobody (issue 28, pool commands
+-- per job).  A caller that expects nobody sends that EXISTS alone, without
+-- a script, and this one only if it found the key.
+--
+-- The woken set is not looked at: a wake-up owed (its waiter froze before
+-- acknowledging) with no other waiter registered is owed to nobody.  It
+-- stays until its key expires (6 ack periods past its deadline), and may
+-- wake a waiter that registers meanwhile: a spurious wake-up, which POSIX
+-- allows.  Until issue 28 this case was a script that dropped it; a woken
+-- waiter not yet acknowledged (the usual case: it is taking the mutex
+-- back) made every signal meanwhile a 5-command script.
+if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[1]) == 0 then
 	return 0
 end
 
