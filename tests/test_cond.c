@@ -461,7 +461,8 @@ Test(cond, signal_without_waiters_reads_one_key)
 static long long commands_processed(void)
 {
 	redisReply *r = th_redis_cmd(&srv, "INFO stats");
-	const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "total_commands_processed:") : NULL;
+	const char *p = r && r->type == REDIS_REPLY_STRING
+		? strstr(r->str, "total_commands_processed:") : NULL;
 	long long n = p ? atoll(p + strlen("total_commands_processed:")) : -1;
 
 	if (r)

@@ -175,7 +175,8 @@ dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all, i
 	const char *argv[] = { a.wk, a.sk, a.ch, a.ack, all ? "1" : "0", "0" };
 	if (busy && be->nnodes == 1 && !__atomic_load_n(busy, __ATOMIC_RELAXED)) {
 		int md = 0;
-		redisReply *r = dmutex__node_call_by(&be->nodes[0], DMUTEX__CMD_EXISTS, 1, 1, argv, &md, until);
+		redisReply *r = dmutex__node_call_by(&be->nodes[0], DMUTEX__CMD_EXISTS, 1, 1, argv, &md,
+				until);
 
 		if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
 			freeReplyObject(r);

@@ -22,7 +22,8 @@
 -- held nothing.
 --
 -- Every read comes before the first write (acquire.lua); the meta hash's
--- HGET fails on a meta hash that is not a hash before anything changed.  The counter is a decimal below 2^63 (ms << 20).
+-- HGET fails on a meta hash that is not a hash before anything changed.
+-- The counter is a decimal below 2^63 (ms << 20).
 
 -- @include token.lua
 -- @include layout.lua
