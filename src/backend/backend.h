@@ -388,8 +388,9 @@ struct dmutex__backend_ops {
 	int (*cond_leave)(struct dmutex__backend *be, const char *name, const char *token,
 			int *still);
 	/* *busy (may be NULL): a hint kept by the caller per condition
-	 * variable, whether the last signal found waiters; the backend may
-	 * look for waiters more cheaply when it says none, and sets it. */
+	 * variable, 0 at first, set by the backend (how many signals in a row
+	 * found waiters, say); the backend may look for waiters more cheaply
+	 * when it says none. */
 	int (*cond_wake)(struct dmutex__backend *be, const char *name, int all, int *busy);
 	int (*cond_leave_start)(struct dmutex__backend *be, const char *name, const char *token,
 			struct dmutex__cond_leaving *l);

@@ -157,11 +157,13 @@ dmutex__redis_cond_leave(struct dmutex__backend *be, const char *name, const cha
  * The EXISTS is the same read as the script's first: nothing between the
  * two reads can make a registered waiter miss the signal that it would
  * have got (a waiter registers before it releases the mutex; one
- * registered after the EXISTS waited after the signal).  A signal that
- * woke someone keeps *busy 1: the next goes straight to the script, so
- * that a condition variable with waiters (a ping-pong) pays no extra
- * round trip.  Several nodes each need a script (a majority): the script
- * alone.
+ * registered after the EXISTS waited after the signal).  *busy counts the
+ * signals in a row that woke someone (up to 2): from the second on, the
+ * next goes straight to the script, so that a condition variable whose
+ * signals find waiters (a ping-pong) pays no extra round trip, while a
+ * work queue's lone wake-up among signals to nobody does not make the
+ * next one a script.  Several nodes each need a script (a majority): the
+ * script alone.
  */
 int
 dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all, int *busy)
@@ -173,13 +175,14 @@ dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all, i
 
 	fill(be, name, &a);
 	const char *argv[] = { a.wk, a.sk, a.ch, a.ack, all ? "1" : "0", "0" };
-	if (busy && be->nnodes == 1 && !__atomic_load_n(busy, __ATOMIC_RELAXED)) {
+	if (busy && be->nnodes == 1 && __atomic_load_n(busy, __ATOMIC_RELAXED) < 2) {
 		int md = 0;
 		redisReply *r = dmutex__node_call_by(&be->nodes[0], DMUTEX__CMD_EXISTS, 1, 1, argv, &md,
 				until);
 
 		if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
 			freeReplyObject(r);
+			__atomic_store_n(busy, 0, __ATOMIC_RELAXED);
 			return 0;
 		}
 		/* A key is there; anything else (no answer, an error logged) is
@@ -192,8 +195,11 @@ dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all, i
 	/* PUBLISH counts receivers: at most one per client connection. */
 	err = call_all_by(be, name, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 6, argv,
 			INT_MAX, &t, until);
-	if (!err && busy)
-		__atomic_store_n(busy, t.zero < t.answered, __ATOMIC_RELAXED);
+	if (!err && busy) {
+		int b = __atomic_load_n(busy, __ATOMIC_RELAXED);
+
+		__atomic_store_n(busy, t.zero < t.answered ? (b < 2 ? b + 1 : 2) : 0, __ATOMIC_RELAXED);
+	}
 	return err;
 }
 
