@@ -456,6 +456,73 @@ Test(cond, signal_without_waiters_reads_one_key)
 	pair_close(&p);
 }
 
+/* Every command Redis has run, as INFO stats counts them (a script's
+ * inner calls included, issue 28), less the INFO that asks. */
+static long long commands_processed(void)
+{
+	redisReply *r = th_redis_cmd(&srv, "INFO stats");
+	const char *p = r && r->type == REDIS_REPLY_STRING
+		? strstr(r->str, "total_commands_processed:") : NULL;
+	long long n = p ? atoll(p + strlen("total_commands_processed:")) : -1;
+
+	if (r)
+		freeReplyObject(r);
+	cr_assert_geq(n, 0, "INFO stats has no total_commands_processed");
+	return n + 1;
+}
+
+/* A work queue signals at every push and pop, mostly to nobody (issue 28,
+ * the pool's commands per job): such a signal or broadcast is one plain
+ * EXISTS, no script (2 commands each before: the EVALSHA and its EXISTS). */
+Test(cond, signal_without_waiters_is_one_command)
+{
+	struct pair p;
+	long long before, scripts, n;
+
+	DMT_SINGLE_NODE();
+	DMT_REDIS_STATE("the commands Redis ran for the signal");
+	cr_assert_eq(pair_open(&p, srv.url, "m3", "c3", NULL), 0);
+	/* A woken waiter that has not acknowledged yet (it is taking the
+	 * mutex back) is no waiter to wake: only the waiters zset counts. */
+	th_redis_int(&srv, "ZADD dmutex:csig:{c3} %lld woken", (long long)time(NULL) * 1000 + 60000);
+	scripts = dmt_evalsha_calls(&srv);
+	before = commands_processed();
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(dcond_signal(&p.cv), 0);
+	cr_assert_eq(dcond_broadcast(&p.cv), 0);
+	/* less the INFO of before */
+	n = commands_processed() - before - 1;
+	cr_assert_eq(n, 4, "%lld commands for 4 wake-ups of nobody", n);
+	cr_assert_eq(dmt_evalsha_calls(&srv), scripts, "a script ran for nobody");
+	cr_assert_eq(unacked("c3"), 1, "the wake-up owed an acknowledgement was dropped");
+	pair_close(&p);
+}
+
+/* A signal reads the whole waiters zset anyway: it prunes expired
+ * registrations (waiters that died) when it saw some, not at every call,
+ * and the owed wake-ups only when some are owed. */
+Test(cond, signal_prunes_only_what_expired)
+{
+	struct pair p;
+	long long ms = (long long)time(NULL) * 1000, prunes;
+
+	DMT_SINGLE_NODE();
+	DMT_REDIS_STATE("the commands Redis ran for the signal");
+	cr_assert_eq(pair_open(&p, srv.url, "m4", "c4", NULL), 0);
+	/* A live registration of nobody (no subscriber): tried, taken off. */
+	th_redis_int(&srv, "ZADD dmutex:cond:{c4} %lld nobody", ms + 60000);
+	prunes = dmt_cmd_calls(&srv, "zremrangebyscore", NULL);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	cr_assert_eq(waiters("c4"), 0);
+	cr_assert_eq(dmt_cmd_calls(&srv, "zremrangebyscore", NULL), prunes, "pruned with nothing expired");
+	/* An expired one (a waiter that died): pruned. */
+	th_redis_int(&srv, "ZADD dmutex:cond:{c4} %lld dead", ms - 60000);
+	cr_assert_eq(dcond_signal(&p.cv), 0);
+	cr_assert_eq(waiters("c4"), 0, "the expired registration stayed");
+	cr_assert_eq(dmt_cmd_calls(&srv, "zremrangebyscore", NULL), prunes + 1);
+	pair_close(&p);
+}
+
 /* A broadcast to many threads of one process (issue 29: LTP
  * pthread_cond_broadcast 1-2, 1,000 threads, took 129 s through the shim,
  * 41 s natively): each woken thread takes the mutex back in turn, and
@@ -916,7 +983,11 @@ Test(cond, signal_to_wake_is_two_round_trips_beyond_the_handoff)
 		cr_assert_eq(dcond_timedwait(&p.cv, &p.m, &ts), ETIMEDOUT);
 		cr_assert_eq(dmutex_unlock(&p.m), 0);
 	}
+	/* A signal that finds no waiter's key runs no script (an EXISTS
+	 * only): a registration of nobody makes this one load the script. */
+	th_redis_int(&srv, "ZADD dmutex:cond:{c} %lld nobody", (long long)time(NULL) * 1000 + 60000);
 	cr_assert_eq(dcond_signal(&p.cv), 0);
+	cr_assert_eq(waiters("c"), 0, "the signal tried nobody, and took it off");
 	kids[0] = th_spawn(counted_waiter, NULL);
 	wait_sleeping("c", &p.m, 1);
 	expiry = registration_expiry("c");

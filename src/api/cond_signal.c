@@ -12,7 +12,7 @@ dcond_signal_impl(dcond_t *c)
 		return err;
 	/* A waiter it wakes may destroy c before this returns. */
 	dmutex__obj_hold(&cx->users);
-	err = dmutex__cond_wake(cx->client->be, cx->name, 0);
+	err = dmutex__cond_wake(cx->client->be, cx->name, 0, &cx->busy);
 	dmutex__cond_put(cx);
 	return err;
 }
@@ -27,7 +27,7 @@ dcond_broadcast_impl(dcond_t *c)
 		return err;
 	/* A waiter it wakes may destroy c before this returns. */
 	dmutex__obj_hold(&cx->users);
-	err = dmutex__cond_wake(cx->client->be, cx->name, 1);
+	err = dmutex__cond_wake(cx->client->be, cx->name, 1, &cx->busy);
 	dmutex__cond_put(cx);
 	return err;
 }

@@ -394,7 +394,11 @@ struct dmutex__backend_ops {
 			int *still);
 	int (*cond_leave)(struct dmutex__backend *be, const char *name, const char *token,
 			int *still);
-	int (*cond_wake)(struct dmutex__backend *be, const char *name, int all);
+	/* *busy (may be NULL): a hint kept by the caller per condition
+	 * variable, 0 at first, set by the backend (how many signals in a row
+	 * found waiters, say); the backend may look for waiters more cheaply
+	 * when it says none. */
+	int (*cond_wake)(struct dmutex__backend *be, const char *name, int all, int *busy);
 	int (*cond_leave_start)(struct dmutex__backend *be, const char *name, const char *token,
 			struct dmutex__cond_leaving *l);
 	int (*cond_leave_end)(struct dmutex__backend *be, const char *name, const char *token,
@@ -697,9 +701,9 @@ dmutex__cond_leave(struct dmutex__backend *be, const char *name, const char *tok
 }
 
 static inline int
-dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all)
+dmutex__cond_wake(struct dmutex__backend *be, const char *name, int all, int *busy)
 {
-	return be->ops->cond_wake(be, name, all);
+	return be->ops->cond_wake(be, name, all, busy);
 }
 
 static inline int

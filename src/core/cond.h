@@ -28,6 +28,8 @@ struct dmutex__cond {
 	clockid_t clock;                /* of dcond_timedwait */
 	unsigned waiters;               /* atomic: threads of this process waiting */
 	unsigned users;                 /* atomic: bind.h, dmutex__obj_hold */
+	int busy;                       /* atomic, a hint: whether the last
+	                                 * signals found waiters (cond_wake) */
 	char name[];
 };
 

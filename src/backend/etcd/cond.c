@@ -177,13 +177,14 @@ delete_if(struct dmutex__etcd *e, const char *key, long long rev)
 }
 
 int
-dmutex__etcd_cond_wake(struct dmutex__backend *be, const char *name, int all)
+dmutex__etcd_cond_wake(struct dmutex__backend *be, const char *name, int all, int *busy)
 {
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	char pre[DMUTEX__ETCD_KEY_MAX], end[DMUTEX__ETCD_KEY_MAX], key[DMUTEX__ETCD_KEY_MAX];
 	long long rev = 0;
 	int r;
 
+	(void)busy;     /* a wake-up is one range read already */
 	dmutex__etcd_name_key(e, pre, "c", name, "w/");
 	dmutex__etcd_prefix_end(pre, end);
 	if (all) {

@@ -56,17 +56,15 @@ fill(struct dmutex__backend *be, const char *name, struct cargs *a)
 
 /* Every script answers an integer from 0 to max (1: still a waiter or not;
  * signal: how many it woke); anything else is a reply from something that
- * is not our script, counted as no answer. */
+ * is not our script, counted as no answer.  Every node and retry ends by
+ * until (CLOCK_MONOTONIC ns). */
 static int
-call_all(struct dmutex__backend *be, const char *name, const char *what, int script, int nkeys, int argc,
-		const char **argv, long long max, struct tally *t)
+call_all_by(struct dmutex__backend *be, const char *name, const char *what, int script, int nkeys,
+		int argc, const char **argv, long long max, struct tally *t, int64_t until)
 {
-	/* One deadline for every node and retry: signal and broadcast end
-	 * within command_timeout_ms in total.  The nodes are asked one after
-	 * the other, each given an equal share of what is left, so that one
-	 * stalled node leaves time for the others' quorum. */
-	int64_t until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
-
+	/* The nodes are asked one after the other, each given an equal share
+	 * of what is left, so that one stalled node leaves time for the
+	 * others' quorum. */
 	memset(t, 0, sizeof *t);
 	for (size_t i = 0; i < be->nnodes; i++) {
 		int64_t now = dmutex__now_ns();
@@ -91,6 +89,15 @@ call_all(struct dmutex__backend *be, const char *name, const char *what, int scr
 		return EIO;
 	}
 	return 0;
+}
+
+/* The same, within command_timeout_ms from now in total. */
+static int
+call_all(struct dmutex__backend *be, const char *name, const char *what, int script, int nkeys, int argc,
+		const char **argv, long long max, struct tally *t)
+{
+	return call_all_by(be, name, what, script, nkeys, argc, argv, max, t,
+			dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS);
 }
 
 int
@@ -140,17 +147,60 @@ dmutex__redis_cond_leave(struct dmutex__backend *be, const char *name, const cha
 	return 0;
 }
 
+/*
+ * A signal or broadcast: cond_signal.lua, which returns at once when the
+ * waiters zset does not exist (no waiter registered).  A work queue
+ * signals at every push and pop, mostly to nobody: when the last signal of
+ * this condition variable found nobody (*busy 0), one server is asked
+ * first with a plain EXISTS (1 command, where the script is 2: the EVALSHA
+ * and its EXISTS), and the script runs only if the key is there, told so.
+ * The EXISTS is the same read as the script's first: nothing between the
+ * two reads can make a registered waiter miss the signal that it would
+ * have got (a waiter registers before it releases the mutex; one
+ * registered after the EXISTS waited after the signal).  *busy counts the
+ * signals in a row that woke someone (up to 2): from the second on, the
+ * next goes straight to the script, so that a condition variable whose
+ * signals find waiters (a ping-pong) pays no extra round trip, while a
+ * work queue's lone wake-up among signals to nobody does not make the
+ * next one a script.  Several nodes each need a script (a majority): the
+ * script alone.
+ */
 int
-dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all)
+dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all, int *busy)
 {
+	int64_t until = dmutex__now_ns() + (int64_t)be->cfg.command_timeout_ms * DMUTEX__MS;
 	struct cargs a;
 	struct tally t;
+	int err;
 
 	fill(be, name, &a);
-	const char *argv[] = { a.wk, a.sk, a.ch, a.ack, all ? "1" : "0" };
+	const char *argv[] = { a.wk, a.sk, a.ch, a.ack, all ? "1" : "0", "0" };
+	if (busy && be->nnodes == 1 && __atomic_load_n(busy, __ATOMIC_RELAXED) < 2) {
+		int md = 0;
+		redisReply *r = dmutex__node_call_by(&be->nodes[0], DMUTEX__CMD_EXISTS, 1, 1, argv, &md,
+				until);
+
+		if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+			freeReplyObject(r);
+			__atomic_store_n(busy, 0, __ATOMIC_RELAXED);
+			return 0;
+		}
+		/* A key is there; anything else (no answer, an error logged) is
+		 * the script's to find out and report. */
+		if (r && r->type == REDIS_REPLY_INTEGER)
+			argv[5] = "1";
+		if (r)
+			freeReplyObject(r);
+	}
 	/* PUBLISH counts receivers: at most one per client connection. */
-	return call_all(be, name, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 5, argv,
-			INT_MAX, &t);
+	err = call_all_by(be, name, all ? "broadcast" : "signal", DMUTEX__SCRIPT_COND_SIGNAL, 2, 6, argv,
+			INT_MAX, &t, until);
+	if (!err && busy) {
+		int b = __atomic_load_n(busy, __ATOMIC_RELAXED);
+
+		__atomic_store_n(busy, t.zero < t.answered ? (b < 2 ? b + 1 : 2) : 0, __ATOMIC_RELAXED);
+	}
+	return err;
 }
 
 int

@@ -608,13 +608,15 @@ dmutex__node_scripts(const struct dmutex__node *n)
 }
 
 /* conn.h scripts_ok has a bit per script, and one for each plain command. */
-_Static_assert(DMUTEX__CMD_BLPOP < 64, "conn.h scripts_ok: one bit per script");
+_Static_assert(DMUTEX__CMD_EXISTS < 64, "conn.h scripts_ok: one bit per script");
 
 const char *
 dmutex__script_name(int script)
 {
 	if (script == DMUTEX__CMD_TAKE)
 		return "take";
+	if (script == DMUTEX__CMD_EXISTS)
+		return "exists";
 	return script == DMUTEX__CMD_BLPOP ? "blpop" : dmutex__scripts[script].name;
 }
 
@@ -627,8 +629,8 @@ append_script(const struct dmutex__node *n, struct dmutex__conn *c, int script, 
 	char nk[16];
 	int rc;
 
-	if (script == DMUTEX__CMD_TAKE || script == DMUTEX__CMD_BLPOP) {
-		av[0] = script == DMUTEX__CMD_TAKE ? "SET" : "BLPOP";
+	if (script >= DMUTEX__SCRIPT_COUNT) {
+		av[0] = script == DMUTEX__CMD_TAKE ? "SET" : script == DMUTEX__CMD_BLPOP ? "BLPOP" : "EXISTS";
 		al[0] = strlen(av[0]);
 		for (int i = 0; i < argc; i++) {
 			av[i + 1] = argv[i];

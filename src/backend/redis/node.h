@@ -147,7 +147,11 @@ redisReply *dmutex__node_call_within(struct dmutex__node *n, int script, int nke
 /* Not a script either: `BLPOP key timeout`, a fair waiter's wait for its
  * hand-over (grant.c); argv the key and the timeout in seconds, nkeys 1. */
 #define DMUTEX__CMD_BLPOP (DMUTEX__SCRIPT_COUNT + 1)
-/* A script's name for logs, or "take", "blpop" for the commands above. */
+/* Not a script: `EXISTS key...`, a signal's look for waiters before its
+ * script (cond_ops.c); argv the keys, all of them keys. */
+#define DMUTEX__CMD_EXISTS (DMUTEX__SCRIPT_COUNT + 2)
+/* A script's name for logs, or "take", "blpop", "exists" for the commands
+ * above. */
 const char *dmutex__script_name(int script);
 
 /* The node's scripts: dmutex__scripts, or their SPUBLISH variants (n NULL:

@@ -27,7 +27,7 @@ int dmutex__redis_cond_refresh(struct dmutex__backend *be, const char *name, con
 		int *still);
 int dmutex__redis_cond_leave(struct dmutex__backend *be, const char *name, const char *token,
 		int *still);
-int dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all);
+int dmutex__redis_cond_wake(struct dmutex__backend *be, const char *name, int all, int *busy);
 int dmutex__redis_cond_leave_start(struct dmutex__backend *be, const char *name, const char *token,
 		struct dmutex__cond_leaving *l);
 int dmutex__redis_cond_leave_end(struct dmutex__backend *be, const char *name, const char *token,

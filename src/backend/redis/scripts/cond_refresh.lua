@@ -35,7 +35,7 @@ if tried_me then
 	still = false
 end
 
-record_woken(KEYS[1], KEYS[2], now, live, tried, woken, ack, tonumber(ARGV[4]))
+record_woken(KEYS[1], KEYS[2], now, live, tried, woken, ack, tonumber(ARGV[4]), nil, owed)
 
 if not still then
 	-- Woken: this acknowledges it (see cond_signal.lua).

@@ -25,18 +25,49 @@ local function wake_oldest(live, want, prefix, me)
 	return woken, tried, mine
 end
 
+-- The registrations of waiters zset wk, oldest first: the live ones'
+-- tokens (expiry after now), and how many have expired.  One read of the
+-- whole set, as ZRANGEBYSCORE of the live ones was: it tells whether
+-- there is anything to prune.
+local function live_waiters(wk, now)
+	local all = redis.call('ZRANGE', wk, 0, -1, 'WITHSCORES')
+	local live, stale = {}, 0
+	for i = 1, #all, 2 do
+		if tonumber(all[i + 1]) > now then
+			live[#live + 1] = all[i]
+		else
+			stale = stale + 1
+		end
+	end
+	return live, stale
+end
+
+-- Members given to one ZREM or ZADD at most: Lua's unpack has a stack limit.
+local CHUNK = 256
+
 -- The writes that follow (after every read and PUBLISH): expired
 -- registrations and wake-ups dropped, the tried waiters taken off the
 -- waiters zset wk, and the woken ones owe an acknowledgement in zset sk
--- by `ack` (server ms, a string).
-local function record_woken(wk, sk, now, live, tried, woken, ack, ack_ms)
-	redis.call('ZREMRANGEBYSCORE', wk, '-inf', now)
-	redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
-	for i = 1, tried do
-		redis.call('ZREM', wk, live[i])
+-- by `ack` (server ms, a string).  stale and owed: how many expired
+-- registrations and wake-ups the caller counted (nil: not counted), each
+-- pruned only if there are some.
+local function record_woken(wk, sk, now, live, tried, woken, ack, ack_ms, stale, owed)
+	if stale == nil or stale > 0 then
+		redis.call('ZREMRANGEBYSCORE', wk, '-inf', now)
 	end
-	for _, w in ipairs(woken) do
-		redis.call('ZADD', sk, ack, w)
+	if owed == nil or owed > 0 then
+		redis.call('ZREMRANGEBYSCORE', sk, '-inf', now)
+	end
+	for i = 1, tried, CHUNK do
+		redis.call('ZREM', wk, unpack(live, i, math.min(tried, i + CHUNK - 1)))
+	end
+	for i = 1, #woken, CHUNK do
+		local args = {}
+		for j = i, math.min(#woken, i + CHUNK - 1) do
+			args[#args + 1] = ack
+			args[#args + 1] = woken[j]
+		end
+		redis.call('ZADD', sk, unpack(args))
 	end
 	if #woken > 0 then
 		-- Kept past its last deadline: an expired entry is what tells that a

@@ -21,9 +21,9 @@
 -- non-robust locks are kept: a process that dies while it keeps a lease
 -- held nothing.
 --
--- Every read comes before the first write (acquire.lua); the first write
--- (the counter's, token.lua) fails on a meta hash that is not a hash
--- before anything changed.  The counter is a decimal below 2^63 (ms << 20).
+-- Every read comes before the first write (acquire.lua); the meta hash's
+-- HGET fails on a meta hash that is not a hash before anything changed.
+-- The counter is a decimal below 2^63 (ms << 20).
 
 -- @include token.lua
 -- @include layout.lua
@@ -37,13 +37,30 @@ local batch = ARGV[4] == '1'
 if not batch and flags:find('w', 1, true) then
 	return {2}
 end
+-- x + n for a decimal string without leading zeros and a small n >= 0,
+-- exactly (Lua's numbers lose digits past 2^53).
+local function plus(x, n)
+	local out, i, carry = {}, #x, n
+	while i > 0 or carry > 0 do
+		local d = (i > 0 and string.byte(x, i) - 48 or 0) + carry
+		out[#out + 1] = string.char(48 + d % 10)
+		carry = math.floor(d / 10)
+		i = i - 1
+	end
+	return string.reverse(table.concat(out))
+end
+
 -- The block starts above every token handed out and above the clock, as
--- any hold's token does.
-fresh_token(KEYS[2], redis.call('HGET', KEYS[2], 'fence'), '0')
-redis.call('HINCRBY', KEYS[2], 'fence', tonumber(ARGV[2]) - 1)
-redis.call('HSET', KEYS[2], 'v', VERSION)
+-- any hold's token does (fresh_token's first token, token.lua); its last
+-- token is written with the layout's version in one HSET, and answered
+-- as written: no HINCRBY and HGET (issue 28, pool commands per job).
+local t = redis.call('TIME')
+local first = following(redis.call('HGET', KEYS[2], 'fence'),
+	tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[2]) % 1000)
+local last = plus(first, tonumber(ARGV[2]) - 1)
+redis.call('HSET', KEYS[2], 'fence', last, 'v', VERSION)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if not flags:find('c', 1, true) then
 	redis.call('SET', KEYS[1], value(cur, fence, died, with_flag(flags, 'c'), rest), 'KEEPTTL')
 end
-return {batch and 3 or 1, redis.call('HGET', KEYS[2], 'fence')}
+return {batch and 3 or 1, last}
