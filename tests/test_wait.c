@@ -1078,6 +1078,118 @@ Test(wait, a_grant_that_does_not_answer_the_last_busy_request_is_not_taken, .tim
 	dmt_close_mutex(c, &m);
 }
 
+/* INFO replication's master_repl_offset of r (-1 on error). */
+static long long repl_offset(const struct th_redis *r)
+{
+	redisReply *x = th_redis_cmd(r, "INFO replication");
+	const char *at;
+	long long off = -1;
+
+	if (x && x->type == REDIS_REPLY_STRING && (at = strstr(x->str, "master_repl_offset:")))
+		off = strtoll(at + strlen("master_repl_offset:"), NULL, 10);
+	freeReplyObject(x);
+	return off;
+}
+
+struct two_nodes {
+	const struct th_redis *master, *replica;
+};
+
+/* The replica's link is up and it has applied all the master wrote. */
+static int replica_caught_up(void *arg)
+{
+	struct two_nodes *n = arg;
+	redisReply *x = th_redis_cmd(n->replica, "INFO replication");
+	int up = x && x->type == REDIS_REPLY_STRING && strstr(x->str, "master_link_status:up");
+	long long want = repl_offset(n->master);
+
+	freeReplyObject(x);
+	return up && want > 0 && repl_offset(n->replica) == want;
+}
+
+/* A PUBLISH is copied to the replicas, whose subscribers it reaches
+ * although the master counted nobody: a waiter still subscribed on a
+ * master that a failover demoted hears it there.  So a release publishes
+ * a grant only when the master counts a listener (its "p" first), and
+ * writes nothing otherwise.  Here the queue's head (its details as a
+ * waiter of this version leaves them) listens on a replica only: it must
+ * never see a "g:" there, and the lock stays free.  The code before
+ * published the grant, found 0 listeners and deleted the hold: the
+ * replica's subscriber read "g:..." and a waiter would have taken it. */
+Test(wait, a_grant_is_not_published_where_the_master_counts_nobody, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct th_redis rep = { 0 };
+	struct two_nodes n = { &srv, &rep };
+	char extra[64], val[600], fixed[600], *f;
+	const char *tok = "00112233445566778899aabbccddeeff";
+	redisContext *sub;
+	redisReply *r;
+	int got_g = 0, pong = 0, fields = 0;
+
+	DMT_REDIS_STATE("a replica of the test's Redis; etcd wakes through its own queue");
+	DMT_SINGLE_NODE();
+	snprintf(extra, sizeof extra, "replicaof 127.0.0.1 %d\n", srv.port);
+	cr_assert_eq(th_redis_start(&rep, extra), 0);
+	cr_assert(th_wait_until(replica_caught_up, &n, 20000), "the replica never caught up");
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "unheard", &(struct dmt_attr){ .lease_ms = 20000,
+			.nocache = 1 }), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	/* A waiter of this version queued behind the holder, as acquire.lua
+	 * leaves one (the queue, its details, the holder's flag w), but
+	 * subscribed on the replica only. */
+	cr_assert_eq(th_redis_int(&srv, "ZADD dmutex:wq:{unheard} 1 %s", tok), 1);
+	cr_assert_eq(th_redis_int(&srv, "HSET dmutex:wd:{unheard} %s %s", tok,
+			"0 3620000 12345 20000 1 1 1 - tester"), 1);
+	r = th_redis_cmd(&srv, "GET dmutex:lock:{unheard}");
+	cr_assert(r && r->type == REDIS_REPLY_STRING && r->len < sizeof val);
+	snprintf(val, sizeof val, "%s", r->str);
+	freeReplyObject(r);
+	/* "3 TOKEN FENCE DIED FLAGS ...": FLAGS becomes w. */
+	f = fixed;
+	for (const char *p = val; *p; p++) {
+		if (*p == ' ' && ++fields == 4) {
+			*f++ = ' ';
+			*f++ = 'w';
+			while (p[1] && p[1] != ' ')
+				p++;
+			continue;
+		}
+		*f++ = *p;
+	}
+	*f = 0;
+	cr_assert_eq(fields >= 5, 1, "lock value '%s'", val);
+	r = th_redis_cmd(&srv, "SET dmutex:lock:{unheard} %s KEEPTTL", fixed);
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SET: %s", r ? r->str : "no reply");
+	freeReplyObject(r);
+	cr_assert_not_null(sub = th_redis_connect(&rep, NULL, NULL));
+	r = redisCommand(sub, "SUBSCRIBE dmutex:wake:{unheard}:%s", tok);
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+	freeReplyObject(r);
+
+	cr_assert_eq(dmt_unlock_answered(&m), 0);
+	cr_assert(th_wait_until(replica_caught_up, &n, 20000), "the replica never caught up");
+	/* Everything the replica sent before this PING's answer is read. */
+	cr_assert_eq(redisAppendCommand(sub, "PING"), REDIS_OK);
+	while (!pong) {
+		cr_assert_eq(redisGetReply(sub, (void **)&r), REDIS_OK);
+		cr_assert(r->type == REDIS_REPLY_ARRAY && r->elements >= 2);
+		if (!strcmp(r->element[0]->str, "pong"))
+			pong = 1;
+		else if (r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING &&
+				!strncmp(r->element[2]->str, "g:", 2))
+			got_g = 1;
+		freeReplyObject(r);
+	}
+	cr_assert_eq(got_g, 0, "a grant nobody heard on the master reached the replica's subscriber");
+	cr_assert_eq(dmt_lock_exists(&srv, "unheard"), 0, "the lock is held after a grant nobody heard");
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:wq:{unheard}"), 0, "the unheard waiter stayed queued");
+	redisFree(sub);
+	dmt_close_mutex(c, &m);
+	th_redis_stop(&rep);
+}
+
 /* A timed waiter granted the lock as its deadline passes (it is stopped
  * from before the release until after the deadline): it ends either
  * holding the lock (the grant came before the deadline: it returns 0,

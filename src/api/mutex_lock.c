@@ -281,6 +281,12 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	/* Whatever the answer, a request that may have been applied must be
 	 * taken back if we end up not holding the lock. */
 	m->maybe_done |= a.maybe_done;
+	/* A queueing request that may have run unanswered may have queued
+	 * us, and left our details for a grant: giving up must then take us
+	 * out of the queue and pass on what we may have been granted
+	 * (abandon: release.lua mode 4), not only release a lock of ours. */
+	if (a.maybe_done && a.wait && !mx->fair && be->ops->wake_one)
+		m->queued = 1;
 	if (!err && a.status == DMUTEX__ACQ_OK &&
 			now >= sent + (int64_t)mx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(mx->lease_ms)) {
 		/* Granted, but the answer came after the hold's own deadline:

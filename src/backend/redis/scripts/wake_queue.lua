@@ -72,12 +72,25 @@ end
 -- harm: tokens only need to increase).  A write that fails (it cannot
 -- after the release's own first write, but foreign data in the meta hash
 -- makes HGET fail) grants nothing: w gets "r" and asks.  Returns the
--- PUBLISH's answer (nil: not granted, wake with "r"; a table: the
--- channel is denied, nothing written).
+-- PUBLISH's answer (nil: not granted, wake with "r"; 0: nobody heard,
+-- nothing written; a table: the channel is denied, nothing written).
 local function grant(lk, mk, q, ch, w, info)
 	local step, keep, stamp, lease, rest = info:match('^([02]) (%d+) (%d+) (%d+) %S+ (.*)$')
+	if not step or #lease > 10 or tonumber(lease) > tonumber(keep) then
+		return nil
+	end
+	-- Asked first, with nothing written: does anyone hear w here?  A
+	-- PUBLISH is also copied to the replicas, whose subscribers it
+	-- reaches uncounted (a waiter still subscribed on a master demoted
+	-- by a failover); so the grant itself is published only when this
+	-- master counts a listener, and written only then.  "p" means
+	-- nothing to a waiter (waiter.c): the grant follows at once.
+	local heard = redis.pcall('PUBLISH', ch .. ':' .. w, 'p')
+	if type(heard) == 'table' or heard == 0 then
+		return heard
+	end
 	local t = redis.pcall('TIME')
-	if not step or t.err then
+	if t.err then
 		return nil
 	end
 	local ms, fence = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), '-'
