@@ -21,7 +21,11 @@ static const char usage[] =
 	"Release NAME whoever holds it (only with --force while it is held) and\n"
 	"clear an owner-died or not-recoverable state; fencing tokens keep growing.\n";
 
-#define ATTEMPTS 10
+/* Each attempt reads under a WATCH and commits only if nothing changed: a
+ * lock handed from waiter to waiter every millisecond (a release grants
+ * the next at once, README "Who a release wakes") changed under 10 in a
+ * row in CI (torture-sync under load).  An attempt is a few round trips. */
+#define ATTEMPTS 100
 
 static int
 simple(struct dmutex__conn *c, redisReply *r)
