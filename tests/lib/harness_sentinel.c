@@ -284,6 +284,31 @@ static void tls_conf(const struct th_sentinel *s, char *out, size_t len, int por
 	         s->tls_dir, s->tls_dir, s->tls_dir);
 }
 
+/* th_redis_start_as() with `base` and, with s->tls_dir, the TLS port
+ * *tls_port.  th_redis_start retries a taken port with a new plain port
+ * only, so a TLS port taken between its choice and the start failed every
+ * attempt (seen in CI: "could not bind a port after 5 attempts" in 0.3 s):
+ * a failed start with TLS picks a new TLS port and starts again. */
+static int start_node(struct th_sentinel *s, struct th_redis *r, const char *base, int *tls_port,
+                      int kind)
+{
+	char tls[1024], conf[4096];
+
+	for (int attempt = 0; attempt < 3; attempt++) {
+		if (attempt > 0 && (*tls_port = th_free_port()) <= 0)
+			return -1;
+		tls_conf(s, tls, sizeof tls, *tls_port);
+		if (snprintf(conf, sizeof conf, "%s%s", base, tls) >= (int)sizeof conf)
+			return -1;
+		if (th_redis_start_as(r, conf, kind) == 0)
+			return 0;
+		if (!s->tls_dir[0])
+			return -1;
+		fprintf(stderr, "th_sentinel_start: start failed with TLS port %d; a new one\n", *tls_port);
+	}
+	return -1;
+}
+
 /* The master lists `want` replicas online and each replica's link is up. */
 static int replication_up(struct th_sentinel *s, int want)
 {
@@ -349,7 +374,7 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 		return -1;
 	}
 
-	char conf[1024], auth[256], extra[2048], tls[1024];
+	char conf[1024], auth[256], extra[2048];
 	auth_conf(auth, sizeof auth, s->data_user, s->data_pass);
 	/* every data node may become a replica: all of them can authenticate */
 	/* repl-diskless-sync-delay: a replica syncs at once, not after 5 s */
@@ -365,9 +390,7 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 		return -1;
 	}
 
-	tls_conf(s, tls, sizeof tls, s->data_tls_port[0]);
-	n = snprintf(extra, sizeof extra, "%s%s", conf, tls);
-	if (n >= (int)sizeof extra || th_redis_start(&s->data[0], extra) != 0)
+	if (start_node(s, &s->data[0], conf, &s->data_tls_port[0], TH_REDIS_PLAIN) != 0)
 		goto fail;
 	if (o->replica_proxy &&
 	    !(s->repl_proxy = th_proxy_start(th_sentinel_data_port(s, 0))))
@@ -375,9 +398,9 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 	for (int i = 1; i < s->ndata; i++) {
 		int port = i == 1 && s->repl_proxy ? th_proxy_port(s->repl_proxy)
 		                                   : th_sentinel_data_port(s, 0);
-		tls_conf(s, tls, sizeof tls, s->data_tls_port[i]);
-		n = snprintf(extra, sizeof extra, "%s%sreplicaof 127.0.0.1 %d\n", conf, tls, port);
-		if (n >= (int)sizeof extra || th_redis_start(&s->data[i], extra) != 0)
+		n = snprintf(extra, sizeof extra, "%sreplicaof 127.0.0.1 %d\n", conf, port);
+		if (n >= (int)sizeof extra ||
+		    start_node(s, &s->data[i], extra, &s->data_tls_port[i], TH_REDIS_PLAIN) != 0)
 			goto fail;
 	}
 	while (!replication_up(s, replicas)) {
@@ -413,13 +436,9 @@ int th_sentinel_start(struct th_sentinel *s, const struct th_sentinel_opts *o, i
 		fprintf(stderr, "th_sentinel_start: sentinel config too long\n");
 		goto fail;
 	}
-	for (int i = 0; i < TH_SENTINELS; i++) {
-		char conf_i[sizeof extra + sizeof tls];
-		tls_conf(s, tls, sizeof tls, s->sentinel_tls_port[i]);
-		snprintf(conf_i, sizeof conf_i, "%s%s", extra, tls);
-		if (th_redis_start_as(&s->sentinel[i], conf_i, TH_REDIS_SENTINEL) != 0)
+	for (int i = 0; i < TH_SENTINELS; i++)
+		if (start_node(s, &s->sentinel[i], extra, &s->sentinel_tls_port[i], TH_REDIS_SENTINEL) != 0)
 			goto fail;
-	}
 	if (s->tls_dir[0])
 		snprintf(s->url, sizeof s->url, "rediss-sentinel://127.0.0.1:%d,127.0.0.1:%d,"
 		         "127.0.0.1:%d/%s?tls_ca=%s/ca.crt", s->sentinel_tls_port[0],
