@@ -319,10 +319,10 @@ for_another(struct dmutex__wsub *s, const redisReply *msg)
 	 * read-write lock's waiters with that one.) */
 	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'k')
 		return !s->nnotify;
-	/* "p": a release asking whether a grant would be heard here; the
+	/* "g?": a release asking whether a grant would be heard here; the
 	 * grant itself follows in the same script (wake_queue.lua).  Woken on
 	 * it, the waiter would ask before the grant arrives. */
-	if (msg->type == REDIS_REPLY_STRING && msg->len == 1 && msg->str[0] == 'p')
+	if (msg->type == REDIS_REPLY_STRING && msg->len == 2 && !memcmp(msg->str, "g?", 2))
 		return 1;
 	if (msg->type == REDIS_REPLY_STRING)
 		take_nonfair_grant(s, msg->str, msg->len);

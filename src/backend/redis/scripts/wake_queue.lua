@@ -83,9 +83,10 @@ local function grant(lk, mk, q, ch, w, info)
 	-- PUBLISH is also copied to the replicas, whose subscribers it
 	-- reaches uncounted (a waiter still subscribed on a master demoted
 	-- by a failover); so the grant itself is published only when this
-	-- master counts a listener, and written only then.  "p" means
-	-- nothing to a waiter (waiter.c): the grant follows at once.
-	local heard = redis.pcall('PUBLISH', ch .. ':' .. w, 'p')
+	-- master counts a listener, and written only then.  "g?" means
+	-- nothing to a waiter (waiter.c): the grant follows at once.  (Not
+	-- "p": a semaphore's post, sem_op.lua.)
+	local heard = redis.pcall('PUBLISH', ch .. ':' .. w, 'g?')
 	if type(heard) == 'table' or heard == 0 then
 		return heard
 	end
