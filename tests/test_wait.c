@@ -793,6 +793,36 @@ static void close_proc(struct proc_waiter *p)
 	th_sync_close(&p->unlock);
 }
 
+/* A waiter forked and connected, that locks when it reads a byte from
+ * go[0] (go_queue): so that its fork and connect, slow on a loaded machine
+ * or over TLS, come before a timed waiter's deadline starts, not in it. */
+static pid_t ready_proc(struct proc_waiter *p, int go[2])
+{
+	pid_t pid;
+
+	cr_assert_eq(pipe(go), 0);
+	p->go = go[0];
+	cr_assert_eq(th_sync_init(&p->ready), 0);
+	cr_assert_eq(th_sync_init(&p->locked), 0);
+	cr_assert_eq(th_sync_init(&p->unlock), 0);
+	cr_assert_gt(pid = th_spawn(proc_waiter_main, p), 0);
+	cr_assert_eq(th_sync_wait(&p->ready, 30000), 0, "a waiter did not connect");
+	return pid;
+}
+
+/* Tell a ready_proc waiter to lock, and wait until it waits on the backend
+ * behind n_before others; closes its pipe. */
+static void go_queue(int go[2], const char *name, int n_before)
+{
+	struct procs_waiting pw = { .name = name, .want = n_before + 1, .calls = dmt_nodes() };
+
+	pw.base = dmt_evalsha_calls_all(&srv);
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	cr_assert(th_wait_until(procs_waiting, &pw, 10000), "waiter %d never waited on the backend", n_before);
+	close(go[0]);
+	close(go[1]);
+}
+
 /* NAME's lock key is gone (a reservation lapsed). */
 static int name_key_gone(void *arg)
 {
@@ -853,12 +883,13 @@ Test(wait, waiter_that_gives_up_passes_the_wake_up_on, .timeout = 60)
 {
 	dmutex_client_t *c;
 	dmutex_t m;
-	struct proc_waiter a = { .name = "pass", .lease_ms = 30000, .timed_ms = 300, .go = -1 };
-	struct proc_waiter b = { .name = "pass", .lease_ms = 30000, .go = -1, .told = 1 };
-	struct proc_waiter d = { .name = "pass", .lease_ms = 30000, .go = -1, .told = 1 };
+	struct proc_waiter a = { .name = "pass", .lease_ms = 30000, .timed_ms = 1000, .go = -1 };
+	struct proc_waiter b = { .name = "pass", .lease_ms = 30000, .told = 1 };
+	struct proc_waiter d = { .name = "pass", .lease_ms = 30000, .told = 1 };
 	pid_t pa, pb, pd;
 	long long base;
 	int64_t t0;
+	int gob[2], god[2];
 
 	DMT_REDIS_STATE("counts the waiters' Redis scripts; etcd wakes through its own queue");
 	DMT_SINGLE_NODE();
@@ -866,11 +897,14 @@ Test(wait, waiter_that_gives_up_passes_the_wake_up_on, .timeout = 60)
 			.nocache = 1 }), 0);
 	warm_up(&m);
 	cr_assert_eq(dmutex_lock(&m), 0);
+	/* B and D fork and connect before A's deadline starts (ready_proc). */
+	pb = ready_proc(&b, gob);
+	pd = ready_proc(&d, god);
 	pa = queue_proc(&a, "pass", 0);
 	/* A's deadline was set before it queued. */
 	t0 = dmt_now_ns();
-	pb = queue_proc(&b, "pass", 1);
-	pd = queue_proc(&d, "pass", 2);
+	go_queue(gob, "pass", 1);
+	go_queue(god, "pass", 2);
 	cr_assert_eq(kill(pa, SIGSTOP), 0);
 	cr_assert_eq(th_wait_stopped(pa), 0);
 	/* A as a waiter of the version before the grant, which leaves no
@@ -1201,12 +1235,12 @@ Test(wait, timed_waiter_granted_at_its_deadline_holds_or_passes_it_on, .timeout 
 {
 	dmutex_client_t *c;
 	dmutex_t m;
-	struct proc_waiter a = { .name = "tgrant", .lease_ms = 30000, .timed_ms = 300, .go = -1 };
-	struct proc_waiter b = { .name = "tgrant", .lease_ms = 30000, .go = -1, .told = 1 };
+	struct proc_waiter a = { .name = "tgrant", .lease_ms = 30000, .timed_ms = 1000, .go = -1 };
+	struct proc_waiter b = { .name = "tgrant", .lease_ms = 30000, .told = 1 };
 	char tok[80];
 	pid_t pa, pb;
 	int64_t t0, waited;
-	int rc;
+	int rc, gob[2];
 
 	DMT_REDIS_STATE("stops a waiter queued in Redis; etcd wakes through its own queue");
 	DMT_SINGLE_NODE();
@@ -1214,9 +1248,14 @@ Test(wait, timed_waiter_granted_at_its_deadline_holds_or_passes_it_on, .timeout 
 			.nocache = 1 }), 0);
 	warm_up(&m);
 	cr_assert_eq(dmutex_lock(&m), 0);
+	/* The second waiter forks and connects (slow: TLS, a loaded machine)
+	 * before the first starts its timed lock, and queues behind it only
+	 * then: its start cannot use up the first one's second (CI: "waiter
+	 * 1 never waited on the backend" with 300 ms). */
+	pb = ready_proc(&b, gob);
 	pa = queue_proc(&a, "tgrant", 0);
 	t0 = dmt_now_ns();
-	pb = queue_proc(&b, "tgrant", 1);
+	go_queue(gob, "tgrant", 1);
 	cr_assert_eq(kill(pa, SIGSTOP), 0);
 	cr_assert_eq(th_wait_stopped(pa), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
