@@ -829,17 +829,26 @@ static int name_key_gone(void *arg)
 	return dmt_lock_exists(&srv, arg) == 0;
 }
 
+/* The token of NAME's first queued waiter (wake_queue.lua), into out. */
+static void queued_head(const char *name, char *out, size_t len)
+{
+	redisReply *r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{%s} 0 0", name);
+
+	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1, "the waiter is not queued");
+	snprintf(out, len, "%s", r->element[0]->str);
+	freeReplyObject(r);
+}
+
 /* NAME's first queued waiter as a waiter of the version before the grant:
  * no details (wake_queue.lua), so the release that pops it reserves the
  * lock for it (flag h) and it asks, instead of being granted the lock. */
 static void forget_details(const char *name)
 {
-	redisReply *r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{%s} 0 0", name);
+	char tok[80];
 
-	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1, "nobody queued");
-	cr_assert_eq(th_redis_int(&srv, "HDEL dmutex:wd:{%s} %s", name, r->element[0]->str), 1,
+	queued_head(name, tok, sizeof tok);
+	cr_assert_eq(th_redis_int(&srv, "HDEL dmutex:wd:{%s} %s", name, tok), 1,
 			"the first waiter left no details");
-	freeReplyObject(r);
 }
 
 /* The step under test (its scripts counted from base, its time from t0)
@@ -939,7 +948,6 @@ Test(wait, a_release_reserves_the_lock_for_the_waiter_it_woke, .timeout = 60)
 	dmutex_t m, m2;
 	struct proc_waiter a = { .name = "resv", .lease_ms = 30000, .go = -1 };
 	char lk[128], queued[80], tok[80], flags[16], lease[16];
-	redisReply *r;
 	pid_t pa;
 	long long pttl;
 	int rc;
@@ -954,10 +962,7 @@ Test(wait, a_release_reserves_the_lock_for_the_waiter_it_woke, .timeout = 60)
 	warm_up(&m);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	pa = queue_proc(&a, "resv", 0);
-	r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{resv} 0 0");
-	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1, "the waiter is not queued");
-	snprintf(queued, sizeof queued, "%s", r->element[0]->str);
-	freeReplyObject(r);
+	queued_head("resv", queued, sizeof queued);
 	cr_assert_eq(kill(pa, SIGSTOP), 0);
 	cr_assert_eq(th_wait_stopped(pa), 0);
 	forget_details("resv");
@@ -1007,7 +1012,6 @@ Test(wait, a_release_grants_the_lock_to_the_waiter_it_woke, .timeout = 60)
 	dmutex_t m, m2;
 	struct proc_waiter a = { .name = "grant", .lease_ms = 20000, .go = -1, .told = 1 };
 	char queued[80], tok[80], flags[16], lease[16];
-	redisReply *r;
 	pid_t pa;
 	long long pttl, base;
 
@@ -1020,10 +1024,7 @@ Test(wait, a_release_grants_the_lock_to_the_waiter_it_woke, .timeout = 60)
 	warm_up(&m);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	pa = queue_proc(&a, "grant", 0);
-	r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{grant} 0 0");
-	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1, "the waiter is not queued");
-	snprintf(queued, sizeof queued, "%s", r->element[0]->str);
-	freeReplyObject(r);
+	queued_head("grant", queued, sizeof queued);
 	cr_assert_eq(th_redis_int(&srv, "HEXISTS dmutex:wd:{grant} %s", queued), 1,
 			"the waiter left no details");
 	cr_assert_eq(kill(pa, SIGSTOP), 0);
@@ -1082,10 +1083,7 @@ Test(wait, a_grant_that_does_not_answer_the_last_busy_request_is_not_taken, .tim
 	warm_up(&m);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	pa = queue_proc(&a, "forged", 0);
-	r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{forged} 0 0");
-	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1, "the waiter is not queued");
-	snprintf(queued, sizeof queued, "%s", r->element[0]->str);
-	freeReplyObject(r);
+	queued_head("forged", queued, sizeof queued);
 	r = th_redis_cmd(&srv, "HGET dmutex:wd:{forged} %s", queued);
 	cr_assert(r && r->type == REDIS_REPLY_STRING, "the waiter left no details");
 	cr_assert_eq(sscanf(r->str, "%*s %*s %llu", &stamp), 1, "details without a stamp: %s", r->str);
