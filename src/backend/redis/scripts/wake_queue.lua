@@ -66,10 +66,12 @@ end
 -- found the lock busy, so this grant's hold had already ended (the
 -- message can reach the waiter after that answer: they come on two
 -- connections).
--- Written first and published after: only if PUBLISH counts a listener
--- does the hold stay; else (w is gone) it is deleted again, in the same
--- script, so nobody ever sees it (a token the counter skipped is no
--- harm: tokens only need to increase).  A write that fails (it cannot
+-- Nothing is written unless this master counts a listener for w (the
+-- "g?" asked first, below); the grant's own PUBLISH then counts the same
+-- (nothing runs between them inside a script), and should it count none
+-- the hold is deleted again, in the same script, so nobody ever sees it
+-- (a token the counter skipped is no harm: tokens only need to
+-- increase).  A write that fails (it cannot
 -- after the release's own first write, but foreign data in the meta hash
 -- makes HGET fail) grants nothing: w gets "r" and asks.  Returns the
 -- PUBLISH's answer (nil: not granted, wake with "r"; 0: nobody heard,
