@@ -516,6 +516,76 @@ Test(faults, restart_reconnects_and_reloads_scripts)
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
 
+/*
+ * A restart that loses a hold (no persistence), its holder idle in its
+ * critical section: the holder's unlock must say the hold was lost, since
+ * another client took the lock meanwhile.  A fair mutex's release waits
+ * for its answer (a plain one's is asynchronous, read by its own check).
+ * The pooled connection the release would take was closed by the dying
+ * server: sent on it, the release "may have run", and its retry's "not
+ * ours" proved nothing, so the unlock said 0 and nobody was told (the
+ * torture's restart_lossy found it once).  Nothing can run on a closed
+ * connection, so it is not used: the one attempt's "not ours" is a loss.
+ */
+static int flag_set(void *p);
+
+static void
+unlock_after_lossy_restart(int fair)
+{
+	const char *name = fair ? "faults-lossy-fair" : "faults-lossy";
+	dmutex_client_t *c, *o;
+	dmutex_attr_t a;
+	dmutex_t m, om;
+	atomic_int lost = 0;
+	int rc;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	/* 30 s: the renewer looks at 10 s, long after this test. */
+	cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
+	cr_assert_eq(dmutex_attr_setfair(&a, fair), 0);
+	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &lost), 0);
+	cr_assert_eq(dmutex_init(&m, name, &a), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, NULL, NULL), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, o), 0);
+	cr_assert_eq(dmutex_init(&om, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(th_redis_restart(&srv), 0);        /* no AOF: the hold is gone */
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "the hold survived a restart without persistence");
+	rc = dmutex_trylock(&om);
+	cr_assert_eq(rc, 0, "the other client could not take the lost lock: %s", dmutex_strerror(rc));
+
+	rc = dmutex_unlock(&m);
+	if (fair)
+		cr_assert_eq(rc, ENOLCK, "unlock of a hold lost to a restart: %d (%s), not ENOLCK", rc,
+				dmutex_strerror(rc));
+	else
+		cr_assert(rc == 0 || rc == ENOLCK, "unlock: %d (%s)", rc, dmutex_strerror(rc));
+	cr_assert(th_wait_until(flag_set, &lost, 3000), "3 s after the unlock of a hold lost to a restart, "
+			"onlost had not run");
+	cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
+	cr_assert_eq(dmutex_unlock(&om), 0);
+	cr_assert_eq(dmutex_destroy(&om), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(faults, unlock_after_a_lossy_restart_reports_the_hold_lost)
+{
+	unlock_after_lossy_restart(0);
+}
+
+Test(faults, fair_unlock_after_a_lossy_restart_reports_the_hold_lost)
+{
+	unlock_after_lossy_restart(1);
+}
+
 struct waiter_arg {
 	dmutex_t m;
 	atomic_int done;

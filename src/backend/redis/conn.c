@@ -660,6 +660,24 @@ dmutex__conn_check(struct dmutex__conn *c)
 }
 
 int
+dmutex__conn_closed(struct dmutex__conn *c)
+{
+	struct pollfd pf = { c->fd, POLLRDHUP, 0 };
+	void *v = NULL;
+
+	if (c->err)
+		return 1;
+	if (poll(&pf, 1, 0) <= 0 || !(pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		return 0;
+	/* Answers that came before the close are still theirs. */
+	(void)dmutex__conn_fill(c);
+	if (!dmutex__conn_next(c, &v) && v)
+		freeReplyObject(v);
+	set_err(c, "closed by the server", 0);
+	return 1;
+}
+
+int
 dmutex__conn_get(struct dmutex__conn *c, void **reply, int64_t deadline)
 {
 	*reply = NULL;

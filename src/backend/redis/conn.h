@@ -96,6 +96,11 @@ int dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline);
  * within DMUTEX__CONN_QUIET_NS (see conn.c). */
 int dmutex__conn_check(struct dmutex__conn *c);
 
+/* Whether the server has closed c (it died or restarted, CLIENT KILL, an
+ * idle timeout), told without a read: one poll(2).  Then nothing sent on
+ * c could run; answers already on it are handed over, and c is broken. */
+int dmutex__conn_closed(struct dmutex__conn *c);
+
 /* Send what can go without waiting: 1 all sent, 0 more to send, -1 broken. */
 int dmutex__conn_write(struct dmutex__conn *c);
 /* Send everything by the deadline: 0 or -1. */

@@ -375,13 +375,25 @@ dmutex__node_connect_timeout(struct dmutex__node *n, unsigned timeout_ms)
 struct dmutex__conn *
 dmutex__node_pooled(struct dmutex__node *n)
 {
-	struct dmutex__conn *c = NULL;
+	struct dmutex__conn *c;
 
-	pthread_mutex_lock(&n->mu);
-	if (n->nidle)
-		c = n->idle[--n->nidle];
-	pthread_mutex_unlock(&n->mu);
-	return c;
+	/* A connection the server closed while it was idle (a restart, a
+	 * kill) is left out, not tried: a request sent on it would count as
+	 * "may have run", and a release's retry that then finds the lock not
+	 * ours could not say that the hold had been lost (the restart lost
+	 * it).  Told by the close, the retry's "not ours" is a loss. */
+	for (;;) {
+		c = NULL;
+		pthread_mutex_lock(&n->mu);
+		if (n->nidle)
+			c = n->idle[--n->nidle];
+		pthread_mutex_unlock(&n->mu);
+		if (!c || !dmutex__conn_closed(c))
+			return c;
+		dmutex__log(DMUTEX_LOG_DEBUG, "%s: a pooled connection was closed by the server: "
+				"not used", n->addr->display);
+		dmutex__conn_free(c);
+	}
 }
 
 struct dmutex__conn *
