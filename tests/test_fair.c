@@ -512,6 +512,46 @@ head_details(const char *name, const char *token, char *out, size_t cap)
 	return ok;
 }
 
+/*
+ * A new token is in no queue (only its own requests queue it): its first
+ * request, taking a free lock or queueing behind a holder, does not look
+ * for it there (fair_acquire.lua, "fresh"); the waiter still queues, and
+ * gets the hand-over.
+ */
+Test(fair, a_first_request_does_not_look_for_its_token_in_the_queue)
+{
+	const char *name = "fair-fresh";
+	struct qwait q = { name, 1 };
+	struct headwait h = { 0 };
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	pthread_t th;
+	long long zscores;
+
+	cr_assert_eq(dmutex_client_open(&c1, url), 0);
+	cr_assert_eq(dmutex_client_open(&c2, url), 0);
+	cr_assert_eq(fair_mutex(&m1, c1, name, 0), 0);
+	cr_assert_eq(fair_mutex(&m2, c2, name, 0), 0);
+	zscores = dmt_cmd_calls(&srv, "zscore", NULL);
+	cr_assert_geq(zscores, 0);
+	cr_assert_eq(dmutex_lock(&m1), 0);
+	h.m = &m2;
+	cr_assert_eq(pthread_create(&th, NULL, head_thread, &h), 0);
+	cr_assert(th_wait_until(queue_is, &q, 20000), "the waiter never queued");
+	cr_assert_eq(dmt_cmd_calls(&srv, "zscore", NULL) - zscores, 0,
+			"a first request looked for its new token in the queue");
+	cr_assert_eq(dmutex_unlock(&m1), 0);
+	cr_assert(th_wait_until(head_holds, &h, 20000), "the waiter never got the lock");
+	cr_assert_eq(h.err, 0);
+	cr_assert_eq(queued(name), 0, "the waiter is still queued");
+	atomic_store(&h.state, 2);
+	pthread_join(th, NULL);
+	cr_assert_eq(h.err, 0);
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "released");
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
 /* The head asked again (its details were written anew), or took the lock. */
 static int
 asked_again(void *arg)

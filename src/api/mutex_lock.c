@@ -147,6 +147,9 @@ struct mutex_try {
 	 * that of the release it owes when it gives up */
 	int64_t try_until;
 	int maybe_done, queued;
+	/* A request carried m->token already (or it is an offered one, which
+	 * a release may have made the holder): not fresh (struct dmutex__acq). */
+	int asked;
 	/* Fair, or queued non-fair: when the last request answered "busy"
 	 * was sent.  A hand-over or grant to us came after the server
 	 * answered it: it says so with this stamp (granted()). */
@@ -186,7 +189,7 @@ granted_take(struct mutex_try *m, struct dmutex__acquire *aq, const struct dmute
 		 * must never meet a hold we take next under the same token (it
 		 * would delete it).  A new token is a new place, and a new
 		 * channel. */
-		m->maybe_done = m->queued = 0;
+		m->maybe_done = m->queued = m->asked = 0;
 		m->busy_sent = 0;
 		dmutex__acquire_unsubscribe(aq);
 		if ((t->err = dmutex__token(m->token)))
@@ -275,6 +278,8 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 		if (!*m->first)
 			*m->first = sent;
 		a.stamp = sent;
+		a.fresh = !m->asked;
+		m->asked = 1;
 		err = be->ops->acquire(be, &a);
 	}
 	now = dmutex__now_ns();
@@ -362,8 +367,10 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		m.try_until = dmutex__timed_deadline(c, dmutex__now_ns(), until);
 	/* Offered the lock by an unlock that could not say it was handed to
 	 * us: ask with the offered token, which it may have become. */
-	if (preset)
+	if (preset) {
 		memcpy(m.token, preset, sizeof m.token);
+		m.asked = 1;
+	}
 	else if ((err = dmutex__token(m.token)))
 		return err;
 	err = dmutex__acquire_wait(&aq);

@@ -110,6 +110,9 @@ struct dmutex__acq {
 	                         * details, fair_release.lua's hand-over), so that
 	                         * the waiter knows which of its requests the grant
 	                         * followed */
+	int fresh;              /* fair: no request with this token was sent before
+	                         * (a new token, not an offered one): it is in no
+	                         * queue, so fair_acquire.lua need not look */
 	/* out */
 	int status;
 	uint64_t fence;

@@ -59,6 +59,8 @@ dmutex__fair_acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 	 * hand-over echoes it (mutex_lock.c granted()). */
 	dmutex__udec(x->stamp, (unsigned long long)a->stamp);
 	x->argv[15] = x->stamp;
+	/* A token no request carried yet is in no queue (fair_acquire.lua). */
+	x->argv[16] = a->fresh ? "1" : "0";
 }
 
 void

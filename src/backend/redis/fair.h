@@ -7,8 +7,8 @@
 
 #define DMUTEX__FAIR_ACQ_NKEYS 5
 /* 5 keys (the fifth the caller's grant list); token, lease, host, pid, tid, since, hostid, robust, keep, wait,
- * stamp (fair_acquire.lua: a fair lock keeps the version-2 hash) */
-#define DMUTEX__FAIR_ACQ_ARGC 16
+ * stamp, fresh (fair_acquire.lua: a fair lock keeps the version-2 hash) */
+#define DMUTEX__FAIR_ACQ_ARGC 17
 #define DMUTEX__FAIR_REL_NKEYS 4
 #define DMUTEX__FAIR_REL_ARGC (DMUTEX__REL_ARGC + 9)
 

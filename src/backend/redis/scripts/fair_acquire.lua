@@ -13,7 +13,10 @@
 --          subscribed yet): leave the queue as it is; then stamp (ARGV[11]):
 --          the request's own, the client's send time, which a hand-over
 --          echoes (fair_release.lua; absent from clients before it: their
---          details have no stamp, and their hand-overs carry none)
+--          details have no stamp, and their hand-overs carry none); then
+--          fresh (ARGV[12]): '1' if no request carried this token before,
+--          so that it is in no queue (only its own requests queue a token)
+--          and a busy answer need not look for it there
 --
 -- Returns as acquire.lua: {0, fence, died}, {1, pttl_ms}, {2}, {3, v}.
 -- A lock release handed to us (fair_release.lua) already carries our
@@ -49,7 +52,15 @@ if (lv and lv ~= VERSION) or (mv and mv ~= VERSION) then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local queued = redis.call('ZSCORE', KEYS[3], tok)
+-- Whether we are queued, read where it matters: a fresh token is not
+-- (or, were this very request run twice, by a resend on a new
+-- connection, it is and keeps its place: ZADD NX below), but for a free
+-- lock, whose queue is read whole anyway, and a lock handed to us.
+local fresh = ARGV[12] == '1'
+local queued
+if not fresh or cur == tok then
+	queued = redis.call('ZSCORE', KEYS[3], tok)
+end
 local pttl
 if cur and cur ~= tok then
 	pttl = redis.call('PTTL', KEYS[1])
@@ -81,13 +92,16 @@ end
 -- Queue (or keep our place): a place lasts a lease; the waiter asks again
 -- at least every third of it.
 local function enqueue()
-	-- The places first: the first command on that key (a foreign type
-	-- fails here, before the queue is written; the queue's was read).
-	redis.call('ZADD', KEYS[4], now + lease, tok)
+	-- The queue's tail read first, then the places: the first command on
+	-- that key (a foreign type fails here, before the queue is written).
+	local last
 	if not queued then
 		local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-		local last = tail[2] and tonumber(tail[2]) or 0
-		redis.call('ZADD', KEYS[3], last + 1, tok)
+		last = tail[2] and tonumber(tail[2]) or 0
+	end
+	redis.call('ZADD', KEYS[4], now + lease, tok)
+	if last then
+		redis.call('ZADD', KEYS[3], 'NX', last + 1, tok)
 	end
 	redis.call('PEXPIRE', KEYS[3], keep)
 	redis.call('PEXPIRE', KEYS[4], keep)
@@ -130,6 +144,12 @@ if #queue > 0 then
 	local dead = {}
 	for _, w in ipairs(gone) do
 		dead[w] = true
+	end
+	queued = nil
+	for _, w in ipairs(queue) do
+		if w == tok then
+			queued = true
+		end
 	end
 	-- Ours ran out too: pruned with the others, queued anew below.
 	if dead[tok] then
