@@ -249,7 +249,8 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	struct dmutex__acq a = { .name = e->name, .token = m->token,
 		.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
 		.robust = mx->robust == DMUTEX_ROBUST, .wait = aq->sub != NULL,
-		.deadline = m->try_until, .fair = mx->fair };
+		.deadline = m->try_until, .fair = mx->fair,
+		.pop = aq->sub && !mx->fair && dmutex__wsub_pop(be, aq->sub, 0) };
 	char handed[DMUTEX__HANDED_MAX];
 	int64_t sent, now;
 	int err;
@@ -349,7 +350,8 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	struct mutex_try m = { .mx = mx, .busy = busy, .first = first, .done = done };
 	struct dmutex__acquire aq = { .c = c, .what = "lock", .name = e->name, .trylock = mode == TRY,
 		.bad_deadline = bad_deadline, .presub = presub, .until = until,
-		.channel = mutex_channel, .want = mx->fair ? m.token : NULL, .try = mutex_try, .arg = &m };
+		.channel = mutex_channel, .want = mx->fair ? m.token : NULL,
+		.pop = !mx->fair && mx->robust != DMUTEX_ROBUST, .try = mutex_try, .arg = &m };
 	int err;
 
 	/* trylock: one attempt, its release included, within
