@@ -351,8 +351,15 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	struct dmutex__acquire aq = { .c = c, .what = "lock", .name = e->name, .trylock = mode == TRY,
 		.bad_deadline = bad_deadline, .presub = presub, .until = until,
 		.channel = mutex_channel, .want = mx->fair ? m.token : NULL,
-		.pop = !mx->fair && mx->robust != DMUTEX_ROBUST, .try = mutex_try, .arg = &m };
+		.pop = !mx->fair && mx->robust != DMUTEX_ROBUST && until == NO_DEADLINE,
+		.try = mutex_try, .arg = &m };
 	int err;
+
+	/* Popped grants (aq.pop): a blocking lock only.  A BLPOP's answer
+	 * gets a command timeout past its own end (grant.c), and a timed
+	 * lock must end about by its deadline whatever the server does (a
+	 * stalled one: README "How late a timed call returns"): it hears its
+	 * grant through the wake-up thread, as before. */
 
 	/* trylock: one attempt, its release included, within
 	 * command_timeout_ms.  A timed lock: every attempt, and the release,

@@ -525,6 +525,16 @@ push_wakes(struct dmutex__waiter *w)
 	}
 }
 
+/* The poke pipe, emptied (non-blocking). */
+static void
+drain(int fd)
+{
+	char buf[64];
+
+	while (read(fd, buf, sizeof buf) > 0)
+		;
+}
+
 static void *
 waiter_main(void *arg)
 {
@@ -600,11 +610,8 @@ waiter_main(void *arg)
 		timeout = next <= now ? 0 : (int)((next - now) / DMUTEX__MS + 1);
 		dmutex__exit_if_alone();
 		if (poll(pf, w->nnodes + 1, timeout) > 0) {
-			if (pf[0].revents) {
-				char buf[64];
-				while (read(w->pipe[0], buf, sizeof buf) > 0)
-					;
-			}
+			if (pf[0].revents)
+				drain(w->pipe[0]);
 			for (size_t i = 0; i < w->nnodes; i++)
 				if ((pf[i + 1].revents & ~POLLOUT) && w->nodes[i].ctx)
 					read_node(w, i);
