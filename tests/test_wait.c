@@ -1512,3 +1512,216 @@ Test(wait, waiter_that_gives_up_recalls_a_kept_lease, .timeout = 60)
 	close(stop[1]);
 	dmt_close_mutex(c, &m);
 }
+
+/* ------------------------------------------------------------------ */
+/* a waiter that pops its grant (issue 28 target 4)                    */
+/* ------------------------------------------------------------------ */
+
+/* Clients blocked in a command (INFO clients), or -1. */
+static long long blocked_clients(void)
+{
+	redisReply *r = th_redis_cmd(&srv, "INFO clients");
+	const char *p;
+	long long n = -1;
+
+	if (r && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "blocked_clients:")))
+		n = strtoll(p + strlen("blocked_clients:"), NULL, 10);
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+static int one_blocked(void *arg)
+{
+	(void)arg;
+	return blocked_clients() == 1;
+}
+
+/* A lock held by nobody's client (a raw hold of a made-up token, 30 s),
+ * and waiter p queued behind it, in a process of its own, its thread
+ * blocked in BLPOP on its own list (its details say so: step 4,
+ * wake_queue.lua); its token into tok.  Its lease is 30 s: left alone it
+ * would look again at its bound, 10 s from now. */
+static pid_t queue_popper(struct proc_waiter *p, const char *name, char *tok, size_t len)
+{
+	redisReply *r;
+	pid_t pid;
+
+	r = th_redis_cmd(&srv, "SET dmutex:lock:{%s} %s PX 30000", name,
+			"3 00000000000000000000000000000001 - 0 - 30000 0 0 0 - test");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "cannot write the raw hold");
+	freeReplyObject(r);
+	pid = queue_proc(p, name, 0);
+	queued_head(name, tok, len);
+	r = th_redis_cmd(&srv, "HGET dmutex:wd:{%s} %s", name, tok);
+	cr_assert(r && r->type == REDIS_REPLY_STRING, "the waiter left no details");
+	cr_assert(!strncmp(r->str, "4 ", 2), "the waiter does not pop its grant (details '%s')", r->str);
+	freeReplyObject(r);
+	cr_assert(th_wait_until(one_blocked, NULL, 10000), "the waiter's thread is not in BLPOP (%lld blocked)",
+			blocked_clients());
+	return pid;
+}
+
+/* p locked promptly after t0: not at its bound (10 s); then unlocks. */
+static void popper_locks(struct proc_waiter *p, pid_t pid, int64_t t0, const char *what)
+{
+	int64_t waited;
+
+	cr_assert_eq(th_sync_wait(&p->locked, 8000), 0, "%s: the waiter was not woken", what);
+	waited = (dmt_now_ns() - t0) / MS;
+	fprintf(stderr, "wait: %s: the waiter locked %lld ms later\n", what, (long long)waited);
+	cr_assert_leq(waited, 1000 + 1000 * dmt_slowdown(), "%s: woken %lld ms later: at its bound", what,
+			(long long)waited);
+	th_sync_post(&p->unlock);
+	cr_assert_eq(th_wait_child(pid, 10000), 0);
+	close_proc(p);
+}
+
+/* An older client's release (the version before the grant, or one that
+ * finds details it does not know: wake_queue.lua) takes the head out of
+ * the queue and publishes a plain "r" on its channel, nothing in its
+ * list.  The waiter's wake-up thread hears it and pushes a wake-up into
+ * the list: the waiting thread, blocked in BLPOP, asks at once.  Without
+ * that push it would ask only at its bound, a third of its lease. */
+Test(wait, an_older_release_wakes_a_waiter_that_pops_its_grant, .timeout = 60)
+{
+	struct proc_waiter a = { .name = "older", .lease_ms = 30000, .go = -1, .told = 1 };
+	char tok[80];
+	pid_t pa;
+	int64_t t0;
+
+	DMT_REDIS_STATE("publishes an older client's wake-up in Redis");
+	DMT_SINGLE_NODE();
+	pa = queue_popper(&a, "older", tok, sizeof tok);
+	t0 = dmt_now_ns();
+	cr_assert_eq(th_redis_int(&srv, "DEL dmutex:lock:{older}"), 1);
+	cr_assert_eq(th_redis_int(&srv, "ZREM dmutex:wq:{older} %s", tok), 1);
+	cr_assert_eq(th_redis_int(&srv, "HDEL dmutex:wd:{older} %s", tok), 1);
+	cr_assert_eq(th_redis_int(&srv, "PUBLISH dmutex:wake:{older}:%s r", tok), 1);
+	popper_locks(&a, pa, t0, "an older release's 'r'");
+}
+
+/* `dmutex reset` of a queue nobody wakes (its lock deleted behind its
+ * waiter's back) wakes that waiter at once, although its thread is in
+ * BLPOP (the reset pushes a wake-up into its list too). */
+Test(wait, reset_wakes_a_waiter_that_pops_its_grant, .timeout = 60)
+{
+	struct proc_waiter a = { .name = "reset", .lease_ms = 30000, .go = -1, .told = 1 };
+	const char *bin = getenv("DMUTEX_BIN");
+	char tok[80];
+	pid_t pa, pr;
+	int64_t t0;
+
+	DMT_REDIS_STATE("resets the lock with the dmutex tool");
+	DMT_SINGLE_NODE();
+	cr_assert(bin, "DMUTEX_BIN is not set (run through meson test)");
+	pa = queue_popper(&a, "reset", tok, sizeof tok);
+	cr_assert_eq(th_redis_int(&srv, "DEL dmutex:lock:{reset}"), 1);
+	t0 = dmt_now_ns();
+	cr_assert_gt(pr = fork(), -1);
+	if (!pr) {
+		char *argv[] = { (char *)bin, "--url", srv.url, "reset", "reset", NULL };
+		execv(bin, argv);
+		_exit(127);
+	}
+	cr_assert_eq(th_wait_child(pr, 10000), 0, "dmutex reset failed");
+	popper_locks(&a, pa, t0, "dmutex reset");
+}
+
+/* The waiter's subscription is dropped (CLIENT KILL TYPE pubsub) while its
+ * lock is freed behind its back (a release meanwhile would have found
+ * nobody listening, and skipped it): its wake-up thread, once subscribed
+ * again, pushes a wake-up, and the waiting thread, in BLPOP on another
+ * connection, looks again at once, not at its bound. */
+Test(wait, a_lost_subscription_wakes_a_waiter_that_pops_its_grant, .timeout = 60)
+{
+	struct proc_waiter a = { .name = "lostsub", .lease_ms = 30000, .go = -1, .told = 1 };
+	char tok[80];
+	pid_t pa;
+	int64_t t0;
+
+	DMT_REDIS_STATE("kills the waiter's pub/sub connection in Redis");
+	DMT_SINGLE_NODE();
+	pa = queue_popper(&a, "lostsub", tok, sizeof tok);
+	t0 = dmt_now_ns();
+	cr_assert_eq(th_redis_int(&srv, "DEL dmutex:lock:{lostsub}"), 1);
+	cr_assert_geq(th_redis_int(&srv, "CLIENT KILL TYPE pubsub"), 1);
+	popper_locks(&a, pa, t0, "a lost subscription");
+}
+
+/* A grant pushed into the waiter's list is taken whole: here one whose
+ * release assigns the fencing token at once (details with step 2, as on
+ * a Cluster: wake_queue.lua), which the waiter's dmutex_fence then
+ * reports without asking, above the previous holder's. */
+struct fence_waiter {
+	dmutex_t *m;
+	int rc, fence_rc;
+	uint64_t fence;
+	long long calls;
+	int done;
+};
+
+static void *fence_waiter_main(void *arg)
+{
+	struct fence_waiter *w = arg;
+
+	if (!(w->rc = dmutex_lock(w->m))) {
+		long long base = dmt_evalsha_calls(&srv);
+		w->fence_rc = dmutex_fence(w->m, &w->fence);
+		w->calls = dmt_evalsha_calls(&srv) - base;
+		dmutex_unlock(w->m);
+	}
+	__atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static int fence_waiter_done(void *arg)
+{
+	return __atomic_load_n(&((struct fence_waiter *)arg)->done, __ATOMIC_ACQUIRE);
+}
+
+Test(wait, a_popped_grant_carries_the_release_s_fence, .timeout = 60)
+{
+	dmutex_client_t *c, *c2;
+	dmutex_t m, m2;
+	struct fence_waiter w = { .m = &m2 };
+	char tok[80], *details;
+	uint64_t f1;
+	redisReply *r;
+	pthread_t tid;
+	long long base;
+
+	DMT_REDIS_STATE("rewrites the waiter's details in Redis");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "pfence", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, srv.url, "pfence", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &f1), 0);
+	base = dmt_evalsha_calls(&srv);
+	cr_assert_eq(pthread_create(&tid, NULL, fence_waiter_main, &w), 0);
+	cr_assert(th_wait_until(one_blocked, NULL, 10000), "the waiter's thread is not in BLPOP");
+	queued_head("pfence", tok, sizeof tok);
+	r = th_redis_cmd(&srv, "HGET dmutex:wd:{pfence} %s", tok);
+	cr_assert(r && r->type == REDIS_REPLY_STRING && !strncmp(r->str, "4 ", 2),
+			"the waiter does not pop its grant");
+	cr_assert(details = strdup(r->str));
+	freeReplyObject(r);
+	details[0] = '6';
+	cr_assert_eq(th_redis_int(&srv, "HSET dmutex:wd:{pfence} %s %s", tok, details), 0);
+	free(details);
+	cr_assert_eq(dmt_unlock_answered(&m), 0);
+	cr_assert(th_wait_until(fence_waiter_done, &w, 5000), "the granted waiter did not return");
+	pthread_join(tid, NULL);
+	cr_assert_eq(w.rc, 0);
+	cr_assert_eq(w.fence_rc, 0);
+	cr_assert_gt(w.fence, f1, "the grant's fence %" PRIu64 " is not above %" PRIu64, w.fence, f1);
+	cr_assert_eq(w.calls, 0, "dmutex_fence asked for a token the grant carried");
+	/* Its subscribe attempt, our unlock (the grant), its fence: none. */
+	fprintf(stderr, "wait: popped grant: fence %" PRIu64 " after %" PRIu64 ", %lld scripts\n", w.fence, f1,
+			dmt_evalsha_calls(&srv) - base);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c, &m);
+}

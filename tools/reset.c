@@ -58,8 +58,8 @@ say_refused(const struct cli_lock *l, const char *node)
 
 /* Queue the transaction's wake-ups: the lock's channel (older clients
  * listen there) and the own channel of every waiter queued for the lock
- * (README "Who a release wakes"), which then looks again now, not at its
- * bound (a third of its lease).  A member is the waiter's token, or '!'
+ * (README "Who a release wakes"), and its list, which then looks again
+ * now, not at its bound (a third of its lease).  A member is the waiter's token, or '!'
  * and it for a Redlock waiter, whose channel is the token's.  A cluster's
  * waiters listen with SSUBSCRIBE, which only SPUBLISH reaches (the
  * library's scripts are rewritten so: embed_lua.py).  0 or CLI_BACKEND. */
@@ -84,6 +84,17 @@ queue_wakes(struct dmutex__conn *c, int cluster, const char *ch, const redisRepl
 		}
 		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "%s %b:%b r", pub,
 				ch, strlen(ch), tok, len))))
+			return status;
+		/* A waiter whose thread pops its grant from a list of that name
+		 * (wake_queue.lua) hears it there at once, without its wake-up
+		 * thread's relay; the list lives 10 s at most.  Not a Redlock
+		 * waiter's (it never pops), nor on a cluster (neither). */
+		if (cluster || q->element[i]->str[0] == '!')
+			continue;
+		if ((status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c), "RPUSH %b:%b r",
+				ch, strlen(ch), tok, len))) ||
+				(status = simple(c, dmutex__conn_command(c, dmutex__conn_deadline(c),
+				"PEXPIRE %b:%b 10000", ch, strlen(ch), tok, len))))
 			return status;
 	}
 	return 0;

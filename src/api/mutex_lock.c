@@ -252,7 +252,8 @@ mutex_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	struct dmutex__acq a = { .name = e->name, .token = m->token,
 		.lease_ms = mx->lease_ms, .tid = dmutex__tid(),
 		.robust = mx->robust == DMUTEX_ROBUST, .wait = aq->sub != NULL,
-		.deadline = m->try_until, .fair = mx->fair };
+		.deadline = m->try_until, .fair = mx->fair,
+		.pop = aq->sub && !mx->fair && dmutex__wsub_pop(be, aq->sub, 0) };
 	char handed[DMUTEX__HANDED_MAX];
 	int64_t sent, now;
 	int err;
@@ -354,8 +355,16 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	struct mutex_try m = { .mx = mx, .busy = busy, .first = first, .done = done };
 	struct dmutex__acquire aq = { .c = c, .what = "lock", .name = e->name, .trylock = mode == TRY,
 		.bad_deadline = bad_deadline, .presub = presub, .until = until,
-		.channel = mutex_channel, .want = mx->fair ? m.token : NULL, .try = mutex_try, .arg = &m };
+		.channel = mutex_channel, .want = mx->fair ? m.token : NULL,
+		.pop = !mx->fair && mx->robust != DMUTEX_ROBUST && until == NO_DEADLINE,
+		.try = mutex_try, .arg = &m };
 	int err;
+
+	/* Popped grants (aq.pop): a blocking lock only.  A BLPOP's answer
+	 * gets a command timeout past its own end (grant.c), and a timed
+	 * lock must end about by its deadline whatever the server does (a
+	 * stalled one: README "How late a timed call returns"): it hears its
+	 * grant through the wake-up thread, as before. */
 
 	/* trylock: one attempt, its release included, within
 	 * command_timeout_ms.  A timed lock: every attempt, and the release,

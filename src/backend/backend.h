@@ -103,6 +103,8 @@ struct dmutex__acq {
 	                         * (a deadline further off changes nothing); 0:
 	                         * those alone */
 	int fair;               /* queue in Redis (fair_acquire.lua); one Redis only */
+	int pop;                /* a queued non-fair waiter whose thread pops its
+	                         * grant from its own list (backend.h wake_pop) */
 	int64_t stamp;          /* this request's send time (CLOCK_MONOTONIC ns):
 	                         * a queued waiter's details keep it, and the
 	                         * release that grants it the lock echoes it
@@ -357,6 +359,11 @@ struct dmutex__backend_ops {
 			int64_t until_ns);
 	void (*wake_want)(struct dmutex__backend *be, struct dmutex__wsub *s, const char *token);
 	int (*wake_handed)(struct dmutex__backend *be, struct dmutex__wsub *s, char *out);
+	/* wake_pop (optional): ask (ask = 1) that a non-fair waiter's grant
+	 * come on a list of its own, which the waiting thread pops itself in
+	 * wake_wait (no relay through the wake-up thread), or (ask = 0) only
+	 * say whether it still does.  1 if it does. */
+	int (*wake_pop)(struct dmutex__backend *be, struct dmutex__wsub *s, int ask);
 	void (*wake_unsub)(struct dmutex__backend *be, struct dmutex__wsub *s);
 	void (*wake_stop)(struct dmutex__backend *be);
 	void (*wake_lock)(struct dmutex__backend *be);
@@ -640,6 +647,12 @@ static inline int
 dmutex__wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out)
 {
 	return be->ops->wake_handed(be, s, out);
+}
+
+static inline int
+dmutex__wsub_pop(struct dmutex__backend *be, struct dmutex__wsub *s, int ask)
+{
+	return be->ops->wake_pop ? be->ops->wake_pop(be, s, ask) : 0;
 }
 
 static inline void

@@ -35,9 +35,12 @@ subscribe(struct dmutex__acquire *aq, int64_t until)
 
 	if (subscribe_own(aq))
 		return;
-	if ((aq->wake = aq->channel(aq->arg)) && (aq->sub = dmutex__waiter_sub(be, aq->wake, until)) &&
-			aq->want)
-		dmutex__wsub_want(be, aq->sub, aq->want);
+	if ((aq->wake = aq->channel(aq->arg)) && (aq->sub = dmutex__waiter_sub(be, aq->wake, until))) {
+		if (aq->want)
+			dmutex__wsub_want(be, aq->sub, aq->want);
+		else if (aq->pop)
+			dmutex__wsub_pop(be, aq->sub, 1);
+	}
 }
 
 void

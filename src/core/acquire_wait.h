@@ -49,6 +49,9 @@ struct dmutex__acquire {
 	char *(*channel)(void *arg);
 	/* Fair: the token whose hand-over to hear on the channel, or NULL. */
 	const char *want;
+	/* Non-fair: ask that the grant come on the waiter's own list, which
+	 * its waiting thread pops itself (backend.h wake_pop). */
+	int pop;
 	int (*try)(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t);
 	void *arg;
 	/* The loop's. */

@@ -69,6 +69,7 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	x->argv[9] = x->ch;
 	dmutex__udec(x->stamp, (unsigned long long)a->stamp);
 	x->argv[10] = x->stamp;
+	x->argv[11] = a->pop ? "1" : "0";
 	x->take[0] = x->lk;
 	x->take[1] = x->value;
 	x->take[2] = "NX";

@@ -17,7 +17,7 @@
 #define DMUTEX__RENEW_CHUNK 256
 
 /* Script argument counts, keys included (see each .lua). */
-#define DMUTEX__ACQ_ARGC 11
+#define DMUTEX__ACQ_ARGC 12
 #define DMUTEX__REL_ARGC 6
 #define DMUTEX__RENEW_NKEYS(k) (2 * (k))
 #define DMUTEX__RENEW_ARGC(k) (4 * (k) + 1)
@@ -33,7 +33,7 @@ struct dmutex__acq_argv {
 	char lease[24], keep[24];       /* dmutex__udec: 21 bytes at most */
 	char value[DMUTEX__VALUE_MAX];
 	char stamp[24];
-	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 9 args */
+	const char *argv[DMUTEX__ACQ_ARGC];     /* 2 keys, 10 args */
 	/* The plain SET of a free non-robust lock (redis.c): the same key,
 	 * value and lease, one command instead of a script. */
 	const char *take[6];

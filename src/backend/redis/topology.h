@@ -70,6 +70,7 @@ void dmutex__backend_child_nodes(struct dmutex__backend *be);
 	.wake_wait = dmutex__redis_wsub_wait, \
 	.wake_want = dmutex__redis_wsub_want, \
 	.wake_handed = dmutex__redis_wsub_handed, \
+	.wake_pop = dmutex__redis_wsub_pop, \
 	.wake_unsub = dmutex__redis_waiter_unsub, \
 	.wake_stop = dmutex__redis_waiter_stop, \
 	.wake_lock = dmutex__redis_waiter_lock, \

@@ -8,6 +8,16 @@
  * have been missed, so waiters look again (a spurious wake-up, never a
  * lost one).
  *
+ * A non-fair waiter that pops its grant (dmutex__redis_wsub_pop): its
+ * waiting thread blocks in BLPOP on a list of its own, where the release
+ * pushes the grant (wake_queue.lua), so Redis wakes that thread itself,
+ * with no relay through this one.  The subscription stays: the release's
+ * "g?" counts it (a dead or departed waiter is skipped, nothing written
+ * for it), and every other message on the channel (an older client's "r",
+ * a lock made not recoverable, a reset, the shim's mutex_fresh.lua) and a
+ * lost subscription make this thread push a wake-up into that list
+ * (wake_push.lua): the waiting thread looks again at once.
+ *
  * Sharded (a cluster, backend.h sub_route): a channel is subscribed with
  * SSUBSCRIBE on the one node serving its slot, connected to when first
  * needed.  A node that gives the slot away unsubscribes us itself
@@ -30,6 +40,7 @@
 #include "crc16.h"
 #include "grant.h"
 #include "waiter.h"
+#include "backend/redis/scripts/scripts.h"
 
 enum { ST_NONE, ST_SUB_SENT, ST_SUBSCRIBED, ST_UNSUB_SENT };
 
@@ -52,6 +63,10 @@ struct dmutex__wsub {
 	 * subscription, the waiting thread pops it itself; only that thread
 	 * touches it.  refused: BLPOP is denied, sleep instead. */
 	int own, refused;
+	/* A non-fair waiter that pops its grant list (dmutex__redis_wsub_pop,
+	 * above); push: a wake-up to push there (this thread, after its
+	 * poll); lost: its subscription was lost, push again once it is back. */
+	int pop, push, lost;
 	/* Its waiters' own: a message on one channel wakes the threads
 	 * waiting for that one, not every thread of the process (a broadcast
 	 * to 1,000 waiters woke each of them for every other's message). */
@@ -208,6 +223,11 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 	for (struct dmutex__wsub *s = w->subs; s; s = s->next) {
 		s->state[i] = ST_NONE;
 		bump(w, s);
+		/* Its thread, in BLPOP, hears no bump: a wake-up in its list
+		 * now, and again once subscribed (a release meanwhile counted
+		 * nobody and skipped it: it must queue again, listened to). */
+		s->push |= s->pop;
+		s->lost |= s->pop;
 	}
 	pthread_mutex_unlock(&w->mu);
 }
@@ -360,6 +380,9 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 			if (!for_another(s, r->element[2])) {
 				__atomic_fetch_add(&s->heard, 1, __ATOMIC_RELEASE);
 				bump(w, s);
+				/* Its grant comes on its list, never here: whatever
+				 * this is, its thread must look again. */
+				s->push |= s->pop;
 			}
 		} else if (!strcmp(kind, "subscribe")) {
 			/* The connection works: the next loss retries at once. */
@@ -373,6 +396,11 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 			if (!s->confirmed)
 				bump(w, s);
 			s->confirmed = 1;
+			if (s->lost && s->pop) {
+				s->push = 1;
+				bump(w, s);
+			}
+			s->lost = 0;
 		} else if (!strcmp(kind, "unsubscribe")) {
 			if (s->state[node] == ST_UNSUB_SENT) {
 				s->state[node] = ST_NONE;
@@ -463,6 +491,50 @@ route_subs(struct dmutex__waiter *w, unsigned char *need)
 	return unknown;
 }
 
+/* Push the wake-ups that pop-mode waiters are owed (above), outside w->mu:
+ * one script call each, on an ordinary connection.  A waiter whose push
+ * fails (the server is down) finds out itself: its BLPOP fails too, and it
+ * looks again.  Rare: never on the way of a grant. */
+static void
+push_wakes(struct dmutex__waiter *w)
+{
+	struct dmutex__node *n = &w->be->nodes[0];
+
+	for (;;) {
+		char key[DMUTEX__KEY_MAX + DMUTEX__TOKEN_HEX + 2] = "";
+		const char *argv[3] = { key, "r", "10000" };
+		redisReply *r;
+		int md;
+
+		pthread_mutex_lock(&w->mu);
+		for (struct dmutex__wsub *s = w->subs; s && !key[0]; s = s->next)
+			if (s->push) {
+				s->push = 0;
+				if (s->pop && s->refs && strlen(s->channel) < sizeof key)
+					strcpy(key, s->channel);
+			}
+		pthread_mutex_unlock(&w->mu);
+		if (!key[0])
+			return;
+		r = dmutex__node_call_by(n, DMUTEX__SCRIPT_WAKE_PUSH, 1, 3, argv, &md,
+				dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS);
+		if (r)
+			freeReplyObject(r);
+		else
+			dmutex__log(DMUTEX_LOG_DEBUG, "%s: cannot push a wake-up", key);
+	}
+}
+
+/* The poke pipe, emptied (non-blocking). */
+static void
+drain(int fd)
+{
+	char buf[64];
+
+	while (read(fd, buf, sizeof buf) > 0)
+		;
+}
+
 static void *
 waiter_main(void *arg)
 {
@@ -538,15 +610,13 @@ waiter_main(void *arg)
 		timeout = next <= now ? 0 : (int)((next - now) / DMUTEX__MS + 1);
 		dmutex__exit_if_alone();
 		if (poll(pf, w->nnodes + 1, timeout) > 0) {
-			if (pf[0].revents) {
-				char buf[64];
-				while (read(w->pipe[0], buf, sizeof buf) > 0)
-					;
-			}
+			if (pf[0].revents)
+				drain(w->pipe[0]);
 			for (size_t i = 0; i < w->nnodes; i++)
 				if ((pf[i + 1].revents & ~POLLOUT) && w->nodes[i].ctx)
 					read_node(w, i);
 		}
+		push_wakes(w);
 		pthread_mutex_lock(&w->mu);
 		if (w->kick && w->notify) {
 			void (*fn)(void *) = w->notify;
@@ -744,6 +814,38 @@ dmutex__redis_wsub_heard(struct dmutex__backend *be, struct dmutex__wsub *s)
 	return __atomic_load_n(&s->heard, __ATOMIC_ACQUIRE);
 }
 
+/* A non-fair waiter that pops its grant list (above): BLPOP until a grant
+ * or a wake-up lands, or until_ns.  The grant is kept as the listener keeps
+ * one it hears (take_nonfair_grant); anything else only makes the caller
+ * look again.  Refused (an ACL without BLPOP): the listener relays from
+ * now on, and the caller's next request says so (wake_pop, ask = 0). */
+static int
+pop_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint64_t seq, int64_t until_ns)
+{
+	struct dmutex__waiter *w = be->waiter;
+	char msg[DMUTEX__HANDED_MAX + 8];
+	int rc;
+
+	if (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != seq)
+		return 1;
+	rc = dmutex__redis_grant_pop(be, s->channel, until_ns, msg, sizeof msg);
+	if (rc == 0)
+		return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != seq;
+	if (rc == -2) {
+		/* Failed: not at once again (as own_wait). */
+		int64_t soon = dmutex__now_ns() + 50 * DMUTEX__MS;
+		dmutex__sleep_until(soon < until_ns ? soon : until_ns);
+	}
+	pthread_mutex_lock(&w->mu);
+	if (rc == 1)
+		take_nonfair_grant(s, msg, strlen(msg));
+	else if (rc == -1)
+		__atomic_store_n(&s->pop, 0, __ATOMIC_RELEASE);
+	bump(w, s);
+	pthread_mutex_unlock(&w->mu);
+	return 1;
+}
+
 static void
 unlock_mu(void *mu)
 {
@@ -759,6 +861,8 @@ dmutex__redis_wsub_wait(struct dmutex__backend *be, struct dmutex__wsub *s, uint
 
 	if (s->own)
 		return own_wait(be, s, seq, until_ns);
+	if (__atomic_load_n(&s->pop, __ATOMIC_ACQUIRE))
+		return pop_wait(be, s, seq, until_ns);
 	dmutex__ns_to_ts(until_ns, &ts);
 	pthread_mutex_lock(&w->mu);
 	/* A condition wait's caller may be cancelled here (the one
@@ -808,6 +912,23 @@ dmutex__redis_wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, ch
 	return has;
 }
 
+int
+dmutex__redis_wsub_pop(struct dmutex__backend *be, struct dmutex__wsub *s, int ask)
+{
+	struct dmutex__waiter *w = be->waiter;
+	int pop;
+
+	/* One master, not sharded: the list is BLPOPped on nodes[0]. */
+	if (s->own || be->nnodes != 1 || w->sharded)
+		return 0;
+	pthread_mutex_lock(&w->mu);
+	if (ask)
+		__atomic_store_n(&s->pop, 1, __ATOMIC_RELEASE);
+	pop = s->pop;
+	pthread_mutex_unlock(&w->mu);
+	return pop;
+}
+
 void
 dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
@@ -821,6 +942,8 @@ dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
 	pthread_mutex_lock(&w->mu);
 	s->want[0] = 0;
 	s->has_handed = 0;
+	__atomic_store_n(&s->pop, 0, __ATOMIC_RELEASE);
+	s->push = s->lost = 0;
 	if (!--s->refs)
 		poke(w);
 	pthread_mutex_unlock(&w->mu);

@@ -54,6 +54,7 @@ void dmutex__redis_wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s,
  * what it granted ("<fence>:<died>:<lease_ms>:<stamp>", or "" when the waiter is
  * to claim the lock itself), 0 if none came. */
 int dmutex__redis_wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out);
+int dmutex__redis_wsub_pop(struct dmutex__backend *be, struct dmutex__wsub *s, int ask);
 void dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s);
 
 void dmutex__redis_waiter_stop(struct dmutex__backend *be);

@@ -22,7 +22,11 @@
 --          2: a token now: Cluster, where fence.lua could meet a slot in
 --          migration), wake channel, stamp (the request's own: the
 --          client's send time, which a grant echoes, wake_queue.lua;
---          absent from clients before it: they leave no details)
+--          absent from clients before it: they leave no details), pop
+--          ('1': the waiter's thread pops its grant from its own list,
+--          the wake channel's name with ':' and its token, with BLPOP:
+--          its details say so, step + 4, and this request empties that
+--          list; absent from clients before it)
 --
 -- Returns {0, fence, died}  acquired (fence a decimal string, '0' when not
 --                           assigned yet; died = 1: the previous robust
@@ -136,8 +140,16 @@ if val then
 				ttl = keep
 			end
 			if robust == '0' and step ~= '1' and ARGV[9] then
-				local d = wake_details(KEYS[1], KEYS[2])
-				redis.pcall('HSET', d, tok, step .. ' ' .. keep .. ' ' .. ARGV[9] .. ' ' .. ARGV[3])
+				local d, s = wake_details(KEYS[1], KEYS[2]), step
+				-- A waiter that pops its list (ARGV[10]): anything left
+				-- there answers an earlier request (a grant it did not
+				-- take, a wake-up it did not need): dropped, so that its
+				-- next BLPOP waits for what follows this answer.
+				if ARGV[10] == '1' then
+					s = step == '0' and '4' or '6'
+					redis.pcall('DEL', ARGV[8] .. ':' .. tok)
+				end
+				redis.pcall('HSET', d, tok, s .. ' ' .. keep .. ' ' .. ARGV[9] .. ' ' .. ARGV[3])
 				redis.pcall('PEXPIRE', d, ttl)
 			end
 		end

@@ -58,6 +58,9 @@ if not val or val:sub(3, 2 + #tok) ~= tok or val:byte(3 + #tok) ~= 32 then
 	if mode == '4' then
 		local q = wake_queue(KEYS[1], KEYS[2])
 		redis.pcall('ZREM', q, tok, '!' .. tok)
+		-- Its grant list (wake_queue.lua), if it popped one: nobody reads
+		-- it any more.
+		redis.pcall('DEL', ARGV[3] .. ':' .. tok)
 		redis.pcall('HDEL', wake_details(KEYS[1], KEYS[2]), tok)
 		local more = redis.pcall('ZCARD', q)
 		if type(more) == 'number' and more > 0 then
@@ -113,6 +116,9 @@ else
 		redis.call('PEXPIRE', KEYS[2], ARGV[4])
 	end
 	redis.call('DEL', KEYS[1])
+end
+if ARGV[2] == '4' then
+	redis.pcall('DEL', ARGV[3] .. ':' .. tok)
 end
 if flags:find('w', 1, true) then
 	local q = wake_queue(KEYS[1], KEYS[2])

@@ -47,6 +47,12 @@ end
 -- request that wrote them, then the tail of the hold value it would
 -- write).  Written by a queued waiter that is neither
 -- robust nor Redlock, at every attempt; it lives as long as the queue.
+-- STEP + 4 (4, 6): the waiter's thread pops its grant from its own list
+-- (the channel's name: grant, below) instead of hearing it on the
+-- channel.  A release of an older version, which knows only 0 and 2,
+-- grants such a waiter nothing: it publishes "r" and reserves the lock,
+-- and the waiter's wake-up thread, hearing "r", pushes a wake-up into
+-- that list (waiter.c); it asks and takes the reserved lock.
 local function wake_details(lk, mk)
 	local p, n = name_parts(lk, mk)
 	return p .. 'wd' .. n
@@ -76,10 +82,20 @@ end
 -- makes HGET fail) grants nothing: w gets "r" and asks.  Returns the
 -- PUBLISH's answer (nil: not granted, wake with "r"; 0: nobody heard,
 -- nothing written; a table: the channel is denied, nothing written).
+-- A waiter whose details say it pops its list (STEP 4 or 6): the grant
+-- is pushed there instead of published (RPUSH, the list living keep_ms),
+-- and the "g?" that counted it is the answer; its waiting thread, blocked
+-- in BLPOP on that list, is woken by Redis itself, with no relay through
+-- its process's wake-up thread.  Nothing is published: that thread pushes
+-- a wake-up for anything it hears on the channel.
 local function grant(lk, mk, q, ch, w, info)
-	local step, keep, stamp, lease, rest = info:match('^([02]) (%d+) (%d+) (%d+) %S+ (.*)$')
+	local step, keep, stamp, lease, rest = info:match('^([0246]) (%d+) (%d+) (%d+) %S+ (.*)$')
 	if not step or #lease > 10 or tonumber(lease) > tonumber(keep) then
 		return nil
+	end
+	local pop = step == '4' or step == '6'
+	if pop then
+		step = step == '4' and '0' or '2'
 	end
 	-- Asked first, with nothing written: does anyone hear w here?  A
 	-- PUBLISH is also copied to the replicas, whose subscribers it
@@ -117,8 +133,17 @@ local function grant(lk, mk, q, ch, w, info)
 	if type(set) ~= 'table' or set.err then
 		return nil
 	end
-	local n = redis.pcall('PUBLISH', ch .. ':' .. w,
-		'g:' .. (fence == '-' and '0' or fence) .. ':0:' .. lease .. ':' .. stamp)
+	local msg = 'g:' .. (fence == '-' and '0' or fence) .. ':0:' .. lease .. ':' .. stamp
+	if pop then
+		local pushed = redis.pcall('RPUSH', ch .. ':' .. w, msg)
+		if type(pushed) ~= 'number' then
+			redis.pcall('DEL', lk)
+			return nil
+		end
+		redis.pcall('PEXPIRE', ch .. ':' .. w, keep)
+		return heard
+	end
+	local n = redis.pcall('PUBLISH', ch .. ':' .. w, msg)
 	if type(n) == 'table' or n == 0 then
 		redis.pcall('DEL', lk)
 	end
