@@ -1725,3 +1725,48 @@ Test(wait, a_popped_grant_carries_the_release_s_fence, .timeout = 60)
 	dmt_close_mutex(c2, &m2);
 	dmt_close_mutex(c, &m);
 }
+
+/* The id of the one client blocked in BLPOP, or -1. */
+static long long blpop_client_id(void)
+{
+	redisReply *r = th_redis_cmd(&srv, "CLIENT LIST");
+	char *line, *save = NULL, *dup;
+	long long id = -1;
+
+	cr_assert(r && r->type == REDIS_REPLY_STRING, "CLIENT LIST failed");
+	cr_assert(dup = strdup(r->str));
+	for (line = strtok_r(dup, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		if (strstr(line, "cmd=blpop") && !strncmp(line, "id=", 3))
+			id = strtoll(line + 3, NULL, 10);
+	free(dup);
+	freeReplyObject(r);
+	return id;
+}
+
+/* A grant popped by the server whose reply never reached the waiter (its
+ * BLPOP connection broke: killed here, after the hold was written in its
+ * name as a release's grant writes it).  The lock is the waiter's in
+ * Redis; the waiter must ask at once and find it its own.  Before, the
+ * BLPOP was tried again on a fresh connection, for a grant already taken:
+ * the waiter slept to its bound (10 s) while Redis kept everyone else out
+ * in its name. */
+Test(wait, a_popped_grant_whose_reply_is_lost_is_found_by_asking, .timeout = 60)
+{
+	struct proc_waiter a = { .name = "lostpop", .lease_ms = 30000, .go = -1, .told = 1 };
+	char tok[80], hold[200];
+	long long id;
+	int64_t t0;
+	pid_t pa;
+
+	DMT_REDIS_STATE("writes a grant's hold by hand in Redis");
+	DMT_SINGLE_NODE();
+	pa = queue_popper(&a, "lostpop", tok, sizeof tok);
+	cr_assert_gt(id = blpop_client_id(), 0, "no client in BLPOP");
+	snprintf(hold, sizeof hold, "3 %s - 0 - 30000 0 0 0 - test", tok);
+	cr_assert_eq(th_redis_int(&srv, "ZREM dmutex:wq:{lostpop} %s", tok), 1);
+	cr_assert_eq(th_redis_int(&srv, "HDEL dmutex:wd:{lostpop} %s", tok), 1);
+	freeReplyObject(th_redis_cmd(&srv, "SET dmutex:lock:{lostpop} %s PX 30000", hold));
+	t0 = dmt_now_ns();
+	cr_assert_eq(th_redis_int(&srv, "CLIENT KILL ID %lld", id), 1);
+	popper_locks(&a, pa, t0, "a popped grant's reply lost");
+}

@@ -31,8 +31,11 @@ dmutex__redis_grant_pop(struct dmutex__backend *be, const char *key, int64_t unt
 	ms = (left + DMUTEX__MS - 1) / DMUTEX__MS;
 	snprintf(secs, sizeof secs, "%lld.%03lld", ms / 1000, ms % 1000);
 	/* The server answers by the timeout; the reply gets a command timeout
-	 * more to arrive. */
-	r = dmutex__node_call_by(n, DMUTEX__CMD_BLPOP, 1, 2, argv, &md,
+	 * more to arrive.  One attempt: a BLPOP whose connection broke may
+	 * have popped the grant, and a second BLPOP on a fresh connection
+	 * would wait to the bound for a grant already taken (the lock held in
+	 * our name meanwhile); -2 makes the waiter ask, and find it its own. */
+	r = dmutex__node_call_once(n, DMUTEX__CMD_BLPOP, 1, 2, argv, &md,
 			until_ns + (int64_t)n->command_ms * DMUTEX__MS);
 	if (!r)
 		return md == DMUTEX__REFUSED ? -1 : -2;

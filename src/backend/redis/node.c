@@ -479,6 +479,23 @@ dial_by(struct dmutex__node *n, int64_t deadline)
 	return dmutex__node_connect_timeout(n, ms);
 }
 
+redisReply *
+dmutex__node_call_once(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done, int64_t deadline)
+{
+	struct dmutex__conn *c;
+	redisReply *r;
+
+	if (n->route)
+		return n->route(n, script, nkeys, argc, argv, maybe_done, deadline);
+	*maybe_done = 0;
+	if (!(c = dmutex__node_pooled(n)) && !(c = dial_by(n, deadline)))
+		return NULL;
+	r = dmutex__node_script(n, c, script, nkeys, argc, argv, NULL, maybe_done, deadline);
+	dmutex__node_put(n, c);
+	return r;
+}
+
 static redisReply *
 call_until(struct dmutex__node *n, int script, int nkeys, int argc, const char **argv,
 		int *maybe_done, int64_t deadline, int dial_counts)

@@ -133,6 +133,12 @@ redisReply *dmutex__node_call_asking(struct dmutex__node *n, int script, int nke
  * signal, broadcast) share one deadline over their retries and nodes. */
 redisReply *dmutex__node_call_by(struct dmutex__node *n, int script, int nkeys, int argc,
 		const char **argv, int *maybe_done, int64_t deadline);
+/* One attempt by the deadline, on a pooled connection or a new one: no
+ * second try on a fresh connection after a break, for a request whose
+ * effect the caller must see or redo itself (a BLPOP that may have popped
+ * a grant: grant.c).  NULL with *maybe_done set when it may have run. */
+redisReply *dmutex__node_call_once(struct dmutex__node *n, int script, int nkeys, int argc,
+		const char **argv, int *maybe_done, int64_t deadline);
 /* A call of the caller's deadline (0: none): dmutex__node_call_by while
  * that deadline comes before the node's own timeouts would end the call,
  * else dmutex__node_call (a far deadline changes nothing).  A timed
