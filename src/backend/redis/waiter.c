@@ -227,7 +227,8 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 		 * now, and again once subscribed (a release meanwhile counted
 		 * nobody and skipped it: it must queue again, listened to). */
 		s->push |= s->pop;
-		s->lost |= s->pop;
+		/* Any of them: a wait may turn to BLPOP before it is back. */
+		s->lost = 1;
 	}
 	pthread_mutex_unlock(&w->mu);
 }
@@ -393,13 +394,14 @@ on_reply(struct dmutex__waiter *w, size_t node, redisReply *r)
 			 * reached nobody: make the waiter ask again (one spurious
 			 * wake).  Later nodes add nothing: a release publishes on
 			 * every node. */
-			if (!s->confirmed)
+			if (!s->confirmed || s->lost) {
 				bump(w, s);
-			s->confirmed = 1;
-			if (s->lost && s->pop) {
-				s->push = 1;
-				bump(w, s);
+				/* A thread already in BLPOP hears no bump (it
+				 * may have gone there unconfirmed, or since the
+				 * loss): a wake-up in its list. */
+				s->push |= s->pop;
 			}
+			s->confirmed = 1;
 			s->lost = 0;
 		} else if (!strcmp(kind, "unsubscribe")) {
 			if (s->state[node] == ST_UNSUB_SENT) {
@@ -518,10 +520,19 @@ push_wakes(struct dmutex__waiter *w)
 			return;
 		r = dmutex__node_call_by(n, DMUTEX__SCRIPT_WAKE_PUSH, 1, 3, argv, &md,
 				dmutex__now_ns() + (int64_t)n->command_ms * DMUTEX__MS);
-		if (r)
+		if (r) {
 			freeReplyObject(r);
-		else
-			dmutex__log(DMUTEX_LOG_DEBUG, "%s: cannot push a wake-up", key);
+			continue;
+		}
+		/* The server is out of reach: the others' pushes would each
+		 * wait out a command timeout here, while this thread reads
+		 * nothing; their BLPOPs fail as this did, and they look again. */
+		dmutex__log(DMUTEX_LOG_DEBUG, "%s: cannot push a wake-up", key);
+		pthread_mutex_lock(&w->mu);
+		for (struct dmutex__wsub *s = w->subs; s; s = s->next)
+			s->push = 0;
+		pthread_mutex_unlock(&w->mu);
+		return;
 	}
 }
 
