@@ -108,16 +108,55 @@ lock_after_failover(dmutex_t *m, long long since, long long *ms)
 	return tok;
 }
 
-/* Every write of data node `from` reached its replica. */
+/* The replication offset data node `from` is at (want < 0), or whether a
+ * replica of it has acknowledged want: -1 on an error. */
+static long long
+repl_offset(int from, long long want)
+{
+	redisReply *r = th_sentinel_data_cmd(&sen, from, "INFO replication");
+	long long got = -1;
+	const char *p;
+
+	if (!r || r->type != REDIS_REPLY_STRING) {
+		if (r)
+			freeReplyObject(r);
+		return -1;
+	}
+	if (want < 0) {
+		if ((p = strstr(r->str, "master_repl_offset:")))
+			got = strtoll(p + strlen("master_repl_offset:"), NULL, 10);
+	} else {
+		got = 0;
+		for (p = r->str; (p = strstr(p, ",offset=")); p++)
+			if (strtoll(p + strlen(",offset="), NULL, 10) >= want)
+				got = 1;
+	}
+	freeReplyObject(r);
+	return got;
+}
+
+/* Every write of data node `from` so far reached a replica of it.  Not
+ * WAIT: the harness asks on a new connection each time, which wrote
+ * nothing, so WAIT would return at once whatever the replica had. */
+struct repl_want {
+	int from;
+	long long offset;
+};
+
+static int
+repl_acked(void *arg)
+{
+	struct repl_want *w = arg;
+
+	return repl_offset(w->from, w->offset) == 1;
+}
+
 static int
 replicated(int from)
 {
-	redisReply *r = th_sentinel_data_cmd(&sen, from, "WAIT 1 5000");
-	int ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	struct repl_want w = { from, repl_offset(from, -1) };
 
-	if (r)
-		freeReplyObject(r);
-	return ok;
+	return w.offset >= 0 && th_wait_until(repl_acked, &w, 5000);
 }
 
 /* EXISTS of NAME's lock key on data node i (with the set-up's password). */
