@@ -653,10 +653,10 @@ static int srv_loading(void *p)
 	return yes;
 }
 
-Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
-		.init = srv_up_slow_load)
+static void
+unlock_met_by_loading(int fair)
 {
-	const char *name = "faults-lossy-loading";
+	const char *name = fair ? "faults-lossy-loading-fair" : "faults-lossy-loading";
 	static struct loading_holder h;
 	dmutex_client_t *c, *o;
 	dmutex_attr_t a;
@@ -679,6 +679,7 @@ Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_
 	/* 30 s: the renewer looks at 10 s, long after this test. */
 	cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
 	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
+	cr_assert_eq(dmutex_attr_setfair(&a, fair), 0);
 	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
 	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &lost), 0);
 	cr_assert_eq(dmutex_init(&m, name, &a), 0);
@@ -701,7 +702,11 @@ Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_
 	cr_assert_eq(th_redis_restart(&srv), 0, "the second restart failed");
 	pthread_join(h.th, NULL);
 	cr_assert(h.seen, "the restarted server was never seen loading");
-	cr_assert(h.rc == 0 || h.rc == ENOLCK, "unlock: %d (%s)", h.rc, dmutex_strerror(h.rc));
+	/* A fair mutex's release waits for its answer: refused until its
+	 * attempts run out, it says EIO (whether it ran is not known to the
+	 * caller), and the background asks on. */
+	cr_assert(h.rc == 0 || h.rc == ENOLCK || (fair && h.rc == EIO), "unlock: %d (%s)", h.rc,
+			dmutex_strerror(h.rc));
 	cr_assert(h.still, "the server had loaded before the unlock returned: the test proves nothing");
 	cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the unlock of a hold another client "
 			"had taken (its release refused: LOADING), onlost had not run");
@@ -711,6 +716,28 @@ Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(o), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
+		.init = srv_up_slow_load)
+{
+	unlock_met_by_loading(0);
+}
+
+/*
+ * Its fair twin FAILS, on main and on this fix alike, so it is disabled:
+ * the release waits for its answer, three -LOADING answers make the unlock
+ * say EIO and hand the release to the renewer's orphans, and an orphan's
+ * "not ours" is never reported, though none of its requests (nor the
+ * unlock's) can have run.  The fix: orphans that know every request so
+ * far was refused (dmutex__release_sure's ran) carry the hold's deadline
+ * and onlost, and report a sure "not ours" before that deadline; see the
+ * report of branch mayrun.  Enable it with that fix.
+ */
+Test(faults, fair_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
+		.init = srv_up_slow_load, .disabled = true)
+{
+	unlock_met_by_loading(1);
 }
 
 struct waiter_arg {
