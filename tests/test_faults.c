@@ -586,6 +586,160 @@ Test(faults, fair_unlock_after_a_lossy_restart_reports_the_hold_lost)
 	unlock_after_lossy_restart(1);
 }
 
+/*
+ * The same loss, with the release answered by an error that says it did
+ * not run: a server restarted with a dataset to load answers -LOADING to
+ * every script meanwhile.  A plain mutex's unlock releases asynchronously
+ * (README "Asynchronous release"); its answer, an error, settled the
+ * release "unknown", as a lost answer does, and an unknown release's retry
+ * that finds the lock not ours proves nothing (the first may have run), so
+ * nobody was told, though the first certainly did not run and another
+ * client had held the lock alongside ours.  Two restarts: the first loses
+ * the hold (its key is in no snapshot) and lets the other client take the
+ * lock; the unlock meets the second one's loading.  key-load-delay (a
+ * debugging knob of Redis's own tests) makes the loading last long enough
+ * to be met.
+ */
+static void srv_up_slow_load(void)
+{
+	th_redis_stop(&srv);
+	cr_assert_eq(th_redis_start(&srv, "key-load-delay 250\n"
+			"loading-process-events-interval-bytes 1024\n"), 0,
+			"redis-server did not start");
+}
+
+/* The holder: a thread of its own, as the restarts must run on the test's
+ * main thread (the harness's server dies with the thread that started it,
+ * PR_SET_PDEATHSIG). */
+struct loading_holder {
+	pthread_t th;
+	dmutex_t *m;
+	atomic_int locked, go, done;
+	int rc, lock_rc, seen, still;
+};
+
+static int srv_loading(void *p);
+
+static void *loading_holder_main(void *p)
+{
+	struct loading_holder *h = p;
+
+	h->lock_rc = dmutex_lock(h->m);
+	atomic_store(&h->locked, 1);
+	if (h->lock_rc) {
+		atomic_store(&h->done, 1);
+		return NULL;
+	}
+	while (!atomic_load(&h->go))
+		th_wait_until(flag_set, &h->go, 1000);
+	if ((h->seen = th_wait_until(srv_loading, NULL, 10000))) {
+		h->rc = dmutex_unlock(h->m);
+		h->still = srv_loading(NULL);
+	} else {
+		h->rc = dmutex_unlock(h->m);
+	}
+	atomic_store(&h->done, 1);
+	return NULL;
+}
+
+static int srv_loading(void *p)
+{
+	redisReply *r = th_redis_cmd(&srv, "PING");
+	int yes = r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "LOADING", 7);
+
+	(void)p;
+	if (r)
+		freeReplyObject(r);
+	return yes;
+}
+
+static void
+unlock_met_by_loading(int fair)
+{
+	const char *name = fair ? "faults-lossy-loading-fair" : "faults-lossy-loading";
+	static struct loading_holder h;
+	dmutex_client_t *c, *o;
+	dmutex_attr_t a;
+	dmutex_t m, om;
+	atomic_int lost = 0;
+	redisReply *r;
+	int rc;
+
+	/* A snapshot that takes a second to load and holds no lock. */
+	r = th_redis_cmd(&srv, "DEBUG POPULATE 4000 filler 64");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "DEBUG POPULATE failed");
+	freeReplyObject(r);
+	r = th_redis_cmd(&srv, "SAVE");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SAVE failed");
+	freeReplyObject(r);
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	/* 30 s: the renewer looks at 10 s, long after this test. */
+	cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
+	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
+	cr_assert_eq(dmutex_attr_setfair(&a, fair), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &lost), 0);
+	cr_assert_eq(dmutex_init(&m, name, &a), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, NULL, NULL), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, o), 0);
+	cr_assert_eq(dmutex_init(&om, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+
+	h.m = &m;
+	cr_assert_eq(pthread_create(&h.th, NULL, loading_holder_main, &h), 0);
+	cr_assert(th_wait_until(flag_set, &h.locked, 5000), "the holder did not lock");
+	cr_assert_eq(h.lock_rc, 0, "lock: %s", dmutex_strerror(h.lock_rc));
+	cr_assert_eq(th_redis_restart(&srv), 0);        /* loaded: the hold is gone */
+	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "the hold survived a restart from a snapshot without it");
+	rc = dmutex_trylock(&om);
+	cr_assert_eq(rc, 0, "the other client could not take the lost lock: %s", dmutex_strerror(rc));
+
+	/* The holder unlocks while this restart loads. */
+	atomic_store(&h.go, 1);
+	cr_assert_eq(th_redis_restart(&srv), 0, "the second restart failed");
+	pthread_join(h.th, NULL);
+	cr_assert(h.seen, "the restarted server was never seen loading");
+	/* A fair mutex's release waits for its answer: refused until its
+	 * attempts run out, it says EIO (whether it ran is not known to the
+	 * caller), and the background asks on. */
+	cr_assert(h.rc == 0 || h.rc == ENOLCK || (fair && h.rc == EIO), "unlock: %d (%s)", h.rc,
+			dmutex_strerror(h.rc));
+	cr_assert(h.still, "the server had loaded before the unlock returned: the test proves nothing");
+	cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the unlock of a hold another client "
+			"had taken (its release refused: LOADING), onlost had not run");
+	cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
+	(void)dmutex_unlock(&om);       /* its hold too went with the second restart */
+	cr_assert_eq(dmutex_destroy(&om), 0);
+	cr_assert_eq(dmutex_destroy(&m), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
+		.init = srv_up_slow_load)
+{
+	unlock_met_by_loading(0);
+}
+
+/*
+ * Its fair twin FAILS, on main and on this fix alike, so it is disabled:
+ * the release waits for its answer, three -LOADING answers make the unlock
+ * say EIO and hand the release to the renewer's orphans, and an orphan's
+ * "not ours" is never reported, though none of its requests (nor the
+ * unlock's) can have run.  The fix: orphans that know every request so
+ * far was refused (dmutex__release_sure's ran) carry the hold's deadline
+ * and onlost, and report a sure "not ours" before that deadline; see the
+ * report of branch mayrun.  Enable it with that fix.
+ */
+Test(faults, fair_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
+		.init = srv_up_slow_load, .disabled = true)
+{
+	unlock_met_by_loading(1);
+}
+
 struct waiter_arg {
 	dmutex_t m;
 	atomic_int done;

@@ -167,12 +167,17 @@ enum {
 	DMUTEX__TICKET_PENDING = 0,     /* no answer read yet */
 	DMUTEX__TICKET_RELEASED,        /* compare-and-delete found our token */
 	DMUTEX__TICKET_NOT_OURS,        /* it found another token, or none */
-	DMUTEX__TICKET_UNKNOWN          /* no usable answer: it may or may not have run */
+	DMUTEX__TICKET_UNKNOWN,         /* no usable answer: it may or may not have run */
+	DMUTEX__TICKET_NOT_RUN          /* an answer that says it did not run (an error,
+	                                 * NOSCRIPT): not rescued; the core releases
+	                                 * again, and a "not ours" then is a loss */
 };
 
-/* An asynchronous release that may not have run (no answer, an error,
- * NOSCRIPT met inside another caller's request): the core retries it in
- * the background until until_ns (its lease's end).  Called by whichever
+/* An asynchronous release that may have run (no answer, a reply of the
+ * wrong shape): the core retries it in the background until until_ns (its
+ * lease's end).  One whose answer says it did not run (an error, NOSCRIPT
+ * met inside another caller's request) is not rescued: it settles
+ * DMUTEX__TICKET_NOT_RUN, and the core that reads it releases again.  Called by whichever
  * thread read the answer, holding no lock of the backend's. */
 typedef void (*dmutex__rescue_fn)(void *arg, const char *name, const char *token,
 		int64_t until_ns);

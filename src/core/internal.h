@@ -166,6 +166,9 @@ struct dmutex__entry {
 	struct dmutex__rel_ticket *rel;
 	char rel_token[DMUTEX__TOKEN_HEX + 1];
 	int64_t rel_until_ns;           /* its lease's end: the key goes by then anyway */
+	int64_t rel_valid_ns;           /* the hold's own deadline when it was released:
+	                                 * a "not ours" found before it, nothing of ours
+	                                 * having run, is a loss (rel_settle.c) */
 	uint64_t rel_fence;
 	void (*rel_onlost)(const char *, void *);
 	void *rel_onlost_arg;
@@ -558,5 +561,10 @@ int dmutex__release_by(struct dmutex_client *c, const char *name,
  * backend without local hand-overs: release_by. */
 int dmutex__release_to(struct dmutex_client *c, const char *name, const char *token, int mode,
 		int64_t until, struct dmutex__handoff *next);
+/* release_by, and *ran: whether one of its requests may have run (went
+ * out, no answer came back).  EIO with *ran 0: none ran, and a release
+ * asked again has the only answer. */
+int dmutex__release_sure(struct dmutex_client *c, const char *name, const char *token, int mode,
+		int64_t until, int *ran);
 
 #endif

@@ -27,9 +27,9 @@ dmutex__release_by(struct dmutex_client *c, const char *name, const char *token,
  * lock to next: it finds the lock not ours, next->granted 0, and next asks
  * with the token it was offered (a lock handed to it is then already its
  * own, fair_acquire.lua). */
-int
-dmutex__release_to(struct dmutex_client *c, const char *name, const char *token, int mode,
-		int64_t until, struct dmutex__handoff *next)
+static int
+release_to(struct dmutex_client *c, const char *name, const char *token, int mode,
+		int64_t until, struct dmutex__handoff *next, int *ran)
 {
 	struct dmutex__backend *be = c->be;
 	int released = 0, maybe = 0, any_maybe = 0, err;
@@ -45,6 +45,7 @@ dmutex__release_to(struct dmutex_client *c, const char *name, const char *token,
 		err = next ? be->ops->release_to(be, name, token, mode, until, next, &released, &maybe)
 			: be->ops->release(be, name, token, mode, until, &released, &maybe);
 		any_maybe |= maybe;
+		*ran = any_maybe;
 		if (!err)
 			return released || any_maybe ? 0 : ENOLCK;
 		if (attempt >= 2)
@@ -52,4 +53,21 @@ dmutex__release_to(struct dmutex_client *c, const char *name, const char *token,
 		int64_t wake = dmutex__now_ns() + 20 * DMUTEX__MS * (attempt + 1);
 		dmutex__sleep_until(wake < until ? wake : until);
 	}
+}
+
+int
+dmutex__release_to(struct dmutex_client *c, const char *name, const char *token, int mode,
+		int64_t until, struct dmutex__handoff *next)
+{
+	int ran = 0;
+
+	return release_to(c, name, token, mode, until, next, &ran);
+}
+
+int
+dmutex__release_sure(struct dmutex_client *c, const char *name, const char *token, int mode,
+		int64_t until, int *ran)
+{
+	*ran = 0;
+	return release_to(c, name, token, mode, until, NULL, ran);
 }

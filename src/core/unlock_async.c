@@ -65,6 +65,7 @@ dmutex__unlock_async_ticket(struct dmutex__entry *e, const char *token, unsigned
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	memcpy(e->rel_token, token, sizeof e->rel_token);
 	e->rel_until_ns = until;
+	e->rel_valid_ns = e->deadline_ns;
 	e->rel_fence = e->fence;
 	e->rel_onlost = e->onlost;
 	e->rel_onlost_arg = e->onlost_arg;

@@ -96,6 +96,20 @@ settle_unknown(struct ticket *t, const struct dmutex__conn *c)
 	settle(t, DMUTEX__TICKET_UNKNOWN);
 }
 
+/* Its answer says it did not run (an error, NOSCRIPT not sent again): no
+ * rescue, so that nothing else releases it meanwhile, and the core's
+ * release that follows (dmutex__rel_settle) has the only answer; a "not
+ * ours" then is a hold lost (a restart that lost it answers -LOADING
+ * while it loads).  A fork child's copy is the parent's to finish. */
+static void
+settle_not_run(struct ticket *t, const struct dmutex__conn *c)
+{
+	if (c->abandoned)
+		settle(t, DMUTEX__TICKET_UNKNOWN);
+	else
+		settle(t, DMUTEX__TICKET_NOT_RUN);
+}
+
 /* The connection's reader met our answer (or c is freed: reply NULL). */
 static void
 done(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *v)
@@ -122,7 +136,7 @@ done(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *v)
 		freeReplyObject(r);
 		t->by_sha = 0;
 		if (c->pending > c->nowed || append(t, c))
-			settle_unknown(t, c);
+			settle_not_run(t, c);
 		return;
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
@@ -131,7 +145,7 @@ done(struct dmutex__conn *c, struct dmutex__conn_owed *o, void *v)
 		dmutex__log(dmutex__node_transient(r) ? DMUTEX_LOG_WARN : DMUTEX_LOG_ERROR,
 				"%s: release of '%s' failed: %s", display, t->name, r->str);
 		freeReplyObject(r);
-		settle_unknown(t, c);
+		settle_not_run(t, c);
 		return;
 	}
 	if (dmutex__rel_reply(display, t->name, r, &released)) {
