@@ -26,6 +26,8 @@ struct dial {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;              /* CLOCK_MONOTONIC */
 	int done, abandoned;
+	int detached;                   /* given up on after the exit's reap: the
+	                                 * thread frees d itself, nobody joins it */
 	int dropped;                    /* atomic: drop(arg) ran, the thread is leaving */
 	void (*fn)(void *);
 	void (*drop)(void *);
@@ -39,6 +41,10 @@ struct dial {
  * operations, so that whoever takes an entry owns it (no lock to order or
  * to find held in a fork child). */
 static struct dial *abandoned;
+/* The exit's reap has run (atomic): a thread given up on after it (another
+ * thread of ours still dialling while the process exits) would never be
+ * joined, so it is detached instead. */
+static int exiting;
 
 static void
 dial_free(struct dial *d)
@@ -93,6 +99,7 @@ reap(int wait, int64_t deadline)
 static void
 reap_at_exit(void)
 {
+	__atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
 	reap(1, dmutex__now_ns() + (int64_t)EXIT_WAIT_MS * DMUTEX__MS);
 }
 
@@ -116,7 +123,7 @@ static void *
 dial_main(void *p)
 {
 	struct dial *d = p;
-	int abandoned;
+	int abandoned, detached;
 
 	dmutex__own_thread_begin();
 	d->fn(d->arg);
@@ -124,12 +131,16 @@ dial_main(void *p)
 	pthread_mutex_lock(&d->mu);
 	d->done = 1;
 	abandoned = d->abandoned;
+	detached = d->detached;
 	pthread_cond_signal(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 	/* Not abandoned: the caller owns d from here on, and joins us. */
 	if (abandoned) {
 		d->drop(d->arg);
-		__atomic_store_n(&d->dropped, 1, __ATOMIC_RELEASE);
+		if (detached)
+			dial_free(d);
+		else
+			__atomic_store_n(&d->dropped, 1, __ATOMIC_RELEASE);
 	}
 	return NULL;
 }
@@ -193,9 +204,17 @@ dmutex__dial_run(void (*fn)(void *), void (*drop)(void *), void *arg, int64_t de
 		 * pthread_cond_* (libfaketime) may wake us early. */
 		if (pthread_cond_clockwait(&d->cv, &d->mu, CLOCK_MONOTONIC, &ts) == ETIMEDOUT &&
 				!d->done && dmutex__now_ns() >= deadline) {
+			pthread_t th = d->thread;
+			int detach = __atomic_load_n(&exiting, __ATOMIC_ACQUIRE) && d->pid == getpid();
+
 			d->abandoned = 1;
+			d->detached = detach;
 			pthread_mutex_unlock(&d->mu);
-			push_abandoned(d);
+			/* d may be freed by its thread from here on if detached. */
+			if (detach)
+				pthread_detach(th);
+			else
+				push_abandoned(d);
 			return ETIMEDOUT;
 		}
 	}
