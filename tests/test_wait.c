@@ -829,11 +829,21 @@ static int name_key_gone(void *arg)
 	return dmt_lock_exists(&srv, arg) == 0;
 }
 
-/* The token of NAME's first queued waiter (wake_queue.lua), into out. */
+static int queue_filled(void *arg)
+{
+	return th_redis_int(&srv, "ZCARD dmutex:wq:{%s}", (const char *)arg) > 0;
+}
+
+/* The token of NAME's first queued waiter (wake_queue.lua), into out.  Its
+ * queueing request may still be on its way when the waiter is seen
+ * waiting (procs_waiting counts scripts, and a client's open runs its
+ * checks): polled, 10 s at most. */
 static void queued_head(const char *name, char *out, size_t len)
 {
-	redisReply *r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{%s} 0 0", name);
+	redisReply *r;
 
+	cr_assert(th_wait_until(queue_filled, (void *)name, 10000), "the waiter is not queued");
+	r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{%s} 0 0", name);
 	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1, "the waiter is not queued");
 	snprintf(out, len, "%s", r->element[0]->str);
 	freeReplyObject(r);
