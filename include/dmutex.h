@@ -220,7 +220,11 @@ DMUTEX_EXPORT int dmutex_attr_getleasecache(const dmutex_attr_t *attr, int *on);
 DMUTEX_EXPORT int dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr);
 /* 0; EINVAL (NULL, uninitialized, destroyed); EBUSY (held in this process).
  * Waits (up to command_timeout_ms) for the answer to the last asynchronous
- * release of the name, if still to come (dmutex_unlock). */
+ * release of the name, if still to come (dmutex_unlock).  A release still
+ * retried in the background after an unlock's EIO goes on, but its onlost
+ * is no longer called once this returns (its argument may be gone; a call
+ * already under way is waited for): a loss it finds is reported by the log
+ * and the lost metric only. */
 DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
 /*
  * 0 and EOWNERDEAD (robust: previous owner died) return holding the lock;
@@ -257,7 +261,11 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
  * forgotten); EIO (synchronous release only: not confirmed within
  * command_timeout_ms in total, as for trylock; the hold is forgotten
  * locally and the release retried in the background until the lease
- * ends); EINVAL.
+ * ends.  EIO means "unknown", not "the hold was sound": if every request
+ * so far was refused without running (-LOADING, READONLY, BUSY) and a
+ * retry then finds the lock not ours before the hold's deadline, the hold
+ * had been lost, and that is reported later by onlost (unless the mutex
+ * was destroyed meanwhile), a log line and the lost metric); EINVAL.
  *
  * On one Redis (or Sentinel's master) a clean release is asynchronous
  * (URL option async_release=1, the default): the release is written
