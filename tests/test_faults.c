@@ -620,6 +620,9 @@ struct loading_holder {
 	 * dmutex_destroy (destroy_rc), while the server still loads
 	 * (still_destroyed). */
 	int destroy, destroy_rc, still_destroyed;
+	/* exit_holding: the holder's thread ends holding the lock once the
+	 * server loads (its release, with the thread's end, is refused). */
+	int exit_holding;
 };
 
 static int srv_loading(void *p);
@@ -637,6 +640,10 @@ static void *loading_holder_main(void *p)
 	while (!atomic_load(&h->go))
 		th_wait_until(flag_set, &h->go, 1000);
 	if ((h->seen = th_wait_until(srv_loading, NULL, 10000))) {
+		if (h->exit_holding) {
+			atomic_store(&h->done, 1);
+			return NULL;
+		}
 		h->rc = dmutex_unlock(h->m);
 		h->still = srv_loading(NULL);
 		if (h->destroy && h->rc == EIO) {
@@ -662,6 +669,19 @@ static int srv_loading(void *p)
 }
 
 static dmutex_client_t *lost_counted_client;
+static const char *orphan_log_name;
+static atomic_int orphan_logged;
+
+/* Counts the log lines of a background release that found orphan_log_name
+ * lost (renewer.c, orphan_lost). */
+static void orphan_log(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	fprintf(stderr, "dmutex: %s\n", msg);
+	if (strstr(msg, "retried in the background") && strstr(msg, orphan_log_name))
+		atomic_fetch_add(&orphan_logged, 1);
+}
 
 /* The holder's client has counted a loss of name. */
 static int lost_counted(void *name)
@@ -674,11 +694,14 @@ static int lost_counted(void *name)
 /* fair 0: an asynchronous release; 1: a fair mutex's, which waits for its
  * answer; 2: that, and the mutex destroyed while its release, refused,
  * is retried in the background: the loss is then reported by the log and
- * the lost metric, never by onlost (its argument may be gone). */
+ * the lost metric, never by onlost (its argument may be gone); 3: not
+ * unlocked but ended with its thread (a plain mutex: that release too
+ * waits for its answer). */
 static void
 unlock_met_by_loading(int fair)
 {
-	const char *name = fair == 2 ? "faults-lossy-loading-destroyed"
+	const char *name = fair == 3 ? "faults-lossy-loading-exit"
+		: fair == 2 ? "faults-lossy-loading-destroyed"
 		: fair ? "faults-lossy-loading-fair" : "faults-lossy-loading";
 	dmutex_metrics_t met;
 	static struct loading_holder h;
@@ -704,7 +727,7 @@ unlock_met_by_loading(int fair)
 	/* 30 s: the renewer looks at 10 s, long after this test. */
 	cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
 	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
-	cr_assert_eq(dmutex_attr_setfair(&a, fair != 0), 0);
+	cr_assert_eq(dmutex_attr_setfair(&a, fair == 1 || fair == 2), 0);
 	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
 	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &lost), 0);
 	cr_assert_eq(dmutex_init(&m, name, &a), 0);
@@ -715,6 +738,9 @@ unlock_met_by_loading(int fair)
 
 	h.m = &m;
 	h.destroy = fair == 2;
+	h.exit_holding = fair == 3;
+	orphan_log_name = name;
+	dmutex_set_logger(orphan_log, NULL);
 	cr_assert_eq(pthread_create(&h.th, NULL, loading_holder_main, &h), 0);
 	cr_assert(th_wait_until(flag_set, &h.locked, 5000), "the holder did not lock");
 	cr_assert_eq(h.lock_rc, 0, "lock: %s", dmutex_strerror(h.lock_rc));
@@ -728,6 +754,22 @@ unlock_met_by_loading(int fair)
 	cr_assert_eq(th_redis_restart(&srv), 0, "the second restart failed");
 	pthread_join(h.th, NULL);
 	cr_assert(h.seen, "the restarted server was never seen loading");
+	if (fair == 3) {
+		cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the thread ended holding a "
+				"lock another client had taken (its release refused: LOADING), onlost had "
+				"not run");
+		cr_assert_eq(atomic_load(&orphan_logged), 1, "the loss was not found by the "
+				"background release (%d lines): the test proves nothing",
+				atomic_load(&orphan_logged));
+		cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
+		(void)dmutex_unlock(&om);
+		cr_assert_eq(dmutex_destroy(&om), 0);
+		cr_assert_eq(dmutex_destroy(&m), 0);
+		cr_assert_eq(dmutex_client_close(o), 0);
+		cr_assert_eq(dmutex_client_close(c), 0);
+		dmutex_set_logger(NULL, NULL);
+		return;
+	}
 	/* A fair mutex's release waits for its answer: refused until its
 	 * attempts run out, it says EIO (whether it ran is not known to the
 	 * caller), and the background asks on. */
@@ -745,6 +787,8 @@ unlock_met_by_loading(int fair)
 		cr_assert_eq(met.leases_lost, 1, "%llu losses counted",
 				(unsigned long long)met.leases_lost);
 		cr_assert_eq(atomic_load(&lost), 0, "onlost ran after its mutex was destroyed");
+		cr_assert_eq(atomic_load(&orphan_logged), 1, "%d log lines of the loss",
+				atomic_load(&orphan_logged));
 		(void)dmutex_unlock(&om);
 		cr_assert_eq(dmutex_destroy(&om), 0);
 		cr_assert_eq(dmutex_client_close(o), 0);
@@ -787,6 +831,15 @@ Test(faults, fair_unlock_eio_then_destroy_reports_the_loss_without_onlost,
 		.init = srv_up_slow_load)
 {
 	unlock_met_by_loading(2);
+}
+
+/* The same, the holder's thread ending holding the lock (README "A hold
+ * ends with its thread"): that release too is refused, goes on in the
+ * background and reports the loss. */
+Test(faults, thread_ending_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
+		.init = srv_up_slow_load)
+{
+	unlock_met_by_loading(3);
 }
 
 struct waiter_arg {

@@ -705,8 +705,9 @@ orphan_lost(struct dmutex_client *c, size_t i)
 	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__met_count(e, DMUTEX__MET_LOST);
-	dmutex__log(DMUTEX_LOG_ERROR, "unlock of '%s' said EIO; its release, retried, found the lock "
-			"no longer ours, none of our requests having run: the hold had been lost", e->name);
+	dmutex__log(DMUTEX_LOG_ERROR, "release of '%s', unconfirmed and retried in the background, "
+			"found the lock no longer ours, none of our requests having run: the hold had "
+			"been lost", e->name);
 	dmutex__lost_report(e, &lost);
 	if (lost.cb) {
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
