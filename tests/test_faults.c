@@ -793,6 +793,7 @@ unlock_met_by_loading(int fair)
 		cr_assert_eq(dmutex_destroy(&om), 0);
 		cr_assert_eq(dmutex_client_close(o), 0);
 		cr_assert_eq(dmutex_client_close(c), 0);
+		dmutex_set_logger(NULL, NULL);
 		return;
 	}
 	cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the unlock of a hold another client "
@@ -803,6 +804,7 @@ unlock_met_by_loading(int fair)
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(o), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
+	dmutex_set_logger(NULL, NULL);
 }
 
 Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,

@@ -946,9 +946,9 @@ last_orphan_tries(struct dmutex_client *c)
 	int64_t by = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 
 	for (size_t i = 0; i < r->norphans; i++) {
-		/* No report (sure 0): every mutex of the client is
-		 * destroyed by now (dmutex_client_close), its handler
-		 * dismissed. */
+		/* No report (sure 0): the client is closing, its mutexes
+		 * destroyed (dmutex_client_close) or the process ending;
+		 * a loss found now would go to nobody who can act. */
 		struct dmutex__orphan o = r->orphans[i];
 		int64_t now = dmutex__now_ns();
 
