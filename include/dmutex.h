@@ -282,8 +282,10 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
  * handler and a log line, from the client's renewal thread, within a few
  * milliseconds of the answer (bounded by command_timeout_ms); no later
  * call returns ENOLCK for it (that hold is over; a lock call never reports
- * a loss).  No answer (connection lost, an error) retries the release in
- * the background until the lease ends.  An unlock, fence or destroy of a
+ * a loss).  No answer (connection lost) retries the release in the
+ * background until the lease ends; an error answer (-LOADING, READONLY:
+ * it did not run) is asked again until an answer is sure, and a "not
+ * ours" then is reported as above.  An unlock, fence or destroy of a
  * mutex no longer held waits (up to command_timeout_ms) for the answer,
  * then says EPERM.  Redlock, Cluster, fair mutexes, a lost or
  * not-recovered hold, the last hold of a kept lease, and async_release=0
