@@ -220,7 +220,11 @@ DMUTEX_EXPORT int dmutex_attr_getleasecache(const dmutex_attr_t *attr, int *on);
 DMUTEX_EXPORT int dmutex_init(dmutex_t *m, const char *name, const dmutex_attr_t *attr);
 /* 0; EINVAL (NULL, uninitialized, destroyed); EBUSY (held in this process).
  * Waits (up to command_timeout_ms) for the answer to the last asynchronous
- * release of the name, if still to come (dmutex_unlock). */
+ * release of the name, if still to come (dmutex_unlock).  A release still
+ * retried in the background after an unlock's EIO goes on, but its onlost
+ * is no longer called once this returns (its argument may be gone; a call
+ * already under way is waited for): a loss it finds is reported by the log
+ * and the lost metric only. */
 DMUTEX_EXPORT int dmutex_destroy(dmutex_t *m);
 /*
  * 0 and EOWNERDEAD (robust: previous owner died) return holding the lock;
@@ -257,7 +261,11 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
  * forgotten); EIO (synchronous release only: not confirmed within
  * command_timeout_ms in total, as for trylock; the hold is forgotten
  * locally and the release retried in the background until the lease
- * ends); EINVAL.
+ * ends.  EIO means "unknown", not "the hold was sound": if every request
+ * so far was refused without running (-LOADING, READONLY, BUSY) and a
+ * retry then finds the lock not ours before the hold's deadline, the hold
+ * had been lost, and that is reported later by onlost (unless the mutex
+ * was destroyed meanwhile), a log line and the lost metric); EINVAL.
  *
  * On one Redis (or Sentinel's master) a clean release is asynchronous
  * (URL option async_release=1, the default): the release is written
@@ -274,8 +282,10 @@ DMUTEX_EXPORT int dmutex_clocklock(dmutex_t *m, clockid_t clock,
  * handler and a log line, from the client's renewal thread, within a few
  * milliseconds of the answer (bounded by command_timeout_ms); no later
  * call returns ENOLCK for it (that hold is over; a lock call never reports
- * a loss).  No answer (connection lost, an error) retries the release in
- * the background until the lease ends.  An unlock, fence or destroy of a
+ * a loss).  No answer (connection lost) retries the release in the
+ * background until the lease ends; an error answer (-LOADING, READONLY:
+ * it did not run) is asked again until an answer is sure, and a "not
+ * ours" then is reported as above.  An unlock, fence or destroy of a
  * mutex no longer held waits (up to command_timeout_ms) for the answer,
  * then says EPERM.  Redlock, Cluster, fair mutexes, a lost or
  * not-recovered hold, the last hold of a kept lease, and async_release=0

@@ -616,6 +616,13 @@ struct loading_holder {
 	dmutex_t *m;
 	atomic_int locked, go, done;
 	int rc, lock_rc, seen, still;
+	/* destroy: an unlock that says EIO is followed at once by
+	 * dmutex_destroy (destroy_rc), while the server still loads
+	 * (still_destroyed). */
+	int destroy, destroy_rc, still_destroyed;
+	/* exit_holding: the holder's thread ends holding the lock once the
+	 * server loads (its release, with the thread's end, is refused). */
+	int exit_holding;
 };
 
 static int srv_loading(void *p);
@@ -633,8 +640,16 @@ static void *loading_holder_main(void *p)
 	while (!atomic_load(&h->go))
 		th_wait_until(flag_set, &h->go, 1000);
 	if ((h->seen = th_wait_until(srv_loading, NULL, 10000))) {
+		if (h->exit_holding) {
+			atomic_store(&h->done, 1);
+			return NULL;
+		}
 		h->rc = dmutex_unlock(h->m);
 		h->still = srv_loading(NULL);
+		if (h->destroy && h->rc == EIO) {
+			h->destroy_rc = dmutex_destroy(h->m);
+			h->still_destroyed = srv_loading(NULL);
+		}
 	} else {
 		h->rc = dmutex_unlock(h->m);
 	}
@@ -653,10 +668,42 @@ static int srv_loading(void *p)
 	return yes;
 }
 
+static dmutex_client_t *lost_counted_client;
+static const char *orphan_log_name;
+static atomic_int orphan_logged;
+
+/* Counts the log lines of a background release that found orphan_log_name
+ * lost (renewer.c, orphan_lost). */
+static void orphan_log(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	fprintf(stderr, "dmutex: %s\n", msg);
+	if (strstr(msg, "retried in the background") && strstr(msg, orphan_log_name))
+		atomic_fetch_add(&orphan_logged, 1);
+}
+
+/* The holder's client has counted a loss of name. */
+static int lost_counted(void *name)
+{
+	dmutex_metrics_t met;
+
+	return !dmutex_client_metrics(lost_counted_client, name, &met) && met.leases_lost > 0;
+}
+
+/* fair 0: an asynchronous release; 1: a fair mutex's, which waits for its
+ * answer; 2: that, and the mutex destroyed while its release, refused,
+ * is retried in the background: the loss is then reported by the log and
+ * the lost metric, never by onlost (its argument may be gone); 3: not
+ * unlocked but ended with its thread (a plain mutex: that release too
+ * waits for its answer). */
 static void
 unlock_met_by_loading(int fair)
 {
-	const char *name = fair ? "faults-lossy-loading-fair" : "faults-lossy-loading";
+	const char *name = fair == 3 ? "faults-lossy-loading-exit"
+		: fair == 2 ? "faults-lossy-loading-destroyed"
+		: fair ? "faults-lossy-loading-fair" : "faults-lossy-loading";
+	dmutex_metrics_t met;
 	static struct loading_holder h;
 	dmutex_client_t *c, *o;
 	dmutex_attr_t a;
@@ -675,11 +722,12 @@ unlock_met_by_loading(int fair)
 
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
 	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
+	lost_counted_client = c;
 	cr_assert_eq(dmutex_attr_init(&a), 0);
 	/* 30 s: the renewer looks at 10 s, long after this test. */
 	cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
 	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
-	cr_assert_eq(dmutex_attr_setfair(&a, fair), 0);
+	cr_assert_eq(dmutex_attr_setfair(&a, fair == 1 || fair == 2), 0);
 	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
 	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &lost), 0);
 	cr_assert_eq(dmutex_init(&m, name, &a), 0);
@@ -689,6 +737,10 @@ unlock_met_by_loading(int fair)
 	cr_assert_eq(dmutex_attr_destroy(&a), 0);
 
 	h.m = &m;
+	h.destroy = fair == 2;
+	h.exit_holding = fair == 3;
+	orphan_log_name = name;
+	dmutex_set_logger(orphan_log, NULL);
 	cr_assert_eq(pthread_create(&h.th, NULL, loading_holder_main, &h), 0);
 	cr_assert(th_wait_until(flag_set, &h.locked, 5000), "the holder did not lock");
 	cr_assert_eq(h.lock_rc, 0, "lock: %s", dmutex_strerror(h.lock_rc));
@@ -702,12 +754,48 @@ unlock_met_by_loading(int fair)
 	cr_assert_eq(th_redis_restart(&srv), 0, "the second restart failed");
 	pthread_join(h.th, NULL);
 	cr_assert(h.seen, "the restarted server was never seen loading");
+	if (fair == 3) {
+		cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the thread ended holding a "
+				"lock another client had taken (its release refused: LOADING), onlost had "
+				"not run");
+		cr_assert_eq(atomic_load(&orphan_logged), 1, "the loss was not found by the "
+				"background release (%d lines): the test proves nothing",
+				atomic_load(&orphan_logged));
+		cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
+		(void)dmutex_unlock(&om);
+		cr_assert_eq(dmutex_destroy(&om), 0);
+		cr_assert_eq(dmutex_destroy(&m), 0);
+		cr_assert_eq(dmutex_client_close(o), 0);
+		cr_assert_eq(dmutex_client_close(c), 0);
+		dmutex_set_logger(NULL, NULL);
+		return;
+	}
 	/* A fair mutex's release waits for its answer: refused until its
 	 * attempts run out, it says EIO (whether it ran is not known to the
 	 * caller), and the background asks on. */
 	cr_assert(h.rc == 0 || h.rc == ENOLCK || (fair && h.rc == EIO), "unlock: %d (%s)", h.rc,
 			dmutex_strerror(h.rc));
 	cr_assert(h.still, "the server had loaded before the unlock returned: the test proves nothing");
+	if (fair == 2) {
+		cr_assert_eq(h.rc, EIO, "unlock: %d (%s): no orphan to test", h.rc, dmutex_strerror(h.rc));
+		cr_assert_eq(h.destroy_rc, 0, "destroy: %s", dmutex_strerror(h.destroy_rc));
+		cr_assert(h.still_destroyed, "the server had loaded before the destroy returned: the "
+				"test proves nothing");
+		cr_assert(th_wait_until(lost_counted, (void *)name, 5000), "5 s after the unlock (EIO) "
+				"of a hold another client had taken, its loss was not counted");
+		cr_assert_eq(dmutex_client_metrics(c, name, &met), 0);
+		cr_assert_eq(met.leases_lost, 1, "%llu losses counted",
+				(unsigned long long)met.leases_lost);
+		cr_assert_eq(atomic_load(&lost), 0, "onlost ran after its mutex was destroyed");
+		cr_assert_eq(atomic_load(&orphan_logged), 1, "%d log lines of the loss",
+				atomic_load(&orphan_logged));
+		(void)dmutex_unlock(&om);
+		cr_assert_eq(dmutex_destroy(&om), 0);
+		cr_assert_eq(dmutex_client_close(o), 0);
+		cr_assert_eq(dmutex_client_close(c), 0);
+		dmutex_set_logger(NULL, NULL);
+		return;
+	}
 	cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the unlock of a hold another client "
 			"had taken (its release refused: LOADING), onlost had not run");
 	cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
@@ -716,6 +804,7 @@ unlock_met_by_loading(int fair)
 	cr_assert_eq(dmutex_destroy(&m), 0);
 	cr_assert_eq(dmutex_client_close(o), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
+	dmutex_set_logger(NULL, NULL);
 }
 
 Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
@@ -725,19 +814,34 @@ Test(faults, async_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_
 }
 
 /*
- * Its fair twin FAILS, on main and on this fix alike, so it is disabled:
- * the release waits for its answer, three -LOADING answers make the unlock
- * say EIO and hand the release to the renewer's orphans, and an orphan's
- * "not ours" is never reported, though none of its requests (nor the
- * unlock's) can have run.  The fix: orphans that know every request so
- * far was refused (dmutex__release_sure's ran) carry the hold's deadline
- * and onlost, and report a sure "not ours" before that deadline; see the
- * report of branch mayrun.  Enable it with that fix.
+ * Its fair twin: the release waits for its answer, three -LOADING answers
+ * make the unlock say EIO and hand the release to the renewer's orphans;
+ * none of those requests can have run, so the orphan's "not ours", found
+ * before the hold's deadline, is the hold's loss, reported (renewer.c,
+ * orphan_lost).
  */
 Test(faults, fair_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
-		.init = srv_up_slow_load, .disabled = true)
+		.init = srv_up_slow_load)
 {
 	unlock_met_by_loading(1);
+}
+
+/* The same, the mutex destroyed before the background finds the lock not
+ * ours: dmutex_destroy dismisses the handler (its argument may not outlive
+ * the mutex); the loss is still logged and counted. */
+Test(faults, fair_unlock_eio_then_destroy_reports_the_loss_without_onlost,
+		.init = srv_up_slow_load)
+{
+	unlock_met_by_loading(2);
+}
+
+/* The same, the holder's thread ending holding the lock (README "A hold
+ * ends with its thread"): that release too is refused, goes on in the
+ * background and reports the loss. */
+Test(faults, thread_ending_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
+		.init = srv_up_slow_load)
+{
+	unlock_met_by_loading(3);
 }
 
 struct waiter_arg {

@@ -13,6 +13,7 @@ struct release {
 	int mode;
 	int lost;                       /* the hold was found lost: ENOLCK */
 	int was_kept;                   /* it ran on a kept lease */
+	struct dmutex__orphan_rep rep;  /* if its release goes to the orphans */
 	struct dmutex__offer offer;
 	struct dmutex__handoff *next;   /* a fair lock's next thread of ours */
 };
@@ -70,6 +71,15 @@ prepare(struct dmutex__entry *e, int lost, struct release *rel)
 	 * ours, the other holds granted on it since its last confirmation
 	 * must be reported too, so it waits for the answer. */
 	rel->was_kept = e->kept;
+	/* Unconfirmed, the release goes on in the background (EIO): a "not
+	 * ours" it finds before this hold's deadline, no request of ours
+	 * having run, is this hold's loss (renewer.c, orphan_lost).  Not a
+	 * hold lost already (reported), nor one on a kept lease (its
+	 * suspects are reported by its release: kept_lease.c). */
+	rel->rep = (struct dmutex__orphan_rep){ 0 };
+	if (!lost && !rel->was_kept)
+		rel->rep = (struct dmutex__orphan_rep){ .e = e, .valid_ns = e->deadline_ns,
+			.fence = e->fence, .cb = e->onlost, .arg = e->onlost_arg };
 	e->releasing = 1;
 }
 
@@ -84,8 +94,8 @@ release_sync(struct dmutex__entry *e, struct release *rel, int64_t until)
 	int64_t sent = dmutex__now_ns();
 	int err, pass = 0;
 
-	err = dmutex__renewer_release(c, e->name, rel->token, rel->mode, until, rel->next,
-			rel->lease_ms);
+	err = dmutex__renewer_release_rep(c, e->name, rel->token, rel->mode, until, rel->next,
+			rel->lease_ms, &rel->rep);
 	if ((rel->mode & ~DMUTEX__REL_FAIR) == DMUTEX__REL_NOTREC && !err)
 		dmutex__log(DMUTEX_LOG_WARN, "'%s' unlocked after EOWNERDEAD without dmutex_consistent: "
 				"it is not recoverable until reset", e->name);

@@ -228,6 +228,7 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why, int64_t t0)
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__lost lost_rep = { 0 };
 	struct dmutex__suspects sus = { 0 };
+	struct dmutex__orphan_rep orep = { 0 };
 	unsigned lease_ms;
 	int robust, mode, err, lost, was_kept;
 
@@ -247,6 +248,11 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why, int64_t t0)
 	lease_ms = e->lease_ms;
 	robust = e->robust;
 	mode = DMUTEX__REL_DIED | (e->fair ? DMUTEX__REL_FAIR : 0);
+	/* Unconfirmed, its release goes on in the background and reports a
+	 * certain "not ours" as an unlock's does (mutex_unlock.c). */
+	if (!lost && !was_kept)
+		orep = (struct dmutex__orphan_rep){ .e = e, .valid_ns = e->deadline_ns,
+			.fence = e->fence, .cb = e->onlost, .arg = e->onlost_arg };
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
@@ -256,8 +262,8 @@ end_hold(struct dmutex__entry *e, uint64_t gen, const char *why, int64_t t0)
 	else
 		dmutex__log(DMUTEX_LOG_WARN, "'%s': %s while holding it: released", e->name, why);
 	dmutex__renewer_remove(c, e);
-	err = dmutex__renewer_release(c, e->name, token, mode,
-			t0 + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, NULL, lease_ms);
+	err = dmutex__renewer_release_rep(c, e->name, token, mode,
+			t0 + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, NULL, lease_ms, &orep);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	dmutex__kept_release_answered(e, err, lost, was_kept, &lost_rep, &sus);
 	dmutex__entry_forget(e);

@@ -105,6 +105,8 @@ struct dmutex__entry {
 	int depth;                      /* recursion count of the owner */
 	int acquiring;                  /* a thread is asking the backend */
 	int dropping;                   /* the library gives a kept lease back (not a user's call) */
+	int orphan_reporting;           /* the renewer calls an orphan's onlost (renewer.c):
+	                                 * dmutex_destroy waits for it */
 	int releasing;                  /* the owner is telling the backend */
 	char token[DMUTEX__TOKEN_HEX + 1];
 	uint64_t fence;
@@ -256,12 +258,29 @@ struct dmutex__mutex {
 	void *onlost_arg;
 };
 
+/* What an orphan reports if it finds the lock certainly not ours (no
+ * request of ours may have run) before the hold's own deadline: that hold
+ * had been lost unnoticed (README "When the report comes").  e NULL: no
+ * report (a release that may have run, a kept lease, a rwlock's). */
+struct dmutex__orphan_rep {
+	struct dmutex__entry *e;        /* a reference of the orphan's while queued */
+	int64_t valid_ns;               /* the hold's deadline: after it, plain expiry */
+	uint64_t fence;
+	void (*cb)(const char *, void *); /* NULL once its mutex was destroyed */
+	void *arg;
+};
+
 struct dmutex__orphan {
 	char *name;
 	char token[DMUTEX__TOKEN_HEX + 1];
 	int mode;
 	int64_t until_ns;               /* give up: the lease has run out anyway */
 	int64_t next_ns;
+	/* rep.e set and sure: every request so far was certainly refused
+	 * (none may have run); cleared by one that may have run, or at the
+	 * hold's deadline. */
+	int sure;
+	struct dmutex__orphan_rep rep;
 };
 
 struct dmutex__renewer {
@@ -537,6 +556,23 @@ void dmutex__renewer_orphan_rw(struct dmutex_client *c, const char *name, int op
  * release's answer. */
 int dmutex__renewer_release(struct dmutex_client *c, const char *name, const char *token,
 		int mode, int64_t until, struct dmutex__handoff *next, unsigned lease_ms);
+/* The same for a hold's own release: rep (NULL for none) is what the
+ * orphan reports if every request, the first ones here included, was
+ * certainly refused and the lock is then found not ours before
+ * rep->valid_ns (struct dmutex__orphan_rep). */
+int dmutex__renewer_release_rep(struct dmutex_client *c, const char *name, const char *token,
+		int mode, int64_t until, struct dmutex__handoff *next, unsigned lease_ms,
+		const struct dmutex__orphan_rep *rep);
+/* The same for a release that did not run (refused, rel_settle.c): its
+ * orphan reports as above. */
+void dmutex__renewer_orphan_rep(struct dmutex_client *c, const char *name, const char *token,
+		int mode, int64_t until_ns, const struct dmutex__orphan_rep *rep);
+/* Before dmutex_destroy of a mutex of e whose handler is cb(arg): no
+ * orphan calls it any more (its report is then the log line and the lost
+ * metric only), and none is calling it (unless on the renewal thread,
+ * from that very handler). */
+void dmutex__renewer_orphans_dismiss(struct dmutex__entry *e, void (*cb)(const char *, void *),
+		void *arg);
 /* Without any lock: give e's kept lease back by `until` if nobody holds
  * it (idle, asked back, a mutex destroyed). */
 void dmutex__renewer_give_back(struct dmutex__entry *e, int64_t until);
@@ -566,5 +602,8 @@ int dmutex__release_to(struct dmutex_client *c, const char *name, const char *to
  * asked again has the only answer. */
 int dmutex__release_sure(struct dmutex_client *c, const char *name, const char *token, int mode,
 		int64_t until, int *ran);
+/* release_to, and *ran as release_sure's. */
+int dmutex__release_to_sure(struct dmutex_client *c, const char *name, const char *token,
+		int mode, int64_t until, struct dmutex__handoff *next, int *ran);
 
 #endif

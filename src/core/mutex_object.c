@@ -57,6 +57,10 @@ retire(void *obj)
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	if (busy)
 		return EBUSY;
+	/* The handler's argument may not outlive us: an orphan of an unlock
+	 * that said EIO reports a hold it finds lost from now on by the log
+	 * and the lost metric only (README "When the report comes"). */
+	dmutex__renewer_orphans_dismiss(e, mx->onlost, mx->onlost_arg);
 	/* A lease kept for the process (lease_cache.c) goes back now: the
 	 * renewer must not keep an entry that is about to be freed. */
 	dmutex__renewer_give_back(e, dmutex__now_ns() +

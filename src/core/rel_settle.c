@@ -49,10 +49,11 @@ release_not_run(struct dmutex__entry *e, const char *token, int64_t by, int64_t 
 
 /* A release refused again: t back in e (a reference of its own), for the
  * renewal thread to ask again soon, unless e has another release since
- * (then the background has this one, unreported). */
+ * (then the background has this one, and reports it as rep says: none of
+ * its requests ran so far). */
 static void
 requeue(struct dmutex__entry *e, struct dmutex__rel_ticket *t, const char *token,
-		int64_t token_until)
+		int64_t token_until, const struct dmutex__orphan_rep *rep)
 {
 	int back = 0;
 
@@ -66,7 +67,8 @@ requeue(struct dmutex__entry *e, struct dmutex__rel_ticket *t, const char *token
 	if (back)
 		dmutex__renewer_watch_rel(e->client, e);
 	else if (!__atomic_load_n(&e->client->closing, __ATOMIC_ACQUIRE))
-		dmutex__renewer_orphan(e->client, e->name, token, DMUTEX__REL_CLEAN, token_until);
+		dmutex__renewer_orphan_rep(e->client, e->name, token, DMUTEX__REL_CLEAN, token_until,
+				rep);
 }
 
 int
@@ -135,7 +137,9 @@ dmutex__rel_settle(struct dmutex__entry *e, int64_t until)
 			dmutex__met_count(e, DMUTEX__MET_LOST);
 			lost.report = 1;
 		} else if (k < 0) {
-			requeue(e, t, token, token_until);
+			struct dmutex__orphan_rep rep = { .e = e, .valid_ns = valid,
+				.fence = lost.fence, .cb = lost.cb, .arg = lost.arg };
+			requeue(e, t, token, token_until, &rep);
 		}
 	}
 	dmutex__ticket_put(t);                  /* ours */

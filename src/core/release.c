@@ -71,3 +71,11 @@ dmutex__release_sure(struct dmutex_client *c, const char *name, const char *toke
 	*ran = 0;
 	return release_to(c, name, token, mode, until, NULL, ran);
 }
+
+int
+dmutex__release_to_sure(struct dmutex_client *c, const char *name, const char *token, int mode,
+		int64_t until, struct dmutex__handoff *next, int *ran)
+{
+	*ran = 0;
+	return release_to(c, name, token, mode, until, next, ran);
+}

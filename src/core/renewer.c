@@ -241,10 +241,12 @@ settle_rels(struct dmutex_client *c, int64_t bound)
 }
 
 /* Queue the release of `token` (mode: release.lua's, or DMUTEX__ORPHAN_RW
- * with a rwlock's op), first tried at next_ns. */
+ * with a rwlock's op), first tried at next_ns; rep: NULL, or what it
+ * reports if found certainly not ours in time (a reference to rep->e
+ * taken here). */
 static void
 orphan(struct dmutex_client *c, const char *name, const char *token, int mode, int64_t until_ns,
-		int64_t next_ns)
+		int64_t next_ns, const struct dmutex__orphan_rep *rep)
 {
 	struct dmutex__renewer *r = &c->renewer;
 	struct dmutex__orphan *o;
@@ -267,6 +269,10 @@ orphan(struct dmutex_client *c, const char *name, const char *token, int mode, i
 	o->mode = mode;
 	o->until_ns = until_ns;
 	o->next_ns = next_ns;
+	o->sure = rep && rep->e;
+	o->rep = o->sure ? *rep : (struct dmutex__orphan_rep){ 0 };
+	if (o->sure)
+		__atomic_fetch_add(&rep->e->refs, 1, __ATOMIC_ACQ_REL);
 	pthread_cond_signal(&r->cv);
 	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 	return;
@@ -280,31 +286,75 @@ void
 dmutex__renewer_orphan(struct dmutex_client *c, const char *name, const char *token,
 		int mode, int64_t until_ns)
 {
-	orphan(c, name, token, mode, until_ns, dmutex__now_ns() + RETRY_NS);
+	orphan(c, name, token, mode, until_ns, dmutex__now_ns() + RETRY_NS, NULL);
+}
+
+void
+dmutex__renewer_orphan_rep(struct dmutex_client *c, const char *name, const char *token,
+		int mode, int64_t until_ns, const struct dmutex__orphan_rep *rep)
+{
+	orphan(c, name, token, mode, until_ns, dmutex__now_ns() + RETRY_NS, rep);
 }
 
 void
 dmutex__renewer_orphan_rw(struct dmutex_client *c, const char *name, int op, const char *token,
 		int64_t until_ns)
 {
-	orphan(c, name, token, DMUTEX__ORPHAN_RW | op, until_ns, dmutex__now_ns());
+	orphan(c, name, token, DMUTEX__ORPHAN_RW | op, until_ns, dmutex__now_ns(), NULL);
+}
+
+int
+dmutex__renewer_release_rep(struct dmutex_client *c, const char *name, const char *token,
+		int mode, int64_t until, struct dmutex__handoff *next, unsigned lease_ms,
+		const struct dmutex__orphan_rep *rep)
+{
+	/* Past its deadline already (a timed lock that gave up at it):
+	 * nothing is sent here, the background tries at once. */
+	int late = dmutex__now_ns() >= until, ran = 0;
+	int err = dmutex__release_to_sure(c, name, token, mode, until, next, &ran);
+
+	if (err == EIO) {
+		int64_t now = dmutex__now_ns();
+		/* One that may have run: a "not ours" later proves nothing. */
+		orphan(c, name, token, mode, now + (int64_t)lease_ms * DMUTEX__MS,
+				late ? now : now + RETRY_NS, ran ? NULL : rep);
+	}
+	return err;
 }
 
 int
 dmutex__renewer_release(struct dmutex_client *c, const char *name, const char *token, int mode,
 		int64_t until, struct dmutex__handoff *next, unsigned lease_ms)
 {
-	/* Past its deadline already (a timed lock that gave up at it):
-	 * nothing is sent here, the background tries at once. */
-	int late = dmutex__now_ns() >= until;
-	int err = dmutex__release_to(c, name, token, mode, until, next);
+	return dmutex__renewer_release_rep(c, name, token, mode, until, next, lease_ms, NULL);
+}
 
-	if (err == EIO) {
-		int64_t now = dmutex__now_ns();
-		orphan(c, name, token, mode, now + (int64_t)lease_ms * DMUTEX__MS,
-				late ? now : now + RETRY_NS);
+void
+dmutex__renewer_orphans_dismiss(struct dmutex__entry *e, void (*cb)(const char *, void *),
+		void *arg)
+{
+	struct dmutex__renewer *r = &e->client->renewer;
+	int self;
+
+	if (!cb)
+		return;
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+	self = r->running && pthread_equal(pthread_self(), r->thread);
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+	/* Entry first, as the thread takes them (orphan_lost): once no
+	 * report of e is being called, none starts with cb cleared.  On
+	 * the thread itself, from that handler: it has been called. */
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	while (!self && e->orphan_reporting)
+		pthread_cond_wait(&e->cv, &e->mu);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+	for (size_t i = 0; i < r->norphans; i++) {
+		struct dmutex__orphan_rep *p = &r->orphans[i].rep;
+		if (p->e == e && p->cb == cb && p->arg == arg)
+			p->cb = NULL;
 	}
-	return err;
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 }
 
 /* ---- giving back kept leases (lease_cache.c) ---- */
@@ -604,13 +654,69 @@ orphan_rw_release(struct dmutex_client *c, const struct dmutex__orphan *o)
 }
 
 /* One try of an orphan's release, a mutex's by until (a rwlock's takes
- * its command timeout): 0 done, EIO. */
+ * its command timeout): 0 done, EIO; 1 the lock was certainly not ours
+ * before the hold's deadline, nothing of ours having run (o->sure): the
+ * hold had been lost.  o->sure cleared once that can no longer be known. */
 static int
-try_orphan(struct dmutex_client *c, const struct dmutex__orphan *o, int64_t until)
+try_orphan(struct dmutex_client *c, struct dmutex__orphan *o, int64_t until)
 {
+	int err, ran;
+
 	if (o->mode & DMUTEX__ORPHAN_RW)
 		return orphan_rw_release(c, o);
-	return dmutex__release_by(c, o->name, o->token, o->mode, until);
+	if (o->sure && dmutex__now_ns() >= o->rep.valid_ns)
+		o->sure = 0;
+	if (!o->sure)
+		return dmutex__release_by(c, o->name, o->token, o->mode, until);
+	/* Never past the hold's deadline: a "not ours" after it may be
+	 * plain expiry (rel_settle.c, release_not_run). */
+	err = dmutex__release_sure(c, o->name, o->token, o->mode,
+			until < o->rep.valid_ns ? until : o->rep.valid_ns, &ran);
+	if (err == ENOLCK)
+		return 1;
+	if (err == EIO && (ran || dmutex__now_ns() >= o->rep.valid_ns))
+		o->sure = 0;
+	return err == EIO ? EIO : 0;
+}
+
+/* An orphan's sure "not ours" (renewer.mu held on entry and on return,
+ * dropped meanwhile; orphans[i] removed): reported as an asynchronous
+ * release found not ours is (rel_settle.c): the lost metric, the log,
+ * onlost unless its mutex was destroyed since (orphans_dismiss). */
+static void
+orphan_lost(struct dmutex_client *c, size_t i)
+{
+	struct dmutex__renewer *r = &c->renewer;
+	struct dmutex__entry *e = r->orphans[i].rep.e;
+	struct dmutex__lost lost = { .report = 1 };
+
+	/* The entry's lock comes before ours; only this thread removes, so
+	 * orphans[i] is still this one, wherever the array moved. */
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+	lost.fence = r->orphans[i].rep.fence;
+	lost.cb = r->orphans[i].rep.cb;
+	lost.arg = r->orphans[i].rep.arg;
+	free(r->orphans[i].name);
+	r->orphans[i] = r->orphans[--r->norphans];
+	if (lost.cb)
+		e->orphan_reporting++;
+	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__met_count(e, DMUTEX__MET_LOST);
+	dmutex__log(DMUTEX_LOG_ERROR, "release of '%s', unconfirmed and retried in the background, "
+			"found the lock no longer ours, none of our requests having run: the hold had "
+			"been lost", e->name);
+	dmutex__lost_report(e, &lost);
+	if (lost.cb) {
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		e->orphan_reporting--;
+		dmutex__entry_wake(e);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	}
+	dmutex__entry_put(e);
+	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 }
 
 static void
@@ -622,6 +728,7 @@ retry_orphans(struct dmutex_client *c)
 	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	for (size_t i = 0; i < r->norphans;) {
 		struct dmutex__orphan o = r->orphans[i];
+		struct dmutex__entry *e;
 		int err;
 		if (o.next_ns > now) {
 			i++;
@@ -630,7 +737,14 @@ retry_orphans(struct dmutex_client *c)
 		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 		err = try_orphan(c, &o, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
-		/* The array may have moved, but only this thread removes. */
+		/* The array may have moved, but only this thread removes
+		 * (and writes sure). */
+		r->orphans[i].sure = o.sure;
+		if (err == 1) {
+			orphan_lost(c, i);
+			now = dmutex__now_ns();
+			continue;
+		}
 		now = dmutex__now_ns();
 		if (err == EIO && now < o.until_ns) {
 			r->orphans[i].next_ns = dmutex__now_ns() + 4 * RETRY_NS;
@@ -639,8 +753,16 @@ retry_orphans(struct dmutex_client *c)
 		}
 		if (err == EIO)
 			dmutex__log(DMUTEX_LOG_WARN, "gave up releasing '%s': its lease has ended anyway", o.name);
+		e = r->orphans[i].rep.e;
 		free(r->orphans[i].name);
 		r->orphans[i] = r->orphans[--r->norphans];
+		if (e) {
+			/* Without our lock: the last reference takes the
+			 * client's, which comes first. */
+			dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
+			dmutex__entry_put(e);
+			dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
+		}
 	}
 	dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 }
@@ -824,14 +946,18 @@ last_orphan_tries(struct dmutex_client *c)
 	int64_t by = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 
 	for (size_t i = 0; i < r->norphans; i++) {
-		const struct dmutex__orphan *o = &r->orphans[i];
+		/* No report (sure 0): the client is closing, its mutexes
+		 * destroyed (dmutex_client_close) or the process ending;
+		 * a loss found now would go to nobody who can act. */
+		struct dmutex__orphan o = r->orphans[i];
 		int64_t now = dmutex__now_ns();
 
 		if (now >= by)
 			break;
-		if (now >= o->until_ns)
+		if (now >= o.until_ns)
 			continue;
-		try_orphan(c, o, o->until_ns < by ? o->until_ns : by);
+		o.sure = 0;
+		try_orphan(c, &o, o.until_ns < by ? o.until_ns : by);
 	}
 }
 
@@ -859,8 +985,11 @@ dmutex__renewer_stop(struct dmutex_client *c)
 	free(r->rels);
 	r->rels = NULL;
 	r->nrels = r->rels_cap = 0;
-	for (size_t i = 0; i < r->norphans; i++)
+	for (size_t i = 0; i < r->norphans; i++) {
 		free(r->orphans[i].name);
+		if (r->orphans[i].rep.e)
+			dmutex__entry_put(r->orphans[i].rep.e);
+	}
 	free(r->orphans);
 	free(r->items);
 	r->orphans = NULL;
@@ -871,9 +1000,13 @@ dmutex__renewer_stop(struct dmutex_client *c)
 void
 dmutex__renewer_atfork_child(struct dmutex__renewer *r)
 {
-	/* The thread did not come along; its queues were the parent's. */
-	for (size_t i = 0; i < r->norphans; i++)
+	/* The thread did not come along; its queues were the parent's (the
+	 * references go without a lock, as below). */
+	for (size_t i = 0; i < r->norphans; i++) {
 		free(r->orphans[i].name);
+		if (r->orphans[i].rep.e)
+			__atomic_fetch_sub(&r->orphans[i].rep.e->refs, 1, __ATOMIC_ACQ_REL);
+	}
 	r->norphans = 0;
 	r->n = 0;
 	/* The parent's releases are the parent's to answer (entry_rel_drop); the
