@@ -572,6 +572,9 @@ dmutex_client_open_impl(dmutex_client_t **out, const char *url)
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->renewer.mu, NULL);
 	dmutex__cond_init_mono(&c->renewer.cv);
+	c->up.watch_rel = dmutex__renewer_watch_rel;
+	c->up.orphan = dmutex__renewer_orphan;
+	c->up.orphan_rep = dmutex__renewer_orphan_rep;
 	c->pid = getpid();
 	if (gethostname(c->host, sizeof c->host - 1))
 		strcpy(c->host, "unknown");

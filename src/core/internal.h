@@ -303,10 +303,24 @@ struct dmutex__renewer {
 	int64_t rels_due_ns;
 };
 
+struct dmutex__orphan_rep;
+
+/* What rel_settle.c, below the renewal thread, hands up to it: a release
+ * to watch again, or to keep trying in the background (renewer.c).  Set by
+ * client.c, above both: a direct call up would be a circle of calls. */
+struct dmutex__upcalls {
+	void (*watch_rel)(struct dmutex_client *c, struct dmutex__entry *e);
+	void (*orphan)(struct dmutex_client *c, const char *name, const char *token, int mode,
+			int64_t until_ns);
+	void (*orphan_rep)(struct dmutex_client *c, const char *name, const char *token, int mode,
+			int64_t until_ns, const struct dmutex__orphan_rep *rep);
+};
+
 struct dmutex_client {
 	struct dmutex__config cfg;
 	struct dmutex__backend *be;
 	struct dmutex__renewer renewer;
+	struct dmutex__upcalls up;
 
 	pthread_mutex_t mu;             /* entry table */
 	struct dmutex__entry **tab;

@@ -11,7 +11,8 @@
  * our own release) and by the renewal thread soon after the answer
  * arrives.  Below the renewer: it calls hold.c and release.c, and hands a
  * release it could not finish to the renewer's orphans, as the rescue of
- * a release that may not have run does (unlock_async.c).
+ * a release that may not have run does (unlock_async.c), through the
+ * client's upcalls (c->up, set by client.c), never by a call up.
  */
 #include <errno.h>
 #include <string.h>
@@ -43,7 +44,7 @@ release_not_run(struct dmutex__entry *e, const char *token, int64_t by, int64_t 
 	if (!ran && dmutex__now_ns() < valid)
 		return -1;
 	if (!__atomic_load_n(&c->closing, __ATOMIC_ACQUIRE))
-		dmutex__renewer_orphan(c, e->name, token, DMUTEX__REL_CLEAN, token_until);
+		c->up.orphan(c, e->name, token, DMUTEX__REL_CLEAN, token_until);
 	return 0;
 }
 
@@ -65,9 +66,9 @@ requeue(struct dmutex__entry *e, struct dmutex__rel_ticket *t, const char *token
 	}
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	if (back)
-		dmutex__renewer_watch_rel(e->client, e);
+		e->client->up.watch_rel(e->client, e);
 	else if (!__atomic_load_n(&e->client->closing, __ATOMIC_ACQUIRE))
-		dmutex__renewer_orphan_rep(e->client, e->name, token, DMUTEX__REL_CLEAN, token_until,
+		e->client->up.orphan_rep(e->client, e->name, token, DMUTEX__REL_CLEAN, token_until,
 				rep);
 }
 
