@@ -141,13 +141,14 @@ if val then
 			end
 			if robust == '0' and step ~= '1' and ARGV[9] then
 				local d, s = wake_details(KEYS[1], KEYS[2]), step
-				-- A waiter that pops its list (ARGV[10]): anything left
+				-- A waiter that pops its list (ARGV[10]).  Anything left
 				-- there answers an earlier request (a grant it did not
-				-- take, a wake-up it did not need): dropped, so that its
-				-- next BLPOP waits for what follows this answer.
+				-- take, a wake-up it did not need): not dropped here (a
+				-- call at every queueing for what is nearly never there);
+				-- the waiter takes a grant only under the stamp rule, and
+				-- anything else popped makes it ask once more.
 				if ARGV[10] == '1' then
 					s = step == '0' and '4' or '6'
-					redis.pcall('DEL', ARGV[8] .. ':' .. tok)
 				end
 				redis.pcall('HSET', d, tok, s .. ' ' .. keep .. ' ' .. ARGV[9] .. ' ' .. ARGV[3])
 				redis.pcall('PEXPIRE', d, ttl)
