@@ -527,6 +527,30 @@ Test(faults, restart_reconnects_and_reloads_scripts)
  * torture's restart_lossy found it once).  Nothing can run on a closed
  * connection, so it is not used: the one attempt's "not ours" is a loss.
  */
+/* Two clients on srv, m on c (onlost counting in *lost) and om on o, both
+ * on name: a 30 s lease (the renewer looks at 10 s, long after these
+ * tests), no kept lease, fair or not. */
+static void
+open_pair(const char *name, int fair, dmutex_client_t **c, dmutex_client_t **o, dmutex_t *m,
+		dmutex_t *om, atomic_int *lost)
+{
+	dmutex_attr_t a;
+
+	cr_assert_eq(dmutex_client_open(c, srv.url), 0);
+	cr_assert_eq(dmutex_client_open(o, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
+	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
+	cr_assert_eq(dmutex_attr_setfair(&a, fair), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, *c), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, lost), 0);
+	cr_assert_eq(dmutex_init(m, name, &a), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, NULL, NULL), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, *o), 0);
+	cr_assert_eq(dmutex_init(om, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+}
+
 static int flag_set(void *p);
 
 static void
@@ -534,25 +558,11 @@ unlock_after_lossy_restart(int fair)
 {
 	const char *name = fair ? "faults-lossy-fair" : "faults-lossy";
 	dmutex_client_t *c, *o;
-	dmutex_attr_t a;
 	dmutex_t m, om;
 	atomic_int lost = 0;
 	int rc;
 
-	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
-	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
-	cr_assert_eq(dmutex_attr_init(&a), 0);
-	/* 30 s: the renewer looks at 10 s, long after this test. */
-	cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
-	cr_assert_eq(dmutex_attr_setfair(&a, fair), 0);
-	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
-	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &lost), 0);
-	cr_assert_eq(dmutex_init(&m, name, &a), 0);
-	cr_assert_eq(dmutex_attr_setonlost(&a, NULL, NULL), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, o), 0);
-	cr_assert_eq(dmutex_init(&om, name, &a), 0);
-	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	open_pair(name, fair, &c, &o, &m, &om, &lost);
 
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(th_redis_restart(&srv), 0);        /* no AOF: the hold is gone */
@@ -706,7 +716,6 @@ unlock_met_by_loading(int fair)
 	dmutex_metrics_t met;
 	static struct loading_holder h;
 	dmutex_client_t *c, *o;
-	dmutex_attr_t a;
 	dmutex_t m, om;
 	atomic_int lost = 0;
 	redisReply *r;
@@ -720,21 +729,8 @@ unlock_met_by_loading(int fair)
 	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SAVE failed");
 	freeReplyObject(r);
 
-	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
-	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
+	open_pair(name, fair == 1 || fair == 2, &c, &o, &m, &om, &lost);
 	lost_counted_client = c;
-	cr_assert_eq(dmutex_attr_init(&a), 0);
-	/* 30 s: the renewer looks at 10 s, long after this test. */
-	cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
-	cr_assert_eq(dmutex_attr_setleasecache(&a, 0), 0);
-	cr_assert_eq(dmutex_attr_setfair(&a, fair == 1 || fair == 2), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
-	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &lost), 0);
-	cr_assert_eq(dmutex_init(&m, name, &a), 0);
-	cr_assert_eq(dmutex_attr_setonlost(&a, NULL, NULL), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, o), 0);
-	cr_assert_eq(dmutex_init(&om, name, &a), 0);
-	cr_assert_eq(dmutex_attr_destroy(&a), 0);
 
 	h.m = &m;
 	h.destroy = fair == 2;
