@@ -641,13 +641,21 @@ dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
  */
 #define DMUTEX__CONN_QUIET_NS (1 * DMUTEX__MS)
 
+/* Nothing can have come since a read emptied the socket a moment ago
+ * (above). */
+static int
+quiet(const struct dmutex__conn *c)
+{
+	return !c->err && !c->ssl && !c->pending && c->drained_ns &&
+		dmutex__now_ns() - c->drained_ns < DMUTEX__CONN_QUIET_NS;
+}
+
 int
 dmutex__conn_check(struct dmutex__conn *c)
 {
 	void *v = NULL;
 
-	if (!c->err && !c->ssl && !c->pending && c->drained_ns &&
-			dmutex__now_ns() - c->drained_ns < DMUTEX__CONN_QUIET_NS)
+	if (quiet(c))
 		return 0;
 	if (dmutex__conn_fill(c) || dmutex__conn_next(c, &v))
 		return -1;
@@ -670,8 +678,7 @@ dmutex__conn_closed(struct dmutex__conn *c)
 	/* Emptied by a read a moment ago: the server was there then, and a
 	 * close since is as likely as one just after this check (see
 	 * dmutex__conn_check); a lock loop pays no system call for it. */
-	if (!c->ssl && !c->pending && c->drained_ns &&
-			dmutex__now_ns() - c->drained_ns < DMUTEX__CONN_QUIET_NS)
+	if (quiet(c))
 		return 0;
 	if (poll(&pf, 1, 0) <= 0 || !(pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 		return 0;
