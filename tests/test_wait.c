@@ -769,6 +769,29 @@ Test(wait, crowd_of_processes_is_woken_one_at_a_time, .timeout = 180)
 	dmt_close_mutex(c, &m);
 }
 
+struct queued {
+	const char *name;
+	long long n;
+};
+
+static int queue_has(void *arg)
+{
+	struct queued *q = arg;
+
+	return th_redis_int(&srv, "ZCARD dmutex:wq:{%s}", q->name) >= q->n;
+}
+
+/* NAME's queue (wake_queue.lua) holds n waiters, by 10 s.  Seen waiting
+ * (procs_waiting) is not yet queued: procs_waiting counts scripts since
+ * before the fork, and a client's open runs its checks, so a waiter's
+ * queueing request may still be on its way. */
+static void wait_queued(const char *name, long long n, const char *what)
+{
+	struct queued q = { name, n };
+
+	cr_assert(th_wait_until(queue_has, &q, 10000), "%s", what);
+}
+
 /* Start process waiter i of `p` (blocking unless timed_ms), and wait until
  * it waits on the backend, queued behind those before it. */
 static pid_t queue_proc(struct proc_waiter *p, const char *name, int n_before)
@@ -783,6 +806,7 @@ static pid_t queue_proc(struct proc_waiter *p, const char *name, int n_before)
 	cr_assert_gt(pid = th_spawn(proc_waiter_main, p), 0);
 	cr_assert_eq(th_sync_wait(&p->ready, 30000), 0, "waiter %d did not connect", n_before);
 	cr_assert(th_wait_until(procs_waiting, &pw, 10000), "waiter %d never waited on the backend", n_before);
+	wait_queued(name, n_before + 1, "a waiter never queued behind those before it");
 	return pid;
 }
 
@@ -819,6 +843,7 @@ static void go_queue(int go[2], const char *name, int n_before)
 	pw.base = dmt_evalsha_calls_all(&srv);
 	cr_assert_eq(write(go[1], "g", 1), 1);
 	cr_assert(th_wait_until(procs_waiting, &pw, 10000), "waiter %d never waited on the backend", n_before);
+	wait_queued(name, n_before + 1, "a waiter never queued behind those before it");
 	close(go[0]);
 	close(go[1]);
 }
@@ -829,11 +854,6 @@ static int name_key_gone(void *arg)
 	return dmt_lock_exists(&srv, arg) == 0;
 }
 
-static int queue_filled(void *arg)
-{
-	return th_redis_int(&srv, "ZCARD dmutex:wq:{%s}", (const char *)arg) > 0;
-}
-
 /* The token of NAME's first queued waiter (wake_queue.lua), into out.  Its
  * queueing request may still be on its way when the waiter is seen
  * waiting (procs_waiting counts scripts, and a client's open runs its
@@ -842,7 +862,7 @@ static void queued_head(const char *name, char *out, size_t len)
 {
 	redisReply *r;
 
-	cr_assert(th_wait_until(queue_filled, (void *)name, 10000), "the waiter is not queued");
+	wait_queued(name, 1, "the waiter is not queued");
 	r = th_redis_cmd(&srv, "ZRANGE dmutex:wq:{%s} 0 0", name);
 	cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1, "the waiter is not queued");
 	snprintf(out, len, "%s", r->element[0]->str);
