@@ -151,6 +151,53 @@ Test(cache, a_block_of_tokens_is_one_read_and_one_write_of_the_counter)
 	dmt_close_mutex(c, &m);
 }
 
+/* A keep reserves no tokens: most programs never ask a local hold for
+ * one (issue 28: a pool keeps 0.4 leases a job, 7 calls each with a block,
+ * 3 without).  The first local hold that asks reserves a block, above the
+ * hold that took the lease from Redis; the next takes the following token
+ * with no round trip; the next holder elsewhere is above both. */
+Test(cache, a_kept_lease_reserves_tokens_only_when_a_local_hold_asks)
+{
+	const char *name = "cache-lazy-block";
+	dmutex_client_t *c, *c2;
+	dmutex_t m, m2;
+	long long hset, scripts;
+	uint64_t t0, t1, t2, t3;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	/* Two holds from Redis, the second kept at its unlock; no token asked. */
+	hset = dmt_cmd_calls(&srv, "hset", NULL);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(dmutex_lock(&m), 0);
+		cr_assert_eq(dmutex_unlock(&m), 0);
+	}
+	cr_assert(cached(name), "the lease was not kept");
+	cr_assert_eq(dmt_cmd_calls(&srv, "hset", NULL) - hset, 0, "a keep with no token asked for "
+			"wrote the counter %lld times", dmt_cmd_calls(&srv, "hset", NULL) - hset);
+	/* Local holds: tokens on demand, one block for both. */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	t0 = 0;
+	scripts = dmt_evalsha_calls(&srv);
+	t1 = cycle(&m);
+	t2 = cycle(&m);
+	cr_assert(cached(name), "the lease is no longer kept: the test proves nothing");
+	cr_assert_eq(dmt_evalsha_calls(&srv) - scripts, 1, "%lld scripts for two local holds' tokens",
+			dmt_evalsha_calls(&srv) - scripts);
+	cr_assert_gt(t1, t0);
+	cr_assert_eq(t2, t1 + 1, "the second local hold's token %llu after %llu",
+			(unsigned long long)t2, (unsigned long long)t1);
+	/* Elsewhere, once the lease is given back: above the block. */
+	cr_assert_eq(dmutex_lock(&m2), 0);
+	cr_assert_eq(dmutex_fence(&m2, &t3), 0);
+	cr_assert_gt(t3, t2 + 4000, "the next holder's token %llu is not above the block ending past %llu",
+			(unsigned long long)t3, (unsigned long long)t2);
+	cr_assert_eq(dmutex_unlock(&m2), 0);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c, &m);
+}
+
 /* A local hold on a kept lease is not in the client's count of holds
  * (internal.h held_counted): close still refuses while it runs, and
  * closes once it ended and its mutex went. */

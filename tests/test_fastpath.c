@@ -636,6 +636,38 @@ Test(fastpath, every_hold_on_a_vanished_kept_lease_is_reported_and_one_in_progre
 	kept_close(&k);
 }
 
+/* A local hold asks for its token on a kept lease whose key vanished:
+ * the lease keeps no block (tokens are reserved when first asked for),
+ * and the reservation finds the lease not ours: ENOLCK at once, and both
+ * holds granted on it since the keep are reported.  (Before, the keep's
+ * block answered at once: a token for a hold that overlapped another.) */
+Test(fastpath, a_local_holds_first_token_on_a_vanished_kept_lease_is_enolck)
+{
+	const char *name = "fp-kept-fence";
+	struct kept k;
+	uint64_t fence = 0;
+	int rc;
+
+	kept_open(&k, name);
+	kept_lose(&k, name);
+	rc = dmutex_trylock(&k.mb);
+	cr_assert_eq(rc, 0, "no local hold on the kept lease: %d (%s); the test proves nothing", rc,
+			dmutex_strerror(rc));
+	rc = dmutex_fence(&k.mb, &fence);
+	cr_assert_eq(rc, ENOLCK, "the token of a local hold on a lease another client holds now: %d "
+			"(%s), token %llu", rc, dmutex_strerror(rc), (unsigned long long)fence);
+	cr_assert(th_wait_until(both_lost, &k, 2 * kept_lease_ms + 1000),
+			"onlost of the ended hold ran %d times, of the hold in progress %d times",
+			atomic_load(&k.lost), atomic_load(&k.lost_b));
+	rc = dmutex_unlock(&k.mb);
+	cr_assert_eq(rc, ENOLCK, "unlock of the lost hold: %d (%s)", rc, dmutex_strerror(rc));
+	cr_assert_eq(dmutex_unlock(&k.other), 0);
+	cr_assert_eq(atomic_load(&k.lost), 1, "onlost of the ended hold ran %d times", atomic_load(&k.lost));
+	cr_assert_eq(atomic_load(&k.lost_b), 1, "onlost of the hold in progress ran %d times",
+			atomic_load(&k.lost_b));
+	kept_close(&k);
+}
+
 /* ------------------------------------------------------------------ */
 /* 7. a hold runs on its own mutex's lease                             */
 /* ------------------------------------------------------------------ */

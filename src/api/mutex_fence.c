@@ -6,9 +6,11 @@
 #include "base/log.h"
 
 /*
- * Under e->mu, held by the caller: the hold took the lock with the plain
- * SET (src/backend/redis/redis.c), which hands out no token; ask Redis for one
- * now (fence.lua), outside e->mu.  Only the holding thread changes the
+ * Under e->mu, held by the caller (a hold taken from Redis; a local hold
+ * on a kept lease takes a reserved token instead, dmutex__cache_fence:
+ * the lock value's token is its lease's first hold's): the hold took the
+ * lock with the plain SET (src/backend/redis/redis.c), which hands out no
+ * token; ask Redis for one now (fence.lua), outside e->mu.  Only the holding thread changes the
  * hold, so it is the same hold after; the renewer may have found it lost
  * meanwhile.  A lock that no longer carries our token means the hold is
  * lost: reported as the renewer would.
@@ -69,6 +71,7 @@ dmutex_fence_impl(dmutex_t *m, uint64_t *token)
 	struct dmutex__mutex *mx;
 	struct dmutex__entry *e;
 	struct dmutex__lost lost;
+	struct dmutex__suspects sus = { 0 };
 	int err;
 
 	if ((err = dmutex__resolve(m, &mx)))
@@ -90,12 +93,14 @@ dmutex_fence_impl(dmutex_t *m, uint64_t *token)
 	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
 	if (e->lost)
 		err = ENOLCK;
-	else if (!e->fence && (err = assign(e, &lost)) == 0 && e->lost)
+	else if (!e->fence && (err = e->kept ? dmutex__cache_fence(e, &lost, &sus)
+				: assign(e, &lost)) == 0 && e->lost)
 		err = ENOLCK;
 	if (!err)
 		*token = e->fence;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost);
+	dmutex__kept_report(e, &sus);
 	return err;
 }
 

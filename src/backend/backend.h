@@ -261,7 +261,9 @@ struct dmutex__backend_ops {
 			int64_t deadline);
 	/*
 	 * Keep the lease `token` of `name` for the process (lease_cache.lua):
-	 * reserve `block` fencing tokens, the last in *last.  *result 1 kept,
+	 * reserve `block` fencing tokens, the last in *last (0 reserves none,
+	 * *last 0; a kept lease's local hold reserves when it first asks for
+	 * its token, by this call again with block > 0).  *result 1 kept,
 	 * 0 not ours, 2 someone asked for it meanwhile.  batch: keep it for a
 	 * batch of the process's own waiting threads whoever asked (its caller
 	 * listens for no want): *result 3 kept so.  Ends by

@@ -546,6 +546,12 @@ void dmutex__kept_release_answered(struct dmutex__entry *e, int err, int lost, i
  * confirmation (e->mu dropped meanwhile: the caller's acquiring keeps
  * other threads of ours waiting). */
 void dmutex__kept_forget(struct dmutex__entry *e, int gone);
+/* Under e->mu (dropped meanwhile), the caller's local hold on e's kept
+ * lease having no token: its token, reserved now if none is left (lease_
+ * cache.c); or the hold lost (e->lost, *lost to report, and the kept
+ * lease's other holds in *sus, dmutex__kept_report).  Returns 0. */
+int dmutex__cache_fence(struct dmutex__entry *e, struct dmutex__lost *lost,
+		struct dmutex__suspects *sus);
 
 /* ---- renewer.c ---- */
 /* Look at every kept lease now (one was revoked): any thread, no lock. */

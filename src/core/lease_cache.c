@@ -6,7 +6,8 @@
  * What a kept lease is, under e->mu: e->kept with e->held 0; e->token,
  * e->deadline_ns, e->lease_ms and e->gen are the lease's (the renewer
  * renews it while it is used); e->blk_next .. e->blk_last are fencing
- * tokens reserved in Redis for local holds; e->ksub is the subscription
+ * tokens reserved in Redis for local holds (none until a local hold first
+ * asks for its token: dmutex__cache_fence); e->ksub is the subscription
  * to the lock's wake channel on which another process says it wants the
  * lock (any message there, or a broken connection, moves its sequence
  * past e->kseq: the lease is then "revoked").
@@ -18,8 +19,10 @@
  *     the hold, which the renewer then renews as any other;
  *   - nobody asked for it since we kept it (e->kseq): not for safety, for
  *     the hand-over (a waiting process is served at the next unlock);
- *   - a reserved token is left: every token any later holder gets is above
- *     the whole block (lease_cache.lua raised the name's counter past it);
+ *   - a local hold's token, when it asks for one, is a reserved token:
+ *     every token any later holder gets is above the whole block
+ *     (lease_cache.lua raised the name's counter past it, the lease still
+ *     ours), and the block is reserved while the hold runs on the lease;
  *   - the hold's mutex has the lease's length: every hold runs on its own
  *     mutex's lease (a 10 s mutex must not live on a 1 s lease).
  *
@@ -45,7 +48,8 @@
 #include "base/lockorder.h"
 #include "metrics.h"
 
-/* Tokens reserved per round trip: one round trip per this many holds.
+/* Tokens reserved per round trip: one round trip per this many holds that
+ * ask for theirs.
  * Far below 2^20 (a millisecond of the token clock, token.lua), so the
  * counter does not run ahead of the clock by any amount that matters. */
 #define BLOCK 4096u
@@ -202,7 +206,7 @@ keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__w
 	*heard = dmutex__wsub_heard(be, *sub);
 	*seq = dmutex__wsub_seq(be, *sub);
 	*sent = dmutex__now_ns();
-	if (be->ops->cache(be, e->name, token, BLOCK, 0, until, last, &result) || result != 1) {
+	if (be->ops->cache(be, e->name, token, 0, 0, until, last, &result) || result != 1) {
 		dmutex__waiter_unsub_notify(be, *sub);
 		*sub = NULL;
 		return 0;
@@ -222,12 +226,11 @@ keep_batch(struct dmutex__entry *e, const char *token, int64_t until, uint64_t *
 	int result = 0;
 
 	*sent = dmutex__now_ns();
-	return !be->ops->cache(be, e->name, token, BLOCK, 1, until, last, &result) && result == 3;
+	return !be->ops->cache(be, e->name, token, 0, 1, until, last, &result) && result == 3;
 }
 
-/* Under e->mu: the lease is kept, as cache() answered at sent with its
- * block of tokens ending at last; sub NULL for a batch's (asked back from
- * the start). */
+/* Under e->mu: the lease is kept, as cache() answered at sent (no block
+ * of tokens yet); sub NULL for a batch's (asked back from the start). */
 static void
 kept_by(struct dmutex__entry *e, struct dmutex__wsub *sub, uint64_t seq, uint64_t heard, int64_t sent,
 		uint64_t last)
@@ -237,8 +240,9 @@ kept_by(struct dmutex__entry *e, struct dmutex__wsub *sub, uint64_t seq, uint64_
 	e->kseq = seq;
 	e->kheard = heard;
 	e->confirmed_ns = sent;
-	e->blk_next = last - BLOCK + 1;
-	e->blk_last = last;
+	e->blk_next = 1;
+	e->blk_last = 0;
+	(void)last;
 }
 
 /* Under e->mu, the owner's outermost unlock, the lease kept: the hold ends,
@@ -349,7 +353,9 @@ take(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 	e->held = 1;
 	e->owner = pthread_self();
 	e->depth = 1;
-	e->fence = e->blk_next++;
+	/* A token only if one is reserved: else the hold's first
+	 * dmutex_fence reserves a block (dmutex__cache_fence). */
+	e->fence = e->blk_next <= e->blk_last ? e->blk_next++ : 0;
 	e->lost = e->lost_reported = 0;
 	e->inconsistent = 0;
 	e->robust = 0;
@@ -370,7 +376,7 @@ int
 dmutex__cache_lock_local(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 {
 	if (!e->kept || !fits(mx, e) || dmutex__kept_revoked(e) || !fresh(e, now) ||
-			e->blk_next > e->blk_last || !suspect_room(e, mx))
+			!suspect_room(e, mx))
 		return 0;
 	take(mx, e, now);
 	return 1;
@@ -380,51 +386,13 @@ int
 dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t now)
 {
 	struct dmutex_client *c = e->client;
-	char token[DMUTEX__TOKEN_HEX + 1];
-	uint64_t last;
-	int result = 0, err;
 
 	if (!e->kept)
 		return 0;
 	if (fits(mx, e) && (!dmutex__kept_revoked(e) || batch_open(e, now, 0)) && fresh(e, now) &&
 			suspect_room(e, mx)) {
-		int64_t sent;
-
-		if (e->blk_next <= e->blk_last) {
-			take(mx, e, now);
-			return 1;
-		}
-		/* The block is used up: reserve the next (one round trip). */
-		memcpy(token, e->token, sizeof token);
-		e->acquiring = 1;
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		sent = dmutex__now_ns();
-		err = c->be->ops->cache(c->be, e->name, token, BLOCK, 0,
-				sent + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS, &last, &result);
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		if (!err && result == 1 && e->kept && !strcmp(token, e->token) &&
-				!dmutex__kept_revoked(e) && suspect_room(e, mx)) {
-			e->acquiring = 0;
-			dmutex__entry_wake(e);
-			dmutex__kept_confirmed(e, sent);
-			e->blk_next = last - BLOCK + 1;
-			e->blk_last = last;
-			take(mx, e, dmutex__now_ns());
-			return 1;
-		}
-		if (!err && result == 0 && e->kept && !strcmp(token, e->token)) {
-			/* Not ours any more: the holds since its last
-			 * confirmation may have overlapped another's. */
-			dmutex__renewer_remove(c, e);
-			dmutex__kept_forget(e, 1);
-			e->acquiring = 0;
-			dmutex__entry_wake(e);
-			return 0;
-		}
-		e->acquiring = 0;
-		dmutex__entry_wake(e);
-		if (!e->kept)
-			return 0;
+		take(mx, e, now);
+		return 1;
 	}
 	/* Revoked, too close to its end, or this mutex may not use it: give
 	 * the lease back, then ask as anyone would. */
@@ -432,4 +400,87 @@ dmutex__cache_lock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t no
 	dmutex__renewer_give_back_locked(e,
 			dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 	return 0;
+}
+
+/* Under e->mu: the running local hold now has token fence (its handler's
+ * record, for the reports: the range of the tokens it names). */
+static void
+suspect_fenced(struct dmutex__entry *e, uint64_t fence)
+{
+	struct dmutex__suspect *s = suspect_of(e, e->onlost, e->onlost_arg);
+
+	if (!s)
+		return;
+	if (!s->fence_lo)
+		s->fence_lo = fence;
+	s->fence_hi = fence;
+}
+
+/*
+ * Under e->mu (dropped meanwhile), the caller's local hold on the kept
+ * lease having no token yet (take): the next reserved token, reserving a
+ * block first if none is left (lease_cache.lua: one round trip per BLOCK
+ * holds that ask; a keep reserves none, since most programs never ask).
+ * The script reserves only while the lease is ours, and the hold runs on
+ * it: the block is above every earlier holder's token and below every
+ * later one's, as a block reserved at the keep was.  Not ours: the hold
+ * is lost (the caller's ENOLCK, reported by *lost), and the other holds
+ * granted on the lease since Redis last confirmed it go to *sus, as the
+ * renewer reports them.  No answer: asked again with backoff while the
+ * hold lasts, as a plain hold's token is (mutex_fence.c): the hold ends
+ * with a token or lost, never "maybe" (the lease's end, unconfirmed, is
+ * lost).  Always 0: the caller reads e->lost.
+ */
+int
+dmutex__cache_fence(struct dmutex__entry *e, struct dmutex__lost *lost, struct dmutex__suspects *sus)
+{
+	struct dmutex_client *c = e->client;
+	char token[DMUTEX__TOKEN_HEX + 1];
+
+	lost->report = 0;
+	for (int attempt = 0;; attempt++) {
+		int64_t sent, until = e->deadline_ns, now, wake;
+		uint64_t last = 0;
+		int result = 0, err;
+
+		if (e->lost)
+			return 0;
+		if (e->blk_next <= e->blk_last) {
+			e->fence = e->blk_next++;
+			suspect_fenced(e, e->fence);
+			return 0;
+		}
+		memcpy(token, e->token, sizeof token);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		sent = dmutex__now_ns();
+		err = c->be->ops->cache(c->be, e->name, token, BLOCK, 1, until, &last, &result);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		now = dmutex__now_ns();
+		dmutex__entry_check_lost(e, now, lost);
+		if (e->lost)
+			return 0;
+		if (!err && (result == 1 || result == 3) && last >= BLOCK) {
+			/* Only the holder changes the hold: still this lease. */
+			dmutex__kept_confirmed(e, sent);
+			e->blk_next = last - BLOCK + 1;
+			e->blk_last = last;
+			continue;
+		}
+		if (!err && result == 0) {
+			dmutex__log(DMUTEX_LOG_WARN, "'%s': a local hold's token: the kept lease is no "
+					"longer ours", e->name);
+			dmutex__entry_mark_lost(e);
+			dmutex__kept_gone(e, sus);
+			dmutex__renewer_remove(c, e);
+			dmutex__entry_check_lost(e, now, lost);
+			return 0;
+		}
+		wake = now + dmutex__backoff_ns(attempt);
+		if (wake > e->deadline_ns)
+			wake = e->deadline_ns;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__sleep_until(wake);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		dmutex__entry_check_lost(e, dmutex__now_ns(), lost);
+	}
 }

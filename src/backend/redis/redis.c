@@ -239,7 +239,8 @@ redis_cache(struct dmutex__backend *be, const char *name, const char *token, uns
 		return EIO;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
 			(st = r->element[0]->integer) < 0 || st > 3 || (st == 3 && !batch) ||
-			((st == 1 || st == 3) && dmutex__fence_elem(r, 1, last))) {
+			((st == 1 || st == 3) && (block ? dmutex__fence_elem(r, 1, last)
+				: dmutex__fence_elem0(r, 1, last)))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: lease cache of '%s': unexpected reply", n->addr->display, name);
 		freeReplyObject(r);
 		return EIO;
