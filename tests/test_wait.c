@@ -1087,6 +1087,58 @@ Test(wait, a_release_grants_the_lock_to_the_waiter_it_woke, .timeout = 60)
 	dmt_close_mutex(c, &m);
 }
 
+/* A grant to the head of a queue with another waiter behind it marks the
+ * granted hold w (its release wakes the next), and the one to the last
+ * waiter does not: read from the two queue members the release's ZRANGE
+ * fetched, with no ZCARD (issue 28: a call less a grant).  Both waiters
+ * stopped: neither asks anything while the test looks. */
+Test(wait, a_grant_marks_the_hold_waited_for_only_when_others_wait, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	struct proc_waiter a = { .name = "grantw", .lease_ms = 20000, .go = -1, .told = 1 };
+	struct proc_waiter b = { .name = "grantw", .lease_ms = 20000, .go = -1, .told = 1 };
+	char first[80], tok[80], flags[16];
+	pid_t pa, pb;
+	long long zcard;
+
+	DMT_REDIS_STATE("reads the grant in Redis; etcd wakes through its own queue");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "grantw", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pa = queue_proc(&a, "grantw", 0);
+	queued_head("grantw", first, sizeof first);
+	pb = queue_proc(&b, "grantw", 1);
+	cr_assert_eq(kill(pa, SIGSTOP), 0);
+	cr_assert_eq(th_wait_stopped(pa), 0);
+	cr_assert_eq(kill(pb, SIGSTOP), 0);
+	cr_assert_eq(th_wait_stopped(pb), 0);
+	zcard = dmt_cmd_calls(&srv, "zcard", NULL);
+	cr_assert_eq(dmt_unlock_answered(&m), 0);
+	cr_assert_eq(dmt_lock_field(&srv, "grantw", "token", tok, sizeof tok), 1, "nobody holds the lock");
+	cr_assert_str_eq(tok, first, "the lock is not the first waiter's");
+	cr_assert_eq(dmt_lock_field(&srv, "grantw", "flags", flags, sizeof flags), 1);
+	cr_assert_str_eq(flags, "w", "the granted hold with a waiter behind it has flags '%s'", flags);
+	cr_assert_eq(dmt_cmd_calls(&srv, "zcard", NULL) - zcard, 0, "the grant counted the queue");
+	/* The first unlocks: the second, the last, is granted an unmarked hold. */
+	cr_assert_eq(kill(pa, SIGCONT), 0);
+	cr_assert_eq(th_sync_wait(&a.locked, 10000), 0, "the first waiter did not return");
+	th_sync_post(&a.unlock);
+	cr_assert_eq(th_wait_child(pa, 10000), 0);
+	cr_assert_eq(dmt_lock_field(&srv, "grantw", "flags", flags, sizeof flags), 1, "the lock was not "
+			"granted to the second waiter");
+	cr_assert_str_eq(flags, "-", "the hold granted to the last waiter has flags '%s'", flags);
+	cr_assert_eq(kill(pb, SIGCONT), 0);
+	cr_assert_eq(th_sync_wait(&b.locked, 10000), 0, "the second waiter did not return");
+	th_sync_post(&b.unlock);
+	cr_assert_eq(th_wait_child(pb, 10000), 0);
+	close_proc(&a);
+	close_proc(&b);
+	dmt_close_mutex(c, &m);
+}
+
 /* A grant is taken only as the answer to the waiter's last request that
  * found the lock busy: a "g:" message without the stamp of that request
  * (a release of an older version, a forged or replayed message, or a grant
@@ -1336,6 +1388,50 @@ Test(wait, queue_ttl_never_shrinks_below_a_longer_waiters_need, .timeout = 60)
 	cr_assert_eq(th_wait_child(pb, 20000), 0);
 	close_proc(&a);
 	close_proc(&b);
+	dmt_close_mutex(c, &m);
+}
+
+/* A queueing request leaves the queue's TTL alone when it is within an
+ * eighth of the waiter's need (issue 28: waiters queue moments apart, and
+ * each re-set it, a call at nearly every queueing), and raises it when it
+ * is below that.  keep_ms 30,100 here: an eighth is 3,762 ms. */
+Test(wait, queueing_raises_the_queue_ttl_only_when_it_is_an_eighth_short, .timeout = 60)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	char url[800];
+	struct proc_waiter a = { .name = "qslack", .lease_ms = 30000, .go = -1, .url = url };
+	struct proc_waiter b = { .name = "qslack", .lease_ms = 30000, .go = -1, .url = url };
+	struct proc_waiter d = { .name = "qslack", .lease_ms = 30000, .go = -1, .url = url };
+	pid_t pa, pb, pd;
+	long long pttl;
+
+	DMT_REDIS_STATE("reads the waiters' queue in Redis; etcd wakes through its own queue");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(th_url_with(url, sizeof url, srv.url, "idle_ms=100"), 0);
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "qslack", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	pa = queue_proc(&a, "qslack", 0);
+	pttl = th_redis_int(&srv, "PTTL dmutex:wq:{qslack}");
+	cr_assert(pttl > 26338 && pttl <= 30100, "the new queue lives %lld ms", pttl);
+	cr_assert_eq(th_redis_int(&srv, "PEXPIRE dmutex:wq:{qslack} 28000"), 1);
+	pb = queue_proc(&b, "qslack", 1);
+	pttl = th_redis_int(&srv, "PTTL dmutex:wq:{qslack}");
+	cr_assert(pttl > 0 && pttl <= 28000, "a queue TTL within an eighth of the need was set again "
+			"(%lld ms)", pttl);
+	cr_assert_eq(th_redis_int(&srv, "PEXPIRE dmutex:wq:{qslack} 20000"), 1);
+	pd = queue_proc(&d, "qslack", 2);
+	pttl = th_redis_int(&srv, "PTTL dmutex:wq:{qslack}");
+	cr_assert(pttl > 28000 && pttl <= 30100, "a queue TTL an eighth short was left at %lld ms", pttl);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(th_wait_child(pa, 20000), 0);
+	cr_assert_eq(th_wait_child(pb, 20000), 0);
+	cr_assert_eq(th_wait_child(pd, 20000), 0);
+	close_proc(&a);
+	close_proc(&b);
+	close_proc(&d);
 	dmt_close_mutex(c, &m);
 }
 

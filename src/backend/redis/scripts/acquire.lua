@@ -125,7 +125,11 @@ if val then
 		-- Queued by arrival (server time, microseconds); asking again keeps
 		-- the place.  The queue lives as long as the meta hash would for
 		-- the waiter that needs it longest: its TTL only grows (a waiter
-		-- with a short lease must not cut a longer one's).  Under pcall:
+		-- with a short lease must not cut a longer one's).  A TTL within
+		-- an eighth of keep_ms of it is left as it is (issue 28: one call
+		-- less at nearly every queueing, where waiters queue moments
+		-- apart): the queue still outlives by far the third of a lease
+		-- before this waiter asks again.  Under pcall:
 		-- past the first write (a queue that cannot be written wakes its
 		-- waiter at its bound, a third of a lease).
 		-- A waiter that is neither robust nor Redlock also leaves its
@@ -135,7 +139,7 @@ if val then
 			local q, t = wake_queue(KEYS[1], KEYS[2]), redis.call('TIME')
 			redis.pcall('ZADD', q, 'NX', t[1] * 1000000 + t[2], step == '1' and '!' .. tok or tok)
 			local ttl = redis.pcall('PTTL', q)
-			if type(ttl) ~= 'number' or ttl < tonumber(keep) then
+			if type(ttl) ~= 'number' or ttl < tonumber(keep) - math.floor(tonumber(keep) / 8) then
 				redis.pcall('PEXPIRE', q, keep)
 				ttl = keep
 			end

@@ -88,7 +88,7 @@ end
 -- in BLPOP on that list, is woken by Redis itself, with no relay through
 -- its process's wake-up thread.  Nothing is published: that thread pushes
 -- a wake-up for anything it hears on the channel.
-local function grant(lk, mk, q, ch, w, info)
+local function grant(lk, mk, ch, w, info, more)
 	local step, keep, stamp, lease, rest = info:match('^([0246]) (%d+) (%d+) (%d+) %S+ (.*)$')
 	if not step or #lease > 10 or tonumber(lease) > tonumber(keep) then
 		return nil
@@ -124,10 +124,9 @@ local function grant(lk, mk, q, ch, w, info)
 		end
 		redis.pcall('PEXPIRE', mk, keep)
 	end
-	local more, flags = redis.pcall('ZCARD', q), '-'
-	if type(more) == 'number' and more > 0 then
-		flags = 'w'
-	end
+	-- Others wait behind w (wake_next's ZRANGE read two): the hold is
+	-- marked, so that its release wakes the next.
+	local flags = more and 'w' or '-'
 	local set = redis.pcall('SET', lk, '3 ' .. w .. ' ' .. fence .. ' 0 ' .. flags .. ' ' .. lease .. ' ' ..
 		string.format('%d', ms) .. ' ' .. rest, 'PX', lease)
 	if type(set) ~= 'table' or set.err then
@@ -160,12 +159,14 @@ end
 -- Under pcall throughout: a release must not fail after its first write.
 -- ZRANGE and ZREM, not ZPOPMIN: the commands of the documented ACL
 -- (README "The ACL a Redis user needs"), which users have set up already.
+-- The ZRANGE reads two: whether anyone waits behind the head, for the
+-- grant's w flag, with no ZCARD (issue 28: a call less a grant).
 -- Returns false if the ACL denies the channel; else true and the member
 -- woken, if one listened, and whether it was granted the lock.
 local function wake_next(q, ch, lk, mk)
 	local d = lk and wake_details(lk, mk)
 	for _ = 1, 16 do
-		local head = redis.pcall('ZRANGE', q, 0, 0)
+		local head = redis.pcall('ZRANGE', q, 0, 1)
 		if type(head) ~= 'table' or head.err or not head[1] then
 			return true
 		end
@@ -175,7 +176,7 @@ local function wake_next(q, ch, lk, mk)
 			info = redis.pcall('HGET', d, head[1])
 			redis.pcall('HDEL', d, head[1])
 			if type(info) == 'string' then
-				n = grant(lk, mk, q, ch, head[1], info)
+				n = grant(lk, mk, ch, head[1], info, head[2] ~= nil)
 			end
 		end
 		local granted = n ~= nil
