@@ -304,10 +304,13 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
  * has no token until its first dmutex_fence, which asks the server for
  * one: one round trip, in which the server checks the hold is still
  * live; a server that does not answer is asked again for as long as the
- * hold lasts (then ENOLCK).  Later calls in the hold, holds under Redlock, fair mutexes and
- * kept leases answer from the hold's local state and clock (but on a
+ * hold lasts (then ENOLCK).  Later calls in the hold, and holds under
+ * Redlock and of fair mutexes, answer from the hold's local state and
+ * clock.  A local hold on a kept lease takes the next token of a block its
+ * process reserved; the first that asks reserves one (one round trip per
+ * 4096 holds that ask, ENOLCK if the lease is found not ours).  On a
  * mutex the caller no longer holds it first waits for its last release's
- * answer, as dmutex_unlock says).
+ * answer, as dmutex_unlock says.
  *
  * What a token guarantees (the one statement; README "Fencing tokens" and
  * dmutex(7) repeat it).  A token is max(last + 1, T << 20 | u << 10): last
@@ -343,8 +346,10 @@ DMUTEX_EXPORT int dmutex_consistent(dmutex_t *m);
  * until then two holders may overlap, and only fencing protects the
  * resource.
  * Cached leases: a process that keeps a lease reserves a block of tokens
- * above the hold's (the name's counter moves past the whole block) and
- * hands them to its local holds in order, so they obey the same rules.
+ * above the hold's when one of its local holds first asks (the name's
+ * counter moves past the whole block, while the lease is still ours) and
+ * hands them to its local holds that ask, in order, so they obey the same
+ * rules.
  * If the kept lease's key is found gone (deleted, evicted, lost with a
  * failover), every hold granted on it since Redis last confirmed it is
  * reported lost (onlost, log), a running one also by ENOLCK from its

@@ -166,26 +166,31 @@ Test(cache, a_kept_lease_reserves_tokens_only_when_a_local_hold_asks)
 
 	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
 	cr_assert_eq(dmt_open_mutex(&c2, &m2, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
-	/* Two holds from Redis, the second kept at its unlock; no token asked. */
+	/* Two holds from Redis, the second kept at its unlock (the count
+	 * starts after its token). */
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	cr_assert_eq(dmutex_fence(&m, &t0), 0);
 	hset = dmt_cmd_calls(&srv, "hset", NULL);
-	for (int i = 0; i < 2; i++) {
-		cr_assert_eq(dmutex_lock(&m), 0);
-		cr_assert_eq(dmutex_unlock(&m), 0);
-	}
+	cr_assert_eq(dmutex_unlock(&m), 0);
 	cr_assert(cached(name), "the lease was not kept");
 	cr_assert_eq(dmt_cmd_calls(&srv, "hset", NULL) - hset, 0, "a keep with no token asked for "
 			"wrote the counter %lld times", dmt_cmd_calls(&srv, "hset", NULL) - hset);
-	/* Local holds: tokens on demand, one block for both. */
+	/* A local hold that asks for no token: no I/O. */
+	scripts = dmt_evalsha_calls(&srv);
 	cr_assert_eq(dmutex_lock(&m), 0);
 	cr_assert_eq(dmutex_unlock(&m), 0);
-	t0 = 0;
-	scripts = dmt_evalsha_calls(&srv);
+	cr_assert_eq(dmt_evalsha_calls(&srv) - scripts, 0, "%lld scripts for a local hold",
+			dmt_evalsha_calls(&srv) - scripts);
+	/* Local holds that ask: tokens on demand, one block for both. */
 	t1 = cycle(&m);
 	t2 = cycle(&m);
 	cr_assert(cached(name), "the lease is no longer kept: the test proves nothing");
 	cr_assert_eq(dmt_evalsha_calls(&srv) - scripts, 1, "%lld scripts for two local holds' tokens",
 			dmt_evalsha_calls(&srv) - scripts);
-	cr_assert_gt(t1, t0);
+	cr_assert_gt(t1, t0, "a local hold's token %llu is not above the kept hold's %llu",
+			(unsigned long long)t1, (unsigned long long)t0);
 	cr_assert_eq(t2, t1 + 1, "the second local hold's token %llu after %llu",
 			(unsigned long long)t2, (unsigned long long)t1);
 	/* Elsewhere, once the lease is given back: above the block. */
@@ -195,6 +200,67 @@ Test(cache, a_kept_lease_reserves_tokens_only_when_a_local_hold_asks)
 			(unsigned long long)t3, (unsigned long long)t2);
 	cr_assert_eq(dmutex_unlock(&m2), 0);
 	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c, &m);
+}
+
+/* A counter that went back (a restore from an older snapshot, a failover
+ * to a replica that missed writes) with the lock key still ours: the next
+ * block still starts above every token handed out, from the server's
+ * clock, as any token does (token.lua). */
+Test(cache, a_block_reserved_after_the_counter_went_back_stays_above_every_token)
+{
+	const char *name = "cache-counter-back";
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t first, tok, last;
+	redisReply *r;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 30000 }), 0);
+	last = warm(&m, name);
+	first = cycle(&m);      /* the first local hold's: a block reserved */
+	cr_assert_gt(first, last);
+	last = first;
+	r = th_redis_cmd(&srv, "HSET dmutex:meta:{%s} fence %llu", name, (unsigned long long)(first - 1));
+	cr_assert(r && r->type == REDIS_REPLY_INTEGER, "HSET failed");
+	freeReplyObject(r);
+	/* The rest of the block, then a new one. */
+	for (int i = 0; i < 4200; i++) {
+		tok = cycle(&m);
+		cr_assert_gt(tok, last, "local hold %d: token %llu after %llu", i, (unsigned long long)tok,
+				(unsigned long long)last);
+		last = tok;
+	}
+	cr_assert(cached(name), "the lease is no longer kept: the test proves nothing");
+	dmt_close_mutex(c, &m);
+}
+
+/* Foreign data in the meta hash: a local hold's first token is refused
+ * (EIO, as dmutex_fence says), at once, not asked for again while the
+ * renewer keeps the lease alive. */
+Test(cache, a_local_holds_token_refused_by_the_server_is_eio, .timeout = 30)
+{
+	const char *name = "cache-refused";
+	dmutex_client_t *c;
+	dmutex_t m;
+	uint64_t tok = 0;
+	long long t0;
+	redisReply *r;
+	int rc;
+
+	cr_assert_eq(dmt_open_mutex(&c, &m, url, name, &(struct dmt_attr){ .lease_ms = 1500 }), 0);
+	warm(&m, name);
+	cr_assert_eq(dmutex_lock(&m), 0);
+	r = th_redis_cmd(&srv, "SET dmutex:meta:{%s} foreign", name);
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SET failed");
+	freeReplyObject(r);
+	t0 = th_now_ms();
+	rc = dmutex_fence(&m, &tok);
+	cr_assert_eq(rc, EIO, "the token of a local hold the server refuses: %d (%s)", rc,
+			dmutex_strerror(rc));
+	cr_assert_lt(th_now_ms() - t0, 5000, "refused after %lld ms", th_now_ms() - t0);
+	cr_assert_eq(dmutex_unlock(&m), 0);
+	r = th_redis_cmd(&srv, "DEL dmutex:meta:{%s}", name);
+	freeReplyObject(r);
 	dmt_close_mutex(c, &m);
 }
 

@@ -266,7 +266,9 @@ struct dmutex__backend_ops {
 	 * its token, by this call again with block > 0).  *result 1 kept,
 	 * 0 not ours, 2 someone asked for it meanwhile.  batch: keep it for a
 	 * batch of the process's own waiting threads whoever asked (its caller
-	 * listens for no want): *result 3 kept so.  Ends by
+	 * listens for no want): *result 3 kept so.  EIO with *result -1:
+	 * Redis answered no (foreign data, an ACL: asking again will not
+	 * help).  Ends by
 	 * deadline (CLOCK_MONOTONIC ns: the caller's, which its other round
 	 * trips share).  NULL on backends that do not cache (Redlock).
 	 */

@@ -327,7 +327,9 @@ dmutex__entry_forget_kept(struct dmutex__entry *e)
 {
 	/* Read without e->mu by dmutex__renewer_kick, as a hint. */
 	__atomic_store_n(&e->kept, 0, __ATOMIC_RELAXED);
-	e->blk_next = e->blk_last = 0;
+	/* No token reserved (lease_cache.c: blk_next past blk_last). */
+	e->blk_next = 1;
+	e->blk_last = 0;
 	e->batch_left = 0;
 	e->batch_until_ns = 0;
 	/* Anything to report was taken (dmutex__kept_gone) before. */

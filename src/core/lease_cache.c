@@ -162,7 +162,13 @@ suspect_start(struct dmutex__entry *e, uint64_t fence)
 		s = &e->suspects[e->nsuspects++];
 		*s = (struct dmutex__suspect){ e->onlost, e->onlost_arg, fence, fence, 0, 0 };
 	}
-	s->fence_hi = fence;
+	/* The range of the tokens the holds have: a hold without one (0,
+	 * until it asks: dmutex__cache_fence) names none. */
+	if (fence) {
+		if (!s->fence_lo)
+			s->fence_lo = fence;
+		s->fence_hi = fence;
+	}
 	s->holds++;
 	s->end_ns = 0;
 }
@@ -232,8 +238,7 @@ keep_batch(struct dmutex__entry *e, const char *token, int64_t until, uint64_t *
 /* Under e->mu: the lease is kept, as cache() answered at sent (no block
  * of tokens yet); sub NULL for a batch's (asked back from the start). */
 static void
-kept_by(struct dmutex__entry *e, struct dmutex__wsub *sub, uint64_t seq, uint64_t heard, int64_t sent,
-		uint64_t last)
+kept_by(struct dmutex__entry *e, struct dmutex__wsub *sub, uint64_t seq, uint64_t heard, int64_t sent)
 {
 	set_kept(e, 1);
 	e->ksub = sub;
@@ -242,7 +247,6 @@ kept_by(struct dmutex__entry *e, struct dmutex__wsub *sub, uint64_t seq, uint64_
 	e->confirmed_ns = sent;
 	e->blk_next = 1;
 	e->blk_last = 0;
-	(void)last;
 }
 
 /* Under e->mu, the owner's outermost unlock, the lease kept: the hold ends,
@@ -309,7 +313,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 		e->releasing = 0;
 		if (rc != 1)
 			return 0;
-		kept_by(e, NULL, 0, 0, sent, last);
+		kept_by(e, NULL, 0, 0, sent);
 		batch_begin(e, now);
 		goto kept;
 	}
@@ -331,7 +335,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 		e->nocache_until_ns = now + (int64_t)e->lease_ms * DMUTEX__MS;
 		return 0;
 	}
-	kept_by(e, sub, seq, heard, sent, last);
+	kept_by(e, sub, seq, heard, sent);
 	/* Asked back already (a message, or a subscription confirmed late)
 	 * while we were not yet kept: the kick it sent found nothing kept
 	 * and looked at nothing, and the renewal thread would only see it at
@@ -429,7 +433,8 @@ suspect_fenced(struct dmutex__entry *e, uint64_t fence)
  * renewer reports them.  No answer: asked again with backoff while the
  * hold lasts, as a plain hold's token is (mutex_fence.c): the hold ends
  * with a token or lost, never "maybe" (the lease's end, unconfirmed, is
- * lost).  Always 0: the caller reads e->lost.
+ * lost).  0 (the caller reads e->lost), or EIO: Redis refused (foreign
+ * data in the meta hash, an ACL), as dmutex_fence says.
  */
 int
 dmutex__cache_fence(struct dmutex__entry *e, struct dmutex__lost *lost, struct dmutex__suspects *sus)
@@ -460,11 +465,20 @@ dmutex__cache_fence(struct dmutex__entry *e, struct dmutex__lost *lost, struct d
 		if (e->lost)
 			return 0;
 		if (!err && (result == 1 || result == 3) && last >= BLOCK) {
-			/* Only the holder changes the hold: still this lease. */
-			dmutex__kept_confirmed(e, sent);
+			/* Only the holder changes the hold: still this lease.
+			 * (A renewal may have confirmed it later than sent.) */
+			if (sent > e->confirmed_ns)
+				dmutex__kept_confirmed(e, sent);
 			e->blk_next = last - BLOCK + 1;
 			e->blk_last = last;
 			continue;
+		}
+		if (err && result == -1) {
+			/* Refused (foreign data in the meta hash, an ACL):
+			 * asking again would be refused again. */
+			dmutex__log(DMUTEX_LOG_ERROR, "'%s': a local hold's token: the server refused to "
+					"reserve one", e->name);
+			return EIO;
 		}
 		if (!err && result == 0) {
 			dmutex__log(DMUTEX_LOG_WARN, "'%s': a local hold's token: the kept lease is no "

@@ -235,14 +235,20 @@ redis_cache(struct dmutex__backend *be, const char *name, const char *token, uns
 	dmutex__key(mk, be->cfg.prefix, "meta", name);
 	snprintf(nb, sizeof nb, "%u", block);
 	dmutex__udec(keep, (unsigned long long)be->cfg.lease_ms + be->cfg.idle_ms);
-	if (!(r = dmutex__node_call_by(n, DMUTEX__SCRIPT_LEASE_CACHE, 2, 6, argv, &md, deadline)))
+	*result = 0;
+	if (!(r = dmutex__node_call_by(n, DMUTEX__SCRIPT_LEASE_CACHE, 2, 6, argv, &md, deadline))) {
+		if (md == DMUTEX__REFUSED)
+			*result = -1;
 		return EIO;
+	}
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER ||
 			(st = r->element[0]->integer) < 0 || st > 3 || (st == 3 && !batch) ||
 			((st == 1 || st == 3) && (block ? dmutex__fence_elem(r, 1, last)
 				: dmutex__fence_elem0(r, 1, last)))) {
 		dmutex__log(DMUTEX_LOG_ERROR, "%s: lease cache of '%s': unexpected reply", n->addr->display, name);
 		freeReplyObject(r);
+		/* A server that answers this would answer it again. */
+		*result = -1;
 		return EIO;
 	}
 	*result = (int)st;

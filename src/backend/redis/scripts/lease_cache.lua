@@ -25,8 +25,9 @@
 -- non-robust locks are kept: a process that dies while it keeps a lease
 -- held nothing.
 --
--- Every read comes before the first write (acquire.lua); the meta hash's
--- HGET fails on a meta hash that is not a hash before anything changed.
+-- Every read comes before the first write (acquire.lua); with a block to
+-- reserve, the meta hash's HGET fails on a meta hash that is not a hash
+-- before anything changed (without one the script does not read it).
 -- The counter is a decimal below 2^63 (ms << 20).
 
 -- @include token.lua
@@ -59,18 +60,16 @@ end
 -- calls with a block, 3 without).
 local last = '0'
 if ARGV[2] ~= '0' then
-	-- The block starts above every token handed out, and above the clock
-	-- when the name has no counter (fresh_token's first token, token.lua:
-	-- a counter, once there, never runs ahead of the clock, so counting
-	-- on from it needs no TIME); its last token is written with the
-	-- layout's version in one HSET, and answered as written: no HINCRBY
-	-- and HGET (issue 28, pool commands per job).
-	local counter, now_ms, now_us = redis.call('HGET', KEYS[2], 'fence'), 0, 0
-	if not counter then
-		local t = redis.call('TIME')
-		now_ms, now_us = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[2]) % 1000
-	end
-	last = plus(following(counter, now_ms, now_us), tonumber(ARGV[2]) - 1)
+	-- The block starts above every token handed out and above the clock, as
+	-- any hold's token does (fresh_token's first token, token.lua: the
+	-- clock, read even when a counter is there, keeps tokens growing past
+	-- a counter that went back with a restore or a failover); its last
+	-- token is written with the layout's version in one HSET, and answered
+	-- as written: no HINCRBY and HGET (issue 28, pool commands per job).
+	local t = redis.call('TIME')
+	local first = following(redis.call('HGET', KEYS[2], 'fence'),
+		tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[2]) % 1000)
+	last = plus(first, tonumber(ARGV[2]) - 1)
 	redis.call('HSET', KEYS[2], 'fence', last, 'v', VERSION)
 	redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
