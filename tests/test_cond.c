@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -779,6 +780,91 @@ Test(cond, signal_wakes_a_waiter_of_another_process_at_once)
 	cr_assert_eq(waiters("c"), 0);
 	cr_assert_eq(unacked("c"), 0, "the wake-up was acknowledged");
 	pair_close(&p);
+}
+
+/* A condition wait subscribes its mutex's wake channel and its own in one
+ * SUBSCRIBE (issue 28: a command less a wait; the mutex's is asked for
+ * without waking the wake-up thread, which the second request wakes).  The
+ * second wait of a thread is counted: the wake-up thread is running and
+ * idle, and nothing else is subscribed. */
+struct twice {
+	struct pair p;
+	atomic_int go, waited;
+	int rc[2];
+};
+
+static int flag_at_least_go(void *arg)
+{
+	struct twice *t = arg;
+
+	return atomic_load(&t->go) > atomic_load(&t->waited);
+}
+
+static void *wait_twice(void *arg)
+{
+	struct twice *t = arg;
+
+	for (int i = 0; i < 2; i++) {
+		while (atomic_load(&t->go) <= i)
+			th_wait_until(flag_at_least_go, t, 1000);
+		if ((t->rc[i] = dmutex_lock(&t->p.m)))
+			return NULL;
+		t->rc[i] = dcond_wait(&t->p.cv, &t->p.m);
+		dmutex_unlock(&t->p.m);
+		atomic_fetch_add(&t->waited, 1);
+	}
+	return NULL;
+}
+
+/* No channel has a subscriber on srv. */
+static int nothing_subscribed(void *arg)
+{
+	redisReply *r = th_redis_cmd(&srv, "PUBSUB CHANNELS");
+	int none = r && r->type == REDIS_REPLY_ARRAY && r->elements == 0;
+
+	(void)arg;
+	if (r)
+		freeReplyObject(r);
+	return none;
+}
+
+static int waited_once(void *arg)
+{
+	return atomic_load(&((struct twice *)arg)->waited) >= 1;
+}
+
+Test(cond, a_wait_subscribes_both_channels_in_one_command)
+{
+	static struct twice t;
+	struct pair s;
+	pthread_t th;
+	long long subs;
+
+	DMT_REDIS_STATE("counts Redis's SUBSCRIBE commands; etcd watches keys");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(pair_open(&t.p, srv.url, "m2", "c2", &(struct dmt_attr){ .nocache = 1 }), 0);
+	cr_assert_eq(pair_open(&s, srv.url, "m2", "c2", &(struct dmt_attr){ .nocache = 1 }), 0);
+	cr_assert_eq(pthread_create(&th, NULL, wait_twice, &t), 0);
+	for (int i = 0; i < 2; i++) {
+		cr_assert(th_wait_until(nothing_subscribed, NULL, 10000), "still subscribed");
+		subs = dmt_cmd_calls(&srv, "subscribe", NULL);
+		atomic_store(&t.go, i + 1);
+		wait_sleeping("c2", &s.m, 1);
+		wait_count(subscribed, "c2", 1);
+		if (i == 1)
+			cr_assert_eq(dmt_cmd_calls(&srv, "subscribe", NULL) - subs, 1, "a wait sent %lld "
+					"SUBSCRIBE commands", dmt_cmd_calls(&srv, "subscribe", NULL) - subs);
+		cr_assert_eq(dmutex_lock(&s.m), 0);
+		cr_assert_eq(dcond_signal(&s.cv), 0);
+		cr_assert_eq(dmutex_unlock(&s.m), 0);
+		if (i == 0)
+			cr_assert(th_wait_until(waited_once, &t, 10000), "the first wait did not end");
+	}
+	pthread_join(th, NULL);
+	cr_assert_eq(t.rc[0], 0);
+	cr_assert_eq(t.rc[1], 0);
+	pair_close(&s);
+	pair_close(&t.p);
 }
 
 Test(cond, signal_wakes_one_broadcast_wakes_all)

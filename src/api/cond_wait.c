@@ -172,16 +172,17 @@ subscribe(struct cancel_ctx *k, const char *channel, uint64_t *seq)
 	int64_t sub_until = dmutex__now_ns() + (int64_t)cl->cfg.command_timeout_ms * DMUTEX__MS;
 	char *mchannel;
 
-	/* The mutex's channel first, not waited for, so that both
-	 * subscriptions travel together.  Without it (out of memory) the
-	 * mutex subscribes when it needs to, as usual. */
+	/* The mutex's channel first, not waited for (until 0), so that both
+	 * subscriptions travel together, in one request where the backend
+	 * can.  Without it (out of memory) the mutex subscribes when it
+	 * needs to, as usual. */
 	k->msub = NULL;
 	*k->mtoken = '\0';
 	if (e->client->be->ops->wake_one && !k->fair && dmutex__token(k->mtoken))
 		*k->mtoken = '\0';
 	if ((mchannel = dmutex__wake_own_channel(e->client->be, e->name, *k->mtoken ? k->mtoken : NULL,
 			k->fair))) {
-		k->msub = dmutex__waiter_sub(e->client->be, mchannel, dmutex__now_ns());
+		k->msub = dmutex__waiter_sub(e->client->be, mchannel, 0);
 		free(mchannel);
 	}
 	/* The confirmation of a fresh channel moves its sequence: still 0

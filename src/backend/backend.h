@@ -329,7 +329,9 @@ struct dmutex__backend_ops {
 	 * sub: subscribe to channel, starting the listener on first use;
 	 *   waits until the store confirms it or until_ns.  The subscription
 	 *   (confirmed or not: an unconfirmed one still wakes once it lands),
-	 *   or NULL on ENOMEM.
+	 *   or NULL on ENOMEM.  until_ns 0: not waited for, and the listener
+	 *   may take it along with the caller's next sub, made at once (one
+	 *   request for both, where the store can: Redis's SUBSCRIBE).
 	 * sub_notify: the same for a kept lease (lease_cache.c): every message,
 	 *   and a lost connection, also calls notify(arg) from the listener
 	 *   with no lock held (one notify per backend: the last set).  Undone

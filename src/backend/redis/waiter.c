@@ -97,6 +97,9 @@ struct dmutex__waiter {
 	void (*notify)(void *);
 	void *notify_arg;
 	int kick;
+	/* A subscription asked for without waking the thread (until_ns 0):
+	 * the next request wakes it whatever it asks. */
+	int deferred;
 };
 
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -145,10 +148,13 @@ get_waiter(struct dmutex__backend *be)
 	return w;
 }
 
+/* Under w->mu. */
 static void
 poke(struct dmutex__waiter *w)
 {
 	char b = 1;
+
+	w->deferred = 0;
 	if (w->pipe[1] >= 0 && write(w->pipe[1], &b, 1) < 0 && errno != EAGAIN)
 		dmutex__log(DMUTEX_LOG_DEBUG, "waiter: cannot poke: %s", strerror(errno));
 }
@@ -233,32 +239,70 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* Channels per (UN)SUBSCRIBE command. */
+#define SUB_BATCH 32
+
+/* Append cmd with the n channels of ch to ctx (one command: Redis answers
+ * each channel on its own, as on_reply reads them). */
+static void
+append_subs(struct dmutex__conn *ctx, const char *cmd, const char **ch, size_t n)
+{
+	const char *argv[1 + SUB_BATCH];
+
+	if (!n)
+		return;
+	argv[0] = cmd;
+	memcpy(argv + 1, ch, n * sizeof *ch);
+	(void)dmutex__conn_append_argv(ctx, (int)(1 + n), argv, NULL);
+}
+
 /* Under w->mu: queue SUBSCRIBE/UNSUBSCRIBE for what changed, free what
- * nobody wants any more. */
+ * nobody wants any more.  The channels that change on a node in one pass
+ * go in one SUBSCRIBE and one UNSUBSCRIBE (issue 28: a condition wait
+ * subscribes its own channel and its mutex's, and leaves both: four
+ * commands in INFO stats, two now).  Sharded pub/sub sends one channel a
+ * command: the channels of one SSUBSCRIBE must share a slot. */
 static void
 sync_subs(struct dmutex__waiter *w)
 {
 	struct dmutex__wsub **pp = &w->subs, *s;
+	size_t batch = w->sharded ? 1 : SUB_BATCH;
 
-	while ((s = *pp)) {
-		int any = 0;
-		for (size_t i = 0; i < w->nnodes; i++) {
-			struct dmutex__conn *ctx = w->nodes[i].ctx;
+	for (size_t i = 0; i < w->nnodes; i++) {
+		struct dmutex__conn *ctx = w->nodes[i].ctx;
+		const char *sub[SUB_BATCH], *unsub[SUB_BATCH];
+		size_t nsub = 0, nunsub = 0;
+
+		if (!ctx)
+			continue;
+		for (s = w->subs; s; s = s->next) {
 			int want = s->refs && (!w->sharded || s->target == (int)i);
-			if (ctx && want && s->state[i] == ST_NONE) {
-				dmutex__conn_appendf(ctx, w->sharded ? "SSUBSCRIBE %s" : "SUBSCRIBE %s",
-						s->channel);
+			if (want && s->state[i] == ST_NONE) {
+				sub[nsub++] = s->channel;
 				s->state[i] = ST_SUB_SENT;
-			} else if (ctx && !want && (s->state[i] == ST_SUB_SENT || s->state[i] == ST_SUBSCRIBED)) {
-				dmutex__conn_appendf(ctx, w->sharded ? "SUNSUBSCRIBE %s" : "UNSUBSCRIBE %s",
-						s->channel);
+			} else if (!want && (s->state[i] == ST_SUB_SENT || s->state[i] == ST_SUBSCRIBED)) {
+				unsub[nunsub++] = s->channel;
 				s->state[i] = ST_UNSUB_SENT;
 				/* A thread that reuses this record must wait for its
 				 * own SUBSCRIBE to land, not trust the old one. */
 				s->confirmed = 0;
 			}
-			any |= s->state[i] != ST_NONE;
+			if (nsub == batch) {
+				append_subs(ctx, w->sharded ? "SSUBSCRIBE" : "SUBSCRIBE", sub, nsub);
+				nsub = 0;
+			}
+			if (nunsub == batch) {
+				append_subs(ctx, w->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", unsub, nunsub);
+				nunsub = 0;
+			}
 		}
+		append_subs(ctx, w->sharded ? "SSUBSCRIBE" : "SUBSCRIBE", sub, nsub);
+		append_subs(ctx, w->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", unsub, nunsub);
+	}
+	while ((s = *pp)) {
+		int any = 0;
+		for (size_t i = 0; i < w->nnodes; i++)
+			any |= s->state[i] != ST_NONE;
 		if (!s->refs && !any) {
 			*pp = s->next;
 			pthread_cond_destroy(&s->cv);   /* nobody waits: no refs */
@@ -699,10 +743,20 @@ dmutex__redis_waiter_sub(struct dmutex__backend *be, const char *channel, int64_
 		s->next = w->subs;
 		w->subs = s;
 	}
+	/* until_ns 0: not waited for, and the thread not woken: the caller's
+	 * next request, made at once, wakes it, and the pass that follows
+	 * sends both channels in one SUBSCRIBE (sync_subs; issue 28: a
+	 * condition wait subscribes its mutex's channel, then its own). */
+	if (!until_ns) {
+		if (!s->refs++ || !s->confirmed)
+			w->deferred = 1;
+		pthread_mutex_unlock(&w->mu);
+		return s;
+	}
 	/* A channel already wanted and confirmed gives the thread nothing to
 	 * do: waking it would only take a CPU from the caller (a condition
 	 * wait's taking back of its mutex, whose channel the wait holds). */
-	if (!s->refs++ || !s->confirmed)
+	if (!s->refs++ || !s->confirmed || w->deferred)
 		poke(w);
 	dmutex__ns_to_ts(until_ns, &ts);
 	while (!s->confirmed && !w->stop && dmutex__now_ns() < until_ns)
