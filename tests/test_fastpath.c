@@ -583,6 +583,27 @@ both_lost(void *arg)
 	return atomic_load(&k->lost) >= 1 && atomic_load(&k->lost_b) >= 1;
 }
 
+/* A hold of mb on the kept lease, while the other client holds the lock
+ * (no I/O: nothing has found the loss yet). */
+static void
+kept_hold_b(struct kept *k)
+{
+	int rc = dmutex_trylock(&k->mb);
+
+	cr_assert_eq(rc, 0, "no local hold on the kept lease: %d (%s); the test proves nothing", rc,
+			dmutex_strerror(rc));
+}
+
+/* Each hold's onlost ran once. */
+static void
+kept_each_lost_once(struct kept *k)
+{
+	cr_assert_eq(atomic_load(&k->lost), 1, "onlost of the ended hold ran %d times",
+			atomic_load(&k->lost));
+	cr_assert_eq(atomic_load(&k->lost_b), 1, "onlost of the hold in progress ran %d times",
+			atomic_load(&k->lost_b));
+}
+
 Test(fastpath, a_local_hold_that_ended_before_the_loss_was_found_is_reported)
 {
 	const char *name = "fp-kept-ended";
@@ -609,17 +630,11 @@ Test(fastpath, every_hold_on_a_vanished_kept_lease_is_reported_and_one_in_progre
 
 	kept_open(&k, name);
 	kept_lose(&k, name);
-	/* Another hold on the kept lease, while the other client holds the
-	 * lock (no I/O: nothing has found the loss yet). */
-	rc = dmutex_trylock(&k.mb);
-	cr_assert_eq(rc, 0, "no local hold on the kept lease: %d (%s); the test proves nothing", rc,
-			dmutex_strerror(rc));
+	kept_hold_b(&k);
 	cr_assert(th_wait_until(both_lost, &k, 2 * kept_lease_ms + 1000),
 			"after %u ms: onlost of the ended hold ran %d times, of the hold in progress %d times",
 			2 * kept_lease_ms + 1000, atomic_load(&k.lost), atomic_load(&k.lost_b));
-	cr_assert_eq(atomic_load(&k.lost), 1, "onlost of the ended hold ran %d times", atomic_load(&k.lost));
-	cr_assert_eq(atomic_load(&k.lost_b), 1, "onlost of the hold in progress ran %d times",
-			atomic_load(&k.lost_b));
+	kept_each_lost_once(&k);
 	rc = dmutex_fence(&k.mb, &fence);
 	cr_assert_eq(rc, ENOLCK, "fence of the lost hold in progress: %d (%s)", rc, dmutex_strerror(rc));
 	rc = dmutex_unlock(&k.mb);
@@ -630,9 +645,7 @@ Test(fastpath, every_hold_on_a_vanished_kept_lease_is_reported_and_one_in_progre
 	rc = dmutex_timedlock(&k.mb, &at);
 	cr_assert_eq(rc, 0, "the next lock: %d (%s)", rc, dmutex_strerror(rc));
 	cr_assert_eq(dmutex_unlock(&k.mb), 0);
-	cr_assert_eq(atomic_load(&k.lost), 1, "onlost of the ended hold ran %d times", atomic_load(&k.lost));
-	cr_assert_eq(atomic_load(&k.lost_b), 1, "onlost of the hold in progress ran %d times",
-			atomic_load(&k.lost_b));
+	kept_each_lost_once(&k);
 	kept_close(&k);
 }
 
@@ -650,9 +663,7 @@ Test(fastpath, a_local_holds_first_token_on_a_vanished_kept_lease_is_enolck)
 
 	kept_open(&k, name);
 	kept_lose(&k, name);
-	rc = dmutex_trylock(&k.mb);
-	cr_assert_eq(rc, 0, "no local hold on the kept lease: %d (%s); the test proves nothing", rc,
-			dmutex_strerror(rc));
+	kept_hold_b(&k);
 	rc = dmutex_fence(&k.mb, &fence);
 	cr_assert_eq(rc, ENOLCK, "the token of a local hold on a lease another client holds now: %d "
 			"(%s), token %llu", rc, dmutex_strerror(rc), (unsigned long long)fence);
@@ -662,9 +673,7 @@ Test(fastpath, a_local_holds_first_token_on_a_vanished_kept_lease_is_enolck)
 	rc = dmutex_unlock(&k.mb);
 	cr_assert_eq(rc, ENOLCK, "unlock of the lost hold: %d (%s)", rc, dmutex_strerror(rc));
 	cr_assert_eq(dmutex_unlock(&k.other), 0);
-	cr_assert_eq(atomic_load(&k.lost), 1, "onlost of the ended hold ran %d times", atomic_load(&k.lost));
-	cr_assert_eq(atomic_load(&k.lost_b), 1, "onlost of the hold in progress ran %d times",
-			atomic_load(&k.lost_b));
+	kept_each_lost_once(&k);
 	kept_close(&k);
 }
 

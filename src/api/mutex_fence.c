@@ -41,16 +41,10 @@ assign(struct dmutex__entry *e, struct dmutex__lost *lost)
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		if (err != EIO || refused || e->lost)
 			break;
-		int64_t now = dmutex__now_ns(), wake = now + dmutex__backoff_ns(attempt);
-		dmutex__entry_check_lost(e, now, lost);
+		dmutex__entry_check_lost(e, dmutex__now_ns(), lost);
 		if (e->lost)
 			return 0;
-		if (wake > e->deadline_ns)
-			wake = e->deadline_ns;
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		dmutex__sleep_until(wake);
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		dmutex__entry_check_lost(e, dmutex__now_ns(), lost);
+		dmutex__entry_backoff(e, attempt, lost);
 		if (e->lost)
 			return 0;
 	}

@@ -206,6 +206,19 @@ dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lo
 }
 
 void
+dmutex__entry_backoff(struct dmutex__entry *e, int attempt, struct dmutex__lost *lost)
+{
+	int64_t wake = dmutex__now_ns() + dmutex__backoff_ns(attempt);
+
+	if (wake > e->deadline_ns)
+		wake = e->deadline_ns;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__sleep_until(wake);
+	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	dmutex__entry_check_lost(e, dmutex__now_ns(), lost);
+}
+
+void
 dmutex__entry_release_answered(struct dmutex__entry *e, int err, int lost,
 		struct dmutex__lost *rep)
 {

@@ -387,6 +387,10 @@ void dmutex__entry_hold(struct dmutex__entry *e, const char *token, uint64_t fen
 		unsigned lease_ms, int64_t sent);
 /* Under e->mu: mark lost if the deadline passed, and claim the report. */
 void dmutex__entry_check_lost(struct dmutex__entry *e, int64_t now, struct dmutex__lost *out);
+/* Under e->mu (dropped meanwhile), the holder about to ask Redis again for
+ * its hold: wait out attempt's backoff, never past the hold's deadline,
+ * then dmutex__entry_check_lost into *lost. */
+void dmutex__entry_backoff(struct dmutex__entry *e, int attempt, struct dmutex__lost *lost);
 /* Under e->mu. */
 void dmutex__entry_mark_lost(struct dmutex__entry *e);
 /* Without any lock: log, then the user's handler (which may call us). */

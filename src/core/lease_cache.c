@@ -444,7 +444,7 @@ dmutex__cache_fence(struct dmutex__entry *e, struct dmutex__lost *lost, struct d
 
 	lost->report = 0;
 	for (int attempt = 0;; attempt++) {
-		int64_t sent, until = e->deadline_ns, now, wake;
+		int64_t sent, until = e->deadline_ns, now;
 		uint64_t last = 0;
 		int result = 0, err;
 
@@ -489,12 +489,6 @@ dmutex__cache_fence(struct dmutex__entry *e, struct dmutex__lost *lost, struct d
 			dmutex__entry_check_lost(e, now, lost);
 			return 0;
 		}
-		wake = now + dmutex__backoff_ns(attempt);
-		if (wake > e->deadline_ns)
-			wake = e->deadline_ns;
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		dmutex__sleep_until(wake);
-		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-		dmutex__entry_check_lost(e, dmutex__now_ns(), lost);
+		dmutex__entry_backoff(e, attempt, lost);
 	}
 }
