@@ -192,14 +192,15 @@ kick(void *client)
 
 /* Without e->mu: subscribe, then mark the lease kept in Redis, both by
  * `until` (the unlock's one deadline, which its release shares if this
- * fails).  1 kept (*sub, *seq, *last, *sent set), 0 release as usual. */
+ * fails).  1 kept (*sub, *seq, *sent set), 0 release as usual. */
 static int
 keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__wsub **sub,
-		uint64_t *seq, uint64_t *heard, uint64_t *last, int64_t *sent)
+		uint64_t *seq, uint64_t *heard, int64_t *sent)
 {
 	struct dmutex_client *c = e->client;
 	struct dmutex__backend *be = c->be;
 	char *channel = be->ops->channel(be, e->name);
+	uint64_t last;
 	int result = 0;
 
 	*sub = channel ? dmutex__waiter_sub_notify(be, channel, until, kick, c) : NULL;
@@ -212,7 +213,9 @@ keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__w
 	*heard = dmutex__wsub_heard(be, *sub);
 	*seq = dmutex__wsub_seq(be, *sub);
 	*sent = dmutex__now_ns();
-	if (be->ops->cache(be, e->name, token, 0, 0, until, last, &result) || result != 1) {
+	/* No block of tokens: a local hold that asks reserves one
+	 * (dmutex__cache_fence). */
+	if (be->ops->cache(be, e->name, token, 0, 0, until, &last, &result) || result != 1) {
 		dmutex__waiter_unsub_notify(be, *sub);
 		*sub = NULL;
 		return 0;
@@ -224,15 +227,16 @@ keep(struct dmutex__entry *e, const char *token, int64_t until, struct dmutex__w
  * wait for it, whoever else waits, by `until`.  No subscription: the
  * lease counts as asked back from the start (e->ksub NULL), so it is
  * given back after the batch, or at the first unlock no thread of ours
- * waits for.  1 kept (*last, *sent set), 0 release as usual. */
+ * waits for.  1 kept (*sent set), 0 release as usual. */
 static int
-keep_batch(struct dmutex__entry *e, const char *token, int64_t until, uint64_t *last, int64_t *sent)
+keep_batch(struct dmutex__entry *e, const char *token, int64_t until, int64_t *sent)
 {
 	struct dmutex__backend *be = e->client->be;
+	uint64_t last;
 	int result = 0;
 
 	*sent = dmutex__now_ns();
-	return !be->ops->cache(be, e->name, token, 0, 1, until, last, &result) && result == 3;
+	return !be->ops->cache(be, e->name, token, 0, 1, until, &last, &result) && result == 3;
 }
 
 /* Under e->mu: the lease is kept, as cache() answered at sent (no block
@@ -282,7 +286,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 {
 	char token[DMUTEX__TOKEN_HEX + 1];
 	struct dmutex__wsub *sub;
-	uint64_t seq, heard, last;
+	uint64_t seq, heard;
 	int64_t prev_end = e->last_end_ns, sent;
 	int rc;
 
@@ -308,7 +312,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 		memcpy(token, e->token, sizeof token);
 		e->releasing = 1;
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		rc = keep_batch(e, token, until, &last, &sent);
+		rc = keep_batch(e, token, until, &sent);
 		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 		e->releasing = 0;
 		if (rc != 1)
@@ -326,7 +330,7 @@ dmutex__cache_unlock(struct dmutex__mutex *mx, struct dmutex__entry *e, int64_t 
 	memcpy(token, e->token, sizeof token);
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	rc = keep(e, token, until, &sub, &seq, &heard, &last, &sent);
+	rc = keep(e, token, until, &sub, &seq, &heard, &sent);
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->releasing = 0;
 	if (rc != 1) {

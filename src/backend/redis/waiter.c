@@ -242,18 +242,20 @@ drop_node(struct dmutex__waiter *w, size_t i, const char *why)
 /* Channels per (UN)SUBSCRIBE command. */
 #define SUB_BATCH 32
 
-/* Append cmd with the n channels of ch to ctx (one command: Redis answers
- * each channel on its own, as on_reply reads them). */
+/* Append cmd with the *n channels of ch to ctx, if any (one command:
+ * Redis answers each channel on its own, as on_reply reads them); none
+ * are left. */
 static void
-append_subs(struct dmutex__conn *ctx, const char *cmd, const char **ch, size_t n)
+append_subs(struct dmutex__conn *ctx, const char *cmd, const char **ch, size_t *n)
 {
 	const char *argv[1 + SUB_BATCH];
 
-	if (!n)
+	if (!*n)
 		return;
 	argv[0] = cmd;
-	memcpy(argv + 1, ch, n * sizeof *ch);
-	(void)dmutex__conn_append_argv(ctx, (int)(1 + n), argv, NULL);
+	memcpy(argv + 1, ch, *n * sizeof *ch);
+	(void)dmutex__conn_append_argv(ctx, (int)(1 + *n), argv, NULL);
+	*n = 0;
 }
 
 /* Under w->mu: queue SUBSCRIBE/UNSUBSCRIBE for what changed, free what
@@ -267,6 +269,8 @@ sync_subs(struct dmutex__waiter *w)
 {
 	struct dmutex__wsub **pp = &w->subs, *s;
 	size_t batch = w->sharded ? 1 : SUB_BATCH;
+	const char *subcmd = w->sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+	const char *unsubcmd = w->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
 
 	for (size_t i = 0; i < w->nnodes; i++) {
 		struct dmutex__conn *ctx = w->nodes[i].ctx;
@@ -287,17 +291,13 @@ sync_subs(struct dmutex__waiter *w)
 				 * own SUBSCRIBE to land, not trust the old one. */
 				s->confirmed = 0;
 			}
-			if (nsub == batch) {
-				append_subs(ctx, w->sharded ? "SSUBSCRIBE" : "SUBSCRIBE", sub, nsub);
-				nsub = 0;
-			}
-			if (nunsub == batch) {
-				append_subs(ctx, w->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", unsub, nunsub);
-				nunsub = 0;
-			}
+			if (nsub == batch)
+				append_subs(ctx, subcmd, sub, &nsub);
+			if (nunsub == batch)
+				append_subs(ctx, unsubcmd, unsub, &nunsub);
 		}
-		append_subs(ctx, w->sharded ? "SSUBSCRIBE" : "SUBSCRIBE", sub, nsub);
-		append_subs(ctx, w->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", unsub, nunsub);
+		append_subs(ctx, subcmd, sub, &nsub);
+		append_subs(ctx, unsubcmd, unsub, &nunsub);
 	}
 	while ((s = *pp)) {
 		int any = 0;
