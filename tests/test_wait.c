@@ -1139,6 +1139,73 @@ Test(wait, a_grant_marks_the_hold_waited_for_only_when_others_wait, .timeout = 6
 	dmt_close_mutex(c, &m);
 }
 
+/* Subscribers of channel ch (th_wait_until condition: none). */
+static long long channel_subs(const char *ch)
+{
+	return th_numsub(th_redis_cmd(&srv, "PUBSUB NUMSUB %s", ch));
+}
+
+static int channel_gone(void *arg)
+{
+	return channel_subs(arg) == 0;
+}
+
+/* A waiter that got its lock gives its own wake channel up with its
+ * wake-up thread's next pass, not at once: its token left the queue with
+ * the answer that gave it the lock, so no release publishes there, and
+ * waking that thread only to send the UNSUBSCRIBE cost a contended
+ * acquisition two of its ten context switches (issue 28).  Each round the
+ * waiter is woken by an "r" (no details: the release reserves the lock and
+ * publishes that), which its listener pushes into its list, and takes the
+ * lock by its own request, so that the listener's last pass is usually
+ * before that request; a pass can still fall just after (the push's
+ * answer, the listener's tick once a second), so one round in six must
+ * show it: the channel still there 50 ms after the lock returned (the code
+ * before gave it up within a millisecond or two in every round), then
+ * gone within the listener's next pass. */
+#define LATE_ROUNDS 6
+
+Test(wait, a_waiter_that_got_its_lock_gives_its_channel_up_late, .timeout = 90)
+{
+	dmutex_client_t *c;
+	dmutex_t m;
+	int late = 0;
+
+	DMT_REDIS_STATE("reads the waiters' channels in Redis");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmt_open_mutex(&c, &m, srv.url, "late", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	warm_up(&m);
+	for (int round = 0; round < LATE_ROUNDS && !late; round++) {
+		struct proc_waiter a = { .name = "late", .lease_ms = 20000, .go = -1, .told = 1 };
+		char queued[80], ch[160];
+		int64_t t0;
+		pid_t pa;
+
+		cr_assert_eq(dmutex_lock(&m), 0);
+		pa = queue_proc(&a, "late", 0);
+		queued_head("late", queued, sizeof queued);
+		snprintf(ch, sizeof ch, "dmutex:wake:{late}:%s", queued);
+		cr_assert_eq(channel_subs(ch), 1, "the waiter does not listen on its own channel");
+		forget_details("late");
+		cr_assert_eq(dmt_unlock_answered(&m), 0);
+		cr_assert_eq(th_sync_wait(&a.locked, 10000), 0, "the waiter did not get the lock");
+		t0 = dmt_now_ns();
+		while (channel_subs(ch) == 1 && !late)
+			late = dmt_now_ns() - t0 >= 50 * MS;
+		fprintf(stderr, "wait: round %d: the channel %s\n", round, late ? "stayed 50 ms" :
+				"went at once");
+		if (late)
+			cr_assert(th_wait_until(channel_gone, ch, 3000 * dmt_slowdown()),
+					"the channel of a waiter that got its lock was never given up");
+		th_sync_post(&a.unlock);
+		cr_assert_eq(th_wait_child(pa, 10000), 0);
+		close_proc(&a);
+	}
+	cr_assert(late, "in %d rounds a waiter that got its lock gave its channel up at once", LATE_ROUNDS);
+	dmt_close_mutex(c, &m);
+}
+
 /* A grant is taken only as the answer to the waiter's last request that
  * found the lock busy: a "g:" message without the stamp of that request
  * (a release of an older version, a forged or replayed message, or a grant

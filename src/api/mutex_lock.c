@@ -357,6 +357,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 		.bad_deadline = bad_deadline, .presub = presub, .until = until,
 		.channel = mutex_channel, .want = mx->fair ? m.token : NULL,
 		.pop = !mx->fair && mx->robust != DMUTEX_ROBUST && until == NO_DEADLINE,
+		.own_channel = e->client->be->ops->wake_one,
 		.try = mutex_try, .arg = &m };
 	int err;
 

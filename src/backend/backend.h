@@ -376,6 +376,13 @@ struct dmutex__backend_ops {
 	 * say whether it still does.  1 if it does. */
 	int (*wake_pop)(struct dmutex__backend *be, struct dmutex__wsub *s, int ask);
 	void (*wake_unsub)(struct dmutex__backend *be, struct dmutex__wsub *s);
+	/* wake_unsub_late (optional): as wake_unsub, for a channel nobody
+	 * publishes to any more (a waiter that got its lock: its token left
+	 * the queue with that answer), so that giving it up need not wake
+	 * the listener: it goes with the listener's next request (issue 28:
+	 * one UNSUBSCRIBE fewer a contended acquisition sent on its own).
+	 * NULL: wake_unsub. */
+	void (*wake_unsub_late)(struct dmutex__backend *be, struct dmutex__wsub *s);
 	void (*wake_stop)(struct dmutex__backend *be);
 	void (*wake_lock)(struct dmutex__backend *be);
 	void (*wake_unlock)(struct dmutex__backend *be);
@@ -670,6 +677,15 @@ static inline void
 dmutex__waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
 {
 	be->ops->wake_unsub(be, s);
+}
+
+static inline void
+dmutex__waiter_unsub_late(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	if (be->ops->wake_unsub_late)
+		be->ops->wake_unsub_late(be, s);
+	else
+		be->ops->wake_unsub(be, s);
 }
 
 static inline void

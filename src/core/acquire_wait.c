@@ -198,6 +198,16 @@ dmutex__acquire_wait(struct dmutex__acquire *aq)
 			break;
 		}
 	}
+	/* Taken: our token left the queue with the answer that gave us the
+	 * lock (popped by the grant, or removed by the acquire that took
+	 * it), so no release publishes to our channel any more, and it can
+	 * go with the listener's next request.  Given up or failed: the
+	 * token may still be queued, and a release must find nobody
+	 * listening there (wake_queue.lua skips it): at once. */
+	if (aq->sub && aq->own_channel && (err == 0 || err == EOWNERDEAD)) {
+		dmutex__waiter_unsub_late(aq->c->be, aq->sub);
+		aq->sub = NULL;
+	}
 	dmutex__acquire_unsubscribe(aq);
 	return err;
 }

@@ -52,6 +52,10 @@ struct dmutex__acquire {
 	/* Non-fair: ask that the grant come on the waiter's own list, which
 	 * its waiting thread pops itself (backend.h wake_pop). */
 	int pop;
+	/* The channel is the waiter's own (a mutex's, with its token): once
+	 * the lock is taken nobody publishes there for us, and it is given
+	 * up late (backend.h wake_unsub_late). */
+	int own_channel;
 	int (*try)(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t);
 	void *arg;
 	/* The loop's. */

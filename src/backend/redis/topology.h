@@ -72,6 +72,7 @@ void dmutex__backend_child_nodes(struct dmutex__backend *be);
 	.wake_handed = dmutex__redis_wsub_handed, \
 	.wake_pop = dmutex__redis_wsub_pop, \
 	.wake_unsub = dmutex__redis_waiter_unsub, \
+	.wake_unsub_late = dmutex__redis_waiter_unsub_late, \
 	.wake_stop = dmutex__redis_waiter_stop, \
 	.wake_lock = dmutex__redis_waiter_lock, \
 	.wake_unlock = dmutex__redis_waiter_unlock, \

@@ -994,8 +994,10 @@ dmutex__redis_wsub_pop(struct dmutex__backend *be, struct dmutex__wsub *s, int a
 	return pop;
 }
 
-void
-dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
+/* late: the channel goes at the thread's next pass, not at once (one
+ * master only: waiter.h). */
+static void
+unsub(struct dmutex__backend *be, struct dmutex__wsub *s, int late)
 {
 	struct dmutex__waiter *w = be->waiter;
 
@@ -1009,9 +1011,21 @@ dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
 	s->has_handed = 0;
 	__atomic_store_n(&s->pop, 0, __ATOMIC_RELEASE);
 	s->push = s->lost = 0;
-	if (!--s->refs)
+	if (!--s->refs && !(late && be->nnodes == 1 && !w->sharded))
 		poke(w);
 	pthread_mutex_unlock(&w->mu);
+}
+
+void
+dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	unsub(be, s, 0);
+}
+
+void
+dmutex__redis_waiter_unsub_late(struct dmutex__backend *be, struct dmutex__wsub *s)
+{
+	unsub(be, s, 1);
 }
 
 /*

@@ -56,6 +56,10 @@ void dmutex__redis_wsub_want(struct dmutex__backend *be, struct dmutex__wsub *s,
 int dmutex__redis_wsub_handed(struct dmutex__backend *be, struct dmutex__wsub *s, char *out);
 int dmutex__redis_wsub_pop(struct dmutex__backend *be, struct dmutex__wsub *s, int ask);
 void dmutex__redis_waiter_unsub(struct dmutex__backend *be, struct dmutex__wsub *s);
+/* As dmutex__redis_waiter_unsub, without waking the thread: the channel goes
+ * at its next pass (within DMUTEX__ALONE_LOOK_MS), with whatever that pass
+ * sends (backend.h wake_unsub_late).  On Redlock and Cluster at once. */
+void dmutex__redis_waiter_unsub_late(struct dmutex__backend *be, struct dmutex__wsub *s);
 
 void dmutex__redis_waiter_stop(struct dmutex__backend *be);
 /* fork: hold the lock under which waiters are created. */
