@@ -107,6 +107,9 @@ struct cmdstats {
 };
 int bench_cmdstats(redisContext *c, struct cmdstats *out);
 
+/* The server's CPU so far (INFO cpu, user + system), ns; -1 unknown. */
+int64_t bench_server_cpu_ns(redisContext *c);
+
 /* CPU time of the whole process and of every thread but the calling one. */
 int64_t bench_process_cpu_ns(void);
 int64_t bench_other_threads_cpu_ns(void);

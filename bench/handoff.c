@@ -30,6 +30,7 @@
 #include <string.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -50,6 +51,8 @@ struct shared {
 	atomic_int inside;
 	atomic_long overlaps;           /* two holders at once: must stay 0 */
 	atomic_ulong seq;
+	atomic_llong cpu_ns;            /* the contenders' CPU in their loops */
+	atomic_llong switches;          /* ... and their context switches */
 	int64_t stop_ns;
 	long count[MAX_PROCS];
 	struct hold log[LOG_CAP];
@@ -99,6 +102,36 @@ wait_go(struct child *ch)
 		;
 }
 
+/* The calling process's context switches so far (every thread's). */
+static long
+switches_now(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
+/* What a contender's loop cost its process, added to the totals. */
+struct loop_cost {
+	int64_t cpu0;
+	long sw0;
+};
+
+static void
+loop_begin(struct loop_cost *lc)
+{
+	lc->cpu0 = bench_process_cpu_ns();
+	lc->sw0 = switches_now();
+}
+
+static void
+loop_end(struct child *ch, const struct loop_cost *lc)
+{
+	atomic_fetch_add(&ch->sh->cpu_ns, bench_process_cpu_ns() - lc->cpu0);
+	atomic_fetch_add(&ch->sh->switches, switches_now() - lc->sw0);
+}
+
 static int
 hand_main(struct child *ch)
 {
@@ -106,6 +139,7 @@ hand_main(struct child *ch)
 	char sha[48] = "", key[128], chan[128], tok[33];
 	redisReply *r;
 	void *v;
+	struct loop_cost lc;
 
 	if (!c || !sub)
 		return 20;
@@ -118,6 +152,7 @@ hand_main(struct child *ch)
 	r = bench_cmd(sub, "SUBSCRIBE %s", chan);
 	freeReplyObject(r);
 	wait_go(ch);
+	loop_begin(&lc);
 	while (bench_now_ns() < ch->sh->stop_ns) {
 		struct pollfd pfd = { .fd = sub->fd, .events = POLLIN };
 		int ok;
@@ -143,6 +178,7 @@ hand_main(struct child *ch)
 		if (poll(&pfd, 1, 5) > 0 && redisBufferRead(sub) != REDIS_OK)
 			return 22;
 	}
+	loop_end(ch, &lc);
 	redisFree(c);
 	redisFree(sub);
 	return 0;
@@ -154,6 +190,7 @@ lib_main(struct child *ch)
 	dmutex_client_t *cli;
 	dmutex_attr_t a;
 	dmutex_t m;
+	struct loop_cost lc;
 
 	if (dmutex_client_open(&cli, ch->b->tgt.url))
 		return 10;
@@ -163,6 +200,7 @@ lib_main(struct child *ch)
 		return 11;
 	dmutex_attr_destroy(&a);
 	wait_go(ch);
+	loop_begin(&lc);
 	while (bench_now_ns() < ch->sh->stop_ns) {
 		if (dmutex_lock(&m))
 			return 12;
@@ -170,6 +208,7 @@ lib_main(struct child *ch)
 		if (dmutex_unlock(&m))
 			return 13;
 	}
+	loop_end(ch, &lc);
 	dmutex_destroy(&m);
 	dmutex_client_close(cli);
 	return 0;
@@ -196,6 +235,9 @@ run(struct bench *b, struct shared *sh, int procs, int by_hand, int64_t dur_ns, 
 	long total = 0, lo = -1, hi = 0, same = 0;
 	unsigned long n;
 	int failed = 0, started = 0;
+	redisContext *rc;
+	struct cmdstats cs0 = { 0 }, cs1 = { 0 };
+	int64_t srv_cpu0 = -1, srv_cpu = -1;
 	/* A handoff wakes another process: on a machine this small that is a
 	 * wake-up across CPUs, so the round trip to compare with is the one
 	 * across CPUs when the floor could measure it. */
@@ -216,6 +258,12 @@ run(struct bench *b, struct shared *sh, int procs, int by_hand, int64_t dur_ns, 
 	for (int p = 0; p < started; p++)
 		if (th_sync_wait(&ready, 10000))
 			failed = 1;
+	/* The server's CPU and commands over the run (commands inside
+	 * scripts counted, as INFO stats does), read outside it. */
+	if ((rc = bench_connect(&b->tgt))) {
+		srv_cpu0 = bench_server_cpu_ns(rc);
+		bench_cmdstats(rc, &cs0);
+	}
 	sh->stop_ns = bench_now_ns() + dur_ns;
 	close(ch.go_fd[1]);
 	close(ch.go_fd[0]);
@@ -227,6 +275,12 @@ run(struct bench *b, struct shared *sh, int procs, int by_hand, int64_t dur_ns, 
 		}
 	}
 	th_sync_close(&ready);
+	if (rc) {
+		int64_t cpu1 = bench_server_cpu_ns(rc);
+		srv_cpu = srv_cpu0 >= 0 && cpu1 >= 0 ? cpu1 - srv_cpu0 : -1;
+		bench_cmdstats(rc, &cs1);
+		redisFree(rc);
+	}
 	if (failed || started < procs)
 		return -1;
 
@@ -269,6 +323,17 @@ run(struct bench *b, struct shared *sh, int procs, int by_hand, int64_t dur_ns, 
 		row_metric(r, "same process again", n > 1 ? 100.0 * same / (n - 1) : NAN, "%");
 		row_metric(r, "min share", min_share, "%");
 		row_metric(r, "max share", total ? 100.0 * hi / total : 0, "%");
+		/* Where a contended hand-off's CPU goes (issue 28 target 4:
+		 * the two CPUs are both busy, so CPU an acquisition is what
+		 * bounds acquisitions/s). */
+		if (total) {
+			row_metric(r, "client CPU/acq", (double)atomic_load(&sh->cpu_ns) / total, "ns");
+			row_metric(r, "context switches/acq", (double)atomic_load(&sh->switches) / total, "");
+			if (srv_cpu >= 0)
+				row_metric(r, "redis CPU/acq", (double)srv_cpu / total, "ns");
+			if (cs1.total > cs0.total)
+				row_metric(r, "commands/acq", (double)(cs1.total - cs0.total) / total, "");
+		}
 		row_metric(r, "overlaps", (double)atomic_load(&sh->overlaps), "");
 		if (atomic_load(&sh->overlaps))
 			row_note(r, "MUTUAL EXCLUSION VIOLATED: %ld overlapping holds",

@@ -179,6 +179,25 @@ is_client_command(const char *name)
 	return 0;
 }
 
+/* The server's own CPU (INFO cpu: user + system, its I/O included,
+ * which commandstats leaves out), in ns; -1 if it does not say. */
+int64_t
+bench_server_cpu_ns(redisContext *c)
+{
+	redisReply *r = bench_cmd(c, "INFO cpu");
+	double user = -1, sys = -1;
+	const char *at;
+
+	if (r->type == REDIS_REPLY_STRING) {
+		if ((at = strstr(r->str, "used_cpu_user:")))
+			sscanf(at, "used_cpu_user:%lf", &user);
+		if ((at = strstr(r->str, "used_cpu_sys:")))
+			sscanf(at, "used_cpu_sys:%lf", &sys);
+	}
+	freeReplyObject(r);
+	return user < 0 || sys < 0 ? -1 : (int64_t)((user + sys) * 1e9);
+}
+
 int
 bench_cmdstats(redisContext *c, struct cmdstats *out)
 {
