@@ -379,9 +379,9 @@ struct dmutex__backend_ops {
 	/* wake_unsub_late (optional): as wake_unsub, for a channel nobody
 	 * publishes to any more (a waiter that got its lock: its token left
 	 * the queue with that answer), so that giving it up need not wake
-	 * the listener: it goes with the listener's next request (issue 28:
-	 * one UNSUBSCRIBE fewer a contended acquisition sent on its own).
-	 * NULL: wake_unsub. */
+	 * the listener: it goes with the listener's next pass, within a
+	 * second (issue 28: the listener woken twice less a contended
+	 * acquisition).  NULL: wake_unsub. */
 	void (*wake_unsub_late)(struct dmutex__backend *be, struct dmutex__wsub *s);
 	void (*wake_stop)(struct dmutex__backend *be);
 	void (*wake_lock)(struct dmutex__backend *be);
