@@ -1161,3 +1161,147 @@ Test(faults, fork_while_opening_default_client_does_not_hang)
 	cr_assert_eq(rc, EIO);
 	th_proxy_stop(open_proxy);
 }
+
+/* ------------------------------------------------------------------ */
+/* rwlock releases that go unconfirmed                                 */
+/* ------------------------------------------------------------------ */
+
+static void
+rw_open(drwlock_t *rw, const char *name, dmutex_client_t *c, unsigned lease_ms, atomic_int *lost)
+{
+	dmutex_attr_t a;
+
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setlease(&a, lease_ms), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	if (lost)
+		cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, lost), 0);
+	cr_assert_eq(drwlock_init(rw, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+}
+
+/*
+ * A writer's unlock that Redis never sees (every request swallowed) says
+ * EIO; once Redis can be reached again, the release goes on in the
+ * background, as a mutex's does, and another host gets the lock long
+ * before the 20 s lease would have freed it.  Before, the lock stayed held
+ * for the rest of the lease.  None of those requests could be known not
+ * to have run, so nothing is reported lost.
+ */
+Test(faults, rwlock_unlock_unconfirmed_is_released_in_the_background)
+{
+	static atomic_int lost;
+	const char *name = "faults-rw-blackhole";
+	dmutex_client_t *c, *o;
+	drwlock_t w, ow;
+	struct timespec at;
+	long long t0;
+	int rc;
+
+	proxy_client(&c);
+	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
+	rw_open(&w, name, c, 20000, &lost);
+	rw_open(&ow, name, o, 20000, NULL);
+	cr_assert_eq(drwlock_wrlock(&w), 0);
+
+	th_proxy_set_mode(proxy, TH_PROXY_BLACKHOLE);
+	rc = drwlock_unlock(&w);
+	cr_assert_eq(rc, EIO, "unlock with every request swallowed: %s", dmutex_strerror(rc));
+	cr_assert_eq(drwlock_trywrlock(&ow), EBUSY, "the lock was free while its release was "
+			"swallowed: the test proves nothing");
+	th_proxy_set_mode(proxy, TH_PROXY_PASS);
+
+	t0 = th_now_ms();
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 5;
+	rc = drwlock_timedwrlock(&ow, &at);
+	cr_assert_eq(rc, 0, "%lld ms after Redis could be reached again, the other client could not "
+			"take the lock (lease 20 s): %s", th_now_ms() - t0, dmutex_strerror(rc));
+	cr_assert_eq(drwlock_unlock(&ow), 0);
+	cr_assert_eq(atomic_load(&lost), 0, "onlost ran %d times for a release that may have run",
+			atomic_load(&lost));
+	cr_assert_eq(drwlock_destroy(&ow), 0);
+	cr_assert_eq(drwlock_destroy(&w), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+struct rw_loading_holder {
+	pthread_t th;
+	drwlock_t *rw;
+	atomic_int locked, go;
+	int lock_rc, seen, rc, still;
+};
+
+static void *rw_loading_holder_main(void *p)
+{
+	struct rw_loading_holder *h = p;
+
+	h->lock_rc = drwlock_wrlock(h->rw);
+	atomic_store(&h->locked, 1);
+	if (h->lock_rc)
+		return NULL;
+	while (!atomic_load(&h->go))
+		th_wait_until(flag_set, &h->go, 1000);
+	h->seen = th_wait_until(srv_loading, NULL, 10000);
+	h->rc = drwlock_unlock(h->rw);
+	h->still = srv_loading(NULL);
+	return NULL;
+}
+
+/*
+ * A rwlock writer's hold lost to a restart from a snapshot without it
+ * (another client then took the lock), unlocked while the next restart
+ * loads: each request of the release is refused (-LOADING), so none ran,
+ * and the unlock says EIO.  The release goes on in the background, finds
+ * the lock not ours before the hold's deadline, and reports the loss by
+ * onlost, as a mutex's does (thread_ending_met_by_loading... above).
+ * Before, nothing was told.
+ */
+Test(faults, rwlock_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
+		.init = srv_up_slow_load)
+{
+	static struct rw_loading_holder h;
+	static atomic_int lost;
+	const char *name = "faults-rw-lossy-loading";
+	dmutex_client_t *c, *o;
+	drwlock_t w, ow;
+	redisReply *r;
+	int rc;
+
+	/* A snapshot that takes a second to load and holds no lock. */
+	r = th_redis_cmd(&srv, "DEBUG POPULATE 4000 filler 64");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "DEBUG POPULATE failed");
+	freeReplyObject(r);
+	r = th_redis_cmd(&srv, "SAVE");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SAVE failed");
+	freeReplyObject(r);
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
+	rw_open(&w, name, c, 30000, &lost);
+	rw_open(&ow, name, o, 30000, NULL);
+	h.rw = &w;
+	cr_assert_eq(pthread_create(&h.th, NULL, rw_loading_holder_main, &h), 0);
+	cr_assert(th_wait_until(flag_set, &h.locked, 5000), "the holder did not lock");
+	cr_assert_eq(h.lock_rc, 0, "wrlock: %s", dmutex_strerror(h.lock_rc));
+	cr_assert_eq(th_redis_restart(&srv), 0);        /* loaded: the hold is gone */
+	rc = drwlock_trywrlock(&ow);
+	cr_assert_eq(rc, 0, "the other client could not take the lost lock: %s", dmutex_strerror(rc));
+
+	/* The holder unlocks while this restart loads. */
+	atomic_store(&h.go, 1);
+	cr_assert_eq(th_redis_restart(&srv), 0, "the second restart failed");
+	pthread_join(h.th, NULL);
+	cr_assert(h.seen, "the restarted server was never seen loading");
+	cr_assert(h.still, "the server had loaded before the unlock returned: the test proves nothing");
+	cr_assert_eq(h.rc, EIO, "unlock refused by a loading server: %s", dmutex_strerror(h.rc));
+	cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the unlock (EIO) of a hold another "
+			"client had taken, its release refused while the server loaded, onlost had not run");
+	cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
+	(void)drwlock_unlock(&ow);      /* its hold too went with the second restart */
+	cr_assert_eq(drwlock_destroy(&ow), 0);
+	cr_assert_eq(drwlock_destroy(&w), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}

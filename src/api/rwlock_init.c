@@ -104,13 +104,20 @@ open_static(struct dmutex_client *c, const char *name, size_t len, const void *h
 static int
 retire(void *obj)
 {
-	struct dmutex__entry *e = ((struct dmutex__rwlock *)obj)->entry;
+	struct dmutex__rwlock *rx = obj;
+	struct dmutex__entry *e = rx->entry;
 	int busy;
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	busy = e->held || e->acquiring || e->rw_wwait;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-	return busy ? EBUSY : 0;
+	if (busy)
+		return EBUSY;
+	/* The handler's argument may not outlive us: a release of an unlock
+	 * that said EIO reports a hold it finds lost from now on by the log
+	 * and the lost metric only, as a mutex's does. */
+	dmutex__renewer_orphans_dismiss(e, rx->onlost, rx->onlost_arg);
+	return 0;
 }
 
 static const struct dmutex__kind kind = {

@@ -40,9 +40,9 @@ reserve_reader(struct dmutex__entry *e)
 }
 
 /* A request that may have been applied (or a writer's intent) is taken
- * back; if that fails too, it ends with its lease.  A timed lock's
- * (timed) is taken back in the background, at once: the call returns by
- * its deadline. */
+ * back; if that fails too, the renewer asks on until its lease would end.
+ * A timed lock's (timed) is taken back in the background, at once: the
+ * call returns by its deadline. */
 static void
 abandon(struct dmutex_client *c, const char *name, int op, const char *token, unsigned lease_ms,
 		int timed)
@@ -57,8 +57,9 @@ abandon(struct dmutex_client *c, const char *name, int op, const char *token, un
 	for (int i = 0; i < 3; i++)
 		if (!dmutex__rw_release(c->be, name, op, token, &released, &md))
 			return;
-	dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': could not take back an acquire; it ends with its lease",
-			name);
+	dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': could not take back an acquire; retried in the "
+			"background until its lease would end", name);
+	dmutex__renewer_orphan_rw(c, name, op, token, dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
 }
 
 /* Under e->mu: record the hold the backend gave us. */

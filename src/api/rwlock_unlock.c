@@ -8,10 +8,16 @@
 /*
  * Release by token, retrying within the command timeout.  As for mutexes
  * (release.c): a "not ours" that follows a possibly-applied attempt counts
- * as released.  0; ENOLCK not ours; EIO unconfirmed.
+ * as released.  0; ENOLCK not ours; EIO unconfirmed, and then handed to
+ * the renewer, which asks on until the lease would have ended (so that a
+ * short outage does not leave every other host waiting for the rest of the
+ * lease) and, while no request of ours may have run, reports a "not ours"
+ * found before the hold's deadline as the hold's loss (rep), as a mutex's
+ * unconfirmed release does.
  */
 static int
-release(struct dmutex_client *c, const char *name, int op, const char *token)
+release(struct dmutex_client *c, const char *name, int op, const char *token, unsigned lease_ms,
+		const struct dmutex__orphan_rep *rep)
 {
 	int64_t until = dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS;
 	int released = 0, maybe = 0, any_maybe = 0, err;
@@ -22,9 +28,12 @@ release(struct dmutex_client *c, const char *name, int op, const char *token)
 		if (!err)
 			return released || any_maybe ? 0 : ENOLCK;
 		if (attempt >= 2 || dmutex__now_ns() >= until)
-			return EIO;
+			break;
 		dmutex__sleep_until(dmutex__now_ns() + 20 * DMUTEX__MS * (attempt + 1));
 	}
+	dmutex__renewer_orphan_rw_rep(c, name, op, token,
+			dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS, any_maybe ? NULL : rep);
+	return EIO;
 }
 
 static int
@@ -33,8 +42,10 @@ unlock_entry(struct dmutex__entry *e)
 	struct dmutex__reader *r = NULL;
 	struct dmutex_client *c = e->client;
 	struct dmutex__lost lost_rep;
+	struct dmutex__orphan_rep rep = { 0 };
 	pthread_t self = pthread_self();
 	char token[DMUTEX__TOKEN_HEX + 1];
+	unsigned lease_ms;
 	int err, lost, op;
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
@@ -63,6 +74,12 @@ unlock_entry(struct dmutex__entry *e)
 	/* The writer, or the process's last reader: tell the backend. */
 	op = e->rw_write ? 'w' : 'r';
 	memcpy(token, e->token, sizeof token);
+	lease_ms = e->lease_ms;
+	/* What a release retried in the background reports if it finds the
+	 * hold lost (not a hold known lost already: reported). */
+	if (!lost)
+		rep = (struct dmutex__orphan_rep){ .e = e, .valid_ns = e->deadline_ns,
+			.fence = e->fence, .cb = e->onlost, .arg = e->onlost_arg };
 	e->releasing = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	dmutex__lost_report(e, &lost_rep);
@@ -70,10 +87,10 @@ unlock_entry(struct dmutex__entry *e)
 	/* No renewal may outlive the unlock; the release compares tokens,
 	 * so one already in flight cannot resurrect the hold. */
 	dmutex__renewer_remove(c, e);
-	err = release(c, e->name, op, token);
+	err = release(c, e->name, op, token, lease_ms, &rep);
 	if (err == EIO)
-		dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': release not confirmed; it ends with its lease",
-				e->name);
+		dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': release not confirmed; retried in the "
+				"background until its lease would end", e->name);
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	dmutex__entry_release_answered(e, err, lost, &lost_rep);

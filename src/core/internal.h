@@ -261,7 +261,8 @@ struct dmutex__mutex {
 /* What an orphan reports if it finds the lock certainly not ours (no
  * request of ours may have run) before the hold's own deadline: that hold
  * had been lost unnoticed (README "When the report comes").  e NULL: no
- * report (a release that may have run, a kept lease, a rwlock's). */
+ * report (a release that may have run, a kept lease, a rwlock's acquire
+ * taken back). */
 struct dmutex__orphan_rep {
 	struct dmutex__entry *e;        /* a reference of the orphan's while queued */
 	int64_t valid_ns;               /* the hold's deadline: after it, plain expiry */
@@ -574,6 +575,11 @@ void dmutex__renewer_orphan(struct dmutex_client *c, const char *name,
  * first tried at once. */
 void dmutex__renewer_orphan_rw(struct dmutex_client *c, const char *name, int op,
 		const char *token, int64_t until_ns);
+/* The same for a rwlock's release that went unconfirmed (an unlock's EIO),
+ * first tried a moment later; rep as for a mutex's (NULL: a request of it
+ * may have run, so a "not ours" proves nothing). */
+void dmutex__renewer_orphan_rw_rep(struct dmutex_client *c, const char *name, int op,
+		const char *token, int64_t until_ns, const struct dmutex__orphan_rep *rep);
 /* Release `token` by until (dmutex__release_to, next NULL for none);
  * unconfirmed (EIO), the renewer keeps trying until the lease, lease_ms
  * from now, ends (at once if until had passed: nothing was tried).  The

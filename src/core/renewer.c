@@ -303,6 +303,13 @@ dmutex__renewer_orphan_rw(struct dmutex_client *c, const char *name, int op, con
 	orphan(c, name, token, DMUTEX__ORPHAN_RW | op, until_ns, dmutex__now_ns(), NULL);
 }
 
+void
+dmutex__renewer_orphan_rw_rep(struct dmutex_client *c, const char *name, int op,
+		const char *token, int64_t until_ns, const struct dmutex__orphan_rep *rep)
+{
+	orphan(c, name, token, DMUTEX__ORPHAN_RW | op, until_ns, dmutex__now_ns() + RETRY_NS, rep);
+}
+
 int
 dmutex__renewer_release_rep(struct dmutex_client *c, const char *name, const char *token,
 		int mode, int64_t until, struct dmutex__handoff *next, unsigned lease_ms,
@@ -643,14 +650,27 @@ out:
 	batch_free(&b);
 }
 
-/* One try of a rwlock's orphan: 0 done (released or not ours), EIO. */
+/* One try of a rwlock's orphan: 0 done (released or not ours), EIO; 1 not
+ * ours, answered before the hold's deadline with none of our requests
+ * having run (o->sure): the hold had been lost.  The request carries no
+ * deadline of its own, so the answer's arrival bounds when it ran. */
 static int
-orphan_rw_release(struct dmutex_client *c, const struct dmutex__orphan *o)
+orphan_rw_release(struct dmutex_client *c, struct dmutex__orphan *o)
 {
-	int released, md = 0;
+	int released = 0, md = 0, err;
 
-	return dmutex__rw_release(c->be, o->name, o->mode & ~DMUTEX__ORPHAN_RW, o->token, &released, &md)
-		== EIO ? EIO : 0;
+	if (o->sure && dmutex__now_ns() >= o->rep.valid_ns)
+		o->sure = 0;
+	err = dmutex__rw_release(c->be, o->name, o->mode & ~DMUTEX__ORPHAN_RW, o->token, &released,
+			&md);
+	if (err == EIO) {
+		if (md)
+			o->sure = 0;
+		return EIO;
+	}
+	if (!err && !released && o->sure && dmutex__now_ns() < o->rep.valid_ns)
+		return 1;
+	return 0;
 }
 
 /* One try of an orphan's release, a mutex's by until (a rwlock's takes
