@@ -1249,6 +1249,98 @@ Test(wait, a_waiter_that_got_its_lock_gives_its_channel_up_late, .timeout = 90)
 	dmt_close_mutex(c, &m);
 }
 
+struct hot_counts {
+	long long set, evalsha;
+};
+
+static struct hot_counts hot_counts(void)
+{
+	return (struct hot_counts){ dmt_cmd_calls(&srv, "set", NULL),
+		dmt_cmd_calls(&srv, "evalsha", NULL) };
+}
+
+static int hot_queued(void *arg)
+{
+	return th_redis_int(&srv, "ZCARD dmutex:wq:{%s}", (const char *)arg) == 1;
+}
+
+/* One lock of w's mutex from a thread, while the other client holds it:
+ * the commands until it is queued, then the hand-over. */
+static struct hot_counts hot_busy_round(dmutex_t *holder, struct waiter *w)
+{
+	struct hot_counts a, b;
+	pthread_t tid;
+
+	cr_assert_eq(dmutex_lock(holder), 0);
+	a = hot_counts();
+	*w = (struct waiter){ .m = w->m };
+	start_waiter(&tid, w);
+	cr_assert(th_wait_until(hot_queued, "hot", 10000), "the waiter did not queue");
+	b = hot_counts();
+	cr_assert_eq(dmt_unlock_answered(holder), 0);
+	pthread_join(tid, NULL);
+	cr_assert_eq(w->rc, 0, "lock: %s", dmutex_strerror(w->rc));
+	cr_assert_eq(w->unlock_rc, 0);
+	return (struct hot_counts){ b.set - a.set, b.evalsha - a.evalsha };
+}
+
+/* A lock by the calling thread with nobody holding it: its commands. */
+static struct hot_counts hot_free_round(dmutex_t *m)
+{
+	struct hot_counts a = hot_counts(), b;
+
+	cr_assert_eq(dmutex_lock(m), 0);
+	b = hot_counts();
+	cr_assert_eq(dmt_unlock_answered(m), 0);
+	return (struct hot_counts){ b.set - a.set, b.evalsha - a.evalsha };
+}
+
+/*
+ * A name this process found busy a moment ago is asked by script at once:
+ * the plain SET that would only find it busy again (and cost Redis a
+ * request) is not sent.  Cold, a waiter's first request is that SET, then
+ * acquire.lua queues it (and marks the hold with a SET of its own): two
+ * SETs.  Hot, only the script's: one.  Found free while hot, the script
+ * takes the lock, and the name cools: the next lock is the plain SET
+ * again.  The code before sent the plain SET first every time.
+ */
+Test(wait, a_name_found_busy_a_moment_ago_is_queued_by_the_first_request, .timeout = 60)
+{
+	dmutex_client_t *c1, *c2;
+	dmutex_t m1, m2;
+	struct waiter w = { .m = &m2 };
+	struct hot_counts cold, hot, free_hot, cooled;
+
+	DMT_REDIS_STATE("counts the commands Redis ran");
+	DMT_SINGLE_NODE();
+	cr_assert_eq(dmt_open_mutex(&c1, &m1, srv.url, "hot", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	cr_assert_eq(dmt_open_mutex(&c2, &m2, srv.url, "hot", &(struct dmt_attr){ .lease_ms = 30000,
+			.nocache = 1 }), 0);
+	warm_up(&m1);
+	warm_up(&m2);
+
+	cold = hot_busy_round(&m1, &w);
+	hot = hot_busy_round(&m1, &w);
+	free_hot = hot_free_round(&m2);
+	cooled = hot_free_round(&m2);
+	fprintf(stderr, "wait: SET, EVALSHA: cold %lld, %lld; hot %lld, %lld; free while hot %lld, %lld; "
+			"cooled %lld, %lld\n", cold.set, cold.evalsha, hot.set, hot.evalsha, free_hot.set,
+			free_hot.evalsha, cooled.set, cooled.evalsha);
+	cr_assert_eq(cold.set, 2, "a cold waiter's first request was not the plain SET (%lld SETs)",
+			cold.set);
+	cr_assert_eq(cold.evalsha, 1);
+	cr_assert_eq(hot.set, 1, "a waiter on a name found busy a moment ago sent the plain SET "
+			"first (%lld SETs)", hot.set);
+	cr_assert_eq(hot.evalsha, 1);
+	cr_assert_eq(free_hot.evalsha, 1, "a lock of a hot name found free was not taken by the script");
+	cr_assert_eq(free_hot.set, 1);
+	cr_assert_eq(cooled.evalsha, 0, "the name found free stayed hot");
+	cr_assert_eq(cooled.set, 1);
+	dmt_close_mutex(c2, &m2);
+	dmt_close_mutex(c1, &m1);
+}
+
 /* A grant is taken only as the answer to the waiter's last request that
  * found the lock busy: a "g:" message without the stamp of that request
  * (a release of an older version, a forged or replayed message, or a grant
