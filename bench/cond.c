@@ -29,6 +29,18 @@
  * Clients, threads, children and connections are all set up before the
  * first slice, and a ping-pong block runs while the waiter is parked
  * between rounds, outside every wake-up's span.
+ *
+ * All of that is pinned, as issue 28 takes its ratios: our own server on
+ * one CPU, and this scenario's threads and child (the signaller, the
+ * waiter, the library's wake-up and renewal threads, the ping-pongs'
+ * parties) on the other; both get their CPUs back before the count row,
+ * which counts scripts and runs unpinned.  On a 2-CPU machine a round
+ * trip otherwise runs for tens of milliseconds in one of two modes,
+ * client and server on one CPU (a wake-up is a context switch: ~20 µs
+ * ping-pong, ~75 µs wake-up) or across the two (~70-110 µs, ~180 µs), and
+ * slices did not keep the wake-up and its reference in the same mode: the
+ * ratio went from 1x to 9x between runs.  With fewer than 2 CPUs, or a
+ * server not ours, the rows say they were not pinned.
  */
 #include <errno.h>
 #include <math.h>
@@ -401,15 +413,11 @@ pp_turn(struct pp *pp, const struct bench *b, int r)
 	return err;
 }
 
-/* The judged comparison pinned, as issue 28 takes its ratios: the server
- * on one CPU, this thread on another, and with it every thread and child
- * it then makes (the waiter, the ping-pong's other party, the library's
- * wake-up and renewal threads: each inherits its creator's CPUs).
- * Unpinned, each round trip on a 2-CPU machine runs for tens of
- * milliseconds in one of two modes, client and server on one CPU (a
- * wake-up is a context switch) or across two (several times dearer), and
- * the wake-up and its reference often sat in different modes: the ratio
- * went from 1x to 9x between runs.  Scenario 1 pins the same way. */
+/* The judged comparison pinned (see the top of this file for why): the
+ * server on one CPU, this thread on another, and with it every thread and
+ * child it then makes (the waiter, the ping-pong's other party, the
+ * library's wake-up and renewal threads: each inherits its creator's
+ * CPUs).  Scenario 1 pins the same way. */
 struct pin {
 	cpu_set_t server, self;         /* to give back */
 	int server_cpu, client_cpu;     /* -1: not pinned */
