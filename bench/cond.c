@@ -479,9 +479,7 @@ static void
 pin_mark(struct row *r, const struct pin *p)
 {
 	if (p->server_cpu < 0) {
-		row_note(r, "not pinned (%s): the wake-up and the ping-pongs may each have run "
-				"with client and server on one CPU or across two, which the ratio "
-				"cannot tell apart", p->why);
+		row_note(r, "not pinned: %s", p->why);
 		return;
 	}
 	row_metric(r, "server pinned to CPU", p->server_cpu, "");
