@@ -16,8 +16,6 @@
 #include "core/metrics.h"
 
 #define NO_DEADLINE INT64_MAX
-/* How long a name found busy counts as contended (acquire_remote). */
-#define HOT_NS (1000 * DMUTEX__MS)
 
 enum { BLOCK, TRY };
 
@@ -156,7 +154,6 @@ struct mutex_try {
 	 * was sent.  A hand-over or grant to us came after the server
 	 * answered it: it says so with this stamp (granted()). */
 	int64_t busy_sent;
-	int found_busy;         /* an answer said the lock was held */
 	/* For the counters: see acquire_remote. */
 	int *busy;
 	int64_t *first, *done;
@@ -221,7 +218,6 @@ busy_answer(struct mutex_try *m, const struct dmutex__acq *a, int64_t sent, int6
 	int one = !mx->fair && a->wait && mx->entry->client->be->ops->wake_one;
 
 	*m->busy = 1;
-	m->found_busy = 1;
 	/* A hand-over (fair) or a grant (queued non-fair: the release that
 	 * pops us writes our hold, wake_queue.lua) comes after this answer. */
 	if (mx->fair || one)
@@ -387,21 +383,7 @@ acquire_remote(struct dmutex__mutex *mx, int mode, int64_t until, int bad_deadli
 	}
 	else if ((err = dmutex__token(m.token)))
 		return err;
-	/* A name this process found busy a moment ago (a contended one) is
-	 * likely busy again: its first request queues at once instead of
-	 * sending the plain SET that would only find it busy (a request of
-	 * five or six a contended acquisition costs).  One acquisition that
-	 * finds it free after all costs a subscription, and ends that. */
-	if (!mx->fair && mode != TRY && c->be->ops->wake_one) {
-		int64_t since = __atomic_load_n(&e->busy_ns, __ATOMIC_RELAXED);
-
-		aq.hot = since && dmutex__now_ns() - since < HOT_NS;
-	}
 	err = dmutex__acquire_wait(&aq);
-	if (m.found_busy)
-		__atomic_store_n(&e->busy_ns, dmutex__now_ns(), __ATOMIC_RELAXED);
-	else if (aq.hot)
-		__atomic_store_n(&e->busy_ns, 0, __ATOMIC_RELAXED);
 	if (err && err != EOWNERDEAD && (m.maybe_done || m.queued))
 		abandon(c, e, m.token, mx->lease_ms, give_back_by(c, &m, mode), mx->fair, m.queued);
 	return err;

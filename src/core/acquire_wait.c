@@ -176,16 +176,8 @@ dmutex__acquire_wait(struct dmutex__acquire *aq)
 	 * asks to be told of the release, with no subscription round trip. */
 	if (aq->presub)
 		subscribe(aq, dmutex__now_ns());
-	/* A name just found busy (a trylock never queues): as busy() does
-	 * after the first busy answer, without that answer's round trip.
-	 * Found free after all, the first try takes it as well (the
-	 * subscription is given up late). */
-	else if (!aq->trylock && aq->hot && !aq->bad_deadline) {
-		int64_t by = dmutex__now_ns() + (int64_t)aq->c->cfg.command_timeout_ms * DMUTEX__MS;
-
-		subscribe(aq, by < aq->until ? by : aq->until);
-	}
-	/* A fair waiter with its own wake-up queues at its first attempt. */
+	/* A fair waiter with its own wake-up queues at its first attempt (a
+	 * trylock never queues). */
 	else if (!aq->trylock)
 		subscribe_own(aq);
 	while (err < 0) {

@@ -44,10 +44,6 @@ struct dmutex__acquire {
 	int trylock;            /* one try: busy is EBUSY, a failure EIO */
 	int bad_deadline;       /* busy is EINVAL (logged) */
 	int presub;             /* subscribe first, without waiting for it */
-	/* The name was found busy a moment ago: subscribe first (waiting for
-	 * the confirmation, as after a busy answer), so that the first try
-	 * already queues instead of only finding the lock busy again. */
-	int hot;
 	int64_t until;          /* busy past it is ETIMEDOUT (INT64_MAX: none) */
 	/* The wake channel (caller frees with the loop: NULL is out of memory). */
 	char *(*channel)(void *arg);

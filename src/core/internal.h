@@ -128,10 +128,6 @@ struct dmutex__entry {
 	uint64_t blk_next, blk_last;    /* fencing tokens reserved for local holds */
 	int64_t last_use_ns;            /* the last local hold's start or end */
 	int64_t start_ns;               /* the current lease's acquire was sent */
-	/* When an acquisition of ours last found the lock busy (0: not since
-	 * one found it free); read and written by the acquirer only
-	 * (mutex_lock.c, hot names). */
-	int64_t busy_ns;
 	/* The hold the counters follow (metrics.h) began then; 0: none.  The
 	 * entry, not the name's record, knows it: a hold ends on many paths
 	 * (dmutex__entry_end_counted), all of which pass here. */
