@@ -1181,17 +1181,19 @@ rw_open(drwlock_t *rw, const char *name, dmutex_client_t *c, unsigned lease_ms, 
 }
 
 /*
- * A writer's unlock that Redis never sees (every request swallowed) says
- * EIO; once Redis can be reached again, the release goes on in the
- * background, as a mutex's does, and another host gets the lock long
- * before the 20 s lease would have freed it.  Before, the lock stayed held
- * for the rest of the lease.  None of those requests could be known not
- * to have run, so nothing is reported lost.
+ * An unlock that Redis never sees (every request swallowed) says EIO; once
+ * Redis can be reached again, the release goes on in the background, as a
+ * mutex's does, and another host gets the write lock long before the 20 s
+ * lease would have freed it.  Before, the lock stayed held for the rest of
+ * the lease.  None of those requests could be known not to have run, so
+ * nothing is reported lost.  write: the writer's unlock, else the last
+ * reader's of its process (its share).
  */
-Test(faults, rwlock_unlock_unconfirmed_is_released_in_the_background)
+static void
+rw_unlock_unconfirmed(int write)
 {
 	static atomic_int lost;
-	const char *name = "faults-rw-blackhole";
+	const char *name = write ? "faults-rw-blackhole-w" : "faults-rw-blackhole-r";
 	dmutex_client_t *c, *o;
 	drwlock_t w, ow;
 	struct timespec at;
@@ -1202,7 +1204,7 @@ Test(faults, rwlock_unlock_unconfirmed_is_released_in_the_background)
 	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
 	rw_open(&w, name, c, 20000, &lost);
 	rw_open(&ow, name, o, 20000, NULL);
-	cr_assert_eq(drwlock_wrlock(&w), 0);
+	cr_assert_eq(write ? drwlock_wrlock(&w) : drwlock_rdlock(&w), 0);
 
 	th_proxy_set_mode(proxy, TH_PROXY_BLACKHOLE);
 	rc = drwlock_unlock(&w);
@@ -1216,7 +1218,7 @@ Test(faults, rwlock_unlock_unconfirmed_is_released_in_the_background)
 	at.tv_sec += 5;
 	rc = drwlock_timedwrlock(&ow, &at);
 	cr_assert_eq(rc, 0, "%lld ms after Redis could be reached again, the other client could not "
-			"take the lock (lease 20 s): %s", th_now_ms() - t0, dmutex_strerror(rc));
+			"take the write lock (lease 20 s): %s", th_now_ms() - t0, dmutex_strerror(rc));
 	cr_assert_eq(drwlock_unlock(&ow), 0);
 	cr_assert_eq(atomic_load(&lost), 0, "onlost ran %d times for a release that may have run",
 			atomic_load(&lost));
@@ -1224,6 +1226,16 @@ Test(faults, rwlock_unlock_unconfirmed_is_released_in_the_background)
 	cr_assert_eq(drwlock_destroy(&w), 0);
 	cr_assert_eq(dmutex_client_close(o), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+Test(faults, rwlock_unlock_unconfirmed_is_released_in_the_background)
+{
+	rw_unlock_unconfirmed(1);
+}
+
+Test(faults, rwlock_share_unlock_unconfirmed_is_released_in_the_background)
+{
+	rw_unlock_unconfirmed(0);
 }
 
 struct rw_loading_holder {
