@@ -459,7 +459,9 @@ release_plain(struct dmutex__etcd *e, const char *own, int64_t deadline, int *re
 		*released = dmutex__etcd_int(rep, "deleted", &bad) > 0;
 		if (bad) {
 			dmutex__log(DMUTEX_LOG_ERROR, "etcd: unexpected reply to /v3/kv/deleterange");
+			/* It was answered: the delete ran. */
 			err = EIO;
+			*maybe_done = 1;
 		}
 	}
 	json_decref(rep);
