@@ -689,7 +689,8 @@ static void orphan_log(int level, const char *msg, void *arg)
 	(void)level;
 	(void)arg;
 	fprintf(stderr, "dmutex: %s\n", msg);
-	if (strstr(msg, "retried in the background") && strstr(msg, orphan_log_name))
+	if (strstr(msg, "retried in the background") && strstr(msg, "no longer ours") &&
+			strstr(msg, orphan_log_name))
 		atomic_fetch_add(&orphan_logged, 1);
 }
 
@@ -1243,6 +1244,10 @@ struct rw_loading_holder {
 	drwlock_t *rw;
 	atomic_int locked, go;
 	int lock_rc, seen, rc, still;
+	/* destroy: the unlock that says EIO is followed at once by
+	 * drwlock_destroy (destroy_rc), while the server still loads
+	 * (still_destroyed). */
+	int destroy, destroy_rc, still_destroyed;
 };
 
 static void *rw_loading_holder_main(void *p)
@@ -1258,6 +1263,10 @@ static void *rw_loading_holder_main(void *p)
 	h->seen = th_wait_until(srv_loading, NULL, 10000);
 	h->rc = drwlock_unlock(h->rw);
 	h->still = srv_loading(NULL);
+	if (h->destroy && h->rc == EIO) {
+		h->destroy_rc = drwlock_destroy(h->rw);
+		h->still_destroyed = srv_loading(NULL);
+	}
 	return NULL;
 }
 
@@ -1266,16 +1275,18 @@ static void *rw_loading_holder_main(void *p)
  * (another client then took the lock), unlocked while the next restart
  * loads: each request of the release is refused (-LOADING), so none ran,
  * and the unlock says EIO.  The release goes on in the background, finds
- * the lock not ours before the hold's deadline, and reports the loss by
- * onlost, as a mutex's does (thread_ending_met_by_loading... above).
- * Before, nothing was told.
+ * the lock not ours before the hold's deadline, and reports the loss: the
+ * lost metric, the log and onlost, as a mutex's does (unlock_met_by_loading
+ * above); onlost no more once the rwlock was destroyed (destroy).  Before,
+ * nothing was told.
  */
-Test(faults, rwlock_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
-		.init = srv_up_slow_load)
+static void
+rw_unlock_met_by_loading(int destroy)
 {
 	static struct rw_loading_holder h;
 	static atomic_int lost;
-	const char *name = "faults-rw-lossy-loading";
+	const char *name = destroy ? "faults-rw-lossy-loading-destroyed" : "faults-rw-lossy-loading";
+	dmutex_metrics_t met;
 	dmutex_client_t *c, *o;
 	drwlock_t w, ow;
 	redisReply *r;
@@ -1293,7 +1304,11 @@ Test(faults, rwlock_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold
 	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
 	rw_open(&w, name, c, 30000, &lost);
 	rw_open(&ow, name, o, 30000, NULL);
+	lost_counted_client = c;
+	orphan_log_name = name;
+	dmutex_set_logger(orphan_log, NULL);
 	h.rw = &w;
+	h.destroy = destroy;
 	cr_assert_eq(pthread_create(&h.th, NULL, rw_loading_holder_main, &h), 0);
 	cr_assert(th_wait_until(flag_set, &h.locked, 5000), "the holder did not lock");
 	cr_assert_eq(h.lock_rc, 0, "wrlock: %s", dmutex_strerror(h.lock_rc));
@@ -1308,12 +1323,45 @@ Test(faults, rwlock_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold
 	cr_assert(h.seen, "the restarted server was never seen loading");
 	cr_assert(h.still, "the server had loaded before the unlock returned: the test proves nothing");
 	cr_assert_eq(h.rc, EIO, "unlock refused by a loading server: %s", dmutex_strerror(h.rc));
-	cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the unlock (EIO) of a hold another "
-			"client had taken, its release refused while the server loaded, onlost had not run");
-	cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
+	if (destroy) {
+		cr_assert_eq(h.destroy_rc, 0, "destroy: %s", dmutex_strerror(h.destroy_rc));
+		cr_assert(h.still_destroyed, "the server had loaded before the destroy returned: the "
+				"test proves nothing");
+	}
+	cr_assert(th_wait_until(lost_counted, (void *)name, 5000), "5 s after the unlock (EIO) of a "
+			"hold another client had taken, its release refused while the server loaded, "
+			"its loss was not counted");
+	cr_assert_eq(dmutex_client_metrics(c, name, &met), 0);
+	cr_assert_eq(met.leases_lost, 1, "%llu losses counted", (unsigned long long)met.leases_lost);
+	/* The background counts the loss before it logs it, and logs it
+	 * before it calls onlost (renewer.c, orphan_lost). */
+	cr_assert(th_wait_until(flag_set, &orphan_logged, 5000), "the background release did not "
+			"log the loss");
+	cr_assert_eq(atomic_load(&orphan_logged), 1, "%d log lines of the loss",
+			atomic_load(&orphan_logged));
+	if (destroy) {
+		cr_assert_eq(atomic_load(&lost), 0, "onlost ran after its rwlock was destroyed");
+	} else {
+		cr_assert(th_wait_until(flag_set, &lost, 5000), "onlost had not run 5 s after the "
+				"loss was logged");
+		cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
+		cr_assert_eq(drwlock_destroy(&w), 0);
+	}
 	(void)drwlock_unlock(&ow);      /* its hold too went with the second restart */
 	cr_assert_eq(drwlock_destroy(&ow), 0);
-	cr_assert_eq(drwlock_destroy(&w), 0);
 	cr_assert_eq(dmutex_client_close(o), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
+	dmutex_set_logger(NULL, NULL);
+}
+
+Test(faults, rwlock_unlock_met_by_loading_after_a_lossy_restart_reports_the_hold_lost,
+		.init = srv_up_slow_load)
+{
+	rw_unlock_met_by_loading(0);
+}
+
+Test(faults, rwlock_unlock_eio_then_destroy_reports_the_loss_without_onlost,
+		.init = srv_up_slow_load)
+{
+	rw_unlock_met_by_loading(1);
 }

@@ -633,7 +633,7 @@ dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
 /*
  * The check reads to find answers already there and a server that closed
  * the connection.  With every reply read (none pending), only a close can
- * be there; right after a read found the socket empty, a recv (a system
+ * be there; right after a read (or a poll) found the socket empty, a recv (a system
  * call per asynchronous release: the acquire's reply was read just before)
  * would see one no sooner than the request sent next does, and a close
  * just after the check is missed all the same.  What such a request then
@@ -641,8 +641,8 @@ dmutex__conn_settle(struct dmutex__conn *c, int64_t deadline)
  */
 #define DMUTEX__CONN_QUIET_NS (1 * DMUTEX__MS)
 
-/* Nothing can have come since a read emptied the socket a moment ago
- * (above). */
+/* Nothing can have come since a read emptied the socket, or a poll found
+ * it empty, a moment ago (above). */
 static int
 quiet(const struct dmutex__conn *c)
 {

@@ -58,7 +58,8 @@ struct dmutex__conn {
 	                                 * master's address it was dialled for */
 	int abandoned;                  /* freed in a fork child: what it owes
 	                                 * is the parent's business */
-	int64_t drained_ns;             /* plain: when a read last emptied the socket */
+	int64_t drained_ns;             /* plain: when a read last emptied the socket, or a
+	                                 * poll last found it empty */
 	int blocking;                   /* plain: the socket blocks (recv waits for
 	                                 * a reply, SO_RCVTIMEO bounding it); every
 	                                 * other call says MSG_DONTWAIT */
