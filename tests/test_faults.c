@@ -618,6 +618,20 @@ static void srv_up_slow_load(void)
 			"redis-server did not start");
 }
 
+/* A snapshot that takes a second to load (srv_up_slow_load) and holds no
+ * lock: a restart from it loses every hold, and loads long enough for an
+ * unlock to meet -LOADING. */
+static void slow_snapshot(void)
+{
+	redisReply *r = th_redis_cmd(&srv, "DEBUG POPULATE 4000 filler 64");
+
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "DEBUG POPULATE failed");
+	freeReplyObject(r);
+	r = th_redis_cmd(&srv, "SAVE");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SAVE failed");
+	freeReplyObject(r);
+}
+
 /* The holder: a thread of its own, as the restarts must run on the test's
  * main thread (the harness's server dies with the thread that started it,
  * PR_SET_PDEATHSIG). */
@@ -719,16 +733,9 @@ unlock_met_by_loading(int fair)
 	dmutex_client_t *c, *o;
 	dmutex_t m, om;
 	atomic_int lost = 0;
-	redisReply *r;
 	int rc;
 
-	/* A snapshot that takes a second to load and holds no lock. */
-	r = th_redis_cmd(&srv, "DEBUG POPULATE 4000 filler 64");
-	cr_assert(r && r->type == REDIS_REPLY_STATUS, "DEBUG POPULATE failed");
-	freeReplyObject(r);
-	r = th_redis_cmd(&srv, "SAVE");
-	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SAVE failed");
-	freeReplyObject(r);
+	slow_snapshot();
 
 	open_pair(name, fair == 1 || fair == 2, &c, &o, &m, &om, &lost);
 	lost_counted_client = c;
@@ -1289,16 +1296,9 @@ rw_unlock_met_by_loading(int destroy)
 	dmutex_metrics_t met;
 	dmutex_client_t *c, *o;
 	drwlock_t w, ow;
-	redisReply *r;
 	int rc;
 
-	/* A snapshot that takes a second to load and holds no lock. */
-	r = th_redis_cmd(&srv, "DEBUG POPULATE 4000 filler 64");
-	cr_assert(r && r->type == REDIS_REPLY_STATUS, "DEBUG POPULATE failed");
-	freeReplyObject(r);
-	r = th_redis_cmd(&srv, "SAVE");
-	cr_assert(r && r->type == REDIS_REPLY_STATUS, "SAVE failed");
-	freeReplyObject(r);
+	slow_snapshot();
 
 	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
 	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
