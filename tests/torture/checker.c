@@ -28,6 +28,10 @@
  *              (its own stops not counted), or one that did not stop;
  *  contract    a call returned something the contract does not allow here.
  *
+ * A read-write lock's (--rwlock) read holds may overlap each other, never a
+ * write hold; a reader that shares its process's read share (no I/O at its
+ * unlock) is told by the process's onlost, within the fast paths' window.
+ *
  * A hold is [lock returned, unlock called]; its end is the kill when its
  * process was killed holding it.  All times are CLOCK_MONOTONIC, one clock
  * for every process of the host.
@@ -54,6 +58,7 @@ struct hold {
 	int64_t t_inv, t_ok, t_end, t_unlocked;
 	uint64_t token;
 	int has_token, lost, inner_lost, ended, unlock_rc, write_rc, write_inv, read_rc;
+	int reader;             /* a read share of a read-write lock */
 	int64_t report_t;       /* first ENOLCK of its fence or unlock, or its onlost; INT64_MAX none */
 	size_t thread;          /* index in ctx.th */
 	uint64_t write_token;
@@ -106,6 +111,7 @@ struct ctx {
 	unsigned lease_ms, cmd_ms;
 	int async_release;      /* the workers' unlocks do not wait for the answer */
 	int lease_cache;        /* the workers keep leases between holds */
+	int rwlock;             /* read-write locks: readers may overlap */
 	int64_t window_ns;      /* the fast paths' report window (README "When the report comes") */
 	struct span *faults;    /* every fault's [start, heal] */
 	size_t nfaults, capfaults;
@@ -168,7 +174,7 @@ excerpt(struct ctx *c, int32_t pid, uint16_t thr, int64_t from, int64_t to)
 		const struct tt_rec *r = &c->r[i];
 		if (r->t < from || r->t > to)
 			continue;
-		if ((r->pid == pid && r->thr == thr) ||
+		if ((r->pid == pid && (r->thr == thr || r->thr == TT_PROC_THR)) ||
 		    (r->thr == TT_NEMESIS_THR && r->type != N_SAMPLE))
 			print_rec(stderr, r, t0_of(c));
 	}
@@ -350,7 +356,7 @@ begin_hold(struct ctx *c, struct thread *t, const struct tt_rec *r)
 	c->h = grow(c->h, &c->caph, c->nh + 1, sizeof *c->h);
 	c->h[c->nh] = (struct hold){ .pid = r->pid, .thr = r->thr, .seq = r->hold,
 		.t_inv = t->pending_t, .t_ok = r->t, .unlock_rc = -1, .write_rc = -2,
-		.report_t = INT64_MAX, .thread = (size_t)(t - c->th) };
+		.report_t = INT64_MAX, .thread = (size_t)(t - c->th), .reader = r->type == R_LOCK && r->value == 1 };
 	t->cur = (int)c->nh++;
 	c->s->holds++;
 	c->s->ownerdead += r->rc == EOWNERDEAD;
@@ -400,8 +406,17 @@ worker_rec(struct ctx *c, const struct tt_rec *r)
 					r->rc, strerror(r->rc));
 		}
 		break;
-	case R_CONSISTENT:
 	case R_RELOCK:
+		/* A recursive read of a share known lost: refused, nothing
+		 * changes (drwlock_rdlock(3)); the hold is told. */
+		if (r->rc == ENOLCK && h && h->reader) {
+			h->lost = h->inner_lost = 1;
+			if (r->t < h->report_t)
+				h->report_t = r->t;
+			break;
+		}
+		/* fall through */
+	case R_CONSISTENT:
 		if (r->rc)
 			violation(c, "pid %d thread %u hold %u: %s returned %d (%s)", r->pid, r->thr, r->hold,
 					type_name(r->type), r->rc, strerror(r->rc));
@@ -631,7 +646,9 @@ deadline_of(const struct ctx *c, const struct hold *h, int64_t taken_t)
 	for (size_t i = 0; i < c->npr; i++)
 		if (c->pr[i].pid == h->pid)
 			p = &c->pr[i];
-	if (!c->async_release && !c->lease_cache && h->unlock_rc >= 0)
+	/* A reader that was not its process's last unlocks with no I/O: like
+	 * the fast paths, it is told by onlost within the window. */
+	if (!c->async_release && !c->lease_cache && h->unlock_rc >= 0 && !h->reader)
 		return h->t_unlocked;
 	d = (end > taken_t ? end : taken_t) + c->window_ns;
 	for (int k = 0; k < 3; k++) {
@@ -661,6 +678,8 @@ check_overlap(struct ctx *c)
 			if (x->t_end <= y->t_ok)
 				continue;       /* ended before y: no longer active */
 			act[keep++] = x;
+			if (x->reader && y->reader)
+				continue;       /* readers share */
 			/* The older of the two in Redis: the smaller token; a
 			 * hold without one (its fence failed) by its grant. */
 			int swapped = x->has_token && y->has_token && y->token < x->token;
@@ -873,6 +892,8 @@ check_free_lock(struct ctx *c, int64_t limit)
 			}
 			continue;
 		}
+		if (r->type == R_LOST)
+			continue;
 		struct thread *t = thread_of(c, r->pid, r->thr);
 		size_t k = (size_t)(t - c->th);
 		if (r->type == R_LOCK_INV) {
@@ -1068,7 +1089,7 @@ tt_check(const char *dir, struct tt_summary *s, int64_t final_value, const uint6
 {
 	unsigned lease_ms = cc->lease_ms;
 	struct ctx c = { .s = s, .lease_ms = lease_ms, .cmd_ms = cc->cmd_ms, .nodes = cc->nodes, .dir = dir,
-		.async_release = cc->async_release, .lease_cache = cc->lease_cache };
+		.async_release = cc->async_release, .lease_cache = cc->lease_cache, .rwlock = cc->rwlock };
 	int64_t fault_t = 0;
 	int64_t max_fault_ns = 0;
 
@@ -1139,6 +1160,34 @@ tt_check(const char *dir, struct tt_summary *s, int64_t final_value, const uint6
 		const struct tt_rec *r = &c.r[i];
 		if (r->type != R_LOST || r->thr == TT_NEMESIS_THR)
 			continue;
+		if (r->thr == TT_PROC_THR) {
+			/* The process's read-write lock: it tells each of its
+			 * threads' holds granted before it.  Counted as lost:
+			 * the process's holds held then, else its last one. */
+			s->lost_by_onlost++;
+			for (size_t k = 0; k < c.nsl; k++) {
+				struct slot *t = &c.sl[k];
+				if (t->pid != r->pid)
+					continue;
+				t->lost_t = grow(t->lost_t, &t->caplost, t->nlost + 1, sizeof *t->lost_t);
+				t->lost_t[t->nlost++] = r->t;
+			}
+			struct hold *last = NULL;
+			int held = 0;
+			for (size_t j = 0; j < c.nh; j++) {
+				struct hold *g = &c.h[j];
+				if (g->pid != r->pid || g->t_ok > r->t)
+					continue;
+				if (g->t_end >= r->t) {
+					held = 1;
+					g->lost = g->lost ? g->lost : 2;
+				} else if (!last || g->t_end > last->t_end)
+					last = g;
+			}
+			if (!held && last && !last->lost)
+				last->lost = 2;
+			continue;
+		}
 		struct hold *h = hold_find(&c, r->pid, r->thr, r->hold);
 		if (!h) {
 			violation(&c, "onlost for pid %d thread %u hold %u, which was never granted", r->pid, r->thr,

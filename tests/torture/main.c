@@ -5,6 +5,7 @@
  *           [--seconds S | --deterministic] [--seed X] [--faults a,b,...|all]
  *           [--work MS] [--keep] [--expect-all] [--unsafe]
  *           [--lease-cache on|off] [--async-release 0|1] [--idle MS] [--fair]
+ *           [--rwlock]
  *   torture check DIR        re-run the checker on a kept run directory
  *
  * TORTURE_SECONDS and TORTURE_SEED override --seconds and --seed, so that
@@ -13,6 +14,10 @@
  * paths"): the workers' URL says them, and the checker's report windows
  * follow them.  --idle sets idle_ms, the server-side window that
  * outage_long outlasts.  DMUTEX_BIN names the dmutex command (key_reset).
+ * --rwlock: each worker shares one read-write lock between its threads,
+ * half the rounds writing (fenced, as a mutex's), half reading; one Redis
+ * only (drwlock_init(3)), and no key_reset (the dmutex command shows and
+ * resets mutexes only).
  * Prints one summary line; exits 0 only with zero violations.  A failed
  * run's directory (history files, worker logs, history.txt) is kept.
  */
@@ -40,6 +45,7 @@ usage(void)
 			"               [--seconds S | --deterministic] [--seed X] [--faults a,b,...|all]\n"
 			"               [--work MS] [--keep] [--expect-all] [--unsafe]\n"
 			"               [--lease-cache on|off] [--async-release 0|1] [--idle MS] [--fair]\n"
+			"               [--rwlock]\n"
 			"       torture check DIR\n"
 			"faults:");
 	for (int i = 0; i < TT_NFAULTS; i++)
@@ -99,7 +105,8 @@ read_resource(const struct th_redis *res, int64_t *value, uint64_t **log, size_t
 static struct tt_checkcfg
 checkcfg_of(const struct tt_cfg *cfg)
 {
-	struct tt_checkcfg cc = { .lease_ms = cfg->lease_ms, .cmd_ms = cfg->cmd_ms, .nodes = cfg->nodes };
+	struct tt_checkcfg cc = { .lease_ms = cfg->lease_ms, .cmd_ms = cfg->cmd_ms, .nodes = cfg->nodes,
+		.rwlock = cfg->rwlock };
 
 	cc.lease_cache = cfg->nodes == 1 && cfg->lease_cache != 0;
 	cc.async_release = cfg->nodes == 1 && cfg->async_release != 0;
@@ -116,8 +123,8 @@ save_resource(const char *dir, int64_t value, const uint64_t *log, size_t n, con
 	snprintf(path, sizeof path, "%s/resource.txt", dir);
 	if (!(f = fopen(path, "we")))
 		return;
-	fprintf(f, "%" PRId64 " %u %u %d %zu %d %d\n", value, cfg->lease_ms, cfg->cmd_ms, cfg->nodes, n,
-			checkcfg_of(cfg).lease_cache, checkcfg_of(cfg).async_release);
+	fprintf(f, "%" PRId64 " %u %u %d %zu %d %d %d\n", value, cfg->lease_ms, cfg->cmd_ms, cfg->nodes, n,
+			checkcfg_of(cfg).lease_cache, checkcfg_of(cfg).async_release, cfg->rwlock);
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "%" PRIu64 "\n", log[i]);
 	fclose(f);
@@ -126,8 +133,8 @@ save_resource(const char *dir, int64_t value, const uint64_t *log, size_t n, con
 static void
 print_summary(const struct tt_cfg *cfg, const struct tt_summary *s, double secs, int extra)
 {
-	printf("torture: nodes=%d workers=%dx%d seed=%" PRIu64 " %s %.1fs ops=%" PRIu64 " threads=%" PRIu64 " (%" PRIu64 " ended holding) holds=%" PRIu64 " (%" PRIu64 " after a condition wait)"
-			" faults[", cfg->nodes, cfg->procs, cfg->threads, cfg->seed,
+	printf("torture: %snodes=%d workers=%dx%d seed=%" PRIu64 " %s %.1fs ops=%" PRIu64 " threads=%" PRIu64 " (%" PRIu64 " ended holding) holds=%" PRIu64 " (%" PRIu64 " after a condition wait)"
+			" faults[", cfg->rwlock ? "rwlock " : "", cfg->nodes, cfg->procs, cfg->threads, cfg->seed,
 			cfg->deterministic ? "deterministic" : "random", secs, s->ops, s->threads, s->ended_holding, s->holds, s->cond_waits);
 	for (int i = 0, first = 1; i < TT_NFAULTS; i++)
 		if (s->faults[i] || (cfg->faults & (1u << i) && tt_fault_applies(i, cfg->nodes))) {
@@ -157,8 +164,8 @@ check_only(const char *dir)
 	struct tt_checkcfg cc;
 
 	snprintf(path, sizeof path, "%s/resource.txt", dir);
-	if (!(f = fopen(path, "re")) || fscanf(f, "%" SCNd64 " %u %u %d %zu %d %d", &value, &cc.lease_ms, &cc.cmd_ms,
-			&cc.nodes, &n, &cc.lease_cache, &cc.async_release) != 7) {
+	if (!(f = fopen(path, "re")) || fscanf(f, "%" SCNd64 " %u %u %d %zu %d %d %d", &value, &cc.lease_ms, &cc.cmd_ms,
+			&cc.nodes, &n, &cc.lease_cache, &cc.async_release, &cc.rwlock) != 8) {
 		fprintf(stderr, "torture check: %s: unreadable\n", path);
 		return 2;
 	}
@@ -172,6 +179,7 @@ check_only(const char *dir)
 	cfg.lease_ms = cc.lease_ms;
 	cfg.lease_cache = cc.lease_cache;
 	cfg.async_release = cc.async_release;
+	cfg.rwlock = cc.rwlock;
 	print_summary(&cfg, &s, 0, 0);
 	free(log);
 	return s.violations ? 1 : 0;
@@ -256,11 +264,24 @@ teardown(struct tt_run *r, int keep)
 		fprintf(stderr, "torture: run directory kept: %s\n", r->dir);
 }
 
+/* A read-write lock's hash and sets stay (its fence, idle expiry): held
+ * is a writer or a share whose lease has not ended, by the server's clock. */
+static const char rw_held_lua[] =
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local n = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')\n"
+	"if redis.call('HEXISTS', KEYS[1], 'w') == 1 and tonumber(redis.call('HGET', KEYS[1], 'wexp')) > now then\n"
+	"  n = n + 1\n"
+	"end\n"
+	"return n\n";
+
 static int
 lock_keys_gone(struct tt_run *r)
 {
 	for (int i = 0; i < r->cfg.nodes; i++)
-		if (th_redis_int(&r->lock[i], "EXISTS dmutex:lock:{" TT_LOCK_NAME "}") != 0)
+		if (r->cfg.rwlock ? th_redis_int(&r->lock[i], "EVAL %s 2 dmutex:rw:{" TT_LOCK_NAME "} dmutex:rwr:{"
+				TT_LOCK_NAME "}", rw_held_lua) != 0
+			: th_redis_int(&r->lock[i], "EXISTS dmutex:lock:{" TT_LOCK_NAME "}") != 0)
 			return 0;
 	return 1;
 }
@@ -326,6 +347,8 @@ main(int argc, char **argv)
 			cfg->unsafe = 1;
 		else if (!strcmp(a, "--fair"))
 			cfg->fair = 1;
+		else if (!strcmp(a, "--rwlock"))
+			cfg->rwlock = 1;
 		else if (!v)
 			usage();
 		else if (i++, !strcmp(a, "--nodes"))
@@ -359,6 +382,15 @@ main(int argc, char **argv)
 	 * checker's windows are those of a run without the cache. */
 	if (cfg->fair)
 		cfg->lease_cache = 0;
+	/* A read-write lock neither keeps its lease nor releases in the
+	 * background (drwlock_unlock waits for its answer); the dmutex
+	 * command does not reset one; one Redis only. */
+	if (cfg->rwlock) {
+		cfg->lease_cache = cfg->async_release = 0;
+		cfg->faults &= ~(1u << F_KEY_RESET);
+		if (cfg->nodes != 1 || cfg->fair)
+			usage();
+	}
 	if ((env = getenv("TORTURE_SECONDS")) && *env)
 		cfg->seconds = atof(env);
 	if ((env = getenv("TORTURE_SEED")) && *env)
@@ -382,7 +414,9 @@ main(int argc, char **argv)
 			teardown(&R, 1);
 			return 2;
 		}
-	if (tt_sampler_start(&R) || tt_nemesis(&R)) {
+	/* The sampler reads a mutex's key; a read-write lock's keys outlive
+	 * their holds (lock_keys_gone says when one is held). */
+	if ((!cfg->rwlock && tt_sampler_start(&R)) || tt_nemesis(&R)) {
 		fprintf(stderr, "torture: the nemesis failed\n");
 		teardown(&R, 1);
 		return 2;

@@ -49,9 +49,10 @@ tt_spawn_worker(struct tt_run *r)
 	snprintf(a_port, sizeof a_port, "%d", r->res.port);
 	snprintf(a_lease, sizeof a_lease, "%u", r->cfg.lease_ms);
 	snprintf(a_seed, sizeof a_seed, "%" PRIu64, r->cfg.seed);
-	/* Every third worker robust, every third recursive (two locks a hold). */
-	snprintf(a_flags, sizeof a_flags, "%d", (id % 3 == 1 ? 1 : id % 3 == 2 ? 2 : 0) |
-			(r->cfg.unsafe && id == 0 ? 4 : 0) | (r->cfg.fair ? 8 : 0));
+	/* Every third worker robust, every third recursive (two locks a hold;
+	 * a read-write lock's readers only, and never robust). */
+	snprintf(a_flags, sizeof a_flags, "%d", (id % 3 == 1 && !r->cfg.rwlock ? 1 : id % 3 == 2 ? 2 : 0) |
+			(r->cfg.unsafe && id == 0 ? 4 : 0) | (r->cfg.fair ? 8 : 0) | (r->cfg.rwlock ? 16 : 0));
 	snprintf(a_work, sizeof a_work, "%u", r->cfg.work_ms);
 	char *argv[] = { r->exe, "worker", r->dir, a_id, a_thr, r->url, a_port, a_lease, a_seed,
 		a_flags, a_work, NULL };
@@ -73,10 +74,13 @@ phase_in(int phase, unsigned mask)
 	return (mask >> phase) & 1;
 }
 
-/* A live worker with a thread in one of the phases of mask, polled until
- * found or FIND_MS pass; -1 if none. */
+enum { ANY, WRITER, READER };
+
+/* A live worker with a thread in one of the phases of mask (who: WRITER, a
+ * thread with a token; READER, a read-write lock's reader, without one),
+ * polled until found or FIND_MS pass; -1 if none. */
 static int
-find_worker(struct tt_run *r, unsigned mask, uint64_t *pick)
+find_worker_of(struct tt_run *r, unsigned mask, int who, uint64_t *pick)
 {
 	int64_t until = tt_now_ns() + (int64_t)FIND_MS * 1000000;
 	int cand[TT_MAX_WORKERS];
@@ -87,7 +91,8 @@ find_worker(struct tt_run *r, unsigned mask, uint64_t *pick)
 			if (!r->alive[w])
 				continue;
 			for (int t = 0; t < r->cfg.threads; t++)
-				if (phase_in(atomic_load(&r->sh->slot[w][t].phase), mask)) {
+				if (phase_in(atomic_load(&r->sh->slot[w][t].phase), mask) &&
+				    (who == ANY || (who == WRITER) == !!atomic_load(&r->sh->slot[w][t].token))) {
 					cand[n++] = w;
 					break;
 				}
@@ -97,6 +102,12 @@ find_worker(struct tt_run *r, unsigned mask, uint64_t *pick)
 		tt_sleep_ms(0.5);
 	} while (tt_now_ns() < until);
 	return -1;
+}
+
+static int
+find_worker(struct tt_run *r, unsigned mask, uint64_t *pick)
+{
+	return find_worker_of(r, mask, ANY, pick);
 }
 
 static int
@@ -128,7 +139,7 @@ res_maxtok(struct tt_run *r)
 static int
 holder_stop(struct tt_run *r, double window_ms, int force, uint64_t *pick)
 {
-	int w = find_worker(r, force ? WORK_MASK : HOLDING_MASK, pick), t_in_work = -1;
+	int w = find_worker_of(r, force ? WORK_MASK : HOLDING_MASK, force ? WRITER : ANY, pick), t_in_work = -1;
 	uint64_t tok = 0;
 	pid_t pid;
 
@@ -143,7 +154,8 @@ holder_stop(struct tt_run *r, double window_ms, int force, uint64_t *pick)
 	}
 	tt_nrec(r, N_STOPPED, 0, w, (uint64_t)pid, 0);
 	for (int t = 0; t < r->cfg.threads; t++)
-		if (phase_in(atomic_load(&r->sh->slot[w][t].phase), WORK_MASK)) {
+		if (phase_in(atomic_load(&r->sh->slot[w][t].phase), WORK_MASK) &&
+		    (!force || atomic_load(&r->sh->slot[w][t].token))) {
 			t_in_work = t;
 			tok = atomic_load(&r->sh->slot[w][t].token);
 		}
@@ -193,6 +205,16 @@ holder_kill(struct tt_run *r, uint64_t *pick)
 
 #define LOCK_KEY "dmutex:lock:{" TT_LOCK_NAME "}"
 #define META_KEY "dmutex:meta:{" TT_LOCK_NAME "}"
+/* A read-write lock's: its state (writer, fence), its readers' shares,
+ * its waiting writers. */
+#define RW_KEYS  "dmutex:rw:{" TT_LOCK_NAME "} dmutex:rwr:{" TT_LOCK_NAME "} dmutex:rwq:{" TT_LOCK_NAME "}"
+
+/* How many of the lock's keys are there (the meta key aside). */
+static long long
+lock_keys(struct tt_run *r, struct th_redis *s)
+{
+	return th_redis_int(s, r->cfg.rwlock ? "EXISTS " RW_KEYS : "EXISTS " LOCK_KEY);
+}
 
 /* A command that answers OK; cmd a literal (it is th_redis_cmd's format). */
 #define simple_cmd(s, cmd) check_ok(th_redis_cmd((s), cmd), cmd)
@@ -277,7 +299,6 @@ evict(struct tt_run *r, struct th_redis *s, double window_ms, long long *effect)
 	long n = 0;
 	int rc = 0;
 
-	(void)r;
 	if (used < 0 || ev0 < 0 || !c) {
 		if (c)
 			redisFree(c);
@@ -300,7 +321,7 @@ evict(struct tt_run *r, struct th_redis *s, double window_ms, long long *effect)
 		if (full)
 			break;
 		n++;
-		if (n % 16 == 0 && th_redis_int(s, "EXISTS " LOCK_KEY) == 0 &&
+		if (n % 16 == 0 && lock_keys(r, s) == 0 &&
 		    info_field(s, "stats", "evicted_keys:") > ev0) {
 			*effect = 1;
 			break;
@@ -333,8 +354,7 @@ restart_lossy(struct tt_run *r, struct th_redis *s, double window_ms, long long 
 	char cmd[2048];
 	int rc;
 
-	(void)r;
-	*effect = th_redis_int(s, "EXISTS " LOCK_KEY) == 1;
+	*effect = lock_keys(r, s) > 0;
 	if (th_redis_pause(s))
 		return -1;
 	snprintf(cmd, sizeof cmd, "rm -rf '%s/aof-old' && cp -a '%s/appendonlydir' '%s/aof-old'", s->dir, s->dir,
@@ -363,7 +383,12 @@ node_fault(struct tt_run *r, int f, int node, double window_ms, double param, ui
 	 * must be told it lost the lock (docs/faults.md #14).  One that
 	 * takes the keys away starts while somebody holds the lock: the
 	 * next locker gets it at once, and the holder must be told. */
-	if (tt_fault_loses_keys(f))
+	if (tt_fault_loses_keys(f) && r->cfg.rwlock)
+		/* A read share's readers unlock with no I/O but the last:
+		 * only its renewal tells one that works on for longer than
+		 * the report window (drwlock_rdlock(3) "Leases"). */
+		find_worker_of(r, 1u << PH_LONGWORK, READER, pick);
+	else if (tt_fault_loses_keys(f))
 		find_worker(r, HOLDING_MASK, pick);
 	else if (window_ms > r->cfg.lease_ms / 2.0 && f != F_PROXY_DELAY)
 		find_worker(r, 1u << PH_LONGWORK, pick);
@@ -410,6 +435,12 @@ node_fault(struct tt_run *r, int f, int node, double window_ms, double param, ui
 	case F_KEY_DEL:
 		/* param 1: the meta key too (the name's counter: later
 		 * tokens come from the server's clock). */
+		if (r->cfg.rwlock) {
+			/* The state hash holds the fence's counter too. */
+			effect = th_redis_int(s, "DEL " RW_KEYS);
+			rc = effect == LLONG_MIN;
+			break;
+		}
 		effect = th_redis_int(s, "DEL " LOCK_KEY);
 		rc = effect == LLONG_MIN || (param && th_redis_int(s, "DEL " META_KEY) == LLONG_MIN);
 		break;
@@ -417,7 +448,7 @@ node_fault(struct tt_run *r, int f, int node, double window_ms, double param, ui
 		rc = key_reset(r, node, &effect);
 		break;
 	case F_FLUSHALL:
-		effect = th_redis_int(s, "EXISTS " LOCK_KEY);
+		effect = lock_keys(r, s);
 		rc = simple_cmd(s, "FLUSHALL");
 		break;
 	case F_EVICT:
@@ -493,7 +524,7 @@ inject(struct tt_run *r, int f, int node, double window_ms, double param, uint64
 	/* param 2 and up: the same fault under a kept lease (param - 2),
 	 * when the workers may keep one. */
 	if (tt_fault_loses_keys(f) && param >= 2) {
-		if (r->cfg.lease_cache != 0 && r->cfg.nodes == 1)
+		if (r->cfg.lease_cache != 0 && r->cfg.nodes == 1 && !r->cfg.rwlock)
 			return solo_fault(r, f, node, window_ms, param - 2, pick);
 		param -= 2;
 	}

@@ -26,13 +26,17 @@
 #define TT_MAX_THREADS 8
 #define TT_MAX_NODES   5
 #define TT_NEMESIS_THR 0xffff
+/* A record of the whole worker process, not of one thread: a read-write
+ * lock's onlost (one drwlock_t per process, its threads share one read
+ * share; drwlock_rdlock(3) "Leases"). */
+#define TT_PROC_THR    0xfffe
 
 /* ---- records ---- */
 
 enum tt_type {
 	/* worker, one thread */
-	R_LOCK_INV = 1, /* kind: op (OP_*) */
-	R_LOCK,         /* rc */
+	R_LOCK_INV = 1, /* kind: op (OP_*); value: 1 a read share (--rwlock), 0 exclusive */
+	R_LOCK,         /* rc; value as R_LOCK_INV's */
 	R_CONSISTENT,   /* rc (after EOWNERDEAD) */
 	R_RELOCK,       /* recursive: the inner lock, rc */
 	R_FENCE,        /* rc, token */
@@ -42,7 +46,8 @@ enum tt_type {
 	R_INNER_UNLOCK, /* recursive: rc */
 	R_UNLOCK_INV,
 	R_UNLOCK,       /* rc */
-	R_LOST,         /* onlost ran (renewal thread or the holder); hold = the thread's hold then */
+	R_LOST,         /* onlost ran (renewal thread or the holder); hold = the thread's hold then;
+	                 * thr TT_PROC_THR: the process's read-write lock's (every thread's) */
 	R_EXIT,         /* the thread stopped cleanly; kind 1: it ends holding the lock (churn),
 	                 * which ends its hold; a new thread (record id + TT_MAX_THREADS)
 	                 * takes its slot unless the run is stopping */
@@ -146,6 +151,7 @@ struct tt_cfg {
 	int keep;               /* keep the run directory even on success */
 	int unsafe;             /* worker 0 locks another name: violations expected */
 	int fair;               /* every worker's mutex fair (a queue; never kept) */
+	int rwlock;             /* a read-write lock per process instead: readers share */
 	unsigned faults;        /* bit mask of enabled faults */
 	unsigned work_ms;       /* longest simulated work inside the critical section */
 	const char *dir;        /* run directory; NULL: a new one under $TMPDIR */
@@ -191,6 +197,7 @@ struct tt_checkcfg {
 	unsigned lease_ms, cmd_ms;
 	int nodes;
 	int lease_cache, async_release;   /* as the workers ran: 0 or 1 */
+	int rwlock;                       /* read holds may overlap each other */
 };
 int tt_check(const char *dir, struct tt_summary *s, int64_t final_value,
 		const uint64_t *log_tokens, size_t log_len, const struct tt_checkcfg *cc);

@@ -6,7 +6,10 @@
  * argv: worker DIR ID THREADS URL RESOURCE_PORT LEASE_MS SEED FLAGS WORK_MS
  * FLAGS: 1 robust mutexes, 2 recursive (every hold locks twice), 4 unsafe:
  * lock another name (the checker's self-test: it must see violations),
- * 8 fair (every worker's, a name's users must agree).
+ * 8 fair (every worker's, a name's users must agree), 16 a read-write lock:
+ * one drwlock_t for the process, as a program shares one pthread_rwlock_t
+ * between its threads; half the rounds write as above, half read (with 2,
+ * recursively) and only work, sharing the process's read share.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +31,7 @@
 #define FL_RECURSIVE 2
 #define FL_UNSAFE    4
 #define FL_FAIR      8
+#define FL_RWLOCK    16
 
 /* The protected resource, fenced for reads and writes alike: a read
  * raises the resource's token to the reader's, and a read or a write with
@@ -64,6 +68,7 @@ struct worker {
 	uint64_t seed;
 	int fd;
 	dmutex_client_t *client;
+	drwlock_t rw;           /* FL_RWLOCK: every thread's */
 	struct tt_shared *sh;
 	FILE *log;
 	pthread_mutex_t log_mu;
@@ -124,6 +129,19 @@ on_lost(const char *name, void *arg)
 	uint64_t g = atomic_load(&t->granted);
 
 	rec_hold_as(t, (uint16_t)(g >> 32), (uint32_t)g, R_LOST, 0, 0, 0, 0);
+}
+
+/* The read-write lock's onlost: one handler for the process's lock, whose
+ * read share its readers hold together (drwlock_rdlock(3) "Leases"): it
+ * tells every thread of the process (thr TT_PROC_THR). */
+static void
+on_lost_rw(const char *name, void *arg)
+{
+	struct worker *w = arg;
+	struct tt_rec r = { .t = tt_now_ns(), .pid = (int32_t)getpid(), .thr = TT_PROC_THR, .type = R_LOST };
+
+	(void)name;
+	tt_rec_write(w->fd, &r);
 }
 
 static void
@@ -210,26 +228,78 @@ res_write(struct thr *t, uint64_t token, int64_t value, uint64_t *max)
 	return rc;
 }
 
-static int
-do_lock(struct thr *t, int op)
+/* A timed lock's deadline: two leases from now, on CLOCK_MONOTONIC. */
+static struct timespec
+timed_deadline(const struct thr *t)
 {
 	struct timespec dl;
 
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += (2 * t->w->lease_ms) / 1000;
+	dl.tv_nsec += (long)((2 * t->w->lease_ms) % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	return dl;
+}
+
+/* rd: a read share of the process's read-write lock (FL_RWLOCK); else its
+ * write lock, or the thread's mutex. */
+static int
+do_lock(struct thr *t, int op, int rd)
+{
+	struct timespec dl = op == OP_TIMED ? timed_deadline(t) : (struct timespec){ 0 };
+	drwlock_t *rw = &t->w->rw;
+
+	if (t->w->flags & FL_RWLOCK)
+		switch (op) {
+		case OP_TRY:
+			return rd ? drwlock_tryrdlock(rw) : drwlock_trywrlock(rw);
+		case OP_TIMED:
+			return rd ? drwlock_clockrdlock(rw, CLOCK_MONOTONIC, &dl)
+				: drwlock_clockwrlock(rw, CLOCK_MONOTONIC, &dl);
+		default:
+			return rd ? drwlock_rdlock(rw) : drwlock_wrlock(rw);
+		}
 	switch (op) {
 	case OP_TRY:
 		return dmutex_trylock(&t->m);
 	case OP_TIMED:
-		clock_gettime(CLOCK_MONOTONIC, &dl);
-		dl.tv_sec += (2 * t->w->lease_ms) / 1000;
-		dl.tv_nsec += (long)((2 * t->w->lease_ms) % 1000) * 1000000L;
-		if (dl.tv_nsec >= 1000000000L) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000L;
-		}
 		return dmutex_clocklock(&t->m, CLOCK_MONOTONIC, &dl);
 	default:
 		return dmutex_lock(&t->m);
 	}
+}
+
+static int
+do_unlock(struct thr *t)
+{
+	return t->w->flags & FL_RWLOCK ? drwlock_unlock(&t->w->rw) : dmutex_unlock(&t->m);
+}
+
+static int
+do_fence(struct thr *t, uint64_t *token)
+{
+	return t->w->flags & FL_RWLOCK ? drwlock_fence(&t->w->rw, token) : dmutex_fence(&t->m, token);
+}
+
+/* The critical section's work: mostly short, sometimes long enough for the
+ * nemesis to catch a holder in it, and one in a hundred longer than the
+ * lease (renewed while it works, lost if a fault stops the renewals).  A
+ * reader's long work is longer still: past a lease and the checker's
+ * report window after its share is lost, so that only the share's renewal
+ * can tell it in time (its unlock may do no I/O). */
+static void
+work(struct thr *t, int rd)
+{
+	struct worker *w = t->w;
+	int dice = (int)(tt_rand(&t->rng) % 100);
+	double lo = rd ? 1.5 : 0.5, hi = rd ? 3.0 : 2.0;
+
+	atomic_store(&t->slot->phase, dice ? PH_WORK : PH_LONGWORK);
+	tt_sleep_ms(dice == 0 ? tt_uniform(&t->rng, lo * w->lease_ms, hi * w->lease_ms)
+			: tt_uniform(&t->rng, 0, dice < 10 ? (double)w->work_ms : w->work_ms / 5.0));
 }
 
 /* A condition wait inside the hold, up to the work time: it gives the
@@ -281,7 +351,9 @@ static int
 one_round(struct thr *t)
 {
 	struct worker *w = t->w;
-	int op, rc, relocked = 0;
+	int op, rc, relocked = 0, rw = !!(w->flags & FL_RWLOCK);
+	/* Half the rounds of a read-write lock read. */
+	int rd = rw && tt_rand(&t->rng) % 2;
 	uint64_t token = 0, max = 0;
 	int64_t v = 0;
 
@@ -289,11 +361,14 @@ one_round(struct thr *t)
 	op = (int)(tt_rand(&t->rng) % 4);
 	op = op == 3 ? OP_TRY : op == 0 ? OP_LOCK : OP_TIMED;
 	atomic_store(&t->slot->phase, PH_LOCKING);
-	rec(t, R_LOCK_INV, op, 0, 0, 0);
-	rc = do_lock(t, op);
+	/* A reader has no token: the nemesis's forced stop looks for a
+	 * writer's (holder_stop). */
+	atomic_store(&t->slot->token, 0);
+	rec(t, R_LOCK_INV, op, 0, 0, rd);
+	rc = do_lock(t, op, rd);
 	if (rc == 0 || rc == EOWNERDEAD)
 		atomic_store(&t->granted, (uint64_t)t->thr_id << 32 | atomic_load(&t->hold));
-	rec(t, R_LOCK, op, rc, 0, 0);
+	rec(t, R_LOCK, op, rc, 0, rd);
 	if (rc == EOWNERDEAD) {
 		int rc2 = dmutex_consistent(&t->m);
 		rec(t, R_CONSISTENT, 0, rc2, 0, 0);
@@ -304,17 +379,25 @@ one_round(struct thr *t)
 			tt_sleep_ms(tt_uniform(&t->rng, 0.2, 2));
 		return 0;
 	}
-	if (w->flags & FL_RECURSIVE) {
-		rc = dmutex_lock(&t->m);
+	/* A read-write lock's writer never recurses (EDEADLK); its readers do. */
+	if ((w->flags & FL_RECURSIVE) && (!rw || rd)) {
+		rc = rw ? drwlock_rdlock(&w->rw) : dmutex_lock(&t->m);
 		rec(t, R_RELOCK, 0, rc, 0, 0);
 		relocked = rc == 0;
 	}
 	atomic_store(&t->slot->phase, PH_HOLDING);
-	rc = dmutex_fence(&t->m, &token);
-	rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
+	if (rd) {
+		/* A reader only works: its overlaps with writers are what the
+		 * checker looks at (readers have no token, drwlock_fence(3)). */
+		rc = 1;
+		work(t, 1);
+	} else {
+		rc = do_fence(t, &token);
+		rec(t, R_FENCE, 0, rc, rc ? 0 : token, 0);
+	}
 	/* A condition wait after the fence (the hold it gives up has its
 	 * token, which orders it against the others), then the new hold's. */
-	if (!rc && tt_rand(&t->rng) % 8 == 0) {
+	if (!rc && !rw && tt_rand(&t->rng) % 8 == 0) {
 		if (cond_wait(t, token))
 			return 0;       /* not recoverable: the mutex is not held */
 		rc = dmutex_fence(&t->m, &token);
@@ -325,14 +408,7 @@ one_round(struct thr *t)
 		rc = res_read(t, token, &v);
 		rec(t, R_READ, 0, rc, token, v);
 		if (!rc) {
-			/* The critical section's work: mostly short, sometimes
-			 * long enough for the nemesis to catch a holder in it,
-			 * and one in a hundred longer than the lease (renewed
-			 * while it works, lost if a fault stops the renewals). */
-			int dice = (int)(tt_rand(&t->rng) % 100);
-			atomic_store(&t->slot->phase, dice ? PH_WORK : PH_LONGWORK);
-			tt_sleep_ms(dice == 0 ? tt_uniform(&t->rng, 0.5 * w->lease_ms, 2.0 * w->lease_ms)
-					: tt_uniform(&t->rng, 0, dice < 10 ? (double)w->work_ms : w->work_ms / 5.0));
+			work(t, 0);
 			atomic_store(&t->slot->phase, PH_WRITING);
 			rec(t, R_WRITE_INV, 0, 0, token, v + 1);
 			rc = res_write(t, token, v + 1, &max);
@@ -348,16 +424,16 @@ one_round(struct thr *t)
 		return 1;
 	}
 	if (relocked) {
-		rc = dmutex_unlock(&t->m);
+		rc = do_unlock(t);
 		rec(t, R_INNER_UNLOCK, 0, rc, 0, 0);
 	}
 	atomic_store(&t->slot->phase, PH_UNLOCKING);
 	rec(t, R_UNLOCK_INV, 0, 0, 0, 0);
-	rc = dmutex_unlock(&t->m);
+	rc = do_unlock(t);
 	rec(t, R_UNLOCK, 0, rc, 0, 0);
 	atomic_store(&t->slot->phase, PH_IDLE);
 	/* Wake a waiter now and then (the mutex need not be held). */
-	if (tt_rand(&t->rng) % 4 == 0)
+	if (!rw && tt_rand(&t->rng) % 4 == 0)
 		dcond_signal(&t->cv);
 	return churn;
 }
@@ -389,6 +465,22 @@ thread_main(void *p)
 	pthread_cond_signal(&churn_cv);
 	pthread_mutex_unlock(&churn_mu);
 	return NULL;
+}
+
+/* FL_RWLOCK: the process's one read-write lock, on the run's lease. */
+static int
+init_rwlock(struct worker *w)
+{
+	dmutex_attr_t a;
+	int rc;
+
+	if ((rc = dmutex_attr_init(&a)))
+		return rc;
+	if (!(rc = dmutex_attr_setclient(&a, w->client)) && !(rc = dmutex_attr_setlease(&a, w->lease_ms)) &&
+	    !(rc = dmutex_attr_setonlost(&a, on_lost_rw, w)))
+		rc = drwlock_init(&w->rw, w->flags & FL_UNSAFE ? TT_LOCK_NAME "-unsafe" : TT_LOCK_NAME, &a);
+	dmutex_attr_destroy(&a);
+	return rc;
 }
 
 static int
@@ -464,6 +556,10 @@ tt_worker_main(int argc, char **argv)
 		fprintf(stderr, "torture worker %d: client open: %s\n", W.id, dmutex_strerror(rc));
 		return 3;
 	}
+	if ((W.flags & FL_RWLOCK) && (rc = init_rwlock(&W))) {
+		fprintf(stderr, "torture worker %d: drwlock_init: %s\n", W.id, dmutex_strerror(rc));
+		return 3;
+	}
 	for (int i = 0; i < W.nthreads; i++) {
 		memset(&thr[i], 0, sizeof thr[i]);
 		thr[i].w = &W;
@@ -471,7 +567,7 @@ tt_worker_main(int argc, char **argv)
 		thr[i].rng = W.seed * 1000003 + (uint64_t)W.id * 64 + (uint64_t)i + 1;
 		thr[i].slot = &W.sh->slot[W.id][i];
 		atomic_store(&thr[i].slot->pid, (int)getpid());
-		if ((rc = init_mutex(&thr[i]))) {
+		if (!(W.flags & FL_RWLOCK) && (rc = init_mutex(&thr[i]))) {
 			fprintf(stderr, "torture worker %d: init: %s\n", W.id, dmutex_strerror(rc));
 			return 3;
 		}
@@ -510,7 +606,14 @@ tt_worker_main(int argc, char **argv)
 		if (pthread_create(&tid[i], NULL, thread_main, &thr[i]))
 			return 3;
 	}
-	for (int i = 0; i < W.nthreads; i++) {
+	for (int i = 0; i < W.nthreads && (W.flags & FL_RWLOCK); i++)
+		if (thr[i].res)
+			redisFree(thr[i].res);
+	if ((W.flags & FL_RWLOCK) && (rc = drwlock_destroy(&W.rw))) {
+		fprintf(stderr, "torture worker %d: drwlock_destroy: %s\n", W.id, dmutex_strerror(rc));
+		status = 4;
+	}
+	for (int i = 0; i < W.nthreads && !(W.flags & FL_RWLOCK); i++) {
 		if ((rc = dcond_destroy(&thr[i].cv)))
 			fprintf(stderr, "torture worker %d: dcond_destroy: %s\n", W.id, dmutex_strerror(rc));
 		if ((rc = dmutex_destroy(&thr[i].m))) {
