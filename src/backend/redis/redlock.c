@@ -268,7 +268,14 @@ free_calls(struct call *calls, size_t n)
 }
 
 /*
- * Release on every node; 1 if some node may still carry the token.
+ * Release on every node; 1 if some node may still carry the token.  *ran:
+ * whether the release may have run on a node that gave no usable answer
+ * (its request sent and no answer read, an answer that does not parse, or
+ * an error read for a request sent again).  A node that was not asked
+ * (down, or no time left) or refused it with an error (-LOADING,
+ * READONLY: the script never ran) did not run it, so that a "not ours"
+ * found later on a quorum is a loss, as on one Redis (docs/faults.md
+ * #28); such a node may still carry the token all the same.
  *
  * A release resent on a node (its first answer was lost with the
  * connection) that finds no key counts as released there: the first one
@@ -278,7 +285,8 @@ free_calls(struct call *calls, size_t n)
  */
 static int
 release_everywhere(struct redlock *rl, const char *name, const char *token, int mode,
-		unsigned timeout_ms, int64_t until, size_t *released, size_t *not_ours, size_t *lost)
+		unsigned timeout_ms, int64_t until, size_t *released, size_t *not_ours, size_t *lost,
+		int *ran)
 {
 	size_t n = rl->base.nnodes;
 	struct dmutex__rel_argv x;
@@ -286,6 +294,7 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 	int unsure = 0;
 
 	*released = *not_ours = *lost = 0;
+	*ran = 0;
 	dmutex__rel_argv(&rl->base, name, token, mode, &x);
 	parallel(rl, DMUTEX__REL_SCRIPT(mode), 2, DMUTEX__REL_NARGS(mode), x.argv, timeout_ms, until, calls);
 	for (size_t i = 0; i < n; i++) {
@@ -298,6 +307,7 @@ release_everywhere(struct redlock *rl, const char *name, const char *token, int 
 		} else {
 			++*lost;
 			unsure = 1;
+			*ran |= calls[i].state != CALL_FAILED || calls[i].resent;
 		}
 	}
 	free_calls(calls, n);
@@ -411,8 +421,9 @@ rl_acquire(struct dmutex__backend *be, struct dmutex__acq *a)
 	if (v.ok || v.maybe) {
 		/* A failed attempt gives back what it took, everywhere. */
 		size_t rel, nours, lost;
+		int ran;
 		if (release_everywhere(rl, a->name, a->token, DMUTEX__REL_ABANDON, nt, until, &rel, &nours,
-				&lost))
+				&lost, &ran))
 			a->maybe_done = 1;
 	}
 	if (raise_failed) {
@@ -452,16 +463,20 @@ rl_release(struct dmutex__backend *be, const char *name, const char *token,
 {
 	struct redlock *rl = rl_of(be);
 	size_t rel, nours, lost;
-	int unsure = release_everywhere(rl, name, token, mode,
-			node_timeout(rl, be->cfg.lease_ms) * 2, deadline, &rel, &nours, &lost);
+	int ran;
 
+	release_everywhere(rl, name, token, mode, node_timeout(rl, be->cfg.lease_ms) * 2, deadline, &rel,
+			&nours, &lost, &ran);
 	*maybe_done = 0;
 	if (rel >= rl->quorum || nours >= rl->quorum) {
 		*released = rel >= rl->quorum;
 		return 0;
 	}
-	/* The caller learns that a quorum could not confirm. */
-	*maybe_done = unsure;
+	/* The caller learns that a quorum could not confirm, and whether a
+	 * request of ours may have run: one that released a node counts too,
+	 * as that node's "not ours" later would be our own doing (a retry
+	 * asks every node again, and cannot tell). */
+	*maybe_done = ran || rel > 0;
 	dmutex__log(DMUTEX_LOG_WARN, "release of '%s': %zu released, %zu not ours, %zu no answer; "
 			"no quorum", name, rel, nours, lost);
 	return EIO;
