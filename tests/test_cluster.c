@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -889,4 +890,146 @@ Test(cluster, master_killed_under_held_and_contended_locks)
 	dmutex_attr_destroy(&ag);
 	cr_assert_eq(dmutex_client_close(c), 0);
 	cr_assert_eq(dmutex_client_close(c2), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* releases owed to a stalled master keep no other hold from renewal   */
+/* ------------------------------------------------------------------ */
+
+#define STALL_ORPHANS 8
+
+struct stall_locker {
+	pthread_t th;
+	dmutex_t m;
+	atomic_int locked, go;
+	int lock_rc, unlock_rc;
+};
+
+static int
+stall_flag(void *p)
+{
+	return atomic_load((atomic_int *)p) != 0;
+}
+
+/* Each mutex is unlocked by the thread that locked it. */
+static void *
+stall_locker_main(void *p)
+{
+	struct stall_locker *s = p;
+
+	s->lock_rc = dmutex_lock(&s->m);
+	atomic_store(&s->locked, 1);
+	if (s->lock_rc)
+		return NULL;
+	th_wait_until(stall_flag, &s->go, 30000);
+	s->unlock_rc = dmutex_unlock(&s->m);
+	return NULL;
+}
+
+static atomic_int stall_lost, stall_no_answer;
+
+static void
+stall_count_lost(const char *name, void *arg)
+{
+	(void)name;
+	(void)arg;
+	atomic_fetch_add(&stall_lost, 1);
+}
+
+/* Counts the background's tries that the stalled master leaves unanswered
+ * (cluster.c: "no answer for slot ... in time"). */
+static void
+stall_log(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	if (strstr(msg, "no answer for slot"))
+		atomic_fetch_add(&stall_no_answer, 1);
+}
+
+static int
+stall_tries(void *arg)
+{
+	return atomic_load(&stall_no_answer) >= *(int *)arg;
+}
+
+/*
+ * Unlocks of several names on a master that stalls (SIGSTOP, no failover
+ * yet) say EIO and are retried in the background, each try taking up to a
+ * command timeout.  The renewal thread tried them one after the other
+ * before it renewed again, so a hold on a healthy master, renewed every
+ * third of its lease, went unrenewed for eight timeouts and was lost.  Now a
+ * renewal that falls due goes before the next orphan's try.
+ */
+Test(cluster, releases_owed_to_a_stalled_master_do_not_starve_renewals)
+{
+	const char *opts = "command_timeout_ms=400&connect_timeout_ms=400&async_release=0";
+	static struct stall_locker s[STALL_ORPHANS];
+	struct th_cluster_opts co = { .node_timeout_ms = 60000 };
+	dmutex_attr_t a;
+	dmutex_client_t *c;
+	dmutex_t keep;
+	char name[32];
+	uint64_t tok;
+	int stalled, healthy, want;
+
+	cr_assert_eq(th_cluster_start(&clu, &co, 0), 0, "the cluster did not start");
+	stalled = owner_of("stall-any");
+	healthy = another_master(stalled);
+	cr_assert_geq(healthy, 0);
+	c = open_client(opts);
+	atomic_store(&stall_lost, 0);
+	atomic_store(&stall_no_answer, 0);
+
+	/* The hold that must survive: a 2.4 s lease, renewed every 800 ms;
+	 * eight tries in a row take 3.2 s. */
+	name_on(name, sizeof name, "stall-keep", healthy);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(dmutex_attr_setlease(&a, 2400), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, stall_count_lost, NULL), 0);
+	cr_assert_eq(dmutex_init(&keep, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	cr_assert_eq(dmutex_lock(&keep), 0);
+
+	for (int i = 0; i < STALL_ORPHANS; i++) {
+		char n[32], base[32];
+		snprintf(base, sizeof base, "stall-%d-", i);
+		name_on(n, sizeof n, base, stalled);
+		cr_assert_eq(dmutex_attr_init(&a), 0);
+		cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+		cr_assert_eq(dmutex_attr_setlease(&a, 30000), 0);
+		cr_assert_eq(dmutex_init(&s[i].m, n, &a), 0);
+		cr_assert_eq(dmutex_attr_destroy(&a), 0);
+		cr_assert_eq(pthread_create(&s[i].th, NULL, stall_locker_main, &s[i]), 0);
+	}
+	for (int i = 0; i < STALL_ORPHANS; i++) {
+		cr_assert(th_wait_until(stall_flag, &s[i].locked, 10000), "locker %d did not lock", i);
+		cr_assert_eq(s[i].lock_rc, 0, "locker %d: %s", i, dmutex_strerror(s[i].lock_rc));
+	}
+
+	dmutex_set_logger(stall_log, NULL);
+	cr_assert_eq(th_redis_pause(&clu.node[stalled]), 0);
+	for (int i = 0; i < STALL_ORPHANS; i++)
+		atomic_store(&s[i].go, 1);
+	for (int i = 0; i < STALL_ORPHANS; i++) {
+		pthread_join(s[i].th, NULL);
+		cr_assert_eq(s[i].unlock_rc, EIO, "unlock %d on the stalled master: %s", i,
+				dmutex_strerror(s[i].unlock_rc));
+	}
+	/* Every orphan tried in the background twice over (each try up to
+	 * a command timeout): several passes, more than a lease. */
+	want = atomic_load(&stall_no_answer) + 2 * STALL_ORPHANS;
+	cr_assert(th_wait_until(stall_tries, &want, 30000), "the background tried the releases only "
+			"%d times", atomic_load(&stall_no_answer));
+	cr_assert_eq(atomic_load(&stall_lost), 0, "the hold on the healthy master was lost while the "
+			"background retried releases owed to the stalled one");
+	cr_assert_eq(dmutex_fence(&keep, &tok), 0);
+	cr_assert_eq(th_redis_resume(&clu.node[stalled]), 0);
+	dmutex_set_logger(NULL, NULL);
+	cr_assert_eq(dmutex_unlock(&keep), 0);
+	cr_assert_eq(dmutex_destroy(&keep), 0);
+	for (int i = 0; i < STALL_ORPHANS; i++)
+		cr_assert_eq(dmutex_destroy(&s[i].m), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
 }

@@ -739,11 +739,22 @@ orphan_lost(struct dmutex_client *c, size_t i)
 	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 }
 
+/* renewer.mu held: whether a hold's renewal is due by now. */
+static int
+renewal_due(const struct dmutex__renewer *r, int64_t now)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (r->items[i]->due_ns <= now)
+			return 1;
+	return 0;
+}
+
 static void
 retry_orphans(struct dmutex_client *c)
 {
 	struct dmutex__renewer *r = &c->renewer;
 	int64_t now = dmutex__now_ns();
+	int tried = 0;
 
 	dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
 	for (size_t i = 0; i < r->norphans;) {
@@ -754,6 +765,13 @@ retry_orphans(struct dmutex_client *c)
 			i++;
 			continue;
 		}
+		/* A try may take a command timeout: k of them in a row (owed
+		 * to a Cluster master that stalls, say) kept every other hold
+		 * from its renewal for k timeouts, and a hold on a healthy
+		 * master was lost.  A renewal that falls due goes first; one
+		 * try a pass at least, so that no orphan waits for ever. */
+		if (tried++ && renewal_due(r, now))
+			break;
 		dmutex__mu_unlock(&r->mu, DMUTEX__LK_RENEWER);
 		err = try_orphan(c, &o, dmutex__now_ns() + (int64_t)c->cfg.command_timeout_ms * DMUTEX__MS);
 		dmutex__mu_lock(&r->mu, DMUTEX__LK_RENEWER, "renewer.mu");
