@@ -50,6 +50,7 @@
 #include "torture.h"
 
 #define MAX_REPORTS 25
+#define MAX_STOPS   1024
 
 struct hold {
 	int32_t pid;
@@ -90,7 +91,9 @@ struct procinfo {
 	int64_t killed_t;       /* 0: not killed */
 	int64_t end_t;          /* exit or kill */
 	int status, have_status;
-	int64_t stop_t[64], cont_t[64];
+	/* Room for a long soak's stops, each forced stop's retries
+	 * included (nemesis.c, holder_stop). */
+	int64_t stop_t[MAX_STOPS], cont_t[MAX_STOPS];
 	int nstops;
 };
 
@@ -328,7 +331,7 @@ nemesis_rec(struct ctx *c, const struct tt_rec *r)
 		break;
 	case N_STOPPED:
 		p = proc_of(c, (int32_t)r->token);
-		if (p->nstops < 64) {
+		if (p->nstops < MAX_STOPS) {
 			p->stop_t[p->nstops] = r->t;
 			p->cont_t[p->nstops++] = INT64_MAX;
 		}

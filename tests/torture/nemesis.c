@@ -139,26 +139,39 @@ res_maxtok(struct tt_run *r)
 static int
 holder_stop(struct tt_run *r, double window_ms, int force, uint64_t *pick)
 {
-	int w = find_worker_of(r, force ? WORK_MASK : HOLDING_MASK, force ? WRITER : ANY, pick), t_in_work = -1;
+	int w, t_in_work = -1;
 	uint64_t tok = 0;
 	pid_t pid;
 
-	if (w < 0)
-		w = any_worker(r, pick);
-	if (w < 0)
-		return 0;
-	pid = r->pid[w];
-	if (kill(pid, SIGSTOP) || th_wait_stopped(pid)) {
-		fprintf(stderr, "torture: SIGSTOP of worker %d failed\n", pid);
-		return -1;
-	}
-	tt_nrec(r, N_STOPPED, 0, w, (uint64_t)pid, 0);
-	for (int t = 0; t < r->cfg.threads; t++)
-		if (phase_in(atomic_load(&r->sh->slot[w][t].phase), WORK_MASK) &&
-		    (!force || atomic_load(&r->sh->slot[w][t].token))) {
-			t_in_work = t;
-			tok = atomic_load(&r->sh->slot[w][t].token);
+	for (int attempt = 0;; attempt++) {
+		w = find_worker_of(r, force ? WORK_MASK : HOLDING_MASK, force ? WRITER : ANY, pick);
+		if (w < 0)
+			w = any_worker(r, pick);
+		if (w < 0)
+			return 0;
+		pid = r->pid[w];
+		if (kill(pid, SIGSTOP) || th_wait_stopped(pid)) {
+			fprintf(stderr, "torture: SIGSTOP of worker %d failed\n", pid);
+			return -1;
 		}
+		tt_nrec(r, N_STOPPED, 0, w, (uint64_t)pid, 0);
+		for (int t = 0; t < r->cfg.threads; t++)
+			if (phase_in(atomic_load(&r->sh->slot[w][t].phase), WORK_MASK) &&
+			    (!force || atomic_load(&r->sh->slot[w][t].token))) {
+				t_in_work = t;
+				tok = atomic_load(&r->sh->slot[w][t].token);
+			}
+		/* The thread seen working may have finished before the stop
+		 * landed (most work lasts a few ms): a forced stop, whose
+		 * holder must write late, lets it go and tries again. */
+		if (!force || t_in_work >= 0 || attempt >= 50)
+			break;
+		if (kill(pid, SIGCONT)) {
+			fprintf(stderr, "torture: SIGCONT of worker %d failed\n", pid);
+			return -1;
+		}
+		tt_nrec(r, N_CONTINUED, 0, w, (uint64_t)pid, 0);
+	}
 	tt_nrec(r, N_FAULT, F_HOLDER_STOP, -1, (uint64_t)pid, (int64_t)window_ms);
 	int64_t start = tt_now_ns(), min_end = start + (int64_t)(window_ms * 1e6);
 	if (force && t_in_work >= 0) {
