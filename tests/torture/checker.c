@@ -18,7 +18,8 @@
  *              told it lost the lock (a newer token had read or written
  *              during its hold);
  *  lost update the final value is not the number of accepted writes;
- *  stranded    a lock key without expiry, with more than a lease to live,
+ *  stranded    a lock key without expiry, with more than a lease to live
+ *              (a read-write lock's writer or share: its lease's end),
  *              still there after its unlock was confirmed (Redlock: one
  *              Redis's unlock confirms nothing, asynchronous), or
  *              outliving its holder's end by more than a lease (a kept
@@ -1004,8 +1005,13 @@ check_samples(struct ctx *c)
 		if (r->type != N_SAMPLE || !r->hold || r->t < resurrect_until)
 			continue;
 		if (r->value == -1 || r->value > (int64_t)c->lease_ms) {
-			violation(c, "stranded: the lock key on node %d has PTTL %" PRId64 " (lease %u ms) at %.3f ms",
-					r->rc, r->value, c->lease_ms, (double)(r->t - t0_of(c)) / 1e6);
+			if (c->rwlock)
+				violation(c, "stranded: the read-write lock's %s on node %d has %" PRId64 " ms of lease "
+						"left (lease %u ms) at %.3f ms", r->token ? "writer" : "longest share", r->rc,
+						r->value, c->lease_ms, (double)(r->t - t0_of(c)) / 1e6);
+			else
+				violation(c, "stranded: the lock key on node %d has PTTL %" PRId64 " (lease %u ms) at %.3f ms",
+						r->rc, r->value, c->lease_ms, (double)(r->t - t0_of(c)) / 1e6);
 			continue;
 		}
 		/* On one node the key's fence is the hold's token. */

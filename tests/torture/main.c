@@ -414,9 +414,7 @@ main(int argc, char **argv)
 			teardown(&R, 1);
 			return 2;
 		}
-	/* The sampler reads a mutex's key; a read-write lock's keys outlive
-	 * their holds (lock_keys_gone says when one is held). */
-	if ((!cfg->rwlock && tt_sampler_start(&R)) || tt_nemesis(&R)) {
+	if (tt_sampler_start(&R) || tt_nemesis(&R)) {
 		fprintf(stderr, "torture: the nemesis failed\n");
 		teardown(&R, 1);
 		return 2;

@@ -2,8 +2,9 @@
  * The nemesis: every fault of docs/faults.md that one machine can make,
  * injected one at a time on a schedule that follows from the seed (or a
  * fixed list), each recorded as N_FAULT ... N_HEAL.  Also the sampler, a
- * thread that reads the lock key on every node (fence, PTTL) every 20 ms so
- * that the checker can tell a stranded hold.
+ * thread that reads the lock key on every node (fence, PTTL; a read-write
+ * lock's writer and shares) every 20 ms so that the checker can tell a
+ * stranded hold.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -712,6 +713,56 @@ sample_key(const redisReply *str, const redisReply *hash, uint64_t *fence, int *
 	return -1;
 }
 
+/* A read-write lock's writer and shares, by the server's clock: the
+ * writer's fence ("fms fseq", "" for none) and the time its lease has
+ * left, and the time left to the share that lasts longest (-2: none).
+ * Its hash and sets outlive the holds (the fence; expired entries are
+ * swept by the next acquire), so PTTL says nothing. */
+static const char rw_sample_lua[] =
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local w = redis.call('HGET', KEYS[1], 'w')\n"
+	"local wf, wrem = '', -2\n"
+	"if w then\n"
+	"  wrem = tonumber(redis.call('HGET', KEYS[1], 'wexp') or '0') - now\n"
+	"  wf = (redis.call('HGET', KEYS[1], 'fms') or '0') .. ' ' .. (redis.call('HGET', KEYS[1], 'fseq') or '0')\n"
+	"end\n"
+	"local s = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')\n"
+	"local srem = -2\n"
+	"if s[1] then srem = tonumber(s[2]) - now end\n"
+	"return {wf, wrem, srem}\n";
+
+/* One sample of a read-write lock: a record for its writer (token: its
+ * fence, as drwlock_fence gives it) and one for its shares (token 0: a
+ * share's token is nobody's fence), each held only while its lease runs
+ * (value: the time it has left).  0, or -1 if the node did not answer. */
+static int
+sample_rw(struct tt_run *r, redisContext *ctx, int node)
+{
+	struct tt_rec x = { .pid = (int32_t)getpid(), .thr = TT_NEMESIS_THR, .type = N_SAMPLE, .rc = node,
+		.t = tt_now_ns() };
+	redisReply *rep = redisCommand(ctx, "EVAL %s 2 dmutex:rw:{" TT_LOCK_NAME "} dmutex:rwr:{" TT_LOCK_NAME "}",
+			rw_sample_lua);
+	unsigned long long fms = 0, fseq = 0;
+
+	if (!rep)
+		return -1;
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 && rep->element[0]->type == REDIS_REPLY_STRING &&
+	    rep->element[1]->type == REDIS_REPLY_INTEGER && rep->element[2]->type == REDIS_REPLY_INTEGER) {
+		x.hold = rep->element[1]->integer > 0;
+		x.token = x.hold && sscanf(rep->element[0]->str, "%llu %llu", &fms, &fseq) == 2
+			? (uint64_t)fms << 20 | (uint64_t)fseq : 0;
+		x.value = rep->element[1]->integer;
+		tt_rec_write(r->fd, &x);
+		x.hold = rep->element[2]->integer > 0;
+		x.token = 0;
+		x.value = rep->element[2]->integer;
+		tt_rec_write(r->fd, &x);
+	}
+	freeReplyObject(rep);
+	return 0;
+}
+
 static void *
 sampler_main(void *arg)
 {
@@ -729,6 +780,13 @@ sampler_main(void *arg)
 
 			if (!ctx[i] && !(ctx[i] = th_tcp_connect(r->lock[i].port, 200)))
 				continue;
+			if (r->cfg.rwlock) {
+				if (sample_rw(r, ctx[i], i)) {
+					redisFree(ctx[i]);
+					ctx[i] = NULL;
+				}
+				continue;
+			}
 			x.t = tt_now_ns();
 			redisAppendCommand(ctx[i], "GET %s", key);
 			redisAppendCommand(ctx[i], "PTTL %s", key);

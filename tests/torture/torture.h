@@ -61,7 +61,9 @@ enum tt_type {
 	N_CONTINUED,    /* token: pid (SIGCONT sent) */
 	N_EXITED,       /* token: pid; rc: exit status */
 	N_SAMPLE,       /* rc: node; token: fence on the lock key (0 none); value: PTTL; hold: 1 if key;
-	                 * kind: 1 if the key is a kept lease (README "Cached leases") */
+	                 * kind: 1 if the key is a kept lease (README "Cached leases");
+	                 * --rwlock: two a sample, the writer (its fence) and the longest share
+	                 * (token 0), value the ms its lease has left, hold 1 while it runs */
 	N_END,          /* faults healed and workers told to stop */
 	/* worker, one thread: a condition wait inside a hold */
 	R_CWAIT_INV,    /* hold: the hold the wait gives up */
