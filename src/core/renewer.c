@@ -536,8 +536,15 @@ kept_lapsed(struct dmutex_client *c, struct dmutex__entry *e, int result)
 static int64_t
 renewed(struct dmutex__entry *e, const struct dmutex__renewal *rn, int64_t t0)
 {
-	if (rn->writer_waits)
-		e->rw_remote_wwait = 1;
+	/* A read share: whether a writer elsewhere waits, as of now.  Once
+	 * none does (it got in and left, or gave up), this process's new
+	 * readers may join the share again: a flag kept until the share
+	 * ended held them back with no writer anywhere. */
+	if (rn->writer_waits != e->rw_remote_wwait) {
+		e->rw_remote_wwait = rn->writer_waits;
+		if (!rn->writer_waits)
+			dmutex__entry_wake(e);
+	}
 	e->deadline_ns = t0 + (int64_t)e->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(e->lease_ms);
 	if (e->kept)
 		dmutex__kept_confirmed(e, t0);
