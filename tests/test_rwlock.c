@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -632,5 +633,189 @@ Test(rwlock, a_waiting_reader_wakes_at_the_writers_release)
 			got - th_redis_int(&srv, "GET released"));
 	cr_assert_eq(drwlock_unlock(&rw), 0);
 	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ---- a writer elsewhere that gave up ------------------------------------ */
+
+static void *timedwr_main(void *arg)
+{
+	call_main(arg);
+	return NULL;
+}
+
+/* A reader thread of ours: tries to read (and lets go) until it is held
+ * back (EBUSY) or ms pass; or, timed, waits up to ms to read, then lets
+ * go. */
+struct probe { drwlock_t *rw; int timed; long ms; int busy, rc, unlock_rc; long long waited; };
+
+static void *probe_main(void *arg)
+{
+	struct probe *p = arg;
+	long long t0 = th_now_ms();
+
+	if (p->timed) {
+		struct timespec at = in_ms(CLOCK_REALTIME, p->ms);
+		p->rc = drwlock_timedrdlock(p->rw, &at);
+		p->waited = th_now_ms() - t0;
+		p->unlock_rc = p->rc ? 0 : drwlock_unlock(p->rw);
+		return NULL;
+	}
+	while (!p->busy && th_now_ms() - t0 < p->ms) {
+		p->rc = drwlock_tryrdlock(p->rw);
+		p->busy = p->rc == EBUSY;
+		if (!p->rc && (p->unlock_rc = drwlock_unlock(p->rw)))
+			break;
+		if (!p->busy)
+			poll(NULL, 0, 20);
+	}
+	return NULL;
+}
+
+static struct probe run_probe(drwlock_t *rw, int timed, long ms)
+{
+	struct probe p = { .rw = rw, .timed = timed, .ms = ms, .rc = -1 };
+	pthread_t t;
+
+	cr_assert_eq(pthread_create(&t, NULL, probe_main, &p), 0);
+	pthread_join(t, NULL);
+	return p;
+}
+
+/*
+ * A writer in another process that waited a while and gave up (a timed
+ * wrlock) holds this process's new readers back for a renewal at most:
+ * the share's next renewal, finding no writer waiting any more, lets them
+ * join it again.  Before, the first renewal that saw the writer waiting
+ * kept every new reader of the process out until the share ended, with
+ * no writer anywhere: a reader thread that waits for another reader of
+ * its own process (work handed between them) never got in.
+ */
+Test(rwlock, a_writer_that_gave_up_holds_no_reader_back)
+{
+	dmutex_client_t *c, *o;
+	dmutex_attr_t a;
+	drwlock_t rw, orw;
+	struct call wr;
+	struct probe p;
+	pthread_t t;
+
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_client_open(&o, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	/* Renewed every 300 ms (more under a sanitizer). */
+	cr_assert_eq(dmutex_attr_setlease(&a, 900 * dmt_slowdown()), 0);
+	cr_assert_eq(drwlock_init(&rw, "gaveup", &a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, o), 0);
+	cr_assert_eq(drwlock_init(&orw, "gaveup", &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+
+	cr_assert_eq(drwlock_rdlock(&rw), 0);
+	/* The other process's writer waits, then gives up. */
+	wr = (struct call){ &orw, TIMEDWR, 2500L * dmt_slowdown(), -1 };
+	cr_assert_eq(pthread_create(&t, NULL, timedwr_main, &wr), 0);
+	/* While it waits, a renewal learns of it: new readers of ours stay
+	 * out (writers are preferred). */
+	p = run_probe(&rw, 0, 2000L * dmt_slowdown());
+	pthread_join(t, NULL);
+	cr_assert_eq(p.unlock_rc, 0);
+	cr_assert(p.busy, "no reader was held back while the writer waited (%s): the test proves nothing",
+			dmutex_strerror(p.rc));
+	cr_assert_eq(wr.result, ETIMEDOUT, "the writer: %s", dmutex_strerror(wr.result));
+	for (int64_t end = th_now_ms() + 5000; rw_count("gaveup", 'q') != 0;) {
+		cr_assert_lt(th_now_ms(), end, "the writer's intent outlived its wait");
+		poll(NULL, 0, 5);
+	}
+
+	/* No writer anywhere now: a new reader gets in within a renewal. */
+	p = run_probe(&rw, 1, 3000L * dmt_slowdown());
+	cr_assert_eq(p.rc, 0, "a new reader, with no writer waiting any more: %s after %lld ms",
+			dmutex_strerror(p.rc), p.waited);
+	cr_assert_eq(p.unlock_rc, 0);
+	cr_log_info("a new reader got in %lld ms after the writer gave up", p.waited);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(drwlock_destroy(&orw), 0);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(o), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/* ---- a foreign value on one lock's keys --------------------------------- */
+
+static atomic_int foreign_lost[2];
+
+static void count_foreign_lost(const char *name, void *arg)
+{
+	(void)name;
+	atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* The score of NAME's only read share (its lease's end, server ms); -1 if
+ * none. */
+static long long share_score(const char *name)
+{
+	redisReply *r = th_redis_cmd(&srv, "ZRANGE dmutex:rwr:{%s} 0 0 WITHSCORES", name);
+	long long v = -1;
+
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING)
+		v = strtoll(r->element[1]->str, NULL, 10);
+	if (r)
+		freeReplyObject(r);
+	return v;
+}
+
+/*
+ * One client reads two read-write locks; somebody writes a string where
+ * the second one's waiting writers are kept.  The renewal script, one call
+ * for every hold of the client, failed as a whole on that key (WRONGTYPE),
+ * so both holds went unrenewed and were reported lost, though both shares
+ * were sound.  Now the bad key is that lock's alone to suffer: both shares
+ * are renewed, neither is reported lost.
+ */
+Test(rwlock, a_foreign_value_on_one_locks_keys_fails_no_other_renewal)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw[2];
+	const char *name[2] = { "foreign-a", "foreign-b" };
+	long long s0;
+
+	DMT_REDIS_STATE("writes a foreign value on a read-write lock's key");
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	for (int i = 0; i < 2; i++) {
+		atomic_store(&foreign_lost[i], 0);
+		cr_assert_eq(dmutex_attr_init(&a), 0);
+		cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+		/* Renewed every 300 ms (more under a sanitizer). */
+		cr_assert_eq(dmutex_attr_setlease(&a, 900 * dmt_slowdown()), 0);
+		cr_assert_eq(dmutex_attr_setonlost(&a, count_foreign_lost, &foreign_lost[i]), 0);
+		cr_assert_eq(drwlock_init(&rw[i], name[i], &a), 0);
+		cr_assert_eq(dmutex_attr_destroy(&a), 0);
+		cr_assert_eq(drwlock_rdlock(&rw[i]), 0);
+	}
+	th_redis_int(&srv, "SET dmutex:rwq:{foreign-b} junk");
+	/* Two renewals since: the first share's lease end moved on by two
+	 * renewal intervals (a sound share is renewed; one that was not is
+	 * gone from the set when it expires). */
+	s0 = share_score(name[0]);
+	cr_assert_gt(s0, 0);
+	for (int64_t end = th_now_ms() + 5000L * dmt_slowdown(); share_score(name[0]) < s0 + 500 * dmt_slowdown();) {
+		cr_assert_eq(atomic_load(&foreign_lost[0]), 0, "the first hold was reported lost");
+		cr_assert_lt(th_now_ms(), end, "the first share was not renewed (score %lld, %lld before)",
+				share_score(name[0]), s0);
+		poll(NULL, 0, 10);
+	}
+	cr_assert_eq(atomic_load(&foreign_lost[0]), 0, "the first hold was reported lost");
+	cr_assert_eq(atomic_load(&foreign_lost[1]), 0, "the second hold, whose share is sound, was reported lost");
+	cr_assert_eq(drwlock_unlock(&rw[0]), 0);
+	cr_assert_eq(drwlock_unlock(&rw[1]), 0);
+	/* The foreign value is untouched. */
+	redisReply *r = th_redis_cmd(&srv, "GET dmutex:rwq:{foreign-b}");
+	cr_assert(r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, "junk"), "the foreign value changed");
+	freeReplyObject(r);
+	th_redis_int(&srv, "DEL dmutex:rwq:{foreign-b}");
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(drwlock_destroy(&rw[i]), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }

@@ -7,6 +7,11 @@
 -- Returns one integer per hold: 1 renewed, 0 not ours any more (expired
 -- or gone), 2 a read share renewed while a writer waits (the process stops
 -- letting more of its threads in, so that the writer is not starved).
+--
+-- One hold's keys holding something else (WRONGTYPE) must not fail the
+-- whole batch, every other hold of the client with it: each first read
+-- of a key goes through pcall (as renew.lua's).  A share whose waiting
+-- writers' key is foreign is renewed, with no writer counted.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #KEYS / 3
@@ -30,8 +35,8 @@ for i = 1, n do
 			redis.call('ZADD', rd, now + lease, tok)
 			keep(rd)
 			out[i] = 1
-			redis.call('ZREMRANGEBYSCORE', q, '-inf', now)
-			if redis.call('ZCARD', q) > 0 then
+			if type(redis.pcall('ZREMRANGEBYSCORE', q, '-inf', now)) == 'number' and
+					redis.call('ZCARD', q) > 0 then
 				out[i] = 2
 			end
 		end
