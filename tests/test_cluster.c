@@ -905,12 +905,6 @@ struct stall_locker {
 	int lock_rc, unlock_rc;
 };
 
-static int
-stall_flag(void *p)
-{
-	return atomic_load((atomic_int *)p) != 0;
-}
-
 /* Each mutex is unlocked by the thread that locked it. */
 static void *
 stall_locker_main(void *p)
@@ -921,20 +915,12 @@ stall_locker_main(void *p)
 	atomic_store(&s->locked, 1);
 	if (s->lock_rc)
 		return NULL;
-	th_wait_until(stall_flag, &s->go, 30000);
+	th_wait_until(dmt_flag_set, &s->go, 30000);
 	s->unlock_rc = dmutex_unlock(&s->m);
 	return NULL;
 }
 
 static atomic_int stall_lost, stall_no_answer;
-
-static void
-stall_count_lost(const char *name, void *arg)
-{
-	(void)name;
-	(void)arg;
-	atomic_fetch_add(&stall_lost, 1);
-}
 
 /* Counts the background's tries that the stalled master leaves unanswered
  * (cluster.c: "no answer for slot ... in time"). */
@@ -987,7 +973,7 @@ Test(cluster, releases_owed_to_a_stalled_master_do_not_starve_renewals)
 	cr_assert_eq(dmutex_attr_init(&a), 0);
 	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
 	cr_assert_eq(dmutex_attr_setlease(&a, 2400), 0);
-	cr_assert_eq(dmutex_attr_setonlost(&a, stall_count_lost, NULL), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &stall_lost), 0);
 	cr_assert_eq(dmutex_init(&keep, name, &a), 0);
 	cr_assert_eq(dmutex_attr_destroy(&a), 0);
 	cr_assert_eq(dmutex_lock(&keep), 0);
@@ -1004,7 +990,7 @@ Test(cluster, releases_owed_to_a_stalled_master_do_not_starve_renewals)
 		cr_assert_eq(pthread_create(&s[i].th, NULL, stall_locker_main, &s[i]), 0);
 	}
 	for (int i = 0; i < STALL_ORPHANS; i++) {
-		cr_assert(th_wait_until(stall_flag, &s[i].locked, 10000), "locker %d did not lock", i);
+		cr_assert(th_wait_until(dmt_flag_set, &s[i].locked, 10000), "locker %d did not lock", i);
 		cr_assert_eq(s[i].lock_rc, 0, "locker %d: %s", i, dmutex_strerror(s[i].lock_rc));
 	}
 

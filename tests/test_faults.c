@@ -551,8 +551,6 @@ open_pair(const char *name, int fair, dmutex_client_t **c, dmutex_client_t **o, 
 	cr_assert_eq(dmutex_attr_destroy(&a), 0);
 }
 
-static int flag_set(void *p);
-
 static void
 unlock_after_lossy_restart(int fair)
 {
@@ -576,7 +574,7 @@ unlock_after_lossy_restart(int fair)
 				dmutex_strerror(rc));
 	else
 		cr_assert(rc == 0 || rc == ENOLCK, "unlock: %d (%s)", rc, dmutex_strerror(rc));
-	cr_assert(th_wait_until(flag_set, &lost, 3000), "3 s after the unlock of a hold lost to a restart, "
+	cr_assert(th_wait_until(dmt_flag_set, &lost, 3000), "3 s after the unlock of a hold lost to a restart, "
 			"onlost had not run");
 	cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
 	cr_assert_eq(dmutex_unlock(&om), 0);
@@ -662,7 +660,7 @@ static void *loading_holder_main(void *p)
 		return NULL;
 	}
 	while (!atomic_load(&h->go))
-		th_wait_until(flag_set, &h->go, 1000);
+		th_wait_until(dmt_flag_set, &h->go, 1000);
 	if ((h->seen = th_wait_until(srv_loading, NULL, 10000))) {
 		if (h->exit_holding) {
 			atomic_store(&h->done, 1);
@@ -746,7 +744,7 @@ unlock_met_by_loading(int fair)
 	orphan_log_name = name;
 	dmutex_set_logger(orphan_log, NULL);
 	cr_assert_eq(pthread_create(&h.th, NULL, loading_holder_main, &h), 0);
-	cr_assert(th_wait_until(flag_set, &h.locked, 5000), "the holder did not lock");
+	cr_assert(th_wait_until(dmt_flag_set, &h.locked, 5000), "the holder did not lock");
 	cr_assert_eq(h.lock_rc, 0, "lock: %s", dmutex_strerror(h.lock_rc));
 	cr_assert_eq(th_redis_restart(&srv), 0);        /* loaded: the hold is gone */
 	cr_assert_eq(dmt_lock_exists(&srv, name), 0, "the hold survived a restart from a snapshot without it");
@@ -759,7 +757,7 @@ unlock_met_by_loading(int fair)
 	pthread_join(h.th, NULL);
 	cr_assert(h.seen, "the restarted server was never seen loading");
 	if (fair == 3) {
-		cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the thread ended holding a "
+		cr_assert(th_wait_until(dmt_flag_set, &lost, 5000), "5 s after the thread ended holding a "
 				"lock another client had taken (its release refused: LOADING), onlost had "
 				"not run");
 		cr_assert_eq(atomic_load(&orphan_logged), 1, "the loss was not found by the "
@@ -793,7 +791,7 @@ unlock_met_by_loading(int fair)
 		cr_assert_eq(atomic_load(&lost), 0, "onlost ran after its mutex was destroyed");
 		/* The background counts the loss before it logs it (renewer.c,
 		 * orphan_lost): the line may follow the count by a moment. */
-		cr_assert(th_wait_until(flag_set, &orphan_logged, 5000), "5 s after its loss was "
+		cr_assert(th_wait_until(dmt_flag_set, &orphan_logged, 5000), "5 s after its loss was "
 				"counted, the background release had not logged it");
 		cr_assert_eq(atomic_load(&orphan_logged), 1, "%d log lines of the loss",
 				atomic_load(&orphan_logged));
@@ -804,7 +802,7 @@ unlock_met_by_loading(int fair)
 		dmutex_set_logger(NULL, NULL);
 		return;
 	}
-	cr_assert(th_wait_until(flag_set, &lost, 5000), "5 s after the unlock of a hold another client "
+	cr_assert(th_wait_until(dmt_flag_set, &lost, 5000), "5 s after the unlock of a hold another client "
 			"had taken (its release refused: LOADING), onlost had not run");
 	cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
 	(void)dmutex_unlock(&om);       /* its hold too went with the second restart */
@@ -891,11 +889,6 @@ static int numsub_is(void *p)
 	return n == a->want;
 }
 
-static int flag_set(void *p)
-{
-	return atomic_load((atomic_int *)p) != 0;
-}
-
 Test(faults, waiter_across_restart_acquires_when_holder_unlocks, .init = srv_up_aof)
 {
 	static struct waiter_arg w;
@@ -931,7 +924,7 @@ Test(faults, waiter_across_restart_acquires_when_holder_unlocks, .init = srv_up_
 	rc = dmutex_unlock(&hm);
 	cr_assert_eq(rc, 0, "holder's unlock after the restart: %s", dmutex_strerror(rc));
 	/* Woken by the release, not by the end of the 4 s lease bound. */
-	cr_assert(th_wait_until(flag_set, &w.done, 1500), "the waiter was not woken by the unlock");
+	cr_assert(th_wait_until(dmt_flag_set, &w.done, 1500), "the waiter was not woken by the unlock");
 	pthread_join(th, NULL);
 	cr_assert_eq(w.rc, 0, "waiter: %s", dmutex_strerror(w.rc));
 	cr_assert_geq(w.at, unlocked_at);
@@ -1266,7 +1259,7 @@ static void *rw_loading_holder_main(void *p)
 	if (h->lock_rc)
 		return NULL;
 	while (!atomic_load(&h->go))
-		th_wait_until(flag_set, &h->go, 1000);
+		th_wait_until(dmt_flag_set, &h->go, 1000);
 	h->seen = th_wait_until(srv_loading, NULL, 10000);
 	h->rc = drwlock_unlock(h->rw);
 	h->still = srv_loading(NULL);
@@ -1310,7 +1303,7 @@ rw_unlock_met_by_loading(int destroy)
 	h.rw = &w;
 	h.destroy = destroy;
 	cr_assert_eq(pthread_create(&h.th, NULL, rw_loading_holder_main, &h), 0);
-	cr_assert(th_wait_until(flag_set, &h.locked, 5000), "the holder did not lock");
+	cr_assert(th_wait_until(dmt_flag_set, &h.locked, 5000), "the holder did not lock");
 	cr_assert_eq(h.lock_rc, 0, "wrlock: %s", dmutex_strerror(h.lock_rc));
 	cr_assert_eq(th_redis_restart(&srv), 0);        /* loaded: the hold is gone */
 	rc = drwlock_trywrlock(&ow);
@@ -1335,14 +1328,14 @@ rw_unlock_met_by_loading(int destroy)
 	cr_assert_eq(met.leases_lost, 1, "%llu losses counted", (unsigned long long)met.leases_lost);
 	/* The background counts the loss before it logs it, and logs it
 	 * before it calls onlost (renewer.c, orphan_lost). */
-	cr_assert(th_wait_until(flag_set, &orphan_logged, 5000), "the background release did not "
+	cr_assert(th_wait_until(dmt_flag_set, &orphan_logged, 5000), "the background release did not "
 			"log the loss");
 	cr_assert_eq(atomic_load(&orphan_logged), 1, "%d log lines of the loss",
 			atomic_load(&orphan_logged));
 	if (destroy) {
 		cr_assert_eq(atomic_load(&lost), 0, "onlost ran after its rwlock was destroyed");
 	} else {
-		cr_assert(th_wait_until(flag_set, &lost, 5000), "onlost had not run 5 s after the "
+		cr_assert(th_wait_until(dmt_flag_set, &lost, 5000), "onlost had not run 5 s after the "
 				"loss was logged");
 		cr_assert_eq(atomic_load(&lost), 1, "onlost ran %d times", atomic_load(&lost));
 		cr_assert_eq(drwlock_destroy(&w), 0);

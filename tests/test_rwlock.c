@@ -745,12 +745,6 @@ Test(rwlock, a_writer_that_gave_up_holds_no_reader_back)
 
 static atomic_int foreign_lost[2];
 
-static void count_foreign_lost(const char *name, void *arg)
-{
-	(void)name;
-	atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 /* The score of NAME's only read share (its lease's end, server ms); -1 if
  * none. */
 static long long share_score(const char *name)
@@ -789,7 +783,7 @@ Test(rwlock, a_foreign_value_on_one_locks_keys_fails_no_other_renewal)
 		cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
 		/* Renewed every 300 ms (more under a sanitizer). */
 		cr_assert_eq(dmutex_attr_setlease(&a, 900 * dmt_slowdown()), 0);
-		cr_assert_eq(dmutex_attr_setonlost(&a, count_foreign_lost, &foreign_lost[i]), 0);
+		cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &foreign_lost[i]), 0);
 		cr_assert_eq(drwlock_init(&rw[i], name[i], &a), 0);
 		cr_assert_eq(dmutex_attr_destroy(&a), 0);
 		cr_assert_eq(drwlock_rdlock(&rw[i]), 0);

@@ -90,6 +90,12 @@ dmt_lost_once(void *arg)
 }
 
 int
+dmt_flag_set(void *arg)
+{
+	return atomic_load((atomic_int *)arg) != 0;
+}
+
+int
 dmt_lock_free(void *arg)
 {
 	dmutex_t *m = arg;

@@ -60,6 +60,8 @@ int dmt_unlock_answered(dmutex_t *m);
 void dmt_count_lost(const char *name, void *arg);
 /* th_wait_until condition: the atomic_int at arg is >= 1. */
 int dmt_lost_once(void *arg);
+/* th_wait_until condition: the atomic_int at arg is not 0 (a flag set). */
+int dmt_flag_set(void *arg);
 /* th_wait_until condition: a trylock of the dmutex_t at arg succeeds (and
  * is undone): nobody holds the lock. */
 int dmt_lock_free(void *arg);

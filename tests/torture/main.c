@@ -265,22 +265,26 @@ teardown(struct tt_run *r, int keep)
 }
 
 /* A read-write lock's hash and sets stay (its fence, idle expiry): held
- * is a writer or a share whose lease has not ended, by the server's clock. */
-static const char rw_held_lua[] =
-	"local t = redis.call('TIME')\n"
-	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-	"local n = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')\n"
-	"if redis.call('HEXISTS', KEYS[1], 'w') == 1 and tonumber(redis.call('HGET', KEYS[1], 'wexp')) > now then\n"
-	"  n = n + 1\n"
-	"end\n"
-	"return n\n";
+ * is a writer or a share whose lease has not ended, by the server's clock
+ * (the sampler's script). */
+static int
+rw_held(const struct th_redis *s)
+{
+	redisReply *rep = th_redis_cmd(s, "EVAL %s 2 " TT_RW_KEYS, tt_rw_sample_lua);
+	int held = !rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+		rep->element[1]->type != REDIS_REPLY_INTEGER || rep->element[2]->type != REDIS_REPLY_INTEGER ||
+		rep->element[1]->integer > 0 || rep->element[2]->integer > 0;
+
+	if (rep)
+		freeReplyObject(rep);
+	return held;
+}
 
 static int
 lock_keys_gone(struct tt_run *r)
 {
 	for (int i = 0; i < r->cfg.nodes; i++)
-		if (r->cfg.rwlock ? th_redis_int(&r->lock[i], "EVAL %s 2 dmutex:rw:{" TT_LOCK_NAME "} dmutex:rwr:{"
-				TT_LOCK_NAME "}", rw_held_lua) != 0
+		if (r->cfg.rwlock ? rw_held(&r->lock[i])
 			: th_redis_int(&r->lock[i], "EXISTS dmutex:lock:{" TT_LOCK_NAME "}") != 0)
 			return 0;
 	return 1;

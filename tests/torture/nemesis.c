@@ -221,13 +221,13 @@ holder_kill(struct tt_run *r, uint64_t *pick)
 #define META_KEY "dmutex:meta:{" TT_LOCK_NAME "}"
 /* A read-write lock's: its state (writer, fence), its readers' shares,
  * its waiting writers. */
-#define RW_KEYS  "dmutex:rw:{" TT_LOCK_NAME "} dmutex:rwr:{" TT_LOCK_NAME "} dmutex:rwq:{" TT_LOCK_NAME "}"
+#define RW_ALL_KEYS TT_RW_KEYS " dmutex:rwq:{" TT_LOCK_NAME "}"
 
 /* How many of the lock's keys are there (the meta key aside). */
 static long long
 lock_keys(struct tt_run *r, struct th_redis *s)
 {
-	return th_redis_int(s, r->cfg.rwlock ? "EXISTS " RW_KEYS : "EXISTS " LOCK_KEY);
+	return th_redis_int(s, r->cfg.rwlock ? "EXISTS " RW_ALL_KEYS : "EXISTS " LOCK_KEY);
 }
 
 /* A command that answers OK; cmd a literal (it is th_redis_cmd's format). */
@@ -451,7 +451,7 @@ node_fault(struct tt_run *r, int f, int node, double window_ms, double param, ui
 		 * tokens come from the server's clock). */
 		if (r->cfg.rwlock) {
 			/* The state hash holds the fence's counter too. */
-			effect = th_redis_int(s, "DEL " RW_KEYS);
+			effect = th_redis_int(s, "DEL " RW_ALL_KEYS);
 			rc = effect == LLONG_MIN;
 			break;
 		}
@@ -717,8 +717,9 @@ sample_key(const redisReply *str, const redisReply *hash, uint64_t *fence, int *
  * writer's fence ("fms fseq", "" for none) and the time its lease has
  * left, and the time left to the share that lasts longest (-2: none).
  * Its hash and sets outlive the holds (the fence; expired entries are
- * swept by the next acquire), so PTTL says nothing. */
-static const char rw_sample_lua[] =
+ * swept by the next acquire), so PTTL says nothing.  KEYS: the lock's
+ * state hash and readers (run.h). */
+const char tt_rw_sample_lua[] =
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 	"local w = redis.call('HGET', KEYS[1], 'w')\n"
@@ -741,8 +742,7 @@ sample_rw(struct tt_run *r, redisContext *ctx, int node)
 {
 	struct tt_rec x = { .pid = (int32_t)getpid(), .thr = TT_NEMESIS_THR, .type = N_SAMPLE, .rc = node,
 		.t = tt_now_ns() };
-	redisReply *rep = redisCommand(ctx, "EVAL %s 2 dmutex:rw:{" TT_LOCK_NAME "} dmutex:rwr:{" TT_LOCK_NAME "}",
-			rw_sample_lua);
+	redisReply *rep = redisCommand(ctx, "EVAL %s 2 " TT_RW_KEYS, tt_rw_sample_lua);
 	unsigned long long fms = 0, fseq = 0;
 
 	if (!rep)

@@ -30,6 +30,12 @@ struct tt_run {
 	int sampler_running;
 };
 
+/* A read-write lock's writer and longest share, by the server's clock
+ * (nemesis.c): EVAL it with 2 TT_RW_KEYS; {writer's "fms fseq" or "",
+ * ms its lease has left, ms the longest share's has left}, -2 for none. */
+#define TT_RW_KEYS "dmutex:rw:{" TT_LOCK_NAME "} dmutex:rwr:{" TT_LOCK_NAME "}"
+extern const char tt_rw_sample_lua[];
+
 void tt_nrec(struct tt_run *r, int type, int kind, int rc, uint64_t token, int64_t value);
 int tt_spawn_worker(struct tt_run *r);
 /* Run the schedule: a fixed list (cfg.deterministic) or random faults
