@@ -947,7 +947,7 @@ Test(redlock, split_votes_back_off_instead_of_spinning)
 static void
 rl_slow_snapshot(struct th_redis *s)
 {
-	redisReply *r = th_redis_cmd(s, "DEBUG POPULATE 8000 filler 64");
+	redisReply *r = th_redis_cmd(s, "DEBUG POPULATE 4000 filler 64");
 
 	cr_assert(r && r->type == REDIS_REPLY_STATUS, "DEBUG POPULATE failed");
 	freeReplyObject(r);
@@ -975,12 +975,6 @@ struct rl_loading_holder {
 	int lock_rc, rc, seen, still;
 };
 
-static int
-rl_flag_set(void *p)
-{
-	return atomic_load((atomic_int *)p) != 0;
-}
-
 /* The holder: a thread of its own, as the restart runs on the test's
  * thread (a harness server dies with the thread that started it), and
  * waits there until the node has loaded. */
@@ -994,7 +988,7 @@ rl_loading_holder_main(void *p)
 	if (h->lock_rc)
 		return NULL;
 	while (!atomic_load(&h->go))
-		th_wait_until(rl_flag_set, &h->go, 1000);
+		th_wait_until(dmt_flag_set, &h->go, 1000);
 	h->seen = th_wait_until(node0_loading, NULL, 10000);
 	h->rc = dmutex_unlock(h->m);
 	h->still = node0_loading(NULL);
@@ -1003,14 +997,6 @@ rl_loading_holder_main(void *p)
 
 static atomic_int loading_lost;
 static atomic_int loading_logged;
-
-static void
-count_loading_lost(const char *name, void *arg)
-{
-	(void)name;
-	(void)arg;
-	atomic_fetch_add(&loading_lost, 1);
-}
 
 static void
 loading_log(int level, const char *msg, void *arg)
@@ -1033,7 +1019,7 @@ Test(redlock, unlock_refused_by_a_quorum_after_a_lossy_restart_reports_the_hold_
 	dmutex_t m, om;
 	int rc;
 
-	/* Nodes 0 and 1 each take about 2 s to load a snapshot that holds
+	/* Nodes 0 and 1 each take about 1 s to load a snapshot that holds
 	 * no lock. */
 	up(3, "key-load-delay 250\nloading-process-events-interval-bytes 1024\n");
 	rl_slow_snapshot(&nodes[0]);
@@ -1041,7 +1027,7 @@ Test(redlock, unlock_refused_by_a_quorum_after_a_lossy_restart_reports_the_hold_
 	c = open_client(NULL);
 	o = open_client(NULL);
 	/* Leases far longer than the test: no renewal finds the loss first. */
-	init_on(&m, name, c, 60000, count_loading_lost, NULL);
+	init_on(&m, name, c, 60000, dmt_count_lost, &loading_lost);
 	init_on(&om, name, o, 60000, NULL, NULL);
 	atomic_store(&loading_lost, 0);
 	atomic_store(&loading_logged, 0);
@@ -1049,7 +1035,7 @@ Test(redlock, unlock_refused_by_a_quorum_after_a_lossy_restart_reports_the_hold_
 
 	h.m = &m;
 	cr_assert_eq(pthread_create(&h.th, NULL, rl_loading_holder_main, &h), 0);
-	cr_assert(th_wait_until(rl_flag_set, &h.locked, 10000), "the holder did not lock");
+	cr_assert(th_wait_until(dmt_flag_set, &h.locked, 10000), "the holder did not lock");
 	cr_assert_eq(h.lock_rc, 0, "lock: %s", dmutex_strerror(h.lock_rc));
 	/* Restarted from snapshots without it (each restart returns once
 	 * loaded): the hold is gone on a quorum. */
@@ -1074,13 +1060,13 @@ Test(redlock, unlock_refused_by_a_quorum_after_a_lossy_restart_reports_the_hold_
 	cr_assert_eq(th_redis_restart(&nodes[1]), 0);
 	cr_assert_eq(th_redis_restart(&nodes[2]), 0);
 
-	cr_assert(th_wait_until(rl_flag_set, &loading_lost, 20000), "20 s after an unlock (EIO) of a "
+	cr_assert(th_wait_until(dmt_flag_set, &loading_lost, 20000), "20 s after an unlock (EIO) of a "
 			"hold another client had taken, its release refused everywhere (LOADING, down), "
 			"onlost had not run");
 	cr_assert_eq(atomic_load(&loading_lost), 1, "onlost ran %d times", atomic_load(&loading_lost));
 	cr_assert_eq(dmutex_client_metrics(c, name, &met), 0);
 	cr_assert_eq(met.leases_lost, 1, "%llu losses counted", (unsigned long long)met.leases_lost);
-	cr_assert(th_wait_until(rl_flag_set, &loading_logged, 5000), "the loss was not logged");
+	cr_assert(th_wait_until(dmt_flag_set, &loading_logged, 5000), "the loss was not logged");
 	cr_assert_eq(atomic_load(&loading_logged), 1, "%d log lines of the loss",
 			atomic_load(&loading_logged));
 	(void)dmutex_unlock(&om);       /* its hold too went with the second restarts */
