@@ -813,3 +813,64 @@ Test(rwlock, a_foreign_value_on_one_locks_keys_fails_no_other_renewal)
 		cr_assert_eq(drwlock_destroy(&rw[i]), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
+
+/* ---- a lost share ------------------------------------------------------ */
+
+static atomic_int share_lost;
+
+/*
+ * A reader thread of ours reads on while its share is lost (the key is
+ * deleted): its process is told once (onlost).  Before, every new reader
+ * thread of the process then waited for that reader to unlock, though
+ * the lock was free everywhere, and a tryrdlock said EBUSY with no writer
+ * anywhere.  Now the lost share's readers are set aside: a new reader
+ * takes a new share at once, while the old reader's calls still say the
+ * share is lost (a recursive read and its unlock: ENOLCK) and a writer of
+ * ours still waits for it.
+ */
+Test(rwlock, a_lost_share_holds_no_new_reader_back)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	struct probe p;
+
+	DMT_REDIS_STATE("deletes a read share's key");
+	atomic_store(&share_lost, 0);
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	/* Renewed every 300 ms (more under a sanitizer). */
+	cr_assert_eq(dmutex_attr_setlease(&a, 900 * dmt_slowdown()), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &share_lost), 0);
+	cr_assert_eq(drwlock_init(&rw, "lostshare", &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+
+	cr_assert_eq(drwlock_rdlock(&rw), 0);
+	th_redis_int(&srv, "DEL dmutex:rwr:{lostshare}");
+	cr_assert(th_wait_until(dmt_lost_once, &share_lost, 5000 * dmt_slowdown()),
+			"the share's loss was never reported");
+
+	/* A new reader gets in: a new share, beside the old reader. */
+	p = run_probe(&rw, 1, 3000L * dmt_slowdown());
+	cr_assert_eq(p.rc, 0, "a new reader after the share was lost: %s after %lld ms",
+			dmutex_strerror(p.rc), p.waited);
+	cr_assert_eq(p.unlock_rc, 0);
+	cr_assert_eq(on_thread(&rw, TRYRD, 0), 0, "tryrdlock, no writer anywhere");
+	/* (That thread ended reading: its share was given back.) */
+	cr_assert_eq(rw_count("lostshare", 'r'), 0, "a share outlived its only reader");
+
+	/* The old reader: its share is lost, whatever new ones come. */
+	cr_assert_eq(drwlock_rdlock(&rw), ENOLCK, "a recursive read of the lost share");
+	cr_assert_eq(drwlock_trywrlock(&rw), EBUSY, "an upgrade from the lost share");
+	/* A writer of ours waits for it as for any reader. */
+	cr_assert_eq(on_thread(&rw, TRYWR, 0), EBUSY, "a writer beside a reader of the lost share");
+	cr_assert_eq(drwlock_unlock(&rw), ENOLCK);
+	cr_assert_eq(drwlock_unlock(&rw), EPERM);
+	cr_assert_eq(atomic_load(&share_lost), 1, "the loss was reported more than once");
+
+	cr_assert_eq(drwlock_trywrlock(&rw), 0, "a writer once the old reader is out");
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}

@@ -109,7 +109,7 @@ retire(void *obj)
 	int busy;
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	busy = e->held || e->acquiring || e->rw_wwait;
+	busy = e->held || e->acquiring || e->rw_wwait || e->ngone;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	if (busy)
 		return EBUSY;
@@ -161,4 +161,21 @@ void
 dmutex__rw_reader_drop(struct dmutex__entry *e, struct dmutex__reader *r)
 {
 	*r = e->readers[--e->nreaders];
+}
+
+struct dmutex__reader *
+dmutex__rw_gone_reader(struct dmutex__entry *e, pthread_t self)
+{
+	for (size_t i = 0; i < e->ngone; i++)
+		if (pthread_equal(e->rw_gone[i].thread, self))
+			return &e->rw_gone[i];
+	return NULL;
+}
+
+void
+dmutex__rw_gone_drop(struct dmutex__entry *e, struct dmutex__reader *r)
+{
+	*r = e->rw_gone[--e->ngone];
+	if (!e->ngone)
+		dmutex__entry_wake(e);
 }

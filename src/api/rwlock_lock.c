@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/lockorder.h"
 #include "core/acquire_wait.h"
@@ -60,6 +61,42 @@ abandon(struct dmutex_client *c, const char *name, int op, const char *token, un
 	dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': could not take back an acquire; retried in the "
 			"background until its lease would end", name);
 	dmutex__renewer_orphan_rw(c, name, op, token, dmutex__now_ns() + (int64_t)lease_ms * DMUTEX__MS);
+}
+
+/*
+ * Under e->mu: a share known lost (its renewal found it gone, or its
+ * deadline passed) keeps this process's new readers out no longer.  Its
+ * readers are set aside: each one's unlock still says ENOLCK, and so does
+ * a recursive read by one of them; a writer of ours waits for them as for
+ * any reader.  The share is released in the background, in case it is
+ * still there (a deadline that passed during an outage).  Before, every
+ * new reader waited for the lost share's last reader to unlock, though
+ * the lock might be free everywhere, and a tryrdlock said EBUSY with no
+ * writer anywhere.  ENOMEM: new readers wait for the old ones, as before.
+ */
+static int
+set_lost_share_aside(struct dmutex__entry *e)
+{
+	struct dmutex_client *c = e->client;
+	size_t need = e->ngone + e->nreaders;
+
+	if (need > e->gone_cap) {
+		struct dmutex__reader *ng = realloc(e->rw_gone, need * sizeof *ng);
+		if (!ng)
+			return ENOMEM;
+		e->rw_gone = ng;
+		e->gone_cap = need;
+	}
+	memcpy(e->rw_gone + e->ngone, e->readers, e->nreaders * sizeof *e->readers);
+	e->ngone = need;
+	dmutex__renewer_remove(c, e);
+	dmutex__renewer_orphan_rw(c, e->name, 'r', e->token,
+			dmutex__now_ns() + (int64_t)e->lease_ms * DMUTEX__MS);
+	dmutex__log(DMUTEX_LOG_INFO, "rwlock '%s': the share was lost; new readers take a new one "
+			"while its %zu reader(s) finish", e->name, e->ngone);
+	/* Wakes the readers waiting: they may take a new share now. */
+	dmutex__entry_forget(e);
+	return 0;
 }
 
 /* Under e->mu: record the hold the backend gave us. */
@@ -197,6 +234,11 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return err;
 	}
+	if (dmutex__rw_gone_reader(e, self)) {
+		/* Still in a share set aside as lost: a recursive read of it. */
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return ENOLCK;
+	}
 	if ((r = dmutex__rw_reader(e, self))) {
 		/* Recursive read: granted even while writers wait (POSIX), with
 		 * no I/O — unless the share is known lost. */
@@ -218,6 +260,18 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		if ((err = reserve_reader(e))) {
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			return err;
+		}
+		if (e->held && !e->rw_write && !e->releasing) {
+			/* Our clock decides too, not only the renewer's word. */
+			dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
+			if (lost.report) {
+				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+				dmutex__lost_report(e, &lost);
+				dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+				continue;
+			}
+			if (e->lost)
+				(void)set_lost_share_aside(e);
 		}
 		if (e->held && !e->rw_write && !e->releasing && !e->lost && !e->rw_wwait &&
 				!e->rw_remote_wwait && dmutex__now_ns() < e->deadline_ns) {
@@ -269,7 +323,8 @@ wr_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		return err;
 	e = rx->entry;
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	if ((e->held && e->rw_write && pthread_equal(e->owner, self)) || dmutex__rw_reader(e, self)) {
+	if ((e->held && e->rw_write && pthread_equal(e->owner, self)) || dmutex__rw_reader(e, self) ||
+			dmutex__rw_gone_reader(e, self)) {
 		/* Relock by the writer, or an upgrade: either would wait for
 		 * the caller itself. */
 		err = mode == TRY ? EBUSY : bad_deadline ? EINVAL : EDEADLK;
@@ -278,14 +333,15 @@ wr_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 			dmutex__log(DMUTEX_LOG_ERROR, "rwlock '%s': tv_nsec of the deadline out of range", e->name);
 		return err;
 	}
-	if (mode == TRY && (e->held || e->acquiring)) {
+	if (mode == TRY && (e->held || e->acquiring || e->ngone)) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 		return EBUSY;
 	}
 	/* From now on this process lets no new reader into its share. */
 	e->rw_wwait++;
 	dmutex__ns_to_ts(until, &ts);
-	while (e->held || e->acquiring) {
+	/* Readers of a share set aside as lost are readers still. */
+	while (e->held || e->acquiring || e->ngone) {
 		if (bad_deadline || dmutex__now_ns() >= until) {
 			e->rw_wwait--;
 			dmutex__entry_wake(e);

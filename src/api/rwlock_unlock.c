@@ -49,6 +49,14 @@ unlock_entry(struct dmutex__entry *e)
 	int err, lost, op;
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+	if ((r = dmutex__rw_gone_reader(e, self))) {
+		/* A reader of a share set aside as lost (rwlock_lock.c),
+		 * reported already: forgotten whole, as below. */
+		dmutex__rw_gone_drop(e, r);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__thread_unhold(e);
+		return ENOLCK;
+	}
 	if (e->releasing || !e->held ||
 			(e->rw_write ? !pthread_equal(e->owner, self) : !(r = dmutex__rw_reader(e, self)))) {
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);

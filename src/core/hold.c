@@ -150,6 +150,7 @@ dmutex__entry_put(struct dmutex__entry *e)
 	pthread_cond_destroy(&e->cv);
 	pthread_cond_destroy(&e->turn_cv);
 	free(e->readers);
+	free(e->rw_gone);
 	free(e);
 }
 

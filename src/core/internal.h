@@ -195,6 +195,11 @@ struct dmutex__entry {
 	int rw_remote_wwait;            /* a renewal said a writer elsewhere waits */
 	struct dmutex__reader *readers;
 	size_t nreaders, readers_cap;
+	/* The readers of a share known lost that have not unlocked yet, set
+	 * aside so that new readers may take a new share meanwhile; a local
+	 * writer still waits for them (rwlock_lock.c). */
+	struct dmutex__reader *rw_gone;
+	size_t ngone, gone_cap;
 
 	char name[];                    /* NUL-terminated */
 };

@@ -620,6 +620,9 @@ apply(struct dmutex_client *c, struct dmutex__entry *e, const struct dmutex__ren
 	else
 		due = not_renewed(e, rn, now, &sus, &gone);
 	dmutex__entry_check_lost(e, now, &lost);
+	/* A read share's new readers wait no longer (rwlock_lock.c). */
+	if (e->lost && e->kind == DMUTEX__KIND_RW)
+		dmutex__entry_wake(e);
 	reschedule(c, e, due);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 	if (gone)

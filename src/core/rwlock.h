@@ -38,6 +38,11 @@ int dmutex__rwlock_resolve(drwlock_t *rw, struct dmutex__rwlock **out);
 struct dmutex__reader *dmutex__rw_reader(struct dmutex__entry *e, pthread_t self);
 /* Under e->mu: take self out of readers[]. */
 void dmutex__rw_reader_drop(struct dmutex__entry *e, struct dmutex__reader *r);
+/* Under e->mu: self's slot among a lost share's readers set aside
+ * (e->rw_gone), or NULL; and taking it out, which wakes a local writer
+ * once the last is out. */
+struct dmutex__reader *dmutex__rw_gone_reader(struct dmutex__entry *e, pthread_t self);
+void dmutex__rw_gone_drop(struct dmutex__entry *e, struct dmutex__reader *r);
 /* A thread that ends still reading or writing e gives it up, every level
  * (client.c's thread end, through dmutex__thread_hold_end). */
 void dmutex__rw_thread_end(struct dmutex__entry *e, const char *why);
