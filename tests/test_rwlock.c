@@ -874,3 +874,71 @@ Test(rwlock, a_lost_share_holds_no_new_reader_back)
 	cr_assert_eq(drwlock_destroy(&rw), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
+
+/* ---- a tryrdlock while another reader of ours asks ---------------------- */
+
+struct asker { drwlock_t *rw; int rc, unlock_rc; atomic_int go; };
+
+/* Reads until told to let go. */
+static void *asker_main(void *arg)
+{
+	struct asker *a = arg;
+
+	a->rc = drwlock_rdlock(a->rw);
+	while (!a->rc && !atomic_load(&a->go))
+		poll(NULL, 0, 2);
+	a->unlock_rc = a->rc ? -1 : drwlock_unlock(a->rw);
+	return NULL;
+}
+
+static long long blocked_before;
+
+static int one_more_blocked(void *arg)
+{
+	(void)arg;
+	return dmt_blocked_clients(&srv) > blocked_before;
+}
+
+/*
+ * A thread's tryrdlock while another thread of the process is asking
+ * Redis for the read share (its request held back by CLIENT PAUSE), with
+ * no writer anywhere: it joins that share once it is granted.  Before, it
+ * said EBUSY at once, as POSIX has it only when a writer holds the lock or
+ * waits for it.
+ */
+Test(rwlock, a_tryrdlock_waits_for_the_share_another_reader_asks_for)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	struct asker k = { .rw = &rw, .rc = -1, .unlock_rc = -1 };
+	pthread_t t;
+	int rc;
+
+	DMT_REDIS_STATE("holds a request back with CLIENT PAUSE");
+	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "tryasking", &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	/* The connection made before the pause: only the request waits. */
+	cr_assert_eq(drwlock_rdlock(&rw), 0);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+
+	blocked_before = dmt_blocked_clients(&srv);
+	cr_assert_geq(blocked_before, 0);
+	th_redis_int(&srv, "CLIENT PAUSE 1500 WRITE");
+	cr_assert_eq(pthread_create(&t, NULL, asker_main, &k), 0);
+	cr_assert(th_wait_until(one_more_blocked, NULL, 3000), "the reader's request was never held back");
+	rc = drwlock_tryrdlock(&rw);
+	atomic_store(&k.go, 1);
+	pthread_join(t, NULL);
+	cr_assert_eq(k.rc, 0, "the asking reader: %s", dmutex_strerror(k.rc));
+	cr_assert_eq(rc, 0, "tryrdlock while another reader of ours asked, no writer anywhere: %s",
+			dmutex_strerror(rc));
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(k.unlock_rc, 0);
+	cr_assert_eq(rw_count("tryasking", 'r'), 0, "a share outlived its readers");
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}

@@ -1753,24 +1753,10 @@ Test(wait, waiter_that_gives_up_recalls_a_kept_lease, .timeout = 60)
 /* a waiter that pops its grant (issue 28 target 4)                    */
 /* ------------------------------------------------------------------ */
 
-/* Clients blocked in a command (INFO clients), or -1. */
-static long long blocked_clients(void)
-{
-	redisReply *r = th_redis_cmd(&srv, "INFO clients");
-	const char *p;
-	long long n = -1;
-
-	if (r && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "blocked_clients:")))
-		n = strtoll(p + strlen("blocked_clients:"), NULL, 10);
-	if (r)
-		freeReplyObject(r);
-	return n;
-}
-
 static int one_blocked(void *arg)
 {
 	(void)arg;
-	return blocked_clients() == 1;
+	return dmt_blocked_clients(&srv) == 1;
 }
 
 /* A lock held by nobody's client (a raw hold of a made-up token, 30 s),
@@ -1794,7 +1780,7 @@ static pid_t queue_popper(struct proc_waiter *p, const char *name, char *tok, si
 	cr_assert(!strncmp(r->str, "4 ", 2), "the waiter does not pop its grant (details '%s')", r->str);
 	freeReplyObject(r);
 	cr_assert(th_wait_until(one_blocked, NULL, 10000), "the waiter's thread is not in BLPOP (%lld blocked)",
-			blocked_clients());
+			dmt_blocked_clients(&srv));
 	return pid;
 }
 

@@ -181,7 +181,13 @@ rw_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 		t->refused = a.refused;
 		return DMUTEX__TRY_FAILED;
 	}
-	/* Held by others. */
+	/* Held by others: a tryrdlock of ours may say EBUSY now. */
+	if (r->op == 'r') {
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		e->rw_rd_asking = 2;
+		pthread_cond_broadcast(&e->cv);
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	}
 	r->intent |= a.wait;
 	/* Until woken, or at most until the blocking hold's lease ends (a lost
 	 * wake-up costs at most that); a writer comes back within a third of
@@ -220,7 +226,8 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 	struct dmutex__reader *r;
 	struct dmutex__lost lost;
 	pthread_t self = pthread_self();
-	struct timespec ts;
+	struct timespec ts, try_ts;
+	int64_t try_until = 0;
 	int err = 0;
 
 	if ((err = dmutex__rwlock_resolve(rw, &rx)))
@@ -286,6 +293,21 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		}
 		if (!e->held && !e->acquiring && !e->rw_wwait)
 			break;
+		if (mode == TRY && e->rw_rd_asking == 1 && !e->rw_wwait && !bad_deadline) {
+			/* Another reader of ours is asking Redis: its answer says
+			 * whether a writer keeps readers out.  Before, EBUSY at
+			 * once, with no writer anywhere; waited for as long as
+			 * a request of our own could take, no longer. */
+			if (!try_until) {
+				try_until = dmutex__now_ns() +
+					(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
+				dmutex__ns_to_ts(try_until, &try_ts);
+			}
+			if (dmutex__now_ns() < try_until) {
+				pthread_cond_timedwait(&e->cv, &e->mu, &try_ts);
+				continue;
+			}
+		}
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (mode != TRY && bad_deadline)
@@ -298,12 +320,14 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 			pthread_cond_timedwait(&e->cv, &e->mu, &ts);
 	}
 	e->acquiring = 1;
+	e->rw_rd_asking = 1;
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 
 	err = acquire_remote(rx, 'r', mode, until, bad_deadline);
 
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
 	e->acquiring = 0;
+	e->rw_rd_asking = 0;
 	/* Other readers may join now, or the next one asks. */
 	dmutex__entry_wake(e);
 	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);

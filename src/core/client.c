@@ -101,6 +101,7 @@ atfork_child(void)
 				e->acquiring = 0;
 				e->dropping = 0;
 				e->rw_wwait = 0;
+				e->rw_rd_asking = 0;
 				e->ngone = 0;   /* the parent's reader threads */
 				/* A fair mutex's local queue names the parent's
 				 * waiting threads, on their stacks: none of them is

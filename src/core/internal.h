@@ -193,6 +193,8 @@ struct dmutex__entry {
 	int rw_write;
 	int rw_wwait;                   /* threads of this process waiting to write */
 	int rw_remote_wwait;            /* a renewal said a writer elsewhere waits */
+	int rw_rd_asking;               /* the acquirer is a reader of ours: 1 its
+	                                 * request is out, 2 the lock was busy */
 	struct dmutex__reader *readers;
 	size_t nreaders, readers_cap;
 	/* The readers of a share known lost that have not unlocked yet, set

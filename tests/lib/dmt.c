@@ -765,6 +765,20 @@ dmt_count_keys(const struct th_redis *r, const char *pattern)
 	return n;
 }
 
+long long
+dmt_blocked_clients(const struct th_redis *r)
+{
+	redisReply *rep = th_redis_cmd(r, "INFO clients");
+	const char *p;
+	long long n = -1;
+
+	if (rep && rep->type == REDIS_REPLY_STRING && (p = strstr(rep->str, "blocked_clients:")))
+		n = strtoll(p + strlen("blocked_clients:"), NULL, 10);
+	if (rep)
+		freeReplyObject(rep);
+	return n;
+}
+
 /* calls= of one INFO commandstats line, 0 when the command never ran. */
 static long long
 stat_calls(const char *info, const char *cmd)

@@ -209,6 +209,9 @@ long long dmt_lock_reset(const struct th_redis *r, const char *name);
 /* Number of keys matching pattern, -1 on error.  In the etcd run
  * "dmutex:lock:*" counts every mutex key there (holds, waiters, states). */
 long long dmt_count_keys(const struct th_redis *r, const char *pattern);
+/* Clients blocked in a command (INFO clients: BLPOP, or a command held
+ * back by CLIENT PAUSE), or -1. */
+long long dmt_blocked_clients(const struct th_redis *r);
 /* Sum of calls= of the named commands (NULL-terminated list) from one INFO
  * commandstats (a command never run counts 0); -1 on error. */
 long long dmt_cmd_calls(const struct th_redis *r, const char *cmd, ...)
