@@ -174,6 +174,9 @@ void cli_rwlock_free(struct cli_rwlock *rw);
 int cli_view_open(const char *url, struct dmutex__admin_view **v);
 /* name's state into *l (cli_lock_free it): 0 (a failure in l->error), or
  * CLI_INTERNAL. */
+/* The backend's table (backend.h: inspect, names, reset) has no view of
+ * read-write locks yet: status, list and reset say so over etcd. */
+#define CLI_VIEW_NO_RW "read-write locks are not shown over etcd: mutexes only"
 int cli_view_lock(struct dmutex__admin_view *v, const char *name, struct cli_lock *l);
 
 /* ---- output (show.c, json.c) ---------------------------------------- */

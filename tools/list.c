@@ -429,6 +429,8 @@ list_view(struct dmutex__admin_view *v, const char *pattern, int json)
 		status = cli_view_lock(v, ns.v[i], &rows[i].l);
 	if (!status)
 		status = show(&one, rows, ns.n, NULL, 0, json);
+	/* Said every time: a script must not take the list for complete. */
+	cli_err("%s", CLI_VIEW_NO_RW);
 	for (size_t i = 0; rows && i < ns.n; i++)
 		cli_lock_free(&rows[i].l);
 	free(rows);

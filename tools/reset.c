@@ -284,7 +284,7 @@ reset_view(struct dmutex__admin_view *v, const char *name, int force)
 		cli_err("'%s': %s", name, l.error);
 		status = CLI_BACKEND;
 	} else if (!l.exists) {
-		cli_err("no such lock '%s'", name);
+		cli_err("no such lock '%s' (%s)", name, CLI_VIEW_NO_RW);
 		status = CLI_NOLOCK;
 	} else if (l.held && !force) {
 		say_refused(&l, NULL);

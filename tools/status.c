@@ -183,7 +183,7 @@ status_view(struct dmutex__admin_view *v, char **names, int n, int json)
 			cli_err("'%s': %s", names[i], l.error);
 			status = CLI_BACKEND;
 		} else if (!l.exists) {
-			cli_err("no such lock '%s'", names[i]);
+			cli_err("no such lock '%s' (%s)", names[i], CLI_VIEW_NO_RW);
 			if (!status)
 				status = CLI_NOLOCK;
 		}
