@@ -1701,7 +1701,7 @@ Test(cli, rwlock_status_and_list)
 	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
 	o = out_of("c");
 	cr_assert_eq(strncmp(o, "RWLOCK  STATE  LEASE LEFT  FENCE  ", 34), 0, "%s", o);
-	cr_assert(strstr(o, "\ndoc     read   -           -                2 "), "%s", o);
+	cr_assert(strstr(o, "\ndoc     read   -           -                    2        "), "%s", o);
 	free(o);
 
 	cr_assert_eq(drwlock_unlock(&r1.rw), 0);

@@ -330,7 +330,8 @@ print_rw_table(const struct cli_conn *cc, const struct rwrow *rows, size_t n)
 	}
 	if (multi)
 		printf("%-*s  ", wnode, "NODE");
-	printf("%-*s  %-5s  %-10s  %-15s  %-7s  %-10s  %s\n", wname, "RWLOCK", "STATE", "LEASE LEFT",
+	/* FENCE fits a token (up to 19 digits: fms << 20 | fseq). */
+	printf("%-*s  %-5s  %-10s  %-19s  %-7s  %-10s  %s\n", wname, "RWLOCK", "STATE", "LEASE LEFT",
 			"FENCE", "READERS", "READ LEASE", "WRITERS WAITING");
 	for (size_t i = 0; i < n; i++) {
 		const struct cli_rwlock *rw = &rows[i].rw;
@@ -349,7 +350,7 @@ print_rw_table(const struct cli_conn *cc, const struct rwrow *rows, size_t n)
 			cli_duration(rlease, sizeof rlease, rw->read_left_ms);
 		if (rw->fence >= 0)
 			snprintf(fence, sizeof fence, "%lld", rw->fence);
-		printf("%-*s  %-5s  %-10s  %-15s  %-7lld  %-10s  %lld\n", wname, name,
+		printf("%-*s  %-5s  %-10s  %-19s  %-7lld  %-10s  %lld\n", wname, name,
 				rw->writing ? "write" : rw->readers > 0 ? "read" : "free", left, fence,
 				rw->readers, rlease, rw->writers_waiting);
 	}
