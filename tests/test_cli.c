@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pty.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -1589,4 +1590,305 @@ Test(cli, library_log_lines_escaped)
 	assert_inert("a", e);
 	assert_contains(e, "cannot read password_file /nonexistent/\\x1b]0;t\\x07");
 	free(e);
+}
+
+/* ------------------------------------------------------------------ */
+/* read-write locks                                                    */
+/* ------------------------------------------------------------------ */
+
+/* A drwlock_t on a client of its own: clients of one process hold one
+ * share each, as processes do (src/core/rwlock.h). */
+struct rwholder {
+	dmutex_client_t *c;
+	drwlock_t rw;
+	atomic_int lost;
+};
+
+static void
+rw_hold(struct rwholder *h, const char *name, unsigned lease_ms)
+{
+	dmutex_attr_t a;
+
+	atomic_init(&h->lost, 0);
+	cr_assert_eq(dmutex_client_open(&h->c, srv.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, h->c), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, count_lost, &h->lost), 0);
+	cr_assert_eq(dmutex_attr_setlease(&a, lease_ms), 0);
+	cr_assert_eq(drwlock_init(&h->rw, name, &a), 0);
+	dmutex_attr_destroy(&a);
+}
+
+static void
+rw_unhold(struct rwholder *h)
+{
+	cr_assert_eq(drwlock_destroy(&h->rw), 0);
+	cr_assert_eq(dmutex_client_close(h->c), 0);
+}
+
+static int
+rw_lost_once(void *p)
+{
+	return atomic_load(&((struct rwholder *)p)->lost) >= 1;
+}
+
+/* ZCARD of the read shares ("rwr") or waiting writers ("rwq") of NAME. */
+struct rwcount { const char *kind, *name; long long want; };
+
+static int
+rw_count_is(void *p)
+{
+	struct rwcount *k = p;
+
+	return th_redis_int(&srv, "ZCARD dmutex:%s:{%s}", k->kind, k->name) == k->want;
+}
+
+/* A writer on a thread of its own: it waits, writes, says so with its
+ * token, and unlocks when told. */
+struct rwwriter {
+	struct rwholder h;
+	pthread_t t;
+	uint64_t fence;
+	atomic_int writing, done;
+	int rc;
+};
+
+static void *
+rw_write_main(void *p)
+{
+	struct rwwriter *w = p;
+
+	if ((w->rc = drwlock_wrlock(&w->h.rw)) || (w->rc = drwlock_fence(&w->h.rw, &w->fence)))
+		return NULL;
+	atomic_store(&w->writing, 1);
+	while (!atomic_load(&w->done))
+		th_wait_until(dmt_flag_set, &w->done, 100);
+	w->rc = drwlock_unlock(&w->h.rw);
+	return NULL;
+}
+
+/* status and list of a read-write lock read by two processes while a
+ * writer waits, then written by that writer, then free: every number as
+ * the library left it. */
+Test(cli, rwlock_status_and_list)
+{
+	struct rwholder r1, r2;
+	struct rwwriter w = { 0 };
+	struct rwcount shares = { "rwr", "doc", 2 }, waiting = { "rwq", "doc", 1 };
+	char want[200], expr[600], *o;
+
+	rw_hold(&r1, "doc", 5000);
+	rw_hold(&r2, "doc", 5000);
+	cr_assert_eq(drwlock_rdlock(&r1.rw), 0);
+	cr_assert_eq(drwlock_rdlock(&r2.rw), 0);
+	cr_assert(th_wait_until(rw_count_is, &shares, 5000));
+	rw_hold(&w.h, "doc", 5000);
+	cr_assert_eq(pthread_create(&w.t, NULL, rw_write_main, &w), 0);
+	cr_assert(th_wait_until(rw_count_is, &waiting, 5000), "the writer never waited");
+
+	ASSERT_ST(DM_RUN(10000, "a", "status", "doc"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "doc (read-write lock): read by 2 processes\n");
+	assert_contains(o, "  readers:     2 processes, longest lease left ");
+	assert_contains(o, "  waiting:     1 writer\n");
+	cr_assert_null(strstr(o, "doc: "), "no mutex of that name, yet shown:\n%s", o);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "doc"), 0, "b");
+	assert_json("b", "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and d[0][\"exists\"] is True and "
+			"d[0][\"writing\"] is False and d[0][\"readers\"] == 2 and "
+			"0 < d[0][\"read_lease_left_ms\"] <= 5000 and d[0][\"writers_waiting\"] == 1 and "
+			"d[0][\"fence\"] is None and d[0][\"fence_counter\"] is None");
+	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
+	o = out_of("c");
+	cr_assert_eq(strncmp(o, "RWLOCK  STATE  LEASE LEFT  FENCE  ", 34), 0, "%s", o);
+	cr_assert(strstr(o, "\ndoc     read   -           -                    2        "), "%s", o);
+	free(o);
+
+	cr_assert_eq(drwlock_unlock(&r1.rw), 0);
+	cr_assert_eq(drwlock_unlock(&r2.rw), 0);
+	cr_assert(th_wait_until(dmt_flag_set, &w.writing, 10000), "the writer never wrote");
+	ASSERT_ST(DM_RUN(10000, "d", "status", "doc"), 0, "d");
+	o = out_of("d");
+	assert_contains(o, "doc (read-write lock): written\n");
+	assert_contains(o, "  lease left:  ");
+	snprintf(want, sizeof want, "  fence:       %llu\n", (unsigned long long)w.fence);
+	assert_contains(o, want);
+	assert_contains(o, "  readers:     0 processes\n  waiting:     0 writers\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "e", "status", "--json", "doc"), 0, "e");
+	snprintf(expr, sizeof expr, "d[0][\"writing\"] is True and d[0][\"fence\"] == %llu and "
+			"d[0][\"fence_counter\"] == %llu and 0 < d[0][\"write_lease_left_ms\"] <= 5000 and "
+			"d[0][\"readers\"] == 0 and d[0][\"read_lease_left_ms\"] is None",
+			(unsigned long long)w.fence, (unsigned long long)w.fence);
+	assert_json("e", expr);
+	ASSERT_ST(DM_RUN(10000, "f", "list", "--json"), 0, "f");
+	snprintf(expr, sizeof expr, "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and d[0][\"name\"] == \"doc\" "
+			"and d[0][\"fence\"] == %llu", (unsigned long long)w.fence);
+	assert_json("f", expr);
+
+	atomic_store(&w.done, 1);
+	cr_assert_eq(pthread_join(w.t, NULL), 0);
+	cr_assert_eq(w.rc, 0);
+	ASSERT_ST(DM_RUN(10000, "g", "status", "doc"), 0, "g");
+	o = out_of("g");
+	snprintf(want, sizeof want, "doc (read-write lock): free\n  last fence:  %llu\n",
+			(unsigned long long)w.fence);
+	assert_contains(o, want);
+	free(o);
+	rw_unhold(&w.h);
+	rw_unhold(&r1);
+	rw_unhold(&r2);
+}
+
+/* reset refuses a read or written rwlock without --force; with it, the
+ * share or the writer goes, and the holder learns it as of any lost key:
+ * its renewal finds it gone, onlost runs, the unlock says ENOLCK.  The
+ * last token stays: the next writer's is greater. */
+static void
+rw_reset_holder(int write)
+{
+	struct rwholder h, next;
+	uint64_t tok = 0, tok2;
+	char want[300], *o, *e;
+
+	rw_hold(&h, "doc", 3000);
+	cr_assert_eq(write ? drwlock_wrlock(&h.rw) : drwlock_rdlock(&h.rw), 0);
+	if (write)
+		cr_assert_eq(drwlock_fence(&h.rw, &tok), 0);
+	ASSERT_ST(DM_RUN(10000, "a", "reset", "doc"), ST_REFUSED, "a");
+	e = err_of("a");
+	if (write)
+		snprintf(want, sizeof want, "read-write lock 'doc' is written (fence %llu); use --force",
+				(unsigned long long)tok);
+	else
+		snprintf(want, sizeof want, "read-write lock 'doc' is read by 1 process; use --force");
+	assert_contains(e, want);
+	free(e);
+	cr_assert_eq(write ? th_redis_int(&srv, "HEXISTS dmutex:rw:{doc} w")
+			: th_redis_int(&srv, "ZCARD dmutex:rwr:{doc}"), 1);
+
+	ASSERT_ST(DM_RUN(10000, "b", "reset", "--force", "doc"), 0, "b");
+	o = out_of("b");
+	if (write)
+		snprintf(want, sizeof want, "reset read-write lock 'doc': released the write lock "
+				"(fence %llu); fence kept\n", (unsigned long long)tok);
+	else
+		snprintf(want, sizeof want, "reset read-write lock 'doc': released 1 read share; fence kept\n");
+	cr_assert_str_eq(o, want);
+	free(o);
+	cr_assert(th_wait_until(rw_lost_once, &h, 8000), "the holder was never told");
+	cr_assert_eq(drwlock_unlock(&h.rw), ENOLCK);
+	rw_unhold(&h);
+
+	rw_hold(&next, "doc", 3000);
+	cr_assert_eq(drwlock_wrlock(&next.rw), 0);
+	cr_assert_eq(drwlock_fence(&next.rw, &tok2), 0);
+	cr_assert_gt(tok2, tok);
+	cr_assert_eq(drwlock_unlock(&next.rw), 0);
+	rw_unhold(&next);
+	/* Only the last token left: nothing to reset, yet not absent. */
+	ASSERT_ST(DM_RUN(10000, "c", "reset", "doc"), 0, "c");
+	o = out_of("c");
+	cr_assert_str_eq(o, "'doc' is free and consistent: nothing to reset\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "d", "reset", "nowhere"), ST_NOLOCK, "d");
+}
+
+Test(cli, rwlock_reset_reader_learns_at_renewal)
+{
+	rw_reset_holder(0);
+}
+
+Test(cli, rwlock_reset_writer_learns_at_renewal)
+{
+	rw_reset_holder(1);
+}
+
+/* A name that is both a mutex and a read-write lock (separate keys): status
+ * shows both; reset refuses while the rwlock is read even with the mutex
+ * free, and with --force resets both. */
+Test(cli, rwlock_and_mutex_of_one_name)
+{
+	struct holder m;
+	struct rwholder r;
+	char *o;
+
+	hold(&m, "both", 0, 5000);
+	cr_assert_eq(dmutex_lock(&m.m), 0);
+	rw_hold(&r, "both", 5000);
+	cr_assert_eq(drwlock_rdlock(&r.rw), 0);
+	ASSERT_ST(DM_RUN(10000, "a", "status", "both"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "both: held\n");
+	assert_contains(o, "\n\nboth (read-write lock): read by 1 process\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "both"), 0, "b");
+	assert_json("b", "[x[\"kind\"] for x in d] == [\"mutex\", \"rwlock\"] and d[0][\"held\"] is True "
+			"and d[1][\"readers\"] == 1");
+	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
+	o = out_of("c");
+	/* The mutexes' table as before, then the rwlocks' own. */
+	cr_assert_eq(strncmp(o, "NAME  STATE  HOLDER", 19), 0, "%s", o);
+	assert_contains(o, "\n\nRWLOCK  STATE  ");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "d", "list", "--json"), 0, "d");
+	assert_json("d", "[(x[\"name\"], x[\"kind\"]) for x in d] == [(\"both\", \"mutex\"), (\"both\", \"rwlock\")]");
+
+	cr_assert_eq(dmutex_unlock(&m.m), 0);
+	ASSERT_ST(DM_RUN(10000, "e", "reset", "both"), ST_REFUSED, "e");
+	cr_assert_eq(th_redis_int(&srv, "ZCARD dmutex:rwr:{both}"), 1);
+	ASSERT_ST(DM_RUN(10000, "f", "reset", "--force", "both"), 0, "f");
+	o = out_of("f");
+	assert_contains(o, "reset read-write lock 'both': released 1 read share; fence kept\n");
+	free(o);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:rwr:{both}"), 0);
+	cr_assert(th_wait_until(rw_lost_once, &r, 8000), "the reader was never told");
+	cr_assert_eq(drwlock_unlock(&r.rw), ENOLCK);
+	rw_unhold(&r);
+	unhold(&m);
+}
+
+/* Someone else's data under a read-write lock's keys: a clear error from
+ * status, list and reset (which touches nothing), never a guess. */
+Test(cli, rwlock_foreign_values_are_errors)
+{
+	redisContext *c = th_redis_connect(&srv, NULL, NULL);
+	char *o;
+
+	cr_assert(c);
+	freeReplyObject(redisCommand(c, "SET dmutex:rw:{str} x"));
+	freeReplyObject(redisCommand(c, "HSET dmutex:rw:{bad} w tok wexp soon fms 1 fseq 2"));
+	freeReplyObject(redisCommand(c, "HSET dmutex:rw:{alien} colour blue"));
+	freeReplyObject(redisCommand(c, "SET dmutex:rwr:{shares} x"));
+	redisFree(c);
+
+	ASSERT_ST(DM_RUN(10000, "a", "status", "str"), ST_BACKEND, "a");
+	o = out_of("a");
+	assert_contains(o, "str (read-write lock): cannot read: dmutex:rw:{str}: WRONGTYPE");
+	free(o);
+	o = err_of("a");
+	assert_contains(o, "'str': dmutex:rw:{str}: WRONGTYPE");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "bad", "alien"), ST_BACKEND, "b");
+	o = err_of("b");
+	assert_contains(o, "'bad': dmutex:rw:{bad}: not a value dmutex writes");
+	assert_contains(o, "'alien': dmutex:rw:{alien}: not a value dmutex writes");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "c", "status", "--json", "shares"), ST_BACKEND, "c");
+	assert_json("c", "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and "
+			"d[0][\"error\"].startswith(\"dmutex:rwr:{shares}: WRONGTYPE\") and \"readers\" not in d[0]");
+	ASSERT_ST(DM_RUN(10000, "d", "list"), ST_BACKEND, "d");
+	o = out_of("d");
+	assert_contains(o, "\nalien   cannot read: ");
+	assert_contains(o, "\nshares  cannot read: dmutex:rwr:{shares}: WRONGTYPE");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "e", "list", "--json"), ST_BACKEND, "e");
+	assert_json("e", "len(d) == 4 and all(x[\"kind\"] == \"rwlock\" and \"error\" in x for x in d)");
+	ASSERT_ST(DM_RUN(10000, "f", "reset", "--force", "str"), ST_BACKEND, "f");
+	o = err_of("f");
+	assert_contains(o, "WRONGTYPE");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "g", "reset", "bad"), ST_BACKEND, "g");
+	cr_assert_eq(th_redis_int(&srv, "HEXISTS dmutex:rw:{bad} w"), 1);
+	cr_assert_eq(th_redis_int(&srv, "EXISTS dmutex:rw:{str}"), 1);
 }

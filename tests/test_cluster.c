@@ -602,6 +602,57 @@ Test(cluster, cli_list_status_reset)
 	}
 }
 
+/* Read-write locks on three masters: list shows each once, in its own
+ * table, with the master serving it; status and reset ask that master
+ * only; reset --force takes the write lock away from its holder. */
+Test(cluster, cli_rwlock_list_status_reset)
+{
+	dmutex_client_t *c;
+	drwlock_t rw[3];
+	char names[3][32];
+	int owners[3], n = 0;
+
+	up();
+	snprintf(out_path, sizeof out_path, "%s/cli.out", clu.node[0].dir);
+	c = open_client(NULL);
+	for (int i = 0; n < 3 && i < 1000; i++) {
+		int o, seen = 0;
+		snprintf(names[n], sizeof names[n], "rw%d", i);
+		o = owner_of(names[n]);
+		for (int j = 0; j < n; j++)
+			seen |= owners[j] == o;
+		if (!seen)
+			owners[n++] = o;
+	}
+	cr_assert_eq(n, 3);
+	for (int i = 0; i < 3; i++) {
+		dmutex_attr_t a;
+		cr_assert_eq(dmutex_attr_init(&a), 0);
+		cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+		cr_assert_eq(drwlock_init(&rw[i], names[i], &a), 0);
+		cr_assert_eq(dmutex_attr_destroy(&a), 0);
+		cr_assert_eq(i == 0 ? drwlock_rdlock(&rw[i]) : drwlock_wrlock(&rw[i]), 0);
+	}
+	cr_assert_eq(cli("list", NULL, NULL), 0);
+	cr_assert(output_has("RWLOCK"), "list shows no read-write lock table");
+	for (int i = 0; i < 3; i++)
+		cr_assert(output_has(names[i]), "list does not show %s", names[i]);
+	cr_assert_eq(cli("status", names[2], NULL), 0);
+	cr_assert(output_has(" (read-write lock) (node ") && output_has("): written\n"));
+	cr_assert(!output_has("cannot read"), "status asked a master that does not serve the name");
+	cr_assert_eq(cli("status", names[0], NULL), 0);
+	cr_assert(output_has("): read by 1 process\n"));
+	cr_assert_eq(cli("reset", names[1], NULL), 85);
+	cr_assert_eq(cli("reset", "-f", names[1]), 0);
+	cr_assert(output_has("released the write lock"));
+	cr_assert_eq(drwlock_unlock(&rw[1]), ENOLCK);
+	cr_assert_eq(drwlock_unlock(&rw[0]), 0);
+	cr_assert_eq(drwlock_unlock(&rw[2]), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(drwlock_destroy(&rw[i]), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
 /* ------------------------------------------------------------------ */
 /* fork while threads lock on several masters                          */
 /* ------------------------------------------------------------------ */

@@ -287,3 +287,38 @@ Test(etcd_cli, robust_owner_died_then_reset)
 	free(o);
 	ASSERT_ST(DM_RUN(10000, "d", "status", "job"), ST_NOLOCK, "d");
 }
+
+/* Read-write locks have no operators' view over etcd yet: status and
+ * reset of a name that is only a read-write lock say so with "no such
+ * lock" (84), list says so on stderr, and nothing of the lock is touched. */
+Test(etcd_cli, rwlock_not_shown_and_said_so)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	char *o;
+
+	cr_assert_eq(dmutex_client_open(&c, etcd.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "doc", &a), 0);
+	dmutex_attr_destroy(&a);
+	cr_assert_eq(drwlock_wrlock(&rw), 0);
+	ASSERT_ST(DM_RUN(10000, "a", "status", "doc"), ST_NOLOCK, "a");
+	o = slurp_tag("a", "err");
+	assert_contains(o, "no such lock 'doc' (read-write locks are not shown over etcd: mutexes only)");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "reset", "--force", "doc"), ST_NOLOCK, "b");
+	o = slurp_tag("b", "err");
+	assert_contains(o, "read-write locks are not shown over etcd");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "c", "list", "--json"), 0, "c");
+	assert_json("c", "d == []");
+	o = slurp_tag("c", "err");
+	assert_contains(o, "dmutex: read-write locks are not shown over etcd: mutexes only\n");
+	free(o);
+	/* Still the writer's: the reset touched nothing. */
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}

@@ -136,12 +136,47 @@ int cli_inspect_read(struct dmutex__conn *c, const char *prefix, const char *nam
 int cli_inspect(struct dmutex__conn *c, const char *prefix, const char *name, struct cli_lock *l);
 void cli_lock_free(struct cli_lock *l);
 
+/* ---- what Redis says about one read-write lock (rwinspect.c) --------- */
+
+/* Its keys are not a mutex's: a name may be both, as two locks.  Redis
+ * keeps no holder details for it (the writer's token only). */
+struct cli_rwlock {
+	char *name;
+	int exists;                     /* any of its keys */
+	int writing;                    /* a writer whose lease has not ended */
+	long long write_left_ms;        /* that lease's rest; -1 none */
+	long long fence;                /* the writer's token (while writing), else the
+	                                 * last writer's; -1 none ever */
+	long long readers;              /* read shares (one per process) not ended */
+	long long read_left_ms;         /* the longest share's lease left; -1 none */
+	long long writers_waiting;      /* writers' intents not ended */
+	/* What a reset removes: ended ones too, until a lock call sweeps them. */
+	int has_writer;
+	long long shares_kept, intents_kept;
+	char error[256];                /* non-empty: its keys could not be read */
+};
+
+/* The server's clock (its shares' and writer's leases are kept in it):
+ * 0, CLI_BACKEND (said). */
+int cli_rw_time(struct dmutex__conn *c, long long *now_ms);
+/* Pipelined like cli_inspect_append/read, with the time read before;
+ * read returns 0 (foreign data in rw->error), CLI_BACKEND or CLI_INTERNAL. */
+int cli_rw_append(struct dmutex__conn *c, const char *prefix, const char *name, long long now_ms);
+int cli_rw_read(struct dmutex__conn *c, const char *prefix, const char *name, long long now_ms,
+		struct cli_rwlock *rw);
+int cli_rw_inspect(struct dmutex__conn *c, const char *prefix, const char *name,
+		struct cli_rwlock *rw);
+void cli_rwlock_free(struct cli_rwlock *rw);
+
 /* ---- a store read through the library: etcd (view.c) ----------------- */
 /* url's backend if it is one: 0 and *v; -1 when it is Redis (read it with
  * the calls above); CLI_BADURL, CLI_BACKEND, CLI_INTERNAL (said). */
 int cli_view_open(const char *url, struct dmutex__admin_view **v);
 /* name's state into *l (cli_lock_free it): 0 (a failure in l->error), or
  * CLI_INTERNAL. */
+/* The backend's table (backend.h: inspect, names, reset) has no view of
+ * read-write locks yet: status, list and reset say so over etcd. */
+#define CLI_VIEW_NO_RW "read-write locks are not shown over etcd: mutexes only"
 int cli_view_lock(struct dmutex__admin_view *v, const char *name, struct cli_lock *l);
 
 /* ---- output (show.c, json.c) ---------------------------------------- */
@@ -171,6 +206,20 @@ const char *cli_alive_text(const struct cli_lock *l);
 void cli_json_str(FILE *f, const char *s);
 /* One lock as a JSON object (node: NULL to leave it out). */
 void cli_json_lock(FILE *f, const struct cli_lock *l, const char *node);
+
+/* A read-write lock (rwshow.c): status's text, and a JSON object as
+ * cli_json_lock's, "kind": "rwlock". */
+void cli_rw_print_text(FILE *f, const struct cli_rwlock *rw, const char *node);
+void cli_json_rwlock(FILE *f, const struct cli_rwlock *rw, const char *node);
+/* "written", "read by 2 processes", "free". */
+void cli_rw_state(char *buf, size_t len, const struct cli_rwlock *rw);
+/* Reset it on one master (rwreset.c), as reset.c a mutex: *what 0
+ * nothing to do, 1 something removed (said on stdout), -1 no such
+ * read-write lock.  0, CLI_REFUSED (held, no force: said), CLI_BACKEND. */
+int cli_rw_reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const char *name,
+		int force, const char *node, int *what);
+/* Refused: say who holds it (node: NULL, or the master's name). */
+void cli_rw_say_refused(const struct cli_rwlock *rw, const char *node);
 
 /* ---- per-lock counters (metread.c, prom.c, httpd.c) ----------------- */
 

@@ -90,6 +90,8 @@ cli_json_lock(FILE *f, const struct cli_lock *l, const char *node)
 		held_for = 0;   /* the holder's clock is ahead of ours */
 	fputs("{\"name\":", f);
 	cli_json_str(f, l->name);
+	/* A name may also be a read-write lock's (cli_json_rwlock). */
+	fputs(",\"kind\":\"mutex\"", f);
 	if (node) {
 		fputs(",\"node\":", f);
 		cli_json_str(f, node);

@@ -19,7 +19,8 @@
 static const char usage[] =
 	"usage: dmutex list [--json] [--url URL] [PATTERN]\n"
 	"List every lock under the prefix whose name matches PATTERN (a Redis\n"
-	"glob: * ? [abc] \\x; default *), with its holder and state.\n";
+	"glob: * ? [abc] \\x; default *), with its holder and state; then the\n"
+	"read-write locks, in a table of their own (JSON: \"kind\": \"rwlock\").\n";
 
 #define SCAN_COUNT "1000"
 #define BATCH 256       /* locks inspected per pipeline */
@@ -145,6 +146,11 @@ struct row {
 	size_t node;
 };
 
+struct rwrow {
+	struct cli_rwlock rw;
+	size_t node;
+};
+
 static void
 print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 {
@@ -202,12 +208,12 @@ print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 	}
 }
 
-/* The names of every lock, lock record and condition variable matching
- * pattern on the masters reachable, each once. */
+/* The names of every key of the kinds (3) matching pattern on the masters
+ * reachable, each once. */
 static int
-scan_all(const struct cli_conn *cc, const char *pattern, struct names *ns)
+scan_all(const struct cli_conn *cc, const char *const kinds[3], const char *pattern,
+		struct names *ns)
 {
-	static const char *const kinds[] = { "lock:{", "meta:{", "cond:{" };
 	char *esc = NULL, *match = NULL;
 	int status = 0;
 
@@ -217,7 +223,7 @@ scan_all(const struct cli_conn *cc, const char *pattern, struct names *ns)
 		status = CLI_INTERNAL;
 		goto out;
 	}
-	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+	for (size_t k = 0; k < 3; k++) {
 		const char *kind = kinds[k];
 		sprintf(match, "%s%s%s}", esc, kind, pattern);
 		for (size_t n = 0; n < cc->nnodes; n++) {
@@ -272,10 +278,92 @@ read_rows(const struct cli_conn *cc, const struct names *ns, struct row **rows, 
 	return 0;
 }
 
-/* The rows as JSON or a table: CLI_BACKEND if one could not be read. */
+/* The read-write locks: as read_rows, one TIME per batch (their leases are
+ * server times). */
 static int
-show(const struct cli_conn *cc, const struct row *rows, size_t nrows, int json)
+read_rw_rows(const struct cli_conn *cc, const struct names *ns, struct rwrow **rows, size_t *nrows)
 {
+	if (ns->n && !(*rows = calloc(ns->n * cc->nnodes, sizeof **rows))) {
+		cli_err("out of memory");
+		return CLI_INTERNAL;
+	}
+	for (size_t n = 0; n < cc->nnodes; n++) {
+		for (size_t lo = 0; cc->ctx[n] && lo < ns->n; lo += BATCH) {
+			size_t hi = lo + BATCH < ns->n ? lo + BATCH : ns->n;
+			long long now;
+			int st = cli_rw_time(cc->ctx[n], &now);
+			for (size_t i = lo; i < hi && !st; i++)
+				if (cli_conn_serves(cc, n, ns->v[i]))
+					st = cli_rw_append(cc->ctx[n], cc->prefix, ns->v[i], now);
+			for (size_t i = lo; i < hi && !st; i++) {
+				struct rwrow *r = &(*rows)[*nrows];
+				if (!cli_conn_serves(cc, n, ns->v[i]))
+					continue;
+				st = cli_rw_read(cc->ctx[n], cc->prefix, ns->v[i], now, &r->rw);
+				r->node = n;
+				(*nrows)++;
+				if (!st && !r->rw.exists && !r->rw.error[0])
+					cli_rwlock_free(&(*rows)[--*nrows].rw);
+			}
+			if (st)
+				return st;
+		}
+	}
+	return 0;
+}
+
+/* The read-write locks' table, after the mutexes' (whose columns stay as
+ * they were for the scripts that read them): its first column's head,
+ * RWLOCK, says what they are. */
+static void
+print_rw_table(const struct cli_conn *cc, const struct rwrow *rows, size_t n)
+{
+	int wname = 6, wnode = 4, multi = cc->nnodes > 1;
+	char name[CLI_NAME_TEXT], text[CLI_TEXT_MAX(600)];
+
+	for (size_t i = 0; i < n; i++) {
+		cli_name_text(name, rows[i].rw.name);
+		if ((int)strlen(name) > wname)
+			wname = (int)strlen(name);
+		if (multi && (int)strlen(cli_text(text, sizeof text, cli_conn_node(cc, rows[i].node))) > wnode)
+			wnode = (int)strlen(text);
+	}
+	if (multi)
+		printf("%-*s  ", wnode, "NODE");
+	/* FENCE fits a token (up to 19 digits: fms << 20 | fseq). */
+	printf("%-*s  %-5s  %-10s  %-19s  %-7s  %-10s  %s\n", wname, "RWLOCK", "STATE", "LEASE LEFT",
+			"FENCE", "READERS", "READ LEASE", "WRITERS WAITING");
+	for (size_t i = 0; i < n; i++) {
+		const struct cli_rwlock *rw = &rows[i].rw;
+		char left[32] = "-", fence[32] = "-", rlease[32] = "-";
+
+		cli_name_text(name, rw->name);
+		if (multi)
+			printf("%-*s  ", wnode, cli_text(text, sizeof text, cli_conn_node(cc, rows[i].node)));
+		if (rw->error[0]) {
+			printf("%-*s  cannot read: %s\n", wname, name, cli_text(text, sizeof text, rw->error));
+			continue;
+		}
+		if (rw->writing)
+			cli_duration(left, sizeof left, rw->write_left_ms);
+		if (rw->readers > 0)
+			cli_duration(rlease, sizeof rlease, rw->read_left_ms);
+		if (rw->fence >= 0)
+			snprintf(fence, sizeof fence, "%lld", rw->fence);
+		printf("%-*s  %-5s  %-10s  %-19s  %-7lld  %-10s  %lld\n", wname, name,
+				rw->writing ? "write" : rw->readers > 0 ? "read" : "free", left, fence,
+				rw->readers, rlease, rw->writers_waiting);
+	}
+}
+
+/* The rows as JSON (one array, the read-write locks after the mutexes,
+ * told apart by "kind") or tables: CLI_BACKEND if one could not be read. */
+static int
+show(const struct cli_conn *cc, const struct row *rows, size_t nrows, const struct rwrow *rw,
+		size_t nrw, int json)
+{
+	int status = 0;
+
 	if (json) {
 		fputc('[', stdout);
 		for (size_t i = 0; i < nrows; i++) {
@@ -284,14 +372,27 @@ show(const struct cli_conn *cc, const struct row *rows, size_t nrows, int json)
 			cli_json_lock(stdout, &rows[i].l,
 					cc->nnodes > 1 ? cli_conn_node(cc, rows[i].node) : NULL);
 		}
+		for (size_t i = 0; i < nrw; i++) {
+			if (i || nrows)
+				fputc(',', stdout);
+			cli_json_rwlock(stdout, &rw[i].rw, cc->nnodes > 1 ? cli_conn_node(cc, rw[i].node) : NULL);
+		}
 		fputs("]\n", stdout);
-	} else if (nrows) {
-		print_table(cc, rows, nrows);
+	} else {
+		if (nrows)
+			print_table(cc, rows, nrows);
+		if (nrows && nrw)
+			fputc('\n', stdout);
+		if (nrw)
+			print_rw_table(cc, rw, nrw);
 	}
 	for (size_t i = 0; i < nrows; i++)
 		if (rows[i].l.error[0])
-			return CLI_BACKEND;
-	return 0;
+			status = CLI_BACKEND;
+	for (size_t i = 0; i < nrw; i++)
+		if (rw[i].rw.error[0])
+			status = CLI_BACKEND;
+	return status;
 }
 
 /* Over a store read through the library (etcd): PATTERN as fnmatch(3). */
@@ -328,7 +429,9 @@ list_view(struct dmutex__admin_view *v, const char *pattern, int json)
 	for (size_t i = 0; !status && i < ns.n; i++)
 		status = cli_view_lock(v, ns.v[i], &rows[i].l);
 	if (!status)
-		status = show(&one, rows, ns.n, json);
+		status = show(&one, rows, ns.n, NULL, 0, json);
+	/* Said every time: a script must not take the list for complete. */
+	cli_err("%s", CLI_VIEW_NO_RW);
 	for (size_t i = 0; rows && i < ns.n; i++)
 		cli_lock_free(&rows[i].l);
 	free(rows);
@@ -345,11 +448,14 @@ cli_cmd_list(int argc, char **argv, const char *url)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
+	static const char *const mutex_kinds[3] = { "lock:{", "meta:{", "cond:{" };
+	static const char *const rw_kinds[3] = { "rw:{", "rwr:{", "rwq:{" };
 	struct cli_conn cc;
 	struct dmutex__admin_view *view;
-	struct names ns = { 0 };
+	struct names ns = { 0 }, rwns = { 0 };
 	struct row *rows = NULL;
-	size_t nrows = 0;
+	struct rwrow *rw = NULL;
+	size_t nrows = 0, nrw = 0;
 	const char *pattern = "*";
 	int json = 0, status, st, c;
 
@@ -384,17 +490,24 @@ cli_cmd_list(int argc, char **argv, const char *url)
 			goto out;
 	}
 	/* A master that did not answer is said, and the others listed. */
-	if ((st = scan_all(&cc, pattern, &ns)) || (st = read_rows(&cc, &ns, &rows, &nrows))) {
+	if ((st = scan_all(&cc, mutex_kinds, pattern, &ns)) ||
+	    (st = read_rows(&cc, &ns, &rows, &nrows)) ||
+	    (st = scan_all(&cc, rw_kinds, pattern, &rwns)) ||
+	    (st = read_rw_rows(&cc, &rwns, &rw, &nrw))) {
 		status = st;
 		goto out;
 	}
-	if ((st = show(&cc, rows, nrows, json)) && !status)
+	if ((st = show(&cc, rows, nrows, rw, nrw, json)) && !status)
 		status = st;
 out:
 	for (size_t i = 0; i < nrows; i++)
 		cli_lock_free(&rows[i].l);
+	for (size_t i = 0; i < nrw; i++)
+		cli_rwlock_free(&rw[i].rw);
 	free(rows);
+	free(rw);
 	names_free(&ns);
+	names_free(&rwns);
 	cli_conn_close(&cc);
 	return status;
 }

@@ -8,7 +8,9 @@
  * the same, as the next one starts from the server's clock (acquire.lua),
  * above every token handed out before.  The check and
  * the change are one WATCH/MULTI/EXEC transaction, so a lock taken between
- * them is never released without --force.
+ * them is never released without --force.  The read-write lock of the
+ * same name (other keys) is reset with it, by the same rules (rwreset.c):
+ * a reset leaves nothing held under the name.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -19,7 +21,9 @@
 static const char usage[] =
 	"usage: dmutex reset [--force] [--url URL] NAME\n"
 	"Release NAME whoever holds it (only with --force while it is held) and\n"
-	"clear an owner-died or not-recoverable state; fencing tokens keep growing.\n";
+	"clear an owner-died or not-recoverable state; fencing tokens keep growing.\n"
+	"A read-write lock of that name is reset too: its writer, read shares and\n"
+	"waiting writers dropped (only with --force while written or read).\n";
 
 /* Each attempt reads under a WATCH and commits only if nothing changed: a
  * lock handed from waiter to waiter every millisecond (a release grants
@@ -247,6 +251,26 @@ unwatch:
 	return status;
 }
 
+/* Without --force, a read-write lock of the name held on master n refuses
+ * the reset before anything is touched, as a held mutex does.  0 or a
+ * status (said). */
+static int
+rw_refuses(const struct cli_conn *cc, size_t n, const char *name)
+{
+	struct cli_rwlock rw;
+	int status = cli_rw_inspect(cc->ctx[n], cc->prefix, name, &rw);
+
+	if (!status && rw.error[0]) {
+		cli_err("'%s': %s", name, rw.error);
+		status = CLI_BACKEND;
+	} else if (!status && (rw.writing || rw.readers > 0)) {
+		cli_rw_say_refused(&rw, cc->nnodes > 1 ? cli_conn_node(cc, n) : NULL);
+		status = CLI_REFUSED;
+	}
+	cli_rwlock_free(&rw);
+	return status;
+}
+
 /* Over a store read through the library (etcd): one transaction. */
 static int
 reset_view(struct dmutex__admin_view *v, const char *name, int force)
@@ -260,7 +284,7 @@ reset_view(struct dmutex__admin_view *v, const char *name, int force)
 		cli_err("'%s': %s", name, l.error);
 		status = CLI_BACKEND;
 	} else if (!l.exists) {
-		cli_err("no such lock '%s'", name);
+		cli_err("no such lock '%s' (%s)", name, CLI_VIEW_NO_RW);
 		status = CLI_NOLOCK;
 	} else if (l.held && !force) {
 		say_refused(&l, NULL);
@@ -338,21 +362,25 @@ cli_cmd_reset(int argc, char **argv, const char *url)
 				status = CLI_REFUSED;
 			}
 			cli_lock_free(&l);
-			if (status)
+			if (status || (status = rw_refuses(&cc, n, name)))
 				goto out;
 		}
 	}
 	for (size_t n = 0; n < cc.nnodes; n++) {
-		int what = 0;
+		const char *node = cc.nnodes > 1 ? cli_conn_node(&cc, n) : NULL;
+		int what = 0, rw = 0;
 		if (!cli_conn_serves(&cc, n, name)) {
 			absent++;      /* a cluster: another master's name */
 			continue;
 		}
-		if ((status = reset_node(cc.ctx[n], cc.cluster, cc.prefix, name, force,
-				cc.nnodes > 1 ? cli_conn_node(&cc, n) : NULL, &what)))
+		/* The read-write lock of the name too: a reset leaves nothing
+		 * held under it. */
+		if ((status = reset_node(cc.ctx[n], cc.cluster, cc.prefix, name, force, node, &what)) ||
+				(status = cli_rw_reset_node(cc.ctx[n], cc.cluster, cc.prefix, name, force,
+				node, &rw)))
 			goto out;
-		absent += what < 0;
-		removed += what > 0;
+		absent += what < 0 && rw < 0;
+		removed += what > 0 || rw > 0;
 	}
 	if (absent == (int)cc.nnodes) {
 		cli_err("no such lock '%s'", name);

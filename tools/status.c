@@ -11,7 +11,9 @@ static const char usage[] =
 	"usage: dmutex status [--json] [--url URL] NAME...\n"
 	"Show each lock's holder (host, pid, thread), since when, lease left,\n"
 	"whether its process is alive (when that can be known here), fencing\n"
-	"token, robust state, waiting clients and condition variable waiters.\n";
+	"token, robust state, waiting clients and condition variable waiters.\n"
+	"A read-write lock of that name is shown too: written or read, by how\n"
+	"many processes, leases left, fencing token, writers waiting.\n";
 
 static void
 print_text(FILE *f, const struct cli_lock *l, const char *node)
@@ -99,6 +101,72 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 		fprintf(f, "    ... and %lld more\n", l->cond_waiters - (long long)l->ncond);
 }
 
+/* One object or block of output, separated from the one before. */
+static void
+show_lock(const struct cli_lock *l, const char *node, int json, int *first)
+{
+	if (!*first)
+		fputc(json ? ',' : '\n', stdout);
+	if (json)
+		cli_json_lock(stdout, l, node);
+	else
+		print_text(stdout, l, node);
+	*first = 0;
+}
+
+static void
+show_rwlock(const struct cli_rwlock *rw, const char *node, int json, int *first)
+{
+	if (!*first)
+		fputc(json ? ',' : '\n', stdout);
+	if (json)
+		cli_json_rwlock(stdout, rw, node);
+	else
+		cli_rw_print_text(stdout, rw, node);
+	*first = 0;
+}
+
+/* Name on one master: its mutex and its read-write lock, separate keys,
+ * each shown when there (the JSON keeps its one "exists": false object
+ * for a name that is neither).  *exists |= something there; *bad =
+ * CLI_BACKEND (said) when one could not be read.  0, or the status of a
+ * failed connection. */
+static int
+show_node(struct dmutex__conn *c, const char *prefix, const char *name, const char *node,
+		int json, int *first, int *exists, int *bad)
+{
+	struct cli_lock l;
+	struct cli_rwlock rw;
+	int status, mx, rx;
+
+	if ((status = cli_inspect(c, prefix, name, &l))) {
+		cli_lock_free(&l);
+		return status;
+	}
+	if ((status = cli_rw_inspect(c, prefix, name, &rw))) {
+		cli_lock_free(&l);
+		cli_rwlock_free(&rw);
+		return status;
+	}
+	/* Unreadable is not absent: the error says what is there. */
+	mx = l.exists || l.error[0];
+	rx = rw.exists || rw.error[0];
+	if (l.error[0])
+		cli_err("'%s': %s", name, l.error);
+	if (rw.error[0])
+		cli_err("'%s': %s", name, rw.error);
+	if (l.error[0] || rw.error[0])
+		*bad = CLI_BACKEND;
+	if (mx || (json && !rx))
+		show_lock(&l, node, json, first);
+	if (rx)
+		show_rwlock(&rw, node, json, first);
+	*exists |= mx || rx;
+	cli_lock_free(&l);
+	cli_rwlock_free(&rw);
+	return 0;
+}
+
 /* Over a store read through the library (etcd): each name once. */
 static int
 status_view(struct dmutex__admin_view *v, char **names, int n, int json)
@@ -115,7 +183,7 @@ status_view(struct dmutex__admin_view *v, char **names, int n, int json)
 			cli_err("'%s': %s", names[i], l.error);
 			status = CLI_BACKEND;
 		} else if (!l.exists) {
-			cli_err("no such lock '%s'", names[i]);
+			cli_err("no such lock '%s' (%s)", names[i], CLI_VIEW_NO_RW);
 			if (!status)
 				status = CLI_NOLOCK;
 		}
@@ -186,34 +254,15 @@ cli_cmd_status(int argc, char **argv, const char *url)
 		int exists = 0;
 		for (size_t n = 0; n < cc.nnodes; n++) {
 			const char *node = cc.nnodes > 1 ? cli_conn_node(&cc, n) : NULL;
-			struct cli_lock l;
 			int st;
 
 			if (!cc.ctx[n] || !cli_conn_serves(&cc, n, argv[i]))
 				continue;
-			if ((st = cli_inspect(cc.ctx[n], cc.prefix, argv[i], &l))) {
+			if ((st = show_node(cc.ctx[n], cc.prefix, argv[i], node, json, &first, &exists,
+					&status))) {
 				status = st;
-				cli_lock_free(&l);
 				goto done;
 			}
-			/* Unreadable is not absent: the error says what is there. */
-			exists |= l.exists || l.error[0];
-			if (l.error[0]) {
-				cli_err("'%s': %s", argv[i], l.error);
-				status = CLI_BACKEND;
-			}
-			if (json) {
-				if (!first)
-					fputc(',', stdout);
-				cli_json_lock(stdout, &l, node);
-				first = 0;
-			} else if (l.exists || l.error[0]) {
-				if (!first)
-					fputc('\n', stdout);
-				print_text(stdout, &l, node);
-				first = 0;
-			}
-			cli_lock_free(&l);
 		}
 		if (!exists) {
 			cli_err("no such lock '%s'", argv[i]);
