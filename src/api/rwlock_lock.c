@@ -218,13 +218,96 @@ acquire_remote(struct dmutex__rwlock *rx, int op, int mode, int64_t until, int b
 	return err;
 }
 
+/*
+ * Under e->mu, a reader that already has e: the writer asking to read, a
+ * reader of a share set aside as lost, or a recursive read.  1 decided
+ * (*err, e->mu dropped), 0 a new reader of this process.
+ */
+static int
+read_again(struct dmutex__entry *e, pthread_t self, int mode, int bad_deadline, int *err)
+{
+	struct dmutex__reader *r;
+	struct dmutex__lost lost;
+
+	*err = 0;
+	if (e->held && e->rw_write && pthread_equal(e->owner, self)) {
+		/* No downgrade in place: it would block for ever (POSIX may
+		 * hang here; a distributed lock must not). */
+		*err = mode == TRY ? EBUSY : bad_deadline ? EINVAL : EDEADLK;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return 1;
+	}
+	if (dmutex__rw_gone_reader(e, self)) {
+		/* Still in a share set aside as lost: a recursive read of it. */
+		*err = ENOLCK;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		return 1;
+	}
+	if (!(r = dmutex__rw_reader(e, self)))
+		return 0;
+	/* Recursive read: granted even while writers wait (POSIX), with no
+	 * I/O — unless the share is known lost. */
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
+	if (e->lost)
+		*err = ENOLCK;
+	else if (r->count == INT_MAX)
+		*err = EAGAIN;
+	else
+		r->count++;
+	dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	dmutex__lost_report(e, &lost);
+	return 1;
+}
+
+/* Under e->mu: the process's share, if our clock or the renewer's word
+ * says it is lost, is set aside (set_lost_share_aside).  1 if e->mu was
+ * dropped meanwhile (to report the loss): look again. */
+static int
+lost_share_step(struct dmutex__entry *e)
+{
+	struct dmutex__lost lost;
+
+	if (!e->held || e->rw_write || e->releasing)
+		return 0;
+	dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
+	if (lost.report) {
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		dmutex__lost_report(e, &lost);
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		return 1;
+	}
+	if (e->lost)
+		(void)set_lost_share_aside(e);
+	return 0;
+}
+
+/*
+ * Under e->mu, a tryrdlock: another reader of ours is asking Redis, and
+ * its answer says whether a writer keeps readers out.  Before, EBUSY at
+ * once, with no writer anywhere.  Waited for as long as a request of our
+ * own could take (*until, set at the first wait), no longer.  1 if it
+ * waited: look again.
+ */
+static int
+try_waits_for_asker(struct dmutex__entry *e, int64_t *until, struct timespec *ts)
+{
+	if (e->rw_rd_asking != 1 || e->rw_wwait)
+		return 0;
+	if (!*until) {
+		*until = dmutex__now_ns() + (int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
+		dmutex__ns_to_ts(*until, ts);
+	}
+	if (dmutex__now_ns() >= *until)
+		return 0;
+	pthread_cond_timedwait(&e->cv, &e->mu, ts);
+	return 1;
+}
+
 static int
 rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 {
 	struct dmutex__rwlock *rx;
 	struct dmutex__entry *e;
-	struct dmutex__reader *r;
-	struct dmutex__lost lost;
 	pthread_t self = pthread_self();
 	struct timespec ts, try_ts;
 	int64_t try_until = 0;
@@ -234,32 +317,8 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		return err;
 	e = rx->entry;
 	dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-	if (e->held && e->rw_write && pthread_equal(e->owner, self)) {
-		/* No downgrade in place: it would block for ever (POSIX may
-		 * hang here; a distributed lock must not). */
-		err = mode == TRY ? EBUSY : bad_deadline ? EINVAL : EDEADLK;
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+	if (read_again(e, self, mode, bad_deadline, &err))
 		return err;
-	}
-	if (dmutex__rw_gone_reader(e, self)) {
-		/* Still in a share set aside as lost: a recursive read of it. */
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		return ENOLCK;
-	}
-	if ((r = dmutex__rw_reader(e, self))) {
-		/* Recursive read: granted even while writers wait (POSIX), with
-		 * no I/O — unless the share is known lost. */
-		dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
-		if (e->lost)
-			err = ENOLCK;
-		else if (r->count == INT_MAX)
-			err = EAGAIN;
-		else
-			r->count++;
-		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-		dmutex__lost_report(e, &lost);
-		return err;
-	}
 	dmutex__ns_to_ts(until, &ts);
 	for (;;) {
 		/* Here, not once before the loop: others join while we wait.
@@ -268,18 +327,8 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			return err;
 		}
-		if (e->held && !e->rw_write && !e->releasing) {
-			/* Our clock decides too, not only the renewer's word. */
-			dmutex__entry_check_lost(e, dmutex__now_ns(), &lost);
-			if (lost.report) {
-				dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
-				dmutex__lost_report(e, &lost);
-				dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
-				continue;
-			}
-			if (e->lost)
-				(void)set_lost_share_aside(e);
-		}
+		if (lost_share_step(e))
+			continue;
 		if (e->held && !e->rw_write && !e->releasing && !e->lost && !e->rw_wwait &&
 				!e->rw_remote_wwait && dmutex__now_ns() < e->deadline_ns) {
 			/* Join the process's share: no I/O. */
@@ -293,21 +342,8 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		}
 		if (!e->held && !e->acquiring && !e->rw_wwait)
 			break;
-		if (mode == TRY && e->rw_rd_asking == 1 && !e->rw_wwait && !bad_deadline) {
-			/* Another reader of ours is asking Redis: its answer says
-			 * whether a writer keeps readers out.  Before, EBUSY at
-			 * once, with no writer anywhere; waited for as long as
-			 * a request of our own could take, no longer. */
-			if (!try_until) {
-				try_until = dmutex__now_ns() +
-					(int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
-				dmutex__ns_to_ts(try_until, &try_ts);
-			}
-			if (dmutex__now_ns() < try_until) {
-				pthread_cond_timedwait(&e->cv, &e->mu, &try_ts);
-				continue;
-			}
-		}
+		if (mode == TRY && !bad_deadline && try_waits_for_asker(e, &try_until, &try_ts))
+			continue;
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (mode != TRY && bad_deadline)
