@@ -16,8 +16,8 @@
  * outage_long outlasts.  DMUTEX_BIN names the dmutex command (key_reset).
  * --rwlock: each worker shares one read-write lock between its threads,
  * half the rounds writing (fenced, as a mutex's), half reading; one Redis
- * only (drwlock_init(3)), and no key_reset (the dmutex command shows and
- * resets mutexes only).
+ * only (drwlock_init(3)); key_reset is `dmutex reset --force` of the
+ * read-write lock.
  * Prints one summary line; exits 0 only with zero violations.  A failed
  * run's directory (history files, worker logs, history.txt) is kept.
  */
@@ -387,11 +387,9 @@ main(int argc, char **argv)
 	if (cfg->fair)
 		cfg->lease_cache = 0;
 	/* A read-write lock neither keeps its lease nor releases in the
-	 * background (drwlock_unlock waits for its answer); the dmutex
-	 * command does not reset one; one Redis only. */
+	 * background (drwlock_unlock waits for its answer); one Redis only. */
 	if (cfg->rwlock) {
 		cfg->lease_cache = cfg->async_release = 0;
-		cfg->faults &= ~(1u << F_KEY_RESET);
 		if (cfg->nodes != 1 || cfg->fair)
 			usage();
 	}
