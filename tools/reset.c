@@ -298,8 +298,11 @@ reset_view(struct dmutex__admin_view *v, const char *name, int force)
 	} else if (result == DMUTEX__RESET_NOTHING) {
 		printf("'%s' is free and consistent: nothing to reset\n", name);
 	} else if (l.held) {
-		printf("reset '%s': released the hold of %s pid %lld (fence %lld)\n", name, l.host,
-				l.pid, l.fence);
+		char host[4 * sizeof l.host];
+
+		/* The store's bytes, escaped as every view's are. */
+		printf("reset '%s': released the hold of %s pid %lld (fence %lld)\n", name,
+				cli_text(host, sizeof host, l.host), l.pid, l.fence);
 	} else {
 		printf("reset '%s': cleared the %s state\n", name,
 				l.robust == ROBUST_NOTREC ? "not-recoverable" : "owner-died");
