@@ -145,7 +145,7 @@ rw_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	struct dmutex__entry *e = rx->entry;
 	struct dmutex_client *c = e->client;
 	struct dmutex__rw_acq a = { .op = r->op, .token = r->token, .lease_ms = rx->lease_ms,
-		.wait = r->op == 'w' && !r->trylock, .deadline = r->until };
+		.wait = r->op == 'w' && !r->trylock, .deadline = r->until, .tid = dmutex__tid() };
 	int64_t valid_ns = (int64_t)rx->lease_ms * DMUTEX__MS - DMUTEX__DRIFT_NS(rx->lease_ms);
 	int64_t sent = dmutex__now_ns(), now;
 	uint64_t gen = 0;

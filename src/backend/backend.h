@@ -197,6 +197,7 @@ struct dmutex__rw_acq {
 	unsigned lease_ms;
 	int wait;               /* a writer that will wait: register its intent */
 	int64_t deadline;       /* as dmutex__acq's (a timed lock's); 0: none */
+	long tid;               /* a writer's thread, recorded for operators */
 	/* out */
 	int taken;
 	uint64_t fence;

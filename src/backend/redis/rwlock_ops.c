@@ -60,7 +60,7 @@ dmutex__redis_rw_acquire(struct dmutex__backend *be, const char *name, struct dm
 {
 	struct dmutex__node *n = &be->nodes[0];
 	struct rw_keys k;
-	char op[2] = { (char)a->op, 0 }, lease[16], gc[24];
+	char op[2] = { (char)a->op, 0 }, lease[16], gc[24], who[400];
 	long long st, v1, v2;
 	redisReply *r;
 	int md = 0;
@@ -69,8 +69,14 @@ dmutex__redis_rw_acquire(struct dmutex__backend *be, const char *name, struct dm
 	keys_of(be, name, &k);
 	snprintf(lease, sizeof lease, "%u", a->lease_ms);
 	gc_ms(a->lease_ms, gc, sizeof gc);
-	const char *argv[] = { k.h, k.rd, k.q, op, a->token, lease, a->wait ? "1" : "0", gc };
-	if (!(r = dmutex__node_call_within(n, DMUTEX__SCRIPT_RW_ACQUIRE, 3, 8, argv, &md, a->deadline))) {
+	/* Who writes, for operators (dmutex status), as a mutex's hold
+	 * records it: since pid tid hostid host (the host last: no spaces,
+	 * but a reader takes the rest all the same). */
+	snprintf(who, sizeof who, "%llu %llu %ld %s %s", (unsigned long long)dmutex__wall_ms(),
+			(unsigned long long)*be->cfg.pid, a->tid,
+			*be->cfg.hostid ? be->cfg.hostid : "-", be->cfg.host);
+	const char *argv[] = { k.h, k.rd, k.q, op, a->token, lease, a->wait ? "1" : "0", gc, who };
+	if (!(r = dmutex__node_call_within(n, DMUTEX__SCRIPT_RW_ACQUIRE, 3, 9, argv, &md, a->deadline))) {
 		a->refused = md == DMUTEX__REFUSED;
 		a->maybe_done = md == 1;
 		return EIO;

@@ -1,13 +1,17 @@
 -- Take a read share or the write lock of a read-write lock.
 --
 -- KEYS[1]  state hash: w (writer's token), wexp (its lease end, server ms),
---          fms, fseq (the last fencing token, as time and sequence)
+--          fms, fseq (the last fencing token, as time and sequence), wo
+--          (who writes, for operators: the writer's token, then ARGV[6];
+--          a writer of a client before it leaves none, and one it left
+--          is another token's: dmutex status shows it only under w's)
 -- KEYS[2]  readers: sorted set, token -> lease end (server ms); one member
 --          per process that reads (its threads share it)
 -- KEYS[3]  waiting writers: sorted set, token -> end of the intent
 -- ARGV     op ('r' read, 'w' write), token, lease_ms, wait ('1': a writer
 --          that will wait registers its intent), gc_ms (idle keys vanish
---          after this long)
+--          after this long), then (absent from clients before it) the
+--          writer's "since_ms pid tid hostid host"
 --
 -- Returns {0, fms, fseq}  taken (a reader gets {0, 0, 0})
 --         {1, pttl_ms}    not now; the blocking hold ends in at most pttl_ms
@@ -35,7 +39,7 @@ local wexp = 0
 if w then
 	wexp = tonumber(redis.call('HGET', KEYS[1], 'wexp'))
 	if wexp <= now then
-		redis.call('HDEL', KEYS[1], 'w', 'wexp')
+		redis.call('HDEL', KEYS[1], 'w', 'wexp', 'wo')
 		w = nil
 	end
 end
@@ -95,6 +99,9 @@ elseif fseq >= 1048576 then
 	fms, fseq = fms + 1, 0
 end
 redis.call('HSET', KEYS[1], 'w', tok, 'wexp', now + lease, 'fms', fms, 'fseq', fseq)
+if ARGV[6] then
+	redis.call('HSET', KEYS[1], 'wo', tok .. ' ' .. ARGV[6])
+end
 redis.call('ZREM', KEYS[3], tok)
 keep(KEYS[1])
 return {0, fms, fseq}

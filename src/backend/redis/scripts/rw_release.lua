@@ -53,7 +53,7 @@ end
 if not mine then
 	return 0
 end
-redis.call('HDEL', KEYS[1], 'w', 'wexp')
+redis.call('HDEL', KEYS[1], 'w', 'wexp', 'wo')
 if wexp <= now then
 	return 0
 end
