@@ -81,8 +81,8 @@ answer(int argc, char **argv, void *arg)
 				!strcmp(argv[4], "u") || !strcmp(argv[4], "t")) ? rep.semget : rep.seminit);
 	else if (strstr(argv[3], ":barrier:"))  /* init 2 args, wait and time 7 */
 		r = strdup(argc == 5 ? rep.barinit : rep.barwait);
-	else if (strstr(argv[3], ":rw:"))       /* acquire 8 args, release 6 */
-		r = strdup(argc == 11 ? rep.rwacq : rep.rwrel);
+	else if (strstr(argv[3], ":rw:"))       /* acquire 9 args (8 before wo), release 6 */
+		r = strdup(argc >= 11 ? rep.rwacq : rep.rwrel);
 	else
 		r = strdup("-ERR not faked\r\n");
 	pthread_mutex_unlock(&rep.mu);
