@@ -1651,6 +1651,7 @@ struct rwwriter {
 	uint64_t fence;
 	atomic_int writing, done;
 	int rc;
+	pid_t tid;              /* the writing thread, as status shows it */
 };
 
 static void *
@@ -1660,11 +1661,21 @@ rw_write_main(void *p)
 
 	if ((w->rc = drwlock_wrlock(&w->h.rw)) || (w->rc = drwlock_fence(&w->h.rw, &w->fence)))
 		return NULL;
+	w->tid = gettid();
 	atomic_store(&w->writing, 1);
 	while (!atomic_load(&w->done))
 		th_wait_until(dmt_flag_set, &w->done, 100);
 	w->rc = drwlock_unlock(&w->h.rw);
 	return NULL;
+}
+
+static long long
+wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* status and list of a read-write lock read by two processes while a
@@ -1675,7 +1686,8 @@ Test(cli, rwlock_status_and_list)
 	struct rwholder r1, r2;
 	struct rwwriter w = { 0 };
 	struct rwcount shares = { "rwr", "doc", 2 }, waiting = { "rwq", "doc", 1 };
-	char want[200], expr[600], *o;
+	char want[600], expr[900], host[256], *o;
+	long long t0 = wall_ms();
 
 	rw_hold(&r1, "doc", 5000);
 	rw_hold(&r2, "doc", 5000);
@@ -1695,7 +1707,7 @@ Test(cli, rwlock_status_and_list)
 	free(o);
 	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "doc"), 0, "b");
 	assert_json("b", "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and d[0][\"exists\"] is True and "
-			"d[0][\"writing\"] is False and d[0][\"readers\"] == 2 and "
+			"d[0][\"writing\"] is False and d[0][\"writer\"] is None and d[0][\"readers\"] == 2 and "
 			"0 < d[0][\"read_lease_left_ms\"] <= 5000 and d[0][\"writers_waiting\"] == 1 and "
 			"d[0][\"fence\"] is None and d[0][\"fence_counter\"] is None");
 	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
@@ -1710,6 +1722,12 @@ Test(cli, rwlock_status_and_list)
 	ASSERT_ST(DM_RUN(10000, "d", "status", "doc"), 0, "d");
 	o = out_of("d");
 	assert_contains(o, "doc (read-write lock): written\n");
+	/* Who writes, as a mutex's holder is shown (rw_acquire.lua's wo). */
+	cr_assert_eq(gethostname(host, sizeof host), 0);
+	snprintf(want, sizeof want, "  writer:      %s pid %d tid %d\n"
+			"  process:     alive (same machine and pid namespace)\n  since:       ",
+			host, (int)getpid(), (int)w.tid);
+	assert_contains(o, want);
 	assert_contains(o, "  lease left:  ");
 	snprintf(want, sizeof want, "  fence:       %llu\n", (unsigned long long)w.fence);
 	assert_contains(o, want);
@@ -1718,8 +1736,12 @@ Test(cli, rwlock_status_and_list)
 	ASSERT_ST(DM_RUN(10000, "e", "status", "--json", "doc"), 0, "e");
 	snprintf(expr, sizeof expr, "d[0][\"writing\"] is True and d[0][\"fence\"] == %llu and "
 			"d[0][\"fence_counter\"] == %llu and 0 < d[0][\"write_lease_left_ms\"] <= 5000 and "
-			"d[0][\"readers\"] == 0 and d[0][\"read_lease_left_ms\"] is None",
-			(unsigned long long)w.fence, (unsigned long long)w.fence);
+			"d[0][\"readers\"] == 0 and d[0][\"read_lease_left_ms\"] is None and "
+			"d[0][\"writer\"] == {\"host\": \"%s\", \"pid\": %d, \"tid\": %d, "
+			"\"since_ms\": d[0][\"writer\"][\"since_ms\"], \"alive\": True} and "
+			"%lld <= d[0][\"writer\"][\"since_ms\"] <= %lld",
+			(unsigned long long)w.fence, (unsigned long long)w.fence, host, (int)getpid(),
+			(int)w.tid, t0, wall_ms());
 	assert_json("e", expr);
 	ASSERT_ST(DM_RUN(10000, "f", "list", "--json"), 0, "f");
 	snprintf(expr, sizeof expr, "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and d[0][\"name\"] == \"doc\" "
@@ -1850,6 +1872,45 @@ Test(cli, rwlock_and_mutex_of_one_name)
 
 /* Someone else's data under a read-write lock's keys: a clear error from
  * status, list and reset (which touches nothing), never a guess. */
+/* The writer's record ('wo') is shown only under the writer's own token,
+ * escaped; one that is another token's (an older client's writer left
+ * it) or does not parse is "not recorded", never an error or a guess.
+ * A reset removes it with the writer. */
+Test(cli, rwlock_writer_record_read_with_care)
+{
+	redisContext *c = th_redis_connect(&srv, NULL, NULL);
+	char *o;
+
+	cr_assert(c);
+	freeReplyObject(redisCommand(c, "HSET dmutex:rw:{old} w tokA wexp 99999999999999 fms 1 fseq 0 "
+			"wo %s", "tokB 1700000000000 11 12 - elsewhere"));
+	freeReplyObject(redisCommand(c, "HSET dmutex:rw:{esc} w tokA wexp 99999999999999 fms 1 fseq 0 "
+			"wo %s", "tokA 1700000000000 11 12 - h\x1b[2Jx"));
+	freeReplyObject(redisCommand(c, "HSET dmutex:rw:{junk} w tokA wexp 99999999999999 fms 1 fseq 0 "
+			"wo %s", "tokA soon"));
+	redisFree(c);
+
+	ASSERT_ST(DM_RUN(10000, "a", "status", "old", "junk"), 0, "a");
+	o = out_of("a");
+	assert_contains(o, "old (read-write lock): written\n"
+			"  writer:      not recorded (its client wrote only its token)\n");
+	assert_contains(o, "junk (read-write lock): written\n"
+			"  writer:      not recorded (its client wrote only its token)\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "status", "esc"), 0, "b");
+	o = out_of("b");
+	assert_contains(o, "esc (read-write lock): written\n"
+			"  writer:      h\\x1b[2Jx pid 11 tid 12\n  since:       ");
+	cr_assert_null(strstr(o, "process:"), "a pid of no known machine shown alive or gone:\n%s", o);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "c", "status", "--json", "esc", "old"), 0, "c");
+	assert_json("c", "len(d) == 2 and d[0][\"writer\"] == {\"host\": \"h\\x1b[2Jx\", \"pid\": 11, "
+			"\"tid\": 12, \"since_ms\": 1700000000000, \"alive\": None} and d[1][\"writer\"] is None");
+	ASSERT_ST(DM_RUN(10000, "d", "reset", "--force", "esc"), 0, "d");
+	cr_assert_eq(th_redis_int(&srv, "HEXISTS dmutex:rw:{esc} wo"), 0);
+	cr_assert_eq(th_redis_int(&srv, "HEXISTS dmutex:rw:{esc} w"), 0);
+}
+
 Test(cli, rwlock_foreign_values_are_errors)
 {
 	redisContext *c = th_redis_connect(&srv, NULL, NULL);

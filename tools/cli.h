@@ -139,7 +139,8 @@ void cli_lock_free(struct cli_lock *l);
 /* ---- what Redis says about one read-write lock (rwinspect.c) --------- */
 
 /* Its keys are not a mutex's: a name may be both, as two locks.  Redis
- * keeps no holder details for it (the writer's token only). */
+ * keeps who writes (rw_acquire.lua's 'wo', from clients that record it),
+ * not who reads: a share is one per process, its threads unnamed. */
 struct cli_rwlock {
 	char *name;
 	int exists;                     /* any of its keys */
@@ -153,8 +154,16 @@ struct cli_rwlock {
 	/* What a reset removes: ended ones too, until a lock call sweeps them. */
 	int has_writer;
 	long long shares_kept, intents_kept;
+	/* The writer, while writing, as it recorded itself; writer_host ""
+	 * when it did not (an older client) or the record is another's. */
+	char writer_host[256];
+	char writer_hostid[64];         /* "" unknown */
+	long long writer_pid, writer_tid, writer_since_ms;      /* -1 unknown */
+	int writer_alive;               /* as cli_lock's alive */
 	char error[256];                /* non-empty: its keys could not be read */
 };
+/* Set what cli_rw_read leaves unknown (-1) in a zeroed record. */
+void cli_rwlock_unknown(struct cli_rwlock *rw);
 
 /* The server's clock (its shares' and writer's leases are kept in it):
  * 0, CLI_BACKEND (said). */
@@ -199,6 +208,9 @@ const char *cli_robust_text(int robust);
 const char *cli_robust_json(int robust);
 /* "host1 pid 4242 tid 4243", or "an unknown holder" */
 void cli_holder(char *buf, size_t len, const struct cli_lock *l, int with_tid);
+/* 1 alive, 0 gone, -1 cannot know (pid on another machine, boot or pid
+ * namespace than ours; hostid as dmutex__hostid writes it). */
+int cli_pid_alive(const char *hostid, long long pid);
 /* Whether the holder lives: "alive", "process gone", "" when it cannot be known. */
 const char *cli_alive_text(const struct cli_lock *l);
 

@@ -90,8 +90,8 @@ field(const redisReply *r, const char *name)
 
 /* 1 alive, 0 gone, -1 cannot know: the pid means something here only when
  * the process ran on this boot of this machine, in our pid namespace. */
-static int
-pid_alive(const char *hostid, long long pid)
+int
+cli_pid_alive(const char *hostid, long long pid)
 {
 	char here[64];
 
@@ -120,7 +120,7 @@ cond_waiters(struct cli_lock *l, const redisReply *members, const redisReply *in
 		if ((s = field(info, members->element[i]->str)) &&
 		    sscanf(s, "%63s %lld %lld %lld %63s", w->host, &w->pid, &w->tid, &w->since_ms,
 				    hostid) >= 4)
-			w->alive = pid_alive(hostid, w->pid);
+			w->alive = cli_pid_alive(hostid, w->pid);
 		l->ncond++;
 	}
 }
@@ -255,7 +255,7 @@ fill(struct cli_lock *l, const char *prefix, redisReply *const rep[NREPLIES])
 	l->exists = l->held || l->reserved || l->notrec_mark ||
 		(meta->type == REDIS_REPLY_ARRAY && meta->elements > 0);
 	if (l->held) {
-		l->alive = pid_alive(l->hostid, l->pid);
+		l->alive = cli_pid_alive(l->hostid, l->pid);
 		if (pttl->type == REDIS_REPLY_INTEGER && pttl->integer >= 0)
 			l->pttl_ms = pttl->integer;
 	}

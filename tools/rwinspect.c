@@ -84,6 +84,32 @@ num(const char *s)
 	return *end ? -1 : v;
 }
 
+/* Who writes, from 'wo': "token since_ms pid tid hostid host"
+ * (rw_acquire.lua).  Shown only under the writer's own token: a client
+ * that records none leaves an older writer's record behind.  A record
+ * that does not parse is shown as none, as an older client's is; the
+ * lock itself is still read right. */
+static void
+writer_of(struct cli_rwlock *rw, const char *w, const char *wo)
+{
+	size_t tl = strlen(w);
+	long long since, pid, tid;
+	char hostid[64];
+	int at = 0;
+
+	if (!wo || strncmp(wo, w, tl) || wo[tl] != ' ')
+		return;
+	if (sscanf(wo + tl + 1, "%lld %lld %lld %63s %n", &since, &pid, &tid, hostid, &at) < 4 ||
+	    !at || !wo[tl + 1 + at] || since < 0 || pid <= 0 || tid < 0)
+		return;
+	snprintf(rw->writer_host, sizeof rw->writer_host, "%s", wo + tl + 1 + at);
+	snprintf(rw->writer_hostid, sizeof rw->writer_hostid, "%s", strcmp(hostid, "-") ? hostid : "");
+	rw->writer_since_ms = since;
+	rw->writer_pid = pid;
+	rw->writer_tid = tid;
+	rw->writer_alive = cli_pid_alive(rw->writer_hostid, pid);
+}
+
 /* The state hash: 0, or -1 with rw->error set when it is not one
  * rw_acquire.lua writes (it always sets fms and fseq with a writer). */
 static int
@@ -102,8 +128,10 @@ state_of(struct cli_rwlock *rw, const char *key, const redisReply *h, long long 
 	rw->has_writer = w != NULL;
 	rw->fence = fms << 20 | fseq;
 	rw->writing = w && wexp > now;
-	if (rw->writing)
+	if (rw->writing) {
 		rw->write_left_ms = wexp - now;
+		writer_of(rw, w, field(h, "wo"));
+	}
 	return 0;
 }
 
@@ -150,7 +178,7 @@ cli_rw_read(struct dmutex__conn *c, const char *prefix, const char *name, long l
 	int status = 0;
 
 	memset(rw, 0, sizeof *rw);
-	rw->write_left_ms = rw->read_left_ms = rw->fence = -1;
+	cli_rwlock_unknown(rw);
 	if (!(rw->name = strdup(name))) {
 		cli_err("out of memory");
 		status = CLI_INTERNAL;
@@ -182,6 +210,14 @@ cli_rw_inspect(struct dmutex__conn *c, const char *prefix, const char *name, str
 	if ((status = cli_rw_time(c, &now)) || (status = cli_rw_append(c, prefix, name, now)))
 		return status;
 	return cli_rw_read(c, prefix, name, now, rw);
+}
+
+void
+cli_rwlock_unknown(struct cli_rwlock *rw)
+{
+	rw->write_left_ms = rw->read_left_ms = rw->fence = -1;
+	rw->writer_pid = rw->writer_tid = rw->writer_since_ms = -1;
+	rw->writer_alive = -1;
 }
 
 void

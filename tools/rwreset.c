@@ -62,7 +62,7 @@ queue_reset(struct dmutex__conn *c, int cluster, const struct cli_rwlock *rw,
 
 	if ((status = CMD(c, "MULTI")))
 		return status;
-	if (rw->has_writer && (status = CMD(c, "HDEL %b w wexp", k->h, strlen(k->h))))
+	if (rw->has_writer && (status = CMD(c, "HDEL %b w wexp wo", k->h, strlen(k->h))))
 		return status;
 	if ((rw->shares_kept || rw->intents_kept) &&
 			(status = CMD(c, "DEL %b %b", k->rd, strlen(k->rd), k->q, strlen(k->q))))

@@ -1,5 +1,6 @@
 /* A read-write lock for people (status) and for scripts (JSON). */
 #include <stdio.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -12,6 +13,30 @@ cli_rw_state(char *buf, size_t len, const struct cli_rwlock *rw)
 		snprintf(buf, len, "read by %lld process%s", rw->readers, rw->readers == 1 ? "" : "es");
 	else
 		snprintf(buf, len, "free");
+}
+
+/* The writer as it recorded itself, escaped (cli_text) as a mutex's
+ * holder is; a pid is only a name: a dead one is said to be gone. */
+static void
+writer_text(FILE *f, const struct cli_rwlock *rw)
+{
+	char host[CLI_TEXT_MAX(sizeof rw->writer_host)], when[64], ago[32];
+	time_t t = (time_t)(rw->writer_since_ms / 1000);
+	struct tm tm;
+
+	if (!rw->writer_host[0]) {
+		fputs("  writer:      not recorded (its client wrote only its token)\n", f);
+		return;
+	}
+	fprintf(f, "  writer:      %s pid %lld tid %lld%s\n",
+			cli_text(host, sizeof host, rw->writer_host), rw->writer_pid, rw->writer_tid,
+			rw->writer_alive == 0 ? " (process gone)" : "");
+	if (rw->writer_alive == 1)
+		fputs("  process:     alive (same machine and pid namespace)\n", f);
+	localtime_r(&t, &tm);
+	strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
+	cli_duration(ago, sizeof ago, cli_wall_ms() - rw->writer_since_ms);
+	fprintf(f, "  since:       %s (%s ago)\n", when, ago);
 }
 
 void
@@ -30,8 +55,7 @@ cli_rw_print_text(FILE *f, const struct cli_rwlock *rw, const char *node)
 	cli_rw_state(buf, sizeof buf, rw);
 	fprintf(f, ": %s\n", buf);
 	if (rw->writing) {
-		/* Redis keeps the writer's token, not who it is (rw_acquire.lua). */
-		fputs("  writer:      not recorded (a read-write lock keeps only its writer's token)\n", f);
+		writer_text(f, rw);
 		cli_duration(buf, sizeof buf, rw->write_left_ms);
 		fprintf(f, "  lease left:  %s\n", buf);
 		fprintf(f, "  fence:       %lld\n", rw->fence);
@@ -77,6 +101,16 @@ cli_json_rwlock(FILE *f, const struct cli_rwlock *rw, const char *node)
 	num_or_null(f, "write_lease_left_ms", rw->writing ? rw->write_left_ms : -1);
 	num_or_null(f, "fence", rw->writing ? rw->fence : -1);
 	num_or_null(f, "fence_counter", rw->fence);
+	fputs(",\"writer\":", f);
+	if (rw->writing && rw->writer_host[0]) {
+		fputs("{\"host\":", f);
+		cli_json_str(f, rw->writer_host);
+		fprintf(f, ",\"pid\":%lld,\"tid\":%lld,\"since_ms\":%lld,\"alive\":%s}",
+				rw->writer_pid, rw->writer_tid, rw->writer_since_ms,
+				rw->writer_alive < 0 ? "null" : rw->writer_alive ? "true" : "false");
+	} else {
+		fputs("null", f);
+	}
 	fprintf(f, ",\"readers\":%lld", rw->readers);
 	num_or_null(f, "read_lease_left_ms", rw->readers > 0 ? rw->read_left_ms : -1);
 	fprintf(f, ",\"writers_waiting\":%lld}", rw->writers_waiting);

@@ -12,7 +12,7 @@ static const char usage[] =
 	"Show each lock's holder (host, pid, thread), since when, lease left,\n"
 	"whether its process is alive (when that can be known here), fencing\n"
 	"token, robust state, waiting clients and condition variable waiters.\n"
-	"A read-write lock of that name is shown too: written or read, by how\n"
+	"A read-write lock of that name is shown too: written (by whom) or read, by how\n"
 	"many processes, leases left, fencing token, writers waiting.\n";
 
 static void
