@@ -1301,6 +1301,38 @@ Test(cli, list_odd_prefix_and_names)
 			"and d[0][\"fence_counter\"] == 5");
 }
 
+/* The table's FENCE column fits a 19-digit token (a Redlock or etcd
+ * one): every row's next column starts where its heading does. */
+Test(cli, list_fence_column_fits_any_token)
+{
+	redisContext *c = th_redis_connect(&srv, NULL, NULL);
+	char *o, *line, *save = NULL;
+	size_t at = 0, rows = 0;
+
+	cr_assert(c);
+	freeReplyObject(redisCommand(c, "SET dmutex:lock:{big} %s PX 60000",
+			"3 0123abcd 1234567890123456789 0 rc 5000 1700000000000 4242 4243 - h"));
+	freeReplyObject(redisCommand(c, "SET dmutex:lock:{small} %s PX 60000",
+			"3 4567abcd 7 0 rc 5000 1700000000000 4242 4244 - h"));
+	redisFree(c);
+	ASSERT_ST(DM_RUN(10000, "a", "list"), 0, "a");
+	o = out_of("a");
+	cr_assert(strstr(o, " 1234567890123456789  "), "%s", o);
+	for (line = strtok_r(o, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (!at) {
+			cr_assert(strstr(line, "ROBUST"), "%s", line);
+			at = (size_t)(strstr(line, "ROBUST") - line);
+			continue;
+		}
+		cr_assert_gt(strlen(line), at, "%s", line);
+		cr_assert(line[at - 1] == ' ' && line[at - 2] == ' ' && line[at] != ' ',
+				"column at %zu misplaced: '%s'", at, line);
+		rows++;
+	}
+	cr_assert_eq(rows, 2);
+	free(o);
+}
+
 /* What status makes of what it finds under a lock key: a layout-3 string
  * (a host with a space in it, the rest of the value), a fair mutex's hash
  * (layout 2), and data it must not guess at: another layout's value, a

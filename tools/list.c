@@ -151,31 +151,76 @@ struct rwrow {
 	size_t node;
 };
 
+/* One mutex row's cells, as printed. */
+struct cells {
+	char holder[1200], held_for[32], left[32], fence[32], waiting[48];
+};
+
+static void
+cells_of(const struct cli_lock *l, struct cells *c)
+{
+	long long f = l->held ? l->fence : l->fence_counter;
+
+	snprintf(c->holder, sizeof c->holder, "-");
+	snprintf(c->held_for, sizeof c->held_for, "-");
+	snprintf(c->left, sizeof c->left, "-");
+	snprintf(c->fence, sizeof c->fence, "-");
+	snprintf(c->waiting, sizeof c->waiting, "-");
+	if (l->held) {
+		cli_holder(c->holder, sizeof c->holder, l, 0);
+		if (l->since_ms >= 0)
+			cli_duration(c->held_for, sizeof c->held_for, cli_wall_ms() - l->since_ms);
+		if (l->pttl_ms >= 0)
+			cli_duration(c->left, sizeof c->left, l->pttl_ms);
+	}
+	if (f >= 0)
+		snprintf(c->fence, sizeof c->fence, "%lld", f);
+	if (l->waiters >= 0)
+		snprintf(c->waiting, sizeof c->waiting, "%lld", l->waiters);
+	if (l->cond_waiters > 0 && !strcmp(c->waiting, "-"))
+		c->waiting[0] = '\0';
+	if (l->cond_waiters > 0)
+		snprintf(c->waiting + strlen(c->waiting), sizeof c->waiting - strlen(c->waiting),
+				"%s%lld cond", c->waiting[0] ? ", " : "", l->cond_waiters);
+}
+
+static void
+widen(int *w, const char *s)
+{
+	if ((int)strlen(s) > *w)
+		*w = (int)strlen(s);
+}
+
+/* Every column as wide as its widest cell (a held-for of days, a 19-digit
+ * token, a long host): a row never pushes the next column out of line. */
 static void
 print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 {
-	int wname = 4, whold = 6, wnode = 4;
+	int wname = 4, whold = 6, wnode = 4, wfor = 10, wleft = 10, wfence = 6;
 	int multi = cc->nnodes > 1;
-	char name[CLI_NAME_TEXT], holder[1200], text[CLI_TEXT_MAX(600)];
+	char name[CLI_NAME_TEXT], text[CLI_TEXT_MAX(600)];
+	struct cells c;
 
 	for (size_t i = 0; i < n; i++) {
 		cli_name_text(name, rows[i].l.name);
-		cli_holder(holder, sizeof holder, &rows[i].l, 0);
-		if ((int)strlen(name) > wname)
-			wname = (int)strlen(name);
-		if (rows[i].l.held && (int)strlen(holder) > whold)
-			whold = (int)strlen(holder);
-		if (multi && (int)strlen(cli_text(text, sizeof text, cli_conn_node(cc, rows[i].node))) > wnode)
-			wnode = (int)strlen(text);
+		widen(&wname, name);
+		if (multi)
+			widen(&wnode, cli_text(text, sizeof text, cli_conn_node(cc, rows[i].node)));
+		if (rows[i].l.error[0])
+			continue;
+		cells_of(&rows[i].l, &c);
+		widen(&whold, c.holder);
+		widen(&wfor, c.held_for);
+		widen(&wleft, c.left);
+		widen(&wfence, c.fence);
 	}
 	if (multi)
 		printf("%-*s  ", wnode, "NODE");
-	printf("%-*s  %-5s  %-*s  %-10s  %-10s  %-6s  %-15s  %s\n", wname, "NAME", "STATE",
-			whold, "HOLDER", "HELD FOR", "LEASE LEFT", "FENCE", "ROBUST", "WAITING");
+	printf("%-*s  %-5s  %-*s  %-*s  %-*s  %-*s  %-15s  %s\n", wname, "NAME", "STATE",
+			whold, "HOLDER", wfor, "HELD FOR", wleft, "LEASE LEFT", wfence, "FENCE", "ROBUST",
+			"WAITING");
 	for (size_t i = 0; i < n; i++) {
 		const struct cli_lock *l = &rows[i].l;
-		char held_for[32] = "-", left[32] = "-", fence[32] = "-", waiting[32] = "-";
-		long long f = l->held ? l->fence : l->fence_counter;
 
 		cli_name_text(name, l->name);
 		if (multi)
@@ -184,27 +229,10 @@ print_table(const struct cli_conn *cc, const struct row *rows, size_t n)
 			printf("%-*s  cannot read: %s\n", wname, name, cli_text(text, sizeof text, l->error));
 			continue;
 		}
-		if (l->held) {
-			cli_holder(holder, sizeof holder, l, 0);
-			if (l->since_ms >= 0)
-				cli_duration(held_for, sizeof held_for, cli_wall_ms() - l->since_ms);
-			if (l->pttl_ms >= 0)
-				cli_duration(left, sizeof left, l->pttl_ms);
-		} else {
-			snprintf(holder, sizeof holder, "-");
-		}
-		if (f >= 0)
-			snprintf(fence, sizeof fence, "%lld", f);
-		if (l->waiters >= 0)
-			snprintf(waiting, sizeof waiting, "%lld", l->waiters);
-		if (l->cond_waiters > 0 && !strcmp(waiting, "-"))
-			waiting[0] = '\0';
-		if (l->cond_waiters > 0)
-			snprintf(waiting + strlen(waiting), sizeof waiting - strlen(waiting),
-					"%s%lld cond", waiting[0] ? ", " : "", l->cond_waiters);
-		printf("%-*s  %-5s  %-*s  %-10s  %-10s  %-6s  %-15s  %s\n", wname, name,
-				l->held ? "held" : "free", whold, holder, held_for, left, fence,
-				cli_robust_text(l->robust), waiting);
+		cells_of(l, &c);
+		printf("%-*s  %-5s  %-*s  %-*s  %-*s  %-*s  %-15s  %s\n", wname, name,
+				l->held ? "held" : "free", whold, c.holder, wfor, c.held_for, wleft, c.left,
+				wfence, c.fence, cli_robust_text(l->robust), c.waiting);
 	}
 }
 
