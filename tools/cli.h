@@ -211,6 +211,8 @@ void cli_holder(char *buf, size_t len, const struct cli_lock *l, int with_tid);
 /* 1 alive, 0 gone, -1 cannot know (pid on another machine, boot or pid
  * namespace than ours; hostid as dmutex__hostid writes it). */
 int cli_pid_alive(const char *hostid, long long pid);
+/* "  since:       <local date> (<how long> ago)", a status line. */
+void cli_since(FILE *f, long long since_ms);
 /* Whether the holder lives: "alive", "process gone", "" when it cannot be known. */
 const char *cli_alive_text(const struct cli_lock *l);
 

@@ -1,6 +1,5 @@
 /* A read-write lock for people (status) and for scripts (JSON). */
 #include <stdio.h>
-#include <time.h>
 
 #include "cli.h"
 
@@ -20,9 +19,7 @@ cli_rw_state(char *buf, size_t len, const struct cli_rwlock *rw)
 static void
 writer_text(FILE *f, const struct cli_rwlock *rw)
 {
-	char host[CLI_TEXT_MAX(sizeof rw->writer_host)], when[64], ago[32];
-	time_t t = (time_t)(rw->writer_since_ms / 1000);
-	struct tm tm;
+	char host[CLI_TEXT_MAX(sizeof rw->writer_host)];
 
 	if (!rw->writer_host[0]) {
 		fputs("  writer:      not recorded (its client wrote only its token)\n", f);
@@ -33,10 +30,7 @@ writer_text(FILE *f, const struct cli_rwlock *rw)
 			rw->writer_alive == 0 ? " (process gone)" : "");
 	if (rw->writer_alive == 1)
 		fputs("  process:     alive (same machine and pid namespace)\n", f);
-	localtime_r(&t, &tm);
-	strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
-	cli_duration(ago, sizeof ago, cli_wall_ms() - rw->writer_since_ms);
-	fprintf(f, "  since:       %s (%s ago)\n", when, ago);
+	cli_since(f, rw->writer_since_ms);
 }
 
 void

@@ -73,6 +73,19 @@ cli_holder(char *buf, size_t len, const struct cli_lock *l, int with_tid)
 				l->held && l->alive == 0 ? " (process gone)" : "");
 }
 
+void
+cli_since(FILE *f, long long since_ms)
+{
+	char when[64], ago[32];
+	time_t t = (time_t)(since_ms / 1000);
+	struct tm tm;
+
+	localtime_r(&t, &tm);
+	strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
+	cli_duration(ago, sizeof ago, cli_wall_ms() - since_ms);
+	fprintf(f, "  since:       %s (%s ago)\n", when, ago);
+}
+
 const char *
 cli_alive_text(const struct cli_lock *l)
 {

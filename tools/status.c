@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 
@@ -18,7 +17,7 @@ static const char usage[] =
 static void
 print_text(FILE *f, const struct cli_lock *l, const char *node)
 {
-	char buf[CLI_TEXT_MAX(sizeof l->error)], when[64], name[CLI_NAME_TEXT];
+	char buf[CLI_TEXT_MAX(sizeof l->error)], name[CLI_NAME_TEXT];
 	long long now = cli_wall_ms();
 
 	/* Everything from the server escaped (cli_text): names, node
@@ -53,14 +52,8 @@ print_text(FILE *f, const struct cli_lock *l, const char *node)
 			fprintf(f, "  process:     on another machine or pid namespace; "
 					"last renewed %s ago\n", buf);
 		}
-		if (l->since_ms >= 0) {
-			time_t t = (time_t)(l->since_ms / 1000);
-			struct tm tm;
-			localtime_r(&t, &tm);
-			strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
-			cli_duration(buf, sizeof buf, now - l->since_ms);
-			fprintf(f, "  since:       %s (%s ago)\n", when, buf);
-		}
+		if (l->since_ms >= 0)
+			cli_since(f, l->since_ms);
 		if (l->pttl_ms >= 0) {
 			cli_duration(buf, sizeof buf, l->pttl_ms);
 			fprintf(f, "  lease left:  %s", buf);
