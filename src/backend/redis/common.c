@@ -36,10 +36,21 @@ int_elem(const redisReply *r, size_t i, long long *out)
 }
 
 void
+dmutex__redis_who(const struct dmutex__backend *be, long tid, char *buf, size_t len)
+{
+	/* The pid is the client's, kept right across fork (client.c): getpid
+	 * is a system call a lock otherwise.  The host name has no spaces;
+	 * it goes last all the same, where a reader takes the rest. */
+	snprintf(buf, len, "%llu %llu %ld %s %s", (unsigned long long)dmutex__wall_ms(),
+			(unsigned long long)*be->cfg.pid, tid, *be->cfg.hostid ? be->cfg.hostid : "-",
+			be->cfg.host);
+}
+
+void
 dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct dmutex__acq_argv *x)
 {
-	const char *hostid = *be->cfg.hostid ? be->cfg.hostid : "-";
 	int tail;
+	size_t len;
 
 	dmutex__key(x->lk, be->cfg.prefix, "lock", a->name);
 	dmutex__key(x->mk, be->cfg.prefix, "meta", a->name);
@@ -49,14 +60,9 @@ dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a, struct
 	 * redis.call turns back into a string costs Redis more than the rest
 	 * of the PEXPIRE (acquire.lua). */
 	dmutex__udec(x->keep, (unsigned long long)a->lease_ms + be->cfg.idle_ms);
-	/* The pid is the client's, kept right across fork (client.c): getpid
-	 * is a system call a lock otherwise.  The host name has no spaces;
-	 * it goes last all the same, where a reader takes the rest. */
 	tail = snprintf(x->value, sizeof x->value, "3 %s - 0 - ", a->token);
-	snprintf(x->value + tail, sizeof x->value - (size_t)tail, "%u %llu %llu %llu %s %s",
-			a->lease_ms, (unsigned long long)dmutex__wall_ms(),
-			(unsigned long long)*be->cfg.pid, (unsigned long long)a->tid, hostid,
-			be->cfg.host);
+	len = (size_t)snprintf(x->value + tail, sizeof x->value - (size_t)tail, "%u ", a->lease_ms);
+	dmutex__redis_who(be, (long)a->tid, x->value + tail + len, sizeof x->value - (size_t)tail - len);
 	x->argv[0] = x->lk;
 	x->argv[1] = x->mk;
 	x->argv[2] = a->token;

@@ -58,6 +58,9 @@ struct dmutex__renew_argv {
 int dmutex__int_in(const redisReply *r, long long lo, long long hi, long long *out);
 int dmutex__int_elem_in(const redisReply *r, size_t i, long long lo, long long hi, long long *out);
 
+/* Who takes a lock, as its record keeps it for operators: "since_ms pid
+ * tid hostid host" (hostid "-" when unknown). */
+void dmutex__redis_who(const struct dmutex__backend *be, long tid, char *buf, size_t len);
 void dmutex__acq_argv(struct dmutex__backend *be, const struct dmutex__acq *a,
 		struct dmutex__acq_argv *x);
 /* Fill a->status, fence, died, pttl_ms from an acquire reply; -1 if the

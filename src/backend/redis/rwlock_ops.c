@@ -70,11 +70,8 @@ dmutex__redis_rw_acquire(struct dmutex__backend *be, const char *name, struct dm
 	snprintf(lease, sizeof lease, "%u", a->lease_ms);
 	gc_ms(a->lease_ms, gc, sizeof gc);
 	/* Who writes, for operators (dmutex status), as a mutex's hold
-	 * records it: since pid tid hostid host (the host last: no spaces,
-	 * but a reader takes the rest all the same). */
-	snprintf(who, sizeof who, "%llu %llu %ld %s %s", (unsigned long long)dmutex__wall_ms(),
-			(unsigned long long)*be->cfg.pid, a->tid,
-			*be->cfg.hostid ? be->cfg.hostid : "-", be->cfg.host);
+	 * records it. */
+	dmutex__redis_who(be, a->tid, who, sizeof who);
 	const char *argv[] = { k.h, k.rd, k.q, op, a->token, lease, a->wait ? "1" : "0", gc, who };
 	if (!(r = dmutex__node_call_within(n, DMUTEX__SCRIPT_RW_ACQUIRE, 3, 9, argv, &md, a->deadline))) {
 		a->refused = md == DMUTEX__REFUSED;
