@@ -942,3 +942,97 @@ Test(rwlock, a_tryrdlock_waits_for_the_share_another_reader_asks_for)
 	cr_assert_eq(drwlock_destroy(&rw), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
+
+static int share_is(void *arg)
+{
+	return rw_count("trygiven", 'r') == *(long long *)arg;
+}
+
+/*
+ * A thread's tryrdlock while the process's last reader gives the share
+ * back (its release held back by CLIENT PAUSE), no writer anywhere: it
+ * waits for the release and asks anew.  Before, EBUSY at once.
+ */
+Test(rwlock, a_tryrdlock_waits_for_the_share_being_given_back)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	struct asker k = { .rw = &rw, .rc = -1, .unlock_rc = -1 };
+	pthread_t t;
+	char url[512];
+	long long one = 1;
+	int rc;
+
+	DMT_REDIS_STATE("holds a request back with CLIENT PAUSE");
+	/* Room for the whole pause in one request: the release is answered. */
+	cr_assert_eq(th_url_with(url, sizeof url, srv.url, "command_timeout_ms=4000"), 0);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "trygiven", &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	cr_assert_eq(pthread_create(&t, NULL, asker_main, &k), 0);
+	cr_assert(th_wait_until(share_is, &one, 5000), "the reader never read");
+
+	blocked_before = dmt_blocked_clients(&srv);
+	cr_assert_geq(blocked_before, 0);
+	th_redis_int(&srv, "CLIENT PAUSE 800 WRITE");
+	atomic_store(&k.go, 1);
+	cr_assert(th_wait_until(one_more_blocked, NULL, 3000), "the release was never held back");
+	rc = drwlock_tryrdlock(&rw);
+	pthread_join(t, NULL);
+	cr_assert_eq(k.rc, 0);
+	cr_assert_eq(k.unlock_rc, 0, "the release: %s", dmutex_strerror(k.unlock_rc));
+	cr_assert_eq(rc, 0, "tryrdlock while the share was given back, no writer anywhere: %s",
+			dmutex_strerror(rc));
+	cr_assert_eq(rw_count("trygiven", 'r'), 1, "the new share");
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
+
+/*
+ * A tryrdlock waits for another reader's request no longer than a request
+ * of its own could take: with that request still unanswered (CLIENT PAUSE
+ * past command_timeout_ms), EIO, as the man page has it for a try call the
+ * backend fails, never EBUSY with no writer anywhere.  The blocking
+ * reader's own retries all go unanswered within the pause: EIO too.
+ */
+Test(rwlock, a_tryrdlock_whose_asker_gets_no_answer_says_eio)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	struct asker k = { .rw = &rw, .rc = -1, .unlock_rc = -1 };
+	pthread_t t;
+	char url[512];
+	int64_t t0, waited_ms;
+	int rc;
+
+	DMT_REDIS_STATE("holds a request back with CLIENT PAUSE");
+	cr_assert_eq(th_url_with(url, sizeof url, srv.url, "command_timeout_ms=300"), 0);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "tryunanswered", &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	cr_assert_eq(drwlock_rdlock(&rw), 0);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+
+	blocked_before = dmt_blocked_clients(&srv);
+	cr_assert_geq(blocked_before, 0);
+	th_redis_int(&srv, "CLIENT PAUSE 2500 WRITE");
+	cr_assert_eq(pthread_create(&t, NULL, asker_main, &k), 0);
+	cr_assert(th_wait_until(one_more_blocked, NULL, 3000), "the reader's request was never held back");
+	t0 = th_now_ms();
+	rc = drwlock_tryrdlock(&rw);
+	waited_ms = th_now_ms() - t0;
+	atomic_store(&k.go, 1);
+	pthread_join(t, NULL);
+	cr_assert_eq(rc, EIO, "tryrdlock, the asker unanswered: %s", dmutex_strerror(rc));
+	cr_assert_leq(waited_ms, 2000, "waited %lld ms for a 300 ms request", (long long)waited_ms);
+	cr_assert_eq(k.rc, EIO, "the blocking reader: %s", dmutex_strerror(k.rc));
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}

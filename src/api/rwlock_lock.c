@@ -126,6 +126,7 @@ struct rw_try {
 	int64_t until;          /* every request's deadline (0: none; a timed lock's) */
 	char token[DMUTEX__TOKEN_HEX + 1];
 	int maybe_done, intent;
+	int told_busy;          /* a reader's last answer was busy (e->rw_rd_asking 2) */
 };
 
 static char *
@@ -152,6 +153,14 @@ rw_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 	int err;
 
 	(void)aq;
+	if (r->told_busy) {
+		/* Asking again: a tryrdlock of ours waits for this answer too,
+		 * not for the last one's "busy". */
+		dmutex__mu_lock(&e->mu, DMUTEX__LK_ENTRY, "entry.mu");
+		e->rw_rd_asking = 1;
+		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		r->told_busy = 0;
+	}
 	err = dmutex__rw_acquire(c->be, e->name, &a);
 	t->now = now = dmutex__now_ns();
 	r->maybe_done |= a.maybe_done;
@@ -187,6 +196,7 @@ rw_try(void *arg, struct dmutex__acquire *aq, struct dmutex__try *t)
 		e->rw_rd_asking = 2;
 		pthread_cond_broadcast(&e->cv);
 		dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+		r->told_busy = 1;
 	}
 	r->intent |= a.wait;
 	/* Until woken, or at most until the blocking hold's lease ends (a lost
@@ -282,23 +292,28 @@ lost_share_step(struct dmutex__entry *e)
 }
 
 /*
- * Under e->mu, a tryrdlock: another reader of ours is asking Redis, and
- * its answer says whether a writer keeps readers out.  Before, EBUSY at
- * once, with no writer anywhere.  Waited for as long as a request of our
- * own could take (*until, set at the first wait), no longer.  1 if it
- * waited: look again.
+ * Under e->mu, a tryrdlock that finds no writer of ours, but Redis busy on
+ * the process's share: another reader of ours asks for it (its answer
+ * says whether a writer keeps readers out), or the last reader gives it
+ * back (the next one asks anew).  EBUSY then would be one with no writer
+ * anywhere, which POSIX does not allow.  Waited for as long as a request
+ * of our own could take (*until, set at the first wait), no longer.  1 if
+ * it waited: look again; 0 if nothing to wait for; -1 if the request is
+ * still unanswered by then (the backend failed us: EIO).
  */
 static int
 try_waits_for_asker(struct dmutex__entry *e, int64_t *until, struct timespec *ts)
 {
-	if (e->rw_rd_asking != 1 || e->rw_wwait)
+	int asking = e->rw_rd_asking == 1 || (e->held && !e->rw_write && e->releasing);
+
+	if (!asking || e->rw_wwait || e->rw_remote_wwait)
 		return 0;
 	if (!*until) {
 		*until = dmutex__now_ns() + (int64_t)e->client->cfg.command_timeout_ms * DMUTEX__MS;
 		dmutex__ns_to_ts(*until, ts);
 	}
 	if (dmutex__now_ns() >= *until)
-		return 0;
+		return -1;
 	pthread_cond_timedwait(&e->cv, &e->mu, ts);
 	return 1;
 }
@@ -311,7 +326,7 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 	pthread_t self = pthread_self();
 	struct timespec ts, try_ts;
 	int64_t try_until = 0;
-	int err = 0;
+	int err = 0, asked = 0;
 
 	if ((err = dmutex__rwlock_resolve(rw, &rx)))
 		return err;
@@ -342,8 +357,15 @@ rd_impl(drwlock_t *rw, int mode, int64_t until, int bad_deadline)
 		}
 		if (!e->held && !e->acquiring && !e->rw_wwait)
 			break;
-		if (mode == TRY && !bad_deadline && try_waits_for_asker(e, &try_until, &try_ts))
+		if (mode == TRY && !bad_deadline &&
+				(asked = try_waits_for_asker(e, &try_until, &try_ts)) > 0)
 			continue;
+		if (mode == TRY && asked < 0) {
+			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
+			dmutex__log(DMUTEX_LOG_ERROR, "rwlock '%s': tryrdlock: the process's request for the "
+					"read share got no answer within command_timeout_ms", e->name);
+			return EIO;
+		}
 		if (mode == TRY || bad_deadline || dmutex__now_ns() >= until) {
 			dmutex__mu_unlock(&e->mu, DMUTEX__LK_ENTRY);
 			if (mode != TRY && bad_deadline)

@@ -70,10 +70,12 @@ dmutex__redis_rw_acquire(struct dmutex__backend *be, const char *name, struct dm
 	snprintf(lease, sizeof lease, "%u", a->lease_ms);
 	gc_ms(a->lease_ms, gc, sizeof gc);
 	/* Who writes, for operators (dmutex status), as a mutex's hold
-	 * records it. */
-	dmutex__redis_who(be, a->tid, who, sizeof who);
+	 * records it; a reader's share records nobody: not sent. */
+	if (a->op == 'w')
+		dmutex__redis_who(be, a->tid, who, sizeof who);
 	const char *argv[] = { k.h, k.rd, k.q, op, a->token, lease, a->wait ? "1" : "0", gc, who };
-	if (!(r = dmutex__node_call_within(n, DMUTEX__SCRIPT_RW_ACQUIRE, 3, 9, argv, &md, a->deadline))) {
+	if (!(r = dmutex__node_call_within(n, DMUTEX__SCRIPT_RW_ACQUIRE, 3, a->op == 'w' ? 9 : 8, argv,
+			&md, a->deadline))) {
 		a->refused = md == DMUTEX__REFUSED;
 		a->maybe_done = md == 1;
 		return EIO;
