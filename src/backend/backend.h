@@ -535,6 +535,22 @@ struct dmutex__backend_ops {
 	int (*inspect)(struct dmutex__backend *be, const char *name, struct dmutex__lock_view *v);
 	int (*names)(struct dmutex__backend *be, int (*fn)(void *arg, const char *name), void *arg);
 	int (*reset)(struct dmutex__backend *be, const char *name, int force, int *result);
+	/* The same for read-write locks (NULL: the backend shows none).
+	 * rw_inspect: name's read-write lock into *v (foreign data: 0 with
+	 *   v->error said).
+	 * rw_names: as names, for the read-write locks.
+	 * rw_reset: drop its writer and read shares (force; else *result
+	 *   HELD and nothing done) and the waiting writers' intents, in one
+	 *   step, so that its waiters wake and its holders find their keys
+	 *   gone at their next renewal; a later writer's token is greater.
+	 *   *removed: what it dropped (writing, fence, readers,
+	 *   writers_waiting; no leases).  *result DMUTEX__RESET_*. */
+	int (*rw_inspect)(struct dmutex__backend *be, const char *name,
+			struct dmutex__rwlock_view *v);
+	int (*rw_names)(struct dmutex__backend *be, int (*fn)(void *arg, const char *name),
+			void *arg);
+	int (*rw_reset)(struct dmutex__backend *be, const char *name, int force, int *result,
+			struct dmutex__rwlock_view *removed);
 };
 
 struct dmutex__backend {

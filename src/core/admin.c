@@ -181,3 +181,30 @@ dmutex__admin_view_reset(struct dmutex__admin_view *v, const char *name, int for
 {
 	return v->be->ops->reset(v->be, name, force, result);
 }
+
+int
+dmutex__admin_view_rwlock(struct dmutex__admin_view *v, const char *name,
+		struct dmutex__rwlock_view *out)
+{
+	if (!v->be->ops->rw_inspect)
+		return ENOTSUP;
+	return v->be->ops->rw_inspect(v->be, name, out);
+}
+
+int
+dmutex__admin_view_rw_names(struct dmutex__admin_view *v,
+		int (*fn)(void *arg, const char *name), void *arg)
+{
+	if (!v->be->ops->rw_names)
+		return ENOTSUP;
+	return v->be->ops->rw_names(v->be, fn, arg);
+}
+
+int
+dmutex__admin_view_rw_reset(struct dmutex__admin_view *v, const char *name, int force,
+		int *result, struct dmutex__rwlock_view *removed)
+{
+	if (!v->be->ops->rw_reset)
+		return ENOTSUP;
+	return v->be->ops->rw_reset(v->be, name, force, result, removed);
+}

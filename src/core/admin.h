@@ -122,6 +122,15 @@ int dmutex__admin_view_names(struct dmutex__admin_view *v, int (*fn)(void *arg, 
 /* Reset name (force: even held): 0 and *result DMUTEX__RESET_*; EIO. */
 int dmutex__admin_view_reset(struct dmutex__admin_view *v, const char *name, int force,
 		int *result);
+/* The same for read-write locks (view.h; backend.h's rw_inspect,
+ * rw_names, rw_reset): ENOTSUP if the backend shows none. */
+int dmutex__admin_view_rwlock(struct dmutex__admin_view *v, const char *name,
+		struct dmutex__rwlock_view *out);
+int dmutex__admin_view_rw_names(struct dmutex__admin_view *v,
+		int (*fn)(void *arg, const char *name), void *arg);
+/* *removed: what it dropped. */
+int dmutex__admin_view_rw_reset(struct dmutex__admin_view *v, const char *name, int force,
+		int *result, struct dmutex__rwlock_view *removed);
 
 /* ---- this machine (core/hostid.c) ---- */
 /* "boot_id/pidns inode" of this process, or "": a holder's pid can be

@@ -32,15 +32,14 @@ value(const json_t *kv, char *out, size_t len)
 		out[0] = '\0';
 }
 
-/* The lease left of the head's lease, in ms; -1 unknown. */
-static long long
-lease_left(struct dmutex__etcd *e, const json_t *kv)
+long long
+dmutex__etcd_lease_left(struct dmutex__etcd *e, int64_t id)
 {
 	int bad = 0;
-	int64_t id = dmutex__etcd_int(kv, "lease", &bad), ttl;
+	int64_t ttl;
 	json_t *req, *rep = NULL;
 
-	if (bad || !id || !(req = json_pack("{s:I}", "ID", (json_int_t)id)))
+	if (id <= 0 || !(req = json_pack("{s:I}", "ID", (json_int_t)id)))
 		return -1;
 	if (dmutex__etcd_call(e->http, "/v3/lease/timetolive", req, &rep, 0, NULL, NULL)) {
 		json_decref(req);
@@ -50,6 +49,16 @@ lease_left(struct dmutex__etcd *e, const json_t *kv)
 	ttl = dmutex__etcd_int(rep, "TTL", &bad);
 	json_decref(rep);
 	return bad || ttl < 0 ? -1 : (long long)ttl * 1000;
+}
+
+/* The lease left of the head's lease, in ms; -1 unknown. */
+static long long
+lease_left(struct dmutex__etcd *e, const json_t *kv)
+{
+	int bad = 0;
+	int64_t id = dmutex__etcd_int(kv, "lease", &bad);
+
+	return bad ? -1 : dmutex__etcd_lease_left(e, id);
 }
 
 int
@@ -104,15 +113,16 @@ dmutex__etcd_inspect(struct dmutex__backend *be, const char *name, struct dmutex
 	return 0;
 }
 
-/* "<prefix>m/<len>:<name>/..." -> name (its length), NULL if not ours. */
+/* "<prefix><kind>/<len>:<name>/..." -> name (its length), NULL if not ours. */
 static const char *
-name_of(const char *key, size_t plen, size_t *len)
+name_of(const char *key, size_t plen, const char *kind, size_t *len)
 {
-	const char *p = key + plen + 2;
+	size_t klen = strlen(kind);
+	const char *p = key + plen + klen + 1;
 	char *colon;
 	unsigned long n;
 
-	if (strncmp(key + plen, "m/", 2))
+	if (strncmp(key + plen, kind, klen) || key[plen + klen] != '/')
 		return NULL;
 	n = strtoul(p, &colon, 10);
 	if (*colon != ':' || !n || strlen(colon + 1) < n + 1 || colon[1 + n] != '/')
@@ -122,7 +132,8 @@ name_of(const char *key, size_t plen, size_t *len)
 }
 
 int
-dmutex__etcd_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *name), void *arg)
+dmutex__etcd_names_of(struct dmutex__backend *be, const char *kind,
+		int (*fn)(void *arg, const char *name), void *arg)
 {
 	struct dmutex__etcd *e = dmutex__etcd_of(be);
 	char m[DMUTEX__ETCD_KEY_MAX], end[DMUTEX__ETCD_KEY_MAX], key[DMUTEX__ETCD_KEY_MAX];
@@ -131,7 +142,7 @@ dmutex__etcd_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *
 	size_t plen = strlen(be->cfg.prefix);
 	int err, stop = 0;
 
-	snprintf(m, sizeof m, "%sm/", be->cfg.prefix);
+	snprintf(m, sizeof m, "%s%s/", be->cfg.prefix, kind);
 	dmutex__etcd_prefix_end(m, end);
 	if (!(req = dmutex__etcd_key(m, end)))
 		return ENOMEM;
@@ -146,7 +157,7 @@ dmutex__etcd_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *
 		const char *nm;
 		size_t len;
 		if (dmutex__etcd_unb64(json_string_value(json_object_get(json_array_get(kvs, i), "key")),
-				key, sizeof key) < 0 || !(nm = name_of(key, plen, &len)))
+				key, sizeof key) < 0 || !(nm = name_of(key, plen, kind, &len)))
 			continue;
 		if (strlen(last) == len && !memcmp(last, nm, len))
 			continue;
@@ -156,6 +167,12 @@ dmutex__etcd_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *
 	}
 	json_decref(rep);
 	return stop;
+}
+
+int
+dmutex__etcd_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *name), void *arg)
+{
+	return dmutex__etcd_names_of(be, "m", fn, arg);
 }
 
 int

@@ -145,6 +145,9 @@ static const struct dmutex__backend_ops etcd_ops = {
 	.inspect = dmutex__etcd_inspect,
 	.names = dmutex__etcd_names,
 	.reset = dmutex__etcd_reset,
+	.rw_inspect = dmutex__etcd_rw_inspect,
+	.rw_names = dmutex__etcd_rw_names,
+	.rw_reset = dmutex__etcd_rw_reset,
 };
 
 int

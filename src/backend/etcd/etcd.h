@@ -197,6 +197,20 @@ char *dmutex__etcd_channel(struct dmutex__backend *be, const char *name);
 int dmutex__etcd_inspect(struct dmutex__backend *be, const char *name, struct dmutex__lock_view *v);
 int dmutex__etcd_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *name), void *arg);
 int dmutex__etcd_reset(struct dmutex__backend *be, const char *name, int force, int *result);
+/* fn(arg, name) for each name with keys under <prefix><kind>/ (sorted,
+ * each once), as ops->names: "m" mutexes, "r" read-write locks. */
+int dmutex__etcd_names_of(struct dmutex__backend *be, const char *kind,
+		int (*fn)(void *arg, const char *name), void *arg);
+/* The time to live of lease id in ms (whole seconds: etcd's), -1 if it
+ * ended or could not be asked. */
+long long dmutex__etcd_lease_left(struct dmutex__etcd *e, int64_t id);
+/* rw_admin.c: the same for read-write locks */
+int dmutex__etcd_rw_inspect(struct dmutex__backend *be, const char *name,
+		struct dmutex__rwlock_view *v);
+int dmutex__etcd_rw_names(struct dmutex__backend *be, int (*fn)(void *arg, const char *name),
+		void *arg);
+int dmutex__etcd_rw_reset(struct dmutex__backend *be, const char *name, int force, int *result,
+		struct dmutex__rwlock_view *removed);
 
 /* ---- watch.c: the wake subscriptions ---- */
 void dmutex__etcd_watch_create_lock(void);
