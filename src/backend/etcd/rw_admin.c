@@ -93,7 +93,9 @@ leases_left(struct dmutex__etcd *e, struct rwread *r)
 
 	if (v->writing)
 		v->write_left_ms = dmutex__etcd_lease_left(e, r->wlease);
-	qsort(r->leases, r->nleases, sizeof *r->leases, cmp_lease);
+	/* No shares: no array at all, which qsort may not be given. */
+	if (r->nleases)
+		qsort(r->leases, r->nleases, sizeof *r->leases, cmp_lease);
 	for (size_t i = 0; i < r->nleases; i++) {
 		long long left;
 		if (i && r->leases[i] == r->leases[i - 1])
