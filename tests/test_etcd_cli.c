@@ -10,7 +10,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,12 +22,13 @@
 #include <unistd.h>
 
 #include "dmutex.h"
+#include "dmt.h"
 #include "harness.h"
 #include "harness_etcd.h"
 #include "dm_cmd.h"
 
 /* The exit statuses of dmutex(1). */
-enum { ST_BUSY = 80, ST_NOLOCK = 84, ST_REFUSED = 85 };
+enum { ST_BUSY = 80, ST_NOLOCK = 84, ST_REFUSED = 85, ST_BACKEND = 87 };
 
 static struct th_etcd etcd;
 static struct dm_cmd dm;
@@ -288,37 +291,328 @@ Test(etcd_cli, robust_owner_died_then_reset)
 	ASSERT_ST(DM_RUN(10000, "d", "status", "job"), ST_NOLOCK, "d");
 }
 
-/* Read-write locks have no operators' view over etcd yet: status and
- * reset of a name that is only a read-write lock say so with "no such
- * lock" (84), list says so on stderr, and nothing of the lock is touched. */
-Test(etcd_cli, rwlock_not_shown_and_said_so)
+/* ------------------------------------------------------------------ */
+/* read-write locks                                                    */
+/* ------------------------------------------------------------------ */
+
+/* The keys of read-write lock NAME's part ("r" shares, "w" the writer,
+ * "q" waiting writers) in etcd (src/backend/etcd/rw.c), counted without
+ * the tool: what a refused reset must leave. */
+static long long
+rw_keys(const char *name, const char *part)
 {
+	char pre[300];
+
+	snprintf(pre, sizeof pre, "dmutex:r/%zu:%s/%s/", strlen(name), name, part);
+	return th_etcd_count_prefix(&etcd, 0, pre);
+}
+
+/* The read-write locks' table's head (list.c). */
+#define RW_HEAD "RWLOCK  STATE  LEASE LEFT  FENCE                READERS  READ LEASE  WRITERS WAITING\n"
+
+/* TAG.ext (out, err) is exactly want. */
+static void
+assert_said(const char *tag, const char *ext, const char *want)
+{
+	char *got = slurp_tag(tag, ext);
+
+	cr_assert_str_eq(got, want);
+	free(got);
+}
+
+/* A drwlock_t on a client of its own (one share a client, as a process),
+ * counting its onlost calls. */
+struct rwholder {
 	dmutex_client_t *c;
-	dmutex_attr_t a;
 	drwlock_t rw;
+	atomic_int lost;
+};
+
+static void
+rw_hold(struct rwholder *h, const char *name, unsigned lease_ms)
+{
+	dmutex_attr_t a;
+
+	atomic_init(&h->lost, 0);
+	cr_assert_eq(dmutex_client_open(&h->c, etcd.url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, h->c), 0);
+	cr_assert_eq(dmutex_attr_setonlost(&a, dmt_count_lost, &h->lost), 0);
+	cr_assert_eq(dmutex_attr_setlease(&a, lease_ms), 0);
+	cr_assert_eq(drwlock_init(&h->rw, name, &a), 0);
+	dmutex_attr_destroy(&a);
+}
+
+static void
+rw_unhold(struct rwholder *h)
+{
+	cr_assert_eq(drwlock_destroy(&h->rw), 0);
+	cr_assert_eq(dmutex_client_close(h->c), 0);
+}
+
+/* A writer on a thread of its own: it waits, writes, says so with its
+ * token, and unlocks when told. */
+struct rwwriter {
+	struct rwholder h;
+	pthread_t t;
+	uint64_t fence;
+	atomic_int writing, done;
+	int rc;
+};
+
+static void *
+rw_write_main(void *p)
+{
+	struct rwwriter *w = p;
+
+	if ((w->rc = drwlock_wrlock(&w->h.rw)) || (w->rc = drwlock_fence(&w->h.rw, &w->fence)))
+		return NULL;
+	atomic_store(&w->writing, 1);
+	while (!atomic_load(&w->done))
+		th_wait_until(dmt_flag_set, &w->done, 100);
+	w->rc = drwlock_unlock(&w->h.rw);
+	return NULL;
+}
+
+/* status and list of a read-write lock read by two processes while a
+ * writer waits, then written by that writer, shown as over Redis (its
+ * own table, "kind": "rwlock"); then gone: etcd keeps no last fence. */
+Test(etcd_cli, rwlock_status_and_list)
+{
+	struct rwholder r1, r2;
+	struct rwwriter w = { 0 };
+	struct said waiting = { "doc", "\"writers_waiting\":1}" };
+	char want[200], expr[600], *o;
+
+	rw_hold(&r1, "doc", 5000);
+	rw_hold(&r2, "doc", 5000);
+	cr_assert_eq(drwlock_rdlock(&r1.rw), 0);
+	cr_assert_eq(drwlock_rdlock(&r2.rw), 0);
+	rw_hold(&w.h, "doc", 5000);
+	cr_assert_eq(pthread_create(&w.t, NULL, rw_write_main, &w), 0);
+	cr_assert(th_wait_until(status_says, &waiting, 10000), "status never counted the writer");
+
+	ASSERT_ST(DM_RUN(10000, "a", "status", "doc"), 0, "a");
+	o = slurp_tag("a", "out");
+	cr_assert_eq(strncmp(o, "doc (read-write lock): read by 2 processes\n", 43), 0, "%s", o);
+	assert_contains(o, "\n  readers:     2 processes, longest lease left ");
+	assert_contains(o, "\n  waiting:     1 writer\n");
+	cr_assert_null(strstr(o, "doc: "), "no mutex of that name, yet shown:\n%s", o);
+	free(o);
+	/* The lease left is the etcd lease's TTL: the hold's 5 s and a second. */
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "doc"), 0, "b");
+	assert_json("b", "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and d[0][\"exists\"] is True and "
+			"d[0][\"writing\"] is False and d[0][\"readers\"] == 2 and "
+			"0 < d[0][\"read_lease_left_ms\"] <= 6000 and d[0][\"writers_waiting\"] == 1 and "
+			"d[0][\"fence\"] is None and d[0][\"fence_counter\"] is None");
+	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
+	o = slurp_tag("c", "out");
+	cr_assert_eq(strncmp(o, RW_HEAD, strlen(RW_HEAD)), 0, "%s", o);
+	cr_assert(strstr(o, "\ndoc     read   -           -                    2        "), "%s", o);
+	cr_assert(o[strlen(o) - 2] == '1' && o[strlen(o) - 1] == '\n', "%s", o);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "d", "list", "--json", "d*"), 0, "d");
+	assert_json("d", "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and d[0][\"name\"] == \"doc\" "
+			"and d[0][\"readers\"] == 2 and d[0][\"writers_waiting\"] == 1");
+	ASSERT_ST(DM_RUN(10000, "e", "list", "--json", "x*"), 0, "e");
+	assert_json("e", "d == []");
+
+	cr_assert_eq(drwlock_unlock(&r1.rw), 0);
+	cr_assert_eq(drwlock_unlock(&r2.rw), 0);
+	cr_assert(th_wait_until(dmt_flag_set, &w.writing, 10000), "the writer never wrote");
+	ASSERT_ST(DM_RUN(10000, "f", "status", "doc"), 0, "f");
+	o = slurp_tag("f", "out");
+	assert_contains(o, "doc (read-write lock): written\n");
+	assert_contains(o, "\n  lease left:  ");
+	snprintf(want, sizeof want, "\n  fence:       %llu\n", (unsigned long long)w.fence);
+	assert_contains(o, want);
+	assert_contains(o, "\n  readers:     0 processes\n  waiting:     0 writers\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "g", "status", "--json", "doc"), 0, "g");
+	snprintf(expr, sizeof expr, "d[0][\"writing\"] is True and d[0][\"fence\"] == %llu and "
+			"d[0][\"fence_counter\"] == %llu and 0 < d[0][\"write_lease_left_ms\"] <= 6000 and "
+			"d[0][\"readers\"] == 0 and d[0][\"read_lease_left_ms\"] is None",
+			(unsigned long long)w.fence, (unsigned long long)w.fence);
+	assert_json("g", expr);
+	ASSERT_ST(DM_RUN(10000, "h", "list"), 0, "h");
+	o = slurp_tag("h", "out");
+	snprintf(want, sizeof want, "\ndoc     write  ");
+	assert_contains(o, want);
+	snprintf(want, sizeof want, "  %-19llu  0        -           0\n", (unsigned long long)w.fence);
+	assert_contains(o, want);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "i", "list", "--json"), 0, "i");
+	snprintf(expr, sizeof expr, "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and d[0][\"name\"] == \"doc\" "
+			"and d[0][\"writing\"] is True and d[0][\"fence\"] == %llu", (unsigned long long)w.fence);
+	assert_json("i", expr);
+
+	atomic_store(&w.done, 1);
+	cr_assert_eq(pthread_join(w.t, NULL), 0);
+	cr_assert_eq(w.rc, 0);
+	/* Its keys went with their holders: nothing left to show. */
+	ASSERT_ST(DM_RUN(10000, "j", "status", "doc"), ST_NOLOCK, "j");
+	o = slurp_tag("j", "err");
+	cr_assert_str_eq(o, "dmutex: no such lock 'doc'\n");
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "k", "list", "--json"), 0, "k");
+	assert_json("k", "d == []");
+	o = slurp_tag("k", "err");
+	cr_assert_str_eq(o, "");
+	free(o);
+	rw_unhold(&w.h);
+	rw_unhold(&r1);
+	rw_unhold(&r2);
+}
+
+/* reset refuses a read or written rwlock without --force (85) and touches
+ * nothing; with it, the share or the writer goes, and the holder learns
+ * it at its next renewal: onlost runs, its unlock says ENOLCK.  The next
+ * writer's token is greater.  Then nothing is left: no such lock. */
+static void
+rw_reset_holder(int write)
+{
+	struct rwholder h, next;
+	uint64_t tok = 0, tok2;
+	char want[300], *o, *e;
+
+	rw_hold(&h, "doc", 3000);
+	cr_assert_eq(write ? drwlock_wrlock(&h.rw) : drwlock_rdlock(&h.rw), 0);
+	if (write)
+		cr_assert_eq(drwlock_fence(&h.rw, &tok), 0);
+	ASSERT_ST(DM_RUN(10000, "a", "reset", "doc"), ST_REFUSED, "a");
+	e = slurp_tag("a", "err");
+	if (write)
+		snprintf(want, sizeof want, "dmutex: read-write lock 'doc' is written (fence %llu); use "
+				"--force to release it anyway (the holders are told they lost it at their "
+				"next renewal)\n", (unsigned long long)tok);
+	else
+		snprintf(want, sizeof want, "dmutex: read-write lock 'doc' is read by 1 process; use "
+				"--force to release it anyway (the holders are told they lost it at their "
+				"next renewal)\n");
+	cr_assert_str_eq(e, want);
+	free(e);
+	o = slurp_tag("a", "out");
+	cr_assert_str_eq(o, "");
+	free(o);
+	cr_assert_eq(rw_keys("doc", write ? "w" : "r"), 1, "the refused reset removed it");
+
+	ASSERT_ST(DM_RUN(10000, "b", "reset", "--force", "doc"), 0, "b");
+	o = slurp_tag("b", "out");
+	if (write)
+		snprintf(want, sizeof want, "reset read-write lock 'doc': released the write lock "
+				"(fence %llu); fence kept\n", (unsigned long long)tok);
+	else
+		snprintf(want, sizeof want, "reset read-write lock 'doc': released 1 read share; fence kept\n");
+	cr_assert_str_eq(o, want);
+	free(o);
+	cr_assert_eq(rw_keys("doc", write ? "w" : "r"), 0);
+	cr_assert(th_wait_until(dmt_lost_once, &h.lost, 10000), "the holder was never told");
+	cr_assert_eq(drwlock_unlock(&h.rw), ENOLCK);
+	rw_unhold(&h);
+
+	rw_hold(&next, "doc", 3000);
+	cr_assert_eq(drwlock_wrlock(&next.rw), 0);
+	cr_assert_eq(drwlock_fence(&next.rw, &tok2), 0);
+	cr_assert_gt(tok2, tok);
+	cr_assert_eq(drwlock_unlock(&next.rw), 0);
+	rw_unhold(&next);
+	ASSERT_ST(DM_RUN(10000, "c", "reset", "doc"), ST_NOLOCK, "c");
+	e = slurp_tag("c", "err");
+	cr_assert_str_eq(e, "dmutex: no such lock 'doc'\n");
+	free(e);
+}
+
+Test(etcd_cli, rwlock_reset_reader_learns_at_renewal)
+{
+	rw_reset_holder(0);
+}
+
+Test(etcd_cli, rwlock_reset_writer_learns_at_renewal)
+{
+	rw_reset_holder(1);
+}
+
+/* A name that is both a mutex and a read-write lock (other keys): status
+ * and list show both; reset refuses while either is held, and with
+ * --force releases both, each holder told. */
+Test(etcd_cli, rwlock_and_mutex_of_one_name)
+{
+	struct holder m;
+	struct rwholder r;
 	char *o;
 
-	cr_assert_eq(dmutex_client_open(&c, etcd.url), 0);
-	cr_assert_eq(dmutex_attr_init(&a), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
-	cr_assert_eq(drwlock_init(&rw, "doc", &a), 0);
-	dmutex_attr_destroy(&a);
-	cr_assert_eq(drwlock_wrlock(&rw), 0);
-	ASSERT_ST(DM_RUN(10000, "a", "status", "doc"), ST_NOLOCK, "a");
-	o = slurp_tag("a", "err");
-	assert_contains(o, "no such lock 'doc' (read-write locks are not shown over etcd: mutexes only)");
+	hold(&m, "both", 0, 5000);
+	rw_hold(&r, "both", 3000);
+	cr_assert_eq(drwlock_rdlock(&r.rw), 0);
+	ASSERT_ST(DM_RUN(10000, "a", "status", "both"), 0, "a");
+	o = slurp_tag("a", "out");
+	cr_assert_eq(strncmp(o, "both: held\n", 11), 0, "%s", o);
+	assert_contains(o, "\n\nboth (read-write lock): read by 1 process\n");
 	free(o);
-	ASSERT_ST(DM_RUN(10000, "b", "reset", "--force", "doc"), ST_NOLOCK, "b");
-	o = slurp_tag("b", "err");
-	assert_contains(o, "read-write locks are not shown over etcd");
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "both"), 0, "b");
+	assert_json("b", "[x[\"kind\"] for x in d] == [\"mutex\", \"rwlock\"] and d[0][\"held\"] is True "
+			"and d[1][\"readers\"] == 1");
+	ASSERT_ST(DM_RUN(10000, "c", "list"), 0, "c");
+	o = slurp_tag("c", "out");
+	/* The mutexes' table as before, then the rwlocks' own. */
+	cr_assert_eq(strncmp(o, "NAME  STATE  HOLDER", 19), 0, "%s", o);
+	assert_contains(o, "\n\nRWLOCK  STATE  ");
+	assert_contains(o, "\nboth    read   ");
 	free(o);
-	ASSERT_ST(DM_RUN(10000, "c", "list", "--json"), 0, "c");
-	assert_json("c", "d == []");
-	o = slurp_tag("c", "err");
-	assert_contains(o, "dmutex: read-write locks are not shown over etcd: mutexes only\n");
+	ASSERT_ST(DM_RUN(10000, "d", "list", "--json"), 0, "d");
+	assert_json("d", "[(x[\"name\"], x[\"kind\"]) for x in d] == [(\"both\", \"mutex\"), (\"both\", \"rwlock\")]");
+
+	/* Each refuses alone, before anything is touched. */
+	ASSERT_ST(DM_RUN(10000, "e", "reset", "both"), ST_REFUSED, "e");
+	o = slurp_tag("e", "err");
+	assert_contains(o, "dmutex: 'both' is held by ");
 	free(o);
-	/* Still the writer's: the reset touched nothing. */
-	cr_assert_eq(drwlock_unlock(&rw), 0);
-	cr_assert_eq(drwlock_destroy(&rw), 0);
-	cr_assert_eq(dmutex_client_close(c), 0);
+	cr_assert_eq(dmutex_unlock(&m.m), 0);
+	ASSERT_ST(DM_RUN(10000, "f", "reset", "both"), ST_REFUSED, "f");
+	o = slurp_tag("f", "err");
+	assert_contains(o, "dmutex: read-write lock 'both' is read by 1 process; use --force");
+	free(o);
+	cr_assert_eq(rw_keys("both", "r"), 1, "the refused reset removed the share");
+
+	cr_assert_eq(dmutex_lock(&m.m), 0);
+	ASSERT_ST(DM_RUN(10000, "g", "reset", "--force", "both"), 0, "g");
+	o = slurp_tag("g", "out");
+	cr_assert_eq(strncmp(o, "reset 'both': released the hold of ", 35), 0, "%s", o);
+	assert_contains(o, ")\nreset read-write lock 'both': released 1 read share; fence kept\n");
+	free(o);
+	cr_assert_eq(rw_keys("both", "r"), 0);
+	cr_assert_eq(dmutex_unlock(&m.m), ENOLCK);
+	cr_assert(th_wait_until(dmt_lost_once, &r.lost, 10000), "the reader was never told");
+	cr_assert_eq(drwlock_unlock(&r.rw), ENOLCK);
+	rw_unhold(&r);
+	unhold(&m);
+}
+
+/* Someone else's key under a read-write lock's: a clear error from
+ * status, list and reset (which touches nothing, even forced). */
+Test(etcd_cli, rwlock_foreign_keys_are_errors)
+{
+	char out[512];
+
+	/* "dmutex:r/3:odd/r/x" = "hi", on no lease: not what rw.c writes. */
+	cr_assert_eq(th_etcd_http(&etcd, 0, "/v3/kv/put",
+			"{\"key\":\"ZG11dGV4OnIvMzpvZGQvci94\",\"value\":\"aGk=\"}", NULL, out,
+			sizeof out, 0), 200, "%s", out);
+	ASSERT_ST(DM_RUN(10000, "a", "status", "odd"), ST_BACKEND, "a");
+	assert_said("a", "out",
+			"odd (read-write lock): cannot read: dmutex:r/3:odd/r/x: not a value dmutex writes\n");
+	assert_said("a", "err",
+			"dmutex: 'odd': dmutex:r/3:odd/r/x: not a value dmutex writes\n");
+	ASSERT_ST(DM_RUN(10000, "b", "status", "--json", "odd"), ST_BACKEND, "b");
+	assert_json("b", "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and "
+			"d[0][\"error\"] == \"dmutex:r/3:odd/r/x: not a value dmutex writes\" and "
+			"\"readers\" not in d[0]");
+	ASSERT_ST(DM_RUN(10000, "c", "list"), ST_BACKEND, "c");
+	assert_said("c", "out", RW_HEAD "odd     cannot read: dmutex:r/3:odd/r/x: not a value dmutex writes\n");
+	ASSERT_ST(DM_RUN(10000, "d", "list", "--json"), ST_BACKEND, "d");
+	assert_json("d", "len(d) == 1 and d[0][\"kind\"] == \"rwlock\" and \"error\" in d[0]");
+	ASSERT_ST(DM_RUN(10000, "e", "reset", "--force", "odd"), ST_BACKEND, "e");
+	assert_said("e", "err",
+			"dmutex: 'odd': dmutex:r/3:odd/r/x: not a value dmutex writes\n");
+	cr_assert_eq(rw_keys("odd", "r"), 1, "the reset touched the foreign key");
 }

@@ -183,10 +183,13 @@ void cli_rwlock_free(struct cli_rwlock *rw);
 int cli_view_open(const char *url, struct dmutex__admin_view **v);
 /* name's state into *l (cli_lock_free it): 0 (a failure in l->error), or
  * CLI_INTERNAL. */
-/* The backend's table (backend.h: inspect, names, reset) has no view of
- * read-write locks yet: status, list and reset say so over etcd. */
-#define CLI_VIEW_NO_RW "read-write locks are not shown over etcd: mutexes only"
 int cli_view_lock(struct dmutex__admin_view *v, const char *name, struct cli_lock *l);
+/* The same for name's read-write lock (cli_rwlock_free it), shown and
+ * reset by the code that shows and resets Redis's. */
+int cli_view_rwlock(struct dmutex__admin_view *v, const char *name, struct cli_rwlock *rw);
+/* A read-write lock as the backend reports it (a view, or what a reset
+ * removed) into *rw: 0 or CLI_INTERNAL (said). */
+int cli_rw_of_view(struct cli_rwlock *rw, const char *name, const struct dmutex__rwlock_view *rv);
 
 /* ---- output (show.c, json.c) ---------------------------------------- */
 
@@ -234,6 +237,11 @@ int cli_rw_reset_node(struct dmutex__conn *c, int cluster, const char *prefix, c
 		int force, const char *node, int *what);
 /* Refused: say who holds it (node: NULL, or the master's name). */
 void cli_rw_say_refused(const struct cli_rwlock *rw, const char *node);
+/* Over a store read through the library (etcd): reset name's read-write
+ * lock in one step, said as over Redis; the caller refused it before if
+ * held and no force.  *what 0 nothing to do, 1 something removed.  0,
+ * CLI_REFUSED (taken meanwhile: said), CLI_BACKEND, CLI_INTERNAL. */
+int cli_rw_reset_view(struct dmutex__admin_view *v, const char *name, int force, int *what);
 
 /* ---- per-lock counters (metread.c, prom.c, httpd.c) ----------------- */
 

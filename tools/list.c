@@ -439,31 +439,80 @@ view_name(void *arg, const char *name)
 	return names_add(vs->ns, name, strlen(name)) ? CLI_INTERNAL : 0;
 }
 
+/* One kind's names through the library (walk: the door's names or
+ * rw_names), sorted as the SCAN's are.  0 or a status (said). */
+static int
+view_names(struct dmutex__admin_view *v, int (*walk)(struct dmutex__admin_view *,
+		int (*)(void *, const char *), void *), const char *pattern, struct names *ns)
+{
+	struct view_scan vs = { ns, pattern };
+	int err = walk(v, view_name, &vs);
+
+	if (err == CLI_INTERNAL) {
+		cli_err("out of memory");
+		return err;
+	}
+	if (err) {
+		cli_err("backend failed listing the locks (%s)", strerror(err));
+		return CLI_BACKEND;
+	}
+	names_unique(ns);
+	return 0;
+}
+
+/* As read_rows and read_rw_rows, a name at a time: a row per name still
+ * there when read (a read-write lock's keys live only on their holders'
+ * and waiters' leases). */
+static int
+view_rows(struct dmutex__admin_view *v, const struct names *ns, struct row **rows,
+		size_t *nrows, const struct names *rwns, struct rwrow **rw, size_t *nrw)
+{
+	int st = 0;
+
+	if ((ns->n && !(*rows = calloc(ns->n, sizeof **rows))) ||
+	    (rwns->n && !(*rw = calloc(rwns->n, sizeof **rw)))) {
+		cli_err("out of memory");
+		return CLI_INTERNAL;
+	}
+	for (size_t i = 0; !st && i < ns->n; i++) {
+		st = cli_view_lock(v, ns->v[i], &(*rows)[*nrows].l);
+		(*nrows)++;
+	}
+	for (size_t i = 0; !st && i < rwns->n; i++) {
+		struct cli_rwlock *r = &(*rw)[*nrw].rw;
+		st = cli_view_rwlock(v, rwns->v[i], r);
+		(*nrw)++;
+		/* Gone between the walk and now: not worth a row. */
+		if (!st && !r->exists && !r->error[0])
+			cli_rwlock_free(&(*rw)[--*nrw].rw);
+	}
+	return st;
+}
+
+/* Over a store read through the library (etcd): the mutexes, then the
+ * read-write locks, shown as Redis's. */
 static int
 list_view(struct dmutex__admin_view *v, const char *pattern, int json)
 {
-	struct names ns = { 0 };
-	struct view_scan vs = { &ns, pattern };
+	struct names ns = { 0 }, rwns = { 0 };
 	struct cli_conn one = { .nnodes = 1 };
 	struct row *rows = NULL;
-	int status = dmutex__admin_view_names(v, view_name, &vs);
+	struct rwrow *rw = NULL;
+	size_t nrows = 0, nrw = 0;
+	int status;
 
-	if (status && status != CLI_INTERNAL) {
-		cli_err("backend failed listing the locks (%s)", strerror(status));
-		status = CLI_BACKEND;
-	}
-	if (!status && ns.n && !(rows = calloc(ns.n, sizeof *rows)))
-		status = CLI_INTERNAL;
-	for (size_t i = 0; !status && i < ns.n; i++)
-		status = cli_view_lock(v, ns.v[i], &rows[i].l);
-	if (!status)
-		status = show(&one, rows, ns.n, NULL, 0, json);
-	/* Said every time: a script must not take the list for complete. */
-	cli_err("%s", CLI_VIEW_NO_RW);
-	for (size_t i = 0; rows && i < ns.n; i++)
+	if (!(status = view_names(v, dmutex__admin_view_names, pattern, &ns)) &&
+	    !(status = view_names(v, dmutex__admin_view_rw_names, pattern, &rwns)) &&
+	    !(status = view_rows(v, &ns, &rows, &nrows, &rwns, &rw, &nrw)))
+		status = show(&one, rows, nrows, rw, nrw, json);
+	for (size_t i = 0; i < nrows; i++)
 		cli_lock_free(&rows[i].l);
+	for (size_t i = 0; i < nrw; i++)
+		cli_rwlock_free(&rw[i].rw);
 	free(rows);
+	free(rw);
 	names_free(&ns);
+	names_free(&rwns);
 	return status;
 }
 

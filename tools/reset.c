@@ -271,43 +271,86 @@ rw_refuses(const struct cli_conn *cc, size_t n, const char *name)
 	return status;
 }
 
-/* Over a store read through the library (etcd): one transaction. */
+/* Over a store read through the library (etcd): the mutex l found, in
+ * one transaction.  *what 1 something removed, else 0. */
+static int
+reset_view_mutex(struct dmutex__admin_view *v, const struct cli_lock *l, int force, int *what)
+{
+	int err, result = 0;
+
+	*what = 0;
+	if ((err = dmutex__admin_view_reset(v, l->name, force, &result))) {
+		cli_err("'%s': the backend failed (%s); nothing was reset", l->name, strerror(err));
+		return CLI_BACKEND;
+	}
+	if (result == DMUTEX__RESET_HELD) {
+		cli_err("'%s' was taken meanwhile; use --force to release it anyway", l->name);
+		return CLI_REFUSED;
+	}
+	if (result == DMUTEX__RESET_NOTHING)
+		return 0;
+	*what = 1;
+	if (l->held) {
+		char host[4 * sizeof l->host];
+
+		/* The store's bytes, escaped as every view's are. */
+		printf("reset '%s': released the hold of %s pid %lld (fence %lld)\n", l->name,
+				cli_text(host, sizeof host, l->host), l->pid, l->fence);
+	} else {
+		printf("reset '%s': cleared the %s state\n", l->name,
+				l->robust == ROBUST_NOTREC ? "not-recoverable" : "owner-died");
+	}
+	return 0;
+}
+
+/* What the look found stops the reset before anything is touched, as
+ * over Redis: unreadable, or (no force) the mutex held or the read-write
+ * lock written or read.  0 or a status (said). */
+static int
+view_refuses(const struct cli_lock *l, const struct cli_rwlock *rw, int force)
+{
+	if (l->error[0] || rw->error[0]) {
+		if (l->error[0])
+			cli_err("'%s': %s", l->name, l->error);
+		if (rw->error[0])
+			cli_err("'%s': %s", rw->name, rw->error);
+		return CLI_BACKEND;
+	}
+	if (force)
+		return 0;
+	if (l->held) {
+		say_refused(l, NULL);
+		return CLI_REFUSED;
+	}
+	if (rw->writing || rw->readers > 0) {
+		cli_rw_say_refused(rw, NULL);
+		return CLI_REFUSED;
+	}
+	return 0;
+}
+
+/* Over a store read through the library (etcd): the mutex and the
+ * read-write lock of the name, each in one transaction. */
 static int
 reset_view(struct dmutex__admin_view *v, const char *name, int force)
 {
 	struct cli_lock l;
-	int status, err, result = 0;
+	struct cli_rwlock rw = { 0 };
+	int status, mx = 0, rx = 0;
 
-	if ((status = cli_view_lock(v, name, &l)))
-		return status;
-	if (l.error[0]) {
-		cli_err("'%s': %s", name, l.error);
-		status = CLI_BACKEND;
-	} else if (!l.exists) {
-		cli_err("no such lock '%s' (%s)", name, CLI_VIEW_NO_RW);
-		status = CLI_NOLOCK;
-	} else if (l.held && !force) {
-		say_refused(&l, NULL);
-		status = CLI_REFUSED;
-	} else if ((err = dmutex__admin_view_reset(v, name, force, &result))) {
-		cli_err("'%s': the backend failed (%s); nothing was reset", name, strerror(err));
-		status = CLI_BACKEND;
-	} else if (result == DMUTEX__RESET_HELD) {
-		cli_err("'%s' was taken meanwhile; use --force to release it anyway", name);
-		status = CLI_REFUSED;
-	} else if (result == DMUTEX__RESET_NOTHING) {
-		printf("'%s' is free and consistent: nothing to reset\n", name);
-	} else if (l.held) {
-		char host[4 * sizeof l.host];
-
-		/* The store's bytes, escaped as every view's are. */
-		printf("reset '%s': released the hold of %s pid %lld (fence %lld)\n", name,
-				cli_text(host, sizeof host, l.host), l.pid, l.fence);
-	} else {
-		printf("reset '%s': cleared the %s state\n", name,
-				l.robust == ROBUST_NOTREC ? "not-recoverable" : "owner-died");
+	if (!(status = cli_view_lock(v, name, &l)) && !(status = cli_view_rwlock(v, name, &rw)) &&
+	    !(status = view_refuses(&l, &rw, force))) {
+		if (!l.exists && !rw.exists) {
+			cli_err("no such lock '%s'", name);
+			status = CLI_NOLOCK;
+		} else if ((!l.exists || !(status = reset_view_mutex(v, &l, force, &mx))) &&
+				(!rw.exists || !(status = cli_rw_reset_view(v, name, force, &rx))) &&
+				!mx && !rx) {
+			printf("'%s' is free and consistent: nothing to reset\n", name);
+		}
 	}
 	cli_lock_free(&l);
+	cli_rwlock_free(&rw);
 	return status;
 }
 

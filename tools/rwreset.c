@@ -7,7 +7,8 @@
  * The holders learn it as of any lost key: their next renewal finds their
  * share or writer gone (rw_renew.lua), their onlost runs and their unlock
  * says ENOLCK.  As reset.c's, the check and the change are one
- * WATCH/MULTI/EXEC transaction.
+ * WATCH/MULTI/EXEC transaction.  Over etcd the backend does it in one
+ * txn (cli_rw_reset_view), said by the same words.
  */
 #include <stdio.h>
 #include <string.h>
@@ -182,4 +183,34 @@ cli_rw_reset_node(struct dmutex__conn *c, int cluster, const char *prefix, const
 			return status;
 	cli_err("read-write lock '%s' keeps changing; nothing of it was reset", name);
 	return CLI_BACKEND;
+}
+
+int
+cli_rw_reset_view(struct dmutex__admin_view *v, const char *name, int force, int *what)
+{
+	struct dmutex__rwlock_view gone;
+	struct cli_rwlock rw;
+	int result, err, status;
+
+	*what = 0;
+	if ((err = dmutex__admin_view_rw_reset(v, name, force, &result, &gone))) {
+		cli_err("read-write lock '%s': the backend failed (%s); nothing of it was reset", name,
+				strerror(err));
+		return CLI_BACKEND;
+	}
+	if (result == DMUTEX__RESET_HELD) {
+		cli_err("read-write lock '%s' was taken meanwhile; use --force to release it anyway",
+				name);
+		return CLI_REFUSED;
+	}
+	if (result == DMUTEX__RESET_NOTHING)
+		return 0;
+	/* What the txn itself deleted: exact, whatever changed since the
+	 * look that let it go ahead. */
+	if ((status = cli_rw_of_view(&rw, name, &gone)))
+		return status;
+	*what = 1;
+	say_reset(&rw, "");
+	cli_rwlock_free(&rw);
+	return 0;
 }

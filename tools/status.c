@@ -119,18 +119,38 @@ show_rwlock(const struct cli_rwlock *rw, const char *node, int json, int *first)
 	*first = 0;
 }
 
-/* Name on one master: its mutex and its read-write lock, separate keys,
- * each shown when there (the JSON keeps its one "exists": false object
- * for a name that is neither).  *exists |= something there; *bad =
- * CLI_BACKEND (said) when one could not be read.  0, or the status of a
- * failed connection. */
+/* A name's mutex and read-write lock as read (separate keys), each shown
+ * when there (the JSON keeps its one "exists": false object for a name
+ * that is neither).  *exists |= something there; *bad = CLI_BACKEND
+ * (said) when one could not be read.  Redis's and etcd's alike. */
+static void
+show_both(const struct cli_lock *l, const struct cli_rwlock *rw, const char *node, int json,
+		int *first, int *exists, int *bad)
+{
+	/* Unreadable is not absent: the error says what is there. */
+	int mx = l->exists || l->error[0], rx = rw->exists || rw->error[0];
+
+	if (l->error[0])
+		cli_err("'%s': %s", l->name, l->error);
+	if (rw->error[0])
+		cli_err("'%s': %s", rw->name, rw->error);
+	if (l->error[0] || rw->error[0])
+		*bad = CLI_BACKEND;
+	if (mx || (json && !rx))
+		show_lock(l, node, json, first);
+	if (rx)
+		show_rwlock(rw, node, json, first);
+	*exists |= mx || rx;
+}
+
+/* Name on one master.  0, or the status of a failed connection. */
 static int
 show_node(struct dmutex__conn *c, const char *prefix, const char *name, const char *node,
 		int json, int *first, int *exists, int *bad)
 {
 	struct cli_lock l;
 	struct cli_rwlock rw;
-	int status, mx, rx;
+	int status;
 
 	if ((status = cli_inspect(c, prefix, name, &l))) {
 		cli_lock_free(&l);
@@ -141,26 +161,14 @@ show_node(struct dmutex__conn *c, const char *prefix, const char *name, const ch
 		cli_rwlock_free(&rw);
 		return status;
 	}
-	/* Unreadable is not absent: the error says what is there. */
-	mx = l.exists || l.error[0];
-	rx = rw.exists || rw.error[0];
-	if (l.error[0])
-		cli_err("'%s': %s", name, l.error);
-	if (rw.error[0])
-		cli_err("'%s': %s", name, rw.error);
-	if (l.error[0] || rw.error[0])
-		*bad = CLI_BACKEND;
-	if (mx || (json && !rx))
-		show_lock(&l, node, json, first);
-	if (rx)
-		show_rwlock(&rw, node, json, first);
-	*exists |= mx || rx;
+	show_both(&l, &rw, node, json, first, exists, bad);
 	cli_lock_free(&l);
 	cli_rwlock_free(&rw);
 	return 0;
 }
 
-/* Over a store read through the library (etcd): each name once. */
+/* Over a store read through the library (etcd): each name once, shown
+ * as show_node shows Redis's. */
 static int
 status_view(struct dmutex__admin_view *v, char **names, int n, int json)
 {
@@ -170,26 +178,22 @@ status_view(struct dmutex__admin_view *v, char **names, int n, int json)
 		fputc('[', stdout);
 	for (int i = 0; i < n; i++) {
 		struct cli_lock l;
-		if ((status = cli_view_lock(v, names[i], &l)))
+		struct cli_rwlock rw = { 0 };
+		int exists = 0, st;
+
+		if (!(st = cli_view_lock(v, names[i], &l)) && !(st = cli_view_rwlock(v, names[i], &rw)))
+			show_both(&l, &rw, NULL, json, &first, &exists, &status);
+		cli_lock_free(&l);
+		cli_rwlock_free(&rw);
+		if (st) {
+			status = st;
 			break;
-		if (l.error[0]) {
-			cli_err("'%s': %s", names[i], l.error);
-			status = CLI_BACKEND;
-		} else if (!l.exists) {
-			cli_err("no such lock '%s' (%s)", names[i], CLI_VIEW_NO_RW);
+		}
+		if (!exists) {
+			cli_err("no such lock '%s'", names[i]);
 			if (!status)
 				status = CLI_NOLOCK;
 		}
-		if (json && (l.exists || l.error[0])) {
-			fputs(first ? "" : ",", stdout);
-			cli_json_lock(stdout, &l, NULL);
-			first = 0;
-		} else if (l.exists) {
-			fputs(first ? "" : "\n", stdout);
-			print_text(stdout, &l, NULL);
-			first = 0;
-		}
-		cli_lock_free(&l);
 	}
 	if (json)
 		fputs("]\n", stdout);
