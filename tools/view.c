@@ -68,7 +68,9 @@ int
 cli_rw_of_view(struct cli_rwlock *rw, const char *name, const struct dmutex__rwlock_view *rv)
 {
 	memset(rw, 0, sizeof *rw);
-	rw->write_left_ms = rw->read_left_ms = rw->fence = -1;
+	/* The writer's key records no holder: no writer shown, as an older
+	 * Redis client's. */
+	cli_rwlock_unknown(rw);
 	if (!(rw->name = strdup(name))) {
 		cli_err("out of memory");
 		return CLI_INTERNAL;
