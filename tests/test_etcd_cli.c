@@ -618,3 +618,31 @@ Test(etcd_cli, rwlock_foreign_keys_are_errors)
 			"dmutex: 'odd': dmutex:r/3:odd/r/x: not a value dmutex writes\n");
 	cr_assert_eq(rw_keys("odd", "r"), 1, "the reset touched the foreign key");
 }
+
+/* A holder record in etcd with bytes a terminal obeys (another program's
+ * key, a hostile writer): status, list and reset print it escaped, as
+ * over Redis, never raw. */
+Test(etcd_cli, hostile_holder_record_is_escaped)
+{
+	char out[512], *o;
+
+	/* "dmutex:m/4:evil/q/x" = "h\x1b[2J\ax 11 12 tok", on no lease. */
+	cr_assert_eq(th_etcd_http(&etcd, 0, "/v3/kv/put",
+			"{\"key\":\"ZG11dGV4Om0vNDpldmlsL3EveA==\",\"value\":\"aBtbMkoHeCAxMSAxMiB0b2s=\"}",
+			NULL, out, sizeof out, 0), 200, "%s", out);
+	ASSERT_ST(DM_RUN(10000, "a", "status", "evil"), 0, "a");
+	o = slurp_tag("a", "out");
+	assert_contains(o, "holder:      h\\x1b[2J\\x07x pid 11 tid 12");
+	cr_assert_null(strchr(o, '\x1b'), "a raw escape reached the terminal:\n%s", o);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "b", "list"), 0, "b");
+	o = slurp_tag("b", "out");
+	assert_contains(o, "h\\x1b[2J\\x07x pid 11");
+	cr_assert_null(strchr(o, '\x1b'), "%s", o);
+	free(o);
+	ASSERT_ST(DM_RUN(10000, "c", "reset", "--force", "evil"), 0, "c");
+	o = slurp_tag("c", "out");
+	assert_contains(o, "reset 'evil': released the hold of h\\x1b[2J\\x07x pid 11 (fence ");
+	cr_assert_null(strchr(o, '\x1b'), "%s", o);
+	free(o);
+}
