@@ -1036,3 +1036,69 @@ Test(rwlock, a_tryrdlock_whose_asker_gets_no_answer_says_eio)
 	cr_assert_eq(drwlock_destroy(&rw), 0);
 	cr_assert_eq(dmutex_client_close(c), 0);
 }
+
+static long long scripts_before;
+
+static int one_more_script(void *arg)
+{
+	(void)arg;
+	return dmt_script_calls(&srv) > scripts_before;
+}
+
+/*
+ * A reader told busy by a writer elsewhere asks again once that writer's
+ * lease ends; its second request is held back (CLIENT PAUSE).  A
+ * tryrdlock of ours then waits for that answer, not for the first one's
+ * "busy": it joins the share the second brings.  Before, the old "busy"
+ * still counted: EBUSY with the writer gone.
+ */
+Test(rwlock, a_tryrdlock_waits_for_a_reader_asking_again)
+{
+	dmutex_client_t *c;
+	dmutex_attr_t a;
+	drwlock_t rw;
+	struct asker k = { .rw = &rw, .rc = -1, .unlock_rc = -1 };
+	redisReply *now;
+	pthread_t t;
+	char url[512];
+	long long ms;
+	int rc;
+
+	DMT_REDIS_STATE("holds a request back with CLIENT PAUSE");
+	cr_assert_eq(th_url_with(url, sizeof url, srv.url, "command_timeout_ms=5000"), 0);
+	cr_assert_eq(dmutex_client_open(&c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
+	cr_assert_eq(drwlock_init(&rw, "tryagain", &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	/* The connection made and the script loaded before any pause. */
+	cr_assert_eq(drwlock_rdlock(&rw), 0);
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+
+	/* A writer of another client whose lease ends in 1.5 s (server time). */
+	now = th_redis_cmd(&srv, "TIME");
+	cr_assert(now && now->type == REDIS_REPLY_ARRAY && now->elements == 2);
+	ms = strtoll(now->element[0]->str, NULL, 10) * 1000 + strtoll(now->element[1]->str, NULL, 10) / 1000;
+	freeReplyObject(now);
+	th_redis_int(&srv, "HSET dmutex:rw:{tryagain} w alien wexp %lld fms 1 fseq 0", ms + 1500);
+
+	scripts_before = dmt_script_calls(&srv);
+	cr_assert_geq(scripts_before, 0);
+	cr_assert_eq(pthread_create(&t, NULL, asker_main, &k), 0);
+	cr_assert(th_wait_until(one_more_script, NULL, 1000), "the reader never asked");
+	/* Told busy; its next request, once the writer's lease ends, waits. */
+	blocked_before = dmt_blocked_clients(&srv);
+	cr_assert_geq(blocked_before, 0);
+	th_redis_int(&srv, "CLIENT PAUSE 3000 WRITE");
+	cr_assert(th_wait_until(one_more_blocked, NULL, 4000), "the reader never asked again");
+	rc = drwlock_tryrdlock(&rw);
+	atomic_store(&k.go, 1);
+	pthread_join(t, NULL);
+	cr_assert_eq(k.rc, 0, "the asking reader: %s", dmutex_strerror(k.rc));
+	cr_assert_eq(rc, 0, "tryrdlock while a reader of ours asked again, the writer gone: %s",
+			dmutex_strerror(rc));
+	cr_assert_eq(drwlock_unlock(&rw), 0);
+	cr_assert_eq(k.unlock_rc, 0);
+	cr_assert_eq(drwlock_destroy(&rw), 0);
+	cr_assert_eq(dmutex_client_close(c), 0);
+}
