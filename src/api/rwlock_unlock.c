@@ -124,7 +124,11 @@ dmutex__rw_thread_end(struct dmutex__entry *e, const char *why)
 
 	while (!(err = unlock_entry(e)))
 		n++;
-	if (n || err != EPERM)
+	/* A hold already lost (reported then) has nothing left to release. */
+	if (!n && err == ENOLCK)
+		dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': %s while holding it: it had been lost; "
+				"nothing to release", e->name, why);
+	else if (n || err != EPERM)
 		dmutex__log(DMUTEX_LOG_WARN, "rwlock '%s': %s while holding it: released", e->name, why);
 }
 
