@@ -189,13 +189,7 @@ dmutex__etcd_reset(struct dmutex__backend *be, const char *name, int force, int 
 	dmutex__etcd_name_key(e, s, "m", name, "s");
 	dmutex__etcd_name_key(e, n, "m", name, DMUTEX__ETCD_MARK);
 	/* Without force: only while nobody holds it (nor waits). */
-	cmp = force ? json_array() : json_pack("[{s:s,s:s,s:s}]", "target", "VERSION", "result",
-			"EQUAL", "version", "0");
-	if (!force && cmp) {
-		json_t *k = dmutex__etcd_key(q, qe);
-		json_object_update(json_array_get(cmp, 0), k);
-		json_decref(k);
-	}
+	cmp = force ? json_array() : json_pack("[o]", dmutex__etcd_cmp_none(q, qe));
 	dq = dmutex__etcd_op_del(q, qe);
 	ds = dmutex__etcd_op_del(s, NULL);
 	dn = dmutex__etcd_op_del(n, NULL);

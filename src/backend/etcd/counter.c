@@ -31,18 +31,10 @@ req_range(const char *key)
 static json_t *
 req_cmp(const char *key, const char *target, const char *result, long long rev)
 {
-	json_t *c = dmutex__etcd_key(key, NULL);
 	char v[24];
-	const char *field = !strcmp(target, "MOD") ? "mod_revision"
-		: !strcmp(target, "CREATE") ? "create_revision" : "version";
 
-	if (!c)
-		return NULL;
 	snprintf(v, sizeof v, "%lld", rev);
-	json_object_set_new(c, "target", json_string(target));
-	json_object_set_new(c, "result", json_string(result));
-	json_object_set_new(c, field, json_string(v));
-	return c;
+	return dmutex__etcd_cmp(key, NULL, target, result, v);
 }
 
 /* The value of the first kv of a range response into out: 1, 0 none,

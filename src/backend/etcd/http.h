@@ -90,6 +90,13 @@ int64_t dmutex__etcd_int(const json_t *o, const char *key, int *bad);
 int dmutex__etcd_bool(const json_t *o, const char *key);
 /* {"key": b64(key)} plus range_end b64(end) if end: a new object, NULL on ENOMEM. */
 json_t *dmutex__etcd_key(const char *key, const char *end);
+/* A txn's compare of key's (to end if end) target ("VERSION", "CREATE",
+ * "MOD", "VALUE": v in plain text) with v, result "EQUAL", "GREATER"...;
+ * and "nothing under [key, end)" (VERSION EQUAL 0).  New objects, NULL
+ * on ENOMEM. */
+json_t *dmutex__etcd_cmp(const char *key, const char *end, const char *target, const char *result,
+		const char *v);
+json_t *dmutex__etcd_cmp_none(const char *key, const char *end);
 /* A txn's {"request_put": ...} of value (NULL: none) with lease (0:
  * none), and its {"request_delete_range": ...} of key (to end if end): a
  * new object, NULL on ENOMEM (json_pack's "o" then fails the request). */

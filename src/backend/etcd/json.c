@@ -104,6 +104,32 @@ dmutex__etcd_key(const char *key, const char *end)
 }
 
 json_t *
+dmutex__etcd_cmp(const char *key, const char *end, const char *target, const char *result,
+		const char *v)
+{
+	json_t *c = dmutex__etcd_key(key, end);
+	static const struct { const char *target, *field; } f[] = {
+		{ "VERSION", "version" }, { "CREATE", "create_revision" },
+		{ "MOD", "mod_revision" }, { "VALUE", "value" } };
+
+	for (size_t i = 0; c && i < sizeof f / sizeof *f; i++)
+		if (!strcmp(f[i].target, target)) {
+			char *b = strcmp(target, "VALUE") ? NULL : dmutex__etcd_b64(v, strlen(v));
+			json_object_set_new(c, "target", json_string(target));
+			json_object_set_new(c, "result", json_string(result));
+			json_object_set_new(c, f[i].field, json_string(b ? b : v));
+			free(b);
+		}
+	return c;
+}
+
+json_t *
+dmutex__etcd_cmp_none(const char *key, const char *end)
+{
+	return dmutex__etcd_cmp(key, end, "VERSION", "EQUAL", "0");
+}
+
+json_t *
 dmutex__etcd_op_put(const char *key, const char *value, int64_t lease)
 {
 	json_t *r = dmutex__etcd_key(key, NULL);

@@ -45,25 +45,6 @@ op_range(const char *key, const char *end, int first)
 	return r ? json_pack("{s:o}", "request_range", r) : NULL;
 }
 
-/* A compare of key's target ("VERSION", "CREATE", "VALUE") with v. */
-static json_t *
-cmp(const char *key, const char *end, const char *target, const char *result, const char *v)
-{
-	json_t *c = dmutex__etcd_key(key, end);
-	static const struct { const char *target, *field; } f[] = {
-		{ "VERSION", "version" }, { "CREATE", "create_revision" }, { "VALUE", "value" } };
-
-	for (size_t i = 0; c && i < sizeof f / sizeof *f; i++)
-		if (!strcmp(f[i].target, target)) {
-			char *b = strcmp(target, "VALUE") ? NULL : dmutex__etcd_b64(v, strlen(v));
-			json_object_set_new(c, "target", json_string(target));
-			json_object_set_new(c, "result", json_string(result));
-			json_object_set_new(c, f[i].field, json_string(b ? b : v));
-			free(b);
-		}
-	return c;
-}
-
 /* A hold key's value: who holds it, for `dmutex status`, and the hold's
  * token (the key's name is not: etcd.h, own keys). */
 static void
@@ -154,8 +135,8 @@ acquire_txn(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 
 	who_of(e, a, who, sizeof who);
 	return json_pack("{s:[o,o], s:[o,o,o], s:[o,o,o,o]}",
-		"compare", cmp(k->q, k->q_end, "VERSION", "EQUAL", "0"),
-			cmp(k->n, NULL, "VERSION", "EQUAL", "0"),
+		"compare", dmutex__etcd_cmp_none(k->q, k->q_end),
+			dmutex__etcd_cmp_none(k->n, NULL),
 		"success", op_range(k->s, NULL, 0), dmutex__etcd_op_put(k->own, who, lease),
 			dmutex__etcd_op_put(k->s, a->token, 0),
 		"failure", a->wait ? dmutex__etcd_op_put(k->own, who, lease) : op_range(k->own, NULL, 0),
@@ -229,7 +210,7 @@ claim_state(struct dmutex__etcd *e, const struct dmutex__acq *a, const struct ke
 	int err, md = 0;
 
 	snprintf(r, sizeof r, "%lld", (long long)rev);
-	req = json_pack("{s:[o], s:[o]}", "compare", cmp(k->own, NULL, "CREATE", "EQUAL", r),
+	req = json_pack("{s:[o], s:[o]}", "compare", dmutex__etcd_cmp(k->own, NULL, "CREATE", "EQUAL", r),
 			"success", dmutex__etcd_op_put(k->s, a->token, 0));
 	if (!req)
 		return ENOMEM;
@@ -493,11 +474,11 @@ dmutex__etcd_release(struct dmutex__backend *be, const char *name, const char *t
 	ops = json_pack("[o]", dmutex__etcd_op_del(k.own, NULL));
 	if (ops && mode != DMUTEX__REL_DIED && (mode != DMUTEX__REL_CLEAN || robust))
 		json_array_append_new(ops, json_pack("{s:{s:[o], s:[o]}}", "request_txn",
-				"compare", cmp(k.s, NULL, "VALUE", "EQUAL", token),
+				"compare", dmutex__etcd_cmp(k.s, NULL, "VALUE", "EQUAL", token),
 				"success", dmutex__etcd_op_del(k.s, NULL)));
 	if (ops && mode == DMUTEX__REL_NOTREC)
 		json_array_append_new(ops, dmutex__etcd_op_put(k.n, "notrecoverable", 0));
-	req = ops ? json_pack("{s:[o], s:o}", "compare", cmp(k.own, NULL, "VERSION", "GREATER", "0"),
+	req = ops ? json_pack("{s:[o], s:o}", "compare", dmutex__etcd_cmp(k.own, NULL, "VERSION", "GREATER", "0"),
 			"success", ops) : NULL;
 	if (!req)
 		return ENOMEM;

@@ -53,36 +53,25 @@ range(const char *key, const char *end)
 	return r ? json_pack("{s:o}", "request_range", r) : NULL;
 }
 
-/* "Nothing under [key, end)". */
-static json_t *
-none(const char *key, const char *end)
-{
-	json_t *c = dmutex__etcd_key(key, end);
-
-	if (c) {
-		json_object_set_new(c, "target", json_string("VERSION"));
-		json_object_set_new(c, "result", json_string("EQUAL"));
-		json_object_set_new(c, "version", json_string("0"));
-	}
-	return c;
-}
-
 static json_t *
 acquire_req(const struct dmutex__rw_acq *a, const struct rwkeys *k, int64_t lease)
 {
 	if (a->op == 'r')
 		return json_pack("{s:[o,o], s:[o], s:[o]}",
-			"compare", none(k->pre[W], k->end[W]), none(k->pre[Q], k->end[Q]),
+			"compare", dmutex__etcd_cmp_none(k->pre[W], k->end[W]),
+				dmutex__etcd_cmp_none(k->pre[Q], k->end[Q]),
 			"success", dmutex__etcd_op_put(k->own[R], NULL, lease),
 			"failure", range(k->own[R], NULL));
 	return a->wait
 		? json_pack("{s:[o,o], s:[o,o,o], s:[o,o]}",
-			"compare", none(k->pre[W], k->end[W]), none(k->pre[R], k->end[R]),
+			"compare", dmutex__etcd_cmp_none(k->pre[W], k->end[W]),
+				dmutex__etcd_cmp_none(k->pre[R], k->end[R]),
 			"success", dmutex__etcd_op_put(k->own[W], NULL, lease),
 				dmutex__etcd_op_del(k->own[Q], NULL), range(k->own[W], NULL),
 			"failure", range(k->own[W], NULL), dmutex__etcd_op_put(k->own[Q], NULL, lease))
 		: json_pack("{s:[o,o], s:[o,o,o], s:[o]}",
-			"compare", none(k->pre[W], k->end[W]), none(k->pre[R], k->end[R]),
+			"compare", dmutex__etcd_cmp_none(k->pre[W], k->end[W]),
+				dmutex__etcd_cmp_none(k->pre[R], k->end[R]),
 			"success", dmutex__etcd_op_put(k->own[W], NULL, lease),
 				dmutex__etcd_op_del(k->own[Q], NULL), range(k->own[W], NULL),
 			"failure", range(k->own[W], NULL));

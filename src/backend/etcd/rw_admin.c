@@ -159,20 +159,6 @@ dmutex__etcd_rw_names(struct dmutex__backend *be, int (*fn)(void *arg, const cha
 	return dmutex__etcd_names_of(be, "r", fn, arg);
 }
 
-/* "Nothing under [key, end)". */
-static json_t *
-none(const char *key, const char *end)
-{
-	json_t *c = dmutex__etcd_key(key, end);
-
-	if (c) {
-		json_object_set_new(c, "target", json_string("VERSION"));
-		json_object_set_new(c, "result", json_string("EQUAL"));
-		json_object_set_new(c, "version", json_string("0"));
-	}
-	return c;
-}
-
 /* The reset's txn: without force, only while nobody writes or reads; the
  * writer's key deleted with its value returned (its token). */
 static json_t *
@@ -182,7 +168,8 @@ reset_req(char pre[3][DMUTEX__ETCD_KEY_MAX], char end[3][DMUTEX__ETCD_KEY_MAX], 
 
 	if (dw)
 		json_object_set_new(json_object_get(dw, "request_delete_range"), "prev_kv", json_true());
-	cmp = force ? json_array() : json_pack("[o,o]", none(pre[0], end[0]), none(pre[1], end[1]));
+	cmp = force ? json_array() : json_pack("[o,o]", dmutex__etcd_cmp_none(pre[0], end[0]),
+			dmutex__etcd_cmp_none(pre[1], end[1]));
 	return json_pack("{s:o, s:[o,o,o]}", "compare", cmp, "success", dw,
 			dmutex__etcd_op_del(pre[0], end[0]), dmutex__etcd_op_del(pre[2], end[2]));
 }
