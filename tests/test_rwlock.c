@@ -893,6 +893,21 @@ static void *asker_main(void *arg)
 
 static long long blocked_before;
 
+/* A client of its own on srv (opts: URL options, or NULL) and rw on it,
+ * for a test that holds its requests back. */
+static void rw_open(dmutex_client_t **c, drwlock_t *rw, const char *name, const char *opts)
+{
+	dmutex_attr_t a;
+	char url[512];
+
+	cr_assert_eq(th_url_with(url, sizeof url, srv.url, opts), 0);
+	cr_assert_eq(dmutex_client_open(c, url), 0);
+	cr_assert_eq(dmutex_attr_init(&a), 0);
+	cr_assert_eq(dmutex_attr_setclient(&a, *c), 0);
+	cr_assert_eq(drwlock_init(rw, name, &a), 0);
+	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+}
+
 static int one_more_blocked(void *arg)
 {
 	(void)arg;
@@ -909,18 +924,13 @@ static int one_more_blocked(void *arg)
 Test(rwlock, a_tryrdlock_waits_for_the_share_another_reader_asks_for)
 {
 	dmutex_client_t *c;
-	dmutex_attr_t a;
 	drwlock_t rw;
 	struct asker k = { .rw = &rw, .rc = -1, .unlock_rc = -1 };
 	pthread_t t;
 	int rc;
 
 	DMT_REDIS_STATE("holds a request back with CLIENT PAUSE");
-	cr_assert_eq(dmutex_client_open(&c, srv.url), 0);
-	cr_assert_eq(dmutex_attr_init(&a), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
-	cr_assert_eq(drwlock_init(&rw, "tryasking", &a), 0);
-	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	rw_open(&c, &rw, "tryasking", NULL);
 	/* The connection made before the pause: only the request waits. */
 	cr_assert_eq(drwlock_rdlock(&rw), 0);
 	cr_assert_eq(drwlock_unlock(&rw), 0);
@@ -956,22 +966,15 @@ static int share_is(void *arg)
 Test(rwlock, a_tryrdlock_waits_for_the_share_being_given_back)
 {
 	dmutex_client_t *c;
-	dmutex_attr_t a;
 	drwlock_t rw;
 	struct asker k = { .rw = &rw, .rc = -1, .unlock_rc = -1 };
 	pthread_t t;
-	char url[512];
 	long long one = 1;
 	int rc;
 
 	DMT_REDIS_STATE("holds a request back with CLIENT PAUSE");
 	/* Room for the whole pause in one request: the release is answered. */
-	cr_assert_eq(th_url_with(url, sizeof url, srv.url, "command_timeout_ms=4000"), 0);
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(dmutex_attr_init(&a), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
-	cr_assert_eq(drwlock_init(&rw, "trygiven", &a), 0);
-	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	rw_open(&c, &rw, "trygiven", "command_timeout_ms=4000");
 	cr_assert_eq(pthread_create(&t, NULL, asker_main, &k), 0);
 	cr_assert(th_wait_until(share_is, &one, 5000), "the reader never read");
 
@@ -1002,21 +1005,14 @@ Test(rwlock, a_tryrdlock_waits_for_the_share_being_given_back)
 Test(rwlock, a_tryrdlock_whose_asker_gets_no_answer_says_eio)
 {
 	dmutex_client_t *c;
-	dmutex_attr_t a;
 	drwlock_t rw;
 	struct asker k = { .rw = &rw, .rc = -1, .unlock_rc = -1 };
 	pthread_t t;
-	char url[512];
 	int64_t t0, waited_ms;
 	int rc;
 
 	DMT_REDIS_STATE("holds a request back with CLIENT PAUSE");
-	cr_assert_eq(th_url_with(url, sizeof url, srv.url, "command_timeout_ms=300"), 0);
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(dmutex_attr_init(&a), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
-	cr_assert_eq(drwlock_init(&rw, "tryunanswered", &a), 0);
-	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	rw_open(&c, &rw, "tryunanswered", "command_timeout_ms=300");
 	cr_assert_eq(drwlock_rdlock(&rw), 0);
 	cr_assert_eq(drwlock_unlock(&rw), 0);
 
@@ -1055,22 +1051,15 @@ static int one_more_script(void *arg)
 Test(rwlock, a_tryrdlock_waits_for_a_reader_asking_again)
 {
 	dmutex_client_t *c;
-	dmutex_attr_t a;
 	drwlock_t rw;
 	struct asker k = { .rw = &rw, .rc = -1, .unlock_rc = -1 };
 	redisReply *now;
 	pthread_t t;
-	char url[512];
 	long long ms;
 	int rc;
 
 	DMT_REDIS_STATE("holds a request back with CLIENT PAUSE");
-	cr_assert_eq(th_url_with(url, sizeof url, srv.url, "command_timeout_ms=5000"), 0);
-	cr_assert_eq(dmutex_client_open(&c, url), 0);
-	cr_assert_eq(dmutex_attr_init(&a), 0);
-	cr_assert_eq(dmutex_attr_setclient(&a, c), 0);
-	cr_assert_eq(drwlock_init(&rw, "tryagain", &a), 0);
-	cr_assert_eq(dmutex_attr_destroy(&a), 0);
+	rw_open(&c, &rw, "tryagain", "command_timeout_ms=5000");
 	/* The connection made and the script loaded before any pause. */
 	cr_assert_eq(drwlock_rdlock(&rw), 0);
 	cr_assert_eq(drwlock_unlock(&rw), 0);
